@@ -1,0 +1,3 @@
+from dedal.cli import main
+
+raise SystemExit(main())

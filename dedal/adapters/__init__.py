@@ -1,0 +1,1 @@
+"""One adapter per external tool. Only modules in this package start processes."""

@@ -1,0 +1,114 @@
+"""The single place where dedal starts processes; adapters call it, nothing else does.
+
+Output goes to a log file when one is given (the evidence a ToolError points at),
+otherwise it is captured and the tail is put into the error.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Mapping, Optional, Sequence, Union
+
+from dedal.errors import ToolError, ToolMissing
+
+Cmd = Sequence[Union[str, os.PathLike]]
+
+
+@dataclass
+class Result:
+    cmd: list
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def which(tool: str, hint: str = "") -> str:
+    path = shutil.which(tool)
+    if not path:
+        raise ToolMissing(tool, hint)
+    return path
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    rows = [r for r in text.strip().splitlines() if r.strip()]
+    return " | ".join(rows[-lines:])
+
+
+def run(
+    cmd: Cmd,
+    *,
+    what: str = "",
+    log: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[Path] = None,
+    timeout: Optional[float] = None,
+    check: bool = True,
+    input: Optional[str] = None,
+    stdout: Optional[IO] = None,
+) -> Result:
+    """Run a command to completion.
+
+    With ``log``, stdout and stderr are appended to that file (after a header line
+    with the command) and Result.stdout is empty; otherwise both are captured.
+    ``stdout`` may be an open binary file for large outputs (e.g. a tar stream).
+    """
+    argv = [os.fspath(c) for c in cmd]
+    label = what or argv[0]
+    start = time.monotonic()
+    try:
+        if log is not None:
+            log = Path(log)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8", errors="replace") as fh:
+                fh.write(f"$ {shlex.join(argv)}\n")
+                fh.flush()
+                proc = subprocess.run(
+                    argv, stdout=stdout or fh, stderr=fh, env=env, cwd=cwd,
+                    timeout=timeout, input=input, text=stdout is None,
+                )
+            out, err = "", ""
+        else:
+            proc = subprocess.run(
+                argv, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                cwd=cwd, timeout=timeout, input=input, text=stdout is None,
+            )
+            out = proc.stdout if stdout is None else ""
+            err = proc.stderr if stdout is None else proc.stderr.decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise ToolMissing(argv[0]) from None
+    except subprocess.TimeoutExpired:
+        raise ToolError(label, argv, 124, log, f"timed out after {timeout:.0f} s") from None
+    elapsed = time.monotonic() - start
+    if check and proc.returncode != 0:
+        detail = _tail(err or out) if log is None else _tail(Path(log).read_text(errors="replace"))
+        raise ToolError(label, argv, proc.returncode, log, detail)
+    return Result(argv, proc.returncode, out or "", err or "", elapsed)
+
+
+def start(
+    cmd: Cmd,
+    *,
+    log: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[Path] = None,
+    new_session: bool = True,
+) -> subprocess.Popen:
+    """Start a long-running process (daemon, benchmark rank launcher) and return it."""
+    argv = [os.fspath(c) for c in cmd]
+    out = open(log, "ab") if log is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+            start_new_session=new_session,
+        )
+    except FileNotFoundError:
+        raise ToolMissing(argv[0]) from None
+    finally:
+        if log is not None:
+            out.close()

@@ -1,0 +1,119 @@
+"""squashfs-tools and squashfuse: packing, listing, extracting and mounting images.
+
+Packing is reproducible by default (fixed times, all files owned by root) and fast
+(zstd level 3), see ../shared/notes/real-components.md section 1.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+from dedal.adapters import proc
+
+HINT = "install squashfs-tools (apt-get install squashfs-tools)"
+
+
+def _threads(processors: Optional[int]) -> str:
+    return str(processors or os.cpu_count() or 1)
+
+
+def pack(
+    sources: Iterable[Path],
+    out: Path,
+    *,
+    keep_as_directory: bool = False,
+    exclude: Iterable[str] = (),
+    level: int = 3,
+    processors: Optional[int] = None,
+    log: Optional[Path] = None,
+    what: str = "mksquashfs",
+) -> None:
+    """Pack directories into ``out`` (replaced if present).
+
+    With one source and ``keep_as_directory`` the image root holds that directory by
+    name (a layer keeps its prefix directory); otherwise the source's contents.
+    ``exclude`` takes paths relative to the source(s), as mksquashfs ``-e``.
+    """
+    proc.which("mksquashfs", HINT)
+    cmd: List[str] = ["mksquashfs", *[os.fspath(s) for s in sources], os.fspath(out),
+                      "-noappend", "-all-root", "-comp", "zstd", "-Xcompression-level", str(level),
+                      "-mkfs-time", "0", "-all-time", "0", "-processors", _threads(processors),
+                      "-no-progress", "-quiet"]
+    if keep_as_directory:
+        cmd.append("-keep-as-directory")
+    excludes = list(exclude)
+    if excludes:
+        cmd += ["-wildcards", "-e", *excludes]
+    proc.run(cmd, what=what, log=log)
+
+
+def extract(
+    image: Path,
+    dest: Path,
+    *,
+    paths: Iterable[str] = (),
+    processors: Optional[int] = None,
+    log: Optional[Path] = None,
+) -> None:
+    """Extract ``image`` (or only ``paths`` of it) into ``dest``, merging with what is there."""
+    proc.which("unsquashfs", HINT)
+    cmd = ["unsquashfs", "-f", "-no-progress", "-quiet", "-n", "-p", _threads(processors),
+           "-d", os.fspath(dest), os.fspath(image), *paths]
+    proc.run(cmd, what="unsquashfs", log=log)
+
+
+_LS = re.compile(r"^(?P<mode>\S{10})\s+(?P<owner>\S+)\s+(?P<size>\d+|\d+,\s*\d+)\s+\S+\s+\S+\s+(?P<path>.*)$")
+
+
+def entries(image: Path) -> List[Dict[str, str]]:
+    """Every entry of an image: path (relative, without the squashfs-root prefix), mode string,
+    size and, for symlinks, the target. Used to audit layers before they are trusted."""
+    proc.which("unsquashfs", HINT)
+    out = proc.run(["unsquashfs", "-lls", "-n", "-d", "", os.fspath(image)], what="unsquashfs -lls").stdout
+    result = []
+    for line in out.splitlines():
+        m = _LS.match(line)
+        if not m:
+            continue
+        path = m.group("path")
+        target = ""
+        if m.group("mode").startswith("l") and " -> " in path:
+            path, target = path.split(" -> ", 1)
+        path = path.lstrip("/")
+        if not path:
+            continue
+        result.append({"path": path, "mode": m.group("mode"), "size": m.group("size"), "target": target})
+    return result
+
+
+def superblock(image: Path) -> Dict[str, str]:
+    """Selected superblock facts (compression, inode count, size) from ``unsquashfs -s``."""
+    proc.which("unsquashfs", HINT)
+    out = proc.run(["unsquashfs", "-s", os.fspath(image)], what="unsquashfs -s").stdout
+    info: Dict[str, str] = {}
+    for line in out.splitlines():
+        if line.startswith("Compression "):
+            info["compression"] = line.split()[1]
+        elif line.startswith("Number of inodes"):
+            info["inodes"] = line.split()[-1]
+        elif line.startswith("Filesystem size"):
+            m = re.search(r"(\d+) bytes", line)
+            if m:
+                info["bytes"] = m.group(1)
+    return info
+
+
+def mount(image: Path, mountpoint: Path, *, offset: int = 0) -> None:
+    """Mount read-only with squashfuse (works unprivileged where /dev/fuse allows)."""
+    proc.which("squashfuse", "install squashfuse (apt-get install squashfuse fuse3)")
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    cmd = ["squashfuse"]
+    if offset:
+        cmd += ["-o", f"offset={offset}"]
+    proc.run([*cmd, os.fspath(image), os.fspath(mountpoint)], what="squashfuse")
+
+
+def unmount(mountpoint: Path) -> None:
+    proc.run(["fusermount3", "-u", os.fspath(mountpoint)], what="fusermount3 -u")

@@ -1,0 +1,59 @@
+"""Command line: parses arguments, calls the stage or model code, prints.
+
+Subcommands live in ``dedal/commands/<name>.py``; each module has ``register(sub)``
+that adds its parser and sets ``func(args) -> int``. Every DedalError becomes one
+line on stderr and its exit code; argparse errors exit with 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import List, Optional
+
+from dedal import __version__
+from dedal.errors import DedalError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dedal",
+        description="Turn a Spack environment into a portable, performance-verified Apptainer image.",
+    )
+    parser.add_argument("--version", action="version", version=f"dedal {__version__}")
+    parser.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: ./dedal.yaml, ~/.config/dedal/config.yaml)")
+    parser.add_argument(
+        "-s", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one setting (e.g. -s layer_store=/scratch/layers); repeatable",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    import dedal.commands as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        importlib.import_module(f"dedal.commands.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except DedalError as exc:
+        print(f"dedal: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("dedal: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

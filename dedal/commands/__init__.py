@@ -1,0 +1,1 @@
+"""CLI subcommands, one module each, discovered by dedal.cli."""

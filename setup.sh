@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Install everything dedal and its test suite use, on a fresh Debian (bookworm) machine.
+# Idempotent: re-running skips what is already there. Needs root (apt) or sudo.
+#   ./setup.sh            system packages, siftool, gitlab-ci-local, .venv with dedal[test]
+# Tools land in ~/.cache/dedal/bin (siftool) and /usr/local/bin (dedal, gitlab-ci-local).
+set -euo pipefail
+cd "$(dirname "$0")"
+REPO=$(pwd)
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+CACHE=${DEDAL_CACHE_DIR:-$HOME/.cache/dedal}
+BIN=$CACHE/bin
+mkdir -p "$BIN"
+
+APT_PACKAGES=(
+  python3 python3-venv python3-pip git ca-certificates curl rsync zstd file
+  build-essential gcc g++ make golang-go nodejs npm
+  squashfs-tools squashfs-tools-ng squashfuse fuse3 fuse-overlayfs bubblewrap util-linux iproute2
+  debootstrap debian-archive-keyring charliecloud-runtime
+  slurm-wlm slurmctld slurmd slurm-client munge libpmix-dev
+  docker-registry apache2-utils
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  # tools that the machine already has from elsewhere (Go, Node, Python) count as present
+  case $p in
+    golang-go) command -v go >/dev/null && continue ;;
+    nodejs|npm) command -v node >/dev/null && command -v npm >/dev/null && continue ;;
+    python3|python3-venv|python3-pip) command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null && continue ;;
+  esac
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# siftool (sylabs/sif: same SIF format and object layout that `apptainer build` writes)
+if [ ! -x "$BIN/siftool" ]; then
+  echo "setup: building siftool"
+  GOPATH=$CACHE/go GOBIN=$BIN GOFLAGS=-modcacherw go install github.com/sylabs/sif/v2/cmd/siftool@v2.24.2
+fi
+
+# gitlab-ci-local: 4.73.0 is the newest that runs on Node 20
+if ! command -v gitlab-ci-local >/dev/null || [ "$(gitlab-ci-local --version 2>/dev/null)" != "4.73.0" ]; then
+  echo "setup: installing gitlab-ci-local 4.73.0"
+  $SUDO npm install -g --no-fund --no-audit gitlab-ci-local@4.73.0 >/dev/null
+fi
+
+# Python package in a virtual environment inside the checkout
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.dedal-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing dedal into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test]"
+  touch "$stamp"
+fi
+# dedal and siftool on PATH for the README commands
+if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then
+  $SUDO ln -sf "$REPO/.venv/bin/dedal" /usr/local/bin/dedal
+  $SUDO ln -sf "$BIN/siftool" /usr/local/bin/siftool
+fi
+echo "setup: ok (dedal $(.venv/bin/dedal --version 2>/dev/null || echo '?'))"
