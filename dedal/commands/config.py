@@ -1,0 +1,32 @@
+"""`dedal config show`: the effective settings and where each value came from."""
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from dedal.config import BY_KEY, from_args
+from dedal.console import out, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("config", help="show the effective configuration")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    show = csub.add_parser("show", help="print every setting, its value and its source")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(func=run_show)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    settings = from_args(args)
+    rows = settings.as_rows()
+    if args.json:
+        print_json({key: {"value": value, "source": source, "env": BY_KEY[key].env_var} for key, value, source in rows})
+        return 0
+    table = Table(title="dedal settings", show_lines=False)
+    for col in ("setting", "value", "source", "environment variable"):
+        table.add_column(col)
+    for key, value, source in rows:
+        table.add_row(key, "" if value is None else str(value), source, BY_KEY[key].env_var)
+    out.print(table)
+    return 0

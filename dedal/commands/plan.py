@@ -1,0 +1,58 @@
+"""`dedal plan`: the build plan of an environment or lock (what is external, cached, to build)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from dedal.config import from_args
+from dedal.console import human_seconds, out, print_json
+from dedal.layers import LayerStore
+from dedal.workspace import resolve
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="show the build plan of an environment or spack.lock",
+                       description="Derive the build plan: every package of the concretized environment, "
+                                   "which are external, cached in the layer store, to build or build-only, "
+                                   "the build waves and the critical path.")
+    p.add_argument("target", metavar="ENV_OR_LOCK", help="env.yaml (or its directory), a spack.lock, or a plan.json")
+    p.add_argument("--layers", metavar="DIR", help="layer store to check for cached layers (default: the configured one)")
+    p.add_argument("--install-root", metavar="PATH", help="install root the layers are built for")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("-o", "--output", metavar="FILE", help="also write the plan as JSON to FILE")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = from_args(args, layer_store=args.layers, install_root=args.install_root)
+    target = resolve(args.target, settings)
+    plan = target.plan() if target.given_plan else target.make_plan(LayerStore(Path(settings.layer_store)))
+    if args.output:
+        plan.write(Path(args.output))
+    if args.json:
+        print_json(plan.to_json())
+        return 0
+    show(plan)
+    return 0
+
+
+def show(plan) -> None:
+    table = Table(title=f"plan for {plan.env_name} (install root {plan.install_root}, base {plan.base_image})")
+    for col in ("wave", "package", "hash", "status", "build-only", "in image", "needs"):
+        table.add_column(col)
+    wave_of = {h: i + 1 for i, wave in enumerate(plan.waves) for h in wave}
+    order = sorted(plan.nodes.values(), key=lambda n: (wave_of.get(n.hash, 0) or 99, n.status, n.name))
+    for n in order:
+        table.add_row(str(wave_of.get(n.hash, "")), f"{n.name}@{n.version}", n.hash[:7], n.status.replace("_", " "),
+                      "yes" if n.build_only else "", "yes" if n.runtime and not n.external else "",
+                      str(len(plan.build_requirements.get(n.hash, []))) if not n.external else "")
+    out.print(table)
+    c = plan.counts()
+    out.print(f"{c['nodes']} packages: {c['external']} external, {c['cached']} cached, {c['to_build']} to build"
+              f"{', ' + str(c['not_needed']) + ' not needed' if c['not_needed'] else ''}; "
+              f"{c['build_only']} build-only; {c['runtime']} in the runtime closure; {c['waves']} waves")
+    if plan.critical_path:
+        names = " -> ".join(plan.nodes[h].name for h in plan.critical_path)
+        out.print(f"critical path (estimated {human_seconds(plan.critical_path_s)}): {names}")

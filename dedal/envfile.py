@@ -1,0 +1,216 @@
+"""The environment file: a Spack environment (``spack:``, passed to Spack untouched)
+plus an optional ``dedal:`` section describing the image.
+
+Validated with a JSON schema so that every mistake is one precise line
+(``env.yaml: dedal.verify.repetitions: expected integer, got 'five'``).
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import jsonschema
+import yaml
+
+from dedal.errors import UserError
+
+_ABS_PATH = {"type": "string", "pattern": "^/"}
+
+THRESHOLDS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "latency_overhead_us": {"type": "number", "minimum": 0},
+        "bandwidth_pct": {"type": "number", "minimum": 0},
+        "busbw_pct": {"type": "number", "minimum": 0},
+        "init_overhead_pct": {"type": "number", "minimum": 0},
+    },
+}
+
+DEDAL_SCHEMA: Dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+        "tag": {"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"},
+        "description": {"type": "string"},
+        "base_image": {"type": "string"},
+        "install_root": _ABS_PATH,
+        "view": _ABS_PATH,
+        "registry": {"type": "string", "pattern": "^oras://"},
+        "lock": {"type": "string"},
+        "keep_build_deps": {"type": "boolean"},
+        "only": {"type": "array", "items": {"type": "string"}},
+        "runscript": {"type": "string"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "verify": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "ranks": {"type": "integer", "minimum": 1},
+                "nodes": {"type": "integer", "minimum": 1},
+                "repetitions": {"type": "integer", "minimum": 1},
+                "launcher": {"enum": ["auto", "mpirun", "srun"]},
+                "benchmarks": {"type": "array", "items": {"type": "string"}},
+                "gpu": {"type": "boolean"},
+                "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                "thresholds": THRESHOLDS_SCHEMA,
+            },
+        },
+    },
+}
+
+ENV_SCHEMA: Dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["spack"],
+    "properties": {"spack": {"type": "object"}, "dedal": DEDAL_SCHEMA},
+}
+
+
+@dataclass
+class VerifySpec:
+    enabled: bool = True
+    ranks: int = 2
+    nodes: int = 1
+    repetitions: int = 5
+    launcher: str = "auto"
+    benchmarks: List[str] = field(default_factory=list)
+    gpu: bool = False
+    env: Dict[str, str] = field(default_factory=dict)
+    thresholds: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class EnvFile:
+    path: Path
+    spack: Dict[str, Any]
+    name: str
+    tag: str = "latest"
+    description: str = ""
+    base_image: Optional[str] = None
+    install_root: Optional[str] = None
+    view: Optional[str] = None
+    registry: str = ""
+    lock: Optional[Path] = None
+    keep_build_deps: bool = False
+    only: List[str] = field(default_factory=list)
+    runscript: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
+    verify: VerifySpec = field(default_factory=VerifySpec)
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+    def spack_yaml(self) -> Dict[str, Any]:
+        """The plain Spack manifest, with paths that Spack resolves relative to the
+        environment directory made absolute, so it works wherever dedal writes it."""
+        spack = copy.deepcopy(self.spack)
+        for key in ("include", "repos"):
+            entries = spack.get(key)
+            if isinstance(entries, list):
+                spack[key] = [self._absolute(e) for e in entries]
+        return {"spack": spack}
+
+    def _absolute(self, entry: Any) -> Any:
+        if isinstance(entry, str) and entry and not entry.startswith(("/", "$", "~")) and "://" not in entry:
+            return str((self.directory / entry).resolve())
+        return entry
+
+    def write_spack_yaml(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        dest = directory / "spack.yaml"
+        tmp = dest.with_suffix(".yaml.tmp")
+        tmp.write_text(yaml.safe_dump(self.spack_yaml(), sort_keys=False))
+        os.replace(tmp, dest)
+        return dest
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _message(err: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+    validator = err.validator
+    if validator == "type":
+        return f"{where}: expected {err.validator_value}, got {_describe(err.instance)}"
+    if validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        known = ", ".join(sorted(err.schema.get("properties", {})))
+        prefix = f"{where}: " if err.absolute_path else ""
+        return f"{prefix}unknown key {extra[0]!r} (known: {known})"
+    if validator == "required":
+        missing = [r for r in err.validator_value if r not in err.instance]
+        if not err.absolute_path and missing == ["spack"]:
+            return "missing 'spack:' section (a Spack environment is required)"
+        return f"{where}: missing key {missing[0]!r}"
+    if validator == "pattern":
+        if err.validator_value == "^/":
+            return f"{where}: expected an absolute path, got {_describe(err.instance)}"
+        return f"{where}: invalid value {_describe(err.instance)} (must match {err.validator_value})"
+    if validator == "enum":
+        return f"{where}: expected one of {', '.join(map(str, err.validator_value))}, got {_describe(err.instance)}"
+    if validator == "minimum":
+        return f"{where}: must be at least {err.validator_value}, got {_describe(err.instance)}"
+    return f"{where}: {err.message}"
+
+
+def parse_env(data: Any, path: Path) -> EnvFile:
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping with a 'spack:' section, got {type(data).__name__}")
+    validator = jsonschema.Draft7Validator(ENV_SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise UserError(f"{path}: {_message(errors[0])}")
+    ded = data.get("dedal") or {}
+    verify = ded.get("verify") or {}
+    lock = ded.get("lock")
+    env = EnvFile(
+        path=path,
+        spack=data["spack"],
+        name=ded.get("name") or path.resolve().parent.name,
+        tag=ded.get("tag", "latest"),
+        description=ded.get("description", ""),
+        base_image=ded.get("base_image"),
+        install_root=ded.get("install_root"),
+        view=ded.get("view"),
+        registry=ded.get("registry", ""),
+        lock=(path.parent / lock).resolve() if lock else None,
+        keep_build_deps=ded.get("keep_build_deps", False),
+        only=list(ded.get("only", [])),
+        runscript=ded.get("runscript", ""),
+        labels=dict(ded.get("labels", {})),
+        verify=VerifySpec(**verify),
+    )
+    if env.lock and not env.lock.is_file():
+        raise UserError(f"{path}: dedal.lock: {env.lock} does not exist")
+    return env
+
+
+def load_env(path: Path) -> EnvFile:
+    path = Path(path)
+    if path.is_dir():
+        for name in ("env.yaml", "spack.yaml"):
+            if (path / name).is_file():
+                path = path / name
+                break
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}: not valid YAML{where}") from None
+    return parse_env(data, path)

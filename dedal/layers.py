@@ -1,0 +1,237 @@
+"""The content-addressed layer store: one ``<key>.sqfs`` and one ``<key>.json`` per package.
+
+A layer exists when its manifest exists: the squashfs is renamed into place first and
+the manifest written (temp file + rename) last, so a reader never sees half a layer.
+Concurrent builders of one key are serialized by a lock file; the loser discards its
+copy. The key covers everything that makes the bytes (DAG hash, install root, base).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Set
+
+from dedal.errors import UserError
+
+LAYER_FORMAT = 1
+TMP_GRACE_S = 6 * 3600
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def layer_key(name: str, version: str, dag_hash: str, install_root: str, base_id: str) -> str:
+    """``<name>-<version>-<hash7>-<digest>``: readable, and the digest pins every input."""
+    payload = json.dumps({"format": LAYER_FORMAT, "hash": dag_hash, "install_root": str(install_root),
+                          "base": base_id}, sort_keys=True)
+    digest = hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return f"{_UNSAFE.sub('_', name)}-{_UNSAFE.sub('_', version)[:40]}-{dag_hash[:7]}-{digest}"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class LayerManifest:
+    key: str
+    name: str
+    version: str
+    hash: str
+    namespace: str
+    prefix: str            # directory name under the install root
+    install_root: str
+    base_id: str
+    size: int = 0          # bytes of the squashfs
+    files: int = 0         # entries (files, dirs, links) in the prefix
+    sha256: str = ""
+    build_seconds: float = 0.0
+    pack_seconds: float = 0.0
+    built_at: str = ""
+    host: str = ""
+    log: str = ""
+    dedal_version: str = ""
+    spack_version: str = ""
+    runtime_deps: List[str] = field(default_factory=list)  # DAG hashes of link/run dependencies
+    format: int = LAYER_FORMAT
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LayerManifest":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass
+class StoreCheck:
+    ok: List[str] = field(default_factory=list)
+    corrupt: List[str] = field(default_factory=list)     # "key: reason"
+    orphaned: List[str] = field(default_factory=list)    # files without a complete layer
+
+    @property
+    def clean(self) -> bool:
+        return not self.corrupt and not self.orphaned
+
+    def to_json(self) -> dict:
+        return {"ok": len(self.ok), "corrupt": self.corrupt, "orphaned": self.orphaned, "clean": self.clean}
+
+
+class LayerStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # -- paths -----------------------------------------------------------------
+    def sqfs(self, key: str) -> Path:
+        return self.root / f"{key}.sqfs"
+
+    def manifest_path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / ".tmp"
+
+    def ensure_writable(self) -> None:
+        """Fail early, before any build starts, when the store cannot be written."""
+        try:
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.tmp_dir / f".probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise UserError(f"layer store {self.root} is not writable ({exc.strerror or exc})") from None
+
+    def temp_path(self, key: str) -> Path:
+        """A unique name inside the store (same filesystem: the final rename is atomic)."""
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        return self.tmp_dir / f"{key}.{os.getpid()}.{time.monotonic_ns()}.sqfs"
+
+    # -- queries ---------------------------------------------------------------
+    def has(self, key: str) -> bool:
+        return self.manifest_path(key).is_file() and self.sqfs(key).is_file()
+
+    def manifest(self, key: str) -> LayerManifest:
+        path = self.manifest_path(key)
+        try:
+            return LayerManifest.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise UserError(f"layer {key} is not in the store {self.root}") from None
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise UserError(f"{path}: unreadable layer manifest ({exc})") from None
+
+    def keys(self) -> List[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("*.json") if self.sqfs(p.stem).is_file())
+
+    def manifests(self) -> List[LayerManifest]:
+        return [self.manifest(k) for k in self.keys()]
+
+    # -- writes ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def _key_lock(self, key: str) -> Iterator[None]:
+        lock_dir = self.root / ".locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with open(lock_dir / f"{key}.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def add(self, manifest: LayerManifest, packed: Path) -> LayerManifest:
+        """Move a packed squashfs (from ``temp_path``) into the store under its key.
+
+        If another builder stored the same key meanwhile, its layer is kept (same key,
+        same content) and ours is discarded."""
+        key = manifest.key
+        with self._key_lock(key):
+            if self.has(key):
+                packed.unlink(missing_ok=True)
+                return self.manifest(key)
+            manifest.size = packed.stat().st_size
+            manifest.sha256 = sha256_file(packed)
+            os.replace(packed, self.sqfs(key))
+            tmp = self.tmp_dir / f"{key}.{os.getpid()}.json"
+            tmp.write_text(json.dumps(manifest.to_json(), indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, self.manifest_path(key))
+        return manifest
+
+    def remove(self, key: str) -> None:
+        with self._key_lock(key):
+            self.manifest_path(key).unlink(missing_ok=True)  # manifest first: the layer stops existing
+            self.sqfs(key).unlink(missing_ok=True)
+
+    # -- maintenance -------------------------------------------------------------
+    def verify(self, keys: Optional[Iterable[str]] = None) -> StoreCheck:
+        """Re-hash layers against their manifests and list files that belong to no layer."""
+        check = StoreCheck()
+        if not self.root.is_dir():
+            return check
+        selected = list(keys) if keys is not None else None
+        for man_path in sorted(self.root.glob("*.json")):
+            key = man_path.stem
+            if selected is not None and key not in selected:
+                continue
+            sqfs = self.sqfs(key)
+            if not sqfs.is_file():
+                check.orphaned.append(f"{man_path.name}: manifest without squashfs")
+                continue
+            try:
+                man = self.manifest(key)
+            except UserError as exc:
+                check.corrupt.append(f"{key}: {exc.one_line()}")
+                continue
+            if man.key != key:
+                check.corrupt.append(f"{key}: manifest names key {man.key}")
+            elif sqfs.stat().st_size != man.size:
+                check.corrupt.append(f"{key}: size {sqfs.stat().st_size} != manifest {man.size}")
+            elif sha256_file(sqfs) != man.sha256:
+                check.corrupt.append(f"{key}: sha256 mismatch")
+            else:
+                check.ok.append(key)
+        if selected is None:
+            for sqfs in sorted(self.root.glob("*.sqfs")):
+                if not self.manifest_path(sqfs.stem).is_file():
+                    check.orphaned.append(f"{sqfs.name}: squashfs without manifest")
+            if self.tmp_dir.is_dir():
+                for tmp in sorted(self.tmp_dir.iterdir()):
+                    check.orphaned.append(f".tmp/{tmp.name}: leftover temporary file")
+        return check
+
+    def gc(self, referenced: Set[str], dry_run: bool = False) -> List[str]:
+        """Remove layers (and leftovers) not referenced by any known plan."""
+        removed: List[str] = []
+        for key in self.keys():
+            if key not in referenced:
+                removed.append(key)
+                if not dry_run:
+                    self.remove(key)
+        if self.root.is_dir():
+            for sqfs in sorted(self.root.glob("*.sqfs")):
+                if not self.manifest_path(sqfs.stem).is_file():
+                    removed.append(sqfs.name)
+                    if not dry_run:
+                        sqfs.unlink(missing_ok=True)
+            if self.tmp_dir.is_dir():
+                cutoff = time.time() - TMP_GRACE_S  # younger ones may belong to a running build
+                for tmp in sorted(self.tmp_dir.iterdir()):
+                    if tmp.stat().st_mtime < cutoff:
+                        removed.append(f".tmp/{tmp.name}")
+                        if not dry_run:
+                            tmp.unlink(missing_ok=True)
+        return removed
+
+    def entries(self) -> Dict[str, LayerManifest]:
+        return {m.key: m for m in self.manifests()}

@@ -1,0 +1,130 @@
+"""Where one environment's artifacts live, and how a command argument becomes one.
+
+Commands accept an environment file (or its directory), a ``spack.lock`` or a
+``plan.json``; all resolve to a Target with the same fields, so every stage can be run
+alone on the artifact of the stage before it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from dedal.config import Settings
+from dedal.envfile import EnvFile, load_env
+from dedal.errors import UserError
+from dedal.layers import LayerStore
+from dedal.plan import Plan, make_plan
+from dedal.spack_lock import SpackLock, load_lock
+from dedal import durations
+
+
+@dataclass
+class Target:
+    settings: Settings
+    name: str
+    env: Optional[EnvFile] = None
+    lock_path: Optional[Path] = None
+    plan_path: Optional[Path] = None
+    given_plan: Optional[Plan] = None
+
+    # -- effective image settings: a given plan fixes them; otherwise the environment
+    # -- file wins over site defaults
+    @property
+    def install_root(self) -> str:
+        if self.given_plan:
+            return self.given_plan.install_root
+        return (self.env.install_root if self.env and self.env.install_root else None) or str(self.settings.install_root)
+
+    @property
+    def view(self) -> str:
+        if self.given_plan:
+            return self.given_plan.view
+        return (self.env.view if self.env and self.env.view else None) or str(self.settings.view)
+
+    @property
+    def base_image(self) -> str:
+        if self.given_plan:
+            return self.given_plan.base_image
+        return (self.env.base_image if self.env and self.env.base_image else None) or self.settings.base_image
+
+    @property
+    def tag(self) -> str:
+        if self.given_plan:
+            return self.given_plan.tag
+        return self.env.tag if self.env else "latest"
+
+    @property
+    def workdir(self) -> Path:
+        return Path(self.settings.work_dir) / self.name
+
+    @property
+    def store(self) -> LayerStore:
+        return LayerStore(Path(self.settings.layer_store))
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    def find_lock(self) -> Path:
+        """The lock to build from: given by the user, next to the env file, or fetched."""
+        candidates = []
+        if self.lock_path:
+            candidates.append(self.lock_path)
+        if self.given_plan and self.given_plan.lock_path:
+            candidates.append(Path(self.given_plan.lock_path))
+        if self.env:
+            if self.env.lock:
+                candidates.append(self.env.lock)
+            candidates.append(self.env.directory / "spack.lock")
+        candidates.append(self.workdir / "spack.lock")
+        for c in candidates:
+            if c.is_file():
+                return c
+        raise UserError(f"{self.name}: no spack.lock yet; run `dedal fetch {self.env.path if self.env else self.name}` "
+                        "(or put a spack.lock next to the environment file)")
+
+    def lock(self) -> SpackLock:
+        return load_lock(self.find_lock())
+
+    def base_id(self) -> str:
+        if self.given_plan:
+            return self.given_plan.base_id
+        from dedal.base import definition_id, load_definition
+        return definition_id(load_definition(self.base_image))
+
+    def make_plan(self, store: Optional[LayerStore] = None) -> Plan:
+        store = store if store is not None else self.store
+        lock = self.lock()
+        measured = durations.from_manifests(store.manifests()) if store.root.is_dir() else {}
+        return make_plan(lock, env_name=self.name, install_root=self.install_root, base_image=self.base_image,
+                         base_id=self.base_id(), view=self.view, tag=self.tag, store=store, measured=measured)
+
+    def plan(self) -> Plan:
+        """A given plan.json as is; otherwise a fresh plan against the current store."""
+        if self.given_plan:
+            return self.given_plan
+        return self.make_plan()
+
+
+def resolve(arg: str, settings: Settings) -> Target:
+    path = Path(arg)
+    if not path.exists():
+        raise UserError(f"{arg}: no such file or directory")
+    if path.is_file() and (path.suffix == ".lock" or path.name.endswith("spack.lock")):
+        return Target(settings, name=path.resolve().parent.name if path.name == "spack.lock" else path.name.split(".")[0],
+                      lock_path=path.resolve())
+    if path.is_file() and path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}: not valid JSON ({exc.msg})") from None
+        if isinstance(data, dict) and "concrete_specs" in data:
+            return Target(settings, name=path.name.split(".")[0], lock_path=path.resolve())
+        plan = Plan.from_json(data, str(path)) if isinstance(data, dict) else None
+        if plan is None:
+            raise UserError(f"{path}: neither a plan nor a Spack lock")
+        return Target(settings, name=plan.env_name, plan_path=path.resolve(), given_plan=plan)
+    env = load_env(path)
+    return Target(settings, name=env.name, env=env)
