@@ -1,0 +1,118 @@
+"""`dedal publish IMAGE.sif oras://HOST[:PORT]/REPO:TAG [...]`: push a SIF the way
+``apptainer pull oras://`` expects it, with its verification report and SBOM attached.
+
+Also holds the registry options shared by `dedal pull`, `dedal images` and the remote
+side of `dedal inspect` (credentials, --insecure).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from dedal.config import from_args
+from dedal.console import err, out, print_json
+from dedal.errors import UserError
+
+
+def add_registry_options(p: argparse.ArgumentParser) -> None:
+    """--insecure, --username, --password-stdin (credentials otherwise come from
+    DEDAL_REGISTRY_USER/DEDAL_REGISTRY_PASSWORD, $REGISTRY_AUTH_FILE or ~/.docker/config.json)."""
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="allow plain HTTP and unverified TLS (setting registry_insecure)")
+    p.add_argument("--username", metavar="USER",
+                   help="registry user name (default: $DEDAL_REGISTRY_USER, else the auth files)")
+    p.add_argument("--password-stdin", action="store_true",
+                   help="read the registry password (or token) from standard input")
+
+
+def registry_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """Keyword arguments for dedal.publish functions: insecure, username, password."""
+    settings = from_args(args, registry_insecure=True if getattr(args, "insecure", None) else None)
+    password: Optional[str] = None
+    if getattr(args, "password_stdin", False):
+        if sys.stdin is None or sys.stdin.isatty():
+            raise UserError("--password-stdin: pipe the password into standard input")
+        password = sys.stdin.read().rstrip("\r\n")
+        if not password:
+            raise UserError("--password-stdin: standard input was empty")
+    return {"insecure": bool(settings.registry_insecure), "username": getattr(args, "username", None),
+            "password": password, "settings": settings}
+
+
+def progress_printer(quiet: bool = False):
+    start = time.monotonic()
+
+    def _print(msg: str) -> None:
+        if not quiet:
+            err.print(f"[{time.monotonic() - start:6.1f}s] {msg}", markup=False, highlight=False)
+
+    return _print
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("publish", help="push a SIF image to an OCI registry (oras://), with its reports attached",
+                       description="Push IMAGE.sif as an ORAS SIF artifact that `apptainer pull oras://` accepts. "
+                                   "Several references push the same manifest under several tags; blobs the "
+                                   "registry already has are not uploaded again.")
+    p.add_argument("image", metavar="IMAGE.sif", help="the SIF image")
+    p.add_argument("refs", nargs="*", metavar="REF",
+                   help="oras://HOST[:PORT]/REPO[:TAG] (default: setting `registry`; the tag defaults to the "
+                        "file name without .sif)")
+    p.add_argument("--description", help="org.opencontainers.image.description (default: from the SIF labels)")
+    p.add_argument("--source", help="org.opencontainers.image.source (default: environment and Spack commit)")
+    p.add_argument("--env", dest="environment", metavar="NAME", help="environment name (default: from the SIF labels)")
+    p.add_argument("--lock-hash", help="hash of spack.lock (default: from the SIF labels)")
+    p.add_argument("--spack-commit", help="Spack commit (default: from the SIF labels)")
+    p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra manifest annotation (repeatable)")
+    p.add_argument("--attach", action="append", nargs="+", default=[], metavar="FILE",
+                   help="attach files or a report directory (verify.json, report.md, plots, SBOM) as artifacts "
+                        "referring to the image")
+    add_registry_options(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dedal import publish as pub
+
+    opts = registry_options(args)
+    settings = opts.pop("settings")
+    refs: List[str] = list(args.refs) + [f for group in args.attach for f in group if f.startswith("oras://")]
+    if not refs:
+        if not settings.registry:
+            raise UserError("no reference given and setting `registry` is empty "
+                            "(dedal publish IMAGE.sif oras://HOST/REPO:TAG)")
+        repo = pub.parse_reference(settings.registry, require_scheme=False, allow_digest=False)
+        refs = [str(repo)]
+    annotations: Dict[str, str] = {}
+    for pair in args.annotation:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--annotation {pair!r}: expected KEY=VALUE")
+        annotations[key.strip()] = value
+    attachments = []
+    for f in (f for group in args.attach for f in group):
+        # `--attach a b oras://...` takes the reference into --attach: give it back
+        if not f.startswith("oras://"):
+            attachments.append(f)
+    result = pub.publish(
+        args.image, refs, description=args.description, source=args.source, environment=args.environment,
+        lock_hash=args.lock_hash, spack_commit=args.spack_commit, annotations=annotations,
+        attachments=attachments, progress=progress_printer(), **opts,
+    )
+    if args.json:
+        print_json(result.to_json())
+        return 0
+    for ref in result.references:
+        out.print(f"published {ref}", markup=False)
+    out.print(f"  manifest {result.digest}  sif {result.sif_digest} ({result.sif_size} bytes, {result.arch})",
+              markup=False)
+    out.print(f"  blobs uploaded: {len(result.blobs_uploaded)}, already in the registry: {len(result.blobs_skipped)}",
+              markup=False)
+    for a in result.attachments:
+        out.print(f"  attached {a.artifact_type}: {', '.join(a.files)} ({a.digest}, referrers: {result.referrers})",
+                  markup=False)
+    return 0

@@ -1,0 +1,35 @@
+"""`dedal pull oras://HOST[:PORT]/REPO:TAG -o FILE.sif`: download and verify a SIF image."""
+from __future__ import annotations
+
+import argparse
+
+from dedal.commands.publish import add_registry_options, progress_printer, registry_options
+from dedal.console import out, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pull", help="download a SIF image from an OCI registry and verify it",
+                       description="Resolve the reference, download the SIF to a temporary file, check its size, "
+                                   "sha256, SIF header and architecture, then rename it into place.")
+    p.add_argument("ref", metavar="REF", help="oras://HOST[:PORT]/REPO:TAG or oras://HOST/REPO@sha256:...")
+    p.add_argument("-o", "--output", metavar="FILE", help="output file or directory (default: <name>_<tag>.sif)")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    p.add_argument("--arch", help="accept an image for this architecture instead of the host's (e.g. arm64)")
+    add_registry_options(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dedal import publish as pub
+
+    opts = registry_options(args)
+    opts.pop("settings")
+    result = pub.pull(args.ref, args.output, arch=args.arch, force=args.force,
+                      progress=progress_printer(), **opts)
+    if args.json:
+        print_json(result.to_json())
+        return 0
+    out.print(f"pulled {result.reference} -> {result.path}", markup=False)
+    out.print(f"  sif {result.sif_digest} ({result.size} bytes, {result.arch}), verified", markup=False)
+    return 0

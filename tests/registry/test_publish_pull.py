@@ -1,0 +1,259 @@
+"""Publish, pull, list and inspect against a real docker-registry on 127.0.0.1.
+
+The manifest is read back raw from the registry API and compared field by field with
+what `apptainer push oras://` writes (../shared/data/logs/apptainer/ and
+../shared/notes/prior-art.md D1), which is what `apptainer pull oras://` checks.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from dedal import publish as pub
+from tests.registry.conftest import LABELS, sha256_file
+
+pytestmark = pytest.mark.registry
+
+EMPTY = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+
+
+def _publish(run_dedal, sif, *refs, extra=()):
+    r = run_dedal("publish", str(sif), *refs, "--insecure", "--json", *extra)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_manifest_is_exactly_what_apptainer_pulls(run_dedal, registry, sifs):
+    sif = sifs["good"]
+    res = _publish(run_dedal, sif, registry.ref("esd/tiny-mpi:v1"), registry.ref("esd/tiny-mpi:latest"),
+                   extra=("--description", "tiny MPI test image"))
+
+    r = registry.manifest("esd/tiny-mpi", "v1")
+    assert r.status_code == 200
+    assert r.headers["Content-Type"] == "application/vnd.oci.image.manifest.v1+json"
+    raw = r.content
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    assert r.headers["Docker-Content-Digest"] == digest == res["digest"]
+    m = json.loads(raw)
+    assert m["schemaVersion"] == 2
+    assert m["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    assert m["config"]["mediaType"] == "application/vnd.sylabs.sif.config.v1+json"
+    assert m["config"]["digest"] == EMPTY
+    assert m["config"]["size"] == 2
+    assert len(m["layers"]) == 1
+    layer = m["layers"][0]
+    assert layer["mediaType"] == "application/vnd.sylabs.sif.layer.v1.sif"
+    assert layer["digest"] == sha256_file(sif)
+    assert layer["size"] == sif.stat().st_size
+    assert layer["annotations"] == {"org.opencontainers.image.title": "tiny-mpi.sif"}
+    ann = m["annotations"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", ann["org.opencontainers.image.created"])
+    assert ann["org.opencontainers.image.description"] == "tiny MPI test image"
+    # provenance read from the SIF's JSON.Labels object
+    assert ann["org.dedal.environment"] == LABELS["org.dedal.environment"]
+    assert ann["org.dedal.lock-hash"] == LABELS["org.dedal.lock-hash"]
+    assert ann["org.dedal.spack-commit"] == LABELS["org.dedal.spack-commit"]
+    assert LABELS["org.dedal.environment"] in ann["org.opencontainers.image.source"]
+    assert LABELS["org.dedal.spack-commit"] in ann["org.opencontainers.image.source"]
+
+    # the config blob is the two bytes {}
+    cfg = registry.api("GET", f"/v2/esd/tiny-mpi/blobs/{EMPTY}")
+    assert cfg.status_code == 200 and cfg.content == b"{}"
+    # the layer blob is the SIF, byte for byte
+    blob = registry.api("GET", f"/v2/esd/tiny-mpi/blobs/{layer['digest']}")
+    assert blob.content == sif.read_bytes()
+    # both tags name the same manifest
+    assert registry.manifest("esd/tiny-mpi", "latest").content == raw
+    tags = registry.api("GET", "/v2/esd/tiny-mpi/tags/list").json()["tags"]
+    assert sorted(tags) == ["latest", "v1"]
+
+
+def test_round_trip_is_byte_identical(run_dedal, registry, sifs, tmp_path):
+    sif = sifs["good"]
+    _publish(run_dedal, sif, registry.ref("esd/tiny-mpi:v1"))
+    out = tmp_path / "pulled" / "copy.sif"
+    out.parent.mkdir()
+    r = run_dedal("pull", registry.ref("esd/tiny-mpi:v1"), "-o", str(out), "--insecure", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert out.read_bytes() == sif.read_bytes()
+    assert res["sif_digest"] == sha256_file(sif)
+    assert res["layer_media_type"] == pub.SIF_LAYER_MEDIA_TYPE
+    assert os.listdir(out.parent) == ["copy.sif"]  # no temporary file left
+    assert os.access(out, os.X_OK)
+
+    # an existing file is not replaced without --force; by digest and into a directory work
+    again = run_dedal("pull", registry.ref("esd/tiny-mpi:v1"), "-o", str(out), "--insecure")
+    assert again.returncode == 2 and "already exists" in again.stderr
+    by_digest = registry.ref(f"esd/tiny-mpi@{res['digest']}")
+    r = run_dedal("pull", by_digest, "-o", str(out.parent), "--insecure")
+    assert r.returncode == 0, r.stderr
+    assert (out.parent / "tiny-mpi.sif").read_bytes() == sif.read_bytes()
+
+
+def test_default_tag_and_registry_setting(run_dedal, registry, sifs, tmp_path):
+    """Without a reference the setting `registry` is used, and the tag is the file stem."""
+    r = run_dedal("-s", f"registry=oras://{registry.host}/esd/defaults", "-s", "registry_insecure=true",
+                  "publish", str(sifs["good"]))
+    assert r.returncode == 0, r.stderr
+    assert f"published oras://{registry.host}/esd/defaults:tiny-mpi" in r.stdout
+    r = run_dedal("-s", f"registry=oras://{registry.host}/esd/defaults", "-s", "registry_insecure=true",
+                  "images", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [e["tag"] for e in json.loads(r.stdout)] == ["tiny-mpi"]
+
+
+def test_republish_uploads_no_blob_twice(run_dedal, registry, proxy_for, sifs, reports):
+    proxy = proxy_for(registry)
+    ref = f"oras://{proxy.host}/esd/tiny-mpi"
+    first = _publish(run_dedal, sifs["good"], f"{ref}:v1", extra=("--attach", str(reports["dir"]), str(reports["sbom"])))
+    uploads_first = proxy.uploads()
+    assert sorted(uploads_first) == sorted(first["blobs_uploaded"])
+    assert len(uploads_first) == len(set(uploads_first))  # not even within one publish
+    assert sha256_file(sifs["good"]) in uploads_first and EMPTY in uploads_first
+
+    second = _publish(run_dedal, sifs["good"], f"{ref}:v1", f"{ref}:v1.0.0",
+                      extra=("--attach", str(reports["dir"]), str(reports["sbom"])))
+    assert proxy.uploads() == uploads_first  # the registry saw no further blob upload
+    assert second["blobs_uploaded"] == []
+    assert set(second["blobs_skipped"]) == set(uploads_first)
+    assert second["digest"] == first["digest"]
+    assert [a["digest"] for a in second["attachments"]] == [a["digest"] for a in first["attachments"]]
+    # the referrers index did not grow either
+    index = registry.manifest("esd/tiny-mpi", first["digest"].replace(":", "-")).json()
+    assert len(index["manifests"]) == 2
+
+    # another image into the same repository shares the config blob only
+    third = _publish(run_dedal, sifs["other"], f"{ref}:other")
+    assert third["blobs_uploaded"] == [sha256_file(sifs["other"])]
+    assert EMPTY in third["blobs_skipped"]
+
+
+def test_attachments_with_tag_schema_fallback(run_dedal, registry, sifs, reports):
+    ref = registry.ref("esd/tiny-mpi:v1")
+    res = _publish(run_dedal, sifs["good"], ref, extra=("--attach", str(reports["verify"]), str(reports["report"]),
+                                                        "--attach", str(reports["sbom"])))
+    assert res["referrers"] == "tag-schema"  # docker-registry 2.8 has no referrers API
+    assert registry.api("GET", f"/v2/esd/tiny-mpi/referrers/{res['digest']}").status_code == 404
+    types = {a["artifact_type"]: a for a in res["attachments"]}
+    assert set(types) == {"application/vnd.dedal.verify.v1+json", "application/vnd.cyclonedx+json"}
+    assert types["application/vnd.dedal.verify.v1+json"]["files"] == ["verify.json", "report.md"]
+
+    # the sha256-<hex> tag holds an OCI index of the referrers (what `oras discover` reads)
+    r = registry.manifest("esd/tiny-mpi", res["digest"].replace(":", "-"))
+    assert r.status_code == 200
+    assert r.headers["Content-Type"] == "application/vnd.oci.image.index.v1+json"
+    index = r.json()
+    assert {d["artifactType"] for d in index["manifests"]} == set(types)
+    verify_desc = next(d for d in index["manifests"] if d["artifactType"] == "application/vnd.dedal.verify.v1+json")
+    assert verify_desc["annotations"]["org.dedal.verdict"] == "pass"
+    for desc in index["manifests"]:
+        art = registry.manifest("esd/tiny-mpi", desc["digest"]).json()
+        assert art["artifactType"] == desc["artifactType"]
+        assert art["subject"] == {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                                  "digest": res["digest"], "size": res["manifest_size"]}
+        assert art["config"]["mediaType"] == "application/vnd.oci.empty.v1+json"
+        for layer in art["layers"]:
+            title = layer["annotations"]["org.opencontainers.image.title"]
+            source = reports["sbom"] if title.endswith("cdx.json") else reports["dir"] / title
+            blob = registry.api("GET", f"/v2/esd/tiny-mpi/blobs/{layer['digest']}")
+            assert blob.content == source.read_bytes()
+    # the image manifest itself is untouched: still exactly one SIF layer
+    assert len(registry.manifest("esd/tiny-mpi", "v1").json()["layers"]) == 1
+
+    info = pub.inspect_remote(ref, insecure=True)
+    assert info["apptainer_pullable"] and info["problems"] == []
+    assert info["referrers"] == "tag-schema"
+    assert info["verdict"] == "pass"
+    files = {f["title"] for a in info["attachments"] for f in a["files"]}
+    assert files == {"verify.json", "report.md", "sbom.cdx.json"}
+
+
+def test_attachments_through_the_referrers_api(run_dedal, registry, proxy_for, sifs, reports):
+    """Against a registry with the OCI 1.1 referrers API (emulated by the proxy in front of
+    docker-registry: OCI-Subject header + GET /referrers/) no fallback tag is written."""
+    proxy = proxy_for(registry, referrers_api=True)
+    ref = f"oras://{proxy.host}/esd/tiny-mpi:v1"
+    res = _publish(run_dedal, sifs["good"], ref, extra=("--attach", str(reports["dir"]), str(reports["sbom"])))
+    assert res["referrers"] == "api"
+    assert registry.manifest("esd/tiny-mpi", res["digest"].replace(":", "-")).status_code == 404
+    info = pub.inspect_remote(ref, insecure=True)
+    assert info["referrers"] == "api"
+    assert {a["artifactType"] for a in info["attachments"]} == {"application/vnd.dedal.verify.v1+json",
+                                                                "application/vnd.cyclonedx+json"}
+    assert info["verdict"] == "pass"
+
+
+def test_images_lists_tags_with_size_created_and_verdict(run_dedal, registry, sifs, reports, tmp_path):
+    repo = "esd/tiny-mpi"
+    _publish(run_dedal, sifs["good"], registry.ref(f"{repo}:verified"), extra=("--attach", str(reports["dir"])))
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    (failing / "verify.json").write_text(json.dumps({"passed": False}))
+    _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:failed"), extra=("--attach", str(failing / "verify.json")))
+    _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:plain"))  # same manifest as :failed
+    _publish(run_dedal, sifs["wrong_arch"], registry.ref(f"{repo}:unverified"))
+
+    r = run_dedal("images", f"{registry.host}/{repo}", "--insecure", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {e["tag"]: e for e in json.loads(r.stdout)}
+    assert set(rows) == {"verified", "failed", "plain", "unverified"}  # no sha256-... tags
+    assert rows["verified"]["verdict"] == "pass"
+    assert rows["failed"]["verdict"] == "fail" and rows["plain"]["verdict"] == "fail"
+    assert rows["unverified"]["verdict"] == "unverified"
+    assert rows["verified"]["size"] == sifs["good"].stat().st_size
+    assert rows["unverified"]["arch"] != rows["verified"]["arch"]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", e["created"]) for e in rows.values())
+
+    table = run_dedal("images", registry.ref(repo), "--insecure")
+    assert table.returncode == 0, table.stderr
+    assert "verified" in table.stdout and "pass" in table.stdout and "4 image(s)" in table.stdout
+
+    missing = run_dedal("images", registry.ref("esd/nothing-here"), "--insecure")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def test_inspect_command_for_remote_references(run_dedal, registry, sifs, reports):
+    """`dedal inspect oras://...` (the command module is shared with local inspection; it
+    reads `registry_insecure` from the settings) lists the attachments."""
+    ref = registry.ref("esd/tiny-mpi:v1")
+    _publish(run_dedal, sifs["good"], ref, extra=("--attach", str(reports["dir"]), str(reports["sbom"])))
+    insecure = {"DEDAL_REGISTRY_INSECURE": "true"}
+    r = run_dedal("inspect", ref, "--json", env=insecure)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["sif"]["title"] == "tiny-mpi.sif"
+    assert info["apptainer_pullable"] is True
+    assert len(info["attachments"]) == 2
+    text = run_dedal("inspect", ref, env=insecure)
+    assert text.returncode == 0, text.stderr
+    assert "verify.json" in text.stdout and "sbom.cdx.json" in text.stdout
+    refused = run_dedal("inspect", ref)
+    assert refused.returncode == 1 and "--insecure" in refused.stderr
+
+
+def test_publish_refuses_bad_input_before_any_upload(run_dedal, registry, proxy_for, sifs, tmp_path):
+    proxy = proxy_for(registry)
+    r = run_dedal("publish", str(sifs["not_sif"]), f"oras://{proxy.host}/esd/x:v1", "--insecure")
+    assert r.returncode == 2 and "not a SIF image" in r.stderr
+    r = run_dedal("publish", str(tmp_path / "missing.sif"), f"oras://{proxy.host}/esd/x:v1", "--insecure")
+    assert r.returncode == 2 and "no such file" in r.stderr
+    r = run_dedal("publish", str(sifs["good"]), f"oras://{proxy.host}/esd/x:v1", "--insecure",
+                  "--attach", str(tmp_path / "nope.json"))
+    assert r.returncode == 2 and "no such file or directory" in r.stderr
+    r = run_dedal("publish", str(sifs["good"]), f"oras://{proxy.host}/Esd/x:v1", "--insecure")
+    assert r.returncode == 2 and "lowercase" in r.stderr
+    assert proxy.seen == []  # nothing reached the registry
+
+
+def test_plain_http_only_when_asked(run_dedal, registry, sifs):
+    r = run_dedal("publish", str(sifs["good"]), registry.ref("esd/tiny-mpi:v1"))
+    assert r.returncode == 1
+    assert "pass --insecure" in r.stderr and "Traceback" not in r.stderr
+    r = run_dedal("publish", str(sifs["good"]), registry.ref("esd/tiny-mpi:v1"), env={"DEDAL_REGISTRY_INSECURE": "1"})
+    assert r.returncode == 0, r.stderr
