@@ -1,0 +1,513 @@
+"""Slurm: the only module that runs Slurm commands (sbatch, squeue, sacct, scancel, sinfo, srun).
+
+Everything goes through :class:`Slurm`, which carries the environment the commands run
+in (``SLURM_CONF`` among it; by default the process environment, so a site's or the
+test cluster's ``SLURM_CONF`` passes straight through). Module-level functions with the
+same names use a default client.
+
+Job state comes from ``squeue`` while slurmctld still holds the job (pending, running,
+and finished jobs for ``MinJobAge`` seconds) and from ``sacct`` after that, falling
+back to ``sacct -c`` (the job-completion log) where accounting storage is disabled.
+Slurm's many states are mapped onto the small :class:`State` enum.
+
+Verified against Slurm 22.05 (Debian bookworm); the JSON shapes of 23.02+ (state lists,
+exit codes as objects) are handled too. See ../shared/notes/real-components.md section 5.
+"""
+from __future__ import annotations
+
+import json
+import re
+import os
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from dedal.adapters import proc
+from dedal.errors import ToolError, ToolMissing, UserError
+
+HINT = "install Slurm's client commands (apt-get install slurm-client) or load the site's Slurm module"
+
+
+class State(str, Enum):
+    """What dedal needs to know about a job; Slurm's other states map onto these."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def is_node_failure(self) -> bool:
+        """Lost to the machine, not to the build: worth resubmitting."""
+        return self in (State.NODE_FAIL, State.PREEMPTED, State.BOOT_FAIL)
+
+    @property
+    def is_active(self) -> bool:
+        return self in (State.PENDING, State.RUNNING)
+
+    @property
+    def is_finished(self) -> bool:
+        return self not in (State.PENDING, State.RUNNING, State.UNKNOWN)
+
+    @property
+    def is_success(self) -> bool:
+        return self is State.COMPLETED
+
+    @classmethod
+    def from_slurm(cls, text: Union[str, Sequence[str], None]) -> "State":
+        """Map a Slurm state name (``CANCELLED by 0``, ``CD``, ``["PENDING", "REQUEUED"]``) to a State."""
+        if text is None:
+            return cls.UNKNOWN
+        if not isinstance(text, str):
+            names = [str(t) for t in text]
+            for name in names:  # base state first, flags (REQUEUED, COMPLETING, ...) after
+                state = cls.from_slurm(name)
+                if state is not cls.UNKNOWN:
+                    return state
+            return cls.UNKNOWN
+        word = text.strip().split(" ")[0].upper().rstrip("+")
+        return _STATE_MAP.get(word, cls.UNKNOWN)
+
+
+_STATE_MAP: Dict[str, State] = {}
+for _state, _names in {
+    State.PENDING: ("PENDING", "PD", "REQUEUED", "RQ", "REQUEUE_HOLD", "RH", "REQUEUE_FED", "RF",
+                    "CONFIGURING", "CF", "RESV_DEL_HOLD", "RD", "SUSPENDED", "S", "STOPPED", "ST"),
+    State.RUNNING: ("RUNNING", "R", "COMPLETING", "CG", "STAGE_OUT", "SO", "SIGNALING", "SI",
+                    "RESIZING", "RS", "UPDATE_DB"),
+    State.COMPLETED: ("COMPLETED", "CD"),
+    State.FAILED: ("FAILED", "F", "SPECIAL_EXIT", "SE"),
+    State.CANCELLED: ("CANCELLED", "CA", "REVOKED", "RV"),
+    State.TIMEOUT: ("TIMEOUT", "TO", "DEADLINE", "DL"),
+    State.NODE_FAIL: ("NODE_FAIL", "NF"),
+    State.PREEMPTED: ("PREEMPTED", "PR"),
+    State.BOOT_FAIL: ("BOOT_FAIL", "BF"),
+    State.OUT_OF_MEMORY: ("OUT_OF_MEMORY", "OOM"),
+}.items():
+    for _name in _names:
+        _STATE_MAP[_name] = _state
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job as Slurm reports it.
+
+    ``exit_code`` is the batch script's exit status once known (``None`` before, or when
+    killed by a signal: then ``signal`` is set). ``node`` is the batch host (or node
+    list), empty while pending. ``reason`` is Slurm's reason (``Dependency``,
+    ``NonZeroExitCode``, ``NodeDown``, ...), empty when there is none.
+    """
+
+    state: State
+    exit_code: Optional[int] = None
+    node: str = ""
+    reason: str = ""
+    signal: Optional[int] = None
+    source: str = ""  # squeue | sacct | sacct -c
+
+    @property
+    def is_node_failure(self) -> bool:
+        return self.state.is_node_failure
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"state": self.state.value, "exit_code": self.exit_code, "node": self.node,
+                "reason": self.reason, "signal": self.signal, "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "JobState":
+        return cls(State(data["state"]), data.get("exit_code"), data.get("node", ""),
+                   data.get("reason", ""), data.get("signal"), data.get("source", ""))
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as ``sinfo -N`` reports it (a node in several partitions is listed once)."""
+
+    name: str
+    cpus: int
+    state: str  # sinfo's long state, lower case: idle, mixed, allocated, down*, drained, ...
+    memory_mb: int = 0
+    partitions: Tuple[str, ...] = ()
+    features: Tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        """Can take jobs now or soon (not down, drained, failing or not responding)."""
+        if self.state.endswith("*"):  # not responding
+            return False
+        base = self.state.rstrip("~#!%$@^-").split("+")[0]
+        return base in ("idle", "mixed", "allocated", "completing", "planned", "reserved")
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "cpus": self.cpus, "state": self.state, "memory_mb": self.memory_mb,
+                "partitions": list(self.partitions), "features": list(self.features)}
+
+
+def _ids(job_ids: Iterable[Union[str, int]]) -> List[str]:
+    seen: Dict[str, None] = {}
+    for j in job_ids:
+        text = str(j).strip()
+        if text:
+            seen.setdefault(text, None)
+    return list(seen)
+
+
+def _wait_status(value: Any) -> Tuple[Optional[int], Optional[int]]:
+    """(exit code, signal) from squeue JSON: a raw wait status (22.05) or an object (23.02+)."""
+    if isinstance(value, bool) or value is None:
+        return None, None
+    if isinstance(value, int):
+        if value & 0x7F:
+            return None, value & 0x7F
+        return (value >> 8) & 0xFF, None
+    if isinstance(value, dict):
+        rc = value.get("return_code")
+        sig = value.get("signal")
+        if isinstance(rc, dict):
+            rc = rc.get("number") if rc.get("set", True) else None
+        if isinstance(sig, dict):
+            sig = sig.get("id", sig.get("signal_id"))
+            sig = sig.get("number") if isinstance(sig, dict) and sig.get("set", True) else sig
+            sig = sig if isinstance(sig, int) else None
+        if sig:
+            return None, int(sig)
+        return (int(rc) if isinstance(rc, int) else None), None
+    return None, None
+
+
+def _exit_pair(text: str) -> Tuple[Optional[int], Optional[int]]:
+    """(exit code, signal) from sacct's ``ExitCode`` (``3:0``, ``0:9``)."""
+    code, _, sig = text.strip().partition(":")
+    try:
+        c, s = int(code), int(sig or 0)
+    except ValueError:
+        return None, None
+    if s:
+        return None, s
+    return c, None
+
+
+def _clean_node(text: Any) -> str:
+    t = str(text or "").strip()
+    return "" if t in ("(null)", "None assigned", "n/a", "None") else t
+
+
+def _clean_reason(text: Any) -> str:
+    t = str(text or "").strip()
+    return "" if t in ("None", "(null)") else t
+
+
+class Slurm:
+    """Runs Slurm's commands in one environment (``SLURM_CONF`` etc.)."""
+
+    def __init__(self, environ: Optional[Mapping[str, str]] = None, *, timeout: float = 120.0) -> None:
+        self._environ = dict(environ) if environ is not None else None
+        self.timeout = timeout
+        self._squeue_json: Optional[bool] = None
+        self._sacct_mode: Optional[List[str]] = None  # ["sacct"] or ["sacct", "-c"]
+
+    # -- plumbing ---------------------------------------------------------------------
+    def environ(self, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        env = dict(self._environ if self._environ is not None else os.environ)
+        if extra:
+            env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def _run(self, cmd: List[str], *, what: str, check: bool = True, input: Optional[str] = None,
+             env: Optional[Mapping[str, str]] = None) -> proc.Result:
+        try:
+            return proc.run(cmd, what=what, env=self.environ(env), timeout=self.timeout, check=check, input=input)
+        except ToolMissing as exc:
+            raise ToolMissing(exc.tool, HINT) from None
+
+    # -- submit -----------------------------------------------------------------------
+    def submit(
+        self,
+        script: Union[Path, str],
+        *,
+        name: str,
+        dependencies: Iterable[Union[str, int]] = (),
+        kill_on_invalid_dep: bool = True,
+        partition: str = "",
+        account: str = "",
+        qos: str = "",
+        time: str = "",
+        constraint: str = "",
+        nodes: int = 1,
+        cpus: int = 0,
+        mem: str = "",
+        extra_args: Sequence[str] = (),
+        output: Optional[Path] = None,
+        error: Optional[Path] = None,
+        nice: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        requeue: bool = False,
+        workdir: Optional[Path] = None,
+    ) -> str:
+        """Submit a batch job with ``sbatch --parsable``; return its job id.
+
+        ``script`` is a script file, or the script text itself (a str starting with
+        ``#!``, given to sbatch on stdin). ``dependencies`` become
+        ``--dependency=afterok:a:b`` (with ``--kill-on-invalid-dep=yes`` unless turned
+        off, so a failed dependency cancels this job instead of leaving it pending
+        forever). ``env`` is added to the environment the job inherits (sbatch exports
+        the submitting environment), which keeps values with commas intact.
+        ``requeue=False`` passes ``--no-requeue``: a job lost to a node failure ends as
+        NODE_FAIL and the caller decides about resubmitting. Empty or zero options are
+        left to the site's defaults; ``extra_args`` go last, before the script.
+        """
+        cmd = ["sbatch", "--parsable", f"--job-name={name}"]
+        deps = _ids(dependencies)
+        if deps:
+            cmd.append("--dependency=afterok:" + ":".join(deps))
+            cmd.append("--kill-on-invalid-dep=" + ("yes" if kill_on_invalid_dep else "no"))
+        for flag, value in (("--partition", partition), ("--account", account), ("--qos", qos),
+                            ("--time", time), ("--constraint", constraint), ("--mem", mem)):
+            if value:
+                cmd.append(f"{flag}={value}")
+        if nodes:
+            cmd.append(f"--nodes={int(nodes)}")
+        if cpus:
+            cmd.append(f"--cpus-per-task={int(cpus)}")
+        if output is not None:
+            cmd.append(f"--output={os.fspath(output)}")
+        if error is not None:
+            cmd.append(f"--error={os.fspath(error)}")
+        if nice is not None:
+            cmd.append(f"--nice={int(nice)}")
+        if workdir is not None:
+            cmd.append(f"--chdir={os.fspath(workdir)}")
+        cmd.append("--requeue" if requeue else "--no-requeue")
+        cmd += [str(a) for a in extra_args]
+        stdin = None
+        if isinstance(script, str) and script.startswith("#!"):
+            stdin = script
+        else:
+            cmd.append(os.fspath(script))
+        res = self._run(cmd, what=f"sbatch ({name})", input=stdin, env=env)
+        job_id = res.stdout.strip().splitlines()[-1].split(";")[0].strip() if res.stdout.strip() else ""
+        if not job_id.isdigit():
+            raise ToolError(f"sbatch ({name})", cmd, res.returncode, None,
+                            f"no job id in the output: {res.stdout.strip()[:200]!r} {res.stderr.strip()[:200]!r}")
+        return job_id
+
+    # -- state ------------------------------------------------------------------------
+    def states(self, job_ids: Iterable[Union[str, int]]) -> Dict[str, JobState]:
+        """The state of each job; ids neither squeue nor sacct know come back UNKNOWN."""
+        ids = _ids(job_ids)
+        if not ids:
+            return {}
+        found = self._squeue(ids)
+        # finished jobs that squeue reports without an exit code (plain -o output) and
+        # jobs slurmctld has already forgotten: ask accounting / the completion log
+        rest = [j for j in ids if j not in found
+                or (found[j].state.is_finished and found[j].exit_code is None and found[j].signal is None)]
+        if rest:
+            for job, st in self._sacct(rest).items():
+                old = found.get(job)
+                if old is None:
+                    found[job] = st
+                elif st.state == old.state:
+                    found[job] = JobState(old.state, st.exit_code, old.node or st.node,
+                                          old.reason, st.signal, old.source)
+        return {j: found.get(j, JobState(State.UNKNOWN)) for j in ids}
+
+    def _squeue(self, ids: List[str]) -> Dict[str, JobState]:
+        wanted = set(ids)
+        if self._squeue_json is not False:
+            res = self._run(["squeue", "--json", "-t", "all", "-j", ",".join(ids)],
+                            what="squeue", check=False)
+            if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
+                self._squeue_json = True
+                return self._parse_squeue_json(res.stdout, wanted)
+            if self._invalid_ids(res):
+                return {}
+            if self._squeue_json is True:
+                raise ToolError("squeue", res.cmd, res.returncode, None, proc._tail(res.stderr or res.stdout))
+            self._squeue_json = False
+        res = self._run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r|%B|%N"],
+                        what="squeue", check=False)
+        if res.returncode != 0:
+            if self._invalid_ids(res):
+                return {}
+            raise ToolError("squeue", res.cmd, res.returncode, None, proc._tail(res.stderr or res.stdout))
+        out: Dict[str, JobState] = {}
+        for line in res.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 5 or parts[0] not in wanted:
+                continue
+            node = _clean_node(parts[3]) or _clean_node(parts[4])
+            out[parts[0]] = JobState(State.from_slurm(parts[1]), None, node, _clean_reason(parts[2]),
+                                     None, "squeue")
+        return out
+
+    @staticmethod
+    def _invalid_ids(res: proc.Result) -> bool:
+        # squeue -j with only unknown ids fails with this (it succeeds if one is known)
+        return res.returncode != 0 and "Invalid job id" in (res.stderr + res.stdout)
+
+    @staticmethod
+    def _parse_squeue_json(text: str, wanted: set) -> Dict[str, JobState]:
+        data = json.loads(text)
+        out: Dict[str, JobState] = {}
+        for job in data.get("jobs", []):
+            job_id = str(job.get("job_id", ""))
+            if job_id not in wanted:  # 22.05 ignores -j with --json
+                continue
+            state = State.from_slurm(job.get("job_state"))
+            code, sig = (None, None)
+            if state.is_finished:
+                code, sig = _wait_status(job.get("exit_code"))
+            node = _clean_node(job.get("batch_host")) or _clean_node(job.get("nodes"))
+            out[job_id] = JobState(state, code, node, _clean_reason(job.get("state_reason")), sig, "squeue")
+        return out
+
+    def _sacct(self, ids: List[str]) -> Dict[str, JobState]:
+        fmt = "--format=JobID,State,ExitCode,NodeList"
+        if self._sacct_mode is None:
+            res = self._run(["sacct", "-X", "-n", "-P", "-j", ",".join(ids), fmt], what="sacct", check=False)
+            text = res.stdout + res.stderr
+            if "accounting storage is disabled" in text:
+                self._sacct_mode = ["sacct", "-c"]
+            elif res.returncode == 0:
+                self._sacct_mode = ["sacct"]
+                return self._parse_sacct(res.stdout, set(ids), "sacct")
+            else:
+                raise ToolError("sacct", res.cmd, res.returncode, None, proc._tail(text))
+        cmd = [*self._sacct_mode, "-X", "-n", "-P", "-j", ",".join(ids), fmt]
+        res = self._run(cmd, what=" ".join(self._sacct_mode))
+        return self._parse_sacct(res.stdout, set(ids), " ".join(self._sacct_mode))
+
+    @staticmethod
+    def _parse_sacct(text: str, wanted: set, source: str) -> Dict[str, JobState]:
+        out: Dict[str, JobState] = {}
+        for line in text.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 4 or parts[0] not in wanted:
+                continue
+            code, sig = _exit_pair(parts[2])
+            # a requeued job has one row per run: the last one counts
+            out[parts[0]] = JobState(State.from_slurm(parts[1]), code, _clean_node(parts[3]), "", sig, source)
+        return out
+
+    # -- cancel -----------------------------------------------------------------------
+    def cancel(self, job_ids: Iterable[Union[str, int]]) -> None:
+        """``scancel`` the jobs; jobs that have already ended are not an error."""
+        ids = _ids(job_ids)
+        if not ids:
+            return
+        res = self._run(["scancel", *ids], what="scancel", check=False)
+        if res.returncode == 0:
+            return
+        bad = [ln for ln in (res.stderr + res.stdout).splitlines() if ln.strip()
+               and "already completing or completed" not in ln and "Invalid job id" not in ln]
+        if bad:
+            raise ToolError("scancel", res.cmd, res.returncode, None, proc._tail("\n".join(bad)))
+
+    # -- cluster ----------------------------------------------------------------------
+    def nodes(self, partition: str = "") -> List[Node]:
+        """The cluster's nodes (``sinfo -N``), optionally of one partition."""
+        cmd = ["sinfo", "-h", "-N", "-o", "%N|%c|%T|%m|%P|%f"]
+        if partition:
+            cmd += ["-p", partition]
+        res = self._run(cmd, what="sinfo")
+        merged: Dict[str, Node] = {}
+        for line in res.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 6 or not parts[0]:
+                continue
+            name, cpus, state, mem, part, feats = parts[:6]
+            part = part.rstrip("*")
+            features = tuple(f for f in feats.split(",") if f and f != "(null)")
+            try:
+                n_cpus = int(cpus)
+            except ValueError:
+                n_cpus = 0
+            try:
+                mem_mb = int(mem.rstrip("+"))
+            except ValueError:
+                mem_mb = 0
+            prev = merged.get(name)
+            parts_t = (prev.partitions if prev else ()) + ((part,) if part else ())
+            merged[name] = Node(name, n_cpus, state.lower(), mem_mb, parts_t, features)
+        return list(merged.values())
+
+    def mpi_plugins(self) -> str:
+        """Raw ``srun --mpi=list`` output (stdout and stderr); dedal.verify parses it."""
+        res = self._run(["srun", "--mpi=list"], what="srun --mpi=list")
+        return (res.stdout + res.stderr).strip() + "\n"
+
+    def version(self) -> str:
+        """``sbatch --version``, e.g. ``slurm-wlm 22.05.8``."""
+        return self._run(["sbatch", "--version"], what="sbatch --version").stdout.strip()
+
+
+# module-level shortcuts: a fresh client on the current process environment each time
+
+def submit(script: Union[Path, str], **kwargs: Any) -> str:
+    return Slurm().submit(script, **kwargs)
+
+
+def states(job_ids: Iterable[Union[str, int]]) -> Dict[str, JobState]:
+    return Slurm().states(job_ids)
+
+
+def cancel(job_ids: Iterable[Union[str, int]]) -> None:
+    Slurm().cancel(job_ids)
+
+
+def nodes(partition: str = "") -> List[Node]:
+    return Slurm().nodes(partition)
+
+
+def mpi_plugins() -> str:
+    return Slurm().mpi_plugins()
+
+
+# -- job script templates -------------------------------------------------------------
+
+TEMPLATE_FIELDS = ("job_name", "packages", "command", "log", "stage_dir")
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def default_template() -> Path:
+    """The job-script template shipped with dedal (``slurm/build-job.sh.in``)."""
+    here = Path(__file__).resolve()
+    for cand in (here.parents[2] / "slurm" / "build-job.sh.in",
+                 here.parents[1] / "data" / "slurm" / "build-job.sh.in"):
+        if cand.is_file():
+            return cand
+    raise UserError("the default Slurm job-script template build-job.sh.in is missing from this "
+                    "installation; set slurm.template to a template file")
+
+
+def render_job_script(template: str, values: Mapping[str, str], *, source: str = "job-script template") -> str:
+    """Replace each ``{{name}}`` in ``template`` with ``values[name]``, verbatim.
+
+    Comment lines (starting with ``#``, except ``#SBATCH`` and ``#!``) are left as they
+    are, so a template can document its placeholders; so is everything that is not a
+    placeholder (``${VAR}``, ``$@``). A placeholder without a value is a UserError that
+    names it and the known ones. Quoting is the caller's business (see the placeholder
+    list at the top of build-job.sh.in).
+    """
+    lines = template.splitlines(keepends=True)
+
+    def live(line: str) -> bool:
+        text = line.lstrip()
+        return not text.startswith("#") or text.startswith(("#SBATCH", "#!"))
+
+    used = {m.group(1) for line in lines if live(line) for m in _PLACEHOLDER.finditer(line)}
+    unknown = sorted(used - set(values))
+    if unknown:
+        raise UserError(f"{source}: unknown placeholder(s) {', '.join('{{' + u + '}}' for u in unknown)}; "
+                        f"known: {', '.join('{{' + k + '}}' for k in sorted(values))}")
+    return "".join(_PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), line) if live(line) else line
+                   for line in lines)
