@@ -1,0 +1,127 @@
+"""``dedal exec IMAGE -- CMD...`` and ``dedal shell IMAGE``: run something in an image.
+
+IMAGE is a SIF, a squashfs file, a root filesystem directory, or the name of a built
+base image (``dedal base list``). ``apptainer exec`` is used where Apptainer exists;
+elsewhere the SIF's squashfs partition is mounted at its offset and run with
+bubblewrap (or Charliecloud), with the same environment the image defines
+(``/.singularity.d/env/*.sh``). Like Apptainer, the current directory is bound into
+the container (unless it is a system directory) and is the working directory.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from dedal import config
+from dedal.errors import UserError
+
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys",
+               "/usr", "/var", "/run", "/opt")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("image", help="SIF, squashfs file, root directory, or built base image name")
+    p.add_argument("-B", "--bind", action="append", default=[], metavar="SRC[:DST[:ro]]",
+                   help="bind a host path into the container (repeatable)")
+    p.add_argument("-e", "--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a variable inside (after the image's own environment; repeatable)")
+    p.add_argument("--pwd", default=None, help="working directory inside (default: the current directory)")
+    p.add_argument("--no-cwd", action="store_true", help="do not bind the current directory")
+    p.add_argument("--runtime", default=None, choices=("auto", "apptainer", "bwrap", "charliecloud"),
+                   help="container runtime (setting runtime)")
+    p.add_argument("--nv", action="store_true", help="NVIDIA GPU support (apptainer --nv; bwrap binds /dev/nvidia*)")
+
+
+def register(sub: Any) -> None:
+    e = sub.add_parser("exec", help="run a command in an image",
+                       description="Run a command in an image: dedal exec IMAGE -- CMD [ARG...]")
+    _common(e)
+    e.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
+    e.set_defaults(func=cmd_exec)
+    s = sub.add_parser("shell", help="interactive shell in an image")
+    _common(s)
+    s.set_defaults(func=cmd_shell)
+
+
+def parse_binds(specs: List[str]) -> List[Any]:
+    from dedal.adapters.runtime import Bind
+
+    binds = []
+    for spec in specs:
+        parts = spec.split(":")
+        if not parts[0] or len(parts) > 3 or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise UserError(f"--bind {spec!r}: expected SRC[:DST[:ro|rw]]")
+        src = Path(parts[0]).expanduser()
+        if not src.exists():
+            raise UserError(f"--bind {spec!r}: {src} does not exist")
+        dst = parts[1] if len(parts) > 1 and parts[1] else str(src.resolve())
+        if not dst.startswith("/"):
+            raise UserError(f"--bind {spec!r}: the destination must be an absolute path")
+        binds.append(Bind(src, dst, readonly=len(parts) == 3 and parts[2] == "ro"))
+    return binds
+
+
+def parse_env(specs: List[str]) -> Dict[str, str]:
+    env: Dict[str, str] = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key or not (key[0].isalpha() or key[0] == "_") \
+                or not all(c.isalnum() or c == "_" for c in key):
+            raise UserError(f"--env {spec!r}: expected KEY=VALUE with a valid variable name")
+        env[key] = value
+    return env
+
+
+def resolve_image(image: str, settings: Any) -> Path:
+    """A path as given, or the root directory of a built base image called ``image``."""
+    p = Path(image)
+    if p.exists():
+        return p
+    from dedal import base
+
+    if "/" not in image and image in base.known_names():
+        img = base.find_base(image, settings)
+        if img is None:
+            raise UserError(f"base image {image!r} is not built yet (dedal base build {image})")
+        return img.rootfs_dir
+    raise UserError(f"{image}: no such image (a SIF, squashfs file, directory or built base name)")
+
+
+def _prepare(args: Any) -> Dict[str, Any]:
+    from dedal.adapters import runtime
+
+    settings = config.from_args(args, runtime=args.runtime)
+    image = resolve_image(args.image, settings)
+    binds = parse_binds(args.bind)
+    env = parse_env(args.env)
+    cwd: Optional[str] = args.pwd
+    here = os.getcwd()
+    if not args.no_cwd and here != "/" and not any(here == d or here.startswith(d + "/") for d in SYSTEM_DIRS):
+        if not any(b.target == here for b in binds):
+            binds.append(runtime.Bind(here, here))
+        cwd = cwd or here
+    return {"root": image, "binds": binds, "env": env, "cwd": cwd or "/", "runtime": settings.runtime,
+            "nv": args.nv}
+
+
+def cmd_exec(args: Any) -> int:
+    from dedal.adapters import runtime
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UserError("no command given: dedal exec IMAGE -- CMD [ARG...]")
+    spec = _prepare(args)
+    return runtime.run_interactive(spec.pop("root"), cmd, **spec)
+
+
+def cmd_shell(args: Any) -> int:
+    from dedal.adapters import runtime
+
+    spec = _prepare(args)
+    spec["env"].setdefault("PS1", "dedal> ")
+    shell = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash --norc; else exec /bin/sh; fi']
+    return runtime.run_interactive(spec.pop("root"), shell, **spec)
