@@ -1,0 +1,209 @@
+"""`dedal verify`: check that an image performs like bare metal; parse benchmark logs.
+
+Layout of the subcommand (argparse sub-parsers under ``verify``)::
+
+    dedal verify parse FILE [--kind KIND] [--json]   parse one log, print its verdict
+    dedal verify run IMAGE [options]                 the runner (dedal.verify.runner)
+    dedal verify IMAGE [options]                     same as ``verify run IMAGE``
+
+``parse`` and ``run`` are ordinary sub-parsers. The shorthand ``dedal verify IMAGE``
+works because the sub-parser action of ``verify`` treats a first argument that is not
+a sub-command name as the IMAGE of ``run`` (an image literally named ``parse`` or
+``run`` is written ``dedal verify run ./parse``).
+
+The runner lives in :mod:`dedal.verify.runner`. When that module exists it provides
+``add_arguments(parser)`` (its options) and ``main(args) -> int``; this module wires
+them under ``run``. Until then ``verify run`` explains that the runner is missing.
+
+``verify parse`` exits 0 whenever the file was parsed, whatever the verdict (the verdict
+is in the output), and 2 on bad input (missing file, unknown kind).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any, Dict, List, Optional, Sequence
+
+from dedal.console import print_json
+from dedal.errors import UserError
+from dedal.verify.parsers import KINDS, parse_file
+
+SUBCOMMANDS = ("parse", "run")
+
+
+class _AnyName(dict):
+    """``choices`` of the ``verify`` sub-parser action: the sub-command names, but any
+    word is "in" it, so that argparse lets ``verify IMAGE`` through to ``__call__``."""
+
+    def __init__(self, names: Dict[str, argparse.ArgumentParser]) -> None:
+        super().__init__()
+        self._names = names
+
+    def __contains__(self, key: object) -> bool:
+        return (isinstance(key, str) and not key.startswith("-")) or key in self._names
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def keys(self):  # type: ignore[override]
+        return self._names.keys()
+
+    def __getitem__(self, key: str) -> argparse.ArgumentParser:
+        return self._names[key]
+
+
+class _DefaultToRun(argparse._SubParsersAction):  # type: ignore[misc]
+    """Sub-parser action that maps ``verify IMAGE ...`` to ``verify run IMAGE ...``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.choices = _AnyName(self._name_parser_map)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Sequence[str], option_string: Optional[str] = None) -> None:
+        values = list(values or [])
+        if values and values[0] not in self._name_parser_map:
+            values = ["run"] + values
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _kinds_help() -> str:
+    width = max(len(k) for k in KINDS)
+    return "\n".join(f"  {k:<{width}}  {desc}" for k, desc in KINDS.items())
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="verify an image against bare metal; parse benchmark and debug logs",
+        description="Verify that an image performs like bare metal (`dedal verify IMAGE`, the runner), "
+                    "or parse one benchmark output / debug log (`dedal verify parse FILE`).",
+    )
+    p.register("action", "parsers", _DefaultToRun)
+    vsub = p.add_subparsers(dest="verify_command", metavar="ACTION")
+
+    parse = vsub.add_parser(
+        "parse",
+        help="parse one log (OSU, nccl-tests, NCCL/UCX/Open MPI debug, srun --mpi=list) and give its verdict",
+        description="Parse one benchmark output or debug log and print what it shows: tables, bandwidths, "
+                    "transports, failure signatures, and a verdict (good, suboptimal, bad, failed, "
+                    "degenerate, unknown). Exit code 0 when the file was parsed, whatever the verdict; "
+                    "2 on bad input.",
+        epilog="log kinds (guessed from the content unless --kind is given):\n" + _kinds_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parse.add_argument("file", metavar="FILE", help="the log file to parse")
+    parse.add_argument("--kind", metavar="KIND", help="parse as this kind instead of guessing: " + ", ".join(KINDS))
+    parse.add_argument("--json", action="store_true", help="print one JSON object (machine-readable)")
+    parse.set_defaults(func=run_parse)
+
+    run = vsub.add_parser(
+        "run",
+        help="run the bundled benchmarks natively and in IMAGE, compare, write reports/<image>/ "
+             "(default: `dedal verify IMAGE` means `dedal verify run IMAGE`)",
+        description="Run the bundled microbenchmarks natively and in the image, check overheads and "
+                    "transports, write reports/<image>/verify.json, report.md and plots. "
+                    "Exit code non-zero when a check fails.",
+    )
+    run.add_argument("image", metavar="IMAGE", help="the image (SIF file, or an image name of this workspace)")
+    runner = _runner()
+    if runner is not None and hasattr(runner, "add_arguments") and hasattr(runner, "main"):
+        runner.add_arguments(run)
+        run.set_defaults(func=runner.main)
+    else:
+        run.set_defaults(func=_runner_missing)
+    p.set_defaults(func=_no_action(p))
+
+
+def _runner() -> Any:
+    try:
+        return importlib.import_module("dedal.verify.runner")
+    except ModuleNotFoundError as exc:
+        if exc.name != "dedal.verify.runner":
+            raise
+        return None
+
+
+def _runner_missing(args: argparse.Namespace) -> int:
+    raise UserError("the verification runner (dedal.verify.runner) is not part of this dedal yet; "
+                    "`dedal verify parse FILE` is available")
+
+
+def _no_action(parser: argparse.ArgumentParser):
+    def func(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+    return func
+
+
+def run_parse(args: argparse.Namespace) -> int:
+    if args.kind is not None and args.kind not in KINDS:
+        raise UserError(f"unknown log kind {args.kind!r}; known kinds: {', '.join(KINDS)}")
+    result = parse_file(args.file, args.kind)
+    if args.json:
+        print_json(result)
+    else:
+        print(summary(result))
+    return 0
+
+
+def summary(result: Dict[str, Any]) -> str:
+    """A human-readable account of one parse result: verdict first, then the facts."""
+    out: List[str] = []
+    src = result.get("source") or "<text>"
+    out.append(f"{src}: {result['verdict'].upper()}  (kind {result['kind']}"
+               + (f"; sections {', '.join(result['sections'])}" if len(result.get("sections") or []) > 1 else "") + ")")
+    kind = result["kind"]
+    if result.get("tables") is not None and (result.get("tables") or result.get("inits")):
+        ver = f" v{result['version']}" if result.get("version") else ""
+        out.append(f"OSU Micro-Benchmarks{ver}: {len(result['tables'])} table(s)")
+        for t in result["tables"]:
+            rows = t["rows"]
+            span = ""
+            if rows and t["columns"] and t["columns"][0].lower() == "size":
+                span = f", sizes {rows[0][0]}..{rows[-1][0]} B"
+            unit = f" [{t['unit']}]" if t.get("unit") else ""
+            out.append(f"  {t['benchmark']}: {len(rows)} row(s){span}; columns: {', '.join(t['columns'])}{unit}")
+            for row in rows[:1] + (rows[-1:] if len(rows) > 1 else []):
+                out.append("    " + "  ".join(str(v) for v in row))
+        for init in result.get("inits") or []:
+            out.append(f"  osu_init: nprocs {init['nprocs']}, min {init['min_ms']:g} ms, max {init['max_ms']:g} ms, "
+                       f"avg {init['avg_ms']:g} ms")
+    if kind == "nccl-tests" or result.get("rows") is not None and "peak_busbw" in result:
+        out.append(f"nccl-tests {result.get('test') or ''}: {result.get('nranks')} rank(s) on "
+                   f"{result.get('nnodes')} node(s), {len(result.get('rows') or [])} row(s)")
+        if result.get("peak_busbw") is not None:
+            out.append(f"  peak bus bandwidth {result['peak_busbw']:g} GB/s at {result.get('peak_busbw_size')} B; "
+                       f"average {result['avg_busbw'] if result.get('avg_busbw') is not None else 'n/a'} GB/s")
+    if result.get("transports") and isinstance(result["transports"], dict):
+        out.append(f"NCCL{(' ' + result['nccl_version']) if result.get('nccl_version') else ''}: network "
+                   f"{result.get('network')}, GPUDirect RDMA {result.get('gdrdma')}")
+        for t, n in sorted(result["transports"].items(), key=lambda kv: -kv[1]):
+            out.append(f"  via {t}: {n}")
+    if result.get("transports_by_scope"):
+        out.append(f"UCX{(' ' + result['ucx_version']) if result.get('ucx_version') else ''} transports:")
+        for scope, tls in result["transports_by_scope"].items():
+            out.append(f"  {scope}: {', '.join(tls)}")
+    if kind == "ucx-info":
+        out.append(f"ucx_info: transports {', '.join(result.get('transport_names') or [])}; "
+                   f"devices {', '.join(result.get('devices') or [])}")
+    if result.get("btl_used") or result.get("btl_components"):
+        used = ", ".join(f"{k}: {v}" for k, v in (result.get("btl_used") or {}).items())
+        out.append(f"Open MPI: pml {result.get('pml') or '?'}; BTLs {', '.join(result.get('btl_components') or [])}"
+                   + (f"; used per peer {used}" if used else ""))
+    if kind == "srun-mpi-list":
+        out.append(f"Slurm MPI plugins: {', '.join(result.get('plugins') or []) or 'none'}; PMIx versions: "
+                   f"{', '.join(result.get('pmix_versions') or []) or 'none'}")
+    findings = result.get("findings") or []
+    if findings:
+        out.append("findings:")
+        for f in findings:
+            out.append(f"  [{f['severity']}] {f['code']}: {f['message']}")
+            for ev in f.get("evidence", [])[:3]:
+                out.append(f"      | {ev}")
+    elif result["verdict"] == "unknown":
+        out.append("nothing recognizable in this file")
+    return "\n".join(out)

@@ -1,0 +1,67 @@
+"""Line handling shared by the parsers: normalisation, numbers, evidence collection."""
+from __future__ import annotations
+
+import re
+from typing import Iterable, List, Optional, Union
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# "[1725158980.057833] [host:154756:0]" (UCX), "[host:1234] " (Open MPI), "  7: " (srun -l)
+_SRUN_LABEL = re.compile(r"^\s{0,3}\d{1,6}: ")
+
+
+def clean_lines(text: Union[str, bytes]) -> List[str]:
+    """Split ``text`` into lines the parsers can trust.
+
+    - bytes are decoded as UTF-8 with replacement (logs are not always clean);
+    - CRLF / CR line ends, ANSI colour codes, NUL bytes and trailing blanks are removed;
+    - lines starting with ``#@ `` (provenance notes of the test data) are dropped.
+    Tabs are kept (``srun --mpi=list`` indents with them); parsers split on any blank.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    out = []
+    for raw in text.split("\n"):
+        line = _ANSI.sub("", raw).rstrip()
+        if line.startswith("#@ ") or line == "#@":
+            continue
+        out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def strip_srun_label(line: str) -> str:
+    """``srun -l`` prefixes every line with ``<task>: ``; drop it."""
+    return _SRUN_LABEL.sub("", line, count=1)
+
+
+_NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+
+def is_number(tok: str) -> bool:
+    return bool(_NUM.match(tok))
+
+
+def to_number(tok: str) -> Optional[Union[int, float]]:
+    """``"12"`` -> 12, ``"1.5"`` -> 1.5, ``"0e+00"`` -> 0.0, anything else -> None."""
+    if not _NUM.match(tok):
+        return None
+    if re.match(r"^[-+]?\d+$", tok):
+        return int(tok)
+    return float(tok)
+
+
+def first_lines(lines: Iterable[str], pattern: "re.Pattern[str]", limit: int = 5) -> List[str]:
+    """The first ``limit`` lines matching ``pattern`` (evidence for a finding)."""
+    found = []
+    for line in lines:
+        if pattern.search(line):
+            found.append(line.strip())
+            if len(found) >= limit:
+                break
+    return found
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
