@@ -5,10 +5,16 @@ in (``SLURM_CONF`` among it; by default the process environment, so a site's or 
 test cluster's ``SLURM_CONF`` passes straight through). Module-level functions with the
 same names use a default client.
 
-Job state comes from ``squeue`` while slurmctld still holds the job (pending, running,
-and finished jobs for ``MinJobAge`` seconds) and from ``sacct`` after that, falling
-back to ``sacct -c`` (the job-completion log) where accounting storage is disabled.
-Slurm's many states are mapped onto the small :class:`State` enum.
+Job state comes from ``squeue -t all -j ...`` while slurmctld still holds the job
+(pending, running, and finished jobs for ``MinJobAge`` seconds) and from ``sacct``
+after that (and for the exit codes of finished jobs), falling back to ``sacct -c`` (the
+job-completion log) where accounting storage is disabled. Slurm's many states are
+mapped onto the small :class:`State` enum.
+
+Facts of Slurm 22.05 callers should know: ``afterok`` on a job id slurmctld no longer
+knows counts as satisfied (the job runs), so only pass dependencies on jobs known to be
+active or completed; a job whose dependency failed is CANCELLED with reason
+``DependencyNeverSatisfied`` when submitted with ``--kill-on-invalid-dep=yes``.
 
 Verified against Slurm 22.05 (Debian bookworm); the JSON shapes of 23.02+ (state lists,
 exit codes as objects) are handled too. See ../shared/notes/real-components.md section 5.
@@ -208,10 +214,19 @@ def _clean_reason(text: Any) -> str:
 class Slurm:
     """Runs Slurm's commands in one environment (``SLURM_CONF`` etc.)."""
 
-    def __init__(self, environ: Optional[Mapping[str, str]] = None, *, timeout: float = 120.0) -> None:
+    def __init__(self, environ: Optional[Mapping[str, str]] = None, *, timeout: float = 120.0,
+                 squeue_json: bool = False) -> None:
+        """``environ``: the environment of every command (default: this process's).
+
+        ``squeue_json``: read job states from ``squeue --json`` (which also carries exit
+        codes) instead of ``squeue -o``. Off by default: Slurm 22.05 ignores ``-j`` with
+        ``--json`` and returns every job the controller holds, which is a lot of JSON on
+        a busy production cluster; with plain output, exit codes of finished jobs come
+        from ``sacct`` instead.
+        """
         self._environ = dict(environ) if environ is not None else None
         self.timeout = timeout
-        self._squeue_json: Optional[bool] = None
+        self._squeue_json: Optional[bool] = None if squeue_json else False
         self._sacct_mode: Optional[List[str]] = None  # ["sacct"] or ["sacct", "-c"]
 
     # -- plumbing ---------------------------------------------------------------------

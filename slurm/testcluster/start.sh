@@ -55,6 +55,8 @@ fail() {
   echo "testcluster: error: $*" >&2
   for f in "$STATE_DIR"/log/*.log "$STATE_DIR"/log/*.out; do
     [ -s "$f" ] || continue
+    # a daemon's stdout (*.out) repeats its log file; show it only when there is no log
+    case $f in *.out) [ -s "${f%.out}.log" ] && continue ;; esac
     echo "--- tail of $f" >&2
     tail -n 15 "$f" >&2
   done

@@ -202,13 +202,14 @@ def test_sacct_completion_log_after_slurmctld_forgot(slurm_cluster: SlurmCluster
     assert acct[ok].state is State.COMPLETED and acct[ok].exit_code == 0 and acct[ok].source == "sacct -c"
     assert acct[bad].state is State.FAILED and acct[bad].exit_code == 7
     assert acct[ok].node in slurm_cluster.nodes
-    # plain `squeue -o` output (no --json) gets its exit codes from there too
-    plain = Slurm(slurm_cluster.env)
-    plain._squeue_json = False
-    st = plain.states([ok, bad, "999999"])
-    assert st[bad].state is State.FAILED and st[bad].exit_code == 7
-    assert st[ok].state is State.COMPLETED and st[ok].exit_code == 0
-    assert st["999999"].state is State.UNKNOWN
+    # plain `squeue -o` output (the default) gets its exit codes from there too; --json has them itself
+    for client_ in (Slurm(slurm_cluster.env), Slurm(slurm_cluster.env, squeue_json=True)):
+        st = client_.states([ok, bad, "999999"])
+        assert st[bad].state is State.FAILED and st[bad].exit_code == 7, st
+        assert st[ok].state is State.COMPLETED and st[ok].exit_code == 0, st
+        assert st[ok].source == "squeue" and st[ok].node in slurm_cluster.nodes
+        assert st["999999"].state is State.UNKNOWN
+    assert client_._squeue_json is True
 
 
 def test_submit_options_and_environment(slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path) -> None:
