@@ -1,0 +1,171 @@
+"""Failures on the wire and in the registry: retries, tampered blobs, images that
+`apptainer pull` would refuse. A pull that is refused leaves no file behind."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dedal import publish as pub
+from dedal.sif import host_arch
+from tests.registry.conftest import sha256_file
+
+pytestmark = pytest.mark.registry
+
+EMPTY = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+FAST = {"backoff": 0.01}
+
+
+def _push_raw(registry, repo: str, tag: str, blob: bytes, layers: list) -> str:
+    """Push a manifest by hand (raw registry API) to build images dedal would not write."""
+    for data in (b"{}", blob):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        loc = registry.api("POST", f"/v2/{repo}/blobs/uploads/").headers["Location"]
+        sep = "&" if "?" in loc else "?"
+        r = registry.api("PUT", f"{loc.split(registry.host, 1)[1]}{sep}digest={digest}", data=data,
+                         headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code == 201, r.text
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.sylabs.sif.config.v1+json", "digest": EMPTY, "size": 2},
+                "layers": layers}
+    raw = json.dumps(manifest).encode()
+    r = registry.api("PUT", f"/v2/{repo}/manifests/{tag}", data=raw,
+                     headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    assert r.status_code == 201, r.text
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _layer(blob: bytes, media_type: str, title: str = "image.sif") -> dict:
+    return {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(blob).hexdigest(), "size": len(blob),
+            "annotations": {"org.opencontainers.image.title": title}}
+
+
+def test_interrupted_upload_and_5xx_are_retried(run_dedal, registry, proxy_for, sifs, tmp_path):
+    proxy = proxy_for(registry)
+    sif_digest = sha256_file(sifs["good"])
+    proxy.fault("PUT", f"digest={sif_digest}", "drop")     # connection broken half way through the SIF
+    proxy.fault("POST", "/blobs/uploads/", 503)            # then the new upload session fails once
+    proxy.fault("PUT", "/manifests/v1", 502)               # and the manifest PUT once
+    ref = f"oras://{proxy.host}/esd/tiny-mpi:v1"
+    r = run_dedal("publish", str(sifs["good"]), ref, "--insecure", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["retries"] >= 3
+    assert proxy.count("PUT", f"digest={sif_digest}", status=0) == 1     # the broken attempt
+    assert proxy.count("PUT", f"digest={sif_digest}", status=201) == 1   # the retried upload
+    assert proxy.count("PUT", "/manifests/v1", status=502) == 1
+    assert proxy.count("PUT", "/manifests/v1", status=201) == 1
+    assert "retry" in r.stderr
+    # what landed in the registry is whole
+    assert registry.blob_file(sif_digest).read_bytes() == sifs["good"].read_bytes()
+
+    # a download broken off half way is restarted, and the result is still verified
+    proxy.fault("GET", f"/blobs/{sif_digest}", "drop")
+    out = tmp_path / "pulled.sif"
+    r = run_dedal("pull", ref, "-o", str(out), "--insecure")
+    assert r.returncode == 0, r.stderr
+    assert proxy.count("GET", f"/blobs/{sif_digest}", status=0) == 1
+    assert out.read_bytes() == sifs["good"].read_bytes()
+
+
+def test_persistent_5xx_fails_clearly(registry, proxy_for, sifs):
+    proxy = proxy_for(registry)
+    proxy.fault("PUT", "/manifests/", 503, times=100)
+    with pytest.raises(pub.RegistryError, match=r"PUT http://127\.0\.0\.1:\d+/v2/esd/x/manifests/v1: HTTP 503"):
+        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
+                    client_options={"retries": 2, **FAST})
+    assert proxy.count("PUT", "/manifests/v1") == 3  # one try and two retries
+
+
+def test_tampered_blob_is_refused_and_leaves_no_file(run_dedal, registry, sifs, tmp_path):
+    ref = registry.ref("esd/tiny-mpi:v1")
+    r = run_dedal("publish", str(sifs["good"]), ref, "--insecure")
+    assert r.returncode == 0, r.stderr
+    blob = registry.blob_file(sha256_file(sifs["good"]))
+    data = bytearray(blob.read_bytes())
+    data[-100] ^= 0xFF  # same size, other bytes (inside the squashfs partition)
+    blob.write_bytes(bytes(data))
+
+    out = tmp_path / "out" / "tiny.sif"
+    out.parent.mkdir()
+    r = run_dedal("pull", ref, "-o", str(out), "--insecure")
+    assert r.returncode == 1
+    assert "sha256 mismatch" in r.stderr and "refusing" in r.stderr
+    assert list(out.parent.iterdir()) == []  # no output, no temporary file
+
+    blob.write_bytes(bytes(data) + b"more")  # longer as well (the registry may cut it at the known size)
+    r = run_dedal("pull", ref, "-o", str(out), "--insecure")
+    assert r.returncode == 1 and "refusing the download" in r.stderr
+    assert list(out.parent.iterdir()) == []
+
+
+def test_pull_refuses_what_apptainer_refuses(run_dedal, registry, sifs, tmp_path):
+    sif = sifs["good"].read_bytes()
+    _push_raw(registry, "esd/bad", "two-layers", sif,
+              [_layer(sif, pub.SIF_LAYER_MEDIA_TYPE), _layer(b"{}", pub.SIF_LAYER_MEDIA_TYPE, "x.sif")])
+    _push_raw(registry, "esd/bad", "tar-layer", sif, [_layer(sif, "application/vnd.oci.image.layer.v1.tar")])
+    junk = sifs["not_sif"].read_bytes()
+    _push_raw(registry, "esd/bad", "not-a-sif", junk, [_layer(junk, pub.SIF_LAYER_MEDIA_TYPE)])
+    out = tmp_path / "out"
+    out.mkdir()
+    for tag, message in (("two-layers", "ORAS SIF image should have a single layer, found 2"),
+                         ("tar-layer", "invalid layer mediatype: application/vnd.oci.image.layer.v1.tar"),
+                         ("not-a-sif", "not a usable SIF image")):
+        r = run_dedal("pull", registry.ref(f"esd/bad:{tag}"), "-o", str(out / "x.sif"), "--insecure")
+        assert r.returncode == 1, (tag, r.stdout)
+        assert message in r.stderr, (tag, r.stderr)
+        assert "Traceback" not in r.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_wrong_architecture_is_refused_unless_asked(run_dedal, registry, sifs, tmp_path):
+    ref = registry.ref("esd/foreign:v1")
+    r = run_dedal("publish", str(sifs["wrong_arch"]), ref, "--insecure")
+    assert r.returncode == 0, r.stderr  # publishing for another architecture is fine
+    out = tmp_path / "foreign.sif"
+    r = run_dedal("pull", ref, "-o", str(out), "--insecure")
+    assert r.returncode == 2
+    assert f"this host is {host_arch()}" in r.stderr
+    assert not out.exists() and list(tmp_path.glob(".foreign.sif*")) == []
+    other = "arm64" if host_arch() != "arm64" else "amd64"
+    r = run_dedal("pull", ref, "-o", str(out), "--insecure", "--arch", other)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == sifs["wrong_arch"].read_bytes()
+
+
+def test_legacy_layer_media_type_is_accepted(registry, sifs, tmp_path):
+    sif = sifs["good"].read_bytes()
+    _push_raw(registry, "esd/old", "v0", sif, [_layer(sif, "appliciation/vnd.sylabs.sif.layer.tar", "old.sif")])
+    res = pub.pull(registry.ref("esd/old:v0"), tmp_path / "old.sif", insecure=True)
+    assert res.layer_media_type == "appliciation/vnd.sylabs.sif.layer.tar"
+    assert (tmp_path / "old.sif").read_bytes() == sif
+    info = pub.inspect_remote(registry.ref("esd/old:v0"), insecure=True)
+    assert info["apptainer_pullable"] is True
+    assert any("legacy layer media type" in p for p in info["problems"])
+
+
+def test_image_index_resolved_by_architecture(registry, sifs, tmp_path):
+    sif = sifs["good"].read_bytes()
+    digest = _push_raw(registry, "esd/multi", "amd", sif, [_layer(sif, pub.SIF_LAYER_MEDIA_TYPE)])
+    size = len(registry.manifest("esd/multi", "amd").content)
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest,
+                            "size": size, "platform": {"os": "linux", "architecture": host_arch()}}]}
+    r = registry.api("PUT", "/v2/esd/multi/manifests/multi", data=json.dumps(index).encode(),
+                     headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+    assert r.status_code == 201, r.text
+    res = pub.pull(registry.ref("esd/multi:multi"), tmp_path / "m.sif", insecure=True)
+    assert res.digest == digest
+    with pytest.raises(pub.RegistryError, match="no manifest for linux/riscv64"):
+        pub.pull(registry.ref("esd/multi:multi"), tmp_path / "n.sif", insecure=True, arch="riscv64")
+    assert not (tmp_path / "n.sif").exists()
+
+
+def test_missing_tag_and_repository(run_dedal, registry, sifs, tmp_path):
+    run_dedal("publish", str(sifs["good"]), registry.ref("esd/tiny-mpi:v1"), "--insecure")
+    r = run_dedal("pull", registry.ref("esd/tiny-mpi:nope"), "-o", str(tmp_path / "x.sif"), "--insecure")
+    assert r.returncode == 1 and "HTTP 404" in r.stderr and "MANIFEST_UNKNOWN" in r.stderr
+    assert not (tmp_path / "x.sif").exists()
