@@ -67,6 +67,7 @@ class Plan:
     critical_path: List[str] = field(default_factory=list)
     critical_path_s: float = 0.0
     layer_store: str = ""
+    env_dir: str = ""          # where the Spack manifest (spack.yaml) and lock for the builds live
     format: int = PLAN_FORMAT
 
     # -- JSON ----------------------------------------------------------------

@@ -91,8 +91,8 @@ class Target:
     def base_id(self) -> str:
         if self.given_plan:
             return self.given_plan.base_id
-        from dedal.base import definition_id, load_definition
-        return definition_id(load_definition(self.base_image))
+        from dedal.build import base_identity
+        return base_identity(self.base_image)
 
     def make_plan(self, store: Optional[LayerStore] = None) -> Plan:
         store = store if store is not None else self.store

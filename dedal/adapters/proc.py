@@ -101,6 +101,8 @@ def start(
 ) -> subprocess.Popen:
     """Start a long-running process (daemon, benchmark rank launcher) and return it."""
     argv = [os.fspath(c) for c in cmd]
+    if log is not None:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "ab") if log is not None else subprocess.DEVNULL
     try:
         return subprocess.Popen(

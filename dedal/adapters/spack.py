@@ -1,0 +1,121 @@
+"""The only code that runs Spack.
+
+Every call is isolated from the user's own Spack configuration
+(``SPACK_DISABLE_LOCAL_CONFIG``, a private ``SPACK_USER_CACHE_PATH``) and works on an
+environment directory dedal generated (spack.yaml + spack.lock). Commands may run on the
+host or inside a sandbox (base image, fixed install root): the caller passes a
+``runner`` with the signature of ``proc.run``; the default runs on the host.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from dedal.adapters import proc
+from dedal.errors import ToolError, UserError
+
+Runner = Callable[..., proc.Result]
+
+
+def _host_runner(cmd: Sequence[str], *, env: Mapping[str, str], log: Optional[Path], what: str,
+                 timeout: Optional[float] = None) -> proc.Result:
+    full = dict(os.environ)
+    full.update(env)
+    return proc.run(cmd, env=full, log=log, what=what, timeout=timeout)
+
+
+@dataclass
+class SpackVersion:
+    version: str
+    commit: str
+
+
+class Spack:
+    def __init__(self, root: Path, user_cache: Path, runner: Optional[Runner] = None) -> None:
+        self.root = Path(root)
+        self.exe = self.root / "bin" / "spack"
+        if not self.exe.is_file():
+            raise UserError(f"{self.root} is not a Spack checkout (no bin/spack); set spack_root / DEDAL_SPACK_ROOT")
+        self.user_cache = Path(user_cache)
+        self.runner: Runner = runner or _host_runner
+
+    def with_runner(self, runner: Runner) -> "Spack":
+        return Spack(self.root, self.user_cache, runner)
+
+    def env(self) -> Dict[str, str]:
+        return {
+            "SPACK_DISABLE_LOCAL_CONFIG": "1",     # no ~/.spack, no /etc/spack: only what dedal generates
+            "SPACK_USER_CACHE_PATH": str(self.user_cache),
+            "SPACK_ROOT": str(self.root),
+        }
+
+    def _run(self, args: Sequence[str], *, envdir: Optional[Path] = None, log: Optional[Path] = None,
+             what: str = "spack", timeout: Optional[float] = None) -> proc.Result:
+        cmd: List[str] = [str(self.exe)]
+        if envdir is not None:
+            cmd += ["-e", str(envdir)]
+        cmd += list(args)
+        return self.runner(cmd, env=self.env(), log=log, what=what, timeout=timeout)
+
+    # -- queries -------------------------------------------------------------------
+    def version(self) -> SpackVersion:
+        out = self._run(["--version"], what="spack --version").stdout.strip()
+        m = re.match(r"(\S+)(?:\s+\(([^)]*)\))?", out)
+        if not m:
+            raise ToolError("spack --version", [str(self.exe), "--version"], 0, None, f"unexpected output {out!r}")
+        commit = m.group(2) or ""
+        return SpackVersion(m.group(1), commit if re.fullmatch(r"[0-9a-f]{7,40}", commit) else "")
+
+    # -- build node ------------------------------------------------------------------
+    def reindex(self, envdir: Path, log: Path) -> None:
+        """Rebuild the database from the prefixes under the install root (mandatory after
+        materializing layers: without it Spack sees the files but not the packages)."""
+        self._run(["reindex"], envdir=envdir, log=log, what="spack reindex")
+
+    def install_package(self, envdir: Path, dag_hash: str, log: Path, jobs: int = 0) -> None:
+        """Build exactly one concrete spec of the environment, never its dependencies,
+        never from a binary cache (what `spack env depfile` generates per package)."""
+        args = ["install", "--only-concrete", "--only", "package", "--no-cache", "--fail-fast", "-v"]
+        if jobs:
+            args += ["-j", str(jobs)]
+        self._run([*args, f"/{dag_hash}"], envdir=envdir, log=log, what=f"spack install /{dag_hash[:7]}")
+
+    # -- fetch -----------------------------------------------------------------------
+    def concretize(self, envdir: Path, log: Path, force: bool = False) -> None:
+        self._run(["concretize", *(["-f"] if force else [])], envdir=envdir, log=log, what="spack concretize")
+
+    def mirror_create(self, envdir: Path, mirror: Path, log: Path) -> None:
+        self._run(["mirror", "create", "-d", str(mirror), "--all"], envdir=envdir, log=log, what="spack mirror create")
+
+    # -- assembly ----------------------------------------------------------------------
+    def view_regenerate(self, envdir: Path, log: Path) -> None:
+        self._run(["env", "view", "regenerate"], envdir=envdir, log=log, what="spack env view regenerate")
+
+    def activate_sh(self, envdir: Path, log: Optional[Path] = None) -> str:
+        """Shell code that sets up the environment's view (PATH, package run environments)."""
+        return self._run(["env", "activate", "--sh", "-d", str(envdir)], what="spack env activate --sh").stdout
+
+
+def user_cache(settings, spack_root: Path) -> Path:
+    """A persistent Spack user cache per Spack checkout (repository index, misc cache)."""
+    import hashlib
+    digest = hashlib.sha256(str(Path(spack_root).resolve()).encode()).hexdigest()[:12]
+    return Path(settings.cache_dir) / "spack-user-cache" / digest
+
+
+def locate(settings, spack_root: Optional[Path] = None) -> Path:
+    """An existing Spack checkout: the given/configured one, else the one fetch cloned."""
+    root = spack_root or settings.spack_root
+    if root:
+        root = Path(root)
+        if not (root / "bin" / "spack").is_file():
+            raise UserError(f"spack_root {root}: not a Spack checkout (no bin/spack)")
+        return root
+    cloned = Path(settings.cache_dir) / "spack" / settings.spack_ref
+    if (cloned / "bin" / "spack").is_file():
+        return cloned
+    raise UserError("no Spack available: set DEDAL_SPACK_ROOT (or spack_root) to a Spack checkout, "
+                    "or run `dedal fetch` where the Spack repository can be cloned")

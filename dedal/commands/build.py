@@ -1,0 +1,42 @@
+"""`dedal build`: one squashfs layer per package, locally or on Slurm; resumable."""
+from __future__ import annotations
+
+import argparse
+
+from dedal.config import from_args
+from dedal.console import human_seconds, out, print_json
+from dedal.build import run_build
+from dedal.workspace import resolve
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build", help="build the missing layers of an environment",
+                       description="Build every package of the environment that has no layer yet, each in its own "
+                                   "stage under stage_dir, and pack it into the layer store. A rerun builds only "
+                                   "what is missing.")
+    p.add_argument("target", metavar="PLAN_OR_ENV", help="env.yaml (or its directory), spack.lock or plan.json")
+    p.add_argument("--executor", choices=("local", "slurm"), help="where jobs run (default: setting `executor`)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel builds of the local executor (default: CPU count)")
+    p.add_argument("--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure")
+    p.add_argument("--layers", metavar="DIR", help="layer store (default: setting `layer_store`)")
+    p.add_argument("--stage-dir", metavar="DIR", help="node-local build directory (default: /dev/shm)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
+                         layer_store=args.layers, stage_dir=args.stage_dir)
+    target = resolve(args.target, settings)
+    summary = run_build(target, executor=settings.executor, jobs=max(1, settings.jobs),
+                        keep_going=settings.keep_going, quiet=args.json)
+    if args.json:
+        print_json(summary.to_json())
+    else:
+        out.print(f"{summary.env}: {len(summary.built)} built, {len(summary.reused)} reused, "
+                  f"{len(summary.failed)} failed, {len(summary.blocked)} not built, in {human_seconds(summary.seconds)}")
+        for label, error in summary.failed.items():
+            out.print(f"  FAILED {label}: {error}")
+    if summary.interrupted:
+        return 130
+    return 0 if summary.ok else 1

@@ -1,0 +1,79 @@
+"""The Spack environment directories dedal generates for Spack to work in.
+
+Spack gives values in an environment's spack.yaml priority over ``-c`` overrides
+(../shared/notes/spack-offline.md §1), so every stage writes a complete spack.yaml:
+the user's ``spack:`` section plus the install tree, stages, mirror and view that
+stage needs. The lock is copied next to it, so Spack never re-concretizes.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import yaml
+
+from dedal.errors import UserError
+
+PROJECTION = "{name}-{version}-{hash}"
+
+
+def read_spack_yaml(path: Path) -> Dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such Spack manifest") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("spack"), dict):
+        raise UserError(f"{path}: not a Spack manifest (no 'spack:' section)")
+    return data
+
+
+def minimal_manifest(root_specs: Dict[str, str]) -> Dict[str, Any]:
+    """A manifest for a bare lock: its roots' abstract specs (builtin recipes only)."""
+    specs = sorted({s for s in root_specs.values() if s})
+    return {"spack": {"specs": specs, "concretizer": {"unify": True}, "view": False}}
+
+
+def stage_manifest(
+    user: Dict[str, Any],
+    *,
+    install_root: str,
+    stage: Path,
+    mirror: Optional[Path] = None,
+    view: Union[bool, str] = False,
+    build_jobs: int = 0,
+) -> Dict[str, Any]:
+    """The user's manifest with what one stage needs; nothing of the user's is lost
+    except settings that would break a fixed, unpadded install root."""
+    data = copy.deepcopy(user)
+    spack = data["spack"]
+    for key in list(spack):  # drop any "mirrors::"-style variants; ours replaces them
+        if key.rstrip(":") == "mirrors" or key.rstrip(":") == "view":
+            del spack[key]
+    config = spack.setdefault("config", {})
+    if not isinstance(config, dict):
+        raise UserError("spack.config must be a mapping")
+    config["install_tree"] = {"root": str(install_root), "projections": {"all": PROJECTION}}
+    config["build_stage"] = [str(stage / "spack-stage")]
+    config["source_cache"] = str(stage / "source-cache")
+    config["checksum"] = True
+    if build_jobs:
+        config["build_jobs"] = int(build_jobs)
+    if mirror is not None:
+        spack["mirrors:"] = {"dedal": f"file://{mirror}"}
+    spack["view"] = view if isinstance(view, bool) else {"default": {"root": str(view), "link": "all"}}
+    return data
+
+
+def write_env_dir(envdir: Path, manifest: Dict[str, Any], lock: Optional[Path]) -> Path:
+    envdir.mkdir(parents=True, exist_ok=True)
+    tmp = envdir / "spack.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    os.replace(tmp, envdir / "spack.yaml")
+    if lock is not None:
+        shutil.copyfile(lock, envdir / "spack.lock")
+    return envdir
