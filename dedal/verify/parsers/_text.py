@@ -14,7 +14,8 @@ def clean_lines(text: Union[str, bytes]) -> List[str]:
 
     - bytes are decoded as UTF-8 with replacement (logs are not always clean);
     - CRLF / CR line ends, ANSI colour codes, NUL bytes and trailing blanks are removed;
-    - lines starting with ``#@ `` (provenance notes of the test data) are dropped.
+    - lines starting with ``#@ `` (provenance notes of the test data) are dropped;
+    - when most lines carry an ``srun -l`` task label (``0: ``), the labels are removed.
     Tabs are kept (``srun --mpi=list`` indents with them); parsers split on any blank.
     """
     if isinstance(text, bytes):
@@ -28,6 +29,9 @@ def clean_lines(text: Union[str, bytes]) -> List[str]:
         out.append(line)
     while out and not out[-1]:
         out.pop()
+    labelled = sum(1 for ln in out if _SRUN_LABEL.match(ln))
+    if labelled and labelled * 2 >= sum(1 for ln in out if ln.strip()):
+        out = [strip_srun_label(ln) for ln in out]  # `srun -l` output: every line starts with "<task>: "
     return out
 
 

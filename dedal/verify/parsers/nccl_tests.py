@@ -26,9 +26,9 @@ from dedal.verify.parsers._text import strip_srun_label, to_number
 
 PARAMS = re.compile(r"^#?\s*nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)\s+"
                     r"maxBytes\s+(?P<max>\d+)(?P<rest>.*)$")
-RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+"
+RANK = re.compile(r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+"
                   r"(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
-HEADER = re.compile(r"^#\s*size\s+count\s+type\b", re.IGNORECASE)
+HEADER = re.compile(r"^#?\s*size\s+count\s+type\b", re.IGNORECASE)
 AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(?P<v>[-+\d.eE]+|nan|inf)", re.IGNORECASE)
 OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<status>\w+)?", re.IGNORECASE)
 STARTING = re.compile(r"Collective test starting:\s*(?P<test>\S+)")
@@ -46,7 +46,7 @@ def _wrong(tok: str) -> Optional[float]:
     return None if n is None else n
 
 
-def _parse_row(line: str) -> Optional[Dict[str, Any]]:
+def _parse_row(line: str, error_style: bool = False) -> Optional[Dict[str, Any]]:
     toks = line.split()
     if len(toks) < 3 or to_number(toks[0]) is None or not isinstance(to_number(toks[0]), int):
         return None
@@ -73,11 +73,12 @@ def _parse_row(line: str) -> Optional[Dict[str, Any]]:
     nums = [to_number(v) if v is not None else None for v in vals]
     if any(nums[k] is None and vals[k] is not None for k in (0, 1, 2, 4, 5, 6) if vals[k] is not None):
         return {"partial": True, **row}
-    row.update({
-        "oop_time_us": nums[0], "oop_algbw": nums[1], "oop_busbw": nums[2], "oop_wrong": _wrong(vals[3] or ""),
-        "ip_time_us": nums[4], "ip_algbw": nums[5], "ip_busbw": nums[6],
-        "ip_wrong": _wrong(vals[7]) if vals[7] is not None else None,
-    })
+    row.update({"oop_time_us": nums[0], "oop_algbw": nums[1], "oop_busbw": nums[2],
+                "ip_time_us": nums[4], "ip_algbw": nums[5], "ip_busbw": nums[6]})
+    # newer nccl-tests count wrong elements (#wrong); older ones print the maximum error
+    key = "error" if error_style else "wrong"
+    row[f"oop_{key}"] = _wrong(vals[3] or "")
+    row[f"ip_{key}"] = _wrong(vals[7]) if vals[7] is not None else None
     return row
 
 
@@ -91,6 +92,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     oob: Optional[Dict[str, Any]] = None
     test: Optional[str] = None
     header_seen = False
+    error_style = False
     concluded = False
     header_line = ""
     for raw in lines:
@@ -119,6 +121,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         if HEADER.match(line):
             header_seen = True
             header_line = line
+            error_style = "#wrong" not in line and re.search(r"\berror\b", line) is not None
             continue
         m = AVG.match(line)
         if m:
@@ -136,7 +139,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 test = mc.group("test")
         if not header_seen:
             continue
-        row = _parse_row(line)
+        row = _parse_row(line, error_style)
         if row is None:
             continue
         if row.pop("partial", False):
@@ -145,7 +148,13 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         rows.append(row)
 
     hosts = sorted({r["host"] for r in ranks})
-    nranks: Optional[int] = len(ranks) if ranks else None
+    rank_ids = [r["rank"] for r in ranks]
+    nranks: Optional[int] = len(set(rank_ids)) if ranks else None
+    if len(rank_ids) != len(set(rank_ids)):
+        findings.append(F.warning(
+            "nccl-independent-ranks", f"rank numbers repeat ({len(rank_ids)} device lines, {nranks} distinct rank(s)): "
+            "the processes ran as separate jobs (nccl-tests built without MPI, or launched without PMI)",
+            [f"#  Rank {r['rank']} on {r['host']} device {r['device']} {r['name']}" for r in ranks[:3]]))
     busbws = [v for r in rows for v in (r.get("oop_busbw"), r.get("ip_busbw")) if isinstance(v, (int, float))]
     peak = max(busbws) if busbws else None
     peak_row = None
@@ -159,6 +168,9 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     if header_seen and not rows:
         findings.append(F.error("truncated", f"{name}: the result header was printed but no row follows "
                                 "(run died or output cut)", [header_line], verdict="failed"))
+    elif not rows and (params or ranks):
+        findings.append(F.error("truncated", f"{name}: the test started ({'devices listed' if ranks else 'parameters printed'}) "
+                                "but no result table follows", [], verdict="failed"))
     elif rows and avg is None:
         last = rows[-1]["size"]
         findings.append(F.error(

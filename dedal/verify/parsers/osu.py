@@ -30,9 +30,10 @@ from dedal.verify.findings import Finding
 from dedal.verify.parsers._text import strip_srun_label, to_number
 
 TITLE = re.compile(r"^#?\s*OSU\s+(?P<title>.*?\bTest)\b(?:\s+v(?P<version>\d+(?:\.\d+)*\w*))?", re.IGNORECASE)
-COLUMN_HEADER = re.compile(r"^#?\s*(?:Size\b|Avg Latency|Latency\s*\(|Bandwidth|MB/s)", re.IGNORECASE)
+COLUMN_HEADER = re.compile(r"^#?\s*(?:Size\b|Avg Latency|Latency\s*\(|Bandwidth|MB/s)")
 INIT = re.compile(
-    r"nprocs:\s*(?P<nprocs>\d+),\s*min:\s*(?P<min>[\d.]+)\s*ms,\s*max:\s*(?P<max>[\d.]+)\s*ms,\s*avg:\s*(?P<avg>[\d.]+)\s*ms",
+    r"nprocs:\s*(?P<nprocs>\d+),\s*min:\s*(?P<min>[\d.]+)\s*(?:ms)?,\s*max:\s*(?P<max>[\d.]+)\s*(?:ms)?,\s*"
+    r"avg:\s*(?P<avg>[\d.]+)\s*(?:ms)?",
     re.IGNORECASE,
 )
 MSG_SIZE_OPT = re.compile(r"osu_\w+.*?(?:\s-m|\s--message-size)[= ]\s*(?P<range>[\dKkMmGg:]+)")

@@ -36,9 +36,16 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         line = raw.strip()
         if not line:
             continue
-        if HEADER.match(line):
+        mh = HEADER.match(line)
+        if mh:
             in_list = True
             header = line
+            rest = line[mh.end():]  # a list pasted on one line: "srun: MPI types are... srun: none srun: pmix"
+            for name in re.findall(r"srun:\s*([A-Za-z][\w.\-]*)", rest) or rest.split():
+                if re.match(r"^[A-Za-z][\w.\-]*$", name) and name not in plugins:
+                    plugins.append(name)
+                    if re.match(r"^pmix_v\d+", name) and name not in versions:
+                        versions.append(name)
             continue
         m = VERSIONS.search(line)
         if m:
