@@ -247,12 +247,17 @@ class _View:
     mkdirs: List[str] = field(default_factory=list)  # missing directories above new mount points
 
 
-def _split_view(rootdir: Path, dests: Sequence[str], *, writable: bool, host: bool) -> _View:
+def _split_view(rootdir: Path, dests: Sequence[str], *, writable: bool, host: bool,
+                fresh: Sequence[str] = ()) -> _View:
     """bwrap arguments that show ``rootdir`` at ``/`` with every directory needed as a new
-    mount point available, without writing to ``rootdir``."""
+    mount point available, without writing to ``rootdir``. Destinations below ``fresh``
+    mounts (the new /dev, /tmp, /run tmpfs) need nothing: bwrap creates them there."""
     view = _View()
     split: Set[str] = set()
     for dst in dests:
+        if any(dst != f and dst.startswith(f + "/") for f in fresh):
+            view.targets[dst] = dst
+            continue
         existing, missing = _resolve(rootdir, dst)
         view.targets[dst] = _norm(f"{existing}/{missing}") if missing else existing
         if missing:
@@ -366,16 +371,22 @@ def bwrap_command(
     standard = ["/dev", "/proc", "/sys", "/tmp", "/run"]
     extra_files = [] if host or not host_files else [f for f in HOST_FILES if os.path.exists(f)]
     devs = _host_devices() if devices and not host else []
+    for b in binds:
+        if not os.path.exists(b.src):
+            raise UserError(f"bind source {b.src} does not exist")
     user_dsts = [b.target for b in binds]
     created: List[Path] = []
     if writable and not host:
-        created = _make_mount_points(viewroot, [(d, False) for d in standard + devs]
-                                     + [(f, True) for f in extra_files]
-                                     + [(b.target, Path(b.src).is_file()) for b in binds])
-        view = _split_view(viewroot, standard + extra_files + devs + user_dsts, writable=True, host=False)
+        wanted = ([(d, False) for d in standard] + [(f, True) for f in extra_files]
+                  + [(b.target, Path(b.src).is_file()) for b in binds])
+        created = _make_mount_points(viewroot, [(d, f) for d, f in wanted
+                                                if not d.startswith(("/dev/", "/run/"))])
+        view = _split_view(viewroot, standard + extra_files + devs + user_dsts, writable=True, host=False,
+                           fresh=["/dev", "/run"])
     else:
+        fresh = [] if host else ["/dev", "/run"] + ([] if writable else ["/tmp"])
         view = _split_view(viewroot, standard + extra_files + devs + user_dsts, writable=writable or host,
-                           host=host)
+                           host=host, fresh=fresh)
     args = [bwrap, "--die-with-parent", *view.args]
     if host:  # the host as it is, in a private mount namespace: its /dev (incl. /dev/shm), /tmp, /run
         args += ["--dev-bind", "/dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys"]
@@ -390,10 +401,7 @@ def bwrap_command(
     for f in extra_files:
         args += ["--ro-bind", f, view.targets[f]]
     for b in binds:
-        src = os.fspath(Path(b.src).resolve())
-        if not os.path.exists(src):
-            raise UserError(f"bind source {b.src} does not exist")
-        args += ["--ro-bind" if b.readonly else "--bind", src, view.targets[b.target]]
+        args += ["--ro-bind" if b.readonly else "--bind", os.fspath(Path(b.src).resolve()), view.targets[b.target]]
     args += ["--clearenv"]
     for k, v in inner_env.items():
         args += ["--setenv", k, v]
@@ -485,6 +493,9 @@ def prepared(
     if not cmd:
         raise UserError("no command given to run in the image")
     cmd = [os.fspath(c) for c in cmd]
+    for b in binds:
+        if not os.path.exists(b.src):
+            raise UserError(f"bind source {b.src} does not exist")
     kind = root_kind(root)
     backend = resolve_runtime(runtime)
     if kind == "host" and backend != "bwrap":

@@ -1,0 +1,142 @@
+"""Base definitions, ids and mirror resolution (no build)."""
+from __future__ import annotations
+
+import pytest
+
+from dedal import base, config
+from dedal.adapters import debootstrap
+from dedal.errors import UserError
+
+
+def test_known_definitions():
+    names = base.known_names()
+    for name in ("debian-trixie", "rocky9-build", "rocky9-runtime", "rocky9-cuda"):
+        assert name in names
+    d = base.load_definition("debian-trixie")
+    assert (d.kind, d.suite, d.variant, d.arch) == ("debian", "trixie", "minbase", "amd64")
+    pkgs = d.all_packages
+    for p in ("gcc", "g++", "gfortran", "make", "python3", "patch", "bzip2", "xz-utils", "unzip", "file",
+              "ca-certificates", "git", "openmpi-bin", "libopenmpi-dev", "libpmix-dev", "ucx-utils"):
+        assert p in pkgs
+    assert d.record_versions["openmpi"] == "openmpi-bin"
+    assert "prrte" in d.probe_versions
+
+
+def test_apptainer_definitions_parse():
+    for name in ("rocky9-build", "rocky9-runtime", "rocky9-cuda"):
+        d = base.load_definition(name)
+        assert d.kind == "apptainer" and d.variant == "docker" and d.suite.startswith("rockylinux")
+        assert "%post" in d.text and d.description
+    assert "cuda" in base.load_definition("rocky9-cuda").text.lower()
+
+
+def test_unknown_name_lists_known():
+    with pytest.raises(UserError) as exc:
+        base.load_definition("ubuntu-nope")
+    assert "unknown base image 'ubuntu-nope'" in str(exc.value) and "debian-trixie" in str(exc.value)
+
+
+def test_definition_id_is_content_address(tmp_path, monkeypatch):
+    d = base.load_definition("debian-trixie")
+    assert base.definition_id(d) == base.definition_id(base.load_definition("debian-trixie"))
+    assert base.definition_id(d).startswith("debian-trixie-")
+    changed = tmp_path / "debian-trixie.yaml"
+    changed.write_text(d.text.replace("    - less\n", "    - less\n    - vim-tiny\n"))
+    assert base.definition_id(base.load_definition(str(changed))) != base.definition_id(d)
+    monkeypatch.setattr(base, "RECIPE_VERSION", "999")
+    assert base.definition_id(d) != base.definition_id(base.load_definition(str(changed)))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("suite: [1, 2]\n", "suite: expected str"),
+    ("name: x\n", "suite: required"),
+    ("suite: trixie\npackages: {build: [1]}\n", "packages.build: expected a list"),
+    ("suite: trixie\nfrobnicate: 1\n", "unknown key(s) frobnicate"),
+    ("suite: trixie\nos: fedora\n", "only debian"),
+    ("suite: [unclosed\n", "not valid YAML"),
+    ("- a list\n", "expected a mapping"),
+])
+def test_bad_yaml_definitions(tmp_path, text, message):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        base.load_definition(str(p))
+
+
+def test_bad_def_file(tmp_path):
+    p = tmp_path / "x.def"
+    p.write_text("%post\n  echo hi\n")
+    with pytest.raises(UserError, match="no 'Bootstrap:' header"):
+        base.load_definition(str(p))
+
+
+def test_host_sources_both_formats(tmp_path):
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list").write_text(
+        "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"
+        "deb http://mirror.example/debian-security bookworm-security main\n")
+    (apt / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://other.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
+        "Types: deb\nURIs: http://other.example/debian-security\nSuites: bookworm-security\n")
+    (apt / "sources.list.d" / "x.sources.disabled").write_text("Types: deb\nURIs: http://no/debian\nSuites: x\n")
+    entries = debootstrap.host_sources(apt)
+    assert [e["uris"][0] for e in entries] == ["http://mirror.example/debian", "http://mirror.example/debian-security",
+                                               "http://other.example/debian", "http://other.example/debian-security"]
+    assert debootstrap.host_mirrors(apt) == {"archive": "http://mirror.example/debian",
+                                             "security": "http://mirror.example/debian-security"}
+    assert debootstrap.host_mirrors(tmp_path / "none") == {}
+
+
+def test_mirror_precedence(monkeypatch):
+    d = base.load_definition("debian-trixie")
+    monkeypatch.setattr(debootstrap, "host_mirrors", lambda etc=None: {"archive": "http://host/debian"})
+    s = config.load_settings(environ={})
+    assert base.resolve_mirror(d, s)["archive"] == "http://host/debian"
+    s = config.load_settings(overrides={"debian_mirror": "http://setting/debian/"}, environ={})
+    assert base.resolve_mirror(d, s)["archive"] == "http://setting/debian"
+    d.mirror = "http://defn/debian"
+    assert base.resolve_mirror(d, s)["archive"] == "http://defn/debian"
+    monkeypatch.setattr(debootstrap, "host_mirrors", lambda etc=None: {})
+    d.mirror = ""
+    assert base.resolve_mirror(d, config.load_settings(environ={}))["archive"] == "http://deb.debian.org/debian"
+
+
+def test_installed_packages_parser(tmp_path):
+    status = tmp_path / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_text("Package: a\nStatus: install ok installed\nVersion: 1.0\nDescription: x\n y\n\n"
+                      "Package: b\nStatus: deinstall ok config-files\nVersion: 2\n\n"
+                      "Package: c\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3:1.2-1\n")
+    assert debootstrap.installed_packages(tmp_path) == {"a": "1.0", "c": "3:1.2-1"}
+    with pytest.raises(UserError, match="no dpkg database"):
+        debootstrap.installed_packages(tmp_path / "nothing")
+
+
+def test_list_and_show_without_build(tmp_path):
+    s = config.load_settings(overrides={"base_cache": str(tmp_path / "cache")}, environ={})
+    rows = {r["name"]: r for r in base.list_bases(s)}
+    assert rows["debian-trixie"]["built"] is False and rows["debian-trixie"]["buildable_here"]
+    assert rows["rocky9-cuda"]["kind"] == "apptainer"
+    shown = base.show_base("debian-trixie", s)
+    assert shown["built"] is False and shown["definition"]["suite"] == "trixie"
+
+
+def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
+    """An unreachable mirror fails debootstrap: ToolError with the log, no base, no temp dir."""
+    if __import__("os").geteuid() != 0:
+        pytest.skip("debootstrap needs root")
+    defs = tmp_path / "defs"
+    defs.mkdir()
+    (defs / "broken.yaml").write_text("suite: trixie\nmirror: http://127.0.0.1:9/debian\npackages: [gcc]\n")
+    monkeypatch.setenv("DEDAL_BASE_IMAGES_DIR", str(defs))
+    cache = tmp_path / "cache"
+    s = config.load_settings(overrides={"base_cache": str(cache)}, environ={})
+    from dedal.errors import ToolError
+
+    with pytest.raises(ToolError) as exc:
+        base.ensure_base("broken", s)
+    assert exc.value.log_path and exc.value.log_path.is_file()
+    assert "debootstrap" in str(exc.value)
+    assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".") or p.is_dir()) == ["logs"]
+    assert base.find_base("broken", s) is None
