@@ -159,8 +159,9 @@ def _unmount(mnt: Path) -> None:
             squashfs.unmount(mnt)
             break
         except Exception:
-            if attempt == 19:
-                raise
+            if attempt == 19:  # still busy (a stray daemon of the command): detach it lazily
+                proc.run(["fusermount3", "-u", "-z", os.fspath(mnt)], what="fusermount3 -u -z")
+                break
             time.sleep(0.1)
     try:
         mnt.rmdir()

@@ -98,7 +98,8 @@ def _prepare(args: Any) -> Dict[str, Any]:
     env = parse_env(args.env)
     cwd: Optional[str] = args.pwd
     here = os.getcwd()
-    if not args.no_cwd and here != "/" and not any(here == d or here.startswith(d + "/") for d in SYSTEM_DIRS):
+    auto_cwd = not args.no_cwd and settings.runtime != "charliecloud"  # ch-run cannot add mount points
+    if auto_cwd and here != "/" and not any(here == d or here.startswith(d + "/") for d in SYSTEM_DIRS):
         if not any(b.target == here for b in binds):
             binds.append(runtime.Bind(here, here))
         cwd = cwd or here
