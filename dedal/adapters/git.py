@@ -1,0 +1,65 @@
+"""git, through GitPython: pinned checkouts of Spack and of spack-envs repositories."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import git
+
+from dedal.errors import ToolError
+
+
+def _error(what: str, exc: git.GitCommandError, log: Path = None) -> ToolError:
+    cmd = exc.command if isinstance(exc.command, list) else str(exc.command).split()
+    detail = (exc.stderr or "").strip().replace("\n", " ")[:300]
+    return ToolError(what, [str(c) for c in cmd], exc.status if isinstance(exc.status, int) else 1, log, detail)
+
+
+def head_commit(path: Path) -> str:
+    return git.Repo(path).head.commit.hexsha
+
+
+def checkout(url: str, ref: str, dest: Path) -> str:
+    """Make ``dest`` a checkout of ``url`` at ``ref`` (commit, tag or branch); return the
+    commit. An existing checkout at that commit is left alone (no network needed); one at
+    another commit is fetched and switched. A fresh clone goes to a temporary directory
+    first, so an interrupted clone never looks like a checkout."""
+    dest = Path(dest)
+    if (dest / ".git").exists():
+        repo = git.Repo(dest)
+        try:
+            if repo.commit(ref).hexsha == repo.head.commit.hexsha:
+                return repo.head.commit.hexsha
+        except (git.BadName, ValueError, git.GitCommandError):
+            pass  # ref not known locally: fetch it
+        try:
+            repo.remotes.origin.set_url(url)
+            repo.remotes.origin.fetch(tags=True)
+            target = repo.commit(f"origin/{ref}") if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs] else repo.commit(ref)
+            repo.git.checkout("--detach", target.hexsha)
+        except git.GitCommandError as exc:
+            raise _error(f"updating {dest} from {url}", exc) from None
+        except (git.BadName, ValueError):
+            raise ToolError(f"checking out {ref}", ["git", "checkout", ref], 1, None,
+                            f"{ref!r} is not a commit, tag or branch of {url}") from None
+        return repo.head.commit.hexsha
+    tmp = dest.with_name(dest.name + f".partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        repo = git.Repo.clone_from(url, tmp, no_checkout=True)
+        try:
+            commit = repo.commit(f"origin/{ref}") if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs] else repo.commit(ref)
+        except (git.BadName, ValueError):
+            raise ToolError(f"checking out {ref}", ["git", "checkout", ref], 1, None,
+                            f"{ref!r} is not a commit, tag or branch of {url}") from None
+        repo.git.checkout("--detach", commit.hexsha)
+    except git.GitCommandError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _error(f"cloning {url}", exc) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    os.replace(tmp, dest)
+    return commit.hexsha

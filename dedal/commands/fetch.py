@@ -1,0 +1,35 @@
+"""`dedal fetch`: Spack, the concrete environment, every source in the mirror, the plan."""
+from __future__ import annotations
+
+import argparse
+
+from dedal.config import from_args
+from dedal.console import human_seconds, out, print_json
+from dedal.fetch import run_fetch
+from dedal.progress import BuildProgress
+from dedal.workspace import resolve
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fetch", help="concretize and mirror every source (needs network)",
+                       description="Clone Spack at the pinned ref (or use spack_root), concretize the environment "
+                                   "inside the build base image unless a spack.lock is given, fill the source "
+                                   "mirror and write the build plan. A rerun fetches only what is missing.")
+    p.add_argument("target", metavar="ENV", help="env.yaml (or its directory) or a spack.lock")
+    p.add_argument("--mirror", metavar="DIR", help="source mirror (default: setting `mirror`)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = from_args(args, mirror=args.mirror)
+    target = resolve(args.target, settings)
+    with BuildProgress(0, title=f"fetch {target.name}", quiet=args.json) as progress:
+        result = run_fetch(target, progress=progress)
+    if args.json:
+        print_json(result.to_json())
+    else:
+        out.print(f"{result.env}: {result.sources} sources ({result.already_present} already in the mirror, "
+                  f"{result.fetched} fetched); lock {result.lock}{' (concretized)' if result.concretized else ''}; "
+                  f"plan {result.plan}; {human_seconds(result.seconds)}")
+    return 0

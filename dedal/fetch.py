@@ -1,0 +1,159 @@
+"""The fetch stage (where there is network): Spack at its pinned ref, the environment
+concretized inside the build base image (unless a lock is given), every source in the
+mirror, and the plan. Everything after it works offline.
+
+A rerun fetches only what is missing. Offline, it names every source the mirror lacks
+and how to point dedal at an existing Spack checkout and mirror.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from dedal.adapters import git as gitad
+from dedal.adapters import runtime as rt
+from dedal.adapters.spack import Spack, user_cache
+from dedal.build import base_root, prepare
+from dedal.config import Settings
+from dedal.errors import DedalError, ToolError, UserError
+from dedal.nodebuild import sandbox_runner
+from dedal.spack_env import minimal_manifest, write_env_dir
+from dedal.workspace import Target
+
+
+@dataclass
+class MissingSource:
+    package: str
+    kind: str            # source | patch | resource
+    url: str
+    mirror_path: str
+
+    def line(self) -> str:
+        return f"{self.package} {self.kind} {self.url or '?'} -> {self.mirror_path}"
+
+
+@dataclass
+class FetchResult:
+    env: str
+    spack_root: str
+    spack_commit: str
+    lock: str
+    concretized: bool
+    sources: int
+    already_present: int
+    fetched: int
+    plan: str
+    seconds: float
+    missing: List[MissingSource] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def obtain_spack(settings: Settings) -> Tuple[Path, str]:
+    """The configured Spack checkout, else a clone of ``spack_url`` at ``spack_ref`` in the cache."""
+    if settings.spack_root:
+        root = Path(settings.spack_root)
+        if not (root / "bin" / "spack").is_file():
+            raise UserError(f"spack_root {root}: not a Spack checkout (no bin/spack)")
+        commit = gitad.head_commit(root) if (root / ".git").exists() else ""
+        return root, commit
+    dest = Path(settings.cache_dir) / "spack" / settings.spack_ref
+    try:
+        commit = gitad.checkout(settings.spack_url, settings.spack_ref, dest)
+    except ToolError as exc:
+        raise UserError(
+            f"cannot obtain Spack {settings.spack_ref} from {settings.spack_url} ({exc.detail or exc.one_line()}); "
+            "without network, set DEDAL_SPACK_ROOT (or spack_root) to a local Spack checkout, "
+            "or spack_url to a local clone") from None
+    return dest, commit
+
+
+def _missing(sources: List[dict], mirror: Path) -> Tuple[List[MissingSource], int]:
+    missing: List[MissingSource] = []
+    total = 0
+    for pkg in sources:
+        for kind in ("sources", "patches", "resources"):
+            for src in pkg.get(kind, []):
+                paths = src.get("mirror_paths") or []
+                if not paths:
+                    continue
+                total += 1
+                if not any((mirror / p).exists() for p in paths):
+                    missing.append(MissingSource(f"{pkg['name']}@{pkg['version']}", kind.rstrip("s"),
+                                                 src.get("url") or "", paths[0]))
+    return missing, total
+
+
+def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
+    started = time.monotonic()
+    settings = target.settings
+    note = progress.note if progress else (lambda line: None)
+    spack_root, commit = obtain_spack(settings)
+    note(f"spack {commit[:12] or spack_root}")
+    work = target.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    mirror = Path(settings.mirror)
+    mirror.mkdir(parents=True, exist_ok=True)
+    logs = target.logs_dir
+    given_lock: Optional[Path] = target.lock_path
+    if given_lock is None and target.env is not None:
+        near = target.env.directory / "spack.lock"
+        given_lock = target.env.lock or (near if near.is_file() else None)
+    manifest = target.env.spack_yaml() if target.env else minimal_manifest(target.lock().root_specs)
+    write_env_dir(work, manifest, given_lock)
+    manifest_digest = hashlib.sha256((work / "spack.yaml").read_bytes()).hexdigest()
+    stamp = work / ".concretized-from"
+
+    root = base_root(target.base_image, settings)
+    cache = user_cache(settings, spack_root)
+    cache.mkdir(parents=True, exist_ok=True)
+    binds = [rt.Bind(work), rt.Bind(mirror), rt.Bind(spack_root, readonly=True), rt.Bind(cache)]
+    for key in ("repos", "include"):
+        for entry in manifest["spack"].get(key) or []:
+            if isinstance(entry, str) and entry.startswith("/") and Path(entry).exists():
+                binds.append(rt.Bind(entry, readonly=True))
+    spack = Spack(spack_root, cache, sandbox_runner(root, binds, settings.runtime))
+
+    concretized = False
+    if given_lock is not None:
+        stamp.unlink(missing_ok=True)
+    elif not ((work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest):
+        note("concretizing in the base image")
+        spack.concretize(work, logs / "concretize.log", force=True)
+        stamp.write_text(manifest_digest)
+        concretized = True
+    sources_file = work / "sources.json"
+    script = work / "list_sources.py"
+    script.write_text(resources.files("dedal").joinpath("data/list_sources.py").read_text())
+    spack._run(["python", str(script), str(sources_file)], envdir=work, log=logs / "list-sources.log",
+               what="spack python list_sources.py")
+    try:
+        sources = json.loads(sources_file.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ToolError("listing sources", [str(spack.exe), "python", str(script)], 0, logs / "list-sources.log",
+                        f"no readable {sources_file} ({exc})") from None
+    missing, total = _missing(sources, mirror)
+    before = len(missing)
+    if missing:
+        note(f"fetching {len(missing)} of {total} sources into {mirror}")
+        try:
+            spack.mirror_create(work, mirror, logs / "mirror-create.log")
+        except ToolError:
+            pass  # what is still missing is reported below, precisely
+        missing, total = _missing(sources, mirror)
+    if missing:
+        lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise DedalError(
+            f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could not be fetched "
+            f"(no network?): {lines}. Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
+            f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}")
+    plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock"))
+    return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
+                       concretized=concretized, sources=total, already_present=total - before,
+                       fetched=before - len(missing), plan=str(plan_path), seconds=time.monotonic() - started)
