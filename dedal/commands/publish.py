@@ -7,6 +7,7 @@ side of `dedal inspect` (credentials, --insecure).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -41,13 +42,28 @@ def registry_options(args: argparse.Namespace) -> Dict[str, Any]:
             "password": password, "settings": settings}
 
 
+class _ToPrinter(logging.Handler):
+    def __init__(self, printer) -> None:
+        super().__init__(logging.WARNING)
+        self.printer = printer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.printer(f"warning: {record.getMessage()}")
+
+
 def progress_printer(quiet: bool = False):
+    """Timestamped progress lines on stderr; the registry adapter's warnings (retries)
+    are shown the same way."""
     start = time.monotonic()
 
     def _print(msg: str) -> None:
         if not quiet:
             err.print(f"[{time.monotonic() - start:6.1f}s] {msg}", markup=False, highlight=False)
 
+    logger = logging.getLogger("dedal.registry")
+    for h in [h for h in logger.handlers if isinstance(h, _ToPrinter)]:
+        logger.removeHandler(h)
+    logger.addHandler(_ToPrinter(_print))
     return _print
 
 

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-from pathlib import Path
 
 import pytest
 
