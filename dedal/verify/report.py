@@ -145,7 +145,7 @@ def write_report(report: VerifyReport, outdir: Path) -> Dict[str, Path]:
     js = outdir / "verify.json"
     data = report.to_json()
     data["plots"] = plots
-    _atomic_write(js, (json.dumps(data, indent=1, sort_keys=True, default=str) + "\n").encode())
+    _atomic_write(js, (json.dumps(data, indent=1, default=str) + "\n").encode())
     paths["verify.json"] = js
     return paths
 

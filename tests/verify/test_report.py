@@ -1,0 +1,86 @@
+"""The report: verify.json, report.md (verdict first), PNG plots; atomic writes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dedal.verify.checks import HostFacts, check_transports, compare_bandwidth, compare_init, compare_latency
+from dedal.verify.parsers import parse_file
+from dedal.verify.report import VerifyReport, load_report, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SIZES = [0] + [1 << i for i in range(23)]
+
+
+def _lat(s: int) -> float:
+    return 0.2 + s / 10000.0
+
+
+def make_report(local_data: Path, slow: float = 0.0) -> VerifyReport:
+    native = {s: [_lat(s) * j for j in (1.0, 1.02, 0.99, 1.01, 1.0)] for s in SIZES}
+    container = {s: [(_lat(s) + slow) * j for j in (1.0, 1.02, 0.99, 1.01, 1.0)] for s in SIZES}
+    bw = {s: [min(s / _lat(s), 9000.0) * j for j in (1.0, 0.99, 1.01)] for s in SIZES[1:]}
+    logs = [parse_file(local_data / "ompi5_ucx_info_proto_intranode_sysv_cma_GOOD.log")]
+    return VerifyReport(
+        image="esd-gpu_latest.sif",
+        checks=[compare_latency(native, container, name="osu_latency intra-node"),
+                compare_bandwidth(bw, bw, name="osu_bw intra-node"),
+                compare_init([400.0, 410.0, 405.0], [420.0, 415.0, 430.0])],
+        findings=check_transports(logs, HostFacts()),
+        logs=logs,
+        measurements={"osu_latency intra-node": {"unit": "us", "native": native, "container": container}},
+        host=HostFacts(),
+        meta={"ucx": "1.18.1", "openmpi": "5.0.7"},
+    )
+
+
+def test_report_files(tmp_path: Path, local_data: Path) -> None:
+    paths = write_report(make_report(local_data), tmp_path / "reports" / "esd-gpu")
+    out = tmp_path / "reports" / "esd-gpu"
+    assert sorted(p.name for p in out.iterdir()) == ["osu_bw_intra-node.png", "osu_latency_intra-node.png",
+                                                     "report.md", "verify.json"]
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 5000
+    assert paths["verify.json"] == out / "verify.json"
+    assert not list(out.glob(".*"))  # no temporary files left
+
+
+def test_report_md_starts_with_verdict(tmp_path: Path, local_data: Path) -> None:
+    write_report(make_report(local_data), tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Verdict: GOOD\n")
+    assert "![osu_latency intra-node](osu_latency_intra-node.png)" in md
+    assert "| 4194304 |" in md and "## Thresholds" in md
+
+
+def test_failed_check_makes_report_bad_with_evidence(tmp_path: Path, local_data: Path) -> None:
+    rep = make_report(local_data, slow=1.0)
+    rep.findings += check_transports([parse_file(local_data / "ompi5_ucx_forced_tcp_lo_intranode_BAD.log")])
+    write_report(rep, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Verdict: BAD\n")
+    assert "`latency-overhead`" in md and "`ucx-tcp-intra-node`" in md and "tag(tcp/lo)" in md
+    assert rep.exit_code == 1
+
+
+def test_verify_json_has_every_measurement(tmp_path: Path, local_data: Path) -> None:
+    rep = make_report(local_data)
+    write_report(rep, tmp_path)
+    data = load_report(tmp_path / "verify.json")
+    assert data["verdict"] == "good" and data["exit_code"] == 0 and data["image"] == "esd-gpu_latest.sif"
+    m = data["measurements"]["osu_latency intra-node"]
+    assert list(m["native"])[:3] == ["0", "1", "2"] and len(m["native"]["4194304"]) == 5
+    lat = data["checks"][0]
+    assert lat["metric"] == "latency" and lat["sizes"][1]["native"]["median"] > 0
+    assert data["checks"][2]["sizes"][0]["size"] is None
+    assert data["logs"][0]["kind"] == "osu" and "protocols" not in data["logs"][0]
+    assert data["plots"] == {"osu_latency intra-node": "osu_latency_intra-node.png",
+                             "osu_bw intra-node": "osu_bw_intra-node.png"}
+    assert data["thresholds"]["latency_overhead_us"] == 0.5
+    json.dumps(data)  # plain JSON
+
+
+def test_rewrite_replaces_files(tmp_path: Path, local_data: Path) -> None:
+    write_report(make_report(local_data, slow=1.0), tmp_path)
+    write_report(make_report(local_data), tmp_path)
+    assert load_report(tmp_path / "verify.json")["verdict"] == "good"
