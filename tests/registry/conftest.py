@@ -472,11 +472,13 @@ def sha256_file(path: Path) -> str:
 
 @pytest.fixture
 def reports(tmp_path: Path) -> Dict[str, Path]:
-    """A verification report directory (verify.json, report.md) and a CycloneDX SBOM."""
+    """A verification report directory (verify.json, report.md; verdict "good") written by
+    dedal.verify.report, and a CycloneDX SBOM."""
+    from dedal.verify.report import VerifyReport, write_report
+
     d = tmp_path / "reports" / "tiny-mpi"
     d.mkdir(parents=True)
-    (d / "verify.json").write_text(json.dumps({"verdict": "pass", "checks": [{"name": "osu_latency", "ok": True}]}))
-    (d / "report.md").write_text("# tiny-mpi verification\n\nAll checks passed.\n")
+    write_report(VerifyReport(image="tiny-mpi.sif", verdict="good"), d)  # what `dedal verify` writes
     sbom = tmp_path / "sbom.cdx.json"
     sbom.write_text(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}))
     return {"dir": d, "verify": d / "verify.json", "report": d / "report.md", "sbom": sbom}

@@ -150,7 +150,7 @@ def test_attachments_with_tag_schema_fallback(run_dedal, registry, sifs, reports
     index = r.json()
     assert {d["artifactType"] for d in index["manifests"]} == set(types)
     verify_desc = next(d for d in index["manifests"] if d["artifactType"] == "application/vnd.dedal.verify.v1+json")
-    assert verify_desc["annotations"]["org.dedal.verdict"] == "pass"
+    assert verify_desc["annotations"]["org.dedal.verdict"] == "good"
     for desc in index["manifests"]:
         art = registry.manifest("esd/tiny-mpi", desc["digest"]).json()
         assert art["artifactType"] == desc["artifactType"]
@@ -168,7 +168,7 @@ def test_attachments_with_tag_schema_fallback(run_dedal, registry, sifs, reports
     info = pub.inspect_remote(ref, insecure=True)
     assert info["apptainer_pullable"] and info["problems"] == []
     assert info["referrers"] == "tag-schema"
-    assert info["verdict"] == "pass"
+    assert info["verdict"] == "good"
     files = {f["title"] for a in info["attachments"] for f in a["files"]}
     assert files == {"verify.json", "report.md", "sbom.cdx.json"}
 
@@ -185,15 +185,17 @@ def test_attachments_through_the_referrers_api(run_dedal, registry, proxy_for, s
     assert info["referrers"] == "api"
     assert {a["artifactType"] for a in info["attachments"]} == {"application/vnd.dedal.verify.v1+json",
                                                                 "application/vnd.cyclonedx+json"}
-    assert info["verdict"] == "pass"
+    assert info["verdict"] == "good"
 
 
 def test_images_lists_tags_with_size_created_and_verdict(run_dedal, registry, sifs, reports, tmp_path):
     repo = "esd/tiny-mpi"
     _publish(run_dedal, sifs["good"], registry.ref(f"{repo}:verified"), extra=("--attach", str(reports["dir"])))
+    from dedal.verify.report import VerifyReport, write_report
+
     failing = tmp_path / "failing"
     failing.mkdir()
-    (failing / "verify.json").write_text(json.dumps({"passed": False}))
+    write_report(VerifyReport(image="other.sif", verdict="bad"), failing)
     _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:failed"), extra=("--attach", str(failing / "verify.json")))
     _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:plain"))  # same manifest as :failed
     _publish(run_dedal, sifs["wrong_arch"], registry.ref(f"{repo}:unverified"))
@@ -202,8 +204,8 @@ def test_images_lists_tags_with_size_created_and_verdict(run_dedal, registry, si
     assert r.returncode == 0, r.stderr
     rows = {e["tag"]: e for e in json.loads(r.stdout)}
     assert set(rows) == {"verified", "failed", "plain", "unverified"}  # no sha256-... tags
-    assert rows["verified"]["verdict"] == "pass"
-    assert rows["failed"]["verdict"] == "fail" and rows["plain"]["verdict"] == "fail"
+    assert rows["verified"]["verdict"] == "good"
+    assert rows["failed"]["verdict"] == "bad" and rows["plain"]["verdict"] == "bad"
     assert rows["unverified"]["verdict"] == "unverified"
     assert rows["verified"]["size"] == sifs["good"].stat().st_size
     assert rows["unverified"]["arch"] != rows["verified"]["arch"]
@@ -211,7 +213,7 @@ def test_images_lists_tags_with_size_created_and_verdict(run_dedal, registry, si
 
     table = run_dedal("images", registry.ref(repo), "--insecure")
     assert table.returncode == 0, table.stderr
-    assert "verified" in table.stdout and "pass" in table.stdout and "4 image(s)" in table.stdout
+    assert "verified" in table.stdout and "good" in table.stdout and "4 image(s)" in table.stdout
 
     missing = run_dedal("images", registry.ref("esd/nothing-here"), "--insecure")
     assert missing.returncode == 1 and "not found" in missing.stderr
@@ -256,3 +258,11 @@ def test_plain_http_only_when_asked(run_dedal, registry, sifs):
     assert "pass --insecure" in r.stderr and "Traceback" not in r.stderr
     r = run_dedal("publish", str(sifs["good"]), registry.ref("esd/tiny-mpi:v1"), env={"DEDAL_REGISTRY_INSECURE": "1"})
     assert r.returncode == 0, r.stderr
+
+
+def test_verdict_of_report_shapes():
+    assert pub.verdict_of({"verdict": "Suboptimal", "checks": []}) == "suboptimal"
+    assert pub.verdict_of({"passed": False}) == "fail"
+    assert pub.verdict_of({"ok": True}) == "pass"
+    assert pub.verdict_of({"checks": []}) == "unknown"
+    assert pub.verdict_of([1, 2]) == "unknown"
