@@ -89,6 +89,13 @@ SIGNATURES: Sequence[Signature] = (
          "the GPU driver libraries are not visible in the container (missing `--nv`?)"),
     _sig("cuda-failure", r"(?:Test )?CUDA failure\b|\bCuda failure\b|\bcudaError[A-Z]\w+|CUDA error:",
          "a CUDA call failed"),
+    # --- warnings: the run went on, but something in the environment is off -------
+    _sig("loader-warning",
+         r"no version information available \(required by|libibverbs: Warning: couldn't load driver|"
+         r"ERROR: ld\.so: object .* cannot be preloaded",
+         "the dynamic loader warns about a library mismatch (host libraries injected into the container, or "
+         "libraries built for another system): the run went on, but the environment is not clean",
+         severity="warning", verdict="suboptimal"),
     _sig("nccl-failure",
          r"Test NCCL failure|NCCL error:|\bnccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error\b|"
          r"NCCL WARN .*(?:unhandled (?:system|cuda) error|internal error|system error|remote process exited|"
