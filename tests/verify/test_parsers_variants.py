@@ -318,3 +318,31 @@ def test_verdict_ordering() -> None:
     assert verdict_of([Finding("error", "x", "m", verdict="failed")], "good") == "failed"
     with pytest.raises(ValueError):
         Finding("fatal", "x", "m")
+
+
+def test_ompi_mca_base_select_lines() -> None:
+    r = parse_text("[h:1] mca:base:select:(  pml) Querying component [ucx]\n"
+                   "[h:1] mca:base:select:(  pml) Selected component [ucx]\n"
+                   "[h:1] mca:base:select:(  mtl) Selected component [ofi]\n")
+    assert r["kind"] == "ompi-verbose" and r["pml"] == "ucx" and r["selected"] == {"pml": "ucx", "mtl": "ofi"}
+
+
+def test_pmi2_singletons_are_a_failure() -> None:
+    r = parse_text("No PMIx server was reachable, but a PMI1/2 was detected.\n"
+                   "If srun is being used to launch application, 4 singletons will be started.\n"
+                   "Hello from proc 0 of 1\n")
+    assert r["kind"] == "failure" and r["verdict"] == "failed" and r["failures"] == ["pmix-singletons"]
+
+
+def test_old_nccl_without_using_network_line() -> None:
+    text = ("master:1:2 [0] NCCL INFO NET/Socket : Using [0]ib0:192.168.11.1<0>\n"
+            "master:1:2 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).\n"
+            "master:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168.11.1<0>\n"
+            "NCCL version 2.4.7+cuda10.0\n"
+            "master:1:2 [0] NCCL INFO Ring 00 : 3 -> 0 [receive] via NET/IB/0\n"
+            "master:1:2 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 > 2)\n")
+    r = parse_text(text)
+    assert r["network"] == "IB" and r["nccl_version"] == "2.4.7+cuda10.0"
+    assert r["transports"] == {"NET/IB": 1} and r["gdrdma"] is False
+    assert r["ib_link_layers"] == ["IB"] and r["verdict"] == "suboptimal"
+    assert "nccl-socket-transport" not in codes(r)  # the bootstrap socket is not a data transport

@@ -47,7 +47,7 @@ def sections(lines: Sequence[str]) -> List[str]:
             found["nccl-debug"] = True
         if not found["ompi-verbose"]:
             m = ompi_verbose.PREFIX.match(line)
-            if m and m.group("msg").startswith(("mca: ", "select: ")):
+            if m and m.group("msg").startswith(("mca: ", "mca:base:", "select: ")):
                 found["ompi-verbose"] = True
         if not found["ucx-log"] and ucx_log.UCX_LINE.search(line):
             found["ucx-log"] = True

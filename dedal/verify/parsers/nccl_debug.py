@@ -177,6 +177,16 @@ def parse(lines: List[str]) -> Dict[str, Any]:
 
     # ---- derived facts -------------------------------------------------------------
     network = networks.most_common(1)[0][0] if networks else None
+    if network is None:
+        # older NCCL prints no "Using network X": infer it from the connections, then the devices
+        if any(t.startswith("NET/Socket") for t in transports):
+            network = "Socket"
+        elif any(t.startswith("NET/") for t in transports):
+            network = transport_class(next(t for t in transports if t.startswith("NET/"))).split("/", 1)[1]
+        elif ib_devices:
+            network = "IB"
+        elif socket_ifs and no_verbs:
+            network = "Socket"
     classes: Counter = Counter()
     for t, n in transports.items():
         classes[transport_class(t)] += n

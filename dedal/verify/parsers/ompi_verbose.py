@@ -29,6 +29,7 @@ INIT_RESULT = re.compile(r"select: init of component (?P<comp>\w+) returned (?P<
 SELECTED = re.compile(r"select: component (?P<comp>\w+) selected")
 NOT_SELECTED = re.compile(r"select: component (?P<comp>\w+) not selected")
 BEST = re.compile(r"selected (?P<comp>\w+) best priority (?P<prio>\d+)")
+BASE_SELECTED = re.compile(r"mca:base:select:\(\s*(?P<fw>\w+)\)\s*Selected component \[(?P<comp>\w+)\]")
 USING_BTL = re.compile(r"mca: bml: Using (?P<btl>\w+) btl for send to (?P<peer>\[\[[\d,]+\],\d+\]) on node (?P<node>\S+)")
 PML_UCX = re.compile(r"pml_ucx\.c:\d+|common_ucx\.c:\d+")
 SHM_BTLS = {"sm", "vader", "smcuda", "self"}
@@ -49,6 +50,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     frameworks: Dict[str, Dict[str, List[str]]] = {}
     init_fw: Dict[tuple, str] = {}
     selected: Counter = Counter()
+    fw_selected: Dict[str, Counter] = {}
     btl_used: Counter = Counter()
     peers: List[Dict[str, Any]] = []
     hosts: List[str] = []
@@ -102,9 +104,18 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 add(fw_entry(fw)["failed"], mm.group("comp"))
                 failures.append(line)
             continue
+        mm = BASE_SELECTED.search(msg)
+        if mm:
+            fw_selected.setdefault(mm.group("fw"), Counter())[mm.group("comp")] += 1
+            if mm.group("fw") == "pml":
+                selected[mm.group("comp")] += 1
+            continue
         mm = SELECTED.search(msg)
         if mm:
-            selected[mm.group("comp")] += 1
+            fw = init_fw.get((pid, mm.group("comp")), "pml")
+            fw_selected.setdefault(fw, Counter())[mm.group("comp")] += 1
+            if fw == "pml":
+                selected[mm.group("comp")] += 1
             continue
         mm = USING_BTL.search(msg)
         if mm:
@@ -137,6 +148,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     return {
         "pml": pml,
         "pml_selected": dict(selected),
+        "selected": {fw: c.most_common(1)[0][0] for fw, c in fw_selected.items()},
         "frameworks": frameworks,
         "btl_components": inited,
         "btl_used": dict(btl_used),

@@ -54,6 +54,15 @@ SIGNATURES: Sequence[Signature] = (
          r"srun: error: .*task[s]? [\d,\-\[\]]+: (?:Segmentation fault|Aborted|Killed|Bus error|Exited with exit code [1-9]|Terminated)|"
          r"\bDUE TO TASK FAILURE\b|srun: error: .*Exited with exit code [1-9]",
          "Slurm reports failed tasks"),
+    _sig("launcher-lost-daemon",
+         r"ORTE was unable to reliably start one or more daemons|PRTE has lost communication with a remote daemon|"
+         r"ORTE has lost communication with a remote daemon|An ORTE daemon has unexpectedly failed",
+         "the MPI launcher lost (or could not start) its daemons"),
+    _sig("slurm-step-failed", r"srun: error: Unable to (?:create step|allocate resources|launch)",
+         "Slurm could not start the job step"),
+    _sig("ompi-component-missing",
+         r"A requested component was not found, or was unable to be opened",
+         "Open MPI could not open a component it was asked for (missing plugin or library)"),
     _sig("timeout", r"DUE TO TIME LIMIT|\bJob step timed out\b|srun: Job step aborted: Waiting up to",
          "the job step was cancelled at its time limit (hang or too slow)"),
     _sig("out-of-memory", r"oom-kill|Out Of Memory|OOM Killer|\boom_kill_process\b|Detected \d+ oom[- ]kill",
@@ -66,6 +75,9 @@ SIGNATURES: Sequence[Signature] = (
          r"OPAL ERROR: .*pmix|mpi/pmix(?:_v\d+)?: .*(?:ERROR|error)|pmi/pmix: can not load PMIx library|"
          r"PMI2?_Init failed|PMI_Init returned|pmix_init failed|PMIX_ERR_\w+",
          "PMIx/PMI error: the MPI library and the launcher's process manager do not talk"),
+    _sig("pmix-singletons",
+         r"No PMIx server was reachable|singletons will be started",
+         "the ranks found no PMIx server and started as independent singletons (wrong --mpi= plugin)"),
     _sig("srun-pmix-plugin-missing",
          r"Couldn't find the specified plugin name for mpi/pmix|cannot find mpi plugin for mpi/pmix|"
          r"cannot create mpi context for mpi/pmix|--mpi=pmix\S*\"? -- long invalid MPI type|"
@@ -97,7 +109,7 @@ SIGNATURES: Sequence[Signature] = (
          "libraries built for another system): the run went on, but the environment is not clean",
          severity="warning", verdict="suboptimal"),
     _sig("nccl-failure",
-         r"Test NCCL failure|NCCL error:|\bnccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error\b|"
+         r"Test NCCL failure|NCCL error:|Failed to initialize any NET plugin|\bnccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error\b|"
          r"NCCL WARN .*(?:unhandled (?:system|cuda) error|internal error|system error|remote process exited|"
          r"Connection closed|Call to \w+ failed|Cuda failure)",
          "an NCCL call failed"),
