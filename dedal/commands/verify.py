@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from dedal.console import print_json
 from dedal.errors import UserError
-from dedal.verify.parsers import KINDS, parse_file
+from dedal.verify.parsers import KINDS, parse_file, parse_text
 
 SUBCOMMANDS = ("parse", "run")
 
@@ -95,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="log kinds (guessed from the content unless --kind is given):\n" + _kinds_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parse.add_argument("file", metavar="FILE", help="the log file to parse")
+    parse.add_argument("file", metavar="FILE", help="the log file to parse ('-': standard input)")
     parse.add_argument("--kind", metavar="KIND", help="parse as this kind instead of guessing: " + ", ".join(KINDS))
     parse.add_argument("--json", action="store_true", help="print one JSON object (machine-readable)")
     parse.set_defaults(func=run_parse)
@@ -142,7 +143,11 @@ def _no_action(parser: argparse.ArgumentParser):
 def run_parse(args: argparse.Namespace) -> int:
     if args.kind is not None and args.kind not in KINDS:
         raise UserError(f"unknown log kind {args.kind!r}; known kinds: {', '.join(KINDS)}")
-    result = parse_file(args.file, args.kind)
+    if args.file == "-":
+        result = parse_text(sys.stdin.buffer.read(), args.kind)
+        result["source"] = "<stdin>"
+    else:
+        result = parse_file(args.file, args.kind)
     if args.json:
         print_json(result)
     else:
@@ -173,7 +178,7 @@ def summary(result: Dict[str, Any]) -> str:
             out.append(f"  osu_init: nprocs {init['nprocs']}, min {init['min_ms']:g} ms, max {init['max_ms']:g} ms, "
                        f"avg {init['avg_ms']:g} ms")
     if kind == "nccl-tests" or result.get("rows") is not None and "peak_busbw" in result:
-        out.append(f"nccl-tests {result.get('test') or ''}: {result.get('nranks')} rank(s) on "
+        out.append(f"{result.get('test') or 'nccl-tests'}: {result.get('nranks')} rank(s) on "
                    f"{result.get('nnodes')} node(s), {len(result.get('rows') or [])} row(s)")
         if result.get("peak_busbw") is not None:
             out.append(f"  peak bus bandwidth {result['peak_busbw']:g} GB/s at {result.get('peak_busbw_size')} B; "

@@ -320,6 +320,48 @@ def series_from_nccl(results: Iterable[Mapping[str, Any]], key: str = "oop_busbw
     return out
 
 
+def compare_osu_runs(native_runs: Sequence[Mapping[str, Any]], container_runs: Sequence[Mapping[str, Any]],
+                     benchmark: str, thresholds: Optional[Thresholds] = None,
+                     name: Optional[str] = None) -> CheckResult:
+    """Compare one OSU benchmark from parse results, one result per repetition and side.
+
+    The metric comes from the table (latency -> :func:`compare_latency`, bandwidth or
+    message rate -> :func:`compare_bandwidth`); ``osu_init`` uses the ``avg_ms`` of each run.
+    """
+    label = name or benchmark
+    if benchmark == "osu_init":
+        nat = [r["init"]["avg_ms"] for r in native_runs if r.get("init")]
+        con = [r["init"]["avg_ms"] for r in container_runs if r.get("init")]
+        return compare_init(nat, con, thresholds, name=label)
+    metric, unit = None, None
+    for res in list(native_runs) + list(container_runs):
+        for t in res.get("tables") or []:
+            if t.get("benchmark") == benchmark and t.get("metric"):
+                metric, unit = t["metric"], t.get("unit")
+                break
+        if metric:
+            break
+    nat_s = series_from_osu(native_runs, benchmark)
+    con_s = series_from_osu(container_runs, benchmark)
+    if metric in ("bandwidth", "message_rate"):
+        return compare_bandwidth(nat_s, con_s, thresholds, name=label, unit=unit or "MB/s")
+    return compare_latency(nat_s, con_s, thresholds, name=label)
+
+
+def compare_nccl_runs(native_runs: Sequence[Mapping[str, Any]], container_runs: Sequence[Mapping[str, Any]],
+                      thresholds: Optional[Thresholds] = None, name: Optional[str] = None,
+                      key: str = "oop_busbw") -> CheckResult:
+    """Compare nccl-tests bus bandwidth from parse results (one per repetition and side)."""
+    label = name or next((r.get("test") for r in native_runs if r.get("test")), None) or "nccl-tests"
+    res = compare_busbw(series_from_nccl(native_runs, key), series_from_nccl(container_runs, key), thresholds,
+                        name=label)
+    if any(r.get("nranks") == 1 for r in list(native_runs) + list(container_runs)) and res.verdict != "degenerate":
+        res.findings.append(F.warning("degenerate", f"{label}: a one-rank run: bus bandwidth is 0 by definition",
+                                      verdict="degenerate"))
+        res.verdict = verdict_of(res.findings, res.verdict)
+    return res
+
+
 # ---- transport rules -----------------------------------------------------------------
 
 def _evidence(parsed: Mapping[str, Any], *codes: str) -> List[str]:

@@ -195,3 +195,23 @@ def test_host_facts_mapping() -> None:
     assert h.has_infiniband and h.gpus == 4 and h.gdrdma is None
     with pytest.raises(UserError):
         HostFacts.from_mapping({"infiniband": True})
+
+
+def test_compare_runs_from_parse_results(logs: Path) -> None:
+    from dedal.verify.checks import compare_nccl_runs, compare_osu_runs
+
+    bw = [parse_file(logs / "osu/osu_bw_v6.2_mpich41_cxi_hook_good.txt")] * 3
+    r = compare_osu_runs(bw, bw, "osu_bw")
+    assert r.metric == "bandwidth" and r.unit == "MB/s" and r.verdict == "good"
+    init = [parse_file(logs / "osu/osu_init_v7.5_and_osu_latency_m1_1_slurm_srun_pmix_vs_mpirun_oci.txt")] * 3
+    r = compare_osu_runs(init, init, "osu_init")
+    assert r.metric == "init" and r.sizes[0].native.median == 2048
+    lat = compare_osu_runs(init, init, "osu_latency")
+    assert lat.metric == "latency" and lat.sizes[0].native.n == 6  # two single-size tables per run
+    good = [parse_file(logs / "nccl_tests/all_reduce_perf_2.17.1_2nodes_8xGH200_good_aligned.txt")]
+    bad = [parse_file(logs / "nccl_tests/all_reduce_perf_2.17.1_2nodes_8xGH200_NO_cxi_hook_bad.txt")]
+    assert compare_nccl_runs(good, good).verdict == "good"
+    r = compare_nccl_runs(good, bad)
+    assert r.verdict == "bad" and r.name == "all_reduce_perf" and r.findings[0].code == "busbw-overhead"
+    one = [parse_file(logs / "nccl_tests/all_reduce_perf_single_rank_1xV100_busbw_zero_degenerate.txt")]
+    assert compare_nccl_runs(one, one).verdict == "degenerate"

@@ -70,3 +70,9 @@ def test_verify_image_shorthand_reaches_the_runner(run_dedal, tmp_path: Path) ->
     q = run_dedal("verify", "run", str(tmp_path / "img.sif"))
     assert p.returncode == q.returncode != 0
     assert "invalid choice" not in p.stderr
+
+
+def test_parse_stdin(run_dedal, logs: Path) -> None:
+    text = (logs / "slurm_pmix/srun_mpi_list_slurm_pmix_v5_oci.txt").read_text()
+    p = run_dedal("verify", "parse", "-", "--json", input=text)
+    assert p.returncode == 0 and json.loads(p.stdout)["pmix_versions"] == ["pmix_v5"]

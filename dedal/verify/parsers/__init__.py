@@ -23,6 +23,39 @@ keys of every section. Failure signatures (crashes, PMIx errors, CUDA driver too
 missing ``--nv`` libraries ...) are looked for in every kind.
 
 Lines starting with ``#@ `` are ignored (provenance notes of recorded test data).
+
+The keys per kind (units as the tools print them: OSU latency in us, bandwidth in MB/s,
+init in ms; NCCL bus bandwidth in GB/s, times in us):
+
+- ``osu``: ``version`` (``"7.5"``), ``versions``, ``tables`` (list of ``{benchmark``
+  (``osu_latency``...), ``title``, ``version``, ``device`` (cuda/rocm/None), ``columns``,
+  ``rows``: ``[[size, value, ...], ...]`` (no size for single-value tables such as
+  ``osu_barrier`` v5; text columns such as ``Validation`` kept as strings), ``meta``,
+  ``metric``, ``unit}``), ``init`` (first ``{nprocs, min_ms, max_ms, avg_ms}`` or None),
+  ``inits`` (all of them), ``message_size_option`` (a ``-m`` seen on a command line);
+- ``nccl-tests``: ``test``, ``nranks``, ``nnodes``, ``hosts``, ``devices``, ``params``,
+  ``rows`` (list of ``{size, count, type, redop, root, oop_time_us, oop_algbw,
+  oop_busbw, oop_wrong, ip_time_us, ip_algbw, ip_busbw, ip_wrong}``; ``*_error`` instead
+  of ``*_wrong`` for old versions), ``peak_busbw``, ``peak_busbw_size``, ``avg_busbw``
+  (the ``# Avg bus bandwidth`` line, None when missing), ``avg_busbw_rows``,
+  ``out_of_bounds``, ``completed``;
+- ``nccl-debug``: ``nccl_version``, ``nranks``, ``nnodes``, ``network``, ``networks``,
+  ``ib_devices``, ``ib_link_layers``, ``socket_interfaces``, ``transports`` (count per
+  ``via`` transport, NIC index dropped: ``NET/IB/GDRDMA``, ``P2P/IPC``, ``NET/Socket``,
+  ``SHM/direct/direct``), ``transport_classes``, ``transport_evidence``, ``gdrdma``
+  (True/False/None), ``plugins``;
+- ``ucx-info``: ``memory_domains``, ``transports`` (list of ``{transport, device, type,
+  memory_domain, component, bandwidth_mbs, latency_ns, family}``), ``transport_names``,
+  ``devices``, ``has_rdma``, ``has_shm``, ``has_cuda``, ``connection_managers``;
+- ``ucx-log``: ``ucx_version``, ``ucx_env``, ``selections`` (``{context, scope, cfg,
+  lanes, transports, count, line}``), ``protocols``, ``transports_by_scope``
+  (``{"intra-node": [...], "inter-node": [...], "self": [...]}``), ``ucx_warnings``,
+  ``ucx_errors``, ``ucx_diag``;
+- ``ompi-verbose``: ``pml``, ``selected`` (per framework), ``frameworks``,
+  ``btl_components``, ``btl_used`` (count per BTL of ``Using X btl for send to``),
+  ``btl_peers``, ``hosts``;
+- ``srun-mpi-list``: ``plugins``, ``pmix_versions``, ``has_pmix``;
+- ``failure``: ``failures`` (the failure codes found).
 """
 from __future__ import annotations
 
