@@ -199,6 +199,8 @@ def per_node_build(spack: Spack, node: Node, layers: Path) -> List[str]:
         p = spack("-e", e, *install_args(h))
         assert "[+] %s" % node.prefix(h) in p.stdout.splitlines()
         assert "==> Installing %s [1/1]" % lock.node_id(h) in p.stdout
+        assert all(x.startswith(("==> ", "[+] ", "  Stage: ")) for x in p.stdout.splitlines()), p.stdout
+        assert p.stderr == ""
         # exactly one new prefix: nothing else was built on this node
         on_disk = {x for x in os.listdir(node.root) if not x.startswith(".")}
         assert on_disk == {lock.dirname(d) for d in need} | {lock.dirname(h)}
@@ -681,3 +683,47 @@ def test_standin_runs_with_python_39_syntax():
         assert imported <= set(stdlib) | {"__future__"}, imported - set(stdlib)
     assert os.access(STANDIN_SPACK, os.X_OK)
     assert src.startswith("#!/usr/bin/python3\n")   # Debian host and root fs; no pyenv shim
+
+
+def _standin_module():
+    from importlib.machinery import SourceFileLoader
+    import types
+    loader = SourceFileLoader("dedal_spack_standin", str(STANDIN_SPACK))
+    mod = types.ModuleType(loader.name)
+    mod.__file__ = str(STANDIN_SPACK)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_minimal_yaml_reader_agrees_with_pyyaml():
+    """The stand-in reads spack.yaml without PyYAML: it must agree with it on real files."""
+    standin = _standin_module()
+    texts = [p.read_text() for p in sorted(SPACK_DATA.glob("*.spack.yaml"))]
+    texts += [p.read_text() for p in sorted(SPACK_DATA.glob("externals-host*.yaml"))]
+    for p in sorted(SPACK_DATA.glob("*.spack.yaml")):
+        doc = yaml.safe_load(p.read_text())
+        doc["spack"]["mirrors:"] = {"dedal": "file:///srv/mirror", "other": {"url": "file:///x", "signed": False}}
+        doc["spack"]["view"] = {"default": {"root": "/opt/view", "link": "all", "link_type": "symlink"}}
+        doc["spack"]["config"] = {"install_tree": {"root": "/opt/esd", "padded_length": 128,
+                                                   "projections": {"all": "{name}-{version}-{hash}"}},
+                                  "build_stage": ["$tempdir/$user/spack-stage"], "build_jobs": 4}
+        texts.append(yaml.safe_dump(doc, sort_keys=False))
+        texts.append(yaml.safe_dump(doc, default_flow_style=True))
+        texts.append(json.dumps(doc, indent=1))
+    texts.append("spack:\n  specs: [zlib, 'hdf5 +mpi']  # roots\n  mirrors:: {dedal: file:///m}\n"
+                 "  view:\n    default:\n      root: /opt/view\n  packages:\n    all:\n      target: [x86_64_v3]\n"
+                 "  note: |\n    two\n    lines\n")
+    for text in texts:
+        expected = yaml.safe_load(text)
+        if "mirrors::" in text:   # YAML reads `mirrors::` as the key 'mirrors:' too
+            assert expected["spack"]["mirrors:"] == {"dedal": "file:///m"}
+        assert standin.yaml_load(text) == expected, text
+
+
+def test_spec_strings_compare_token_wise():
+    standin = _standin_module()
+    key = standin.spec_key
+    assert key("openmpi@5 fabrics=ucx schedulers=slurm +cuda") == key("openmpi@5+cuda fabrics=ucx schedulers=slurm")
+    assert key("ucx +cuda") == key("ucx+cuda")
+    assert key("ucx +cuda") != key("ucx ~cuda")
+    assert key("hdf5+mpi ^openmpi@5") != key("hdf5+mpi")
