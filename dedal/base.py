@@ -60,6 +60,7 @@ class BaseDefinition:
     record_versions: Dict[str, str] = field(default_factory=dict)
     probe_versions: Dict[str, str] = field(default_factory=dict)
     env: Dict[str, str] = field(default_factory=dict)
+    python_venv: Dict[str, Any] = field(default_factory=dict)  # {path, packages}: pip packages Debian lacks
 
     @property
     def all_packages(self) -> List[str]:
@@ -109,7 +110,7 @@ def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping (name, suite, packages, ...)")
     known = {"name", "description", "os", "suite", "variant", "arch", "mirror", "updates", "security",
-             "packages", "record_versions", "probe_versions", "env"}
+             "packages", "record_versions", "probe_versions", "env", "python_venv"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -127,6 +128,10 @@ def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
     record = _expect(path, data, "record_versions", dict, {})
     probes = _expect(path, data, "probe_versions", dict, {})
     env = _expect(path, data, "env", dict, {})
+    venv = _expect(path, data, "python_venv", dict, {})
+    if venv and (not isinstance(venv.get("path"), str) or not venv["path"].startswith("/")
+                 or not isinstance(venv.get("packages", []), list)):
+        raise UserError(f"{path}: python_venv: expected {{path: /absolute/dir, packages: [...]}}")
     return BaseDefinition(
         name=_expect(path, data, "name", str, name), path=path, kind="debian", text=text,
         description=_expect(path, data, "description", str, ""), suite=suite,
@@ -137,6 +142,7 @@ def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
         record_versions={str(k): str(v) for k, v in record.items()},
         probe_versions={str(k): str(v) for k, v in probes.items()},
         env={str(k): str(v) for k, v in env.items()},
+        python_venv={"path": venv["path"], "packages": [str(p) for p in venv.get("packages", [])]} if venv else {},
     )
 
 
@@ -408,6 +414,9 @@ def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log
     pkgs = defn.all_packages
     say(f"{stamp()} apt-get install {len(pkgs)} packages (and their dependencies)")
     debootstrap.apt_install(root, pkgs, log=log)
+    if defn.python_venv:
+        say(f"{stamp()} python venv {defn.python_venv['path']}: pip install {' '.join(defn.python_venv['packages'])}")
+        debootstrap.python_venv(root, defn.python_venv["path"], defn.python_venv["packages"], log=log)
     debootstrap.clean_root(root)
 
 

@@ -9,7 +9,7 @@ import os
 import platform
 import shutil
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from dedal.config import Settings
 from dedal.errors import UserError
@@ -42,12 +42,14 @@ def base_identity(name: str) -> str:
     return definition_id(load_definition(name))
 
 
-def base_root(name: str, settings: Settings) -> Optional[Path]:
-    """The root filesystem builds run in (None: the host), built on first use."""
+def base_root(name: str, settings: Settings) -> Tuple[Optional[Path], Dict[str, str]]:
+    """The root filesystem builds run in (None: the host), built on first use, and the
+    environment it defines (e.g. SPACK_PYTHON)."""
     if name == HOST_BASE:
-        return None
+        return None, {}
     from dedal.base import ensure_base
-    return Path(ensure_base(name, settings).rootfs_dir)
+    base = ensure_base(name, settings)
+    return Path(base.rootfs_dir), dict(base.env)
 
 
 def prepare(target: Target) -> Tuple[Plan, Path]:

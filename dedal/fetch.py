@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -22,7 +23,7 @@ from dedal.build import base_root, prepare
 from dedal.config import Settings
 from dedal.errors import DedalError, ToolError, UserError
 from dedal.nodebuild import sandbox_runner
-from dedal.spack_env import minimal_manifest, write_env_dir
+from dedal.spack_env import minimal_manifest, stage_manifest, write_env_dir
 from dedal.workspace import Target
 
 
@@ -110,7 +111,14 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
     manifest_digest = hashlib.sha256((work / "spack.yaml").read_bytes()).hexdigest()
     stamp = work / ".concretized-from"
 
-    root = base_root(target.base_image, settings)
+    # Spack works in its own environment directory: the user's manifest plus a writable
+    # install tree and stage (concretization opens the store; nothing is installed there)
+    fenv = work / "fetch-env"
+    write_env_dir(fenv, stage_manifest(manifest, install_root=str(work / "fetch-store"), stage=work / "fetch-stage",
+                                       mirror=mirror), given_lock)
+    if given_lock is None and (work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest:
+        shutil.copyfile(work / "spack.lock", fenv / "spack.lock")
+    root, root_env = base_root(target.base_image, settings)
     cache = user_cache(settings, spack_root)
     cache.mkdir(parents=True, exist_ok=True)
     binds = [rt.Bind(work), rt.Bind(mirror), rt.Bind(spack_root, readonly=True), rt.Bind(cache)]
@@ -118,21 +126,22 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
         for entry in manifest["spack"].get(key) or []:
             if isinstance(entry, str) and entry.startswith("/") and Path(entry).exists():
                 binds.append(rt.Bind(entry, readonly=True))
-    spack = Spack(spack_root, cache, sandbox_runner(root, binds, settings.runtime))
+    spack = Spack(spack_root, cache, sandbox_runner(root, binds, settings.runtime, root_env))
 
     concretized = False
     if given_lock is not None:
         stamp.unlink(missing_ok=True)
     elif not ((work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest):
         note("concretizing in the base image")
-        spack.concretize(work, logs / "concretize.log", force=True)
+        (fenv / "spack.lock").unlink(missing_ok=True)
+        spack.concretize(fenv, logs / "concretize.log", force=True)
+        shutil.copyfile(fenv / "spack.lock", work / "spack.lock")
         stamp.write_text(manifest_digest)
         concretized = True
     sources_file = work / "sources.json"
     script = work / "list_sources.py"
     script.write_text(resources.files("dedal").joinpath("data/list_sources.py").read_text())
-    spack._run(["python", str(script), str(sources_file)], envdir=work, log=logs / "list-sources.log",
-               what="spack python list_sources.py")
+    spack.python_script(fenv, script, [str(sources_file)], logs / "list-sources.log")
     try:
         sources = json.loads(sources_file.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -143,7 +152,7 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
     if missing:
         note(f"fetching {len(missing)} of {total} sources into {mirror}")
         try:
-            spack.mirror_create(work, mirror, logs / "mirror-create.log")
+            spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
         except ToolError:
             pass  # what is still missing is reported below, precisely
         missing, total = _missing(sources, mirror)

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from dedal import __version__
 from dedal.adapters import runtime as rt
@@ -134,12 +134,14 @@ def _full_hint(stage: Path) -> str:
     return ""
 
 
-def sandbox_runner(base_root: Optional[Path], binds: Sequence[rt.Bind], runtime: str) -> Callable:
+def sandbox_runner(base_root: Optional[Path], binds: Sequence[rt.Bind], runtime: str,
+                   base_env: Optional[Dict[str, str]] = None) -> Callable:
     """A Spack runner that executes inside the base image (or the host with a private
     mount namespace when ``base_root`` is None) with the stage at the install root."""
 
     def run(cmd, *, env, log, what, timeout=None):  # noqa: ANN001
-        full = dict(env)
+        full = dict(base_env or {})
+        full.update(env)
         full.setdefault("PATH", os.environ.get("PATH", STD_PATH) if base_root is None else STD_PATH)
         if base_root is None and "SPACK_PYTHON" in os.environ:
             full.setdefault("SPACK_PYTHON", os.environ["SPACK_PYTHON"])
@@ -158,6 +160,7 @@ def run_job(
     stage_dir: Path,
     log_dir: Path,
     base_root: Optional[Path],
+    base_env: Optional[Dict[str, str]] = None,
     runtime: str = "auto",
     build_jobs: int = 0,
     spack_cache: Optional[Path] = None,
@@ -214,7 +217,7 @@ def run_job(
                      rt.Bind(mirror, readonly=True), rt.Bind(cache)]
             for extra in _repo_dirs(manifest):
                 binds.append(rt.Bind(extra, readonly=True))
-            spack = Spack(spack_root, cache, sandbox_runner(base_root, binds, runtime))
+            spack = Spack(spack_root, cache, sandbox_runner(base_root, binds, runtime, base_env))
             t0 = time.monotonic()
             spack.reindex(envdir, job_log)
             result.reindex_s = time.monotonic() - t0

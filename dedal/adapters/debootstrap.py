@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import tempfile
 import shutil
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -138,6 +140,31 @@ def apt_install(root: Path, packages: Iterable[str], *, log: Optional[Path] = No
                 raise UserError(f"base image packages: {m.group(1)} (see {log})") from None
             raise exc
     apt(root, ["clean"], log=log, what="apt-get clean")
+
+
+def python_venv(root: Path, venv: str, packages: Iterable[str], *, log: Optional[Path] = None,
+                timeout: Optional[float] = None) -> None:
+    """A Python virtual environment inside ``root`` with ``packages`` from PyPI (e.g. clingo
+    for Spack's concretizer, which Debian does not package).
+
+    The wheels are downloaded on the host, with the host's pip configuration (index,
+    proxy, CA bundle), for the root's Python version, then installed inside the root
+    without network: a site's TLS-intercepting proxy is trusted by the host, not by a
+    fresh Debian root."""
+    runtime.run_in(root, ["python3", "-m", "venv", venv], log=log, what="python3 -m venv",
+                   runtime="bwrap", writable=True, timeout=timeout)
+    pkgs = list(packages)
+    if not pkgs:
+        return
+    pyver = runtime.run_in(root, [f"{venv}/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                           what="python3 --version", runtime="bwrap").stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="dedal-wheels-") as wheels:
+        proc.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", pyver,
+                  "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+                  "-d", wheels, *pkgs], log=log, what="pip download", timeout=timeout)
+        runtime.run_in(root, [f"{venv}/bin/python3", "-m", "pip", "install", "-q", "--no-index", "--find-links",
+                              "/opt/dedal-wheels", *pkgs], binds=[runtime.Bind(wheels, "/opt/dedal-wheels", readonly=True)],
+                       log=log, what="pip install", runtime="bwrap", writable=True, timeout=timeout)
 
 
 def clean_root(root: Path) -> None:

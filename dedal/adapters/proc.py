@@ -36,8 +36,9 @@ def which(tool: str, hint: str = "") -> str:
 
 
 def _tail(text: str, lines: int = 5) -> str:
-    rows = [r for r in text.strip().splitlines() if r.strip()]
-    return " | ".join(rows[-lines:])
+    """The last lines of a command's output (without dedal's own "$ command" headers)."""
+    rows = [r.strip() for r in text.strip().splitlines() if r.strip() and not r.startswith("$ ")]
+    return " | ".join(r if len(r) <= 300 else r[:297] + "..." for r in rows[-lines:])
 
 
 def run(
@@ -51,20 +52,27 @@ def run(
     check: bool = True,
     input: Optional[str] = None,
     stdout: Optional[IO] = None,
+    shown: Optional[Cmd] = None,
 ) -> Result:
     """Run a command to completion.
+
+    ``shown`` is the command as errors name it, when ``cmd`` wraps it (a sandbox
+    launcher's long command line stays in the log, the error names what ran inside).
 
     With ``log``, stdout and stderr are appended to that file (after a header line
     with the command) and Result.stdout is empty; otherwise both are captured.
     ``stdout`` may be an open binary file for large outputs (e.g. a tar stream).
     """
     argv = [os.fspath(c) for c in cmd]
+    named = [os.fspath(c) for c in shown] if shown else argv
     label = what or argv[0]
     start = time.monotonic()
+    offset = 0
     try:
         if log is not None:
             log = Path(log)
             log.parent.mkdir(parents=True, exist_ok=True)
+            offset = log.stat().st_size if log.exists() else 0
             with open(log, "a", encoding="utf-8", errors="replace") as fh:
                 fh.write(f"$ {shlex.join(argv)}\n")
                 fh.flush()
@@ -83,11 +91,16 @@ def run(
     except FileNotFoundError:
         raise ToolMissing(argv[0]) from None
     except subprocess.TimeoutExpired:
-        raise ToolError(label, argv, 124, log, f"timed out after {timeout:.0f} s") from None
+        raise ToolError(label, named, 124, log, f"timed out after {timeout:.0f} s") from None
     elapsed = time.monotonic() - start
     if check and proc.returncode != 0:
-        detail = _tail(err or out) if log is None else _tail(Path(log).read_text(errors="replace"))
-        raise ToolError(label, argv, proc.returncode, log, detail)
+        if log is None:
+            detail = _tail(err or out)
+        else:
+            with open(log, "rb") as fh:
+                fh.seek(offset)
+                detail = _tail(fh.read().decode("utf-8", "replace"))
+        raise ToolError(label, named, proc.returncode, log, detail)
     return Result(argv, proc.returncode, out or "", err or "", elapsed)
 
 

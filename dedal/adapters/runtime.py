@@ -562,7 +562,7 @@ def run_in(
     with prepared(root, cmd, binds=binds, env=env, cwd=cwd, runtime=runtime,  # type: ignore[arg-type]
                   writable=writable, nv=nv) as prep:
         return proc.run(prep.argv, what=what or f"{Path(str(cmd[0])).name} in {root or 'host'}",
-                        log=log, env=prep.env, timeout=timeout, check=check, input=input)
+                        log=log, env=prep.env, timeout=timeout, check=check, input=input, shown=cmd)
 
 
 def run_interactive(

@@ -87,6 +87,10 @@ class Spack:
     def concretize(self, envdir: Path, log: Path, force: bool = False) -> None:
         self._run(["concretize", *(["-f"] if force else [])], envdir=envdir, log=log, what="spack concretize")
 
+    def python_script(self, envdir: Path, script: Path, args: Sequence[str], log: Path) -> None:
+        """Run a script with Spack's Python API inside the environment (``spack python``)."""
+        self._run(["python", str(script), *args], envdir=envdir, log=log, what=f"spack python {Path(script).name}")
+
     def mirror_create(self, envdir: Path, mirror: Path, log: Path) -> None:
         self._run(["mirror", "create", "-d", str(mirror), "--all"], envdir=envdir, log=log, what="spack mirror create")
 

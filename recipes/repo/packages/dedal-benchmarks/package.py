@@ -1,0 +1,52 @@
+# dedal's bundled microbenchmarks: MPI init time, point-to-point latency and bandwidth,
+# an all-reduce, and (with +cuda) an NCCL all-reduce. The sources ship with this recipe
+# (src/), so the package needs no download and no mirror entry.
+import hashlib
+import os
+
+from spack.package import *
+
+
+class DedalBenchmarks(Package):
+    """MPI and NCCL microbenchmarks that dedal runs natively and in the container to
+    verify an image (output in the OSU / nccl-tests table layouts)."""
+
+    homepage = "https://github.com/dedal-hpc/dedal"
+    has_code = False
+
+    # Spack's DAG hash covers package.py, not the files beside it: this checksum of src/
+    # ties the hash to the sources (tests check that it is current).
+    SOURCES_SHA256 = "7a354d269ca8e2be34b06cd89894e120e5cb42b3a0a00a95d6effc376ebaf550"
+
+    version("1.0")
+
+    variant("cuda", default=False, description="Build the NCCL all-reduce benchmark")
+
+    depends_on("mpi")
+    depends_on("cuda", when="+cuda")
+    depends_on("nccl", when="+cuda")
+
+    MPI_BENCHMARKS = ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce"]
+
+    def _sources(self):
+        return join_path(self.package_dir, "src")
+
+    def install(self, spec, prefix):
+        src = self._sources()
+        digest = hashlib.sha256()
+        for name in sorted(os.listdir(src)):
+            with open(join_path(src, name), "rb") as fh:
+                digest.update(fh.read())
+        mkdirp(prefix.bin)
+        mpicc = Executable(spec["mpi"].mpicc)
+        for name in self.MPI_BENCHMARKS:
+            mpicc("-O2", "-std=c11", "-I" + src, "-o", join_path(prefix.bin, name), join_path(src, name + ".c"))
+        if spec.satisfies("+cuda"):
+            nvcc = Executable(join_path(spec["cuda"].prefix.bin, "nvcc"))
+            nvcc("-O2", "-ccbin", spec["mpi"].mpicxx,
+                 "-I" + spec["nccl"].prefix.include, "-o", join_path(prefix.bin, "dedal_nccl_allreduce"),
+                 join_path(src, "dedal_nccl_allreduce.cu"),
+                 "-L" + spec["nccl"].prefix.lib, "-lnccl", "-Xlinker", "-rpath=" + spec["nccl"].prefix.lib)
+        mkdirp(prefix.share.dedal)
+        with open(join_path(prefix.share.dedal, "sources.sha256"), "w") as fh:
+            fh.write(digest.hexdigest() + "\n")

@@ -1,0 +1,36 @@
+/* Point-to-point ping-pong latency between rank 0 and rank 1 (half round trip). */
+#include "common.h"
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    need_two_ranks(size, "dedal_latency");
+    size_t max = max_size_from_args(argc, argv);
+    char *buf = buffer(max);
+    if (rank == 0) {
+        printf("# dedal-bench MPI Latency Test v" DEDAL_BENCH_VERSION "\n");
+        printf("# Size          Latency (us)\n");
+    }
+    for (size_t s = 0; s <= max; s = s ? s * 2 : 1) {
+        int iters = iterations(s, 1000, 100), warm = iters / 10;
+        double t0 = 0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int i = 0; i < iters + warm; i++) {
+            if (i == warm) t0 = now_us();
+            if (rank == 0) {
+                MPI_Send(buf, (int)s, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
+                MPI_Recv(buf, (int)s, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(buf, (int)s, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(buf, (int)s, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+            }
+        }
+        if (rank == 0) printf("%-10zu %18.2f\n", s, (now_us() - t0) / (2.0 * iters));
+        fflush(stdout);
+    }
+    free(buf);
+    MPI_Finalize();
+    return 0;
+}
