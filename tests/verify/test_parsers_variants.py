@@ -346,3 +346,37 @@ def test_old_nccl_without_using_network_line() -> None:
     assert r["transports"] == {"NET/IB": 1} and r["gdrdma"] is False
     assert r["ib_link_layers"] == ["IB"] and r["verdict"] == "suboptimal"
     assert "nccl-socket-transport" not in codes(r)  # the bootstrap socket is not a data transport
+
+
+SIGNATURE_SAMPLES = {
+    "segfault": "srun: error: nid1: task 0: Segmentation fault (core dumped)",
+    "crash-signal": "[nid1:42] *** Process received signal ***",
+    "mpi-abort": "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD",
+    "mpi-init-failed": "*** An error occurred in MPI_Init",
+    "pml-unavailable": "No components were able to be opened in the pml framework.",
+    "launcher-abort": "prterun noticed that process rank 1 with PID 0 on node vm exited on a non-zero status",
+    "slurm-task-failure": "srun: error: nid1: task 3: Exited with exit code 1",
+    "launcher-lost-daemon": "ORTE was unable to reliably start one or more daemons.",
+    "slurm-step-failed": "srun: error: Unable to create step for job 42: Memory required by task is not available",
+    "ompi-component-missing": "A requested component was not found, or was unable to be opened.  This",
+    "timeout": "slurmstepd: error: *** STEP 42.0 ON nid1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***",
+    "out-of-memory": "slurmstepd: error: Detected 1 oom_kill event in StepId=42.0.",
+    "not-enough-slots": "There are not enough slots available in the system to satisfy the 4",
+    "pmix-error": "[cn007:24154] PMIX ERROR: UNREACHABLE in file server/pmix_server.c at line 2147",
+    "pmix-singletons": "No PMIx server was reachable, but a PMI1/2 was detected.",
+    "srun-pmix-plugin-missing": "srun: error: cannot find mpi plugin for mpi/pmix",
+    "direct-launch-without-pmi": "but OMPI was not built with SLURM's PMI support and therefore cannot",
+    "cuda-driver-too-old": "Cuda failure common.cu:891 'CUDA driver version is insufficient for CUDA runtime version'",
+    "nv-libraries-missing": "WARNING: Could not find any nv libraries on this host!",
+    "cuda-failure": "Test CUDA failure common.cu:1045 'out of memory'",
+    "loader-warning": "./osu_bw: /usr/lib/libnl-3.so.200: no version information available (required by /usr/lib64/libcxi.so.1)",
+    "nccl-failure": "h:1:1 [0] NCCL WARN Failed to initialize any NET plugin",
+}
+
+
+@pytest.mark.parametrize("code", sorted(SIGNATURE_SAMPLES))
+def test_every_signature_fires(code: str) -> None:
+    from dedal.verify.parsers.signatures import SIGNATURES, scan
+
+    assert {s.code for s in SIGNATURES} == set(SIGNATURE_SAMPLES)
+    assert code in [f.code for f in scan([SIGNATURE_SAMPLES[code]])]

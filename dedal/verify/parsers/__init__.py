@@ -102,7 +102,7 @@ def parse_lines(lines: List[str], kind: Optional[str] = None) -> Dict[str, Any]:
     if kind is not None and kind not in KINDS:
         raise UserError(f"unknown log kind {kind!r}; known kinds: {', '.join(KINDS)}")
     present = sections(lines)
-    kind = kind or detect_kind(lines)
+    kind = kind or detect_kind(lines, present)
     result: Dict[str, Any] = {"kind": kind}
     findings: List[Finding] = []
     base = "unknown"

@@ -12,7 +12,7 @@ output, no debug log); ``unknown`` is a log with nothing recognizable.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from dedal.verify.parsers import nccl_debug, ompi_verbose, osu, srun_mpi, ucx_log
 from dedal.verify.parsers import nccl_tests
@@ -55,9 +55,10 @@ def sections(lines: Sequence[str]) -> List[str]:
     return [k for k in PRIORITY if found[k]]
 
 
-def detect_kind(lines: Sequence[str]) -> str:
-    """The main kind of ``lines`` (cleaned), ``failure`` or ``unknown``."""
-    found = sections(lines)
+def detect_kind(lines: Sequence[str], found: Optional[List[str]] = None) -> str:
+    """The main kind of ``lines`` (cleaned), ``failure`` or ``unknown``; ``found`` is
+    :func:`sections` of the same lines when the caller has it already."""
+    found = sections(lines) if found is None else found
     if found:
         return found[0]
     if scan(lines):

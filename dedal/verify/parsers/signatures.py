@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from dedal.verify.findings import MAX_EVIDENCE, Finding
 
@@ -22,10 +22,41 @@ class Signature:
     message: str
     severity: str = "error"
     verdict: str = "failed"
+    keys: Tuple[str, ...] = ()  # lower-case literals, one of which a matching line contains (a fast pre-filter)
 
 
 def _sig(code: str, regex: str, message: str, severity: str = "error", verdict: str = "failed") -> Signature:
-    return Signature(code, re.compile(regex, re.IGNORECASE), message, severity, verdict)
+    return Signature(code, re.compile(regex, re.IGNORECASE), message, severity, verdict, _KEYS[code])
+
+
+_KEYS: Dict[str, Tuple[str, ...]] = {
+    "segfault": ("segmentation fault", "sigsegv", "signal 11"),
+    "crash-signal": ("process received signal", "signal:", "exited on signal", "aborted (core dumped)", "bus error",
+                     "illegal instruction", "floating point exception"),
+    "mpi-abort": ("mpi_abort", "mpi_errors_are_fatal"),
+    "mpi-init-failed": ("mpi_init", "opal_init", "orte_init", "runtime init failed"),
+    "pml-unavailable": ("pml framework",),
+    "launcher-abort": ("has exited due to", "noticed that process", "primary job"),
+    "slurm-task-failure": ("srun: error", "due to task failure"),
+    "launcher-lost-daemon": ("daemon",),
+    "slurm-step-failed": ("srun: error: unable to",),
+    "ompi-component-missing": ("a requested component",),
+    "timeout": ("time limit", "timed out", "job step aborted"),
+    "out-of-memory": ("oom", "out of memory"),
+    "not-enough-slots": ("not enough slots",),
+    "pmix-error": ("pmix", "pmi2_init", "pmi_init"),
+    "pmix-singletons": ("pmix server was reachable", "singletons"),
+    "srun-pmix-plugin-missing": ("mpi/pmix", "mpi type"),
+    "direct-launch-without-pmi": ("direct launched", "pmi support"),
+    "cuda-driver-too-old": ("insufficient", "forward compatibility", "unsupported display driver"),
+    "nv-libraries-missing": ("nv libraries", "nv files", "nv binaries", "libcuda.so", "libnvidia-ml.so",
+                             "nvidia-smi has failed", "no nvidia driver", "cuda-capable", "cuda driver initialization",
+                             "cudaerrornodevice", "cuda_error_no_device"),
+    "cuda-failure": ("cuda failure", "cudaerror", "cuda error"),
+    "loader-warning": ("no version information", "couldn't load driver", "cannot be preloaded"),
+    "nccl-failure": ("nccl failure", "nccl error", "any net plugin", "ncclinternal", "ncclsystem", "ncclunhandled",
+                     "ncclinvalid", "ncclremote", "nccl warn"),
+}
 
 
 SIGNATURES: Sequence[Signature] = (
@@ -65,7 +96,7 @@ SIGNATURES: Sequence[Signature] = (
          "Open MPI could not open a component it was asked for (missing plugin or library)"),
     _sig("timeout", r"DUE TO TIME LIMIT|\bJob step timed out\b|srun: Job step aborted: Waiting up to",
          "the job step was cancelled at its time limit (hang or too slow)"),
-    _sig("out-of-memory", r"oom-kill|Out Of Memory|OOM Killer|\boom_kill_process\b|Detected \d+ oom[- ]kill",
+    _sig("out-of-memory", r"oom-kill|Out Of Memory|OOM Killer|\boom_kill_process\b|Detected \d+ oom[-_ ]kill",
          "a process was killed for running out of memory"),
     _sig("not-enough-slots", r"There are not enough slots available in the system",
          "the launcher had not enough slots for the requested ranks"),
@@ -126,7 +157,10 @@ def scan(lines: Sequence[str], signatures: Sequence[Signature] = SIGNATURES) -> 
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
+        low = stripped.lower()
         for sig in signatures:
+            if sig.keys and not any(k in low for k in sig.keys):
+                continue
             if sig.pattern.search(stripped):
                 if sig.code not in counts:
                     order.append(sig.code)
