@@ -146,6 +146,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             partial.append(line)
             continue
         rows.append(row)
+        partial.clear()  # a short line followed by complete rows was noise, not the end of the output
 
     hosts = sorted({r["host"] for r in ranks})
     rank_ids = [r["rank"] for r in ranks]

@@ -155,7 +155,6 @@ class _Table:
         self.columns: Optional[List[str]] = None
         self.rows: List[List[Any]] = []
         self.partial: List[str] = []  # rows cut short (evidence of truncation)
-        self.last_line_no = line_no
         self.init_seen = False
 
     @property
@@ -202,7 +201,6 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     cur: Optional[_Table] = None
     events: List[str] = []  # order of structured elements: "table" / "init"
     msg_opt: Optional[str] = None
-    last_structured_line = -1
 
     for no, raw in enumerate(lines):
         line = strip_srun_label(raw).strip()
@@ -220,7 +218,6 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             cur = _Table(title, version, no)
             tables.append(cur)
             events.append("table")
-            last_structured_line = no
             continue
         m = INIT.search(line)
         if m:
@@ -233,7 +230,6 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             if cur is not None and cur.title and "init" in cur.title.lower():
                 cur.init_seen = True
             events.append("init")
-            last_structured_line = no
             continue
         if COLUMN_HEADER.match(line) and not _row_tokens(line):
             if cur is None or cur.columns is not None:
@@ -242,8 +238,6 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 tables.append(cur)
                 events.append("table")
             cur.columns = split_columns(line)
-            cur.last_line_no = no
-            last_structured_line = no
             continue
         if line.startswith("#"):
             if cur is not None and cur.columns is None:
@@ -265,8 +259,6 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 width = len(toks)
         if len(toks) < width:
             cur.partial.append(line)
-            cur.last_line_no = no
-            last_structured_line = no
             continue
         row = [_convert(t) for t in toks]
         if len(row) > width:
@@ -282,8 +274,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 tables.append(cur)
                 events.append("table")
         cur.rows.append(row)
-        cur.last_line_no = no
-        last_structured_line = no
+        cur.partial = []  # a short line followed by complete rows was noise, not the end of the output
 
     # ---- what the tables say -------------------------------------------------------
     data_tables = [t for t in tables if not (t.title and "init" in t.title.lower() and not t.rows)]
