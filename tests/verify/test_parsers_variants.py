@@ -272,7 +272,7 @@ def test_ucx_inter_node_tcp_is_bad() -> None:
 
 def test_ucx_error_line_is_reported_not_fatal() -> None:
     text = ("[1.0] [vm:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory cma/memory)\n"
-            "[1.0] [vm:7:0]    mm_posix.c:238  UCX  ERROR open(/proc/8/fd/25) failed: Permission denied\n")
+            "[1.0] [vm:7:0]     ib_iface.c:123  UCX  ERROR ibv_create_cq(cqe=4096) failed: Cannot allocate memory\n")
     r = parse_text(text)
     assert r["verdict"] == "suboptimal" and codes(r) == ["ucx-error"]
 
@@ -380,3 +380,10 @@ def test_every_signature_fires(code: str) -> None:
 
     assert {s.code for s in SIGNATURES} == set(SIGNATURE_SAMPLES)
     assert code in [f.code for f in scan([SIGNATURE_SAMPLES[code]])]
+
+
+def test_ucx_posix_proc_denied_under_user_namespaces_is_harmless() -> None:
+    text = ("[1.0] [vm:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory cma/memory)\n"
+            "[1.0] [vm:7:0]    mm_posix.c:238  UCX  ERROR open(/proc/8/fd/25) failed: Permission denied\n")
+    r = parse_text(text)
+    assert r["verdict"] == "good" and codes(r) == ["ucx-posix-proc-denied"]

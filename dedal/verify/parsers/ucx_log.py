@@ -42,6 +42,10 @@ DEVICE_UNAVAILABLE = re.compile(r"network device '(?P<dev>[^']+)' is not availab
 TL_UNAVAILABLE = re.compile(r"transports? (?P<tls>'[^']+'(?:\s*,\s*'[^']+')*) (?:is|are) not available"
                             r"(?:, please use one or more of: (?P<alt>.*))?")
 
+# ranks in separate user namespaces (ch-run, some Apptainer set-ups) cannot open each other's
+# /proc/<pid>/fd: UCX's posix transport fails for that peer and sysv/cma are used instead
+POSIX_PROC_DENIED = re.compile(r"open\(/proc/\d+/fd/\d+\) failed: Permission denied")
+
 SHM_TLS = {"sysv", "posix", "xpmem", "knem", "cma", "mm", "self", "cuda_ipc", "rocm_ipc", "ze_ipc", "cuda_copy",
            "rocm_copy", "ze_copy", "gdr_copy"}
 TCP_TLS = {"tcp", "sockcm"}
@@ -73,6 +77,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     current: Dict[str, Tuple[str, str, int, str]] = {}  # pid -> table context
     warn_lines: List[str] = []
     error_lines: List[str] = []
+    proc_denied: List[str] = []
     unavailable_dev: List[str] = []
     unavailable_tl: List[str] = []
     diag = 0
@@ -116,7 +121,10 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 warn_lines.append(line)
             continue
         if level in ("ERROR", "FATAL"):
-            error_lines.append(line)
+            if POSIX_PROC_DENIED.search(msg):
+                proc_denied.append(line)
+            else:
+                error_lines.append(line)
             continue
         mv = VERSION.match(msg)
         if mv:
@@ -199,6 +207,10 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             f"left: {(m.group('alt') or '?').strip() if m else '?'}", unavailable_tl[:3]))
     if warn_lines:
         findings.append(F.warning("ucx-warn", f"UCX printed {len(warn_lines)} WARN line(s)", warn_lines[:5]))
+    if proc_denied:
+        findings.append(F.info("ucx-posix-proc-denied", f"UCX could not open a peer's /proc/<pid>/fd ({len(proc_denied)} "
+                               "line(s)): the ranks run in separate user namespaces, so the posix shared-memory "
+                               "transport is unusable between them and UCX uses sysv/cma (harmless)", proc_denied[:2]))
     if error_lines:
         findings.append(F.warning("ucx-error", f"UCX printed {len(error_lines)} ERROR line(s) (the run may still "
                                   "have succeeded over other transports)", error_lines[:5]))
