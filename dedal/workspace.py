@@ -7,6 +7,7 @@ alone on the artifact of the stage before it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -86,7 +87,10 @@ class Target:
                         "(or put a spack.lock next to the environment file)")
 
     def lock(self) -> SpackLock:
-        return load_lock(self.find_lock())
+        lock = load_lock(self.find_lock())
+        if self.env is not None:
+            check_lock_matches(self.env, lock)
+        return lock
 
     def base_id(self) -> str:
         if self.given_plan:
@@ -106,6 +110,34 @@ class Target:
         if self.given_plan:
             return self.given_plan
         return self.make_plan()
+
+
+_SPEC_TOKEN = re.compile(r"[+~][^\s+~^%]+|[^\s+~^%]+|[\^%][^\s+~^%]+")
+
+
+def _spec_tokens(spec: str) -> frozenset:
+    """An abstract spec as a set of tokens, so that Spack's own formatting in the lock
+    ("openmpi@5+cuda fabrics=ucx") equals what the user wrote ("openmpi@5 fabrics=ucx +cuda")."""
+    return frozenset(_SPEC_TOKEN.findall(spec))
+
+
+def check_lock_matches(env: EnvFile, lock: SpackLock) -> None:
+    """A lock concretized from other specs would build another environment: refuse it."""
+    specs = env.spack.get("specs")
+    if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+        return  # matrices / definitions: Spack expands them; nothing simple to compare
+    wanted = {_spec_tokens(s): s for s in specs}
+    locked = {_spec_tokens(s): s for s in lock.root_specs.values()}
+    if set(wanted) != set(locked):
+        missing = sorted(wanted[k] for k in set(wanted) - set(locked))
+        extra = sorted(locked[k] for k in set(locked) - set(wanted))
+        parts = []
+        if missing:
+            parts.append(f"not in the lock: {', '.join(missing)}")
+        if extra:
+            parts.append(f"only in the lock: {', '.join(extra)}")
+        raise UserError(f"{lock.describe()} does not match {env.path} ({'; '.join(parts)}); "
+                        "re-run `dedal fetch` to concretize again, or give the matching spack.lock")
 
 
 def resolve(arg: str, settings: Settings) -> Target:
