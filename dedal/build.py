@@ -16,7 +16,7 @@ from dedal.errors import UserError
 from dedal.executors.common import BuildSummary
 from dedal.plan import Plan
 from dedal.progress import BuildProgress
-from dedal.spack_env import minimal_manifest, write_env_dir
+from dedal.spack_env import carry_includes, minimal_manifest, write_env_dir
 from dedal.workspace import Target
 
 HOST_BASE = "host"  # build on the host itself (private mount namespace), no base image
@@ -66,7 +66,7 @@ def prepare(target: Target) -> Tuple[Plan, Path]:
     work.mkdir(parents=True, exist_ok=True)
     lock_src = target.find_lock()
     lock = target.lock()
-    manifest = target.env.spack_yaml() if target.env else minimal_manifest(lock.root_specs)
+    manifest = carry_includes(target.env.spack_yaml() if target.env else minimal_manifest(lock.root_specs), work)
     dest_lock = work / "spack.lock"
     same = dest_lock.exists() and os.path.samefile(lock_src, dest_lock)
     write_env_dir(work, manifest, None if same else lock_src)

@@ -62,6 +62,8 @@ SETTINGS: List[Setting] = [
     Setting("spack_root", "path", _const(None), "existing Spack checkout to use instead of cloning", optional=True),
     Setting("spack_url", "str", _const("https://github.com/spack/spack.git"), "git URL (or local path) Spack is cloned from"),
     Setting("spack_ref", "str", _const(PINNED_SPACK_REF), "pinned Spack commit, tag or branch"),
+    Setting("envs_url", "str", _const(""), "git URL (or path) of a spack-envs repository; ENV arguments are paths inside it"),
+    Setting("envs_ref", "str", _const("main"), "commit, tag or branch of the spack-envs repository"),
     Setting("debian_mirror", "str", _const(""), "Debian mirror for base images (default: the host's apt sources, else deb.debian.org)"),
     Setting("runtime", "choice", _const("auto"), "container runtime for builds and `dedal exec`", choices=("auto", "apptainer", "charliecloud", "bwrap")),
     Setting("executor", "choice", _const("local"), "where build jobs run", choices=("local", "slurm")),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,7 @@ from dedal.build import base_root, prepare
 from dedal.config import Settings
 from dedal.errors import DedalError, ToolError, UserError
 from dedal.nodebuild import sandbox_runner
-from dedal.spack_env import minimal_manifest, stage_manifest, write_env_dir
+from dedal.spack_env import carry_includes, minimal_manifest, stage_manifest, write_env_dir
 from dedal.workspace import Target
 
 
@@ -75,6 +76,18 @@ def obtain_spack(settings: Settings) -> Tuple[Path, str]:
     return dest, commit
 
 
+def envs_checkout(settings: Settings) -> Tuple[Path, str]:
+    """The spack-envs repository at ``envs_ref`` (cloned or updated in the cache)."""
+    digest = hashlib.sha256(settings.envs_url.encode()).hexdigest()[:12]
+    dest = Path(settings.cache_dir) / "spack-envs" / f"{digest}-{re.sub(r'[^A-Za-z0-9._-]+', '_', settings.envs_ref)}"
+    try:
+        commit = gitad.checkout(settings.envs_url, settings.envs_ref, dest)
+    except ToolError as exc:
+        raise UserError(f"cannot obtain the environments repository {settings.envs_url} at {settings.envs_ref} "
+                        f"({exc.detail or exc.one_line()})") from None
+    return dest, commit
+
+
 def _missing(sources: List[dict], mirror: Path) -> Tuple[List[MissingSource], int]:
     missing: List[MissingSource] = []
     total = 0
@@ -89,6 +102,37 @@ def _missing(sources: List[dict], mirror: Path) -> Tuple[List[MissingSource], in
                     missing.append(MissingSource(f"{pkg['name']}@{pkg['version']}", kind.rstrip("s"),
                                                  src.get("url") or "", paths[0]))
     return missing, total
+
+
+def _list_sources(spack: Spack, fenv: Path, work: Path, logs: Path, note) -> Optional[List[dict]]:  # noqa: ANN001
+    """Every source with its mirror paths, through Spack's Python API; None when this
+    Spack cannot run the listing (another API version, or no `spack python`)."""
+    sources_file = work / "sources.json"
+    script = work / "list_sources.py"
+    script.write_text(resources.files("dedal").joinpath("data/list_sources.py").read_text())
+    sources_file.unlink(missing_ok=True)
+    try:
+        spack.python_script(fenv, script, [str(sources_file)], logs / "list-sources.log")
+        data = json.loads(sources_file.read_text())
+    except (ToolError, OSError, json.JSONDecodeError) as exc:
+        note(f"could not list sources per package ({getattr(exc, 'detail', '') or exc}); "
+             "relying on spack mirror create")
+        return None
+    return data if isinstance(data, list) else None
+
+
+def _failed_downloads(log: Path) -> List[str]:
+    """Specs Spack reports as failed in `spack mirror create` output."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    failed: List[str] = []
+    for line in text.splitlines():
+        m = re.search(r"Failed downloads:\s*(.*)$", line) or re.search(r"Error while fetching (\S+)", line)
+        if m and m.group(1).strip():
+            failed.extend(t for t in m.group(1).split() if t not in failed)
+    return failed
 
 
 def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
@@ -106,7 +150,7 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
     if given_lock is None and target.env is not None:
         near = target.env.directory / "spack.lock"
         given_lock = target.env.lock or (near if near.is_file() else None)
-    manifest = target.env.spack_yaml() if target.env else minimal_manifest(target.lock().root_specs)
+    manifest = carry_includes(target.env.spack_yaml() if target.env else minimal_manifest(target.lock().root_specs), work)
     write_env_dir(work, manifest, given_lock)
     manifest_digest = hashlib.sha256((work / "spack.yaml").read_bytes()).hexdigest()
     stamp = work / ".concretized-from"
@@ -138,30 +182,34 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
         shutil.copyfile(fenv / "spack.lock", work / "spack.lock")
         stamp.write_text(manifest_digest)
         concretized = True
-    sources_file = work / "sources.json"
-    script = work / "list_sources.py"
-    script.write_text(resources.files("dedal").joinpath("data/list_sources.py").read_text())
-    spack.python_script(fenv, script, [str(sources_file)], logs / "list-sources.log")
-    try:
-        sources = json.loads(sources_file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ToolError("listing sources", [str(spack.exe), "python", str(script)], 0, logs / "list-sources.log",
-                        f"no readable {sources_file} ({exc})") from None
-    missing, total = _missing(sources, mirror)
-    before = len(missing)
-    if missing:
-        note(f"fetching {len(missing)} of {total} sources into {mirror}")
+    sources = _list_sources(spack, fenv, work, logs, note)
+    offline_hint = ("Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
+                    f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}")
+    if sources is None:
+        # no per-source listing: Spack's own mirror creation decides, and its report names the failures
+        note(f"filling the mirror {mirror} with spack mirror create")
         try:
             spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
-        except ToolError:
-            pass  # what is still missing is reported below, precisely
+        except ToolError as exc:
+            failed = _failed_downloads(logs / "mirror-create.log")
+            raise DedalError(f"sources missing from the mirror {mirror} could not be fetched (no network?): "
+                             f"{', '.join(failed) or exc.detail}. {offline_hint}") from None
+        total = before = 0
+        missing = []
+    else:
         missing, total = _missing(sources, mirror)
-    if missing:
-        lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
-        raise DedalError(
-            f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could not be fetched "
-            f"(no network?): {lines}. Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
-            f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}")
+        before = len(missing)
+        if missing:
+            note(f"fetching {len(missing)} of {total} sources into {mirror}")
+            try:
+                spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
+            except ToolError:
+                pass  # what is still missing is reported below, precisely
+            missing, total = _missing(sources, mirror)
+        if missing:
+            lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
+            raise DedalError(f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could "
+                             f"not be fetched (no network?): {lines}. {offline_hint}")
     plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock"))
     return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
                        concretized=concretized, sources=total, already_present=total - before,

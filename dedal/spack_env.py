@@ -69,6 +69,33 @@ def stage_manifest(
     return data
 
 
+def carry_includes(manifest: Dict[str, Any], work: Path) -> Dict[str, Any]:
+    """Copy the files a manifest includes into ``work/includes`` and point at the copies:
+    build nodes and later stages see the work directory (shared storage), not the
+    machine where the environment file was written."""
+    data = copy.deepcopy(manifest)
+    entries = data["spack"].get("include")
+    if not isinstance(entries, list):
+        return data
+    dest_dir = work / "includes"
+    carried = []
+    for i, entry in enumerate(entries):
+        src = Path(entry) if isinstance(entry, str) and entry.startswith("/") else None
+        if src is None or not src.exists() or dest_dir in src.parents:
+            carried.append(entry)
+            continue
+        dest = dest_dir / f"{i:02d}-{src.name}"
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(src, dest)
+        else:
+            shutil.copyfile(src, dest)
+        carried.append(str(dest))
+    data["spack"]["include"] = carried
+    return data
+
+
 def write_env_dir(envdir: Path, manifest: Dict[str, Any], lock: Optional[Path]) -> Path:
     envdir.mkdir(parents=True, exist_ok=True)
     tmp = envdir / "spack.yaml.tmp"

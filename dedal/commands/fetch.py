@@ -5,7 +5,7 @@ import argparse
 
 from dedal.config import from_args
 from dedal.console import human_seconds, out, print_json
-from dedal.fetch import run_fetch
+from dedal.fetch import envs_checkout, run_fetch
 from dedal.progress import BuildProgress
 from dedal.workspace import resolve
 
@@ -17,13 +17,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "mirror and write the build plan. A rerun fetches only what is missing.")
     p.add_argument("target", metavar="ENV", help="env.yaml (or its directory) or a spack.lock")
     p.add_argument("--mirror", metavar="DIR", help="source mirror (default: setting `mirror`)")
+    p.add_argument("--envs-url", metavar="URL", help="git repository of environments; ENV is a path inside it")
+    p.add_argument("--envs-ref", metavar="REF", help="commit, tag or branch of --envs-url (default: main)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = from_args(args, mirror=args.mirror)
-    target = resolve(args.target, settings)
+    settings = from_args(args, mirror=args.mirror, envs_url=args.envs_url, envs_ref=args.envs_ref)
+    env_arg = args.target
+    if settings.envs_url:
+        checkout, _commit = envs_checkout(settings)
+        env_arg = str(checkout / args.target)
+    target = resolve(env_arg, settings)
     with BuildProgress(0, title=f"fetch {target.name}", quiet=args.json) as progress:
         result = run_fetch(target, progress=progress)
     if args.json:

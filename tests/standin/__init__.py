@@ -26,7 +26,8 @@ STANDIN_SPACK = STANDIN_ROOT / "bin" / "spack"
 
 def install_standin(dest: Path, fail: Optional[Iterable[str]] = None,
                     sleep: Optional[Dict[str, float]] = None,
-                    lock_dirs: Optional[Iterable[os.PathLike]] = None) -> Path:
+                    lock_dirs: Optional[Iterable[os.PathLike]] = None,
+                    unreachable: Optional[Iterable[str]] = None) -> Path:
     """Copy the stand-in Spack root to ``dest`` with its controls; return ``dest``."""
     dest = Path(dest)
     (dest / "bin").mkdir(parents=True, exist_ok=True)
@@ -36,6 +37,7 @@ def install_standin(dest: Path, fail: Optional[Iterable[str]] = None,
         "fail": list(fail or []),
         "sleep": dict(sleep or {}),
         "lock_dirs": [str(Path(d).resolve()) for d in (lock_dirs or [SPACK_DATA])],
+        "unreachable": list(unreachable or []),
     }
     (dest / "standin.json").write_text(json.dumps(controls, indent=2) + "\n")
     return dest

@@ -1,0 +1,133 @@
+"""The fetch stage against local git repositories (bare clones standing in for the Spack
+and spack-envs remotes), the Spack stand-in and local mirrors."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import git
+import pytest
+import yaml
+
+from dedal.adapters import git as gitad
+from dedal.errors import ToolError
+from tests.conftest import SPACK_DATA
+from tests.standin import install_standin
+
+pytestmark = pytest.mark.usefixtures("as_root")
+
+
+def make_remote(tmp_path: Path, name: str, files: dict) -> tuple:
+    """A bare repository with two commits; returns (url, first commit, second commit)."""
+    work = tmp_path / f"{name}-work"
+    repo = git.Repo.init(work)
+    commits = []
+    for round_ in range(2):
+        for rel, content in files.items():
+            path = work / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, Path):
+                shutil.copy2(content, path)
+            else:
+                path.write_text(content + ("" if round_ == 0 else "\n# second commit\n"))
+        repo.git.add(A=True)
+        repo.index.commit(f"commit {round_}")
+        commits.append(repo.head.commit.hexsha)
+    bare = tmp_path / f"{name}.git"
+    git.Repo.clone_from(work, bare, bare=True)
+    return str(bare), commits[0], commits[1]
+
+
+def spack_remote(tmp_path: Path) -> tuple:
+    standin = install_standin(tmp_path / "standin-src")
+    return make_remote(tmp_path, "spack", {"bin/spack": standin / "bin" / "spack",
+                                           "standin.json": (standin / "standin.json").read_text()})
+
+
+def tiny_env_file(directory: Path, with_lock: bool) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    env_file = directory / "env.yaml"
+    env_file.write_text(yaml.safe_dump({
+        "spack": {"specs": ["dedal-app"], "concretizer": {"unify": True}},
+        "dedal": {"name": "tiny", "base_image": "host", "install_root": "/opt/esd/software"}}))
+    if with_lock:
+        shutil.copyfile(SPACK_DATA / "tiny-dedal.spack.lock", directory / "spack.lock")
+    return env_file
+
+
+def test_git_checkout_pins_updates_and_works_without_the_remote(tmp_path):
+    url, first, second = make_remote(tmp_path, "repo", {"README": "hello"})
+    dest = tmp_path / "checkout"
+    assert gitad.checkout(url, first, dest) == first
+    assert gitad.head_commit(dest) == first
+    shutil.move(url, url + ".gone")  # offline: an existing checkout at the ref needs no remote
+    assert gitad.checkout(url, first, dest) == first
+    shutil.move(url + ".gone", url)
+    assert gitad.checkout(url, second, dest) == second  # another ref: fetched and switched
+    assert gitad.checkout(url, "master" if "master" in git.Repo(url).heads else "main", tmp_path / "b") == second
+    with pytest.raises(ToolError, match="not a commit, tag or branch"):
+        gitad.checkout(url, "no-such-ref", tmp_path / "c")
+    assert not (tmp_path / "c").exists() and not list(tmp_path.glob("c.partial-*"))
+
+
+def test_fetch_clones_spack_concretizes_fills_mirror_and_plans(run_dedal, tmp_path):
+    url, first, _second = spack_remote(tmp_path)
+    env_file = tiny_env_file(tmp_path / "env", with_lock=False)
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_URL": url, "DEDAL_SPACK_REF": first}
+    res = run_dedal("fetch", str(env_file), "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    result = json.loads(res.stdout)
+    assert result["spack_commit"] == first and result["concretized"] is True
+    lock = json.loads(Path(result["lock"]).read_text())
+    assert lock == json.loads((SPACK_DATA / "tiny-dedal.spack.lock").read_text())  # the stand-in replays it
+    mirror = tmp_path / "data" / "mirror"
+    assert sorted(p.name for p in mirror.iterdir() if p.is_dir() and not p.name.startswith("_")) == \
+        ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
+    plan = json.loads(Path(result["plan"]).read_text())
+    assert len(plan["to_build"]) == 5 and plan["base_image"] == "host"
+    # a rerun concretizes nothing and fetches nothing
+    again = json.loads(run_dedal("fetch", str(env_file), "--json", env=env).stdout)
+    assert again["concretized"] is False and again["fetched"] == 0
+
+
+def test_fetch_respects_a_given_lock(run_dedal, tmp_path):
+    spack = install_standin(tmp_path / "spack")
+    env_file = tiny_env_file(tmp_path / "env", with_lock=True)
+    given = json.loads((env_file.parent / "spack.lock").read_text())
+    given["spack"]["commit"] = "given-by-the-user"  # still a valid lock, visibly ours
+    (env_file.parent / "spack.lock").write_text(json.dumps(given))
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack)}
+    result = json.loads(run_dedal("fetch", str(env_file), "--json", env=env).stdout)
+    assert result["concretized"] is False
+    assert json.loads(Path(result["lock"]).read_text())["spack"]["commit"] == "given-by-the-user"
+
+
+def test_fetch_offline_names_the_missing_sources(run_dedal, tmp_path):
+    spack = install_standin(tmp_path / "spack", unreachable=["libdedal"])
+    env_file = tiny_env_file(tmp_path / "env", with_lock=True)
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack)}
+    res = run_dedal("fetch", str(env_file), env=env)
+    assert res.returncode == 1
+    err = res.stderr
+    assert "libdedal@1.0" in err and "DEDAL_SPACK_ROOT" in err and "mirror" in err and "Traceback" not in err
+    assert not (tmp_path / "data" / "work" / "tiny" / "plan.json").exists()
+
+
+def test_fetch_without_spack_says_how_to_provide_one(run_dedal, tmp_path):
+    env_file = tiny_env_file(tmp_path / "env", with_lock=True)
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_URL": str(tmp_path / "nowhere.git")}
+    res = run_dedal("fetch", str(env_file), env=env)
+    assert res.returncode == 2
+    assert "cannot obtain Spack" in res.stderr and "DEDAL_SPACK_ROOT" in res.stderr
+
+
+def test_fetch_environment_from_a_spack_envs_repository(run_dedal, tmp_path):
+    spack = install_standin(tmp_path / "spack")
+    content = yaml.safe_dump({"spack": {"specs": ["dedal-app"]},
+                              "dedal": {"name": "tiny", "base_image": "host"}})
+    url, first, second = make_remote(tmp_path, "envs", {"spack-envs/tiny/env.yaml": content})
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack)}
+    res = run_dedal("fetch", "spack-envs/tiny/env.yaml", "--envs-url", url, "--envs-ref", first, "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["env"] == "tiny"
