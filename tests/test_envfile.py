@@ -1,0 +1,65 @@
+"""env.yaml: a Spack environment plus a dedal section; precise one-line errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dedal.envfile import load_env
+from tests.conftest import ROOT
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "spack-envs").glob("*/env.yaml")), ids=lambda p: p.parent.name)
+def test_project_environments_are_valid(path):
+    env = load_env(path)
+    assert env.name == path.parent.name
+    assert env.spack["specs"]
+    for repo in env.spack_yaml()["spack"].get("repos", []):
+        assert Path(repo).is_absolute() and (Path(repo) / "repo.yaml").is_file()
+
+
+def test_spack_section_is_passed_untouched_and_written(tmp_path):
+    spack = {"specs": ["zlib", "openmpi@5 +cuda"], "packages": {"all": {"require": "target=x86_64_v3"}},
+             "config": {"build_jobs": 3}, "include": ["externals.yaml", "/abs/x.yaml"], "repos": ["repo"]}
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": spack}))
+    env = load_env(tmp_path)
+    assert env.name == tmp_path.name and env.tag == "latest"
+    out = env.write_spack_yaml(tmp_path / "work")
+    written = yaml.safe_load(out.read_text())["spack"]
+    assert written["specs"] == spack["specs"] and written["packages"] == spack["packages"]
+    assert written["include"] == [str(tmp_path / "externals.yaml"), "/abs/x.yaml"]
+    assert written["repos"] == [str(tmp_path / "repo")]
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"dedal": {"name": "x"}}, "missing 'spack:' section"),
+    ({"spack": {"specs": []}, "dedl": {}}, "unknown key 'dedl'"),
+    ({"spack": {}, "dedal": {"colour": "red"}}, "dedal: unknown key 'colour'"),
+    ({"spack": {}, "dedal": {"verify": {"repetitions": "five"}}}, "dedal.verify.repetitions: expected integer, got 'five'"),
+    ({"spack": {}, "dedal": {"install_root": "opt/x"}}, "dedal.install_root: expected an absolute path"),
+    ({"spack": {}, "dedal": {"verify": {"launcher": "ssh"}}}, "dedal.verify.launcher: expected one of auto, mpirun, srun"),
+    ({"spack": {}, "dedal": {"verify": {"thresholds": {"latency_overhead_us": -1}}}}, "must be at least 0"),
+    ({"spack": {}, "dedal": {"registry": "docker://x"}}, "dedal.registry: invalid value"),
+    ({"spack": []}, "spack: expected object"),
+])
+def test_bad_environment_files(tmp_path, doc, message):
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump(doc))
+    from dedal.errors import UserError
+    with pytest.raises(UserError) as info:
+        load_env(tmp_path / "env.yaml")
+    assert message in str(info.value)
+    assert "\n" not in info.value.one_line()
+
+
+def test_bad_environment_cli_exit_2_nothing_written(run_dedal, tmp_path):
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text("dedal:\n  name: x\n")
+    data = tmp_path / "data"
+    res = run_dedal("plan", str(env_file), env={"DEDAL_DATA_DIR": str(data)})
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "missing 'spack:' section" in res.stderr
+    assert not data.exists()
+    env_file.write_text("spack: {specs: [zlib]\n")
+    res = run_dedal("fetch", str(env_file), env={"DEDAL_DATA_DIR": str(data)})
+    assert res.returncode == 2 and "not valid YAML" in res.stderr and not data.exists()
