@@ -59,6 +59,7 @@ def extract(
 ) -> None:
     """Extract ``image`` (or only ``paths`` of it) into ``dest``, merging with what is there."""
     proc.which("unsquashfs", HINT)
+    Path(dest).parent.mkdir(parents=True, exist_ok=True)  # unsquashfs creates dest, not its parents
     cmd = ["unsquashfs", "-f", "-no-progress", "-quiet", "-n", "-p", _threads(processors),
            "-d", os.fspath(dest), os.fspath(image), *paths]
     proc.run(cmd, what="unsquashfs", log=log)
