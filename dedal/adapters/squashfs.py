@@ -46,7 +46,10 @@ def pack(
     excludes = list(exclude)
     if excludes:
         cmd += ["-wildcards", "-e", *excludes]
-    proc.run(cmd, what=what, log=log)
+    # mksquashfs refuses SOURCE_DATE_EPOCH together with -mkfs-time/-all-time ("can't be used
+    # at the same time"); the fixed times above already make the image reproducible
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    proc.run(cmd, what=what, log=log, env=env)
 
 
 def extract(
