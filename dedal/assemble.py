@@ -1,0 +1,1066 @@
+"""The assemble stage: base root filesystem + the layers of the runtime closure -> one SIF.
+
+1. **Select** the packages: the runtime closure of the roots (build-only dependencies
+   dropped unless ``keep_build_deps``), or of the roots named by ``only``.
+2. **Audit** every layer before trusting it: its manifest names the package, the install
+   root and the key; the squashfs matches the manifest's size and sha256; every entry is
+   inside ``<prefix>/``; no device nodes; symlinks point into the install root (absolute
+   ones, as Spack makes, or relative ones that do not climb out of it). Anything else is
+   refused (UserError) before a byte of the image is written.
+3. **Tree** in a stage under ``stage_dir`` (/dev/shm): the base root filesystem as the
+   lower layer of an overlay mount (nothing copied; where no overlay can be mounted, the
+   base's squashfs is extracted instead), each layer extracted at the install root.
+4. **Spack** runs inside the tree (writable, the Spack checkout and its user cache bound):
+   ``reindex`` (the layers carry no database), ``env view regenerate`` at the view's
+   final path, and ``env activate --sh``, whose output becomes
+   ``/.singularity.d/env/91-environment.sh`` (PATH, MANPATH, ..., package run
+   environments; Spack's own variables dropped, inherited values kept as ``$VAR``). The
+   environment (spack.yaml, spack.lock) and the SBOM stay in the image under /opt/dedal.
+5. **Apptainer's layout**: ``/.singularity.d/{actions,env,libs}``, the env scripts, a
+   runscript, ``labels.json``, the mount points Apptainer expects.
+6. **Reproducible**: Spack's database install times are set to the layers' build times
+   and its verifier derived from the content; mksquashfs fixes times and owners; the build
+   date is ``SOURCE_DATE_EPOCH`` when set. Same inputs (with SOURCE_DATE_EPOCH), same bytes.
+7. **Pack** one squashfs (zstd, all cores), then the SIF with ``dedal.sif.write_sif``
+   (definition, inspect-metadata.json, labels, SBOM, primary system partition), and the
+   image manifest ``<tag>.image.json`` and ``<tag>.sbom.cdx.json`` beside it. All are
+   written under temporary names and renamed at the end; nothing is left on failure.
+
+An existing image whose manifest records the same inputs (and whose SIF still has its
+recorded sha256) is kept as it is (``status: present``) unless ``force``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shlex
+import shutil
+import signal
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from dedal import __version__
+from dedal.errors import DedalError, UserError
+
+IMAGE_FORMAT = 1
+ENV_IN_IMAGE = "/opt/dedal/env"        # spack.yaml + spack.lock of the image (like containerize's /opt/spack-environment)
+SBOM_IN_IMAGE = "/opt/dedal/sbom.cdx.json"
+ENV_SCRIPT = "/.singularity.d/env/91-environment.sh"
+VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda")
+STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RUNTIME_TYPES = frozenset(("link", "run"))
+_PATH_LIKE = {"MANPATH", "INFOPATH", "CMAKE_PREFIX_PATH", "PKG_CONFIG_PATH", "ACLOCAL_PATH", "CPATH",
+              "LIBRARY_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PERL5LIB", "XDG_DATA_DIRS", "MODULEPATH"}
+
+Progress = Optional[Callable[[str], None]]
+
+
+class Interrupted(DedalError):
+    exit_code = 143
+
+
+# ---------------------------------------------------------------------------- results
+
+
+@dataclass
+class LayerInfo:
+    hash: str
+    key: str
+    name: str
+    version: str
+    prefix: str
+    sha256: str
+    size: int
+    files: int = 0
+    built_at: str = ""
+
+    def label(self) -> Dict[str, Any]:
+        return {"key": self.key, "name": self.name, "version": self.version, "hash": self.hash,
+                "sha256": self.sha256, "size": self.size}
+
+
+@dataclass
+class AssembleResult:
+    env: str
+    tag: str
+    status: str                 # assembled | present
+    image: str                  # the SIF
+    image_json: str
+    sbom: str
+    sha256: str
+    size: int
+    squashfs_size: int
+    created: int                # build date (seconds since 1970)
+    base_image: str
+    base_id: str
+    roots: List[str]
+    only: List[str]
+    keep_build_deps: bool
+    layers: List[Dict[str, Any]]
+    labels: Dict[str, str]
+    versions: Dict[str, str]
+    method: str                 # overlay (kernel|fuse), extract, none (host base)
+    seconds: float = 0.0
+    timings: Dict[str, float] = field(default_factory=dict)
+    log: str = ""
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------- selection
+
+
+def _closure(plan: Any, starts: Sequence[str], types: Optional[frozenset]) -> List[str]:
+    seen: Dict[str, None] = {}
+    stack = list(starts)
+    while stack:
+        h = stack.pop()
+        if h in seen or h not in plan.nodes:
+            continue
+        seen[h] = None
+        for child, deptypes in plan.nodes[h].deps.items():
+            if types is None or set(deptypes) & types:
+                stack.append(child)
+    return list(seen)
+
+
+def match_specs(plan: Any, only: Sequence[str]) -> List[str]:
+    """The DAG hashes ``only`` names: ``name``, ``name@version`` or ``/hash-prefix``; roots
+    first, then any package of the runtime closure (an MPI-only image of a bigger env)."""
+    runtime = [h for h in plan.runtime_closure if not plan.nodes[h].external]
+    chosen: List[str] = []
+    for raw in only:
+        spec = raw.strip()
+        if not spec:
+            continue
+        if spec.startswith("/"):
+            found = [h for h in runtime if h.startswith(spec[1:])]
+        else:
+            name, _, version = spec.partition("@")
+            def fits(h: str) -> bool:
+                n = plan.nodes[h]
+                return n.name == name and (not version or n.version == version)
+            found = [h for h in plan.roots if fits(h)] or [h for h in runtime if fits(h)]
+        if not found:
+            roots = ", ".join(sorted(plan.nodes[h].name for h in plan.roots))
+            raise UserError(f"--only {spec}: no such package in the image of {plan.env_name} (roots: {roots})")
+        if len(found) > 1:
+            labels = ", ".join(sorted(plan.nodes[h].label for h in found))
+            raise UserError(f"--only {spec}: ambiguous ({labels}); use name@version or /hash")
+        if found[0] not in chosen:
+            chosen.append(found[0])
+    if not chosen:
+        raise UserError("--only: no package named")
+    return chosen
+
+
+def select_packages(plan: Any, only: Optional[Sequence[str]] = None,
+                    keep_build_deps: bool = False) -> Tuple[List[str], List[str]]:
+    """(roots, every package of the image in dependency order, externals included)."""
+    order = plan.runtime_layers(keep_build_deps=True)
+    externals = [h for h in plan.nodes if plan.nodes[h].external]
+    if not only:
+        roots = list(plan.roots)
+        wanted = set(plan.runtime_closure) | (set(plan.build_only) if keep_build_deps else set())
+    else:
+        roots = match_specs(plan, only)
+        wanted = set(_closure(plan, roots, RUNTIME_TYPES))
+        if keep_build_deps:
+            wanted |= set(_closure(plan, roots, None))
+    ordered = [h for h in order if h in wanted] + sorted(h for h in externals if h in wanted)
+    return roots, ordered
+
+
+# ---------------------------------------------------------------------------- audit
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def entry_problem(entry: Mapping[str, str], prefix: str, install_root: str) -> Optional[str]:
+    """Why one entry of a layer may not go into an image (None: it may)."""
+    path = entry["path"]
+    parts = path.split("/")
+    if ".." in parts or not (path == prefix or path.startswith(prefix + "/")):
+        return f"path {path!r} is outside its prefix {prefix}/"
+    mode = entry.get("mode", "")
+    if mode[:1] in ("c", "b"):
+        return f"{path!r} is a device node"
+    if mode[:1] == "l":
+        target = entry.get("target", "")
+        root = posixpath.normpath(install_root)
+        if target.startswith("/"):
+            if not _inside(posixpath.normpath(target), root):
+                return f"symlink {path} -> {target} points outside the install root {install_root}"
+        else:
+            resolved = posixpath.normpath(posixpath.join(root, posixpath.dirname(path), target))
+            if not _inside(resolved, root):
+                return f"symlink {path} -> {target} escapes the install root {install_root}"
+    return None
+
+
+def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[str], None]) -> List[LayerInfo]:
+    """Check every layer of ``hashes`` (externals have none); UserError for the first
+    problem, after listing every missing layer at once."""
+    from dedal.adapters import squashfs
+    from dedal.layers import sha256_file
+
+    built = [h for h in hashes if not plan.nodes[h].external]
+    missing = [h for h in built if not plan.nodes[h].key or not store.has(plan.nodes[h].key)]
+    if missing:
+        names = ", ".join(f"{plan.nodes[h].label} ({plan.nodes[h].key})" for h in missing)
+        raise UserError(f"{len(missing)} layer(s) missing from the layer store {store.root}: {names}; "
+                        f"run `dedal build` for {plan.env_name} first")
+    infos: List[LayerInfo] = []
+    for h in built:
+        node = plan.nodes[h]
+        key = node.key
+        man = store.manifest(key)
+        sqfs = store.sqfs(key)
+        where = f"layer {key} ({node.label})"
+        if man.key != key or man.hash != h:
+            raise UserError(f"{where}: its manifest names {man.key} / {man.hash}, not this package")
+        if man.prefix != node.prefix_name:
+            raise UserError(f"{where}: its manifest names prefix {man.prefix!r}, expected {node.prefix_name!r}")
+        if posixpath.normpath(man.install_root) != posixpath.normpath(plan.install_root):
+            raise UserError(f"{where}: built for install root {man.install_root}, the image uses {plan.install_root}")
+        size = sqfs.stat().st_size
+        if man.size and size != man.size:
+            raise UserError(f"{where}: corrupt: {sqfs} has {size} bytes, its manifest says {man.size}; "
+                            "remove the layer and run `dedal build` again")
+        digest = sha256_file(sqfs)
+        if digest != man.sha256:
+            raise UserError(f"{where}: corrupt: sha256 of {sqfs} is {digest[:16]}..., its manifest says "
+                            f"{man.sha256[:16]}...; remove the layer and run `dedal build` again")
+        try:
+            entries = squashfs.entries(sqfs)
+        except DedalError as exc:
+            raise UserError(f"{where}: unreadable squashfs ({exc.one_line()})") from None
+        if not entries:
+            raise UserError(f"{where}: the squashfs holds nothing")
+        for e in entries:
+            problem = entry_problem(e, node.prefix_name, plan.install_root)
+            if problem:
+                raise UserError(f"{where}: refused: {problem}")
+        infos.append(LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
+                               sha256=digest, size=size, files=len(entries), built_at=man.built_at))
+    say(f"audited {len(infos)} layer(s): sha256, paths and symlinks ok")
+    return infos
+
+
+# ---------------------------------------------------------------------------- environment script
+
+
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def activation_script(text: str, before: Mapping[str, str]) -> str:
+    """``spack env activate --sh`` output as an image environment script.
+
+    Spack's own variables (SPACK_ENV, SPACK_ENV_VIEW, ...) and aliases are dropped (no
+    Spack in the image). A value Spack built by prepending to what the variable held
+    while it ran (``before``) keeps the prepended part and refers to ``$VAR`` for the
+    rest; path lists Spack created become ``new${VAR:+:$VAR}``; others are kept as is."""
+    out: List[str] = []
+    for raw in re.split(r";\s*\n|\n", text):
+        s = raw.strip().rstrip(";").strip()
+        if not s or s.startswith("#") or s.startswith(("alias ", "unalias ")):
+            continue
+        try:
+            words = shlex.split(s)
+        except ValueError:
+            raise UserError(f"spack env activate --sh printed a line dedal cannot parse: {s!r}") from None
+        if words[0] == "unset":
+            names = [w for w in words[1:] if not w.startswith("-") and not w.startswith("SPACK_")]
+            if names:
+                out.append("unset " + " ".join(names))
+            continue
+        if words[0] != "export":
+            if any("SPACK" in w for w in words):
+                continue
+            out.append(s)
+            continue
+        for word in words[1:]:
+            name, eq, value = word.partition("=")
+            if not eq or name.startswith("SPACK_") or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                continue
+            out.append(_export(name, value, before.get(name, "")))
+    body = "\n".join(out)
+    return ("#!/bin/sh\n# The Spack environment of this image (`spack env activate --sh`), made by dedal assemble\n"
+            + (body + "\n" if body else ""))
+
+
+def _export(name: str, value: str, old: str) -> str:
+    ref = "${%s:+:$%s}" % (name, name)
+    if old:
+        if value == old:
+            return f"# {name} unchanged"
+        had = set(old.split(":"))
+        entries = value.split(":")
+        if had & set(entries) and ":" in value:
+            # a list Spack prepended to (and may have deduplicated): keep what it added
+            new = [e for e in dict.fromkeys(entries) if e and e not in had]
+            if not new:
+                return f"# {name} unchanged"
+            if entries[0] in had:  # appended rather than prepended
+                return f'export {name}="${{{name}:+${name}:}}"{_q(":".join(new))}'
+            return f'export {name}={_q(":".join(new))}"{ref}"'
+        return f"export {name}={_q(value)}"
+    if name.endswith("PATH") or name in _PATH_LIKE:
+        if value.endswith(":"):  # MANPATH's trailing colon: "and the default path"
+            return f'export {name}={_q(value)}"${{{name}:-}}"'
+        return f'export {name}={_q(value)}"{ref}"'
+    return f"export {name}={_q(value)}"
+
+
+def _env_lines(env: Mapping[str, str]) -> str:
+    return "".join(f"export {k}={_q(v)}\n" for k, v in sorted(env.items()))
+
+
+# ---------------------------------------------------------------------------- Apptainer's files
+
+# Same behaviour as the files `apptainer build` writes (internal/pkg/build/sources/
+# base_environment.go), written here in dedal's words.
+_SOURCE_ENV = 'for script in /.singularity.d/env/*.sh; do\n    if [ -f "$script" ]; then\n        . "$script"\n    fi\ndone\n'
+ACTIONS = {
+    "exec": "#!/bin/sh\n" + _SOURCE_ENV + '\nexec "$@"\n',
+    "run": "#!/bin/sh\n" + _SOURCE_ENV + (
+        '\nif [ -n "${APPTAINER_APPNAME:-}" ]; then\n'
+        '    if [ -x "/scif/apps/${APPTAINER_APPNAME}/scif/runscript" ]; then\n'
+        '        exec "/scif/apps/${APPTAINER_APPNAME}/scif/runscript" "$@"\n'
+        '    fi\n'
+        '    echo "No runscript for the app ${APPTAINER_APPNAME} in this image" >&2\n'
+        '    exit 1\n'
+        'elif [ -x /.singularity.d/runscript ]; then\n'
+        '    exec /.singularity.d/runscript "$@"\n'
+        'fi\n'
+        'echo "No runscript in this image, running /bin/sh" >&2\n'
+        'exec /bin/sh "$@"\n'),
+    "shell": "#!/bin/sh\n" + _SOURCE_ENV + (
+        '\nif [ -n "${APPTAINER_SHELL:-}" ] && [ -x "$APPTAINER_SHELL" ]; then\n'
+        '    exec "$APPTAINER_SHELL" "$@"\n'
+        'elif [ -x /bin/bash ]; then\n'
+        '    SHELL=/bin/bash\n'
+        '    PS1="Apptainer ${APPTAINER_NAME:-}:\\\\w> "\n'
+        '    export SHELL PS1\n'
+        '    exec /bin/bash --norc "$@"\n'
+        'elif [ -x /bin/sh ]; then\n'
+        '    SHELL=/bin/sh\n'
+        '    export SHELL\n'
+        '    exec /bin/sh "$@"\n'
+        'fi\n'
+        'echo "ERROR: no /bin/sh in this image" >&2\n'
+        'exit 1\n'),
+    "start": "#!/bin/sh\n\n# tell the instance's PID 1 to go on (Apptainer instances)\nkill -CONT 1\n\n" + _SOURCE_ENV + (
+        '\nif [ -x /.singularity.d/startscript ]; then\n    exec /.singularity.d/startscript\nfi\n'),
+    "test": "#!/bin/sh\n" + _SOURCE_ENV + (
+        '\nif [ -x /.singularity.d/test ]; then\n    exec /.singularity.d/test "$@"\nfi\n'
+        'echo "No test in this image, running /bin/sh -c true" >&2\nexec /bin/sh -c true\n'),
+}
+ENV_01_BASE = "#!/bin/sh\n# base environment of the image (Apptainer's 01-base.sh): nothing to set\n"
+ENV_99_BASE = ('#!/bin/sh\n# Apptainer adds its bound libraries (e.g. --nv) after everything else\n'
+               'if [ -z "${LD_LIBRARY_PATH:-}" ]; then\n    LD_LIBRARY_PATH=/.singularity.d/libs\n'
+               'else\n    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/.singularity.d/libs"\nfi\n'
+               'PS1="Apptainer> "\nexport LD_LIBRARY_PATH PS1\n')
+ENV_99_RUNTIMEVARS = ('#!/bin/sh\n# PATH set by `apptainer --env PATH=...`, --env PREPEND_PATH / APPEND_PATH\n'
+                      'if [ -n "${SING_USER_DEFINED_PREPEND_PATH:-}" ]; then\n'
+                      '    PATH="${SING_USER_DEFINED_PREPEND_PATH}:${PATH}"\nfi\n'
+                      'if [ -n "${SING_USER_DEFINED_APPEND_PATH:-}" ]; then\n'
+                      '    PATH="${PATH}:${SING_USER_DEFINED_APPEND_PATH}"\nfi\n'
+                      'if [ -n "${SING_USER_DEFINED_PATH:-}" ]; then\n    PATH="${SING_USER_DEFINED_PATH}"\nfi\n'
+                      'unset SING_USER_DEFINED_PREPEND_PATH SING_USER_DEFINED_APPEND_PATH SING_USER_DEFINED_PATH\n'
+                      'export PATH\n')
+DEFAULT_RUNSCRIPT = ('#!/bin/sh\n# dedal default runscript: `apptainer run IMAGE CMD [ARG...]` runs CMD in the\n'
+                     '# image\'s environment; without a command, a shell\n'
+                     'if [ $# -eq 0 ]; then\n    exec /bin/sh\nfi\nexec "$@"\n')
+STARTSCRIPT = "#!/bin/sh\n"
+SYMLINKS = {".run": ".singularity.d/actions/run", ".exec": ".singularity.d/actions/exec",
+            ".test": ".singularity.d/actions/test", ".shell": ".singularity.d/actions/shell",
+            "singularity": ".singularity.d/runscript", "environment": ".singularity.d/env/90-environment.sh"}
+MOUNT_POINTS = {"dev": 0o755, "proc": 0o555, "sys": 0o555, "tmp": 0o1777, "etc": 0o755, "home": 0o755,
+                "root": 0o700, "var": 0o755, "var/tmp": 0o1777}
+
+
+def runscript_text(runscript: str) -> str:
+    if not runscript.strip():
+        return DEFAULT_RUNSCRIPT
+    if runscript.startswith("#!"):
+        return runscript if runscript.endswith("\n") else runscript + "\n"
+    return "#!/bin/sh\n" + runscript.rstrip("\n") + "\n"
+
+
+def _write(path: Path, text: Union[str, bytes], mode: int = 0o644) -> None:
+    """Write through a new inode (never into a file shared with the base)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    with open(path, "wb") as fh:
+        fh.write(data)
+    os.chmod(path, mode)
+
+
+def _mkdirs(tree: Path, rel: str, mode: int = 0o755) -> Path:
+    """Create ``rel`` and its missing parents with ``mode`` (not the umask's)."""
+    cur = tree
+    for part in [p for p in rel.strip("/").split("/") if p]:
+        cur = cur / part
+        if not cur.exists() and not cur.is_symlink():
+            cur.mkdir()
+            os.chmod(cur, mode)
+    return cur
+
+
+def write_apptainer_files(tree: Path, *, env90: str, env91: str, runscript: str, labels: Mapping[str, str]) -> None:
+    for rel, mode in MOUNT_POINTS.items():
+        p = tree / rel
+        if not p.exists() and not p.is_symlink():
+            _mkdirs(tree, rel)
+            os.chmod(p, mode)
+    for rel in (".singularity.d/libs", ".singularity.d/actions", ".singularity.d/env"):
+        _mkdirs(tree, rel)
+    for name, text in ACTIONS.items():
+        _write(tree / ".singularity.d/actions" / name, text, 0o755)
+    env = tree / ".singularity.d/env"
+    _write(env / "01-base.sh", ENV_01_BASE, 0o755)
+    _write(env / "90-environment.sh", env90, 0o755)
+    _write(env / "91-environment.sh", env91, 0o755)
+    _write(env / "99-base.sh", ENV_99_BASE, 0o755)
+    _write(env / "99-runtimevars.sh", ENV_99_RUNTIMEVARS, 0o755)
+    _write(tree / ".singularity.d/runscript", runscript, 0o755)
+    _write(tree / ".singularity.d/startscript", STARTSCRIPT, 0o755)
+    _write(tree / ".singularity.d/labels.json", json.dumps(dict(labels), indent=4, sort_keys=True) + "\n", 0o644)
+    for name, target in SYMLINKS.items():
+        p = tree / name
+        if not p.exists() and not p.is_symlink():
+            os.symlink(target, p)
+    for name in ("hosts", "resolv.conf"):  # Apptainer binds the host's over these
+        p = tree / "etc" / name
+        if p.is_symlink() or not p.exists():
+            _write(p, "", 0o644)
+
+
+# ---------------------------------------------------------------------------- Spack database
+
+
+def _epoch(iso: str, default: float) -> float:
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except (TypeError, ValueError):
+        return default
+
+
+def normalize_spack_db(install_root: Path, built_at: Mapping[str, float], default: float) -> None:
+    """Make ``<install_root>/.spack-db`` independent of when and where it was indexed:
+    installation times from the layers' build times (``default`` for records without a
+    layer), records in hash order, a content-derived index_verifier, no backups."""
+    db = install_root / ".spack-db"
+    index = db / "index.json"
+    if not index.is_file():
+        raise UserError(f"spack reindex wrote no {index}; the Spack used is not compatible")
+    try:
+        data = json.loads(index.read_text())
+        installs = data["database"]["installs"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{index}: not a Spack database ({exc})") from None
+    for h, rec in installs.items():
+        if isinstance(rec, dict) and "installation_time" in rec:
+            rec["installation_time"] = float(built_at.get(h, default))
+    data["database"]["installs"] = {h: installs[h] for h in sorted(installs)}
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    _write(index, raw, 0o644)
+    verifier = db / "index_verifier"
+    _write(verifier, str(uuid.UUID(bytes=hashlib.sha256(raw).digest()[:16], version=4)), 0o644)
+    for leftover in db.glob("index.json.*"):
+        leftover.unlink()
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _say(progress: Progress, start: float) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        if progress:
+            progress(f"[{time.monotonic() - start:6.1f}s] {msg}")
+    return say
+
+
+class _Signals:
+    """SIGTERM/SIGINT/SIGHUP become an exception, so the stage and temporaries go away."""
+
+    def __enter__(self) -> "_Signals":
+        self.old: Dict[int, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            try:
+                self.old[sig] = signal.signal(sig, self._raise)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    @staticmethod
+    def _raise(signum: int, frame: Any) -> None:
+        raise Interrupted(f"assemble interrupted by signal {signal.Signals(signum).name}")
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+
+
+def build_date() -> int:
+    sde = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if sde:
+        try:
+            return int(sde)
+        except ValueError:
+            raise UserError(f"SOURCE_DATE_EPOCH: expected seconds since 1970, got {sde!r}") from None
+    return int(time.time())
+
+
+def _iso(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def image_paths(settings: Any, plan: Any, output: Optional[Union[str, os.PathLike]],
+                only_names: Sequence[str]) -> Tuple[Path, Path, Path]:
+    """(SIF, image manifest, SBOM): ``output`` and its siblings, else
+    ``<images_dir>/<env>/<tag>[-only-<names>].sif``."""
+    if output:
+        sif_path = Path(output).expanduser().resolve()
+        if sif_path.is_dir():
+            raise UserError(f"-o {output}: is a directory; give the image file name (e.g. {output}/image.sif)")
+        stem = sif_path.name[:-4] if sif_path.name.endswith(".sif") else sif_path.name
+    else:
+        stem = plan.tag
+        if only_names:
+            joined = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in only_names)
+            if len(joined) > 60:
+                joined = hashlib.sha256(joined.encode()).hexdigest()[:12]
+            stem = f"{stem}-only-{joined}"
+        sif_path = Path(settings.images_dir) / plan.env_name / f"{stem}.sif"
+    return sif_path, sif_path.with_name(f"{stem}.image.json"), sif_path.with_name(f"{stem}.sbom.cdx.json")
+
+
+def _find_base(plan: Any, settings: Any, say: Callable[[str], None]) -> Any:
+    """The built base the plan's layers were made for (None for the host)."""
+    from dedal.build import HOST_BASE
+
+    if plan.base_image == HOST_BASE:
+        return None
+    from dedal import base as base_mod
+
+    for img in base_mod.iter_cached(settings):
+        if img.id == plan.base_id:
+            return img
+    img = base_mod.ensure_base(plan.base_image, settings, progress=say)
+    if img.id != plan.base_id:
+        raise UserError(f"the layers of {plan.env_name} were built on base {plan.base_id}, which is not in the base "
+                        f"cache {settings.base_cache}; the definition of {plan.base_image} is now {img.id}: "
+                        "run `dedal build` again (new layers for the new base)")
+    return img
+
+
+def _repo_dirs(manifest: Mapping[str, Any]) -> List[Path]:
+    spack = manifest.get("spack", {}) if isinstance(manifest, dict) else {}
+    found = []
+    for key in ("repos", "include"):
+        for entry in spack.get(key) or []:
+            if isinstance(entry, str) and entry.startswith("/") and Path(entry).exists():
+                found.append(Path(entry))
+    return found
+
+
+def _snapshot(tree: Path, dirs: Sequence[str]) -> Dict[str, set]:
+    return {d: set(os.listdir(tree / d)) if (tree / d).is_dir() else set() for d in dirs}
+
+
+def _remove_new(tree: Path, before: Mapping[str, set]) -> None:
+    for d, names in before.items():
+        p = tree / d
+        if not p.is_dir():
+            continue
+        for name in os.listdir(p):
+            if name not in names:
+                q = p / name
+                if q.is_dir() and not q.is_symlink():
+                    shutil.rmtree(q)
+                else:
+                    q.unlink()
+
+
+def inputs_digest(data: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- the stage
+
+
+def _resolve_plan(target_or_plan: Any) -> Tuple[Any, Any]:
+    """(plan, env file or None) from a Target (env.yaml, lock, plan.json) or a Plan."""
+    from dedal.plan import Plan
+    from dedal.workspace import Target
+
+    if isinstance(target_or_plan, Plan):
+        return target_or_plan, None
+    if not isinstance(target_or_plan, Target):
+        raise TypeError("assemble() takes a workspace.Target or a plan.Plan")
+    target = target_or_plan
+    if target.given_plan is not None:
+        return target.given_plan, None
+    from dedal.build import prepare
+
+    plan, _path = prepare(target)
+    return plan, target.env
+
+
+def assemble(
+    target_or_plan: Any,
+    settings: Any,
+    *,
+    output: Optional[Union[str, os.PathLike]] = None,
+    only: Optional[Sequence[str]] = None,
+    keep_build_deps: Optional[bool] = None,
+    progress: Progress = None,
+    force: bool = False,
+    runscript: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    description: Optional[str] = None,
+) -> AssembleResult:
+    """Assemble the image of an environment; see the module documentation."""
+    started = time.monotonic()
+    say = _say(progress, started)
+    timings: Dict[str, float] = {}
+    plan, env = _resolve_plan(target_or_plan)
+    if only is None and env is not None and env.only:
+        only = list(env.only)
+    if keep_build_deps is None:
+        keep_build_deps = bool(env.keep_build_deps) if env is not None else False
+    runscript = runscript if runscript is not None else (env.runscript if env is not None else "")
+    user_labels = dict(env.labels) if env is not None else {}
+    user_labels.update(labels or {})
+    description = description if description is not None else (env.description if env is not None else "")
+
+    from dedal.layers import LayerStore
+    from dedal.spack_env import read_spack_yaml
+
+    envdir = Path(plan.env_dir) if plan.env_dir else None
+    if envdir is None or not (envdir / "spack.yaml").is_file() or not (envdir / "spack.lock").is_file():
+        raise UserError(f"plan of {plan.env_name}: its environment directory {plan.env_dir!r} lacks spack.yaml "
+                        "or spack.lock (run `dedal build` on the environment file)")
+    manifest = read_spack_yaml(envdir / "spack.yaml")
+    for p in (plan.view, plan.install_root):
+        if not p.startswith("/") or posixpath.normpath(p) in ("/",) or posixpath.normpath(p).startswith("/dev/"):
+            raise UserError(f"{p}: the install root and the view must be absolute paths outside /dev "
+                            "(Apptainer mounts the host's /dev over the image)")
+    if _inside(posixpath.normpath(plan.view), posixpath.normpath(plan.install_root)):
+        raise UserError(f"view {plan.view} is inside the install root {plan.install_root}")
+
+    roots, hashes = select_packages(plan, only, keep_build_deps)
+    only_names = [plan.nodes[h].name for h in roots] if only else []
+    sif_path, json_path, sbom_path = image_paths(settings, plan, output, only_names)
+    store = LayerStore(Path(settings.layer_store))
+    say(f"{plan.env_name}: {len(hashes)} package(s) in the image"
+        + (f" (only {', '.join(plan.nodes[h].label for h in roots)})" if only else "")
+        + (", build dependencies kept" if keep_build_deps else ""))
+
+    t0 = time.monotonic()
+    infos = audit_layers(plan, hashes, store, say)
+    timings["audit"] = time.monotonic() - t0
+    base = _find_base(plan, settings, say)
+    versions, version_sources = _versions(plan, hashes, base)
+    created = build_date()
+    sde_set = bool(os.environ.get("SOURCE_DATE_EPOCH", "").strip())
+    inputs = {
+        "format": IMAGE_FORMAT, "dedal": __version__, "env": plan.env_name, "tag": plan.tag,
+        "install_root": plan.install_root, "view": plan.view, "lock_sha256": plan.lock_sha256,
+        "spack_commit": plan.spack_commit, "manifest": hashlib.sha256((envdir / "spack.yaml").read_bytes()).hexdigest(),
+        "base": {"id": base.id, "built_at": base.built_at, "squashfs_bytes": base.squashfs_bytes} if base else "host",
+        "layers": [[i.key, i.sha256] for i in infos], "roots": roots, "keep_build_deps": keep_build_deps,
+        "runscript": runscript, "labels": user_labels, "description": description,
+        "source_date_epoch": created if sde_set else None,
+    }
+    digest = inputs_digest(inputs)
+    if not force:
+        kept = _existing(sif_path, json_path, sbom_path, digest)
+        if kept is not None:
+            say(f"{sif_path} is up to date (same inputs, sha256 ok)")
+            kept.status = "present"
+            kept.seconds = round(time.monotonic() - started, 3)
+            return kept
+
+    labels_out = _labels(plan, base, infos, roots, only_names, keep_build_deps, versions, version_sources,
+                         created, description, user_labels)
+    runscript_sh = runscript_text(runscript)
+    env90 = "#!/bin/sh\n# environment of the base image\n" + _env_lines(
+        {k: v for k, v in (base.env if base else {}).items() if not k.startswith("SPACK")})
+    layer_map = {i.hash: {"key": i.key, "sha256": i.sha256, "size": i.size} for i in infos}
+    from dedal import sbom as sbom_mod
+    from dedal.spack_lock import load_lock
+
+    lock = load_lock(envdir / "spack.lock")
+    base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id}
+    if only_names:
+        base_props["dedal:only"] = ",".join(only_names)
+    sbom_doc = sbom_mod.make_sbom(plan, hashes, layers=layer_map, lock=lock, created=created, roots=roots,
+                                  properties=base_props)
+    sbom_bytes = sbom_mod.dumps(sbom_doc)
+
+    logs = Path(settings.work_dir) / plan.env_name / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"assemble-{re.sub(r'[^A-Za-z0-9._-]+', '_', sif_path.stem)}.log"
+    log.write_text(f"dedal assemble {plan.env_name} -> {sif_path} ({_iso(int(time.time()))})\n")
+
+    from dedal.nodebuild import Stage
+    from dedal import sif as sif_mod
+
+    sif_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_tag = f".{sif_path.name}.assemble-{os.getpid()}"
+    tmp_sqfs = sif_path.with_name(tmp_tag + ".sqfs")
+    tmp_sif = sif_path.with_name(tmp_tag + ".sif")
+    tmp_json = json_path.with_name(tmp_tag + ".image.json")
+    tmp_sbom = sbom_path.with_name(tmp_tag + ".sbom.cdx.json")
+    temps = [tmp_sqfs, tmp_sif, tmp_json, tmp_sbom]
+    method = "none"
+    try:
+        with _Signals(), Stage(Path(settings.stage_dir), "assemble") as stage:
+            with _Tree(stage, base, log, say) as tree:
+                method = tree.method
+                timings["tree"] = tree.seconds
+                root = tree.path
+                t0 = time.monotonic()
+                from dedal.adapters import squashfs
+
+                ir_dir = _mkdirs(root, plan.install_root)
+                for info in infos:
+                    squashfs.extract(store.sqfs(info.key), ir_dir, log=log)
+                os.chmod(ir_dir, 0o755)
+                timings["layers"] = time.monotonic() - t0
+                say(f"extracted {len(infos)} layer(s) at {plan.install_root} ({tree.method})")
+
+                t0 = time.monotonic()
+                env_dir_img = _mkdirs(root, ENV_IN_IMAGE)
+                from dedal.spack_env import stage_manifest, write_env_dir
+
+                img_manifest = stage_manifest(manifest, install_root=plan.install_root, stage=Path("/tmp/dedal-spack"),
+                                              view=plan.view)
+                write_env_dir(env_dir_img, img_manifest, envdir / "spack.lock")
+                spack_yaml_bytes = (env_dir_img / "spack.yaml").read_bytes()
+                env91 = _run_spack(root, plan, settings, base, manifest, log, say)
+                # what Spack leaves in the environment directory besides the two files is build-time state
+                for entry in list(env_dir_img.iterdir()):
+                    if entry.name not in ("spack.yaml", "spack.lock"):
+                        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                _write(env_dir_img / "spack.yaml", spack_yaml_bytes)
+                shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
+                built_at = {i.hash: _epoch(i.built_at, created) for i in infos}
+                normalize_spack_db(ir_dir, built_at, created)
+                timings["spack"] = time.monotonic() - t0
+
+                t0 = time.monotonic()
+                write_apptainer_files(root, env90=env90, env91=env91, runscript=runscript_sh, labels=labels_out)
+                _write(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
+                timings["image_files"] = time.monotonic() - t0
+
+                t0 = time.monotonic()
+                say(f"mksquashfs {tree.method} tree -> {tmp_sqfs.name}")
+                squashfs.pack([root], tmp_sqfs, log=log, what="mksquashfs (image)")
+                timings["squashfs"] = time.monotonic() - t0
+        squashfs_size = tmp_sqfs.stat().st_size
+        t0 = time.monotonic()
+        definition = _definition(plan, base, labels_out, env91, runscript_sh)
+        metadata = _metadata(labels_out, definition, runscript_sh, env90, env91, plan, base, infos, roots,
+                             only_names, keep_build_deps, versions)
+        # the image ID from everything that makes the bytes (saves hashing the squashfs again)
+        ident = uuid.UUID(bytes=hashlib.sha256(f"{digest}:{created}".encode()).digest()[:16], version=4)
+        sif_mod.write_sif(tmp_sif, tmp_sqfs, definition=definition, labels=labels_out, metadata=metadata,
+                          sbom=sbom_bytes, image_id=str(ident))
+        tmp_sqfs.unlink()
+        timings["sif"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        from dedal.layers import sha256_file
+
+        sha = sha256_file(tmp_sif)
+        size = tmp_sif.stat().st_size
+        timings["digest"] = time.monotonic() - t0
+        _write(tmp_sbom, sbom_bytes, 0o644)
+        result = AssembleResult(
+            env=plan.env_name, tag=plan.tag, status="assembled", image=str(sif_path), image_json=str(json_path),
+            sbom=str(sbom_path), sha256=sha, size=size, squashfs_size=squashfs_size, created=created,
+            base_image=plan.base_image, base_id=plan.base_id, roots=[plan.nodes[h].label for h in roots],
+            only=only_names, keep_build_deps=keep_build_deps, layers=[i.label() for i in infos],
+            labels=labels_out, versions=versions, method=method, log=str(log),
+        )
+        manifest_json = _image_manifest(result, digest, plan, base, infos, hashes)
+        _write(tmp_json, json.dumps(manifest_json, indent=1, sort_keys=True) + "\n", 0o644)
+        # the manifest last: an image exists when its manifest does
+        os.replace(tmp_sbom, sbom_path)
+        os.replace(tmp_sif, sif_path)
+        os.replace(tmp_json, json_path)
+    except BaseException:
+        for t in temps:
+            try:
+                t.unlink()
+            except FileNotFoundError:
+                pass
+        raise
+    result.seconds = round(time.monotonic() - started, 3)
+    result.timings = {k: round(v, 3) for k, v in timings.items()}
+    say(f"{sif_path}: {size / 1e6:.1f} MB, sha256 {sha[:16]}..., {len(infos)} layer(s), in {result.seconds:.1f} s")
+    return result
+
+
+class _Tree:
+    """The image tree in the stage: an overlay of the base's unpacked root (nothing
+    copied), else the base's squashfs extracted, else (host base) an empty root."""
+
+    def __init__(self, stage: Path, base: Any, log: Path, say: Callable[[str], None]) -> None:
+        self.stage = stage
+        self.base = base
+        self.log = log
+        self.say = say
+        self.path = stage / "root"
+        self.method = "none"
+        self.mounted: Optional[str] = None
+        self.seconds = 0.0
+
+    def __enter__(self) -> "_Tree":
+        from dedal.adapters import overlay, squashfs
+
+        t0 = time.monotonic()
+        if self.base is None:
+            self.path.mkdir()
+            os.chmod(self.path, 0o755)
+            self.say("base host: the image carries no operating system, only the software (install root, view)")
+        else:
+            lower = Path(self.base.rootfs_dir)
+            if lower.is_dir():
+                self.mounted = overlay.mount(lower, self.stage / "upper", self.stage / "work", self.path, log=self.log)
+            if self.mounted:
+                self.method = f"overlay ({self.mounted})"
+            else:
+                self.path.mkdir(exist_ok=True)
+                squashfs.extract(Path(self.base.squashfs), self.path, log=self.log)
+                self.method = "extract"
+        self.seconds = time.monotonic() - t0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.mounted:
+            from dedal.adapters import overlay
+
+            overlay.unmount(self.path, self.mounted, log=self.log)
+            self.mounted = None
+
+
+def _run_spack(tree: Path, plan: Any, settings: Any, base: Any, manifest: Mapping[str, Any], log: Path,
+               say: Callable[[str], None]) -> str:
+    """reindex, view, activation inside the tree; returns the 91-environment.sh text."""
+    from dedal.adapters import runtime as rt
+    from dedal.adapters import spack as spack_adapter
+
+    spack_root = spack_adapter.locate(settings)
+    cache = spack_adapter.user_cache(settings, spack_root)
+    cache.mkdir(parents=True, exist_ok=True)
+    binds = [rt.Bind(spack_root, readonly=True), rt.Bind(cache)]
+    binds += [rt.Bind(p, readonly=True) for p in _repo_dirs(manifest)]
+    host = base is None
+    if host:
+        view_parent = posixpath.dirname(posixpath.normpath(plan.view))
+        if view_parent == "/":
+            raise UserError(f"view {plan.view}: with base host the view needs a parent directory other than /")
+        wanted = {posixpath.normpath(plan.install_root), view_parent, ENV_IN_IMAGE}
+        for d in wanted:
+            _mkdirs(tree, d)
+        binds += [rt.Bind(tree / d.lstrip("/"), d) for d in sorted(wanted, key=lambda x: (x.count("/"), x))]
+    run_env = dict(base.env) if base is not None else {}
+    run_env["PATH"] = STD_PATH  # not the caller's: Spack prepends to it, and that goes into the image
+    if host and "SPACK_PYTHON" in os.environ:
+        run_env["SPACK_PYTHON"] = os.environ["SPACK_PYTHON"]
+    seen: Dict[str, str] = {}
+
+    def runner(cmd, *, env: Mapping[str, str], log: Optional[Path], what: str, timeout=None):  # noqa: ANN001
+        full = dict(run_env)
+        full.update(env)
+        seen.update(full)
+        return rt.run_in(None if host else tree, cmd, binds=binds, env=full, log=log, what=what,
+                         runtime=settings.runtime, writable=not host, timeout=timeout)
+
+    scratch = ("tmp", "var/tmp", "root", "run")
+    before = _snapshot(tree, scratch) if not host else {}
+    spack = spack_adapter.Spack(spack_root, cache, runner)
+    envdir = Path(ENV_IN_IMAGE)
+    say("spack reindex")
+    spack.reindex(envdir, log)
+    say(f"spack env view regenerate ({plan.view})")
+    spack.view_regenerate(envdir, log)
+    say("spack env activate --sh")
+    text = spack.activate_sh(envdir)
+    with open(log, "a") as fh:
+        fh.write("$ spack env activate --sh -d " + ENV_IN_IMAGE + "\n" + text)
+    if not host:
+        _remove_new(tree, before)
+    inner = rt.base_env(seen)  # what Spack saw: the runtime's clean environment plus ours
+    return activation_script(text, inner)
+
+
+def _versions(plan: Any, hashes: Sequence[str], base: Any) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """Versions of Open MPI, PMIx, UCX, CUDA in the image: a Spack package of the image
+    wins (its view comes first on PATH), else what the base recorded."""
+    versions: Dict[str, str] = {}
+    sources: Dict[str, str] = {}
+    names = {plan.nodes[h].name: plan.nodes[h] for h in hashes}
+    for comp in VERSION_COMPONENTS:
+        node = names.get(comp)
+        if node is not None:
+            versions[comp] = node.version
+            sources[comp] = "external" if node.external else "spack"
+        elif base is not None and base.versions.get(comp):
+            versions[comp] = str(base.versions[comp])
+            sources[comp] = "base"
+    return versions, sources
+
+
+def _labels(plan: Any, base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
+            keep_build_deps: bool, versions: Mapping[str, str], sources: Mapping[str, str], created: int,
+            description: str, user: Mapping[str, str]) -> Dict[str, str]:
+    date = _iso(created)
+    labels: Dict[str, str] = {
+        "org.label-schema.schema-version": "1.0",
+        "org.label-schema.build-date": date,
+        "org.label-schema.name": plan.env_name,
+        "org.label-schema.version": plan.tag,
+        "org.opencontainers.image.created": date,
+        "org.opencontainers.image.title": plan.env_name,
+        "org.opencontainers.image.version": plan.tag,
+        "dedal.version": __version__,
+        "dedal.env": plan.env_name,
+        "dedal.tag": plan.tag,
+        "dedal.lock.sha256": plan.lock_sha256,
+        "dedal.spack.version": plan.spack_version,
+        "dedal.spack.commit": plan.spack_commit,
+        "dedal.base.image": plan.base_image,
+        "dedal.base.id": plan.base_id,
+        "dedal.install_root": plan.install_root,
+        "dedal.view": plan.view,
+        "dedal.roots": " ".join(plan.nodes[h].label for h in roots),
+        "dedal.layers": json.dumps([i.label() for i in infos], sort_keys=True, separators=(",", ":")),
+        "dedal.layers.count": str(len(infos)),
+        "dedal.layers.digest": hashlib.sha256("".join(i.sha256 for i in infos).encode()).hexdigest(),
+        "dedal.sbom": SBOM_IN_IMAGE,
+    }
+    if base is not None:
+        labels["dedal.base.os"] = base.os_release.get("PRETTY_NAME", base.os_id)
+    if description:
+        labels["org.label-schema.description"] = description
+        labels["org.opencontainers.image.description"] = description
+    if only_names:
+        labels["dedal.only"] = ",".join(only_names)
+    if keep_build_deps:
+        labels["dedal.keep_build_deps"] = "true"
+    for comp, version in versions.items():
+        labels[f"dedal.version.{comp}"] = version
+        labels[f"dedal.version.{comp}.source"] = sources[comp]
+    clash = sorted(k for k in user if k in labels or k.startswith("dedal."))
+    if clash:
+        raise UserError(f"dedal.labels: {clash[0]} is a provenance label dedal sets itself")
+    for k, v in user.items():
+        labels[k] = str(v)
+    return labels
+
+
+def _definition(plan: Any, base: Any, labels: Mapping[str, str], env91: str, runscript: str) -> str:
+    """The definition object: not an Apptainer recipe (no `apptainer build` made this image),
+    a readable record of what went in, in the definition file's syntax."""
+    def indent(text: str) -> str:
+        return "".join(f"    {line}\n" for line in text.splitlines() if not line.startswith("#!"))
+
+    lines = [f"# Assembled by dedal {__version__} (`dedal assemble`), not by `apptainer build`:",
+             "# the base root filesystem, one squashfs layer per Spack package, spack reindex + view.",
+             "Bootstrap: dedal",
+             f"From: {plan.base_image}" + (f" ({base.id})" if base is not None else ""),
+             "", "%labels"]
+    lines += [f"    {k} {v}" for k, v in sorted(labels.items()) if k != "dedal.layers"]
+    text = "\n".join(lines) + "\n\n%environment\n" + indent(env91) + "\n%runscript\n" + indent(runscript)
+    return text
+
+
+def _metadata(labels: Mapping[str, str], definition: str, runscript: str, env90: str, env91: str, plan: Any,
+              base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
+              keep_build_deps: bool, versions: Mapping[str, str]) -> Dict[str, Any]:
+    """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own section."""
+    return {
+        "data": {"attributes": {
+            "labels": dict(labels), "deffile": definition, "runscript": runscript,
+            "environment": {"/.singularity.d/env/90-environment.sh": env90, ENV_SCRIPT: env91},
+        }},
+        "type": "container",
+        "dedal": {
+            "env": plan.env_name, "tag": plan.tag, "lock_sha256": plan.lock_sha256,
+            "spack_commit": plan.spack_commit, "base": _base_json(plan, base),
+            "roots": [plan.nodes[h].label for h in roots], "only": list(only_names),
+            "keep_build_deps": keep_build_deps, "versions": dict(versions),
+            "layers": [{**i.label(), "prefix": i.prefix, "files": i.files, "built_at": i.built_at} for i in infos],
+        },
+    }
+
+
+def _base_json(plan: Any, base: Any) -> Dict[str, Any]:
+    if base is None:
+        return {"name": plan.base_image, "id": plan.base_id}
+    return {"name": base.name, "id": base.id, "os": base.os_release.get("PRETTY_NAME", ""),
+            "versions": dict(base.versions), "squashfs_bytes": base.squashfs_bytes}
+
+
+def _image_manifest(result: AssembleResult, digest: str, plan: Any, base: Any, infos: Sequence[LayerInfo],
+                    hashes: Sequence[str]) -> Dict[str, Any]:
+    return {
+        "format": IMAGE_FORMAT,
+        "path": result.image, "sha256": result.sha256, "size": result.size,
+        "squashfs_size": result.squashfs_size,
+        "env": result.env, "tag": result.tag, "created": _iso(result.created), "created_epoch": result.created,
+        "base": _base_json(plan, base), "base_id": plan.base_id,
+        "lock_sha256": plan.lock_sha256, "spack_commit": plan.spack_commit,
+        "install_root": plan.install_root, "view": plan.view,
+        "roots": result.roots, "only": result.only, "keep_build_deps": result.keep_build_deps,
+        "packages": [plan.nodes[h].label for h in hashes],
+        "layers": [{**i.label(), "prefix": i.prefix} for i in infos],
+        "labels": result.labels, "versions": result.versions,
+        "sbom": result.sbom, "inputs": digest, "dedal_version": __version__,
+    }
+
+
+def _existing(sif_path: Path, json_path: Path, sbom_path: Path, digest: str) -> Optional[AssembleResult]:
+    """The result of an earlier assembly with the same inputs, if its files are intact."""
+    from dedal.layers import sha256_file
+
+    try:
+        data = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("inputs") != digest or not sbom_path.is_file():
+        return None
+    if not sif_path.is_file() or sif_path.stat().st_size != data.get("size") or sha256_file(sif_path) != data.get("sha256"):
+        return None
+    try:
+        return AssembleResult(
+            env=data["env"], tag=data["tag"], status="present", image=str(sif_path), image_json=str(json_path),
+            sbom=str(sbom_path), sha256=data["sha256"], size=data["size"], squashfs_size=data.get("squashfs_size", 0),
+            created=int(data.get("created_epoch", 0)), base_image=data["base"].get("name", ""),
+            base_id=data["base_id"], roots=data["roots"], only=data["only"],
+            keep_build_deps=data["keep_build_deps"], layers=[{k: v for k, v in l.items() if k != "prefix"}
+                                                             for l in data["layers"]],
+            labels=data["labels"], versions=data["versions"], method="none")
+    except (KeyError, TypeError, AttributeError):
+        return None
