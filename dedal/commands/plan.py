@@ -8,6 +8,7 @@ from rich.table import Table
 
 from dedal.config import from_args
 from dedal.console import human_seconds, out, print_json
+from dedal.errors import UserError
 from dedal.layers import LayerStore
 from dedal.workspace import resolve
 
@@ -22,6 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--install-root", metavar="PATH", help="install root the layers are built for")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("-o", "--output", metavar="FILE", help="also write the plan as JSON to FILE")
+    p.add_argument("--simulate", action="store_true",
+                   help="simulate the build schedule (the Slurm executor's grouping into jobs) instead of "
+                        "showing the plan: makespan, lower bound, ratio, utilization, jobs")
+    p.add_argument("--nodes", type=int, metavar="N", help="with --simulate: build nodes (default: setting slurm.nodes)")
+    p.add_argument("--cores", type=int, metavar="C",
+                   help="with --simulate: cores per node (default: setting slurm.cores_per_node, else 64)")
     p.set_defaults(func=run)
 
 
@@ -31,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
     plan = target.plan() if target.given_plan else target.make_plan(LayerStore(Path(settings.layer_store)))
     if args.output:
         plan.write(Path(args.output))
+    if args.simulate:
+        return simulate(plan, settings, args)
+    if args.nodes is not None or args.cores is not None:
+        raise UserError("--nodes and --cores go with --simulate")
     if args.json:
         print_json(plan.to_json())
         return 0
@@ -56,3 +67,36 @@ def show(plan) -> None:
     if plan.critical_path:
         names = " -> ".join(plan.nodes[h].name for h in plan.critical_path)
         out.print(f"critical path (estimated {human_seconds(plan.critical_path_s)}): {names}")
+
+
+def simulate(plan, settings, args: argparse.Namespace) -> int:
+    from dedal.schedule import schedule_plan
+    for flag, value in (("--nodes", args.nodes), ("--cores", args.cores)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag}: expected a positive number, got {value}")
+    sched = schedule_plan(plan, settings, nodes=args.nodes, cores=args.cores)
+    if args.json:
+        data = sched.to_json()
+        data["env"] = plan.env_name
+        print_json(data)
+        return 0
+    out.print(f"simulated build of {plan.env_name}: {len(plan.to_build)} packages to build on {sched.nodes} "
+              f"node(s) x {sched.cores} cores, job overhead {sched.overhead_s:g} s")
+    table = Table()
+    for col in ("job", "start", "end", "node", "cores", "packages"):
+        table.add_column(col)
+    shown = sorted(sched.jobs, key=lambda j: (sched.starts[j.id][0], j.id))
+    for j in shown[:40]:
+        start, end, node = sched.starts[j.id]
+        table.add_row(j.id, human_seconds(start), human_seconds(end), str(node + 1), str(j.cores), " ".join(j.names))
+    if sched.jobs:
+        out.print(table)
+    if len(shown) > 40:
+        out.print(f"... {len(shown) - 40} more jobs (--json lists them all)")
+    out.print(f"makespan {human_seconds(sched.makespan_s)}, lower bound {human_seconds(sched.lower_bound_s)} "
+              f"(critical path {human_seconds(sched.critical_path_s)}, work / capacity "
+              f"{human_seconds(sched.work_core_s / (sched.nodes * sched.cores))}), "
+              f"ratio {sched.ratio:.3f}")
+    out.print(f"utilization {sched.utilization:.1%}, {len(sched.jobs)} jobs for "
+              f"{sum(len(j.hashes) for j in sched.jobs)} packages")
+    return 0

@@ -1,0 +1,792 @@
+"""Scheduling: group the packages of a build into jobs, and simulate the schedule.
+
+One code path for the Slurm executor and ``dedal plan --simulate``: :func:`make_schedule`
+groups the packages to build into :class:`Job` s (each job runs its packages one after
+the other on one node, with ``cores`` CPUs) and simulates how a batch scheduler runs
+them on ``nodes`` nodes of ``cores`` CPUs each. Pure Python over a :class:`Workload`
+(which :meth:`Workload.from_plan` derives from a Plan, and benchmarks generate).
+
+The machine model
+-----------------
+* A node has ``C`` cores; jobs share a node when their cores fit (Slurm's cons_tres).
+* How a package build uses cores: a package has an amount of work ``W`` (core-seconds)
+  and a parallelism cap ``p`` (``make -j`` stops helping beyond ``p`` cores: configure
+  steps, linking and test suites are serial); on ``c`` cores it takes
+  ``W / min(c, p)`` seconds. Durations (``PlanNode.estimate_s``, from earlier manifests
+  or ``dedal.durations``' model) are taken as wall times at ``ref_cores`` = 2 cores (the
+  machine the model table was measured on), and ``p`` grows with the size of the build:
+  ``p = clamp(floor(d / unit_s), 1, p_max)`` with ``unit_s`` = 60 s and ``p_max`` = 16.
+  So a 5 s package (zlib) uses 1 core, a 60 s one 1, a 780 s one (Open MPI) 13 cores
+  and takes 120 s, gcc (3600 s) 16 cores and 450 s. ``W = d * min(ref_cores, p)``.
+* Each package is given ``min(p, C)`` cores (``slurm.cpus_per_job`` fixes it instead);
+  below ``p`` cores the model is work-conserving, so this wastes nothing and finishes
+  each package as early as the node allows.
+* A job pays ``overhead_s`` (setting ``job_overhead_s``: queue wait, materializing its
+  dependency layers, Spack start-up; 2-5 s measured) at its start, holding its cores;
+  then it builds its packages one after the other on ``cores`` = the most any of them
+  needs (a job never exceeds a node). A job starts when every job it depends on
+  (``after``: the jobs producing the layers its packages need, i.e. their
+  ``build_requirements``) has completed: Slurm's ``afterok``.
+
+Lower bound (same model): no package can finish before its whole chain of build
+requirements, each on its best core count, and no schedule can do more than ``N*C``
+core-seconds per second; and nothing is built during the first job overhead. So
+``LB = overhead + max(critical path of W/min(C, p), sum of consumed core-seconds / (N*C))``
+(consumed = ``W`` when each package gets up to ``p`` cores). Every simulated schedule
+has ``makespan >= LB``.
+
+A tighter bound that also counts how narrow the DAG is at its start and end
+(:func:`dag_bound`) is reported next to it: the gap between the two is the DAG's, not
+the scheduler's.
+
+Grouping (:func:`group`)
+------------------------
+A list-scheduling simulation at package level, critical path first (priority = the
+longest estimated path from the package to the end of the build, overheads included),
+placing jobs best-fit with one backfill reservation for the top job that does not fit
+(as Slurm's backfill does), in which a job that finishes a package may go on with
+another one instead of ending (saving a job overhead). It goes on only with the
+package its cores would go to next anyway (the highest-priority ready one that fits;
+no queue jumping), only if that package's other requirements were complete when the
+job started (Slurm's ``afterok`` is fixed at submission), only if the job's cores fit
+it (a job grows only while the waste of the extra cores stays below one overhead) and
+not past a reservation of its node. Then, per mode:
+
+* ``safe``: ending the job would release no other package, and every package still
+  waiting for this job is expected to wait for something else at least as long
+  (chains of packages, and small packages nobody is waiting for);
+* ``backlog``: no package the job releases could start anywhere right now (builds
+  bound by the cores, where releasing early gains nothing);
+* ``none``: one job per package.
+
+Each grouping is then improved by merging consecutive jobs of its simulated critical
+chain (:func:`improve`) while the simulated makespan shrinks, and
+:func:`make_schedule` keeps the best by simulated makespan (:func:`simulate`, the
+job-level model of the batch scheduler). One job per package in submission order (the
+``spack ci`` baseline) is among the starting points, so the result is never worse in
+the model than that baseline.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+REF_CORES = 2
+MERGE_MODES = ("safe", "backlog", "none")
+PAR_UNIT_S = 60.0
+P_MAX = 16
+
+
+@dataclass(frozen=True)
+class CoreModel:
+    """How one package build uses the cores of its node (see the module doc)."""
+
+    ref_cores: int = REF_CORES
+    unit_s: float = PAR_UNIT_S
+    p_max: int = P_MAX
+
+    def parallelism(self, d: float) -> int:
+        return max(1, min(self.p_max, int(d // self.unit_s)))
+
+    def work(self, d: float) -> float:
+        """Core-seconds of a package that takes ``d`` seconds on ``ref_cores`` cores."""
+        return d * min(self.ref_cores, self.parallelism(d))
+
+    def seconds(self, d: float, cores: int) -> float:
+        return self.work(d) / min(max(1, cores), self.parallelism(d))
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+DEFAULT_MODEL = CoreModel()
+
+
+@dataclass
+class Workload:
+    """The packages to build, their durations and who needs whom (pure data)."""
+
+    order: List[str]                      # dependencies first
+    duration: Dict[str, float]            # seconds at ref_cores
+    requires: Dict[str, FrozenSet[str]]   # package -> packages of this workload it needs built first
+    names: Dict[str, str] = field(default_factory=dict)
+    title: str = ""
+
+    @classmethod
+    def from_plan(cls, plan, hashes: Optional[Iterable[str]] = None) -> "Workload":
+        """The packages ``hashes`` (default: ``plan.to_build``) of a Plan; their requirements
+        are their build requirements among those packages."""
+        wanted = set(plan.to_build if hashes is None else hashes)
+        order = [h for h in plan.to_build if h in wanted] + sorted(wanted - set(plan.to_build))
+        return cls(
+            order=order,
+            duration={h: float(plan.nodes[h].estimate_s) for h in order},
+            requires={h: frozenset(r for r in plan.build_requirements.get(h, []) if r in wanted and r != h)
+                      for h in order},
+            names={h: plan.nodes[h].name for h in order},
+            title=plan.env_name,
+        )
+
+    def name(self, h: str) -> str:
+        return self.names.get(h, h[:7])
+
+    def dependents(self) -> Dict[str, Set[str]]:
+        out: Dict[str, Set[str]] = {h: set() for h in self.order}
+        for h in self.order:
+            for r in self.requires[h]:
+                out[r].add(h)
+        return out
+
+    def topo(self) -> List[str]:
+        """``order`` checked (every requirement before its dependent), else a fresh one."""
+        pos = {h: i for i, h in enumerate(self.order)}
+        if all(pos[r] < pos[h] for h in self.order for r in self.requires[h]):
+            return list(self.order)
+        indeg = {h: len(self.requires[h]) for h in self.order}
+        deps = self.dependents()
+        queue = [h for h in self.order if indeg[h] == 0]
+        out: List[str] = []
+        while queue:
+            h = queue.pop(0)
+            out.append(h)
+            for d in sorted(deps[h], key=pos.__getitem__):
+                indeg[d] -= 1
+                if indeg[d] == 0:
+                    queue.append(d)
+        if len(out) != len(self.order):
+            raise ValueError("dependency cycle among the packages to build")
+        return out
+
+
+@dataclass
+class Job:
+    """One build job: ``hashes`` built in this order on one node with ``cores`` CPUs,
+    after every job in ``after`` completed. ``priority``: estimated seconds from this
+    job's start to the end of the build along its longest chain of dependent jobs
+    (larger first)."""
+
+    id: str
+    hashes: List[str]
+    after: List[str] = field(default_factory=list)
+    est_s: float = 0.0
+    priority: float = 0.0
+    cores: int = 1
+    names: List[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The job's main package (longest estimate is not known here: the last one) plus a count."""
+        main = self.names[-1] if self.names else self.hashes[-1][:7]
+        return main + (f"+{len(self.hashes) - 1}" if len(self.hashes) > 1 else "")
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "hashes": list(self.hashes), "after": list(self.after), "est_s": round(self.est_s, 3),
+                "priority": round(self.priority, 3), "cores": self.cores, "names": list(self.names)}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "Job":
+        return cls(id=str(data["id"]), hashes=list(data["hashes"]), after=[str(a) for a in data.get("after", [])],
+                   est_s=float(data.get("est_s", 0.0)), priority=float(data.get("priority", 0.0)),
+                   cores=int(data.get("cores", 1)), names=list(data.get("names", [])))
+
+
+@dataclass
+class Simulation:
+    makespan_s: float
+    starts: Dict[str, Tuple[float, float, int]]   # job id -> (start, end, node index)
+    busy_core_s: float                            # core-seconds the jobs held (overhead included)
+
+
+@dataclass
+class Schedule:
+    jobs: List[Job]
+    nodes: int
+    cores: int
+    overhead_s: float
+    makespan_s: float
+    lower_bound_s: float
+    critical_path_s: float
+    work_core_s: float
+    utilization: float
+    strategy: str = "dedal"
+    model: CoreModel = DEFAULT_MODEL
+    dag_bound_s: float = 0.0
+    starts: Dict[str, Tuple[float, float, int]] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.lower_bound_s if self.lower_bound_s > 0 else 1.0
+
+    def to_json(self, with_jobs: bool = True) -> dict:
+        data = {
+            "makespan_s": round(self.makespan_s, 3),
+            "lower_bound_s": round(self.lower_bound_s, 3),
+            "ratio": round(self.ratio, 4),
+            "jobs": len(self.jobs),
+            "packages": sum(len(j.hashes) for j in self.jobs),
+            "utilization": round(self.utilization, 4),
+            "nodes": self.nodes,
+            "cores": self.cores,
+            "overhead_s": self.overhead_s,
+            "critical_path_s": round(self.critical_path_s, 3),
+            "dag_bound_s": round(self.dag_bound_s, 3),
+            "work_core_s": round(self.work_core_s, 3),
+            "strategy": self.strategy,
+            "model": self.model.to_json(),
+        }
+        if with_jobs:
+            data["schedule"] = [dict(j.to_json(), start_s=round(self.starts[j.id][0], 3),
+                                     end_s=round(self.starts[j.id][1], 3), node=self.starts[j.id][2])
+                                if j.id in self.starts else j.to_json() for j in self.jobs]
+        return data
+
+
+# -- the model's per-package numbers ---------------------------------------------------
+
+def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0) -> Dict[str, int]:
+    if cpus_per_job:
+        c = max(1, min(cpus_per_job, cores))
+        return {h: c for h in wl.order}
+    return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
+
+
+def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+                cpus_per_job: int = 0) -> Tuple[float, float, float]:
+    """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
+    need = package_cores(wl, cores, model, cpus_per_job)
+    finish: Dict[str, float] = {}
+    consumed = 0.0
+    for h in wl.topo():
+        t = model.seconds(wl.duration[h], need[h])
+        consumed += t * need[h]
+        finish[h] = t + max((finish[r] for r in wl.requires[h]), default=0.0)
+    cp = max(finish.values(), default=0.0)
+    if not wl.order:
+        return 0.0, 0.0, 0.0
+    return overhead_s + max(cp, consumed / (max(1, nodes) * max(1, cores))), cp, consumed
+
+
+def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+              cpus_per_job: int = 0, samples: int = 120) -> float:
+    """A tighter lower bound in the same model, which also counts that a DAG cannot be
+    wide at its start and end: for any set S of packages, no schedule ends before
+    ``min head(S) + consumed(S) / (N*C) + min tail(S)``, where head(h) is the earliest
+    ``h`` can start (overhead + longest chain of requirements) and tail(h) the longest
+    chain after it. Maximized over S = {h: head(h) >= a, tail(h) >= b}; always >=
+    :func:`lower_bound` (S = everything, or S = the critical path)."""
+    if not wl.order:
+        return 0.0
+    need = package_cores(wl, cores, model, cpus_per_job)
+    t = {h: model.seconds(wl.duration[h], need[h]) for h in wl.order}
+    order = wl.topo()
+    head: Dict[str, float] = {}
+    for h in order:
+        head[h] = max((head[r] + t[r] for r in wl.requires[h]), default=overhead_s)
+    deps = wl.dependents()
+    tail: Dict[str, float] = {}
+    for h in reversed(order):
+        tail[h] = max((tail[d] + t[d] for d in deps[h]), default=0.0)
+    cap = max(1, nodes) * max(1, cores)
+    best = max(head[h] + t[h] + tail[h] for h in order)
+    heads = sorted(set(head.values()))
+    if len(heads) > samples:
+        heads = [heads[int(i * (len(heads) - 1) / (samples - 1))] for i in range(samples)]
+    by_tail = sorted(order, key=lambda h: -tail[h])
+    for a in heads:
+        acc = 0.0
+        for h in by_tail:
+            if head[h] < a:
+                continue
+            acc += need[h] * t[h]
+            best = max(best, a + acc / cap + tail[h])
+    return best
+
+
+def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float) -> Dict[str, float]:
+    deps = wl.dependents()
+    level: Dict[str, float] = {}
+    for h in reversed(wl.topo()):
+        level[h] = overhead_s + t[h] + max((level[d] for d in deps[h]), default=0.0)
+    return level
+
+
+class _Nodes:
+    """Free cores per node, what runs where (estimated end, cores), best-fit placement and
+    one backfill reservation, as Slurm's backfill scheduler does for its top job."""
+
+    def __init__(self, nodes: int, cores: int) -> None:
+        self.free = [cores] * max(1, nodes)
+        self.running: List[Dict[object, Tuple[float, int]]] = [dict() for _ in self.free]
+        self.reservation: Optional[Tuple[int, float, int]] = None  # node, time, spare cores then
+        self.reserved_for: object = None
+
+    def place(self, who: object, need: int, end: float, node: int) -> None:
+        self.free[node] -= need
+        self.running[node][who] = (end, need)
+
+    def update(self, who: object, node: int, end: float, need: int) -> None:
+        self.free[node] -= need - self.running[node][who][1]
+        self.running[node][who] = (end, need)
+
+    def release(self, who: object, node: int) -> None:
+        _, need = self.running[node].pop(who)
+        self.free[node] += need
+
+    def fit(self, need: int, now: float, seconds: float) -> Optional[int]:
+        """The node for a job of ``need`` cores and ``seconds`` starting now, or None; a job
+        goes onto the reserved node only if it does not delay the reservation."""
+        best = None
+        res = self.reservation
+        for i, f in enumerate(self.free):
+            if f < need:
+                continue
+            if res is not None and i == res[0] and now + seconds > res[1] and need > res[2]:
+                continue
+            if best is None or f < self.free[best]:
+                best = i
+        if best is not None and res is not None and best == res[0] and now + seconds > res[1]:
+            self.reservation = (res[0], res[1], res[2] - need)
+        return best
+
+    def reset(self) -> None:
+        self.reservation = None
+        self.reserved_for = None
+
+    def reserve(self, need: int, now: float, who: object = None) -> None:
+        """Reserve the node where ``need`` cores free up first (only if none is reserved)."""
+        if self.reservation is not None:
+            return
+        best: Optional[Tuple[float, int, int]] = None
+        for i, f in enumerate(self.free):
+            when, free = now, f
+            for end, c in sorted(self.running[i].values()):
+                if free >= need:
+                    break
+                when, free = max(now, end), free + c
+            if free >= need and (best is None or when < best[0]):
+                best = (when, i, free - need)
+        if best is not None:
+            self.reservation = (best[1], best[0], best[2])
+            self.reserved_for = who
+
+# -- grouping ----------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    idx: int
+    node: int
+    cores: int
+    start: float
+    pkgs: List[str]
+    end: float = 0.0   # end of the package now running
+
+
+def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+          cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False) -> List[Job]:
+    """Jobs for ``wl`` (see the module doc). ``merge``: ``safe`` (a job goes on only
+    when that delays nobody), ``backlog`` (also when its cores would go to a waiting
+    package anyway: for builds bound by the cores), ``none`` (one job per package);
+    ``fifo=True``: submission order instead of critical-path priorities (the
+    baseline of one job per package as ``spack ci`` generates them)."""
+    order = wl.topo()
+    pos = {h: i for i, h in enumerate(order)}
+    cores = max(1, cores)
+    need = package_cores(wl, cores, model, cpus_per_job)
+    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
+    deps = wl.dependents()
+    prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s)
+    o = overhead_s
+
+    pool = _Nodes(nodes, cores)
+    pending: Set[str] = set(order)
+    nmiss = {h: len(wl.requires[h]) for h in order}
+    avail: Set[str] = {h for h in order if nmiss[h] == 0}
+    completed_at: Dict[str, float] = {}
+    run_of: Dict[str, int] = {}
+    runs: List[_Run] = []
+    heap: List[Tuple[float, int, int]] = []
+
+    def key(h: str) -> Tuple[float, int]:
+        return (-prio[h], pos[h])
+
+    def dur(h: str, c: int) -> float:
+        return model.seconds(wl.duration[h], c)
+
+    def take(h: str) -> None:
+        pending.discard(h)
+        avail.discard(h)
+
+    def start_new(now: float) -> None:
+        pool.reset()
+        for h in sorted(avail, key=key):
+            n = pool.fit(need[h], now, o + t[h])
+            if n is None:
+                pool.reserve(need[h], now, h)
+                continue
+            take(h)
+            r = _Run(len(runs), n, need[h], now, [h])
+            r.end = now + o + t[h]
+            pool.place(r.idx, need[h], r.end, n)
+            runs.append(r)
+            run_of[h] = r.idx
+            heapq.heappush(heap, (r.end, r.idx, r.idx))
+
+    def can_run(r: _Run, y: str, inrun: Set[str], now: float) -> Optional[int]:
+        """The job's cores after taking ``y``, or None."""
+        for q in wl.requires[y]:
+            if q not in inrun and not (q in completed_at and completed_at[q] <= r.start):
+                return None
+        if need[y] <= r.cores:
+            waste = (r.cores - need[y]) * dur(y, r.cores)
+            return r.cores if waste <= o * r.cores else None
+        grow = need[y] - r.cores
+        if pool.free[r.node] >= grow and grow * (now - r.start) <= o * need[y]:
+            return need[y]
+        return None
+
+    def expected_ready(z: str, inrun: Set[str], now: float) -> float:
+        """When the requirements of ``z`` outside this job could be complete, at the earliest."""
+        e = now
+        for q in wl.requires[z]:
+            if q in inrun or q in completed_at:
+                continue
+            if q in pending:
+                e = max(e, now + o + t[q])
+            else:
+                e = max(e, runs[run_of[q]].end)
+        return e
+
+    def decide(r: _Run, now: float) -> Optional[Tuple[str, int]]:
+        """The package job ``r`` builds next instead of ending, with its cores then, or None."""
+        inrun = set(r.pkgs)
+        waiting = {y for h in r.pkgs for y in deps[h] if y in pending}
+        released = [y for y in waiting if all(q in inrun or q in completed_at for q in wl.requires[y])]
+        # only the package the job's cores would go to next anyway (no queue jumping)
+        usable = r.cores + pool.free[r.node]
+        choice: Optional[Tuple[str, int]] = None
+        for y in sorted(avail.union(released), key=key):
+            if need[y] > usable:
+                continue
+            c = can_run(r, y, inrun, now)
+            if c is None:
+                return None
+            choice = (y, c)
+            break
+        if choice is None:
+            return None
+        y, c = choice
+        res = pool.reservation
+        if res is not None and pool.reserved_for != y and res[0] == r.node and now + dur(y, c) > res[1] and c > res[2]:
+            return None  # would delay the job the cores of this node are reserved for
+        others = [z for z in released if z != y]
+        if merge == "backlog":  # ... unless a package it releases could start elsewhere now
+            most = max(pool.free)
+            return None if any(need[z] <= most for z in others) else choice
+        if others:
+            return None
+        new_end = now + dur(y, c)
+        for z in waiting:
+            if z != y and expected_ready(z, inrun, now) < new_end:
+                return None
+        return choice
+
+    start_new(0.0)
+    while heap:
+        now, _, idx = heapq.heappop(heap)
+        r = runs[idx]
+        nxt = decide(r, now) if merge != "none" else None
+        if nxt is not None:
+            y, c = nxt
+            take(y)
+            r.cores = c
+            r.pkgs.append(y)
+            run_of[y] = idx
+            r.end = now + dur(y, c)
+            pool.update(idx, r.node, r.end, c)
+            heapq.heappush(heap, (r.end, idx, idx))
+            continue
+        pool.release(idx, r.node)
+        for h in r.pkgs:
+            completed_at[h] = now
+        for h in r.pkgs:
+            for d in deps[h]:
+                if d in pending:
+                    nmiss[d] -= 1
+                    if nmiss[d] == 0:
+                        avail.add(d)
+        start_new(now)
+    if pending:  # cannot happen for a DAG; a bug if it does
+        raise RuntimeError(f"scheduler left {len(pending)} packages unscheduled")
+    return _finish_jobs(wl, runs, model, o, fifo)
+
+
+def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_s: float, fifo: bool) -> List[Job]:
+    width = max(3, len(str(len(runs))))
+    job_of: Dict[str, str] = {}
+    jobs: List[Job] = []
+    for r in sorted(runs, key=lambda r: (r.start, r.idx)):
+        jid = f"j{len(jobs) + 1:0{width}d}"
+        for h in r.pkgs:
+            job_of[h] = jid
+        jobs.append(Job(id=jid, hashes=list(r.pkgs), cores=r.cores, names=[wl.name(h) for h in r.pkgs],
+                        est_s=overhead_s + sum(model.seconds(wl.duration[h], r.cores) for h in r.pkgs)))
+    by_id = {j.id: j for j in jobs}
+    for j in jobs:
+        own = set(j.hashes)
+        j.after = sorted({job_of[q] for h in j.hashes for q in wl.requires[h] if q not in own})
+    set_priorities(jobs)
+    if fifo:
+        for i, j in enumerate(jobs):
+            j.priority = float(len(jobs) - i)
+    assert all(a in by_id for j in jobs for a in j.after)
+    return jobs
+
+
+def set_priorities(jobs: List[Job]) -> None:
+    """Priority = longest estimated chain of jobs from this one to the end (bottom level)."""
+    by_id = {j.id: j for j in jobs}
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for a in j.after:
+            dependents[a].append(j.id)
+    for j in reversed(job_topo(jobs)):
+        j.priority = j.est_s + max((by_id[d].priority for d in dependents[j.id]), default=0.0)
+
+
+def job_topo(jobs: Sequence[Job]) -> List[Job]:
+    """Jobs with every job before the jobs that depend on it; among the ready ones,
+    highest priority first (the submission order)."""
+    by_id = {j.id: j for j in jobs}
+    indeg = {j.id: len(j.after) for j in jobs}
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for a in j.after:
+            dependents[a].append(j.id)
+    index = {j.id: i for i, j in enumerate(jobs)}
+    heap = [(-j.priority, index[j.id], j.id) for j in jobs if indeg[j.id] == 0]
+    heapq.heapify(heap)
+    out: List[Job] = []
+    while heap:
+        _, _, jid = heapq.heappop(heap)
+        out.append(by_id[jid])
+        for d in dependents[jid]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                heapq.heappush(heap, (-by_id[d].priority, index[d], d))
+    if len(out) != len(jobs):
+        raise ValueError("dependency cycle among the jobs")
+    return out
+
+
+# -- simulation of a batch scheduler running the jobs -------------------------------------
+
+def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
+    """Run the jobs as a batch scheduler would: a job is eligible once every job in its
+    ``after`` completed; eligible jobs start highest priority first on the best-fitting
+    node with enough free cores, lower-priority ones fill in where the top one does not
+    fit (backfill); each runs ``est_s`` seconds."""
+    pool = _Nodes(nodes, cores)
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for a in j.after:
+            dependents[a].append(j.id)
+    index = {j.id: i for i, j in enumerate(jobs)}
+    by_id = {j.id: j for j in jobs}
+    nmiss = {j.id: len(j.after) for j in jobs}
+    eligible = {j.id for j in jobs if nmiss[j.id] == 0}
+    heap: List[Tuple[float, int, str]] = []
+    starts: Dict[str, Tuple[float, float, int]] = {}
+    busy = 0.0
+    for j in jobs:
+        if j.cores > cores:
+            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
+
+    def start(now: float) -> None:
+        nonlocal busy
+        pool.reset()
+        for jid in sorted(eligible, key=lambda x: (-by_id[x].priority, index[x])):
+            j = by_id[jid]
+            n = pool.fit(j.cores, now, j.est_s)
+            if n is None:
+                pool.reserve(j.cores, now)
+                continue
+            eligible.discard(jid)
+            pool.place(jid, j.cores, now + j.est_s, n)
+            starts[jid] = (now, now + j.est_s, n)
+            busy += j.cores * j.est_s
+            heapq.heappush(heap, (now + j.est_s, index[jid], jid))
+
+    start(0.0)
+    now = 0.0
+    while heap:
+        now, _, jid = heapq.heappop(heap)
+        pool.release(jid, starts[jid][2])
+        for d in dependents[jid]:
+            nmiss[d] -= 1
+            if nmiss[d] == 0:
+                eligible.add(d)
+        start(now)
+    if len(starts) != len(jobs):
+        raise ValueError("some jobs can never start (a dependency cycle or an unknown job in 'after')")
+    return Simulation(makespan_s=max((e for _, e, _ in starts.values()), default=0.0), starts=starts, busy_core_s=busy)
+
+
+# -- local improvement: merge jobs along the simulated critical chain ----------------------
+
+def critical_links(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, str]]:
+    """(A, B) pairs on the chain of jobs that determines the makespan, where B started
+    the moment A, one of its ``after`` jobs, completed (last link first)."""
+    if not jobs:
+        return []
+    by_id = {j.id: j for j in jobs}
+    cur = max(sim.starts, key=lambda x: (sim.starts[x][1], x))
+    links: List[Tuple[str, str]] = []
+    seen: Set[str] = set()
+    while cur not in seen:
+        seen.add(cur)
+        start, _, node = sim.starts[cur]
+        if start <= 0:
+            break
+        dep = [a for a in by_id[cur].after if abs(sim.starts[a][1] - start) < 1e-6]
+        if dep:
+            prev = dep[0]
+            links.append((prev, cur))
+        else:  # waited for cores: the job that released them on its node
+            same = [x for x, (s0, e0, n0) in sim.starts.items() if n0 == node and abs(e0 - start) < 1e-6]
+            if not same:
+                break
+            prev = same[0]
+        cur = prev
+    return links
+
+
+def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreModel, overhead_s: float,
+               cores: int) -> Optional[List[Job]]:
+    """The jobs with ``b`` (which runs after ``a``) merged into ``a``; None when that would
+    create a cycle or exceed a node."""
+    by_id = {j.id: j for j in jobs}
+    ja, jb = by_id[a], by_id[b]
+    # another path a -> ... -> b would make the merged job wait for itself
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for x in j.after:
+            dependents[x].append(j.id)
+    stack = [d for d in dependents[a] if d != b]
+    seen: Set[str] = set(stack)
+    while stack:
+        x = stack.pop()
+        if x == b:
+            return None
+        for d in dependents[x]:
+            if d not in seen:
+                seen.add(d)
+                stack.append(d)
+    c = max(ja.cores, jb.cores)
+    if c > cores:
+        return None
+    pos = {h: i for i, h in enumerate(wl.topo())}
+    hashes = sorted(ja.hashes + jb.hashes, key=pos.__getitem__)
+    merged = Job(id=a, hashes=hashes, cores=c, names=[wl.name(h) for h in hashes],
+                 after=sorted((set(ja.after) | set(jb.after)) - {a, b}),
+                 est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in hashes))
+    out: List[Job] = []
+    for j in jobs:
+        if j.id == b:
+            continue
+        if j.id == a:
+            out.append(merged)
+            continue
+        after = sorted({a if x == b else x for x in j.after})
+        out.append(Job(id=j.id, hashes=j.hashes, after=after, est_s=j.est_s, cores=j.cores, names=j.names,
+                       priority=j.priority))
+    set_priorities(out)
+    return out
+
+
+def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
+            model: CoreModel = DEFAULT_MODEL, rounds: int = 200) -> Tuple[List[Job], Simulation]:
+    """Merge consecutive jobs of the critical chain while the simulated makespan shrinks."""
+    sim = simulate(jobs, nodes=nodes, cores=cores)
+    for _ in range(rounds):
+        for a, b in critical_links(jobs, sim):
+            cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores)
+            if cand is None:
+                continue
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s < sim.makespan_s - 1e-6:
+                jobs, sim = cand, csim
+                break
+        else:
+            break
+    return jobs, sim
+
+
+# -- the entry point -------------------------------------------------------------------------
+
+def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+                  cpus_per_job: int = 0, strategy: str = "dedal") -> Schedule:
+    """Group and simulate. ``strategy``: ``dedal`` (grouping, critical path first; the
+    best of the merge modes by simulated makespan), ``per-package`` (one job per package in
+    submission order, like ``spack ci``), ``single-node`` (one job, one package at a
+    time with ``make -j C`` on one node, like ``spack install -j C``)."""
+    nodes, cores = max(1, int(nodes)), max(1, int(cores))
+    lb, cp, consumed = lower_bound(wl, nodes, cores, overhead_s, model, cpus_per_job)
+    if strategy == "dedal":
+        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                            cpus_per_job=cpus_per_job, merge=m) for m in MERGE_MODES]
+        # list scheduling by critical path is a heuristic: where plain submission order
+        # packs a core-bound build better, start from that
+        candidates.append(group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                cpus_per_job=cpus_per_job, merge="none", fifo=True))
+    elif strategy == "per-package":
+        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                            cpus_per_job=cpus_per_job, merge="none", fifo=True)]
+    elif strategy == "single-node":
+        c = max(1, min(cpus_per_job or cores, cores))
+        order = wl.topo()
+        candidates = [[Job(id="j001", hashes=order, cores=c, names=[wl.name(h) for h in order],
+                           est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in order))]] if order else [[]]
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}")
+    best: Optional[Tuple[List[Job], Simulation]] = None
+    for jobs in candidates:
+        if strategy == "dedal":
+            jobs, sim = improve(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model)
+        else:
+            sim = simulate(jobs, nodes=nodes, cores=cores)
+        if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
+            best = (jobs, sim)
+    assert best is not None
+    jobs, sim = _renumber(*best)
+    util = consumed / (nodes * cores * sim.makespan_s) if sim.makespan_s > 0 else 0.0
+    return Schedule(jobs=jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, makespan_s=sim.makespan_s,
+                    lower_bound_s=lb, critical_path_s=cp, work_core_s=consumed, utilization=util,
+                    strategy=strategy, model=model, starts=sim.starts,
+                    dag_bound_s=dag_bound(wl, nodes, cores, overhead_s, model, cpus_per_job))
+
+
+def _renumber(jobs: List[Job], sim: Simulation) -> Tuple[List[Job], Simulation]:
+    """Ids j001, j002, ... in the order the simulation started the jobs."""
+    ordered = sorted(jobs, key=lambda j: (sim.starts[j.id][0], -j.priority, j.id))
+    width = max(3, len(str(len(jobs))))
+    new = {j.id: f"j{i + 1:0{width}d}" for i, j in enumerate(ordered)}
+    out = [Job(id=new[j.id], hashes=j.hashes, after=sorted(new[a] for a in j.after), est_s=j.est_s,
+               priority=j.priority, cores=j.cores, names=j.names) for j in ordered]
+    starts = {new[k]: v for k, v in sim.starts.items()}
+    return out, Simulation(makespan_s=sim.makespan_s, starts=starts, busy_core_s=sim.busy_core_s)
+
+
+def schedule_plan(plan, settings, *, nodes: Optional[int] = None, cores: Optional[int] = None,
+                  hashes: Optional[Iterable[str]] = None, strategy: str = "dedal") -> Schedule:
+    """The schedule of a plan's packages to build (or ``hashes``) with the settings'
+    ``job_overhead_s``, ``slurm.nodes``, ``slurm.cores_per_node`` and ``slurm.cpus_per_job``."""
+    wl = Workload.from_plan(plan, hashes)
+    n = nodes if nodes else settings.get("slurm.nodes") or 1
+    c = cores if cores else settings.get("slurm.cores_per_node") or DEFAULT_CORES
+    return make_schedule(wl, nodes=n, cores=c, overhead_s=float(settings.get("job_overhead_s")),
+                         cpus_per_job=int(settings.get("slurm.cpus_per_job") or 0), strategy=strategy)
+
+
+DEFAULT_CORES = 64  # cores of a build node when neither --cores nor slurm.cores_per_node says

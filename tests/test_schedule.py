@@ -1,0 +1,235 @@
+"""The scheduler (dedal.schedule): grouping into jobs, simulation, lower bound.
+
+Pure Python on the real locks in ../shared/data/spack with known durations; no Slurm.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from dedal.plan import make_plan
+from dedal.schedule import (CoreModel, Job, Workload, dag_bound, group, lower_bound, make_schedule, simulate)
+from dedal.spack_lock import load_lock
+from tests.conftest import SPACK_DATA
+
+BIG_LOCKS = ["mpi-cuda.spack.lock", "mpi-cuda-extcuda.spack.lock", "mpi-cuda-pure.spack.lock",
+             "cscs-prgenv-gnu.spack.lock", "jedi-ci.spack.lock"]
+ALL_LOCKS = BIG_LOCKS + ["tiny-dedal.spack.lock", "realpy.spack.lock", "tiny-zlib.spack.lock"]
+
+
+def plan_of(lock_name: str, measured=None):
+    lock = load_lock(SPACK_DATA / lock_name)
+    return make_plan(lock, env_name=lock_name.split(".")[0], install_root="/opt/esd/software",
+                     base_image="host", base_id="test", measured=measured)
+
+
+def workload(lock_name: str, measured=None) -> Workload:
+    return Workload.from_plan(plan_of(lock_name, measured))
+
+
+def check_schedule(wl: Workload, jobs: List[Job], nodes: int, cores: int) -> None:
+    """Every package in exactly one job, job order respects the DAG, no node overfull."""
+    seen: Dict[str, str] = {}
+    for j in jobs:
+        assert 1 <= j.cores <= cores
+        for h in j.hashes:
+            assert h not in seen, f"{h} in {seen[h]} and {j.id}"
+            seen[h] = j.id
+    assert set(seen) == set(wl.order)
+    by_id = {j.id: j for j in jobs}
+    for j in jobs:
+        pos = {h: i for i, h in enumerate(j.hashes)}
+        for h in j.hashes:
+            for r in wl.requires[h]:
+                if r in pos:
+                    assert pos[r] < pos[h], f"{wl.name(r)} after {wl.name(h)} inside {j.id}"
+                else:
+                    assert seen[r] in j.after, f"{j.id} builds {wl.name(h)} without waiting for {seen[r]}"
+        assert set(j.after) <= set(by_id) and j.id not in j.after
+    sim = simulate(jobs, nodes=nodes, cores=cores)
+    for j in jobs:
+        start, end, node = sim.starts[j.id]
+        assert 0 <= node < nodes
+        assert end == pytest.approx(start + j.est_s)
+        for a in j.after:
+            assert sim.starts[a][1] <= start + 1e-9
+    # at every moment, the jobs on a node fit its cores
+    for node in range(nodes):
+        events = sorted((t, c) for j in jobs if sim.starts[j.id][2] == node
+                        for t, c in ((sim.starts[j.id][0], j.cores), (sim.starts[j.id][1], -j.cores)))
+        load = 0
+        for i, (t, c) in enumerate(sorted(events, key=lambda e: (e[0], e[1]))):
+            load += c
+            assert load <= cores
+
+
+@pytest.mark.parametrize("lock_name", ALL_LOCKS)
+@pytest.mark.parametrize("nodes, cores", [(1, 8), (4, 64), (16, 2)])
+def test_schedule_properties_on_real_locks(lock_name: str, nodes: int, cores: int) -> None:
+    wl = workload(lock_name)
+    sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0)
+    check_schedule(wl, sched.jobs, nodes, cores)
+    lb, cp, work = lower_bound(wl, nodes, cores, 3.0)
+    assert sched.lower_bound_s == pytest.approx(lb)
+    assert lb == pytest.approx(3.0 + max(cp, work / (nodes * cores)))
+    assert sched.makespan_s >= lb - 1e-6
+    assert sched.makespan_s >= sched.dag_bound_s - 1e-6 >= lb - 2e-6
+    assert 0 < sched.utilization <= 1.0
+    # never worse than the baselines in the same model
+    per_package = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy="per-package")
+    single = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy="single-node")
+    check_schedule(wl, per_package.jobs, nodes, cores)
+    assert len(per_package.jobs) == len(wl.order)
+    assert sched.makespan_s <= per_package.makespan_s + 1e-6
+    assert sched.makespan_s <= single.makespan_s + 1e-6
+
+
+@pytest.mark.parametrize("lock_name", BIG_LOCKS)
+def test_ratio_close_to_one_where_the_dag_allows(lock_name: str) -> None:
+    """With nodes to spare the critical path decides: the schedule comes within 5 %,
+    and grouping strictly beats one job per package."""
+    wl = workload(lock_name)
+    sched = make_schedule(wl, nodes=4, cores=64, overhead_s=3.0)
+    assert sched.ratio < 1.05, sched.to_json(with_jobs=False)
+    per_package = make_schedule(wl, nodes=4, cores=64, overhead_s=3.0, strategy="per-package")
+    assert sched.makespan_s < per_package.makespan_s
+    assert len(sched.jobs) < len(wl.order)
+
+
+def test_known_durations_from_manifests() -> None:
+    """Measured durations (as from earlier manifests) drive estimates, critical path and bound."""
+    lock = load_lock(SPACK_DATA / "tiny-dedal.spack.lock")
+    measured = {(n.name, None): 10.0 for n in lock.nodes.values()}
+    wl = workload("tiny-dedal.spack.lock", measured)
+    assert set(wl.duration.values()) == {10.0}
+    # gcc-runtime -> dedal-bootstrap -> dedal-tool -> dedal-app: 4 packages of 10 s (1 core each)
+    lb, cp, work = lower_bound(wl, 1, 4, 2.0)
+    assert cp == pytest.approx(40.0)
+    assert work == pytest.approx(50.0)
+    assert lb == pytest.approx(42.0)
+    sched = make_schedule(wl, nodes=1, cores=4, overhead_s=2.0)
+    check_schedule(wl, sched.jobs, 1, 4)
+    assert sched.makespan_s >= 42.0
+
+
+def chain(n: int, seconds: float) -> Workload:
+    hashes = [f"h{i:03d}" for i in range(n)]
+    return Workload(order=hashes, duration={h: seconds for h in hashes},
+                    requires={h: frozenset(hashes[:i]) for i, h in enumerate(hashes)},
+                    names={h: f"p{i}" for i, h in enumerate(hashes)})
+
+
+def test_a_chain_of_small_packages_becomes_one_job() -> None:
+    wl = chain(10, 5.0)
+    sched = make_schedule(wl, nodes=4, cores=8, overhead_s=3.0)
+    check_schedule(wl, sched.jobs, 4, 8)
+    assert len(sched.jobs) == 1
+    assert sched.makespan_s == pytest.approx(3.0 + 50.0)
+    assert sched.ratio == pytest.approx(1.0)
+    per_package = make_schedule(wl, nodes=4, cores=8, overhead_s=3.0, strategy="per-package")
+    assert len(per_package.jobs) == 10 and per_package.makespan_s == pytest.approx(80.0)
+
+
+def test_independent_packages_run_side_by_side() -> None:
+    """Wide and short: spreading out beats bundling when there are cores to spare."""
+    hashes = [f"x{i}" for i in range(8)]
+    wl = Workload(order=hashes, duration={h: 30.0 for h in hashes}, requires={h: frozenset() for h in hashes})
+    sched = make_schedule(wl, nodes=2, cores=4, overhead_s=3.0)
+    check_schedule(wl, sched.jobs, 2, 4)
+    assert len(sched.jobs) == 8
+    assert sched.makespan_s == pytest.approx(33.0)
+    # one node of one core: a single job saves the overheads
+    one = make_schedule(wl, nodes=1, cores=1, overhead_s=3.0)
+    check_schedule(wl, one.jobs, 1, 1)
+    assert len(one.jobs) < 8
+    assert one.makespan_s < 8 * 33.0
+
+
+def test_core_model() -> None:
+    m = CoreModel()
+    assert m.parallelism(5) == 1 and m.parallelism(59) == 1 and m.parallelism(780) == 13 and m.parallelism(1e6) == 16
+    assert m.seconds(780, 64) == pytest.approx(780 * 2 / 13)
+    assert m.seconds(780, 2) == pytest.approx(780)
+    assert m.seconds(5, 64) == pytest.approx(5)
+    assert m.work(3600) == pytest.approx(7200)
+
+
+def test_big_packages_get_cores_but_never_more_than_a_node() -> None:
+    wl = workload("mpi-cuda.spack.lock")
+    for cores in (1, 2, 8, 64):
+        sched = make_schedule(wl, nodes=2, cores=cores, overhead_s=3.0)
+        check_schedule(wl, sched.jobs, 2, cores)
+        assert max(j.cores for j in sched.jobs) == min(cores, 16) or cores > 16
+    fixed = make_schedule(wl, nodes=2, cores=8, overhead_s=3.0, cpus_per_job=4)
+    assert {j.cores for j in fixed.jobs} == {4}
+    check_schedule(wl, fixed.jobs, 2, 8)
+
+
+def test_dag_bound_counts_a_narrow_start() -> None:
+    # one 100 s package everything needs, then 10 packages of 100 s on 1 core each
+    hashes = ["root"] + [f"leaf{i}" for i in range(10)]
+    wl = Workload(order=hashes, duration={h: 100.0 for h in hashes},
+                  requires={h: frozenset() if h == "root" else frozenset({"root"}) for h in hashes})
+    m = CoreModel(unit_s=1000.0)  # everything on one core
+    lb, cp, work = lower_bound(wl, 1, 2, 0.0, m)
+    assert lb == pytest.approx(max(200.0, 1100.0 / 2))
+    assert dag_bound(wl, 1, 2, 0.0, m) == pytest.approx(100.0 + 1000.0 / 2)
+    sched = make_schedule(wl, nodes=1, cores=2, overhead_s=0.0, model=m)
+    assert sched.makespan_s == pytest.approx(600.0)
+
+
+def test_jobs_json_round_trip_and_determinism() -> None:
+    wl = workload("mpi-cuda-pure.spack.lock")
+    a = make_schedule(wl, nodes=4, cores=16, overhead_s=3.0)
+    b = make_schedule(wl, nodes=4, cores=16, overhead_s=3.0)
+    assert [j.to_json() for j in a.jobs] == [j.to_json() for j in b.jobs]
+    back = [Job.from_json(json.loads(json.dumps(j.to_json()))) for j in a.jobs]
+    assert [j.to_json() for j in back] == [j.to_json() for j in a.jobs]
+    data = a.to_json()
+    assert {"makespan_s", "lower_bound_s", "ratio", "jobs", "utilization", "nodes", "cores"} <= set(data)
+    assert data["jobs"] == len(a.jobs) and len(data["schedule"]) == len(a.jobs)
+
+
+def test_empty_workload() -> None:
+    wl = Workload(order=[], duration={}, requires={})
+    sched = make_schedule(wl, nodes=4, cores=8, overhead_s=3.0)
+    assert sched.jobs == [] and sched.makespan_s == 0.0 and sched.ratio == 1.0
+
+
+def test_group_modes_all_valid() -> None:
+    wl = workload("jedi-ci.spack.lock")
+    for mode in ("safe", "backlog", "none"):
+        jobs = group(wl, nodes=2, cores=16, overhead_s=3.0, merge=mode)
+        check_schedule(wl, jobs, 2, 16)
+
+
+# -- the command line ------------------------------------------------------------------------
+
+def test_cli_simulate_json(run_dedal) -> None:
+    res = run_dedal("plan", str(SPACK_DATA / "mpi-cuda.spack.lock"), "--simulate", "--nodes", "4", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert {"makespan_s", "lower_bound_s", "ratio", "jobs", "utilization", "nodes", "cores"} <= set(data)
+    assert data["nodes"] == 4 and data["cores"] == 64
+    assert data["makespan_s"] >= data["lower_bound_s"] > 0
+    assert data["ratio"] == pytest.approx(data["makespan_s"] / data["lower_bound_s"], rel=1e-3)
+    assert isinstance(data["jobs"], int) and 0 < data["jobs"] <= 32
+    assert sum(len(j["hashes"]) for j in data["schedule"]) == 32
+
+
+def test_cli_simulate_text_and_errors(run_dedal) -> None:
+    lock = str(SPACK_DATA / "tiny-dedal.spack.lock")
+    res = run_dedal("plan", lock, "--simulate", "--nodes", "2", "--cores", "4")
+    assert res.returncode == 0, res.stderr
+    assert "makespan" in res.stdout and "lower bound" in res.stdout and "ratio" in res.stdout
+    assert "dedal-app" in res.stdout
+    bad = run_dedal("plan", lock, "--simulate", "--nodes", "0")
+    assert bad.returncode == 2 and "--nodes" in bad.stderr and "Traceback" not in bad.stderr
+    alone = run_dedal("plan", lock, "--nodes", "2")
+    assert alone.returncode == 2 and "--simulate" in alone.stderr
+    # without --simulate the plan is shown as before
+    plain = run_dedal("plan", lock, "--json")
+    assert plain.returncode == 0 and "to_build" in json.loads(plain.stdout)
