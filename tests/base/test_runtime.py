@@ -134,8 +134,11 @@ def test_failure_is_a_tool_error_with_the_command(trixie_base, tmp_path):
         runtime.run_in(trixie_base.rootfs_dir, ["sh", "-c", "echo boom >&2; exit 7"], log=log, what="boom step",
                        runtime="bwrap")
     e = exc.value
-    assert e.returncode == 7 and e.what == "boom step" and e.log_path == log and "bwrap" in e.cmd[0]
-    assert "boom" in log.read_text()
+    # the error names the command that ran inside; the log keeps the full sandbox command line
+    assert e.returncode == 7 and e.what == "boom step" and e.log_path == log
+    assert e.cmd == ["sh", "-c", "echo boom >&2; exit 7"] and e.detail == "boom"
+    text = log.read_text()
+    assert "boom" in text and text.startswith("$ ") and "bwrap" in text.splitlines()[0]
     r = runtime.run_in(trixie_base.rootfs_dir, ["sh", "-c", "exit 3"], runtime="bwrap", check=False)
     assert r.returncode == 3
 
