@@ -56,6 +56,7 @@ ENV_SCRIPT = "/.singularity.d/env/91-environment.sh"
 VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda")
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNTIME_TYPES = frozenset(("link", "run"))
+_UPSTREAM = re.compile(r"\d+(?:\.\d+)+")
 _PATH_LIKE = {"MANPATH", "INFOPATH", "CMAKE_PREFIX_PATH", "PKG_CONFIG_PATH", "ACLOCAL_PATH", "CPATH",
               "LIBRARY_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PERL5LIB", "XDG_DATA_DIRS", "MODULEPATH"}
 
@@ -927,8 +928,10 @@ def _versions(plan: Any, hashes: Sequence[str], base: Any) -> Tuple[Dict[str, st
             versions[comp] = node.version
             sources[comp] = "external" if node.external else "spack"
         elif base is not None and base.versions.get(comp):
-            versions[comp] = str(base.versions[comp])
-            sources[comp] = "base"
+            recorded = str(base.versions[comp])  # a distribution package version, e.g. 5.0.7-1, 1:2.3-4
+            m = _UPSTREAM.search(recorded.split(":", 1)[-1])
+            versions[comp] = m.group(0) if m else recorded
+            sources[comp] = "base" if versions[comp] == recorded else f"base package {recorded}"
     return versions, sources
 
 

@@ -1,0 +1,106 @@
+"""`dedal assemble` on the real debian-trixie base (Open MPI 5, PMIx 5, UCX): the image
+is a bootable root filesystem; programs from the view and an MPI program compiled with
+the image's own mpicc run inside the SIF (`dedal exec`: the SIF's partition mounted,
+bubblewrap where Apptainer is absent)."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dedal import sif
+from dedal.adapters import siftool, squashfs
+from tests.assemble.conftest import SDE, TINY_RUNTIME
+from tests.base import helpers
+
+UCX = ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"]
+
+
+def exec_in(env, image: str, *cmd: str, cwd: Path = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return env.dedal("exec", image, "--", *cmd, cwd=cwd, timeout=timeout)
+
+
+def test_layout_and_labels(trixie_env, trixie_image, trixie_base_image):
+    out = Path(trixie_image["image"])
+    assert out == trixie_env.images / "tinympi" / "latest.sif"
+    assert trixie_image["method"].startswith(("overlay", "extract"))
+    rows = siftool.list_objects(out)
+    assert [r["type"] for r in rows][-1] == "FS (Squashfs/*System/amd64)" and rows[-1]["group"] == "1"
+    assert [r["type"] for r in rows][:3] == ["Def.FILE", "JSON.Generic", "JSON.Labels"]
+    labels = trixie_image["labels"]
+    assert labels["dedal.base.id"] == trixie_base_image.id
+    assert labels["dedal.version.openmpi"].startswith("5.") and labels["dedal.version.openmpi.source"].startswith("base")
+    assert labels["dedal.version.pmix"].startswith("5.") and labels["dedal.version.ucx"].startswith("1.")
+    assert "Debian" in labels["dedal.base.os"]
+    info = sif.read_sif(out)
+    part = sif.primary_partition(info)
+    assert sif.squashfs_superblock(out, part.offset)["compression"] == "zstd"
+    # the whole base is there, plus the software and Apptainer's files
+    raw = trixie_env.root / "part.sqfs"
+    with open(out, "rb") as src:
+        src.seek(part.offset)
+        raw.write_bytes(src.read(part.size))
+    paths = {e["path"] for e in squashfs.entries(raw)}
+    raw.unlink()
+    for p in ("usr/bin/mpirun", "etc/os-release", "opt/view", ".singularity.d/labels.json",
+              ".singularity.d/env/91-environment.sh", ".singularity.d/actions/exec", "opt/dedal/env/spack.lock",
+              "opt/esd/software/.spack-db/index.json", "var/tmp", "home", "root"):
+        assert p in paths, p
+    assert not [p for p in paths if p.startswith("tmp/")], "nothing left in /tmp"
+    inspect = json.loads(trixie_env.dedal("inspect", str(out), "--json").stdout)
+    assert sorted(l["name"] for l in inspect["layers"]) == sorted(TINY_RUNTIME)
+    assert inspect["labels"] == labels
+
+
+def test_view_program_runs_with_libraries_from_the_layers(trixie_env, trixie_image):
+    image = trixie_image["image"]
+    r = exec_in(trixie_env, image, "dedal-app")  # found through PATH=/opt/view/bin from 91-environment.sh
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "dedal-app 1.0 ok 4"
+    r = exec_in(trixie_env, image, "sh", "-c", "command -v dedal-app; ldd /opt/view/bin/dedal-app")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "/opt/view/bin/dedal-app"
+    assert "not found" not in r.stdout
+    standin = [l for l in lines if "libstandin_" in l]
+    assert len(standin) == 3 and all("=> /opt/esd/software/" in l for l in standin)
+    r = exec_in(trixie_env, image, "sh", "-c", "echo $PATH; cat /etc/os-release | head -1")
+    assert r.stdout.splitlines()[0].startswith("/opt/view/bin:") and "Debian" in r.stdout
+
+
+def test_mpirun_of_a_program_built_with_the_images_open_mpi(trixie_env, trixie_image, tmp_path):
+    image = trixie_image["image"]
+    (tmp_path / "hello.c").write_text(helpers.MPI_HELLO)
+    r = exec_in(trixie_env, image, "mpicc", "-O2", "-o", "hello", "hello.c", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = exec_in(trixie_env, image, "mpirun", "-np", "2", *UCX, "./hello", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    hellos = sorted(l for l in r.stdout.splitlines() if l.startswith("hello"))
+    assert [h.split()[1] for h in hellos] == ["0/2", "1/2"]
+    assert all("sum=1" in h and "Open MPI v5." in h for h in hellos)
+
+
+def test_runscript_default(trixie_env, trixie_image):
+    r = trixie_env.dedal("exec", trixie_image["image"], "--", "/.singularity.d/actions/run", "dedal-app")
+    assert r.returncode == 0 and r.stdout.strip() == "dedal-app 1.0 ok 4", r.stderr
+
+
+def test_reproducible_on_the_real_base(trixie_env, trixie_image, tmp_path):
+    again = trixie_env.assemble_json("-o", str(tmp_path / "again.sif"), env={"SOURCE_DATE_EPOCH": SDE})
+    assert again["sha256"] == trixie_image["sha256"]
+    assert again["size"] == trixie_image["size"]
+
+
+def test_failure_unmounts_and_leaves_nothing(trixie_env, tmp_path):
+    broken = tmp_path / "broken-spack"
+    (broken / "bin").mkdir(parents=True)
+    (broken / "bin" / "spack").write_text("#!/bin/sh\nexit 4\n")
+    (broken / "bin" / "spack").chmod(0o755)
+    out = tmp_path / "out" / "x.sif"
+    r = trixie_env.dedal("assemble", str(trixie_env.env_file), "-o", str(out), env={"DEDAL_SPACK_ROOT": str(broken)})
+    assert r.returncode == 1 and "spack reindex" in r.stderr, r.stderr
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+    assert list(trixie_env.stage.iterdir()) == []
+    assert helpers.mounts_under(str(trixie_env.stage)) == []
