@@ -1,0 +1,212 @@
+"""`dedal status`: what is queued, running, done or failed for an environment's build, with log paths."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from rich.table import Table
+
+from dedal.config import from_args
+from dedal.console import out, print_json
+from dedal.errors import DedalError, UserError
+from dedal.executors.slurm import RECORD, read_record
+from dedal.layers import LayerStore
+from dedal.plan import Plan
+from dedal.workspace import resolve
+
+FINAL = ("done", "failed", "blocked", "cancelled")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="show what is queued, running, done or failed for a build",
+                       description="Show the jobs of the latest build of an environment: for the Slurm executor "
+                                   "the jobs recorded in <env dir>/slurm-jobs.json with their live state from "
+                                   "squeue/sacct; for the local executor the job results in <env dir>/jobs/. "
+                                   "Every job and failed package comes with its log path.")
+    p.add_argument("target", metavar="PLAN_OR_ENV",
+                   help="env.yaml (or its directory), plan.json, spack.lock, or the environment's work directory")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=run)
+
+
+def env_dir_of(arg: str, settings) -> Tuple[str, Path, Optional[Plan]]:
+    path = Path(arg)
+    if path.is_dir() and not (path / "env.yaml").exists() and \
+            any((path / n).exists() for n in (RECORD, "plan.json", "jobs")):
+        plan = _read_plan(path / "plan.json")
+        return (plan.env_name if plan else path.name), path, plan
+    target = resolve(arg, settings)
+    if target.given_plan is not None and target.given_plan.env_dir:
+        return target.name, Path(target.given_plan.env_dir), target.given_plan
+    return target.name, target.workdir, _read_plan(target.workdir / "plan.json")
+
+
+def _read_plan(path: Path) -> Optional[Plan]:
+    try:
+        return Plan.read(path)
+    except UserError:
+        return None
+
+
+def _live_states(jobs: List[dict]) -> Tuple[Dict[str, dict], str]:
+    """Live Slurm states of the recorded jobs that were still queued or running."""
+    ids = [j["slurm_id"] for j in jobs if j.get("slurm_id") and j.get("status") not in FINAL]
+    if not ids:
+        return {}, ""
+    from dedal.adapters.slurm import Slurm
+    try:
+        return {k: v.to_json() for k, v in Slurm().states(ids).items()}, ""
+    except DedalError as exc:
+        return {}, f"live state unavailable ({exc.one_line()}); showing the recorded state"
+
+
+def _status_from_live(job: dict, live: Optional[dict]) -> str:
+    if not live:
+        return job.get("status", "?")
+    state = live["state"]
+    if state == "PENDING":
+        return "queued"
+    if state == "RUNNING":
+        return "running"
+    if state == "COMPLETED":
+        return "done"
+    if state == "UNKNOWN":
+        return job.get("status", "?")
+    if state == "CANCELLED":
+        return "cancelled"
+    return "failed"
+
+
+def slurm_status(record: dict) -> dict:
+    live, note = _live_states(record.get("jobs", []))
+    jobs = []
+    packages: Dict[str, str] = {}
+    errors: Dict[str, dict] = {}
+    for j in record.get("jobs", []):
+        lv = live.get(j.get("slurm_id", ""))
+        status = _status_from_live(j, lv)
+        entry = {k: j.get(k) for k in ("id", "slurm_id", "name", "packages", "node", "log", "result", "attempt",
+                                       "error", "reason")}
+        entry["status"] = status
+        entry["state"] = (lv or {}).get("state") or j.get("state", "")
+        if lv:
+            entry["node"] = lv.get("node") or entry["node"]
+            entry["reason"] = lv.get("reason") or entry["reason"]
+        entry["history"] = j.get("history", [])
+        result = _read_json(Path(j["result"])) if j.get("result") else {}
+        pkg_logs = {p.get("name"): p for p in result.get("packages", []) if isinstance(p, dict)}
+        for label, st in (j.get("package_status") or {}).items():
+            if status in ("queued", "running") and st not in ("built", "failed", "blocked"):
+                st = "running" if status == "running" else "queued"
+            packages[label] = st
+            if st == "failed":
+                p = pkg_logs.get(label.split("@")[0], {})
+                errors[label] = {"error": p.get("error") or j.get("error", ""), "log": p.get("log") or j.get("log", "")}
+        jobs.append(entry)
+    return {"executor": "slurm", "started_at": record.get("started_at"), "updated_at": record.get("updated_at"),
+            "finished": all(j["status"] in FINAL for j in jobs), "interrupted": record.get("interrupted", False),
+            "jobs": jobs, "packages": packages, "errors": errors, "note": note}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def local_status(results: List[Path]) -> dict:
+    jobs = []
+    packages: Dict[str, str] = {}
+    errors: Dict[str, dict] = {}
+    for path in sorted(results):
+        res = _read_json(path)
+        if not res:
+            continue
+        pkgs = [p for p in res.get("packages", []) if isinstance(p, dict)]
+        status = {"ok": "done", "failed": "failed", "interrupted": "cancelled"}.get(res.get("status", ""), res.get("status", "?"))
+        log = next((p.get("log") for p in pkgs if p.get("status") == "failed"), None) or \
+            next((p.get("log") for p in pkgs if p.get("log")), "")
+        jobs.append({"id": res.get("job") or path.stem, "node": res.get("host", ""), "status": status,
+                     "packages": [p.get("name", "") for p in pkgs], "log": log, "result": str(path),
+                     "error": res.get("error", "")})
+        for p in pkgs:
+            label = res.get("job") if len(pkgs) == 1 and res.get("job") else p.get("name", "")
+            packages[label] = {"present": "built"}.get(p.get("status", ""), p.get("status", "?"))
+            if p.get("status") == "failed":
+                errors[label] = {"error": p.get("error", ""), "log": p.get("log", "")}
+        if not pkgs and status == "failed":
+            errors[res.get("job") or path.stem] = {"error": res.get("error", ""), "log": ""}
+    return {"executor": "local", "jobs": jobs, "packages": packages, "errors": errors,
+            "finished": True, "note": ""}
+
+
+def collect(env_dir: Path) -> Optional[dict]:
+    record = read_record(env_dir)
+    results = list((env_dir / "jobs").glob("*.json")) if (env_dir / "jobs").is_dir() else []
+    newest_local = max((p.stat().st_mtime for p in results), default=0.0)
+    if record is not None and (env_dir / RECORD).stat().st_mtime >= newest_local:
+        return slurm_status(record)
+    if results:
+        return local_status(results)
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = from_args(args)
+    name, env_dir, plan = env_dir_of(args.target, settings)
+    data = collect(env_dir) or {"executor": None, "jobs": [], "packages": {}, "errors": {}, "finished": True,
+                                "note": f"no build recorded in {env_dir}"}
+    data.update(env=name, env_dir=str(env_dir))
+    counts: Dict[str, int] = {}
+    for st in data["packages"].values():
+        counts[st] = counts.get(st, 0) + 1
+    data["counts"] = counts
+    if plan is not None and plan.to_build:
+        store = LayerStore(Path(settings.layer_store))
+        data["layers"] = {"to_build": len(plan.to_build),
+                          "present": sum(1 for h in plan.to_build if store.has(plan.nodes[h].key or ""))}
+    if args.json:
+        print_json(data)
+        return 0
+    show(data)
+    return 0
+
+
+def show(data: dict) -> None:
+    if data["executor"] is None:
+        out.print(f"{data['env']}: {data['note']}")
+        return
+    head = f"{data['env']}: {data['executor']} build"
+    if data.get("started_at"):
+        head += f" started {data['started_at']}"
+    state = "interrupted" if data.get("interrupted") else ("finished" if data.get("finished") else "in progress")
+    out.print(f"{head}, {state} ({data['env_dir']})")
+    table = Table()
+    cols = ("job", "slurm id", "status", "node", "packages", "log") if data["executor"] == "slurm" else \
+        ("job", "status", "host", "packages", "log")
+    for c in cols:
+        table.add_column(c, overflow="fold")
+    for j in data["jobs"]:
+        status = j["status"]
+        if j.get("reason") and status == "queued":
+            status += f" ({j['reason']})"
+        if j.get("attempt", 1) and j.get("attempt", 1) > 1:
+            status += f" [attempt {j['attempt']}]"
+        pkgs = " ".join(j.get("packages") or [])
+        if data["executor"] == "slurm":
+            table.add_row(j.get("id", ""), j.get("slurm_id", ""), status, j.get("node") or "", pkgs, j.get("log") or "")
+        else:
+            table.add_row(j.get("id", ""), status, j.get("node") or "", pkgs, j.get("log") or "")
+    out.print(table)
+    counts = data["counts"]
+    out.print(", ".join(f"{n} {st}" for st, n in sorted(counts.items())) + f" ({sum(counts.values())} packages)")
+    if "layers" in data:
+        out.print(f"layers in the store: {data['layers']['present']} of {data['layers']['to_build']} to build")
+    for label, e in data["errors"].items():
+        out.print(f"  FAILED {label}: {e['error']}" + (f" (log: {e['log']})" if e.get("log") and e["log"] not in e["error"] else ""))
+    if data.get("note"):
+        out.print(data["note"])

@@ -1,0 +1,314 @@
+"""The Slurm executor against the real local test cluster (3 nodes) with the Spack stand-in.
+
+Every build goes through real ``sbatch`` jobs ordered by ``afterok``; the stand-in
+compiles real binaries into the layer store on this machine's (shared) filesystem.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+
+from dedal.adapters.slurm import Slurm, State
+from dedal.layers import LayerStore
+from tests.build.conftest import TinyEnv, make_env, stage_leftovers
+from tests.conftest import dedal_exe
+from tests.slurm.conftest import SlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("as_root")]
+
+TINY = ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
+MPI_CUDA_SPECS = ["openmpi@5 fabrics=ucx schedulers=slurm +cuda", "ucx +cuda", "pmix", "osu-micro-benchmarks +cuda",
+                  "nccl-tests", "hwloc +cuda", "cuda@12.2"]
+
+
+@pytest.fixture
+def as_root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mount namespaces for the fixed install root, slurmd)")
+
+
+def build_env(env: TinyEnv, cluster: SlurmCluster, **extra: str) -> Dict[str, str]:
+    full = dict(env.env)
+    full.update(SLURM_CONF=cluster.env["SLURM_CONF"], DEDAL_SLURM_POLL_S="0.3", DEDAL_EXECUTOR="slurm")
+    full.update(extra)
+    return full
+
+
+def workdir(env: TinyEnv, name: str = "tiny") -> Path:
+    return env.data / "work" / name
+
+
+def record(env: TinyEnv, name: str = "tiny") -> dict:
+    return json.loads((workdir(env, name) / "slurm-jobs.json").read_text())
+
+
+def names(labels: List[str]) -> List[str]:
+    return sorted(x.split("@")[0] for x in labels)
+
+
+def start_build(isolated_env: Dict[str, str], env: TinyEnv, cluster: SlurmCluster, *args: str, as_json: bool = True,
+                **extra: str) -> subprocess.Popen:
+    """``dedal build`` in the background; with ``as_json=False`` progress lines go to stderr."""
+    full = dict(isolated_env)
+    full.update(build_env(env, cluster, **extra))
+    opts = ["--json"] if as_json else []
+    return subprocess.Popen([dedal_exe(), "build", str(env.env_file), *opts, *args], env=full, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def wait_for(what: str, cond: Callable[[], object], timeout: float = 60, proc: Optional[subprocess.Popen] = None):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = cond()
+        except (OSError, ValueError, KeyError):
+            value = None
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the build ended (exit {proc.returncode}) before {what}: {proc.stderr.read()}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def running_job_of(env: TinyEnv, package: str, name: str = "tiny") -> Optional[dict]:
+    for job in record(env, name)["jobs"]:
+        if any(p.startswith(package + "@") for p in job["packages"]) and job["status"] == "running":
+            return job
+    return None
+
+
+def test_builds_through_real_jobs_in_dependency_order_and_rerun_submits_nothing(
+        slurm_cluster: SlurmCluster, run_dedal, isolated_env, tmp_path: Path) -> None:
+    tiny = make_env(tmp_path, sleep={"gcc-runtime": 3})
+    proc = start_build(isolated_env, tiny, slurm_cluster, "--executor", "slurm", as_json=False)
+    # while gcc-runtime builds, every other job waits in the queue for its dependencies
+    job = wait_for("gcc-runtime running", lambda: running_job_of(tiny, "gcc-runtime"), proc=proc)
+    queue = subprocess.run(["squeue", "-h", "-o", "%i|%j|%T|%r|%E"], env=slurm_cluster.env, text=True,
+                           capture_output=True, check=True).stdout
+    ours = [line.split("|") for line in queue.splitlines() if "|dedal:tiny:" in line]
+    waiting = [row for row in ours if row[0] != job["slurm_id"]]
+    assert waiting and all(row[2] == "PENDING" and row[3] == "Dependency" and "afterok:" in row[4]
+                           for row in waiting), queue
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    assert "tiny: 5 built, 0 reused, 0 failed" in out
+    # progress like the local executor: per package, with the node
+    assert f"start   gcc-runtime@" in err and f"on {job['node']}" in err and "built   dedal-app@" in err
+    assert "[5/5]" in err and "submitted" in err
+
+    rec = record(tiny)
+    assert rec["finished"] and not rec["interrupted"] and rec["simulated"]["ratio"] >= 1.0
+    assert 1 <= len(rec["jobs"]) <= 5
+    assert names([p for j in rec["jobs"] for p in j["packages"]]) == TINY
+    ids = {j["id"]: j for j in rec["jobs"]}
+    for j in rec["jobs"]:
+        assert j["status"] == "done" and j["state"] == "COMPLETED" and j["node"] in slurm_cluster.nodes
+        assert j["name"].startswith("dedal:tiny:") and j["slurm_id"].isdigit()
+        log = Path(j["log"])
+        assert log.is_file() and log.name.startswith(f"slurm-{j['slurm_id']}-")
+        text = log.read_text()
+        assert f"dedal: job {j['slurm_id']} {j['name']}" in text and "exit=0" in text
+        assert all(a in ids for a in j["after"])
+    # the plan's requirements hold between jobs: dedal-app's job waited for libdedal's
+    job_of = {p.split("@")[0]: j["id"] for j in rec["jobs"] for p in j["packages"]}
+    if job_of["dedal-app"] != job_of["libdedal"]:
+        assert job_of["libdedal"] in ids[job_of["dedal-app"]]["after"]
+    states = Slurm(slurm_cluster.env).states([j["slurm_id"] for j in rec["jobs"]])
+    assert {s.state for s in states.values()} == {State.COMPLETED}
+    assert len(LayerStore(tiny.store).manifests()) == 5
+    assert stage_leftovers(tiny.stage) == []
+
+    status = run_dedal("status", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
+    assert status.returncode == 0, status.stderr
+    st = json.loads(status.stdout)
+    assert st["executor"] == "slurm" and st["finished"] and st["counts"] == {"built": 5}
+    assert all(Path(j["log"]).is_file() for j in st["jobs"])
+
+    again = run_dedal("build", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["jobs"] == 0 and second["built"] == [] and len(second["reused"]) == 5
+    assert record(tiny)["jobs"] == rec["jobs"], "nothing was submitted"
+
+
+def test_failing_package_stops_only_its_dependents(slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
+    tiny = make_env(tmp_path, fail=["libdedal"])
+    res = run_dedal("build", str(tiny.env_file), "--json", "--keep-going", env=build_env(tiny, slurm_cluster))
+    assert res.returncode == 1, res.stderr
+    summary = json.loads(res.stdout)
+    assert names(list(summary["failed"])) == ["libdedal"]
+    error = next(iter(summary["failed"].values()))
+    assert "libdedal" in error and "exited with code 1" in error and ".log" in error
+    assert names(summary["blocked"]) == ["dedal-app"]
+    assert names(summary["built"]) == ["dedal-bootstrap", "dedal-tool", "gcc-runtime"]
+    assert {m.name for m in LayerStore(tiny.store).manifests()} == {"dedal-bootstrap", "dedal-tool", "gcc-runtime"}
+    failed_log = summary["logs"][next(iter(summary["failed"]))]
+    assert Path(failed_log).is_file()
+    rec = record(tiny)
+    by_pkg = {p.split("@")[0]: j for j in rec["jobs"] for p in j["packages"]}
+    assert by_pkg["libdedal"]["status"] == "failed" and by_pkg["libdedal"]["error"]
+    assert by_pkg["dedal-app"]["status"] in ("cancelled", "blocked")
+    assert by_pkg["gcc-runtime"]["status"] == "done"
+    status = run_dedal("status", str(workdir(tiny)), env=build_env(tiny, slurm_cluster))
+    assert status.returncode == 0, status.stderr
+    assert "FAILED libdedal@" in status.stdout and "failed" in status.stdout
+
+    # the failure is genuine: no retry, and a rerun without the failure builds the rest
+    assert by_pkg["libdedal"]["attempt"] == 1 and by_pkg["libdedal"]["history"] == []
+    tiny.reconfigure()
+    res = run_dedal("build", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
+    assert res.returncode == 0, res.stderr
+    assert names(json.loads(res.stdout)["built"]) == ["dedal-app", "libdedal"]
+
+
+def test_without_keep_going_unstarted_jobs_are_cancelled(slurm_cluster: SlurmCluster, run_dedal,
+                                                         tmp_path: Path) -> None:
+    tiny = make_env(tmp_path, fail=["gcc-runtime"])
+    res = run_dedal("build", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
+    assert res.returncode == 1, res.stderr
+    summary = json.loads(res.stdout)
+    assert names(list(summary["failed"])) == ["gcc-runtime"]
+    assert names(summary["blocked"]) == [n for n in TINY if n != "gcc-runtime"]
+    rec = record(tiny)
+    ids = [j["slurm_id"] for j in rec["jobs"]]
+    states = Slurm(slurm_cluster.env).states(ids)
+    assert all(s.state.is_finished for s in states.values()), states
+    assert not any(s.state is State.COMPLETED for s in states.values())
+
+
+def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path) -> None:
+    """A batch script killed with SIGKILL (as the OOM killer or an admin would) is a build
+    failure: reported with the signal and the job's log, not retried."""
+    tiny = make_env(tmp_path, sleep={"libdedal": 60})
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    template = tmp_path / "job.sh.in"
+    default = (Path(__file__).resolve().parents[2] / "slurm" / "build-job.sh.in").read_text()
+    # a site template (slurm.template) that records the batch script's PID
+    template.write_text(default.replace("set -euo pipefail\n",
+                                        'set -euo pipefail\necho $$ > "$DEDAL_TEST_PIDDIR/$SLURM_JOB_ID.pid"\n', 1))
+    proc = start_build(isolated_env, tiny, slurm_cluster, "--keep-going", DEDAL_SLURM_TEMPLATE=str(template),
+                       DEDAL_TEST_PIDDIR=str(piddir))
+    job = wait_for("libdedal running", lambda: running_job_of(tiny, "libdedal"), proc=proc)
+    pidfile = piddir / f"{job['slurm_id']}.pid"
+    wait_for("the batch script's pid", pidfile.exists, proc=proc)
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    summary = json.loads(out)
+    assert names(list(summary["failed"])) == ["libdedal"]
+    error = next(iter(summary["failed"].values()))
+    assert "signal 9" in error and job["slurm_id"] in error and "slurm-" in error, error
+    assert names(summary["blocked"]) == ["dedal-app"]
+    rec = record(tiny)
+    victim = next(j for j in rec["jobs"] if j["id"] == job["id"])
+    assert victim["state"] == "FAILED" and victim["attempt"] == 1
+    assert all(int(p.stem) > 0 for p in piddir.glob("*.pid"))  # the site template was used
+    assert "template" not in err
+
+
+def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmCluster, isolated_env,
+                                                       run_dedal, tmp_path: Path) -> None:
+    tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 60, "libdedal": 60})
+    proc = start_build(isolated_env, tiny, slurm_cluster)
+    job = wait_for("dedal-bootstrap running", lambda: running_job_of(tiny, "dedal-bootstrap"), proc=proc)
+    # dedal status sees the build live: what runs where, what waits, with log paths
+    st = run_dedal("status", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
+    assert st.returncode == 0, st.stderr
+    live = json.loads(st.stdout)
+    assert not live["finished"]
+    mine = next(j for j in live["jobs"] if j["id"] == job["id"])
+    assert mine["status"] == "running" and mine["node"] in slurm_cluster.nodes and mine["log"].endswith(".out")
+    assert live["counts"].get("running", 0) >= 1
+    text = run_dedal("status", str(tiny.env_file), env=build_env(tiny, slurm_cluster)).stdout
+    assert "in progress" in text and "running" in text and job["slurm_id"] in text
+    # a second build of the same environment while jobs are queued would build twice
+    twice = run_dedal("build", str(tiny.env_file), env=build_env(tiny, slurm_cluster))
+    assert twice.returncode == 2 and "still queued or running" in twice.stderr
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    summary = json.loads(out)
+    assert summary["interrupted"]
+    rec = record(tiny)
+    assert rec["interrupted"]
+    ids = [j["slurm_id"] for j in rec["jobs"]]
+    client = Slurm(slurm_cluster.env)
+    states = wait_for("every job gone", lambda: (lambda s: s if all(x.state.is_finished for x in s.values())
+                                                 else None)(client.states(ids)), timeout=30)
+    assert not any(s.state is State.COMPLETED and j["status"] != "done"
+                   for j, s in zip(rec["jobs"], states.values()))
+    assert any(s.state is State.CANCELLED for s in states.values())
+    # the node builds removed their stages on scancel's SIGTERM
+    wait_for("stages removed", lambda: stage_leftovers(tiny.stage) == [], timeout=30)
+    built = names(summary["built"])
+    assert "dedal-bootstrap" not in built and "dedal-app" not in built
+
+    tiny.reconfigure()
+    res = run_dedal("build", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
+    assert res.returncode == 0, res.stderr
+    again = json.loads(res.stdout)
+    assert sorted(names(again["built"]) + names(again["reused"])) == TINY
+    assert names(again["reused"]) == built
+
+
+def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path) -> None:
+    tiny = make_env(tmp_path, sleep={"libdedal": 60})
+    proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_RETRIES="2")
+    job = wait_for("libdedal running", lambda: running_job_of(tiny, "libdedal"), proc=proc)
+    node = job["node"]
+    try:
+        slurm_cluster.scontrol("update", f"nodename={node}", "state=down", "reason=dedal-executor-test")
+        # once the loss is seen the job is resubmitted elsewhere; let libdedal go quickly now
+        wait_for("resubmission", lambda: any(j["history"] and j["history"][0]["state"] == "NODE_FAIL"
+                                             for j in record(tiny)["jobs"]), proc=proc)
+        tiny.reconfigure()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        slurm_cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
+        slurm_cluster.wait_nodes_usable([node])
+    assert proc.returncode == 0, err
+    assert "tiny: 5 built, 0 reused, 0 failed, 0 not built" in out
+    assert "NODE_FAIL" in err and "resubmitting (attempt 2 of 3)" in err
+    rec = record(tiny)
+    victim = next(j for j in rec["jobs"] if j["id"] == job["id"])
+    assert victim["attempt"] == 2 and victim["history"][0]["slurm_id"] == job["slurm_id"]
+    assert victim["slurm_id"] != job["slurm_id"] and victim["status"] == "done"
+
+
+def test_multi_node_build_of_a_real_mpi_cuda_lock(slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
+    env = make_env(tmp_path, lock="mpi-cuda", specs=MPI_CUDA_SPECS, name="mc")
+    res = run_dedal("build", str(env.env_file), "--json", env=build_env(env, slurm_cluster), timeout=240)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert len(summary["built"]) == 32 and not summary["failed"]
+    rec = record(env, "mc")
+    assert len({j["node"] for j in rec["jobs"]}) >= 2, "the jobs spread over the nodes"
+    assert summary["jobs"] == len(rec["jobs"]) <= 32
+    # a second environment sharing the store reuses every layer without a job
+    again = run_dedal("build", str(env.env_file), "--json", env=build_env(env, slurm_cluster))
+    assert json.loads(again.stdout)["jobs"] == 0
+
+
+def test_status_of_a_local_build(run_dedal, tmp_path: Path) -> None:
+    tiny = make_env(tmp_path, fail=["libdedal"])
+    res = run_dedal("build", str(tiny.env_file), "--keep-going", "--executor", "local", env=tiny.env)
+    assert res.returncode == 1
+    st = run_dedal("status", str(tiny.env_file), "--json", env=tiny.env)
+    assert st.returncode == 0, st.stderr
+    data = json.loads(st.stdout)
+    assert data["executor"] == "local" and data["counts"] == {"built": 3, "failed": 1}
+    (label, err), = data["errors"].items()
+    assert label.startswith("libdedal@") and Path(err["log"]).is_file()
+    text = run_dedal("status", str(tiny.env_file), env=tiny.env).stdout
+    assert "FAILED libdedal@" in text and "3 of 5" in text
+    none = run_dedal("status", str(make_env(tmp_path / "other", name="other").env_file), env=tiny.env)
+    assert none.returncode == 0 and "no build recorded" in none.stdout
