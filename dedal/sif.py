@@ -291,10 +291,11 @@ class _Object:
     name: str = ""
     extra: bytes = b""
     alignment: int = 0
+    skip: int = 0  # in place: the object starts this far into ``path``
 
     @property
     def size(self) -> int:
-        return len(self.data) if self.data is not None else self.path.stat().st_size  # type: ignore[union-attr]
+        return len(self.data) if self.data is not None else self.path.stat().st_size - self.skip  # type: ignore[union-attr]
 
 
 def _aligned(offset: int, alignment: int) -> int:
@@ -333,9 +334,10 @@ def _copy_into(dst, src: Path) -> int:
     return total
 
 
-def _file_digest(path: Path) -> str:
+def _file_digest(path: Path, skip: int = 0) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
+        fh.seek(skip)
         for chunk in iter(lambda: fh.read(8 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -353,6 +355,7 @@ def write_sif(
     created: Optional[int] = None,
     image_id: Optional[str] = None,
     extra_json: Sequence[Tuple[str, Any]] = (),
+    in_place: bool = False,
 ) -> SifInfo:
     """Write ``out`` with the layout ``apptainer build`` produces, all objects in group 1:
 
@@ -362,14 +365,22 @@ def write_sif(
     (squashfs, ``arch`` default the host's) aligned to 4096 bytes.
 
     Written to ``out.tmp-<pid>`` then renamed. Deterministic: same inputs, same bytes.
+
+    ``in_place``: ``squashfs`` is a file that already holds the squashfs at the offset
+    ``partition_offset`` gives for these objects (``mksquashfs -offset``); the header and
+    the small objects are written into its first bytes and it is renamed to ``out``,
+    without copying the partition.
     """
     out = Path(out)
     sq = Path(squashfs)
     if not sq.is_file():
         raise UserError(f"{sq}: squashfs image not found")
+    start_at = partition_offset(definition=definition, labels=labels, metadata=metadata, sbom=sbom,
+                                extra_json=extra_json) if in_place else 0
     with open(sq, "rb") as fh:
+        fh.seek(start_at)
         if fh.read(4) != b"hsqs":
-            raise UserError(f"{sq}: not a squashfs image (no hsqs magic)")
+            raise UserError(f"{sq}: not a squashfs image (no hsqs magic at offset {start_at})")
     arch = arch or host_arch()
     if arch not in ARCH_CODES:
         raise UserError(f"unknown SIF architecture {arch!r} (known: {', '.join(sorted(ARCH_CODES))})")
@@ -385,7 +396,7 @@ def write_sif(
                                extra=SBOM_EXTRA.pack(SBOM_CYCLONEDX_JSON)))
     code = ARCH_CODES[arch].encode() + b"\x00"
     objects.append(_Object(DATA_PARTITION, path=sq, alignment=PARTITION_ALIGNMENT,
-                           extra=PARTITION_EXTRA.pack(FS_SQUASH, PART_PRIMSYS, code)))
+                           extra=PARTITION_EXTRA.pack(FS_SQUASH, PART_PRIMSYS, code), skip=start_at))
     if len(objects) > DESCRIPTOR_CAPACITY:
         raise UserError(f"too many SIF objects ({len(objects)} > {DESCRIPTOR_CAPACITY})")
 
@@ -393,18 +404,18 @@ def write_sif(
         h = hashlib.sha256()
         for o in objects:
             h.update(struct.pack("<iq", o.datatype, o.size) + o.name.encode() + o.extra)
-            h.update(hashlib.sha256(o.data).digest() if o.data is not None else bytes.fromhex(_file_digest(o.path)))  # type: ignore[arg-type]
+            h.update(hashlib.sha256(o.data).digest() if o.data is not None else bytes.fromhex(_file_digest(o.path, o.skip)))  # type: ignore[arg-type]
         h.update(struct.pack("<q", t))
         ident = uuid.UUID(bytes=h.digest()[:16], version=4)
     else:
         ident = uuid.UUID(image_id)
 
     data_offset = DESCRIPTORS_OFFSET + DESCRIPTOR_CAPACITY * DESCRIPTOR.size
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = sq if in_place else out.with_name(f".{out.name}.tmp-{os.getpid()}")
     out.parent.mkdir(parents=True, exist_ok=True)
     table = bytearray(DESCRIPTOR_CAPACITY * DESCRIPTOR.size)
     try:
-        with open(tmp, "wb") as fh:
+        with open(tmp, "r+b" if in_place else "wb") as fh:
             end = data_offset
             fh.seek(data_offset)
             for i, o in enumerate(objects):
@@ -414,6 +425,10 @@ def write_sif(
                 if o.data is not None:
                     fh.write(o.data)
                     n = len(o.data)
+                elif in_place:  # already there (partition_offset computed the same layout)
+                    assert start == start_at, (start, start_at)
+                    n = o.size
+                    fh.seek(start + n)
                 else:
                     n = _copy_into(fh, o.path)  # type: ignore[arg-type]
                 DESCRIPTOR.pack_into(
@@ -436,11 +451,22 @@ def write_sif(
         os.replace(tmp, out)
     except BaseException:
         try:
-            tmp.unlink()
+            if not in_place:  # the caller's file stays the caller's
+                tmp.unlink()
         except FileNotFoundError:
             pass
         raise
     return read_sif(out)
+
+
+def partition_offset(*, definition: str, labels: Dict[str, Any], metadata: Dict[str, Any],
+                     sbom: Optional[bytes] = None, extra_json: Sequence[Tuple[str, Any]] = ()) -> int:
+    """Where ``write_sif`` puts the primary partition for these objects (for ``in_place``)."""
+    end = DESCRIPTORS_OFFSET + DESCRIPTOR_CAPACITY * DESCRIPTOR.size + len(definition.encode("utf-8"))
+    for _name, obj in [("inspect-metadata.json", metadata), *extra_json]:
+        end += len(_json_bytes(obj))
+    end += len(_json_bytes(labels)) + (len(sbom) if sbom is not None else 0)
+    return _aligned(end, PARTITION_ALIGNMENT)
 
 
 # ---------------------------------------------------------------------------- squashfs superblock

@@ -29,12 +29,15 @@ def pack(
     processors: Optional[int] = None,
     log: Optional[Path] = None,
     what: str = "mksquashfs",
+    offset: int = 0,
 ) -> None:
     """Pack directories into ``out`` (replaced if present).
 
     With one source and ``keep_as_directory`` the image root holds that directory by
     name (a layer keeps its prefix directory); otherwise the source's contents.
     ``exclude`` takes paths relative to the source(s), as mksquashfs ``-e``.
+    ``offset``: the image starts that many bytes into ``out`` (zeros before it), e.g.
+    at a SIF partition's place, so that the SIF need not copy it.
     """
     proc.which("mksquashfs", HINT)
     cmd: List[str] = ["mksquashfs", *[os.fspath(s) for s in sources], os.fspath(out),
@@ -43,6 +46,8 @@ def pack(
                       "-no-progress", "-quiet"]
     if keep_as_directory:
         cmd.append("-keep-as-directory")
+    if offset:
+        cmd += ["-offset", str(int(offset))]
     excludes = list(exclude)
     if excludes:
         cmd += ["-wildcards", "-e", *excludes]
