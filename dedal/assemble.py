@@ -21,7 +21,8 @@
 6. **Reproducible**: Spack's database install times are set to the layers' build times
    and its verifier derived from the content; mksquashfs fixes times and owners; the build
    date is ``SOURCE_DATE_EPOCH`` when set. Same inputs (with SOURCE_DATE_EPOCH), same bytes.
-7. **Pack** one squashfs (zstd, all cores), then the SIF with ``dedal.sif.write_sif``
+7. **Pack** one squashfs (zstd, all cores) straight at its place in the SIF
+   (``mksquashfs -offset``), then the rest of the SIF with ``dedal.sif.write_sif``
    (definition, inspect-metadata.json, labels, SBOM, primary system partition), and the
    image manifest ``<tag>.image.json`` and ``<tag>.sbom.cdx.json`` beside it. All are
    written under temporary names and renamed at the end; nothing is left on failure.
@@ -774,20 +775,22 @@ def assemble(
                 _write(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
                 timings["image_files"] = time.monotonic() - t0
 
+                definition = _definition(plan, base, labels_out, env91, runscript_sh)
+                metadata = _metadata(labels_out, definition, runscript_sh, env90, env91, plan, base, infos, roots,
+                                     only_names, keep_build_deps, versions)
+                # mksquashfs writes the partition at its place in the SIF: no copy afterwards
+                offset = sif_mod.partition_offset(definition=definition, labels=labels_out, metadata=metadata,
+                                                  sbom=sbom_bytes)
                 t0 = time.monotonic()
                 say(f"mksquashfs {tree.method} tree -> {tmp_sqfs.name}")
-                squashfs.pack([root], tmp_sqfs, log=log, what="mksquashfs (image)")
+                squashfs.pack([root], tmp_sqfs, log=log, what="mksquashfs (image)", offset=offset)
                 timings["squashfs"] = time.monotonic() - t0
-        squashfs_size = tmp_sqfs.stat().st_size
+        squashfs_size = tmp_sqfs.stat().st_size - offset
         t0 = time.monotonic()
-        definition = _definition(plan, base, labels_out, env91, runscript_sh)
-        metadata = _metadata(labels_out, definition, runscript_sh, env90, env91, plan, base, infos, roots,
-                             only_names, keep_build_deps, versions)
         # the image ID from everything that makes the bytes (saves hashing the squashfs again)
         ident = uuid.UUID(bytes=hashlib.sha256(f"{digest}:{created}".encode()).digest()[:16], version=4)
         sif_mod.write_sif(tmp_sif, tmp_sqfs, definition=definition, labels=labels_out, metadata=metadata,
-                          sbom=sbom_bytes, image_id=str(ident))
-        tmp_sqfs.unlink()
+                          sbom=sbom_bytes, image_id=str(ident), in_place=True)
         timings["sif"] = time.monotonic() - t0
         t0 = time.monotonic()
         from dedal.layers import sha256_file
@@ -887,6 +890,8 @@ def _run_spack(tree: Path, plan: Any, settings: Any, base: Any, manifest: Mappin
         binds += [rt.Bind(tree / d.lstrip("/"), d) for d in sorted(wanted, key=lambda x: (x.count("/"), x))]
     run_env = dict(base.env) if base is not None else {}
     run_env["PATH"] = STD_PATH  # not the caller's: Spack prepends to it, and that goes into the image
+    # the tree is writable: Python must not (re)write the base's __pycache__ (they embed source mtimes)
+    run_env["PYTHONDONTWRITEBYTECODE"] = "1"
     if host and "SPACK_PYTHON" in os.environ:
         run_env["SPACK_PYTHON"] = os.environ["SPACK_PYTHON"]
     seen: Dict[str, str] = {}

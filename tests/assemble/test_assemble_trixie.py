@@ -104,3 +104,19 @@ def test_failure_unmounts_and_leaves_nothing(trixie_env, tmp_path):
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
     assert list(trixie_env.stage.iterdir()) == []
     assert helpers.mounts_under(str(trixie_env.stage)) == []
+
+
+def test_without_an_overlay_the_same_image(trixie_env, trixie_image, tmp_path, monkeypatch):
+    """Where no overlay can be mounted the base's squashfs is extracted instead: same bytes
+    (nothing in the tree depends on how the base got there, e.g. no rewritten __pycache__)."""
+    from dedal.adapters import overlay
+    from dedal.assemble import assemble
+    from dedal.workspace import resolve
+
+    monkeypatch.setattr(overlay, "mount", lambda *a, **k: None)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SDE)
+    settings = trixie_env.settings()
+    result = assemble(resolve(str(trixie_env.env_file), settings), settings, output=tmp_path / "x.sif", force=True)
+    assert result.method == "extract"
+    assert result.sha256 == trixie_image["sha256"]
+    assert list(trixie_env.stage.iterdir()) == []

@@ -203,3 +203,31 @@ def test_sbom_from_lock(tiny_plan):
 
 def test_purl_encoding():
     assert sbom.purl("py-foo", "1.0+local", {"hash": "abc", "arch": ""}) == "pkg:spack/py-foo@1.0%2Blocal?hash=abc"
+
+
+# ----------------------------------------------------------------------------- SIF written in place
+def test_sif_in_place_equals_copied(tmp_path):
+    """mksquashfs -offset at sif.partition_offset + write_sif(in_place=True) gives the bytes
+    of the copying writer (what the assembler relies on to skip the copy)."""
+    from dedal import sif
+    from dedal.adapters import squashfs
+
+    src = tmp_path / "root"
+    (src / "etc").mkdir(parents=True)
+    (src / "etc" / "os-release").write_text("ID=t\n")
+    (src / "blob").write_bytes(bytes(range(256)) * 1000)
+    objs = dict(definition="Bootstrap: dedal\n", labels={"a": "b"}, metadata={"type": "container"},
+                sbom=b'{"bomFormat": "CycloneDX"}\n')
+    plain = tmp_path / "plain.sqfs"
+    squashfs.pack([src], plain)
+    copied = sif.write_sif(tmp_path / "copied.sif", plain, created=1700000000, **objs)
+    offset = sif.partition_offset(**objs)
+    assert offset % 4096 == 0 and offset == sif.primary_partition(copied).offset
+    inplace = tmp_path / "part.bin"
+    squashfs.pack([src], inplace, offset=offset)
+    sif.write_sif(tmp_path / "inplace.sif", inplace, created=1700000000, in_place=True, **objs)
+    assert not inplace.exists()  # renamed into the SIF
+    assert (tmp_path / "inplace.sif").read_bytes() == (tmp_path / "copied.sif").read_bytes()
+    with pytest.raises(UserError, match="no hsqs magic at offset"):
+        sif.write_sif(tmp_path / "x.sif", plain, created=0, in_place=True, **objs)
+    assert plain.exists()
