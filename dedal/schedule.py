@@ -68,6 +68,7 @@ the model than that baseline.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import asdict, dataclass, field
@@ -75,6 +76,8 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 
 REF_CORES = 2
 MERGE_MODES = ("safe", "backlog", "none")
+MOLD_VARIANTS = (("safe", False), ("none", False), ("none", True))
+SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into one it waits for
 PAR_UNIT_S = 60.0
 P_MAX = 16
 
@@ -384,7 +387,7 @@ class _Run:
 
 
 def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-          cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False) -> List[Job]:
+          cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False, mold: bool = False) -> List[Job]:
     """Jobs for ``wl`` (see the module doc). ``merge``: ``safe`` (a job goes on only
     when that delays nobody), ``backlog`` (also when its cores would go to a waiting
     package anyway: for builds bound by the cores), ``none`` (one job per package);
@@ -420,15 +423,27 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
 
     def start_new(now: float) -> None:
         pool.reset()
+        if not avail or max(pool.free) == 0:
+            return
         for h in sorted(avail, key=key):
-            n = pool.fit(need[h], now, o + t[h])
+            if max(pool.free) == 0:
+                break
+            c = need[h]
+            n = pool.fit(c, now, o + t[h])
+            if n is None and mold:
+                # fewer cores now rather than all of them later (below p the model is
+                # work-conserving): down to half of what the package could use
+                for c in range(need[h] - 1, (need[h] + 1) // 2 - 1, -1):
+                    n = pool.fit(c, now, o + dur(h, c))
+                    if n is not None:
+                        break
             if n is None:
                 pool.reserve(need[h], now, h)
                 continue
             take(h)
-            r = _Run(len(runs), n, need[h], now, [h])
-            r.end = now + o + t[h]
-            pool.place(r.idx, need[h], r.end, n)
+            r = _Run(len(runs), n, c, now, [h])
+            r.end = now + o + dur(h, c)
+            pool.place(r.idx, c, r.end, n)
             runs.append(r)
             run_of[h] = r.idx
             heapq.heappush(heap, (r.end, r.idx, r.idx))
@@ -536,12 +551,46 @@ def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_
     for j in jobs:
         own = set(j.hashes)
         j.after = sorted({job_of[q] for h in j.hashes for q in wl.requires[h] if q not in own})
+    reduce_after(jobs)
     set_priorities(jobs)
     if fifo:
         for i, j in enumerate(jobs):
             j.priority = float(len(jobs) - i)
     assert all(a in by_id for j in jobs for a in j.after)
     return jobs
+
+
+def reduce_after(jobs: List[Job]) -> None:
+    """Keep in ``after`` only the jobs not already waited for through another one
+    (transitive reduction): the same order, shorter ``--dependency`` lists."""
+    index = {j.id: i for i, j in enumerate(jobs)}
+    by_id = {j.id: j for j in jobs}
+    anc: Dict[str, int] = {}  # bit set of every job this one waits for, directly or not
+
+    def ancestors(jid: str) -> int:
+        stack = [jid]
+        while stack:
+            cur = stack[-1]
+            todo = [a for a in by_id[cur].after if a not in anc]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            if cur not in anc:
+                bits = 0
+                for a in by_id[cur].after:
+                    bits |= anc[a] | (1 << index[a])
+                anc[cur] = bits
+        return anc[jid]
+
+    for j in jobs:
+        ancestors(j.id)
+    for j in jobs:
+        if len(j.after) > 1:
+            through = 0
+            for a in j.after:
+                through |= anc[a]
+            j.after = [a for a in j.after if not (through >> index[a]) & 1]
 
 
 def set_priorities(jobs: List[Job]) -> None:
@@ -551,8 +600,20 @@ def set_priorities(jobs: List[Job]) -> None:
     for j in jobs:
         for a in j.after:
             dependents[a].append(j.id)
-    for j in reversed(job_topo(jobs)):
-        j.priority = j.est_s + max((by_id[d].priority for d in dependents[j.id]), default=0.0)
+    # any topological order will do (Kahn's, no priorities needed yet)
+    indeg = {j.id: len(j.after) for j in jobs}
+    order = [j.id for j in jobs if not j.after]
+    for jid in order:  # grows while iterating
+        for d in dependents[jid]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                order.append(d)
+    if len(order) != len(jobs):
+        raise ValueError("dependency cycle among the jobs")
+    prio: Dict[str, float] = {}
+    for jid in reversed(order):
+        prio[jid] = by_id[jid].est_s + max((prio[d] for d in dependents[jid]), default=0.0)
+        by_id[jid].priority = prio[jid]
 
 
 def job_topo(jobs: Sequence[Job]) -> List[Job]:
@@ -595,7 +656,9 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
     index = {j.id: i for i, j in enumerate(jobs)}
     by_id = {j.id: j for j in jobs}
     nmiss = {j.id: len(j.after) for j in jobs}
-    eligible = {j.id for j in jobs if nmiss[j.id] == 0}
+    # eligible jobs, highest priority first (kept sorted as jobs become eligible)
+    eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs
+                                                    if nmiss[j.id] == 0)
     heap: List[Tuple[float, int, str]] = []
     starts: Dict[str, Tuple[float, float, int]] = {}
     busy = 0.0
@@ -606,17 +669,28 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
     def start(now: float) -> None:
         nonlocal busy
         pool.reset()
-        for jid in sorted(eligible, key=lambda x: (-by_id[x].priority, index[x])):
+        most = max(pool.free)
+        started: Set[str] = set()
+        for _, _, jid in eligible:
+            if most == 0:
+                break
             j = by_id[jid]
+            if j.cores > most:
+                if pool.reservation is None:
+                    pool.reserve(j.cores, now)
+                continue
             n = pool.fit(j.cores, now, j.est_s)
             if n is None:
                 pool.reserve(j.cores, now)
                 continue
-            eligible.discard(jid)
+            started.add(jid)
             pool.place(jid, j.cores, now + j.est_s, n)
+            most = max(pool.free)
             starts[jid] = (now, now + j.est_s, n)
             busy += j.cores * j.est_s
             heapq.heappush(heap, (now + j.est_s, index[jid], jid))
+        if started:
+            eligible[:] = [e for e in eligible if e[2] not in started]
 
     start(0.0)
     now = 0.0
@@ -626,7 +700,7 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
         for d in dependents[jid]:
             nmiss[d] -= 1
             if nmiss[d] == 0:
-                eligible.add(d)
+                bisect.insort(eligible, (-by_id[d].priority, index[d], d))
         start(now)
     if len(starts) != len(jobs):
         raise ValueError("some jobs can never start (a dependency cycle or an unknown job in 'after')")
@@ -663,7 +737,7 @@ def critical_links(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, str]
 
 
 def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreModel, overhead_s: float,
-               cores: int) -> Optional[List[Job]]:
+               cores: int, pos: Optional[Mapping[str, int]] = None) -> Optional[List[Job]]:
     """The jobs with ``b`` (which runs after ``a``) merged into ``a``; None when that would
     create a cycle or exceed a node."""
     by_id = {j.id: j for j in jobs}
@@ -686,7 +760,8 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
     c = max(ja.cores, jb.cores)
     if c > cores:
         return None
-    pos = {h: i for i, h in enumerate(wl.topo())}
+    if pos is None:
+        pos = {h: i for i, h in enumerate(wl.topo())}
     hashes = sorted(ja.hashes + jb.hashes, key=pos.__getitem__)
     merged = Job(id=a, hashes=hashes, cores=c, names=[wl.name(h) for h in hashes],
                  after=sorted((set(ja.after) | set(jb.after)) - {a, b}),
@@ -701,21 +776,46 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
         after = sorted({a if x == b else x for x in j.after})
         out.append(Job(id=j.id, hashes=j.hashes, after=after, est_s=j.est_s, cores=j.cores, names=j.names,
                        priority=j.priority))
+    reduce_after(out)
     set_priorities(out)
     return out
 
 
 def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
             model: CoreModel = DEFAULT_MODEL, rounds: int = 200) -> Tuple[List[Job], Simulation]:
-    """Merge consecutive jobs of the critical chain while the simulated makespan shrinks."""
+    """Merge consecutive jobs of the critical chain while the simulated makespan shrinks;
+    then merge pure chains (B waits only for A, nobody else waits for A) wherever that
+    does not lengthen the makespan: one overhead less, no parallelism lost."""
     sim = simulate(jobs, nodes=nodes, cores=cores)
+    pos = {h: i for i, h in enumerate(wl.topo())}
     for _ in range(rounds):
         for a, b in critical_links(jobs, sim):
-            cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores)
+            cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores, pos)
             if cand is None:
                 continue
             csim = simulate(cand, nodes=nodes, cores=cores)
             if csim.makespan_s < sim.makespan_s - 1e-6:
+                jobs, sim = cand, csim
+                break
+        else:
+            break
+    tried: Set[Tuple[str, str]] = set()
+    for _ in range(rounds):
+        dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+        for j in jobs:
+            for x in j.after:
+                dependents[x].append(j.id)
+        pairs = [(j.after[0], j.id) for j in jobs if len(j.after) == 1 and dependents[j.after[0]] == [j.id]
+                 and (j.after[0], j.id) not in tried]
+        if not pairs and len(jobs) <= SMALL_BUILD:  # small builds: any job with one it waits for
+            pairs = [(a, j.id) for j in jobs for a in j.after if (a, j.id) not in tried]
+        for a, b in pairs:
+            tried.add((a, b))
+            cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores, pos)
+            if cand is None:
+                continue
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s <= sim.makespan_s + 1e-6:
                 jobs, sim = cand, csim
                 break
         else:
@@ -740,6 +840,10 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         # packs a core-bound build better, start from that
         candidates.append(group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                                 cpus_per_job=cpus_per_job, merge="none", fifo=True))
+        if consumed / (nodes * cores) > cp / 2 and not cpus_per_job:
+            # cores are scarce: also try starting packages on fewer cores than they could use
+            candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                 merge=m, fifo=f, mold=True) for m, f in MOLD_VARIANTS]
     elif strategy == "per-package":
         candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                             cpus_per_job=cpus_per_job, merge="none", fifo=True)]

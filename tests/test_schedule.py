@@ -40,15 +40,30 @@ def check_schedule(wl: Workload, jobs: List[Job], nodes: int, cores: int) -> Non
             seen[h] = j.id
     assert set(seen) == set(wl.order)
     by_id = {j.id: j for j in jobs}
+
+    def waits_for(jid: str) -> set:  # every job ``jid`` waits for, directly or through others
+        out, stack = set(), list(by_id[jid].after)
+        while stack:
+            a = stack.pop()
+            if a not in out:
+                out.add(a)
+                stack.extend(by_id[a].after)
+        return out
+
     for j in jobs:
+        assert set(j.after) <= set(by_id) and j.id not in j.after
         pos = {h: i for i, h in enumerate(j.hashes)}
+        ancestors = waits_for(j.id)
+        assert j.id not in ancestors, f"{j.id} waits for itself"
         for h in j.hashes:
             for r in wl.requires[h]:
                 if r in pos:
                     assert pos[r] < pos[h], f"{wl.name(r)} after {wl.name(h)} inside {j.id}"
                 else:
-                    assert seen[r] in j.after, f"{j.id} builds {wl.name(h)} without waiting for {seen[r]}"
-        assert set(j.after) <= set(by_id) and j.id not in j.after
+                    assert seen[r] in ancestors, f"{j.id} builds {wl.name(h)} without waiting for {seen[r]}"
+        # after is transitively reduced: no job listed that another listed one already waits for
+        for a in j.after:
+            assert not any(a in waits_for(b) for b in j.after if b != a)
     sim = simulate(jobs, nodes=nodes, cores=cores)
     for j in jobs:
         start, end, node = sim.starts[j.id]
