@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 

@@ -5,7 +5,6 @@ Pure Python on the real locks in ../shared/data/spack with known durations; no S
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Dict, List
 
 import pytest
