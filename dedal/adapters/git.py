@@ -1,13 +1,15 @@
-"""git, through GitPython: pinned checkouts of Spack and of spack-envs repositories."""
+"""git, through GitPython: pinned checkouts of Spack and of spack-envs repositories, and the
+paths that changed between two commits (`dedal ci generate --changed-since`)."""
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
+from typing import List, Optional
 
 import git
 
-from dedal.errors import ToolError
+from dedal.errors import ToolError, UserError
 
 
 def _error(what: str, exc: git.GitCommandError, log: Path = None) -> ToolError:
@@ -63,3 +65,36 @@ def checkout(url: str, ref: str, dest: Path) -> str:
         raise
     os.replace(tmp, dest)
     return commit.hexsha
+
+
+def toplevel(path: Path) -> Path:
+    """The root of the git working tree that holds ``path``; UserError outside one."""
+    try:
+        repo = git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UserError(f"{path}: not inside a git repository") from None
+    if repo.working_tree_dir is None:
+        raise UserError(f"{path}: a bare git repository has no working tree")
+    return Path(repo.working_tree_dir)
+
+
+def changed_paths(path: Path, since: str, until: str = "HEAD") -> Optional[List[str]]:
+    """Paths (relative to the repository root, '/'-separated, sorted) that differ between
+    the commits ``since`` and ``until`` of the repository holding ``path``; a rename counts
+    as its old and its new path. None when ``since`` is no commit of this clone: empty,
+    all zeros (GitLab's CI_COMMIT_BEFORE_SHA of a new branch) or outside a shallow clone."""
+    repo = git.Repo(toplevel(path))
+    if not since or set(since) == {"0"}:
+        return None
+    try:
+        old = repo.commit(since)
+    except (git.BadName, ValueError, git.GitCommandError):
+        return None
+    try:
+        new = repo.commit(until)
+        out = repo.git.diff("--name-only", "--no-renames", "-z", old.hexsha, new.hexsha)
+    except (git.BadName, ValueError):
+        raise UserError(f"{until!r} is not a commit of {repo.working_tree_dir}") from None
+    except git.GitCommandError as exc:
+        raise _error(f"comparing {since} with {until}", exc) from None
+    return sorted(p for p in out.split("\0") if p)
