@@ -839,6 +839,8 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         # packs a core-bound build better, start from that
         candidates.append(group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                                 cpus_per_job=cpus_per_job, merge="none", fifo=True))
+        # everything in one job: where the overhead dwarfs the builds (small or measured-fast ones)
+        candidates.append(_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=True))
         if consumed / (nodes * cores) > cp / 2 and not cpus_per_job:
             # cores are scarce: also try starting packages on fewer cores than they could use
             candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
@@ -847,10 +849,7 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                             cpus_per_job=cpus_per_job, merge="none", fifo=True)]
     elif strategy == "single-node":
-        c = max(1, min(cpus_per_job or cores, cores))
-        order = wl.topo()
-        candidates = [[Job(id="j001", hashes=order, cores=c, names=[wl.name(h) for h in order],
-                           est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in order))]] if order else [[]]
+        candidates = [_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=False)]
     else:
         raise ValueError(f"unknown strategy {strategy!r}")
     best: Optional[Tuple[List[Job], Simulation]] = None
@@ -868,6 +867,23 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
                     lower_bound_s=lb, critical_path_s=cp, work_core_s=consumed, utilization=util,
                     strategy=strategy, model=model, starts=sim.starts,
                     dag_bound_s=dag_bound(wl, nodes, cores, overhead_s, model, cpus_per_job))
+
+
+def _one_job(wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus_per_job: int,
+             max_cores: bool) -> List[Job]:
+    """Every package in one job, one after the other: on the whole node (``spack install
+    -j C``), or with ``max_cores`` on the most cores any of the packages can use."""
+    order = wl.topo()
+    if not order:
+        return []
+    if cpus_per_job:
+        c = max(1, min(cpus_per_job, cores))
+    elif max_cores:
+        c = max(package_cores(wl, cores, model).values())
+    else:
+        c = cores
+    return [Job(id="j001", hashes=order, cores=c, names=[wl.name(h) for h in order],
+                est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in order))]
 
 
 def _renumber(jobs: List[Job], sim: Simulation) -> Tuple[List[Job], Simulation]:

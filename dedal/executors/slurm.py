@@ -265,6 +265,8 @@ class _Build:
                 self.job_of[h] = job.id
                 self.pkg_status[h] = "queued"
             self.submit(t, text, source, nice=rank)
+            if (rank + 1) % 100 == 0 and rank + 1 < len(jobs):
+                self.progress.note(f"submitting: {rank + 1} of {len(jobs)} Slurm jobs")
         self.write_record()
         self.progress.note(f"submitted {len(jobs)} Slurm job(s) for {sum(len(j.hashes) for j in jobs)} package(s)"
                            + (f"; simulated makespan {self.schedule.makespan_s:.0f} s on {self.schedule.nodes} "
