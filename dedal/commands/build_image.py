@@ -1,0 +1,74 @@
+"""`dedal build-image`: fetch -> build -> assemble -> verify -> publish, resumable."""
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from dedal.config import from_args
+from dedal.console import human_seconds, human_size, out, print_json
+from dedal.pipeline import STAGES, PipelineSummary, run_pipeline, stage_range
+from dedal.workspace import resolve
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build-image", help="fetch, build, assemble, verify and publish an environment's image",
+                       description="The maintainer's one command: every stage in order, each skipped when its "
+                                   "output is current, so a rerun after a failure resumes where it stopped. "
+                                   "Publishes only when a registry is configured and the verification passed.")
+    p.add_argument("target", metavar="ENV", help="env.yaml (or its directory)")
+    p.add_argument("--from", dest="start", default="fetch", choices=STAGES, help="first stage to run")
+    p.add_argument("--until", default="publish", choices=STAGES, help="last stage to run")
+    p.add_argument("--executor", choices=("local", "slurm"), help="where build jobs run (default: setting `executor`)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel builds of the local executor")
+    p.add_argument("--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure")
+    p.add_argument("--verify-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra variable for every verification run (e.g. UCX_TLS=tcp); repeatable")
+    p.add_argument("--reverify", action="store_true", help="verify again even if this image has a report")
+    p.add_argument("--registry", metavar="oras://HOST/REPO", help="publish here (default: dedal.registry / setting)")
+    p.add_argument("--insecure", action="store_true", default=None, help="plain HTTP to the registry")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
+                         registry=args.registry, registry_insecure=args.insecure)
+    target = resolve(args.target, settings)
+    if target.env is None:
+        from dedal.errors import UserError
+        raise UserError(f"{args.target}: build-image takes an environment file (env.yaml)")
+    verify_env = {}
+    for pair in args.verify_env:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            from dedal.errors import UserError
+            raise UserError(f"--verify-env {pair!r}: expected KEY=VALUE")
+        verify_env[key] = value
+    summary = run_pipeline(target, stages=stage_range(args.start, args.until), executor=settings.executor,
+                           jobs=max(1, settings.jobs), keep_going=settings.keep_going, quiet=args.json,
+                           verify_env=verify_env, reverify=args.reverify)
+    if args.json:
+        print_json(summary.to_json())
+    else:
+        show(summary)
+    if summary.failure is not None:
+        raise summary.failure  # one line on stderr, the stage's exit code
+    return 0
+
+
+def show(summary: PipelineSummary) -> None:
+    table = Table(title=f"build-image {summary.env}")
+    for col in ("stage", "status", "time", "detail"):
+        table.add_column(col)
+    for s in summary.stages:
+        table.add_row(s.name, s.status, human_seconds(s.seconds) if s.seconds else "", s.detail)
+    out.print(table)
+    if summary.image:
+        out.print(f"image    {summary.image} ({human_size(summary.image_size)}, sha256 {summary.image_sha256[:16]})")
+    out.print(f"layers   {summary.layers_built} built, {summary.layers_reused} reused")
+    if summary.verdict:
+        out.print(f"verdict  {summary.verdict} ({summary.report})")
+    if summary.published:
+        out.print(f"published {', '.join(summary.published)}")
+    out.print(f"total    {human_seconds(summary.seconds)}")
