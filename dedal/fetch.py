@@ -51,6 +51,7 @@ class FetchResult:
     fetched: int
     plan: str
     seconds: float
+    listed: bool = True      # sources listed per package (else checked by `spack mirror create` alone)
     missing: List[MissingSource] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -213,4 +214,5 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
     plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock"))
     return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
                        concretized=concretized, sources=total, already_present=total - before,
-                       fetched=before - len(missing), plan=str(plan_path), seconds=time.monotonic() - started)
+                       fetched=before - len(missing), plan=str(plan_path), seconds=time.monotonic() - started,
+                       listed=sources is not None)

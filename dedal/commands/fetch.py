@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_json())
     else:
-        out.print(f"{result.env}: {result.sources} sources ({result.already_present} already in the mirror, "
-                  f"{result.fetched} fetched); lock {result.lock}{' (concretized)' if result.concretized else ''}; "
+        sources = (f"{result.sources} sources ({result.already_present} already in the mirror, {result.fetched} fetched)"
+                   if result.listed else "mirror checked by spack mirror create")
+        out.print(f"{result.env}: {sources}; lock {result.lock}{' (concretized)' if result.concretized else ''}; "
                   f"plan {result.plan}; {human_seconds(result.seconds)}")
     return 0
