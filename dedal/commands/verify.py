@@ -164,7 +164,8 @@ def summary(result: Dict[str, Any]) -> str:
     kind = result["kind"]
     if result.get("tables") is not None and (result.get("tables") or result.get("inits")):
         ver = f" v{result['version']}" if result.get("version") else ""
-        out.append(f"OSU Micro-Benchmarks{ver}: {len(result['tables'])} table(s)")
+        suite = "dedal-bench" if result.get("suites") == ["dedal-bench"] else "OSU Micro-Benchmarks"
+        out.append(f"{suite}{ver}: {len(result['tables'])} table(s)")
         for t in result["tables"]:
             rows = t["rows"]
             span = ""
@@ -175,7 +176,8 @@ def summary(result: Dict[str, Any]) -> str:
             for row in rows[:1] + (rows[-1:] if len(rows) > 1 else []):
                 out.append("    " + "  ".join(str(v) for v in row))
         for init in result.get("inits") or []:
-            out.append(f"  osu_init: nprocs {init['nprocs']}, min {init['min_ms']:g} ms, max {init['max_ms']:g} ms, "
+            name = "dedal_init" if suite == "dedal-bench" else "osu_init"
+            out.append(f"  {name}: nprocs {init['nprocs']}, min {init['min_ms']:g} ms, max {init['max_ms']:g} ms, "
                        f"avg {init['avg_ms']:g} ms")
     if kind == "nccl-tests" or result.get("rows") is not None and "peak_busbw" in result:
         out.append(f"{result.get('test') or 'nccl-tests'}: {result.get('nranks')} rank(s) on "

@@ -31,14 +31,16 @@ init in ms; NCCL bus bandwidth in GB/s, times in us):
   (``osu_latency``...), ``title``, ``version``, ``device`` (cuda/rocm/None), ``columns``,
   ``rows``: ``[[size, value, ...], ...]`` (no size for single-value tables such as
   ``osu_barrier`` v5; text columns such as ``Validation`` kept as strings), ``meta``,
-  ``metric``, ``unit}``), ``init`` (first ``{nprocs, min_ms, max_ms, avg_ms}`` or None),
-  ``inits`` (all of them), ``message_size_option`` (a ``-m`` seen on a command line);
+  ``metric``, ``unit``, ``suite}``: ``osu`` or ``dedal-bench``, whose tables are named
+  ``dedal_latency``...), ``init`` (first ``{nprocs, min_ms, max_ms, avg_ms}`` or None),
+  ``inits`` (all of them), ``message_size_option`` (a ``-m`` seen on a command line),
+  ``suites`` (every suite whose title was seen);
 - ``nccl-tests``: ``test``, ``nranks``, ``nnodes``, ``hosts``, ``devices``, ``params``,
   ``rows`` (list of ``{size, count, type, redop, root, oop_time_us, oop_algbw,
   oop_busbw, oop_wrong, ip_time_us, ip_algbw, ip_busbw, ip_wrong}``; ``*_error`` instead
   of ``*_wrong`` for old versions), ``peak_busbw``, ``peak_busbw_size``, ``avg_busbw``
   (the ``# Avg bus bandwidth`` line, None when missing), ``avg_busbw_rows``,
-  ``out_of_bounds``, ``completed``;
+  ``out_of_bounds``, ``completed`` (and ``nccl_version`` from ``dedal_nccl_allreduce``'s first line);
 - ``nccl-debug``: ``nccl_version``, ``nranks``, ``nnodes``, ``network``, ``networks``,
   ``ib_devices``, ``ib_link_layers``, ``socket_interfaces``, ``transports`` (count per
   ``via`` transport, NIC index dropped: ``NET/IB/GDRDMA``, ``P2P/IPC``, ``NET/Socket``,

@@ -11,6 +11,11 @@ versions) the reduction op and root, then out-of-place and in-place
 *and* in-place measurement); ``peak_busbw`` is the largest bus bandwidth of any row,
 out-of-place or in-place, for the same reason. Bandwidths are in GB/s, times in us.
 
+dedal's bundled ``dedal_nccl_allreduce`` prints the same table under its own first line
+``# dedal-bench NCCL all-reduce v1.0: nranks 2, host gpu01, nccl 2.21.5``: ``test`` is
+then ``dedal_nccl_allreduce`` and ``nranks``/``nccl_version`` come from that line (it
+lists no devices).
+
 A one-rank run has a bus bandwidth of 0 by definition (nothing crosses a link) and is
 ``degenerate``; a table without its ``Avg bus bandwidth`` line, or a header without
 rows, is a truncated run (``failed``), with the rows parsed so far kept.
@@ -33,6 +38,8 @@ AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(?P<v>[-+\d.eE]+|nan|inf)", re.
 OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<status>\w+)?", re.IGNORECASE)
 STARTING = re.compile(r"Collective test starting:\s*(?P<test>\S+)")
 CONCLUDED = re.compile(r"Collective test concluded:\s*(?P<test>\S+)")
+DEDAL = re.compile(r"^#\s*dedal-bench NCCL all-reduce v(?P<v>[\w.]+):\s*nranks\s+(?P<n>\d+),\s*host\s+(?P<host>\S+),"
+                   r"\s*nccl\s+(?P<nccl>[\w.]+)")
 CMD = re.compile(r"\b(?P<test>[a-z_]+_perf)(?:_mpi)?\b")
 TYPES = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "fp8_e4m3",
          "fp8_e5m2", "char", "int", "float16", "float32", "float64"}
@@ -95,6 +102,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     error_style = False
     concluded = False
     header_line = ""
+    dedal: Optional[Dict[str, Any]] = None
     for raw in lines:
         line = strip_srun_label(raw).strip()
         if not line:
@@ -102,6 +110,11 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         m = STARTING.search(line)
         if m:
             test = m.group("test")
+            continue
+        m = DEDAL.match(line)
+        if m:
+            test = "dedal_nccl_allreduce"
+            dedal = {"nranks": int(m.group("n")), "host": m.group("host"), "nccl": m.group("nccl")}
             continue
         if CONCLUDED.search(line):
             concluded = True
@@ -150,7 +163,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
 
     hosts = sorted({r["host"] for r in ranks})
     rank_ids = [r["rank"] for r in ranks]
-    nranks: Optional[int] = len(set(rank_ids)) if ranks else None
+    nranks: Optional[int] = len(set(rank_ids)) if ranks else (dedal["nranks"] if dedal else None)
     if len(rank_ids) != len(set(rank_ids)):
         findings.append(F.warning(
             "nccl-independent-ranks", f"rank numbers repeat ({len(rank_ids)} device lines, {nranks} distinct rank(s)): "
@@ -220,6 +233,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         "avg_busbw_rows": round(avg_rows, 6) if avg_rows is not None else None,
         "out_of_bounds": oob,
         "completed": avg is not None or concluded,
+        **({"nccl_version": dedal["nccl"]} if dedal else {}),
         "_findings": findings,
         "_base_verdict": base,
         "_recognized": recognized,

@@ -19,6 +19,12 @@ rows, a row cut in the middle, or a last table that stops short of the benchmark
 default largest message size (with no ``-m`` visible) is reported as truncated.
 
 Units as printed by OSU: latency in microseconds (us), bandwidth in MB/s, init in ms.
+
+dedal's bundled microbenchmarks (``recipes/repo/packages/dedal-benchmarks``) print the
+same layout under a ``# dedal-bench MPI Latency Test v1.0`` title; their tables are
+named ``dedal_latency``, ``dedal_bw``, ``dedal_allreduce``, ``dedal_init`` (``suite``
+``dedal-bench``), and the ``# precise: min X ms, max Y ms, avg Z ms`` line that
+``dedal_init`` prints after its (rounded) ``nprocs:`` line replaces the rounded values.
 """
 from __future__ import annotations
 
@@ -29,14 +35,16 @@ from dedal.verify import findings as F
 from dedal.verify.findings import Finding
 from dedal.verify.parsers._text import strip_srun_label, to_number
 
-TITLE = re.compile(r"^#?\s*OSU\s+(?P<title>.*?\bTest)\b(?:\s+v(?P<version>\d+(?:\.\d+)*\w*))?", re.IGNORECASE)
+TITLE = re.compile(r"^#?\s*(?:OSU|(?P<suite>dedal-bench))\s+(?P<title>.*?\bTest)\b(?:\s+v(?P<version>\d+(?:\.\d+)*\w*))?", re.IGNORECASE)
 COLUMN_HEADER = re.compile(r"^#?\s*(?:Size\b|Avg Latency|Latency\s*\(|Bandwidth|MB/s)")
 INIT = re.compile(
     r"nprocs:\s*(?P<nprocs>\d+),\s*min:\s*(?P<min>[\d.]+)\s*(?:ms)?,\s*max:\s*(?P<max>[\d.]+)\s*(?:ms)?,\s*"
     r"avg:\s*(?P<avg>[\d.]+)\s*(?:ms)?",
     re.IGNORECASE,
 )
-MSG_SIZE_OPT = re.compile(r"osu_\w+.*?(?:\s-m|\s--message-size)[= ]\s*(?P<range>[\dKkMmGg:]+)")
+PRECISE_INIT = re.compile(r"^#\s*precise:\s*min\s+(?P<min>[\d.]+)\s*ms,\s*max\s+(?P<max>[\d.]+)\s*ms,\s*"
+                          r"avg\s+(?P<avg>[\d.]+)\s*ms")
+MSG_SIZE_OPT = re.compile(r"(?:osu|dedal)_\w+.*?(?:\s-m|\s--message-size)[= ]\s*(?P<range>[\dKkMmGg:]+)")
 WORDS_OK = {"pass", "passed", "fail", "failed", "n/a", "-"}
 STANDALONE = {"size", "iterations", "validation", "mb/s", "messages/s", "overlap(%)"}
 
@@ -146,10 +154,16 @@ def _metric(columns: List[str]) -> Dict[str, Optional[str]]:
     return {"metric": None, "unit": None}
 
 
+def suite_name(benchmark: str, suite: str) -> str:
+    """``osu_latency`` as the bundled suite names it (``dedal_latency``); OSU names stay."""
+    return "dedal_" + benchmark[len("osu_"):] if suite == "dedal-bench" and benchmark.startswith("osu_") else benchmark
+
+
 class _Table:
-    def __init__(self, title: Optional[str], version: Optional[str], line_no: int) -> None:
+    def __init__(self, title: Optional[str], version: Optional[str], line_no: int, suite: str = "osu") -> None:
         self.title = title
         self.version = version
+        self.suite = suite
         self.line_no = line_no
         self.meta: List[str] = []
         self.columns: Optional[List[str]] = None
@@ -163,9 +177,11 @@ class _Table:
 
     def to_json(self) -> Dict[str, Any]:
         columns = self.columns or []
+        prefix = "dedal-bench" if self.suite == "dedal-bench" else "OSU"
         d: Dict[str, Any] = {
-            "benchmark": benchmark_name(self.title) if self.title else "osu_unknown",
-            "title": f"OSU {self.title}" if self.title else None,
+            "benchmark": suite_name(benchmark_name(self.title), self.suite) if self.title else "osu_unknown",
+            "title": f"{prefix} {self.title}" if self.title else None,
+            "suite": self.suite,
             "version": self.version,
             "device": _device(self.title or ""),
             "columns": columns,
@@ -215,9 +231,14 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             version = m.group("version")
             if version and version not in versions:
                 versions.append(version)
-            cur = _Table(title, version, no)
+            cur = _Table(title, version, no, "dedal-bench" if m.group("suite") else "osu")
             tables.append(cur)
             events.append("table")
+            continue
+        m = PRECISE_INIT.match(line)
+        if m and inits:
+            inits[-1].update({"min_ms": float(m.group("min")), "max_ms": float(m.group("max")),
+                              "avg_ms": float(m.group("avg"))})
             continue
         m = INIT.search(line)
         if m:
@@ -234,7 +255,8 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         if COLUMN_HEADER.match(line) and not _row_tokens(line):
             if cur is None or cur.columns is not None:
                 # a header without a title line, or a second table under the same title
-                cur = _Table(cur.title if cur is not None else None, cur.version if cur is not None else None, no)
+                cur = _Table(cur.title if cur is not None else None, cur.version if cur is not None else None, no,
+                             cur.suite if cur is not None else "osu")
                 tables.append(cur)
                 events.append("table")
             cur.columns = split_columns(line)
@@ -267,7 +289,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             row[0] = int(row[0]) if isinstance(row[0], (int, float)) and float(row[0]).is_integer() else row[0]
             if cur.rows and isinstance(row[0], (int, float)) and row[0] <= cur.rows[-1][0]:
                 # sizes start again: a repeated run of the same benchmark
-                nxt = _Table(cur.title, cur.version, no)
+                nxt = _Table(cur.title, cur.version, no, cur.suite)
                 nxt.columns = list(cur.columns)
                 nxt.meta = list(cur.meta)
                 cur = nxt
@@ -281,10 +303,11 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     for t in tables:
         if t.title and "init" in t.title.lower() and not t.rows and not t.init_seen:
             findings.append(F.error(
-                "truncated", "osu_init: the benchmark title was printed but no 'nprocs: ..., avg: ... ms' result",
+                "truncated", f"{suite_name('osu_init', t.suite)}: the benchmark title was printed but no "
+                "'nprocs: ..., avg: ... ms' result",
                 [lines[t.line_no].strip()], verdict="failed"))
     for i, t in enumerate(data_tables):
-        name = benchmark_name(t.title) if t.title else "OSU benchmark"
+        name = suite_name(benchmark_name(t.title), t.suite) if t.title else "OSU benchmark"
         is_last = i == len(data_tables) - 1 and (not inits or events[-1] == "table")
         if t.columns is not None and not t.rows:
             findings.append(F.error(
@@ -317,6 +340,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         "init": inits[0] if inits else None,
         "inits": inits,
         "message_size_option": msg_opt,
+        "suites": sorted({t.suite for t in tables}),
     }
     recognized = bool(tables or inits)
     has_data = any(t.rows for t in data_tables) or bool(inits)
