@@ -292,3 +292,24 @@ def test_collect_lists_what_a_failed_stage_left_out(run_dedal, tmp_path):
     assert not (tmp_path / "ci-artifacts" / "tiny" / "assemble" / "image.env").exists()
     res = run_dedal("ci", "collect", "deploy", str(envdir), cwd=tmp_path, env=env)
     assert res.returncode == 2
+
+
+def test_templates_and_parent_pipeline_are_plain_gitlab_yaml():
+    """Every script line a string (an unquoted `echo "a: b"` would be a mapping), every
+    hidden template a generated job extends is there, and the parent's two jobs."""
+    root = Path(__file__).resolve().parents[2]
+    templates = yaml.load((root / "ci" / "templates.yml").read_text(), Loader=_ReferenceLoader)
+    parent = yaml.load((root / "ci" / "gitlab-ci.yml").read_text(), Loader=_ReferenceLoader)
+    for doc in (templates, parent):
+        for job, body in doc.items():
+            if not isinstance(body, dict):
+                continue
+            for key in ("script", "before_script", "after_script"):
+                for line in body.get(key) or []:
+                    assert isinstance(line, (str, list)), (job, key, line)
+    assert {".dedal-fetch", ".dedal-build", ".dedal-assemble", ".dedal-verify", ".dedal-verify-gpu",
+            ".dedal-publish", ".dedal-nothing", ".dedal-generate"} <= set(templates)
+    assert parent["dedal-images"]["trigger"]["include"] == [{"artifact": "dedal-child-pipeline.yml",
+                                                             "job": "dedal-generate"}]
+    assert parent["dedal-images"]["trigger"]["strategy"] == "depend"
+    assert yaml.safe_load((root / ".gitlab-ci.yml").read_text())["include"] == [{"local": "ci/gitlab-ci.yml"}]
