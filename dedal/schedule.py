@@ -826,8 +826,10 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
 
 def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
                   cpus_per_job: int = 0, strategy: str = "dedal") -> Schedule:
-    """Group and simulate. ``strategy``: ``dedal`` (grouping, critical path first; the
-    best of the merge modes by simulated makespan), ``per-package`` (one job per package in
+    """Group and simulate. ``strategy``: ``dedal`` (the best by simulated makespan of:
+    each merge mode with critical-path priorities, one job per package in submission
+    order, everything in one job, and, where cores are scarce, moldable starts; each
+    improved by :func:`improve`), ``per-package`` (one job per package in
     submission order, like ``spack ci``), ``single-node`` (one job, one package at a
     time with ``make -j C`` on one node, like ``spack install -j C``)."""
     nodes, cores = max(1, int(nodes)), max(1, int(cores))
