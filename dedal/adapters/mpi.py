@@ -1,0 +1,241 @@
+"""MPI launchers: ``mpirun`` (Open MPI 5 / PRRTE) and ``srun --mpi=pmix`` steps.
+
+The one place that starts MPI jobs. A step runs one program on ``ranks`` processes
+either
+
+* **inside a root** (an image, or an unpacked root filesystem): ``mpirun`` of the root
+  itself, started through the container runtime (:func:`dedal.adapters.runtime.run_in`),
+  so the launcher and every rank share one sandbox; or ``srun --mpi=pmix`` on the host
+  with **one sandbox per rank**, the way ``srun --mpi=pmix apptainer exec IMAGE prog``
+  runs on a cluster (Slurm's PMIx server on the host, the image's PMIx client inside);
+* **on the host** (``root=None``): the host's own ``mpirun`` / ``srun`` and programs,
+  with the caller's environment (``PATH`` of a loaded module or Spack view).
+
+Slurm's job bookkeeping (sbatch, squeue, sacct, ``srun --mpi=list``) stays in
+:mod:`dedal.adapters.slurm`; this module only launches MPI steps with ``srun``.
+
+**The environment of a rank.** The runtime starts every command from a clean
+environment (Apptainer's ``--cleanenv``), which would drop the ``PMIX_*``/``SLURM_*``
+variables ``srun`` gives each rank and without which ``MPI_Init`` cannot find its
+PMIx server. So a per-rank step runs a small host-side script (:data:`RANK_SCRIPT`)
+that saves the rank's ``PMIX_``/``PMI_``/``SLURM_`` variables to a private file in
+``/tmp`` and starts the sandbox; inside, the program is preceded by a shell that loads
+that file and deletes it (:func:`rank_command`). The host's ``/tmp`` is bound into the
+sandbox for that file and for the PMIx rendezvous files, as Apptainer does by default.
+
+Facts this relies on (``../shared/notes/real-components.md`` sections 4 and 5): Open
+MPI 5's UCX pml needs ``pml_ucx_tls=any pml_ucx_devices=any`` where no Mellanox device
+exists; with Slurm 22.05's PMIx 4 server only the UCX pml works (ob1 hangs), so callers
+set ``OMPI_MCA_pml=ucx``; ``srun --export=ALL,A=x,y`` splits at commas, so variables
+are passed in the environment of ``srun`` instead.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from dedal.adapters import proc, runtime
+from dedal.errors import ToolError, ToolMissing
+
+RANK_ENV_TOKEN = "@DEDAL_RANK_ENV@"
+#: variables of a rank that the launcher sets and the program needs inside the sandbox
+RANK_PREFIXES = ("PMIX", "PMI", "SLURM")
+RANK_SCRIPT = r"""#!/bin/sh
+# dedal: start one rank of an MPI step in a sandbox (run by srun on each node).
+# The sandbox starts from a clean environment, so this rank's launcher variables
+# (@NAMES@) go through a private file that the command inside loads and deletes
+# (and this script, should the command die before it got there). The exit status is
+# the command's.
+set -e
+umask 077
+f=$(mktemp /tmp/dedal-rank.XXXXXX)
+trap 'rm -f "$f"' EXIT
+trap 'rm -f "$f"; exit 143' TERM
+export -p | sed -n -e 's/^declare -x /export /' -e '/^export \(@ALTERNATIVES@\)_[A-Za-z0-9_]*=/p' > "$f"
+for a do
+  shift
+  [ "$a" = "@TOKEN@" ] && a=$f
+  set -- "$@" "$a"
+done
+set +e
+"$@"
+""".replace("@NAMES@", ", ".join(p + "_*" for p in RANK_PREFIXES)).replace(
+    "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@TOKEN@", RANK_ENV_TOKEN)
+_LOADER = 'set -a; . "$1"; set +a; rm -f "$1"; shift; exec "$@"'
+MPIRUN_HINT = "no mpirun on the host: install Open MPI, load its module, or verify with --native rootfs"
+SRUN_HINT = "install Slurm's client commands (apt-get install slurm-client) or load the site's Slurm module"
+
+
+@dataclass
+class StepResult:
+    """What a step left behind: exit code (124: timed out), seconds, the command as run."""
+
+    returncode: int
+    seconds: float
+    command: List[str]
+    timed_out: bool = False
+
+
+def env_names(env: Mapping[str, str]) -> List[str]:
+    """``-x NAME`` arguments for mpirun: every variable of ``env`` except mpirun's own
+    permission switches (exported into the launcher, not meant for the ranks)."""
+    out: List[str] = []
+    for name in env:
+        if name in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "PATH", "HOME", "USER", "LANG", "TERM"):
+            continue
+        out += ["-x", name]
+    return out
+
+
+def mpirun_command(program: Sequence[str], ranks: int, *, env: Mapping[str, str] = {},
+                   oversubscribe: bool = False, extra: Sequence[str] = ()) -> List[str]:
+    """``mpirun -np RANKS [--oversubscribe] -x VAR ... PROGRAM`` (Open MPI 5 / PRRTE)."""
+    cmd = ["mpirun", "-np", str(int(ranks))]
+    if oversubscribe:
+        cmd.append("--oversubscribe")
+    cmd += env_names(env)
+    cmd += list(extra)
+    return cmd + [os.fspath(p) for p in program]
+
+
+def srun_command(program: Sequence[str], ranks: int, *, nodes: int = 1, mpi: str = "pmix",
+                 extra: Sequence[str] = ()) -> List[str]:
+    """``srun --mpi=pmix -N NODES -n RANKS [--ntasks-per-node=...] PROGRAM``; with several
+    nodes the ranks are spread evenly (one per node for a two-rank point-to-point test)."""
+    cmd = ["srun", f"--mpi={mpi}", "-N", str(int(nodes)), "-n", str(int(ranks))]
+    if nodes > 1 and ranks % nodes == 0:
+        cmd.append(f"--ntasks-per-node={ranks // nodes}")
+    cmd += ["--kill-on-bad-exit=1", "--quiet"]
+    cmd += list(extra)
+    return cmd + [os.fspath(p) for p in program]
+
+
+def rank_command(program: Sequence[str]) -> List[str]:
+    """The program as it runs inside a per-rank sandbox: load and delete the rank's
+    launcher variables first (the file name replaces :data:`RANK_ENV_TOKEN`)."""
+    return ["/bin/sh", "-c", _LOADER, "dedal-rank", RANK_ENV_TOKEN, *[os.fspath(p) for p in program]]
+
+
+def write_rank_script(directory: Path) -> Path:
+    """Write :data:`RANK_SCRIPT` into ``directory`` (on storage every node sees)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "dedal-rank.sh"
+    tmp = directory / f".dedal-rank.sh.{os.getpid()}"
+    tmp.write_text(RANK_SCRIPT)
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+    return path
+
+
+def _header(log: Path, lines: Sequence[str]) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(f"#@ {line}\n")
+
+
+def _timed_out(exc: ToolError) -> bool:
+    """proc.run raises on a timeout even with check=False; only that is caught here."""
+    return exc.returncode == 124 and exc.detail.startswith("timed out")
+
+
+def _killed(log: Path, timeout: Optional[float], cmd: List[str], start: float) -> StepResult:
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"#@ dedal: the step did not finish within {timeout or 0:g} s and was killed\n")
+    return StepResult(124, time.monotonic() - start, cmd, timed_out=True)
+
+
+def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: Mapping[str, str], log: Path,
+               timeout: Optional[float] = None, runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (),
+               nv: bool = False, oversubscribe: bool = False, note: Sequence[str] = ()) -> StepResult:
+    """``mpirun`` of ``root`` inside ``root`` (the launcher and all ranks in one sandbox),
+    or the host's own ``mpirun`` with the caller's environment when ``root`` is None.
+    ``note`` lines are written to ``log`` first (as ``#@`` lines, which parsers skip),
+    then the command and every rank's stdout and stderr. A timeout is returned as exit
+    code 124, not raised."""
+    cmd = mpirun_command(program, ranks, env=env, oversubscribe=oversubscribe)
+    _header(log, note)
+    start = time.monotonic()
+    try:
+        if root is None:
+            proc.which("mpirun", MPIRUN_HINT)
+            host_env = dict(os.environ)
+            host_env.update(env)
+            res = proc.run(cmd, what="mpirun", log=log, env=host_env, timeout=timeout, check=False)
+        else:
+            res = runtime.run_in(root, cmd, binds=binds, env=env, log=log, what="mpirun", runtime=runtime_name,
+                                 timeout=timeout, check=False, nv=nv)
+    except ToolError as exc:
+        if not _timed_out(exc):
+            raise
+        return _killed(log, timeout, cmd, start)
+    return StepResult(res.returncode, res.seconds, cmd)
+
+
+def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: Mapping[str, str], log: Path,
+             script_dir: Path, nodes: int = 1, timeout: Optional[float] = None, runtime_name: str = "auto",
+             binds: Sequence[runtime.Bind] = (), nv: bool = False, slurm_env: Optional[Mapping[str, str]] = None,
+             note: Sequence[str] = ()) -> StepResult:
+    """``srun --mpi=pmix`` with one sandbox of ``root`` per rank (see the module notes on
+    the rank environment), or the host's program directly when ``root`` is None.
+    ``slurm_env``: the environment Slurm's commands run in (``SLURM_CONF``...; default
+    this process's); ``env`` is added to it and given to the ranks. ``script_dir`` must
+    be visible on every node (the rank script is written there). A timeout is returned
+    as exit code 124, not raised."""
+    proc.which("srun", SRUN_HINT)
+    outer = dict(slurm_env if slurm_env is not None else os.environ)
+    outer.update(env)
+    shown = srun_command(program, ranks, nodes=nodes)
+    _header(log, note)
+    start = time.monotonic()
+    try:
+        if root is None:
+            res = proc.run(shown, what="srun", log=log, env=outer, timeout=timeout, check=False)
+            return StepResult(res.returncode, res.seconds, shown)
+        script = write_rank_script(script_dir)
+        all_binds = [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
+        with runtime.prepared(root, rank_command(program), binds=all_binds, env=env, runtime=runtime_name,
+                              nv=nv) as prep:
+            cmd = srun_command(["/bin/sh", os.fspath(script), *prep.argv], ranks, nodes=nodes)
+            res = proc.run(cmd, what="srun", log=log, env=outer, timeout=timeout, check=False, shown=shown)
+        return StepResult(res.returncode, res.seconds, shown)
+    except ToolError as exc:
+        if not _timed_out(exc):
+            raise
+        return _killed(log, timeout, shown, start)
+
+
+# ---------------------------------------------------------------------------- host facts
+
+
+
+
+def host_mpirun() -> Optional[Dict[str, str]]:
+    """The host's ``mpirun`` (path and ``--version`` line), or None when there is none."""
+    try:
+        path = proc.which("mpirun")
+    except ToolMissing:
+        return None
+    res = proc.run([path, "--version"], what="mpirun --version", check=False, timeout=30)
+    text = (res.stdout + res.stderr).strip()
+    first = text.splitlines()[0] if text else ""
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", first)
+    return {"path": path, "version_line": first, "version": m.group(1) if m else "",
+            "open_mpi": "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text}
+
+
+def host_which(name: str) -> Optional[str]:
+    """A program on the host's PATH (e.g. the benchmarks of a host installation)."""
+    try:
+        return proc.which(name)
+    except ToolMissing:
+        return None
+
+
+def shell_join(cmd: Sequence[str]) -> str:
+    return shlex.join([os.fspath(c) for c in cmd])

@@ -1,0 +1,60 @@
+"""The MPI launcher adapter: command lines, and the per-rank hand-over of the launcher's
+PMIx/Slurm variables into a sandbox that starts from a clean environment."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from dedal.adapters import mpi
+
+
+def test_mpirun_command_forwards_the_run_environment() -> None:
+    env = {"UCX_TLS": "tcp", "OMPI_MCA_pml": "ucx", "OMPI_ALLOW_RUN_AS_ROOT": "1", "PATH": "/x"}
+    cmd = mpi.mpirun_command(["/opt/view/bin/dedal_latency", "-m", "65536"], 2, env=env)
+    assert cmd == ["mpirun", "-np", "2", "-x", "UCX_TLS", "-x", "OMPI_MCA_pml",
+                   "/opt/view/bin/dedal_latency", "-m", "65536"]
+    assert "--oversubscribe" in mpi.mpirun_command(["p"], 8, oversubscribe=True)
+
+
+def test_srun_command() -> None:
+    assert mpi.srun_command(["p"], 2) == ["srun", "--mpi=pmix", "-N", "1", "-n", "2", "--kill-on-bad-exit=1",
+                                          "--quiet", "p"]
+    two = mpi.srun_command(["p"], 2, nodes=2)
+    assert "--ntasks-per-node=1" in two and two[:6] == ["srun", "--mpi=pmix", "-N", "2", "-n", "2"]
+
+
+def test_rank_script_hands_over_launcher_variables(tmp_path: Path) -> None:
+    """What srun does per rank: the script saves PMIX_/PMI_/SLURM_ variables, the command
+    inside (here under `env -i`, as clean as a sandbox) loads them and deletes the file."""
+    script = mpi.write_rank_script(tmp_path)
+    inner = ["env", "-i", "PATH=/usr/bin:/bin", *mpi.rank_command(["/usr/bin/env"])]
+    env = {"PATH": os.environ["PATH"], "PMIX_RANK": "1", "PMIX_SERVER_URI41": "pmix-server.42;tcp4://127.0.0.1:5",
+           "SLURM_PROCID": "1", "PMI_FD": "7", "SECRET_HOST_VAR": "leak", "SLURM_JOB_NAME": "it's \"quoted\""}
+    before = set(Path("/tmp").glob("dedal-rank.*"))
+    out = subprocess.run(["/bin/sh", str(script), *inner], env=env, capture_output=True, text=True, check=True)
+    got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    assert got["PMIX_RANK"] == "1" and got["SLURM_PROCID"] == "1" and got["PMI_FD"] == "7"
+    assert got["PMIX_SERVER_URI41"] == "pmix-server.42;tcp4://127.0.0.1:5"
+    assert got["SLURM_JOB_NAME"] == "it's \"quoted\""
+    assert "SECRET_HOST_VAR" not in got
+    assert set(Path("/tmp").glob("dedal-rank.*")) == before  # the hand-over file is gone
+
+
+def test_run_mpirun_reports_a_timeout_as_124(tmp_path: Path) -> None:
+    """A run that outlives its limit is killed and comes back as exit code 124 (not an
+    exception), with a note in its log."""
+    log = tmp_path / "run.log"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mpirun").write_text("#!/bin/sh\nexec sleep 30\n")
+    (fake / "mpirun").chmod(0o755)
+    old = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake}:{old}"
+    try:
+        res = mpi.run_mpirun(None, ["true"], 2, env={}, log=log, timeout=0.5, note=["a note"])
+    finally:
+        os.environ["PATH"] = old
+    assert res.returncode == 124 and res.timed_out
+    text = log.read_text()
+    assert text.startswith("#@ a note\n") and "did not finish within 0.5 s" in text

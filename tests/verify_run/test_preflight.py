@@ -1,0 +1,142 @@
+"""Preflight checks on files shaped like the host's (/proc/cpuinfo, /proc/driver/nvidia/version,
+/dev/infiniband) and on recorded `srun --mpi=list` outputs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dedal.verify import preflight as pre
+from dedal.verify.parsers import parse_file, parse_text
+from tests.conftest import LOGS_DATA
+
+# /proc/cpuinfo of an AVX2 machine without AVX-512 (Haswell-class), and of an old one
+HASWELL_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
+                 "sse2 ss ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology cpuid pni "
+                 "pclmulqdq ssse3 fma cx16 pcid sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand "
+                 "hypervisor lahf_lm abm cpuid_fault invpcid_single pti fsgsbase bmi1 avx2 smep bmi2 erms "
+                 "invpcid xsaveopt arat")
+NEHALEM_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
+                 "sse2 ht syscall nx lm constant_tsc pni ssse3 cx16 sse4_1 sse4_2 popcnt lahf_lm")
+# the first line of /proc/driver/nvidia/version, proprietary and open kernel modules
+NVRM_535 = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+NVRM_OPEN_560 = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "
+                 "(dvs-builder@U16-I3-B03-4-3)  Fri Aug 16 21:22:33 UTC 2024\n")
+
+
+def cpuinfo(tmp_path: Path, flags: str, model: str = "Intel(R) Xeon(R) CPU E5-2680 v3 @ 2.50GHz") -> Path:
+    p = tmp_path / "cpuinfo"
+    p.write_text("".join(f"processor\t: {i}\nvendor_id\t: GenuineIntel\nmodel name\t: {model}\n"
+                         f"flags\t\t: {flags}\n\n" for i in range(2)))
+    return p
+
+
+def test_cpu_target_levels(tmp_path: Path) -> None:
+    flags = pre.cpu_info(cpuinfo(tmp_path, HASWELL_FLAGS))["flags"]
+    assert [f.code for f in pre.check_cpu_target("x86_64_v3", flags, "x86_64")] == ["cpu-target"]
+    assert pre.check_cpu_target("haswell", flags, "x86_64")[0].severity == "info"
+    (v4,) = pre.check_cpu_target("x86_64_v4", flags, "x86_64")
+    assert v4.severity == "error" and v4.code == "cpu-target" and "avx512f" in v4.message
+    assert "Illegal instruction" in v4.message
+    old = pre.cpu_info(cpuinfo(tmp_path, NEHALEM_FLAGS))["flags"]
+    (v3,) = pre.check_cpu_target("x86_64_v3", old, "x86_64")
+    assert v3.severity == "error" and "avx2" in v3.message and "bmi2" in v3.message and "fma" in v3.message
+    assert pre.check_cpu_target("x86_64_v2", old, "x86_64")[0].severity == "info"
+
+
+def test_cpu_target_other_architectures_and_unknowns() -> None:
+    (mis,) = pre.check_cpu_target("neoverse_v2", {"avx2"}, "x86_64")
+    assert mis.code == "cpu-arch-mismatch" and mis.severity == "error"
+    assert pre.check_cpu_target("neoverse_v2", set(), "aarch64")[0].severity == "info"
+    assert pre.check_cpu_target("x86_64_v9", {"avx2"}, "x86_64")[0].code == "cpu-target-unchecked"
+    assert pre.check_cpu_target(None, set(), "x86_64")[0].code == "cpu-target-unknown"
+
+
+def test_this_hosts_cpu_reads() -> None:
+    info = pre.cpu_info()
+    assert info["readable"] and info["flags"]
+
+
+def test_gpu_driver_versions(tmp_path: Path) -> None:
+    v = tmp_path / "version"
+    gpus = tmp_path / "gpus"
+    (gpus / "0000:3b:00.0").mkdir(parents=True)
+    (gpus / "0000:5e:00.0").mkdir()
+    v.write_text(NVRM_535)
+    d = pre.gpu_driver(v, gpus)
+    assert d["driver"] == "535.104.05" and d["gpus"] == 2
+    v.write_text(NVRM_OPEN_560)
+    assert pre.gpu_driver(v, gpus)["driver"] == "560.35.03"
+    assert pre.gpu_driver(tmp_path / "absent", gpus) == {"driver": None, "gpus": 0, "line": ""}
+
+
+@pytest.mark.parametrize("cuda,driver,want,code,severity", [
+    ("12.2.2", "535.104.05", True, "gpu-driver", "info"),
+    ("12.6.2", "535.104.05", True, "gpu-driver-minor-compat", "warning"),   # minor version compatibility
+    ("12.4.1", "470.199.02", True, "gpu-driver-too-old", "error"),          # CUDA 12 needs >= 525.60.13
+    ("12.4.1", "470.199.02", False, "gpu-driver-too-old", "warning"),        # not fatal without GPU runs
+    ("13.0.1", "560.35.03", True, "gpu-driver-too-old", "error"),
+    ("11.8.0", "535.104.05", True, "gpu-driver", "info"),
+    ("12.7.0", "565.57.01", True, "gpu-driver", "info"),                    # unlisted minor: 12.6's minimum
+    ("12.4.1", None, True, "gpu-driver-missing", "error"),
+    ("12.4.1", None, False, "gpu-driver-missing", "info"),
+])
+def test_gpu_driver_vs_cuda(cuda, driver, want, code, severity) -> None:
+    (f,) = pre.check_gpu(cuda, driver, 4, want_gpu=want)
+    assert (f.code, f.severity) == (code, severity), f.message
+    if code == "gpu-driver-too-old":
+        assert "CUDA driver version is insufficient" in f.message
+
+
+def test_no_cuda_in_image() -> None:
+    assert pre.check_gpu(None, "535.104.05", 4, want_gpu=False) == []
+    (f,) = pre.check_gpu(None, "535.104.05", 4, want_gpu=True)
+    assert f.code == "gpu-no-cuda" and f.severity == "error"
+
+
+def test_infiniband(tmp_path: Path) -> None:
+    ib = tmp_path / "infiniband"
+    assert pre.infiniband(ib) == []
+    ib.mkdir()
+    for name in ("uverbs0", "rdma_cm", "umad0"):
+        (ib / name).write_text("")
+    assert pre.infiniband(ib) == ["rdma_cm", "umad0", "uverbs0"]
+    assert pre.check_infiniband(["uverbs0"], multi_node=True)[0].code == "infiniband"
+    (none,) = pre.check_infiniband([], multi_node=True)
+    assert none.code == "no-infiniband" and "not a fallback" in none.message
+
+
+def test_pmix_from_recorded_srun_mpi_list() -> None:
+    v5 = parse_file(LOGS_DATA / "slurm_pmix" / "srun_mpi_list_slurm_pmix_v5_oci.txt", "srun-mpi-list")
+    assert [f.code for f in pre.check_pmix(v5)] == ["pmix"]
+    # Debian bookworm's Slurm 22.05 (the host of this project's test cluster)
+    v4 = parse_text("MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
+                    "specific pmix plugin versions available: pmix_v4\n", "srun-mpi-list")
+    codes = [f.code for f in pre.check_pmix(v4)]
+    assert codes == ["pmix", "pmix-server-old"]
+    none = parse_text("MPI plugin types are...\n\tnone\n\tpmi2\n", "srun-mpi-list")
+    (f,) = pre.check_pmix(none)
+    assert f.code == "pmix-missing" and f.severity == "error" and "pmi2" in f.evidence[0]
+
+
+def test_run_preflight_fatal_and_facts(tmp_path: Path) -> None:
+    cpu = cpuinfo(tmp_path, NEHALEM_FLAGS)
+    nv = tmp_path / "version"
+    nv.write_text(NVRM_535)
+    gpus = tmp_path / "gpus"
+    (gpus / "0000:3b:00.0").mkdir(parents=True)
+    listing = "MPI plugin types are...\n\tnone\n\tpmi2\n"
+    pf = pre.run_preflight(image_target="x86_64_v3", image_cuda="12.6.2", image_arch="amd64", launcher="srun",
+                           nodes=2, want_gpu=None, srun_mpi_list=lambda: listing, allocation_nodes=1,
+                           cpuinfo=cpu, nvidia_version=nv, nvidia_gpus=gpus,
+                           infiniband_dir=tmp_path / "no-ib", machine="x86_64")
+    assert {f.code for f in pf.fatal} == {"cpu-target", "pmix-missing", "nodes"}
+    assert pf.host.multi_node and not pf.host.has_infiniband and pf.host.gpus == 1
+    assert pf.facts["nvidia_driver"] == "535.104.05" and pf.facts["gpu_benchmarks"] is True
+    line = pf.fatal_line()
+    assert line.startswith("preflight: ") and "avx2" in line and "pmix" in line
+    ok = pre.run_preflight(image_target="x86_64_v2", image_cuda=None, image_arch="amd64", launcher="mpirun",
+                           nodes=1, want_gpu=None, cpuinfo=cpu, nvidia_version=tmp_path / "none",
+                           nvidia_gpus=tmp_path / "none", infiniband_dir=tmp_path / "no-ib", machine="x86_64")
+    assert not ok.fatal and ok.host.gpus == 0 and not ok.host.multi_node

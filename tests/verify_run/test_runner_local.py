@@ -1,0 +1,137 @@
+"""`dedal verify IMAGE` for real on this machine: the image's Open MPI 5 / UCX, 2 local ranks
+with mpirun, native (the image's root filesystem unpacked, no container runtime) and in the
+container, interleaved; then the same with UCX forced onto TCP, which must be caught.
+
+The thresholds are opened wide here (a busy 2-core VM is no place for timing verdicts, see
+docs/CONVENTIONS.md): these tests check the machinery, the logs and the transport rules;
+performance ratios live in benchmarks/.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+
+SHM = {"sysv/memory", "posix/memory", "cma/memory", "xpmem/memory", "knem/memory"}
+WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "init_overhead_pct=1000000"]
+
+
+def _verify(run_dedal, image: Path, out: Path, cache: Path, *args: str):
+    return run_dedal("verify", str(image), "-o", str(out), "--repetitions", "2", "--max-size", "64K", *WIDE, *args,
+                     env={"DEDAL_CACHE_DIR": str(cache)}, timeout=400)
+
+
+def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    p = _verify(run_dedal, bench_image.sif, out, native_cache, "--ranks", "2")
+    assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
+    data = json.loads((out / "verify.json").read_text())
+    assert data["verdict"] in ("good", "suboptimal") and data["exit_code"] == 0
+    assert data["image"] == "verifytest-t1"
+
+    # every benchmark compared, native against container, two repetitions each
+    names = {c["name"]: c for c in data["checks"]}
+    assert set(names) == {"dedal_init intra-node", "dedal_init intra-node job wall time",
+                          "dedal_latency intra-node", "dedal_bw intra-node", "dedal_allreduce intra-node"}
+    lat = data["measurements"]["dedal_latency intra-node"]
+    assert lat["unit"] == "us" and list(lat["native"]) == ["0"] + [str(1 << i) for i in range(17)]
+    assert all(len(v) == 2 for side in ("native", "container") for v in lat[side].values())
+    assert len(data["measurements"]["dedal_init intra-node"]["native"]["0"]) == 2
+
+    # UCX's own log says shared memory on both sides
+    runs = [entry for entry in data["logs"] if entry.get("side") in ("native", "container")]
+    assert {(e["side"], e["repetition"]) for e in runs} >= {("native", 1), ("native", 2), ("container", 1),
+                                                             ("container", 2)}
+    for entry in runs:
+        intra = set(entry["transports_by_scope"]["intra-node"])
+        assert intra and intra <= SHM, entry["source"]
+        assert (out / entry["source"]).is_file()
+        assert entry["returncode"] == 0 and entry["pml"] == "ucx"
+    assert data["meta"]["transports_native_intra-node"] and data["meta"]["transports_container_intra-node"]
+    ucx_info = next(e for e in data["logs"] if e["kind"] == "ucx-info")
+    assert "sysv" in ucx_info["transport_names"] and ucx_info["has_shm"]
+
+    # what "native" was, said in the report
+    meta = data["meta"]
+    assert meta["native_mode"] == "rootfs" and "unpacked" in meta["native"] and "no container runtime" in meta["native"]
+    assert meta["launcher"] == "mpirun" and meta["repetitions"] == 2 and "interleaved" in meta["order"]
+    assert "UCX_LOG_LEVEL=info" in meta["run_env"] and "UCX_PROTO_INFO=y" in meta["run_env"]
+    assert Path(meta["native_root"], "opt/view/bin/dedal_latency").read_bytes() == \
+        (bench_image.bindir / "dedal_latency").read_bytes()
+
+    # the report files
+    md = (out / "report.md").read_text()
+    assert md.startswith("# Verdict: ") and "## dedal_latency intra-node" in md and "## Provenance" in md
+    for plot in ("dedal_latency_intra-node.png", "dedal_bw_intra-node.png", "dedal_allreduce_intra-node.png"):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({plot})" in md
+    assert sorted(p.name for p in (out / "raw" / "intra-node" / "dedal_latency").iterdir()) == [
+        "container-01.log", "container-02.log", "native-01.log", "native-02.log"]
+    assert "verdict: " in p.stdout and "dedal_latency intra-node" in p.stdout
+
+    # interleaved: native and container back to back, alternating who goes first
+    order = re.findall(r"\] (native|container)\s+dedal_latency intra-node rep (\d)/2", p.stderr)
+    assert order == [("native", "1"), ("container", "1"), ("container", "2"), ("native", "2")]
+
+
+def test_forced_tcp_is_flagged_with_the_log_lines(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
+    out = tmp_path / "tcp"
+    p = _verify(run_dedal, bench_image.sif, out, native_cache, "-b", "latency", "--max-size", "8K",
+                "--env", "UCX_TLS=tcp")
+    assert p.returncode == 1, f"{p.stdout}\n{p.stderr}"
+    data = json.loads((out / "verify.json").read_text())
+    assert data["verdict"] == "bad" and data["exit_code"] == 1
+    tcp = [f for f in data["findings"] if f["code"] == "ucx-tcp-intra-node"]
+    assert {f["message"].split("]")[0] for f in tcp} == {"[native", "[container"}
+    for f in tcp:
+        assert f["severity"] == "error" and f["verdict"] == "bad"
+        assert any(re.search(r"intra-node cfg#\d+ tag\(tcp/", e) for e in f["evidence"]), f["evidence"]
+        log = next(e for e in f["evidence"] if e.startswith("log: "))[5:]
+        assert (out / log).is_file() and "tcp/" in (out / log).read_text()
+    # --env reached both sides: UCX itself printed it
+    for side in ("native", "container"):
+        text = (out / "raw" / "intra-node" / "dedal_latency" / f"{side}-01.log").read_text()
+        assert re.search(r"UCX_\* env variables: .*UCX_TLS=tcp", text), side
+    assert data["meta"]["user_env"] == "UCX_TLS=tcp"
+    md = (out / "report.md").read_text()
+    assert "# Verdict: BAD" in md and "ucx-tcp-intra-node" in md and "tag(tcp/" in md
+    assert "[error] ucx-tcp-intra-node" in p.stdout
+
+
+def test_bad_input_exits_2_and_writes_nothing(run_dedal, bench_image, tmp_path: Path) -> None:
+    out = tmp_path / "nothing"
+    cases = [
+        ((str(tmp_path / "missing.sif"),), "no such image"),
+        ((str(bench_image.sif), "--env", "NOT A PAIR"), "--env"),
+        ((str(bench_image.sif), "--benchmarks", "latency,foo"), "unknown foo"),
+        ((str(bench_image.sif), "-t", "latency_overhead=1"), "unknown verification threshold"),
+        ((str(bench_image.sif), "--ranks", "1"), "at least 2 ranks"),
+        ((str(bench_image.sif), "--launcher", "mpirun", "--nodes", "2"), "srun launcher"),
+    ]
+    for args, message in cases:
+        p = run_dedal("verify", *args, "-o", str(out), timeout=120)
+        assert p.returncode == 2, (args, p.stderr)
+        assert p.stderr.startswith("dedal: error: ") and message in p.stderr, (args, p.stderr)
+        assert "Traceback" not in p.stderr
+    assert not out.exists()
+
+
+def test_preflight_stops_before_anything_runs(run_dedal, bench_image, tmp_path: Path) -> None:
+    """An image built for another CPU architecture: one line, exit 2, no report."""
+    tree = tmp_path / "aarch64-image"
+    subprocess.run(["cp", "-al", str(bench_image.root), str(tree)], check=True)
+    labels = tree / ".singularity.d" / "labels.json"
+    labels.unlink(missing_ok=True)
+    labels.write_text(json.dumps({"dedal.env": "armtest", "dedal.target": "neoverse_v2"}))
+    out = tmp_path / "report"
+    p = run_dedal("verify", str(tree), "-o", str(out), timeout=120)
+    try:
+        assert p.returncode == 2, p.stderr
+        last = p.stderr.strip().splitlines()[-1]
+        assert last.startswith("dedal: error: preflight: the image is built for neoverse_v2 (aarch64)"), last
+        assert not out.exists()
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)

@@ -1,0 +1,158 @@
+"""The runner's plain-Python parts: options and their precedence, benchmark selection, the
+interleaved run order (intra- and inter-node), merging of log findings, and the comparison
+of parsed runs (the real runs are in test_runner_local.py and test_runner_slurm.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dedal.cli import build_parser
+from dedal.errors import UserError
+from dedal.verify import runner as R
+from dedal.verify.checks import HostFacts
+from dedal.verify.parsers import parse_file, parse_text
+
+DATA = Path(__file__).parent / "data"
+
+
+def options(tmp_path: Path, *args: str) -> R.Options:
+    image = tmp_path / "img.sif"
+    image.write_bytes(b"x")
+    ns = build_parser().parse_args(["verify", str(image), *args])
+    return R.options_from_args(ns)
+
+
+def test_options_defaults_and_precedence(tmp_path: Path, monkeypatch) -> None:
+    for var in ("DEDAL_DATA_DIR", "DEDAL_REPORTS_DIR", "DEDAL_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    o = options(tmp_path)
+    assert (o.ranks, o.repetitions, o.launcher, o.max_size, o.native) == (2, 5, "auto", 4 << 20, "auto")
+    assert o.reports_dir == tmp_path / "data" / "dedal" / "reports"
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["dedal-benchmarks"]}, "dedal": {"verify": {
+        "ranks": 4, "repetitions": 7, "launcher": "mpirun", "benchmarks": ["latency", "bw"],
+        "env": {"UCX_TLS": "sm,self", "FOO": "1"}, "thresholds": {"latency_overhead_us": 0.3}}}}))
+    o = options(tmp_path, "--env-file", str(env_file), "-e", "UCX_TLS=tcp", "-t", "bandwidth_pct=5",
+                "--repetitions", "3", "--max-size", "64K")
+    assert (o.ranks, o.repetitions, o.launcher, o.benchmarks) == (4, 3, "mpirun", ["latency", "bw"])
+    assert o.env == {"UCX_TLS": "tcp", "FOO": "1"}  # the command line wins
+    assert o.thresholds == {"latency_overhead_us": 0.3, "bandwidth_pct": 5.0}
+    assert o.max_size == 65536
+
+
+@pytest.mark.parametrize("args,message", [
+    (("-e", "1X=2"), "--env"),
+    (("-t", "bandwidth_pct=fast"), "expected a number"),
+    (("-t", "nope=1"), "unknown verification threshold"),
+    (("-b", "latency,,quux"), "unknown quux"),
+    (("--ranks", "1"), "at least 2 ranks"),
+    (("--launcher", "mpirun", "--nodes", "3"), "srun launcher"),
+])
+def test_bad_options(tmp_path: Path, args, message) -> None:
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        options(tmp_path, *args)
+
+
+def test_missing_image(tmp_path: Path) -> None:
+    ns = build_parser().parse_args(["verify", str(tmp_path / "nope.sif")])
+    with pytest.raises(UserError, match="no such image"):
+        R.options_from_args(ns)
+
+
+def test_benchmark_selection() -> None:
+    programs = {p: f"/opt/view/bin/{p}" for p in ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce",
+                                                   "dedal_nccl_allreduce", "osu_latency", "all_reduce_perf")}
+    chosen, notes = R.select_benchmarks(list(R.KEYS) + ["osu"], programs, gpu=False)
+    assert [b.program for b in chosen] == ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce",
+                                           "osu_latency"]
+    assert any("dedal_nccl_allreduce: GPU benchmark skipped" in n for n in notes)
+    chosen, notes = R.select_benchmarks(["latency", "nccl"], programs, gpu=True)
+    assert [b.program for b in chosen] == ["dedal_latency", "dedal_nccl_allreduce"]
+    chosen, notes = R.select_benchmarks(["init", "osu_bw"], {"dedal_init": "/x"}, gpu=False)
+    assert [b.program for b in chosen] == ["dedal_init"] and notes == ["osu_bw: not in the image"]
+    lat = next(b for b in R.CATALOGUE if b.program == "dedal_latency")
+    assert lat.args(65536, 1 << 20) == ["-m", "65536"]
+    ar = next(b for b in R.CATALOGUE if b.program == "dedal_allreduce")
+    assert ar.args(4 << 20, 1 << 20) == ["-m", str(1 << 20)]
+    nccl = next(b for b in R.CATALOGUE if b.program == "all_reduce_perf")
+    assert nccl.args(1, 1 << 28) == ["-b", "8", "-e", str(1 << 28), "-f", "2", "-g", "1"]
+
+
+def test_interleaved_order_intra_and_inter_node() -> None:
+    init, lat = R.CATALOGUE[0], R.CATALOGUE[1]
+    plan = R.Plan("srun", [("intra-node", 1), ("inter-node", 2)], [init, lat], 2, 4, 0)
+    order = [(s, b.program, r, side) for s, b, r, side in plan.order()]
+    assert order[:4] == [("intra-node", "dedal_init", 0, "native"), ("intra-node", "dedal_init", 0, "container"),
+                         ("inter-node", "dedal_init", 0, "native"), ("inter-node", "dedal_init", 0, "container")]
+    rep1 = [x for x in order if x[2] == 1]
+    rep2 = [x for x in order if x[2] == 2]
+    assert [x[3] for x in rep1] == ["native", "container"] * 4
+    assert [x[3] for x in rep2] == ["container", "native"] * 4
+    assert order.index(rep1[-1]) < order.index(rep2[0])  # a repetition covers every scope before the next
+    assert plan.ranks_for(lat, 2) == 2 and plan.ranks_for(init, 1) == 4 and plan.ranks_for(init, 2) == 8
+
+
+def _run(tmp_path: Path, side: str, rep: int, log: str, seconds: float = 1.0, bench=None) -> R.Run:
+    bench = bench or R.CATALOGUE[1]
+    parsed = parse_file(DATA / log)
+    rel = f"raw/intra-node/{bench.program}/{side}-{rep:02d}.log"
+    parsed.update({"source": rel, "side": side, "scope": "intra-node", "program": bench.program,
+                   "repetition": rep, "returncode": 0})
+    return R.Run(side, "intra-node", bench, rep, 2, 1, tmp_path / rel, rel, 0, seconds, False, parsed)
+
+
+def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
+    good = "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log"
+    tcp = "mpirun_container_dedal_latency_UCX_TLS_tcp_BAD.log"
+    runs = [_run(tmp_path, "native", 1, good), _run(tmp_path, "container", 1, tcp),
+            _run(tmp_path, "native", 2, good), _run(tmp_path, "container", 2, tcp)]
+    plan = R.Plan("mpirun", [("intra-node", 1)], [R.CATALOGUE[1]], 2, 2, 0)
+    checks, measurements, summary = R._compare(runs, plan, R.Thresholds())
+    (chk,) = checks
+    assert chk.name == "dedal_latency intra-node" and chk.verdict == "bad"
+    assert measurements[chk.name]["native"][1] == [0.2, 0.2] and measurements[chk.name]["container"][1] == [183.11] * 2
+    assert summary[0]["native"] == 0.2 and summary[0]["container"] == 183.11
+    found = R._log_findings(runs, [], HostFacts())
+    tcp_f = [f for f in found if f.code == "ucx-tcp-intra-node"]
+    assert len(tcp_f) == 1 and tcp_f[0].message.startswith("[container] UCX uses TCP within a node")
+    assert "seen in 2 of 2 container run log(s)" in tcp_f[0].message
+    assert any("tag(tcp/lo tcp/eth0)" in e for e in tcp_f[0].evidence)
+    assert tcp_f[0].evidence[-1] == "log: raw/intra-node/dedal_latency/container-01.log"
+    assert not [f for f in found if f.message.startswith("[native]") and f.severity != "info"]
+    assert R._transports(runs) == {"native": {"intra-node": ["cma/memory", "sysv/memory"]},
+                                   "container": {"intra-node": ["tcp/eth0", "tcp/lo"]}}
+
+
+def test_init_job_time_warns_but_never_fails(tmp_path: Path) -> None:
+    init = R.CATALOGUE[0]
+    log = "mpirun_container_dedal_init_GOOD.log"
+    runs = [_run(tmp_path, "native", r, log, 0.8, init) for r in (1, 2, 3)]
+    runs += [_run(tmp_path, "container", r, log, 3.0, init) for r in (1, 2, 3)]
+    plan = R.Plan("mpirun", [("intra-node", 1)], [init], 3, 2, 0)
+    checks, measurements, _ = R._compare(runs, plan, R.Thresholds())
+    names = [c.name for c in checks]
+    assert names == ["dedal_init intra-node", "dedal_init intra-node job wall time"]
+    job = checks[1]
+    assert job.verdict == "suboptimal" and [f.code for f in job.findings] == ["startup-overhead"]
+    assert measurements["dedal_init intra-node job wall time"]["container"][0] == [3000.0] * 3
+    assert measurements["dedal_init intra-node"]["native"][0] == [393.581] * 3
+
+
+def test_failed_and_same_host_runs(tmp_path: Path) -> None:
+    log = tmp_path / "raw" / "x.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("#@ note\n$ mpirun ...\nsome output\n[vm:1] *** An error occurred in MPI_Init\n")
+    bench = R.CATALOGUE[1]
+    bad = R.Run("container", "intra-node", bench, 1, 2, 1, log, "raw/x.log", 1, 0.5, False, parse_text("x"))
+    skipped = R.Run("container", "intra-node", bench, 2, 2, 1, log, "raw/y.log", skipped="not repeated")
+    inter = _run(tmp_path, "native", 1, "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log")
+    inter.scope = "inter-node"
+    found = {f.code: f for f in R._run_findings([bad, skipped, inter])}
+    assert found["run-failed"].verdict == "failed" and "exited with code 1" in found["run-failed"].message
+    assert "[vm:1] *** An error occurred in MPI_Init" in found["run-failed"].evidence
+    assert found["runs-skipped"].severity == "warning"
+    assert "one machine (vm)" in found["inter-node-same-host"].message
