@@ -134,11 +134,14 @@ class CiRepo:
     data: Path
     sifs: List[Path] = field(default_factory=list)
 
-    def gcl(self, *args: str, timeout: float = GCL_TIMEOUT_S) -> GclRun:
+    def gcl(self, *args: str, timeout: float = GCL_TIMEOUT_S, stderr: bool = True) -> GclRun:
+        """gitlab-ci-local with the shell executor, each job in its own copy of the tracked
+        files (--shell-isolation); ``stderr=False`` leaves warnings out of ``output``."""
         exe = need_gitlab_ci_local()
         started = time.monotonic()
         proc = subprocess.run([exe, "--no-color", "--shell-isolation", *args], cwd=self.root, env=self.env,
-                              text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+                              text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL, timeout=timeout)
         return GclRun(proc.returncode, _ANSI.sub("", proc.stdout), time.monotonic() - started)
 
     def set_variables(self, **changes: str) -> None:
@@ -207,12 +210,15 @@ def make_ci_repo(base: Path, cluster, registry: Registry, fail: Iterable[str] = 
     home = base / "home"
     home.mkdir()
     variables = {
-        # what GitLab predefines and gitlab-ci-local does not
+        # what GitLab predefines and gitlab-ci-local does not (CI_COMMIT_BEFORE_SHA) or not
+        # as GitLab does (its CI_COMMIT_TIMESTAMP is the time of the run, not the commit's)
         "CI_COMMIT_BEFORE_SHA": before,
+        "CI_COMMIT_TIMESTAMP": _git(root, "log", "-1", "--format=%cI"),
         # how the jobs find dedal: the virtualenv running these tests
         "DEDAL_CI_VENV": str(Path(sys.executable).parent.parent),
         # dedal's settings: shared storage (here: under tmp_path), Spack, Slurm, registry
         "DEDAL_DATA_DIR": str(data),
+        "DEDAL_CI_PIPELINE_ROOT": str(base / "pipelines"),  # work, images, reports per pipeline
         "DEDAL_CACHE_DIR": str(base / "cache"),
         "DEDAL_BASE_CACHE": os.environ.get("DEDAL_BASE_CACHE", str(Path.home() / ".cache" / "dedal" / "base")),
         "DEDAL_SPACK_ROOT": str(spack),
@@ -230,6 +236,8 @@ def make_ci_repo(base: Path, cluster, registry: Registry, fail: Iterable[str] = 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEDAL_", "CI_", "GITLAB_", "SLURM_"))}
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
     env.pop("SOURCE_DATE_EPOCH", None)
+    # set on purpose (above; CI_PIPELINE_SOURCE by gitlab-ci-local itself for a child): no warning
+    env["GCL_IGNORE_PREDEFINED_VARS"] = "CI_COMMIT_TIMESTAMP,CI_PIPELINE_SOURCE"
     return CiRepo(root, base, env, variables, before, head, registry, data)
 
 
