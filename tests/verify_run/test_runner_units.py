@@ -156,3 +156,64 @@ def test_failed_and_same_host_runs(tmp_path: Path) -> None:
     assert "[vm:1] *** An error occurred in MPI_Init" in found["run-failed"].evidence
     assert found["runs-skipped"].severity == "warning"
     assert "one machine (vm)" in found["inter-node-same-host"].message
+
+
+def test_image_names_of_the_workspace(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from dedal.verify.image import resolve_image
+
+    images = tmp_path / "images"
+    (images / "esd-cpu").mkdir(parents=True)
+    for tag in ("latest", "2025.1"):
+        (images / "esd-cpu" / f"{tag}.sif").write_bytes(b"x")
+    settings = SimpleNamespace(images_dir=images)
+    assert resolve_image("esd-cpu", settings) == images / "esd-cpu" / "latest.sif"
+    assert resolve_image("esd-cpu:2025.1", settings) == images / "esd-cpu" / "2025.1.sif"
+    with pytest.raises(UserError, match="ENV\\[:TAG\\]"):
+        resolve_image("esd-gpu", settings)
+
+
+def _info(tmp_path: Path, kind: str = "sif"):
+    from dedal.verify.image import ImageInfo
+
+    root = tmp_path / "imgroot"
+    (root / "opt/view/bin").mkdir(parents=True, exist_ok=True)
+    (root / "opt/view/bin/dedal_latency").write_bytes(b"\x7fELF the image's binary")
+    import hashlib
+
+    return ImageInfo(path=root if kind == "dir" else tmp_path / "x.sif", kind=kind, name="x",
+                     programs={"dedal_latency": "/opt/view/bin/dedal_latency", "mpirun": "/usr/bin/mpirun"},
+                     digests={"dedal_latency": hashlib.sha256(b"\x7fELF the image's binary").hexdigest()})
+
+
+def test_what_native_means(tmp_path: Path) -> None:
+    from dedal.verify.image import prepare_native
+
+    info = _info(tmp_path)
+    wanted = ["dedal_latency"]
+    host = {"dedal_latency": "/spack/view/bin/dedal_latency"}
+    mpirun = {"path": "/usr/bin/mpirun", "version_line": "mpirun (Open MPI) 5.0.5", "version": "5.0.5"}
+    n = prepare_native(info, mode="auto", wanted=wanted, cache=tmp_path / "c", host_programs=host, host_mpi=mpirun)
+    assert n.mode == "host" and n.root is None and "Open MPI) 5.0.5" in n.description
+    assert n.programs == host
+    with pytest.raises(UserError, match="--native host: the host lacks dedal_latency"):
+        prepare_native(info, mode="host", wanted=wanted, cache=tmp_path / "c", host_programs={}, host_mpi=mpirun)
+    with pytest.raises(UserError, match="lacks mpirun"):
+        prepare_native(info, mode="host", wanted=wanted, cache=tmp_path / "c", host_programs=host, host_mpi=None)
+    # srun needs no host mpirun
+    assert prepare_native(info, mode="auto", wanted=wanted, cache=tmp_path / "c", host_programs=host,
+                          launcher="srun").mode == "host"
+    # a directory image is plain files already
+    d = _info(tmp_path, "dir")
+    same = prepare_native(d, mode="rootfs", wanted=wanted, cache=tmp_path / "c", host_programs=host, host_mpi=mpirun)
+    assert same.mode == "same-dir" and same.root == d.path and "differ only in the sandbox" in same.description
+    # a given unpacked copy must hold the very same binaries
+    copy = tmp_path / "copy"
+    (copy / "opt/view/bin").mkdir(parents=True)
+    (copy / "opt/view/bin/dedal_latency").write_bytes(b"\x7fELF another build")
+    with pytest.raises(UserError, match="dedal_latency differ from the image's"):
+        prepare_native(info, mode="auto", wanted=wanted, cache=tmp_path / "c", native_root=copy)
+    (copy / "opt/view/bin/dedal_latency").write_bytes(b"\x7fELF the image's binary")
+    ok = prepare_native(info, mode="auto", wanted=wanted, cache=tmp_path / "c", native_root=copy)
+    assert ok.mode == "rootfs" and ok.root == copy and "byte-identical" in ok.description
