@@ -29,6 +29,7 @@ from tests.conftest import ROOT, SPACK_DATA
 from tests.registry.conftest import Registry, start_registry
 from tests.slurm.conftest import slurm_cluster  # noqa: F401  (the session fixture, re-exported)
 from tests.standin import install_standin
+from tests.verify_run.conftest import bench_image, native_cache  # noqa: F401  (an image with the benchmarks)
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GCL_TIMEOUT_S = 600

@@ -27,9 +27,12 @@ What gitlab-ci-local does and does not do here (checked with 4.73.0):
   fresh copy (files ``script`` wrote are gone; on GitLab they stay), which is why the
   artifacts are collected from dedal's work directories in ``after_script``.
 
-Not covered yet: the verify job (the verification runner is not part of dedal yet; the
-test environment has ``dedal.verify.enabled: false``; the generated verify jobs are
-checked by the golden files and by ``--list`` below).
+The test environment ``tiny`` is built on base ``host`` (no operating system in the
+image: nothing to run benchmarks with), so its ``dedal.verify.enabled`` is false and its
+pipeline has no verify job. The verify job (and publish with the report attached) is run
+on its own on an image that has Open MPI and the benchmarks (``bench_image`` of
+tests/verify_run: the debian-trixie base with dedal's microbenchmarks), with ``mpirun``
+on this machine; the GPU verify job is only listed (no GPU here).
 """
 from __future__ import annotations
 
@@ -206,3 +209,46 @@ def test_generated_jobs_as_gitlab_ci_local_sees_them(tmp_path: Path, slurm_clust
                                                                   "scheduler_failure"]}
     assert expanded["tiny:assemble"]["artifacts"]["reports"]["dotenv"] == "ci-artifacts/$DEDAL_CI_ENV/assemble/image.env"
     assert expanded["tiny:fetch"]["artifacts"]["when"] == "always"
+
+
+def test_verify_and_publish_jobs_on_an_image_with_the_benchmarks(tmp_path: Path, slurm_cluster, ci_registry,
+                                                                  bench_image, native_cache):
+    """The generated verify job runs `dedal verify` with the environment file's
+    dedal.verify section, its report becomes an artifact, publish attaches it."""
+    need_gitlab_ci_local()
+    repo = make_ci_repo(tmp_path, slurm_cluster, ci_registry)
+    labels = bench_image.labels
+    (repo.root / "spack-envs" / "bench").mkdir()
+    (repo.root / "spack-envs" / "bench" / "env.yaml").write_text(yaml.safe_dump({
+        "spack": {"specs": ["dedal-benchmarks"]},
+        "dedal": {"name": labels["dedal.env"], "tag": labels["dedal.tag"],
+                  "verify": {"ranks": 2, "repetitions": 1, "benchmarks": ["latency"],
+                             # a busy 2-core VM is no place for timing verdicts (docs/CONVENTIONS.md)
+                             "thresholds": {"latency_overhead_us": 1000000, "bandwidth_pct": 100,
+                                            "init_overhead_pct": 1000000}}}}, sort_keys=False))
+    subprocess.run(["git", "add", "-A"], cwd=repo.root, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "bench"], cwd=repo.root, check=True)
+    res = subprocess.run([dedal_exe(), "ci", "generate", "spack-envs/bench", "-o", "child.yml"], cwd=repo.root,
+                         env=repo.env, text=True, capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    name = f"{labels['dedal.env']}"
+    # the image as the assemble job would hand it over (its image.env), the native root cached
+    repo.set_variables(DEDAL_CI_IMAGE=str(bench_image.sif), DEDAL_CACHE_DIR=str(native_cache),
+                       DEDAL_CI_VERIFY_ARGS="--max-size 8K")
+    run = repo.gcl("--file", "child.yml", f"{name}:verify", f"{name}:publish")
+    results = run.results()
+    assert run.returncode == 0 and results == {f"{name}:verify": "PASS", f"{name}:publish": "PASS"}, \
+        run.output[-6000:]
+    report = repo.artifacts / name / "verify" / "report"
+    data = json.loads((report / "verify.json").read_text())
+    assert data["image"] == f"{name}-{labels['dedal.tag']}" and data["verdict"] in ("good", "suboptimal")
+    assert data["meta"]["repetitions"] == 1  # from the environment file, through --env-file
+    assert {c["name"] for c in data["checks"]} == {"dedal_latency intra-node"}
+    assert (report / "report.md").is_file() and list(report.glob("raw/**/*.log"))
+    # published with the verification report attached: `dedal images` shows its verdict
+    listing = subprocess.run([dedal_exe(), "images", f"oras://{repo.registry.host}/ci/{name}", "--insecure", "--json"],
+                             env=repo.env, text=True, capture_output=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    images = json.loads(listing.stdout)
+    entries = images if isinstance(images, list) else images.get("images", images.get("tags", []))
+    assert {e["tag"]: e["verdict"] for e in entries}[labels["dedal.tag"]] == data["verdict"], images
