@@ -393,11 +393,12 @@ def _report_dirs(reports_dir: Path, name: str, tag: str, image: Optional[Path]) 
     return found
 
 
-def collect(stage: str, target: Any, directory: Optional[Path] = None) -> Collected:
+def collect(stage: str, target: Any, directory: Optional[Path] = None, dotenv: Optional[Path] = None) -> Collected:
     """Copy the small outputs of ``stage`` for ``target`` into ``directory`` (default
     ``ci-artifacts/<name>/<stage>``; each file written under a temporary name and renamed,
     other files there are left alone). What is not there (a stage that failed early) is
-    listed in ``missing``, never an error."""
+    listed in ``missing``, never an error. After assemble, ``image.env`` is also written to
+    ``dotenv`` when given (a fixed path for GitLab's ``artifacts:reports:dotenv``)."""
     if stage not in STAGES:
         raise UserError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
     dest = Path(directory) if directory else Path(ARTIFACTS_DIR) / target.name / stage
@@ -461,6 +462,8 @@ def collect(stage: str, target: Any, directory: Optional[Path] = None) -> Collec
             if sif.is_file():
                 write_atomic(dest / IMAGE_DOTENV, f"DEDAL_CI_IMAGE={sif}\n")
                 result.files.append(IMAGE_DOTENV)
+                if dotenv is not None:
+                    write_atomic(Path(dotenv), f"DEDAL_CI_IMAGE={sif}\n")
                 result.image = str(sif)
             else:
                 result.missing.append(str(sif))

@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fetch, build, assemble, verify or publish")
     c.add_argument("target", metavar="ENV", help="env.yaml (or its directory), spack.lock or plan.json")
     c.add_argument("-d", "--dir", metavar="DIR", help="destination (default: ci-artifacts/<name>/<stage>)")
+    c.add_argument("--dotenv", metavar="FILE", help="after assemble, also write DEDAL_CI_IMAGE=<sif> to FILE "
+                                                    "(for artifacts:reports:dotenv)")
     c.add_argument("--json", action="store_true", help="print what was collected as JSON")
     c.set_defaults(func=run_collect)
 
@@ -117,7 +119,8 @@ def run_collect(args: argparse.Namespace) -> int:
 
     settings = from_args(args)
     target = resolve(args.target, settings)
-    result = ci.collect(args.stage, target, Path(args.dir) if args.dir else None)
+    result = ci.collect(args.stage, target, Path(args.dir) if args.dir else None,
+                        Path(args.dotenv) if args.dotenv else None)
     if args.json:
         print_json(result.to_json())
         return 0

@@ -187,7 +187,7 @@ def make_ci_repo(base: Path, cluster, registry: Registry, fail: Iterable[str] = 
     shutil.copytree(ROOT / "ci", root / "ci", ignore=shutil.ignore_patterns("*.md"))
     write_env(root / "spack-envs" / "tiny", TINY_SPACK, TINY_DEDAL)
     write_env(root / "spack-envs" / "other", {"specs": ["zlib"]}, {"name": "other", "base_image": "host"})
-    (root / ".gitignore").write_text(".gitlab-ci-local/\n.gitlab-ci-local-variables.yml\nci-artifacts/\n"
+    (root / ".gitignore").write_text(".gitlab-ci-local/\n.gitlab-ci-local-variables.yml\nci-artifacts/\ndedal-image.env\n"
                                      "dedal-child-pipeline.yml\n")
     _git(root, "init", "-q", "-b", "main")
     _git(root, "config", "user.name", "dedal tests")

@@ -207,7 +207,7 @@ def test_generated_jobs_as_gitlab_ci_local_sees_them(tmp_path: Path, slurm_clust
     assert expanded["gpu:verify"]["variables"]["DEDAL_CI_RUNNER_GPU"] == "gpu"
     assert expanded["tiny:build"]["retry"] == {"max": 2, "when": ["runner_system_failure", "stuck_or_timeout_failure",
                                                                   "scheduler_failure"]}
-    assert expanded["tiny:assemble"]["artifacts"]["reports"]["dotenv"] == "ci-artifacts/$DEDAL_CI_ENV/assemble/image.env"
+    assert expanded["tiny:assemble"]["artifacts"]["reports"]["dotenv"] == "dedal-image.env"
     assert expanded["tiny:fetch"]["artifacts"]["when"] == "always"
 
 
