@@ -140,27 +140,26 @@ def mounted(root: RootArg) -> Iterator[Optional[Path]]:
         if part.fstype != "Squashfs":
             raise UserError(f"{root}: primary partition is {part.fstype}, only squashfs can be mounted")
         offset = part.offset
-    proc.which("squashfuse", HINTS["squashfuse"])
     mnt = Path(tempfile.mkdtemp(prefix="dedal-root-"))
     try:
-        squashfs.mount(Path(root), mnt, offset=offset)  # type: ignore[arg-type]
+        method = squashfs.mount(Path(root), mnt, offset=offset)  # type: ignore[arg-type]
     except BaseException:
         mnt.rmdir()
         raise
     try:
         yield mnt
     finally:
-        _unmount(mnt)
+        _unmount(mnt, method)
 
 
-def _unmount(mnt: Path) -> None:
-    for attempt in range(20):  # a process that just exited may keep the FUSE mount busy briefly
+def _unmount(mnt: Path, method: str = "fuse") -> None:
+    for attempt in range(20):  # a process that just exited may keep the mount busy briefly
         try:
-            squashfs.unmount(mnt)
+            squashfs.unmount(mnt, method)
             break
         except Exception:
             if attempt == 19:  # still busy (a stray daemon of the command): detach it lazily
-                proc.run(["fusermount3", "-u", "-z", os.fspath(mnt)], what="fusermount3 -u -z")
+                squashfs.unmount(mnt, method, lazy=True)
                 break
             time.sleep(0.1)
     try:
