@@ -32,7 +32,10 @@ from dedal.errors import UserError
 #: programs looked for in the image (and, for native host runs, on the host)
 PROGRAMS = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_nccl_allreduce",
             "osu_init", "osu_latency", "osu_bw", "osu_allreduce", "all_reduce_perf",
-            "mpirun", "ompi_info", "ucx_info")
+            "mpirun", "ompi_info", "ucx_info", "mpicc")
+#: the MPI benchmarks of dedal-benchmarks, and where dedal verify puts its own build of them
+BUNDLED_MPI = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce")
+BUNDLED_DIR = "/opt/dedal-verify/bin"
 OSU_LIBEXEC = "libexec/osu-micro-benchmarks/mpi"
 Progress = Optional[Callable[[str], None]]
 
@@ -226,6 +229,47 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
         info.name = path.name[:-4] if path.name.endswith(".sif") else (path.stem if kind == "squashfs" else path.name)
     info.name = info.name or "image"
     return info
+
+
+# ---------------------------------------------------------------------------- bundled benchmarks
+
+
+def bundled_sources() -> Path:
+    """The sources of the dedal-benchmarks recipe (recipes/ next to the dedal package)."""
+    src = Path(__file__).resolve().parents[2] / "recipes" / "repo" / "packages" / "dedal-benchmarks" / "src"
+    if not (src / "dedal_latency.c").is_file():
+        raise UserError(f"the bundled benchmark sources are not at {src} (a dedal checkout is needed to build them)")
+    return src
+
+
+def compile_bundled(info: ImageInfo, cache: Path, *, runtime_name: str = "auto", progress: Progress = None) -> Path:
+    """Build dedal's MPI benchmarks with the image's own ``mpicc``, for an image that does
+    not carry the dedal-benchmarks package: the same binaries then run natively and in
+    the container (bound at BUNDLED_DIR on both sides). Cached per image and sources."""
+    src = bundled_sources()
+    digest = hashlib.sha256(info.identity.encode())
+    for f in sorted(src.iterdir()):
+        digest.update(f.name.encode() + f.read_bytes())
+    out = cache / "verify-bench" / digest.hexdigest()[:16]
+    if all((out / name).is_file() for name in BUNDLED_MPI):
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if progress:
+        progress(f"the image has no dedal-benchmarks: building them with its own mpicc into {out}")
+    script = " && ".join(f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o {BUNDLED_DIR}/{name} "
+                         f"/opt/dedal-verify/src/{name}.c" for name in BUNDLED_MPI)
+    try:
+        runtime.run_in(info.path, ["/bin/sh", "-c", script], what="mpicc of the bundled benchmarks in the image",
+                       runtime=runtime_name, timeout=600,
+                       binds=[runtime.Bind(src, "/opt/dedal-verify/src", readonly=True), runtime.Bind(tmp, BUNDLED_DIR)])
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
 
 
 # ---------------------------------------------------------------------------- native

@@ -33,6 +33,7 @@ Settings come from (later wins): built-in defaults, the image's label
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -429,6 +430,17 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     if pf.fatal:
         raise pre.PreflightFailed(pf.fatal_line())
     use_gpu = bool(pf.facts.get("gpu_benchmarks"))
+    extra_binds: List[Any] = []
+    bundled_note = ""
+    wants_bundled = any(k in opts.benchmarks for k in ("init", "latency", "bw", "allreduce"))
+    if wants_bundled and not any(p in info.programs for p in img.BUNDLED_MPI) and "mpicc" in info.programs:
+        built = img.compile_bundled(info, opts.cache_dir, runtime_name=opts.runtime, progress=progress)
+        for name in img.BUNDLED_MPI:
+            info.programs[name] = f"{img.BUNDLED_DIR}/{name}"
+        extra_binds.append(runtime.Bind(built, img.BUNDLED_DIR, readonly=True))
+        bundled_note = (f"the image does not carry dedal-benchmarks: dedal verify built them with the image's own "
+                        f"mpicc ({built}) and runs those same binaries natively and in the container")
+        _say(progress, bundled_note)
     benches, notes = select_benchmarks(opts.benchmarks, info.programs, gpu=use_gpu)
     if not benches:
         have = ", ".join(p for p in info.programs if p.startswith(("dedal_", "osu_", "all_reduce"))) or "none"
@@ -468,49 +480,59 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     scopes = [("intra-node", 1)] + ([("inter-node", 2)] if launcher == "srun" and nodes >= 2 else [])
     plan = Plan(launcher, scopes, benches, opts.repetitions, opts.ranks, pf.host.gpus)
     order = plan.order()
-    runs: List[Run] = []
-    failed_series: Dict[Tuple[str, str, str], Run] = {}
-    for i, (scope, bench, rep, side) in enumerate(order, 1):
-        nnodes = dict(scopes)[scope]
-        ranks = plan.ranks_for(bench, nnodes)
-        name = "warmup" if rep == 0 else f"{rep:02d}"
-        rel = f"raw/{scope}/{bench.program}/{side}-{name}.log"
-        run = Run(side, scope, bench, rep, ranks, nnodes, outdir / rel, rel)
-        runs.append(run)
-        key = (scope, bench.program, side)
-        if key in failed_series:
-            run.skipped = f"not repeated: {failed_series[key].rel} failed"
-            continue
-        program = native.programs.get(bench.program) if side == "native" else info.programs[bench.program]
-        argv = [program or bench.program, *bench.args(opts.max_size, opts.nccl_max_size)]
-        env = _run_env(opts, bench)
-        root = native.root if side == "native" else opts.image
-        binds = img.native_binds() if side == "native" and native.root is not None else []
-        # the native side never goes through a container runtime: a plain bubblewrap chroot
-        rt = "bwrap" if side == "native" else opts.runtime
-        note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {opts.repetitions}'} of "
-                f"{bench.program} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
-                f"{side}: " + (native.description if side == "native" else _container_text(backend, launcher))]
-        if launcher == "srun":
-            res = mpi.run_srun(root, argv, ranks, env=env, log=run.log, script_dir=rawdir / ".launch", nodes=nnodes,
-                               timeout=opts.timeout, runtime_name=rt, binds=binds,
-                               nv=bench.gpu and side == "container", note=note)
-        else:
-            res = mpi.run_mpirun(root, argv, ranks, env=env, log=run.log, timeout=opts.timeout,
-                                 runtime_name=rt, binds=binds, nv=bench.gpu and side == "container",
-                                 oversubscribe=ranks > (os.cpu_count() or 1), note=note)
-        run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
-        run.parsed = parse_file(run.log, "nccl-tests" if bench.suite == "nccl-tests" or bench.program ==
-                                "dedal_nccl_allreduce" else "osu")
-        run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
-                           "repetition": rep, "returncode": run.returncode, "seconds": round(run.seconds, 3)})
-        if not run.ok and rep > 0:
-            failed_series[key] = run
-        state = "ok" if run.ok else ("TIMED OUT" if run.timed_out else f"FAILED (exit {run.returncode})")
-        _say(progress, f"[{i}/{len(order)}] {side:9s} {bench.program} {scope} "
-                       f"{'warm-up' if rep == 0 else f'rep {rep}/{opts.repetitions}'}: {run.seconds:.1f} s {state}"
-                       f" ({run.parsed['verdict']})")
+    # The image stays mounted for all container runs, as Apptainer shares one loop device
+    # between the processes that use an image: the runs measure the container's steady
+    # state, not a cold mount each time (the whole-job wall time still shows start-up).
+    mounts = contextlib.ExitStack()
+    container_root: Any = opts.image
+    if backend != "apptainer" and runtime.root_kind(opts.image) in ("sif", "squashfs"):
+        container_root = mounts.enter_context(runtime.mounted(opts.image))
+    try:
+        runs: List[Run] = []
+        failed_series: Dict[Tuple[str, str, str], Run] = {}
+        for i, (scope, bench, rep, side) in enumerate(order, 1):
+            nnodes = dict(scopes)[scope]
+            ranks = plan.ranks_for(bench, nnodes)
+            name = "warmup" if rep == 0 else f"{rep:02d}"
+            rel = f"raw/{scope}/{bench.program}/{side}-{name}.log"
+            run = Run(side, scope, bench, rep, ranks, nnodes, outdir / rel, rel)
+            runs.append(run)
+            key = (scope, bench.program, side)
+            if key in failed_series:
+                run.skipped = f"not repeated: {failed_series[key].rel} failed"
+                continue
+            program = native.programs.get(bench.program) if side == "native" else info.programs[bench.program]
+            argv = [program or bench.program, *bench.args(opts.max_size, opts.nccl_max_size)]
+            env = _run_env(opts, bench)
+            root = native.root if side == "native" else container_root
+            binds = (img.native_binds() if side == "native" and native.root is not None else []) + extra_binds
+            # the native side never goes through a container runtime: a plain bubblewrap chroot
+            rt = "bwrap" if side == "native" else opts.runtime
+            note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {opts.repetitions}'} of "
+                    f"{bench.program} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
+                    f"{side}: " + (native.description if side == "native" else _container_text(backend, launcher))]
+            if launcher == "srun":
+                res = mpi.run_srun(root, argv, ranks, env=env, log=run.log, script_dir=rawdir / ".launch", nodes=nnodes,
+                                   timeout=opts.timeout, runtime_name=rt, binds=binds,
+                                   nv=bench.gpu and side == "container", note=note)
+            else:
+                res = mpi.run_mpirun(root, argv, ranks, env=env, log=run.log, timeout=opts.timeout,
+                                     runtime_name=rt, binds=binds, nv=bench.gpu and side == "container",
+                                     oversubscribe=ranks > (os.cpu_count() or 1), note=note)
+            run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
+            run.parsed = parse_file(run.log, "nccl-tests" if bench.suite == "nccl-tests" or bench.program ==
+                                    "dedal_nccl_allreduce" else "osu")
+            run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
+                               "repetition": rep, "returncode": run.returncode, "seconds": round(run.seconds, 3)})
+            if not run.ok and rep > 0:
+                failed_series[key] = run
+            state = "ok" if run.ok else ("TIMED OUT" if run.timed_out else f"FAILED (exit {run.returncode})")
+            _say(progress, f"[{i}/{len(order)}] {side:9s} {bench.program} {scope} "
+                           f"{'warm-up' if rep == 0 else f'rep {rep}/{opts.repetitions}'}: {run.seconds:.1f} s {state}"
+                           f" ({run.parsed['verdict']})")
 
+    finally:
+        mounts.close()
     checks, measurements, summary = _compare(runs, plan, thresholds)
     findings: List[Finding] = list(pf.findings)
     if launcher == "srun" and nodes >= 2 and backend != "apptainer":
@@ -518,6 +540,8 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
                                   f"({socket.gethostname()}); ranks on other nodes find it only where that path is "
                                   "shared: on a cluster, verify with Apptainer"))
     findings += [F.info("not-run", n) for n in notes]
+    if bundled_note:
+        findings.append(F.info("bundled-benchmarks", bundled_note))
     findings += _run_findings(runs)
     findings += _log_findings(runs, logs, pf.host)
     transports = _transports(runs)
