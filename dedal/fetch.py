@@ -122,6 +122,18 @@ def _list_sources(spack: Spack, fenv: Path, work: Path, logs: Path, note) -> Opt
     return data if isinstance(data, list) else None
 
 
+def _archive_stats(log: Path) -> Tuple[int, int]:
+    """(already present, added) from the last "Archive stats" of `spack mirror create`."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return 0, 0
+    block = text.rsplit("Archive stats", 1)[-1] if "Archive stats" in text else ""
+    present = re.search(r"(\d+)\s+already present", block)
+    added = re.search(r"(\d+)\s+added", block)
+    return (int(present.group(1)) if present else 0, int(added.group(1)) if added else 0)
+
+
 def _failed_downloads(log: Path) -> List[str]:
     """Specs Spack reports as failed in `spack mirror create` output."""
     try:
@@ -195,8 +207,8 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
             failed = _failed_downloads(logs / "mirror-create.log")
             raise DedalError(f"sources missing from the mirror {mirror} could not be fetched (no network?): "
                              f"{', '.join(failed) or exc.detail}. {offline_hint}") from None
-        total = before = 0
-        missing = []
+        present, added = _archive_stats(logs / "mirror-create.log")
+        total, before, missing = present + added, added, []
     else:
         missing, total = _missing(sources, mirror)
         before = len(missing)

@@ -141,7 +141,7 @@ def run_pipeline(
     def fetch(record: StageRecord) -> None:
         from dedal.fetch import run_fetch
         result = run_fetch(target, progress=progress)
-        sources = f"{result.sources} sources ({result.fetched} fetched)" if result.listed else "mirror checked"
+        sources = f"{result.sources} sources ({result.fetched} fetched)"
         record.detail = f"{sources}, {'concretized' if result.concretized else 'lock reused'}"
         if not result.concretized and result.fetched == 0:
             record.status = "current"

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from dedal.config import from_args
 from dedal.console import human_seconds, human_size, out, print_json
-from dedal.pipeline import STAGES, PipelineSummary, run_pipeline, stage_range
+from dedal.pipeline import STAGES, PipelineSummary, StageFailed, run_pipeline, stage_range
 from dedal.workspace import resolve
 
 
@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary.to_json())
     else:
         show(summary)
-    if summary.failure is not None:
-        raise summary.failure  # one line on stderr, the stage's exit code
+    if summary.failure is not None:  # one line naming the stage, with the stage's exit code
+        raise StageFailed(summary.error, exit_code=summary.failure.exit_code)
     return 0
 
 

@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_json())
     else:
-        sources = (f"{result.sources} sources ({result.already_present} already in the mirror, {result.fetched} fetched)"
-                   if result.listed else "mirror checked by spack mirror create")
+        sources = f"{result.sources} sources ({result.already_present} already in the mirror, {result.fetched} fetched" + \
+            (")" if result.listed else ", as counted by spack mirror create)")
         out.print(f"{result.env}: {sources}; lock {result.lock}{' (concretized)' if result.concretized else ''}; "
                   f"plan {result.plan}; {human_seconds(result.seconds)}")
     return 0

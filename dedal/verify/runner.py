@@ -551,6 +551,9 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     logs += [r.parsed for r in runs if r.parsed is not None]
 
     meta = _meta(opts, info, native, launcher, backend, nodes, plan, started, t0, transports, summary, pf)
+    if Path(opts.image).is_file():  # which bytes were verified: lets build-image reuse this report
+        from dedal.layers import sha256_file
+        meta["image_sha256"] = sha256_file(Path(opts.image))
     report = VerifyReport(image=info.name, checks=checks, findings=findings, logs=logs, measurements=measurements,
                           host=pf.host, thresholds=thresholds, meta=meta)
     paths = write_report(report, outdir)

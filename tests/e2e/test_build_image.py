@@ -1,0 +1,121 @@
+"""`dedal build-image` end to end on a test environment: fetch, build (inside the Debian
+trixie base), assemble, verify (the bundled benchmarks, native and in the container),
+publish to a real local registry, pull back; a second run does no work.
+
+Uses a real Spack when DEDAL_SPACK_ROOT holds one (and the stand-in otherwise)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dedal.layers import sha256_file
+from tests.conftest import SPACK_DATA
+from tests.registry.conftest import registry  # noqa: F401  (the local docker-registry fixture)
+from tests.standin import install_standin
+
+pytestmark = [pytest.mark.e2e, pytest.mark.registry]
+
+
+def _real_spack() -> str:
+    root = os.environ.get("DEDAL_SPACK_ROOT", "")
+    exe = Path(root) / "bin" / "spack"
+    if root and exe.is_file() and "stand-in" not in exe.read_text(errors="replace")[:4000]:
+        return root
+    return ""
+
+
+@pytest.fixture
+def e2e_env(tmp_path: Path, registry):  # noqa: F811
+    if os.geteuid() != 0:
+        pytest.skip("needs root (bubblewrap over the base, squashfs mounts)")
+    envdir = tmp_path / "env"
+    envdir.mkdir()
+    real = _real_spack()
+    doc = {
+        "spack": {"specs": ["dedal-app"], "concretizer": {"unify": True}},
+        "dedal": {"name": "tiny", "tag": "e2e", "base_image": "debian-trixie", "install_root": "/opt/esd/software",
+                  "registry": registry.ref("test/tiny"),
+                  # the checks run for real; thresholds wide open: this 2-core machine is noisy
+                  "verify": {"ranks": 2, "repetitions": 1, "benchmarks": ["init", "latency"],
+                             "thresholds": {"latency_overhead_us": 1000, "bandwidth_pct": 1000,
+                                            "init_overhead_pct": 1000}}},
+    }
+    if real:
+        # the real Spack concretizes in the base; the recorded tiny repo needs its sources in a mirror
+        doc["spack"]["repos"] = [str(SPACK_DATA / "tiny-repo" / "repo")]
+        spack_root = Path(real)
+        mirror = tmp_path / "mirror"
+        import hashlib
+        for tarball in sorted((SPACK_DATA / "tiny-repo" / "src").glob("*.tar.gz")):
+            digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+            dest = mirror / "_source-cache" / "archive" / digest[:2] / f"{digest}.tar.gz"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(tarball, dest)
+    else:
+        shutil.copyfile(SPACK_DATA / "tiny-dedal.spack.lock", envdir / "spack.lock")  # the stand-in cannot concretize
+        spack_root = install_standin(tmp_path / "spack")
+        mirror = tmp_path / "mirror"
+    (envdir / "env.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack_root),
+           "DEDAL_MIRROR": str(mirror), "DEDAL_STAGE_DIR": str(tmp_path / "stage"),
+           "DEDAL_REGISTRY_INSECURE": "true"}
+    (tmp_path / "stage").mkdir()
+    return envdir / "env.yaml", env, registry
+
+
+def test_build_image_end_to_end_then_nothing_to_do(run_dedal, e2e_env, tmp_path):
+    env_file, env, reg = e2e_env
+    res = run_dedal("build-image", str(env_file), "--json", env=env, timeout=1800)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads(res.stdout)
+    stages = {s["name"]: s for s in summary["stages"]}
+    assert [stages[s]["status"] for s in ("fetch", "build", "assemble", "verify", "publish")] == \
+        ["done", "done", "done", "done", "done"], stages
+    assert summary["layers_built"] == 5 and summary["ok"]
+    image = Path(summary["image"])
+    assert image.is_file() and summary["image_sha256"] == sha256_file(image)
+    assert summary["verdict"] in ("good", "suboptimal")
+    report = json.loads((Path(summary["report"]).parent / "verify.json").read_text())
+    assert report["verdict"] == summary["verdict"] and report["checks"]
+    assert summary["published"] == [reg.ref("test/tiny:e2e")]
+
+    # the registry holds exactly the SIF, as Apptainer expects, and pulls back byte for byte
+    manifest = reg.manifest("test/tiny", "e2e").json()
+    assert manifest["layers"][0]["mediaType"] == "application/vnd.sylabs.sif.layer.v1.sif"
+    assert manifest["layers"][0]["digest"] == "sha256:" + summary["image_sha256"]
+    pulled = tmp_path / "pulled.sif"
+    res = run_dedal("pull", reg.ref("test/tiny:e2e"), "-o", str(pulled), "--insecure", env=env)
+    assert res.returncode == 0, res.stderr
+    assert sha256_file(pulled) == summary["image_sha256"]
+    # the image runs: the package built by the layer stage, from the view
+    res = run_dedal("exec", str(pulled), "--", "dedal-app", env=env)
+    assert res.returncode == 0 and "dedal-app 1.0 ok" in res.stdout, res.stdout + res.stderr
+
+    # second run: every stage is current, nothing rebuilt, nothing uploaded again
+    again = run_dedal("build-image", str(env_file), "--json", env=env, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = json.loads(again.stdout)
+    st = {s["name"]: s for s in second["stages"]}
+    assert [st[s]["status"] for s in ("fetch", "build", "assemble", "verify")] == ["current"] * 4, st
+    assert second["layers_built"] == 0 and second["layers_reused"] == 5
+    assert second["image_sha256"] == summary["image_sha256"]
+    assert "(0 blob(s) uploaded)" in st["publish"]["detail"]
+
+
+def test_failed_verification_is_not_published(run_dedal, e2e_env, tmp_path):
+    env_file, env, reg = e2e_env
+    res = run_dedal("build-image", str(env_file), "--verify-env", "UCX_TLS=tcp", "--verify-env",
+                    "OMPI_MCA_pml=ucx", "--verify-env", "OMPI_MCA_pml_ucx_tls=any", "--verify-env",
+                    "OMPI_MCA_pml_ucx_devices=any", "--json", env=env, timeout=1800)
+    assert res.returncode == 1
+    summary = json.loads(res.stdout)
+    stages = {s["name"]: s for s in summary["stages"]}
+    assert stages["verify"]["status"] == "failed" and "verdict bad" in stages["verify"]["detail"]
+    assert stages["publish"]["status"] == "pending" and "not run" in stages["publish"]["detail"]
+    assert "verify:" in res.stderr and "not published" in res.stderr
+    assert reg.api("GET", "/v2/test/tiny/tags/list").status_code == 404
