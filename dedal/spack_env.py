@@ -64,7 +64,10 @@ def stage_manifest(
     if build_jobs:
         config["build_jobs"] = int(build_jobs)
     if mirror is not None:
-        spack["mirrors:"] = {"dedal": f"file://{mirror}"}
+        # file://localhost/<path>, not file:///<path>: Spack 0.23 on Python 3.13 (Debian
+        # trixie) turns the latter into "file:path" (urlunsplit no longer adds "//"
+        # for an empty host) and finds nothing in the mirror
+        spack["mirrors:"] = {"dedal": f"file://localhost{Path(mirror).resolve()}"}
     spack["view"] = view if isinstance(view, bool) else {"default": {"root": str(view), "link": "all"}}
     return data
 
