@@ -284,6 +284,22 @@ FATAL = ("cpu-arch-mismatch", "cpu-target", "gpu-driver-too-old", "gpu-driver-mi
          "sif-arch", "runtime-missing", "nodes")
 
 
+def check_load(loadavg: Path = Path("/proc/loadavg"), cpus: Optional[int] = None) -> List[Finding]:
+    """Other work on the node makes the timings of both sides noisy (ranks busy-poll for
+    messages): say so, with the numbers, so a failed timing check is read in that light."""
+    cpus = cpus or os.cpu_count() or 1
+    try:
+        load1 = float(loadavg.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    if load1 > 0.5 * cpus:
+        return [F.warning("host-busy", f"the host is busy before the runs start (load average {load1:.2f} on "
+                          f"{cpus} CPU(s)): timing differences between native and container runs may be noise; "
+                          "verify on an idle node (e.g. a Slurm allocation with --exclusive) for a firm verdict",
+                          [f"/proc/loadavg: {loadavg.read_text().strip()}"])]
+    return [F.info("host-load", f"load average {load1:.2f} on {cpus} CPU(s) before the runs")]
+
+
 def run_preflight(*, image_target: Optional[str], image_cuda: Optional[str], image_arch: Optional[str],
                   launcher: str, nodes: int, want_gpu: Optional[bool],
                   srun_mpi_list: Optional[Callable[[], str]] = None,
@@ -292,6 +308,7 @@ def run_preflight(*, image_target: Optional[str], image_cuda: Optional[str], ima
                   nvidia_version: Path = Path("/proc/driver/nvidia/version"),
                   nvidia_gpus: Path = Path("/proc/driver/nvidia/gpus"),
                   infiniband_dir: Path = Path("/dev/infiniband"),
+                  loadavg: Path = Path("/proc/loadavg"),
                   machine: Optional[str] = None) -> Preflight:
     """Every check; ``srun_mpi_list`` returns ``srun --mpi=list``'s output (called only
     under Slurm). ``want_gpu`` None means: GPU benchmarks if the host has GPUs."""
@@ -315,6 +332,7 @@ def run_preflight(*, image_target: Optional[str], image_cuda: Optional[str], ima
                             [f"SIF architecture: {image_arch}"])], fatal_codes=FATAL)
     pf.add(check_cpu_target(image_target, cpu["flags"], machine), fatal_codes=FATAL)
     pf.add(check_infiniband(ib, multi_node=multi))
+    pf.add(check_load(loadavg))
     pf.add(check_gpu(image_cuda, drv["driver"], drv["gpus"], want_gpu=use_gpu, driver_line=drv["line"]),
            fatal_codes=FATAL)
     if launcher == "srun":

@@ -140,3 +140,16 @@ def test_run_preflight_fatal_and_facts(tmp_path: Path) -> None:
                            nodes=1, want_gpu=None, cpuinfo=cpu, nvidia_version=tmp_path / "none",
                            nvidia_gpus=tmp_path / "none", infiniband_dir=tmp_path / "no-ib", machine="x86_64")
     assert not ok.fatal and ok.host.gpus == 0 and not ok.host.multi_node
+
+
+def test_busy_host_is_reported_with_the_numbers(tmp_path):
+    from dedal.verify.preflight import check_load
+    busy = tmp_path / "loadavg"
+    busy.write_text("3.50 2.00 1.00 3/200 1234\n")
+    [f] = check_load(busy, cpus=2)
+    assert f.severity == "warning" and f.code == "host-busy" and "3.50" in f.message and "noise" in f.message
+    idle = tmp_path / "idle"
+    idle.write_text("0.10 0.20 0.30 1/200 1234\n")
+    [g] = check_load(idle, cpus=2)
+    assert g.severity == "info" and g.code == "host-load"
+    assert check_load(tmp_path / "missing", cpus=2) == []
