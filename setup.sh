@@ -9,6 +9,11 @@ REPO=$(pwd)
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 CACHE=${DEDAL_CACHE_DIR:-$HOME/.cache/dedal}
+# toolchains installed outside the Debian packages (e.g. Go in /usr/local/go)
+for d in /usr/local/go/bin "$HOME/go/bin"; do
+  [ -d "$d" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH="$d:$PATH" ;; esac
+done
+export PATH
 BIN=$CACHE/bin
 mkdir -p "$BIN"
 
@@ -65,4 +70,4 @@ if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then
   $SUDO ln -sf "$REPO/.venv/bin/dedal" /usr/local/bin/dedal
   $SUDO ln -sf "$BIN/siftool" /usr/local/bin/siftool
 fi
-echo "setup: ok (dedal $(.venv/bin/dedal --version 2>/dev/null || echo '?'))"
+echo "setup: ok ($(.venv/bin/dedal --version 2>/dev/null || echo "dedal not runnable"))"
