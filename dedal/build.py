@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from dedal.adapters import git as gitad
 from dedal.adapters import runtime as rt

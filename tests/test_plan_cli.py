@@ -3,7 +3,6 @@ test_spack_lock.py) and with a layer store."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 

@@ -9,7 +9,7 @@ from dedal.adapters.spack import locate, user_cache
 from dedal.build import base_root
 from dedal.config import from_args
 from dedal.console import print_json
-from dedal.errors import UserError
+from dedal.errors import DedalError, UserError
 from dedal.layers import LayerStore
 from dedal.nodebuild import JobResult, run_job
 from dedal.plan import Plan
@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except Exception as exc:  # the executor reads the reason from the result file
         if result_path:
-            JobResult(job=args.job, host="", status="failed", error=getattr(exc, "one_line", lambda: str(exc))()).write(result_path)
+            reason = exc.one_line() if isinstance(exc, DedalError) else f"{type(exc).__name__}: {exc}"
+            JobResult(job=args.job, host="", status="failed", error=reason).write(result_path)
         raise
     if result_path:
         result.write(result_path)

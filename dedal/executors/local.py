@@ -13,11 +13,10 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Optional, Set, Tuple
+from typing import Dict, Set, Tuple
 
 from dedal.adapters import proc
 from dedal.config import Settings
-from dedal.errors import DedalError
 from dedal.executors.common import (BuildSummary, blocked_by_failure, bottom_levels, node_build_command,
                                     read_result)
 from dedal.layers import LayerStore
