@@ -57,6 +57,7 @@ ENV_SCRIPT = "/.singularity.d/env/91-environment.sh"
 VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda")
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNTIME_TYPES = frozenset(("link", "run"))
+BIG_LAYER = 64 << 20  # bytes of squashfs: extracted alone, with every core
 _UPSTREAM = re.compile(r"\d+(?:\.\d+)+")
 _PATH_LIKE = {"MANPATH", "INFOPATH", "CMAKE_PREFIX_PATH", "PKG_CONFIG_PATH", "ACLOCAL_PATH", "CPATH",
               "LIBRARY_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PERL5LIB", "XDG_DATA_DIRS", "MODULEPATH"}
@@ -222,8 +223,7 @@ def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[st
         names = ", ".join(f"{plan.nodes[h].label} ({plan.nodes[h].key})" for h in missing)
         raise UserError(f"{len(missing)} layer(s) missing from the layer store {store.root}: {names}; "
                         f"run `dedal build` for {plan.env_name} first")
-    infos: List[LayerInfo] = []
-    for h in built:
+    def audit_one(h: str) -> LayerInfo:
         node = plan.nodes[h]
         key = node.key
         man = store.manifest(key)
@@ -253,10 +253,51 @@ def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[st
             problem = entry_problem(e, node.prefix_name, plan.install_root)
             if problem:
                 raise UserError(f"{where}: refused: {problem}")
-        infos.append(LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
-                               sha256=digest, size=size, files=len(entries), built_at=man.built_at))
+        return LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
+                         sha256=digest, size=size, files=len(entries), built_at=man.built_at)
+
+    # hashing and listing run in parallel (threads: hashlib and the unsquashfs processes do
+    # the work); the first problem in layer order is the one reported
+    infos = _parallel(audit_one, built)
     say(f"audited {len(infos)} layer(s): sha256, paths and symlinks ok")
     return infos
+
+
+def _workers() -> int:
+    return max(2, min(8, os.cpu_count() or 2))
+
+
+def _parallel(fn: Callable[[Any], Any], items: Sequence[Any]) -> List[Any]:
+    """``[fn(x) for x in items]`` on a thread pool; the first failure (in item order) is raised
+    after every started call has finished."""
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=_workers()) as pool:
+        futures = [pool.submit(fn, x) for x in items]
+        outcomes = []
+        for f in futures:
+            try:
+                outcomes.append((f.result(), None))
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, in order
+                outcomes.append((None, exc))
+    for _value, exc in outcomes:
+        if exc is not None:
+            raise exc
+    return [v for v, _e in outcomes]
+
+
+def extract_layers(store: Any, infos: Sequence[LayerInfo], dest: Path, log: Path) -> None:
+    """Unpack the layers into ``dest`` (the install root in the tree): big layers one after
+    the other with every core, the many small ones side by side, one core each."""
+    from dedal.adapters import squashfs
+
+    big = [i for i in infos if i.size >= BIG_LAYER]
+    small = [i for i in infos if i.size < BIG_LAYER]
+    for info in big:
+        squashfs.extract(store.sqfs(info.key), dest, log=log)
+    _parallel(lambda i: squashfs.extract(store.sqfs(i.key), dest, processors=1, log=log), small)
 
 
 # ---------------------------------------------------------------------------- environment script
@@ -370,6 +411,9 @@ ACTIONS = {
         'echo "No test in this image, running /bin/sh -c true" >&2\nexec /bin/sh -c true\n'),
 }
 ENV_01_BASE = "#!/bin/sh\n# base environment of the image (Apptainer's 01-base.sh): nothing to set\n"
+ENV_95_APPS = ('#!/bin/sh\n# SCIF apps (`apptainer run --app NAME`): dedal images define none\n'
+               'if [ -n "${APPTAINER_APPNAME:-}" ] && [ ! -d "/scif/apps/${APPTAINER_APPNAME}" ]; then\n'
+               '    echo "Could not locate the container application: ${APPTAINER_APPNAME}"\n    exit 1\nfi\n')
 ENV_99_BASE = ('#!/bin/sh\n# Apptainer adds its bound libraries (e.g. --nv) after everything else\n'
                'if [ -z "${LD_LIBRARY_PATH:-}" ]; then\n    LD_LIBRARY_PATH=/.singularity.d/libs\n'
                'else\n    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/.singularity.d/libs"\nfi\n'
@@ -388,7 +432,8 @@ DEFAULT_RUNSCRIPT = ('#!/bin/sh\n# dedal default runscript: `apptainer run IMAGE
 STARTSCRIPT = "#!/bin/sh\n"
 SYMLINKS = {".run": ".singularity.d/actions/run", ".exec": ".singularity.d/actions/exec",
             ".test": ".singularity.d/actions/test", ".shell": ".singularity.d/actions/shell",
-            "singularity": ".singularity.d/runscript", "environment": ".singularity.d/env/90-environment.sh"}
+            "apptainer": ".singularity.d/runscript", "singularity": ".singularity.d/runscript",
+            "environment": ".singularity.d/env/90-environment.sh"}
 MOUNT_POINTS = {"dev": 0o755, "proc": 0o555, "sys": 0o555, "tmp": 0o1777, "etc": 0o755, "home": 0o755,
                 "root": 0o700, "var": 0o755, "var/tmp": 0o1777}
 
@@ -440,6 +485,7 @@ def write_apptainer_files(tree: Path, *, env90: str, env91: str, runscript: str,
     _write(env / "01-base.sh", ENV_01_BASE, 0o755)
     _write(env / "90-environment.sh", env90, 0o755)
     _write(env / "91-environment.sh", env91, 0o755)
+    _write(env / "95-apps.sh", ENV_95_APPS, 0o755)
     _write(env / "99-base.sh", ENV_99_BASE, 0o755)
     _write(env / "99-runtimevars.sh", ENV_99_RUNTIMEVARS, 0o755)
     _write(tree / ".singularity.d/runscript", runscript, 0o755)
@@ -574,6 +620,31 @@ def _find_base(plan: Any, settings: Any, say: Callable[[str], None]) -> Any:
     return img
 
 
+def base_sha256(base: Any, settings: Any) -> str:
+    """sha256 of the base's rootfs.sqfs (the base's content; its id only names its definition),
+    remembered per file size and mtime under ``cache_dir`` so that it is hashed once."""
+    from dedal.layers import sha256_file
+
+    sqfs = Path(base.squashfs)
+    st = sqfs.stat()
+    memo = Path(settings.cache_dir) / "assemble" / "base-sha256" / f"{base.id}.json"
+    try:
+        data = json.loads(memo.read_text())
+        if data.get("size") == st.st_size and data.get("mtime_ns") == st.st_mtime_ns and data.get("sha256"):
+            return str(data["sha256"])
+    except (OSError, ValueError):
+        pass
+    digest = sha256_file(sqfs)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}) + "\n")
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache only costs hashing again next time
+    return digest
+
+
 def _repo_dirs(manifest: Mapping[str, Any]) -> List[Path]:
     spack = manifest.get("spack", {}) if isinstance(manifest, dict) else {}
     found = []
@@ -681,6 +752,7 @@ def assemble(
     infos = audit_layers(plan, hashes, store, say)
     timings["audit"] = time.monotonic() - t0
     base = _find_base(plan, settings, say)
+    base_digest = base_sha256(base, settings) if base is not None else ""
     versions, version_sources = _versions(plan, hashes, base)
     created = build_date()
     sde_set = bool(os.environ.get("SOURCE_DATE_EPOCH", "").strip())
@@ -688,7 +760,7 @@ def assemble(
         "format": IMAGE_FORMAT, "dedal": __version__, "env": plan.env_name, "tag": plan.tag,
         "install_root": plan.install_root, "view": plan.view, "lock_sha256": plan.lock_sha256,
         "spack_commit": plan.spack_commit, "manifest": hashlib.sha256((envdir / "spack.yaml").read_bytes()).hexdigest(),
-        "base": {"id": base.id, "built_at": base.built_at, "squashfs_bytes": base.squashfs_bytes} if base else "host",
+        "base": {"id": base.id, "sha256": base_digest} if base else "host",
         "layers": [[i.key, i.sha256] for i in infos], "roots": roots, "keep_build_deps": keep_build_deps,
         "runscript": runscript, "labels": user_labels, "description": description,
         "source_date_epoch": created if sde_set else None,
@@ -702,17 +774,23 @@ def assemble(
             kept.seconds = round(time.monotonic() - started, 3)
             return kept
 
+    inherited = _base_singularity(base)  # an Apptainer-built base keeps its labels, environment, runscript
     labels_out = _labels(plan, base, infos, roots, only_names, keep_build_deps, versions, version_sources,
-                         created, description, user_labels)
-    runscript_sh = runscript_text(runscript)
-    env90 = "#!/bin/sh\n# environment of the base image\n" + _env_lines(
+                         created, description, user_labels, inherited["labels"])
+    if base_digest:
+        labels_out["dedal.base.sha256"] = base_digest
+    runscript_sh = runscript_text(runscript) if runscript.strip() or not inherited["runscript"] \
+        else inherited["runscript"]
+    env90 = (inherited["90-environment.sh"].rstrip("\n") + "\n" if inherited["90-environment.sh"]
+             else "#!/bin/sh\n") + "# environment of the base image\n" + _env_lines(
         {k: v for k, v in (base.env if base else {}).items() if not k.startswith("SPACK")})
     layer_map = {i.hash: {"key": i.key, "sha256": i.sha256, "size": i.size} for i in infos}
     from dedal import sbom as sbom_mod
     from dedal.spack_lock import load_lock
 
     lock = load_lock(envdir / "spack.lock")
-    base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id}
+    base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id,
+                  "dedal:base_sha256": base_digest}
     if only_names:
         base_props["dedal:only"] = ",".join(only_names)
     sbom_doc = sbom_mod.make_sbom(plan, hashes, layers=layer_map, lock=lock, created=created, roots=roots,
@@ -735,90 +813,92 @@ def assemble(
     tmp_sbom = sbom_path.with_name(tmp_tag + ".sbom.cdx.json")
     temps = [tmp_sqfs, tmp_sif, tmp_json, tmp_sbom]
     method = "none"
-    try:
-        with _Signals(), Stage(Path(settings.stage_dir), "assemble") as stage:
-            with _Tree(stage, base, log, say) as tree:
-                method = tree.method
-                timings["tree"] = tree.seconds
-                root = tree.path
-                t0 = time.monotonic()
-                from dedal.adapters import squashfs
+    with _Signals():  # SIGTERM/SIGINT: the stage and every temporary file go away
+        try:
+            with Stage(Path(settings.stage_dir), "assemble") as stage:
+                with _Tree(stage, base, log, say) as tree:
+                    method = tree.method
+                    timings["tree"] = tree.seconds
+                    root = tree.path
+                    t0 = time.monotonic()
+                    from dedal.adapters import squashfs
 
-                ir_dir = _mkdirs(root, plan.install_root)
-                for info in infos:
-                    squashfs.extract(store.sqfs(info.key), ir_dir, log=log)
-                os.chmod(ir_dir, 0o755)
-                timings["layers"] = time.monotonic() - t0
-                say(f"extracted {len(infos)} layer(s) at {plan.install_root} ({tree.method})")
+                    ir_dir = _mkdirs(root, plan.install_root)
+                    extract_layers(store, infos, ir_dir, log)
+                    os.chmod(ir_dir, 0o755)
+                    timings["layers"] = time.monotonic() - t0
+                    say(f"extracted {len(infos)} layer(s) at {plan.install_root} ({tree.method})")
 
-                t0 = time.monotonic()
-                env_dir_img = _mkdirs(root, ENV_IN_IMAGE)
-                from dedal.spack_env import stage_manifest, write_env_dir
+                    t0 = time.monotonic()
+                    env_dir_img = _mkdirs(root, ENV_IN_IMAGE)
+                    from dedal.spack_env import stage_manifest, write_env_dir
 
-                img_manifest = stage_manifest(manifest, install_root=plan.install_root, stage=Path("/tmp/dedal-spack"),
-                                              view=plan.view)
-                write_env_dir(env_dir_img, img_manifest, envdir / "spack.lock")
-                spack_yaml_bytes = (env_dir_img / "spack.yaml").read_bytes()
-                env91 = _run_spack(root, plan, settings, base, manifest, log, say)
-                # what Spack leaves in the environment directory besides the two files is build-time state
-                for entry in list(env_dir_img.iterdir()):
-                    if entry.name not in ("spack.yaml", "spack.lock"):
-                        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-                _write(env_dir_img / "spack.yaml", spack_yaml_bytes)
-                shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
-                built_at = {i.hash: _epoch(i.built_at, created) for i in infos}
-                normalize_spack_db(ir_dir, built_at, created)
-                timings["spack"] = time.monotonic() - t0
+                    img_manifest = stage_manifest(manifest, install_root=plan.install_root, stage=Path("/tmp/dedal-spack"),
+                                                  view=plan.view)
+                    write_env_dir(env_dir_img, img_manifest, envdir / "spack.lock")
+                    spack_yaml_bytes = (env_dir_img / "spack.yaml").read_bytes()
+                    env91 = _run_spack(root, plan, settings, base, manifest, log, say)
+                    if inherited["91-environment.sh"]:
+                        env91 = inherited["91-environment.sh"].rstrip("\n") + "\n" + env91.split("\n", 1)[1]
+                    # what Spack leaves in the environment directory besides the two files is build-time state
+                    for entry in list(env_dir_img.iterdir()):
+                        if entry.name not in ("spack.yaml", "spack.lock"):
+                            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                    _write(env_dir_img / "spack.yaml", spack_yaml_bytes)
+                    shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
+                    built_at = {i.hash: _epoch(i.built_at, created) for i in infos}
+                    normalize_spack_db(ir_dir, built_at, created)
+                    timings["spack"] = time.monotonic() - t0
 
-                t0 = time.monotonic()
-                write_apptainer_files(root, env90=env90, env91=env91, runscript=runscript_sh, labels=labels_out)
-                _write(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
-                timings["image_files"] = time.monotonic() - t0
+                    t0 = time.monotonic()
+                    write_apptainer_files(root, env90=env90, env91=env91, runscript=runscript_sh, labels=labels_out)
+                    _write(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
+                    timings["image_files"] = time.monotonic() - t0
 
-                definition = _definition(plan, base, labels_out, env91, runscript_sh)
-                metadata = _metadata(labels_out, definition, runscript_sh, env90, env91, plan, base, infos, roots,
-                                     only_names, keep_build_deps, versions)
-                # mksquashfs writes the partition at its place in the SIF: no copy afterwards
-                offset = sif_mod.partition_offset(definition=definition, labels=labels_out, metadata=metadata,
-                                                  sbom=sbom_bytes)
-                t0 = time.monotonic()
-                say(f"mksquashfs {tree.method} tree -> {tmp_sqfs.name}")
-                squashfs.pack([root], tmp_sqfs, log=log, what="mksquashfs (image)", offset=offset)
-                timings["squashfs"] = time.monotonic() - t0
-        squashfs_size = tmp_sqfs.stat().st_size - offset
-        t0 = time.monotonic()
-        # the image ID from everything that makes the bytes (saves hashing the squashfs again)
-        ident = uuid.UUID(bytes=hashlib.sha256(f"{digest}:{created}".encode()).digest()[:16], version=4)
-        sif_mod.write_sif(tmp_sif, tmp_sqfs, definition=definition, labels=labels_out, metadata=metadata,
-                          sbom=sbom_bytes, image_id=str(ident), in_place=True)
-        timings["sif"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        from dedal.layers import sha256_file
+                    definition = _definition(plan, base, labels_out, env91, runscript_sh)
+                    metadata = _metadata(labels_out, definition, runscript_sh, env90, env91, plan, base, infos, roots,
+                                         only_names, keep_build_deps, versions)
+                    # mksquashfs writes the partition at its place in the SIF: no copy afterwards
+                    offset = sif_mod.partition_offset(definition=definition, labels=labels_out, metadata=metadata,
+                                                      sbom=sbom_bytes)
+                    t0 = time.monotonic()
+                    say(f"mksquashfs {tree.method} tree -> {tmp_sqfs.name}")
+                    squashfs.pack([root], tmp_sqfs, log=log, what="mksquashfs (image)", offset=offset)
+                    timings["squashfs"] = time.monotonic() - t0
+            squashfs_size = tmp_sqfs.stat().st_size - offset
+            t0 = time.monotonic()
+            # the image ID from everything that makes the bytes (saves hashing the squashfs again)
+            ident = uuid.UUID(bytes=hashlib.sha256(f"{digest}:{created}".encode()).digest()[:16], version=4)
+            sif_mod.write_sif(tmp_sif, tmp_sqfs, definition=definition, labels=labels_out, metadata=metadata,
+                              sbom=sbom_bytes, image_id=str(ident), in_place=True)
+            timings["sif"] = time.monotonic() - t0
+            t0 = time.monotonic()
+            from dedal.layers import sha256_file
 
-        sha = sha256_file(tmp_sif)
-        size = tmp_sif.stat().st_size
-        timings["digest"] = time.monotonic() - t0
-        _write(tmp_sbom, sbom_bytes, 0o644)
-        result = AssembleResult(
-            env=plan.env_name, tag=plan.tag, status="assembled", image=str(sif_path), image_json=str(json_path),
-            sbom=str(sbom_path), sha256=sha, size=size, squashfs_size=squashfs_size, created=created,
-            base_image=plan.base_image, base_id=plan.base_id, roots=[plan.nodes[h].label for h in roots],
-            only=only_names, keep_build_deps=keep_build_deps, layers=[i.label() for i in infos],
-            labels=labels_out, versions=versions, method=method, log=str(log),
-        )
-        manifest_json = _image_manifest(result, digest, plan, base, infos, hashes)
-        _write(tmp_json, json.dumps(manifest_json, indent=1, sort_keys=True) + "\n", 0o644)
-        # the manifest last: an image exists when its manifest does
-        os.replace(tmp_sbom, sbom_path)
-        os.replace(tmp_sif, sif_path)
-        os.replace(tmp_json, json_path)
-    except BaseException:
-        for t in temps:
-            try:
-                t.unlink()
-            except FileNotFoundError:
-                pass
-        raise
+            sha = sha256_file(tmp_sif)
+            size = tmp_sif.stat().st_size
+            timings["digest"] = time.monotonic() - t0
+            _write(tmp_sbom, sbom_bytes, 0o644)
+            result = AssembleResult(
+                env=plan.env_name, tag=plan.tag, status="assembled", image=str(sif_path), image_json=str(json_path),
+                sbom=str(sbom_path), sha256=sha, size=size, squashfs_size=squashfs_size, created=created,
+                base_image=plan.base_image, base_id=plan.base_id, roots=[plan.nodes[h].label for h in roots],
+                only=only_names, keep_build_deps=keep_build_deps, layers=[i.label() for i in infos],
+                labels=labels_out, versions=versions, method=method, log=str(log),
+            )
+            manifest_json = _image_manifest(result, digest, plan, base, infos, hashes)
+            _write(tmp_json, json.dumps(manifest_json, indent=1, sort_keys=True) + "\n", 0o644)
+            # the manifest last: an image exists when its manifest does
+            os.replace(tmp_sbom, sbom_path)
+            os.replace(tmp_sif, sif_path)
+            os.replace(tmp_json, json_path)
+        except BaseException:
+            for t in temps:
+                try:
+                    t.unlink()
+                except FileNotFoundError:
+                    pass
+            raise
     result.seconds = round(time.monotonic() - started, 3)
     result.timings = {k: round(v, 3) for k, v in timings.items()}
     say(f"{sif_path}: {size / 1e6:.1f} MB, sha256 {sha[:16]}..., {len(infos)} layer(s), in {result.seconds:.1f} s")
@@ -940,9 +1020,34 @@ def _versions(plan: Any, hashes: Sequence[str], base: Any) -> Tuple[Dict[str, st
     return versions, sources
 
 
+def _base_singularity(base: Any) -> Dict[str, Any]:
+    """What a base built by Apptainer carries in /.singularity.d (labels, %environment,
+    $SINGULARITY_ENVIRONMENT, runscript), which an image built from it inherits."""
+    found: Dict[str, Any] = {"labels": {}, "90-environment.sh": "", "91-environment.sh": "", "runscript": ""}
+    if base is None:
+        return found
+    sd = Path(base.rootfs_dir) / ".singularity.d"
+    try:
+        data = json.loads((sd / "labels.json").read_text())
+        if isinstance(data, dict):
+            found["labels"] = {str(k): str(v) for k, v in data.items()}
+    except (OSError, ValueError):
+        pass
+    for name, rel in (("90-environment.sh", "env/90-environment.sh"), ("91-environment.sh", "env/91-environment.sh"),
+                      ("runscript", "runscript")):
+        try:
+            text = (sd / rel).read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        body = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+        if body and "There is no runscript defined" not in text:  # Apptainer's placeholders carry nothing
+            found[name] = text
+    return found
+
+
 def _labels(plan: Any, base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
             keep_build_deps: bool, versions: Mapping[str, str], sources: Mapping[str, str], created: int,
-            description: str, user: Mapping[str, str]) -> Dict[str, str]:
+            description: str, user: Mapping[str, str], inherited: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     date = _iso(created)
     labels: Dict[str, str] = {
         "org.label-schema.schema-version": "1.0",
@@ -985,6 +1090,8 @@ def _labels(plan: Any, base: Any, infos: Sequence[LayerInfo], roots: Sequence[st
         raise UserError(f"dedal.labels: {clash[0]} is a provenance label dedal sets itself")
     for k, v in user.items():
         labels[k] = str(v)
+    for k, v in (inherited or {}).items():  # the base's labels, under ours
+        labels.setdefault(k, v)
     return labels
 
 

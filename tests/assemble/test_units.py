@@ -231,3 +231,24 @@ def test_sif_in_place_equals_copied(tmp_path):
     with pytest.raises(UserError, match="no hsqs magic at offset"):
         sif.write_sif(tmp_path / "x.sif", plain, created=0, in_place=True, **objs)
     assert plain.exists()
+
+
+def test_inherits_an_apptainer_built_base(tmp_path, tiny_plan):
+    """A base made by `apptainer build` (.def) keeps its labels, %environment and runscript."""
+    sd = tmp_path / "rootfs" / ".singularity.d"
+    (sd / "env").mkdir(parents=True)
+    (sd / "labels.json").write_text('{"org.label-schema.usage": "/.singularity.d/runscript.help", "site": "cscs"}')
+    (sd / "env" / "90-environment.sh").write_text("#!/bin/sh\n# Custom environment shell code should follow\n\nexport SITE=cscs\n")
+    (sd / "env" / "91-environment.sh").write_text("#!/bin/sh\n# Custom environment shell code should follow\n\n")
+    (sd / "runscript").write_text('#!/bin/sh\n\necho "There is no runscript defined for this container\\n";\n')
+
+    class Base:
+        rootfs_dir = tmp_path / "rootfs"
+
+    found = asm._base_singularity(Base())
+    assert found["labels"]["site"] == "cscs"
+    assert "export SITE=cscs" in found["90-environment.sh"]
+    assert found["91-environment.sh"] == "" and found["runscript"] == ""  # Apptainer's empty placeholders
+    labels = asm._labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {},
+                         {"site": "cscs", "dedal.env": "spoofed"})
+    assert labels["site"] == "cscs" and labels["dedal.env"] == "t"  # ours win over the base's
