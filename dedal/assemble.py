@@ -40,6 +40,7 @@ import re
 import shlex
 import shutil
 import signal
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -211,9 +212,17 @@ def entry_problem(entry: Mapping[str, str], prefix: str, install_root: str) -> O
     return None
 
 
-def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[str], None]) -> List[LayerInfo]:
+AUDIT_RULES = 1  # bump when entry_problem changes: remembered audits are then redone
+
+
+def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[str], None],
+                 memo: Optional[Path] = None) -> List[LayerInfo]:
     """Check every layer of ``hashes`` (externals have none); UserError for the first
-    problem, after listing every missing layer at once."""
+    problem, after listing every missing layer at once.
+
+    The sha256 is always recomputed; the entry listing of a squashfs whose sha256 already
+    passed these rules for the same prefix and install root is remembered under ``memo``
+    (content-addressed: the same bytes cannot give another answer)."""
     from dedal.adapters import squashfs
     from dedal.layers import sha256_file
 
@@ -243,6 +252,18 @@ def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[st
         if digest != man.sha256:
             raise UserError(f"{where}: corrupt: sha256 of {sqfs} is {digest[:16]}..., its manifest says "
                             f"{man.sha256[:16]}...; remove the layer and run `dedal build` again")
+        passed = {"rules": AUDIT_RULES, "sha256": digest, "prefix": node.prefix_name,
+                  "install_root": posixpath.normpath(plan.install_root)}
+        memo_file = memo / f"{digest}.json" if memo is not None else None
+        if memo_file is not None:
+            try:
+                known = json.loads(memo_file.read_text())
+                if {k: known.get(k) for k in passed} == passed and isinstance(known.get("files"), int):
+                    return LayerInfo(hash=h, key=key, name=node.name, version=node.version,
+                                     prefix=node.prefix_name, sha256=digest, size=size, files=known["files"],
+                                     built_at=man.built_at)
+            except (OSError, ValueError):
+                pass
         try:
             entries = squashfs.entries(sqfs)
         except DedalError as exc:
@@ -253,6 +274,14 @@ def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[st
             problem = entry_problem(e, node.prefix_name, plan.install_root)
             if problem:
                 raise UserError(f"{where}: refused: {problem}")
+        if memo_file is not None:
+            try:
+                memo_file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = memo_file.with_name(f".{memo_file.name}.{os.getpid()}.{threading.get_ident()}")
+                tmp.write_text(json.dumps({**passed, "files": len(entries)}) + "\n")
+                os.replace(tmp, memo_file)
+            except OSError:
+                pass  # not remembered: listed again next time
         return LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
                          sha256=digest, size=size, files=len(entries), built_at=man.built_at)
 
@@ -264,7 +293,8 @@ def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[st
 
 
 def _workers() -> int:
-    return max(2, min(8, os.cpu_count() or 2))
+    # process start-up is part of every call: more threads than cores still pay off
+    return max(4, min(8, 2 * (os.cpu_count() or 2)))
 
 
 def _parallel(fn: Callable[[Any], Any], items: Sequence[Any]) -> List[Any]:
@@ -749,7 +779,7 @@ def assemble(
         + (", build dependencies kept" if keep_build_deps else ""))
 
     t0 = time.monotonic()
-    infos = audit_layers(plan, hashes, store, say)
+    infos = audit_layers(plan, hashes, store, say, memo=Path(settings.cache_dir) / "assemble" / "audited")
     timings["audit"] = time.monotonic() - t0
     base = _find_base(plan, settings, say)
     base_digest = base_sha256(base, settings) if base is not None else ""
@@ -816,17 +846,19 @@ def assemble(
     with _Signals():  # SIGTERM/SIGINT: the stage and every temporary file go away
         try:
             with Stage(Path(settings.stage_dir), "assemble") as stage:
-                with _Tree(stage, base, log, say) as tree:
+                def fill(dest: Path) -> None:
+                    t1 = time.monotonic()
+                    extract_layers(store, infos, dest, log)
+                    os.chmod(dest, 0o755)
+                    timings["layers"] = time.monotonic() - t1
+
+                with _Tree(stage, base, log, say, plan.install_root, fill) as tree:
                     method = tree.method
-                    timings["tree"] = tree.seconds
+                    timings["tree"] = tree.seconds - timings["layers"]
                     root = tree.path
-                    t0 = time.monotonic()
                     from dedal.adapters import squashfs
 
-                    ir_dir = _mkdirs(root, plan.install_root)
-                    extract_layers(store, infos, ir_dir, log)
-                    os.chmod(ir_dir, 0o755)
-                    timings["layers"] = time.monotonic() - t0
+                    ir_dir = root / plan.install_root.lstrip("/")
                     say(f"extracted {len(infos)} layer(s) at {plan.install_root} ({tree.method})")
 
                     t0 = time.monotonic()
@@ -907,36 +939,69 @@ def assemble(
 
 class _Tree:
     """The image tree in the stage: an overlay of the base's unpacked root (nothing
-    copied), else the base's squashfs extracted, else (host base) an empty root."""
+    copied), else the base's squashfs extracted, else (host base) an empty root.
 
-    def __init__(self, stage: Path, base: Any, log: Path, say: Callable[[str], None]) -> None:
+    ``fill(dir)`` puts the layers into ``dir`` (the install root): with an overlay it
+    writes straight into the upper directory before the mount (plain tmpfs, not through
+    overlayfs), with the base's parent directories' modes; otherwise into the tree."""
+
+    def __init__(self, stage: Path, base: Any, log: Path, say: Callable[[str], None], install_root: str,
+                 fill: Callable[[Path], None]) -> None:
         self.stage = stage
         self.base = base
         self.log = log
         self.say = say
+        self.install_root = install_root
+        self.fill = fill
         self.path = stage / "root"
         self.method = "none"
         self.mounted: Optional[str] = None
         self.seconds = 0.0
 
+    def _prefill_upper(self, lower: Path, upper: Path) -> bool:
+        """Layers into ``upper`` before mounting; False where the base has a symlink on the
+        way to the install root (a real directory in upper would hide it)."""
+        parts = [p for p in self.install_root.strip("/").split("/") if p]
+        cur_lower, cur_upper = lower, upper
+        for part in parts:
+            cur_lower, cur_upper = cur_lower / part, cur_upper / part
+            if cur_lower.is_symlink():
+                return False
+        upper.mkdir(parents=True, exist_ok=True)
+        cur_lower, cur_upper = lower, upper
+        for part in parts:
+            cur_lower, cur_upper = cur_lower / part, cur_upper / part
+            cur_upper.mkdir(exist_ok=True)
+            os.chmod(cur_upper, cur_lower.stat().st_mode & 0o7777 if cur_lower.is_dir() else 0o755)
+        self.fill(cur_upper)
+        return True
+
     def __enter__(self) -> "_Tree":
         from dedal.adapters import overlay, squashfs
 
         t0 = time.monotonic()
+        filled = False
         if self.base is None:
             self.path.mkdir()
             os.chmod(self.path, 0o755)
             self.say("base host: the image carries no operating system, only the software (install root, view)")
         else:
             lower = Path(self.base.rootfs_dir)
-            if lower.is_dir():
-                self.mounted = overlay.mount(lower, self.stage / "upper", self.stage / "work", self.path, log=self.log)
+            upper = self.stage / "upper"
+            if lower.is_dir() and overlay.available():
+                filled = self._prefill_upper(lower, upper)
+                self.mounted = overlay.mount(lower, upper, self.stage / "work", self.path, log=self.log)
             if self.mounted:
                 self.method = f"overlay ({self.mounted})"
             else:
+                if upper.exists():
+                    shutil.rmtree(upper)
+                filled = False
                 self.path.mkdir(exist_ok=True)
                 squashfs.extract(Path(self.base.squashfs), self.path, log=self.log)
                 self.method = "extract"
+        if not filled:
+            self.fill(_mkdirs(self.path, self.install_root))
         self.seconds = time.monotonic() - t0
         return self
 

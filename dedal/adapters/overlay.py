@@ -58,3 +58,8 @@ def unmount(merged: Path, method: str, *, log: Optional[Path] = None) -> None:
                 proc.run(lazy, what=f"{method} lazy unmount", log=log)
                 return
             time.sleep(0.1)
+
+
+def available() -> bool:
+    """Whether a mount can be attempted here (root with mount(8), or fuse-overlayfs)."""
+    return (os.geteuid() == 0 and shutil.which("mount") is not None) or shutil.which("fuse-overlayfs") is not None

@@ -287,3 +287,29 @@ def test_spack_failure_leaves_nothing(host_env, tmp_path):
     assert "spack reindex" in r.stderr and "exited with code 3" in r.stderr and "log:" in r.stderr
     assert leftovers(out.parent) == [] and leftovers(host_env.stage) == []
     assert helpers.mounts_under(str(host_env.stage)) == []
+
+
+def test_audits_are_remembered_by_sha256(host_env, tmp_path, monkeypatch):
+    """A layer's entry audit is remembered by its sha256: the listing is skipped next time,
+    the sha256 is not (a corrupt layer is still refused)."""
+    from dedal import assemble as asm
+    from dedal.workspace import resolve
+
+    settings = host_env.settings()
+    plan = resolve(str(host_env.env_file), settings).plan()
+    _roots, hashes = asm.select_packages(plan)
+    store = LayerStore(host_env.store)
+    memo = tmp_path / "memo"
+    first = asm.audit_layers(plan, hashes, store, lambda m: None, memo=memo)
+    assert len(list(memo.glob("*.json"))) == 3
+
+    def no_listing(_image):
+        raise AssertionError("listed again")
+
+    monkeypatch.setattr(squashfs, "entries", no_listing)
+    again = asm.audit_layers(plan, hashes, store, lambda m: None, memo=memo)
+    assert [(i.key, i.sha256, i.files) for i in again] == [(i.key, i.sha256, i.files) for i in first]
+    copy = _store_copy(host_env, tmp_path)
+    _corrupt(copy)
+    with pytest.raises(Exception, match="corrupt: sha256"):
+        asm.audit_layers(plan, hashes, LayerStore(copy), lambda m: None, memo=memo)

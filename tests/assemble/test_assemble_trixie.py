@@ -115,7 +115,7 @@ def test_without_an_overlay_the_same_image(trixie_env, trixie_image, tmp_path, m
     from dedal.assemble import assemble
     from dedal.workspace import resolve
 
-    monkeypatch.setattr(overlay, "mount", lambda *a, **k: None)
+    monkeypatch.setattr(overlay, "available", lambda: False)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", SDE)
     settings = trixie_env.settings()
     result = assemble(resolve(str(trixie_env.env_file), settings), settings, output=tmp_path / "x.sif", force=True)
