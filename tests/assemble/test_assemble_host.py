@@ -313,3 +313,14 @@ def test_audits_are_remembered_by_sha256(host_env, tmp_path, monkeypatch):
     _corrupt(copy)
     with pytest.raises(Exception, match="corrupt: sha256"):
         asm.audit_layers(plan, hashes, LayerStore(copy), lambda m: None, memo=memo)
+
+
+def test_from_the_plan_json(host_env, tmp_path):
+    """A later stage on another machine: the plan.json the build wrote is enough."""
+    plan_json = host_env.data / "work" / "tiny" / "plan.json"
+    r = host_env.dedal("assemble", str(plan_json), "-o", str(tmp_path / "p.sif"), "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert sorted(l["name"] for l in res["layers"]) == sorted(TINY_RUNTIME)
+    assert "maintainer" not in res["labels"]  # the environment file's extras are not in a plan
+    assert res["labels"]["dedal.env"] == "tiny"

@@ -8,7 +8,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from dedal import sif
 from dedal.adapters import siftool, squashfs

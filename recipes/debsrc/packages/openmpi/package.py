@@ -19,6 +19,9 @@ class Openmpi(BuiltinOpenmpi):
 
     version("5.0.7", sha256="97f10c04e9b9a1771db3fd005009e4c07afa3ce739f940e41eb0fc7397cb9473")
 
+    # GCC 14 (debian-trixie) stops in oshmem on -Wint-conversion; Debian's own patch
+    patch("debian-sshmem.patch", when="@5.0.7")
+
     def url_for_version(self, version):
         pool = self.debian_pool.get(str(version))
         if pool:

@@ -23,6 +23,11 @@ class Ucx(BuiltinUcx):
     for _tool in ("autoconf", "automake", "libtool", "m4"):
         depends_on(_tool, type="build", when="@1.13.1")
 
+    # The sockaddr test application misses #include <cstdint>, which GCC 14's libstdc++
+    # (debian-trixie) no longer pulls in through <string>: `make` stops with "'uint32_t'
+    # does not name a type". UCX 1.14 has the include.
+    patch("gcc14-sa-util-cstdint.patch", when="@1.13.1")
+
     def url_for_version(self, version):
         pool = self.debian_pool.get(str(version))
         if pool:
