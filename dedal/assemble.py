@@ -22,7 +22,13 @@
    and its verifier derived from the content; mksquashfs fixes times and owners; the build
    date is ``SOURCE_DATE_EPOCH`` when set. Same inputs (with SOURCE_DATE_EPOCH), same bytes.
 7. **Pack** one squashfs (zstd, all cores) straight at its place in the SIF
-   (``mksquashfs -offset``), then the rest of the SIF with ``dedal.sif.write_sif``
+   (``mksquashfs -offset``): the base's squashfs without the few top-level entries an
+   image changes (``/opt``, ``/etc``, ``/.singularity.d``, ...; :func:`image_tops`),
+   packed once per base and cached, is copied in and those entries are compressed and
+   appended to it, so the base's bulk (the OS, CUDA) is not compressed again for every
+   image (same content as one mksquashfs of the tree; a host base, or an overlay-less
+   stage without the base's unpacked root, packs the whole tree). Then the rest of the
+   SIF with ``dedal.sif.write_sif``
    (definition, inspect-metadata.json, labels, SBOM, primary system partition), and the
    image manifest ``<tag>.image.json`` and ``<tag>.sbom.cdx.json`` beside it. All are
    written under temporary names and renamed at the end; nothing is left on failure.
@@ -675,6 +681,54 @@ def base_sha256(base: Any, settings: Any) -> str:
     return digest
 
 
+BASE_PART_FORMAT = 1  # bump when what squashfs.pack writes changes: cached parts are then rebuilt
+_WILDCARD = re.compile(r"[*?\\[\]]")
+
+
+def image_tops(install_root: str, view: str) -> List[str]:
+    """The top-level names an assembly may change: the install root's, the view's,
+    /opt/dedal's, Apptainer's files and mount points. Everything else in the image is the
+    base's as it is (and is reused compressed, see :func:`base_part`)."""
+    paths = [install_root, view, ENV_IN_IMAGE, SBOM_IN_IMAGE, ENV_SCRIPT, *SYMLINKS, *MOUNT_POINTS]
+    return sorted({p.strip("/").split("/")[0] for p in paths})
+
+
+def base_part(base: Any, base_digest: str, tops: Sequence[str], settings: Any, log: Path,
+              say: Callable[[str], None]) -> Optional[Path]:
+    """The base's squashfs without the top-level entries ``tops`` (those the image
+    changes), made once per base and set of names under ``cache_dir``: the image is this
+    plus the changed entries appended (``squashfs.append``), so the base's bulk (the OS,
+    CUDA) is not compressed again for every image. None (pack the whole tree) for a host
+    base or names mksquashfs's exclusion cannot express."""
+    if base is None or not base_digest or not Path(base.rootfs_dir).is_dir() or not tops:
+        return None
+    if any(_WILDCARD.search(t) or t in (".", "..") for t in tops):
+        return None
+    from dedal.adapters import squashfs
+
+    key = hashlib.sha256(json.dumps([BASE_PART_FORMAT, base_digest, sorted(tops), squashfs.version()]).encode())
+    parts = Path(settings.cache_dir) / "assemble" / "base-parts"
+    path = parts / f"{base.id}-{key.hexdigest()[:16]}.sqfs"
+    if path.is_file():
+        return path
+    parts.mkdir(parents=True, exist_ok=True)
+    say(f"base {base.id} without {', '.join('/' + t for t in tops)}: packed once, kept in {parts}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        squashfs.pack([Path(base.rootfs_dir)], tmp, exclude=list(tops), log=log, what="mksquashfs (base part)")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    from dedal import base as base_mod
+
+    # one part per base (the set of names rarely changes), none for bases no longer cached
+    cached = {b.id for b in base_mod.iter_cached(settings)} | {base.id}
+    for old in parts.glob("*.sqfs"):
+        if old != path and (old.name.startswith(f"{base.id}-") or old.name.rsplit("-", 1)[0] not in cached):
+            old.unlink(missing_ok=True)
+    return path
+
+
 def _repo_dirs(manifest: Mapping[str, Any]) -> List[Path]:
     spack = manifest.get("spack", {}) if isinstance(manifest, dict) else {}
     found = []
@@ -894,8 +948,24 @@ def assemble(
                     offset = sif_mod.partition_offset(definition=definition, labels=labels_out, metadata=metadata,
                                                       sbom=sbom_bytes)
                     t0 = time.monotonic()
-                    say(f"mksquashfs {tree.method} tree -> {tmp_sqfs.name}")
-                    squashfs.pack([root], tmp_sqfs, log=log, what="mksquashfs (image)", offset=offset)
+                    tops = image_tops(plan.install_root, plan.view)
+                    stray = sorted(set(tree.changed_tops() or ()) - set(tops))
+                    part = base_part(base, base_digest, tops, settings, log, say)
+                    if part is not None and stray:
+                        with open(log, "a") as fh:  # build-time leftovers, as with an extracted base
+                            fh.write(f"changed outside {tops}, not in the image: {stray}\n")
+                    timings["base_part"] = time.monotonic() - t0
+                    t0 = time.monotonic()
+                    if part is not None:
+                        # the base's untouched top-level entries come compressed already
+                        say(f"base without {', '.join('/' + t for t in tops)} + mksquashfs of those -> {tmp_sqfs.name}")
+                        squashfs.append(part, [root / t for t in tops if os.path.lexists(root / t)], tmp_sqfs,
+                                        offset=offset, root_mode=os.stat(root).st_mode, log=log,
+                                        what="mksquashfs (image, onto the base)")
+                        method += ", base reused"
+                    else:
+                        say(f"mksquashfs {tree.method} tree -> {tmp_sqfs.name}")
+                        squashfs.pack([root], tmp_sqfs, log=log, what="mksquashfs (image)", offset=offset)
                     timings["squashfs"] = time.monotonic() - t0
             squashfs_size = tmp_sqfs.stat().st_size - offset
             t0 = time.monotonic()
@@ -956,6 +1026,7 @@ class _Tree:
         self.path = stage / "root"
         self.method = "none"
         self.mounted: Optional[str] = None
+        self.upper: Optional[Path] = None
         self.seconds = 0.0
 
     def _prefill_upper(self, lower: Path, upper: Path) -> bool:
@@ -993,6 +1064,7 @@ class _Tree:
                 self.mounted = overlay.mount(lower, upper, self.stage / "work", self.path, log=self.log)
             if self.mounted:
                 self.method = f"overlay ({self.mounted})"
+                self.upper = upper
             else:
                 if upper.exists():
                     shutil.rmtree(upper)
@@ -1004,6 +1076,13 @@ class _Tree:
             self.fill(_mkdirs(self.path, self.install_root))
         self.seconds = time.monotonic() - t0
         return self
+
+    def changed_tops(self) -> Optional[List[str]]:
+        """Top-level names of the tree that differ from the base (what the overlay's upper
+        directory holds: new, changed, deleted or merely copied up), None where unknown."""
+        if self.upper is None or not self.upper.is_dir():
+            return None
+        return sorted(os.listdir(self.upper))
 
     def __exit__(self, *exc: object) -> None:
         if self.mounted:

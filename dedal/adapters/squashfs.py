@@ -11,12 +11,25 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from dedal.adapters import proc
+from dedal.errors import ToolError
 
 HINT = "install squashfs-tools (apt-get install squashfs-tools)"
 
 
 def _threads(processors: Optional[int]) -> str:
     return str(processors or os.cpu_count() or 1)
+
+
+_VERSION: Dict[str, str] = {}
+
+
+def version() -> str:
+    """mksquashfs's version line: part of cache keys for what it packed."""
+    if "mksquashfs" not in _VERSION:
+        proc.which("mksquashfs", HINT)
+        out = proc.run(["mksquashfs", "-version"], what="mksquashfs -version", check=False).stdout
+        _VERSION["mksquashfs"] = (out.strip().splitlines() or ["unknown"])[0]
+    return _VERSION["mksquashfs"]
 
 
 def pack(
@@ -55,6 +68,54 @@ def pack(
     # at the same time"); the fixed times above already make the image reproducible
     env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
     proc.run(cmd, what=what, log=log, env=env)
+
+
+def append(
+    image: Path,
+    sources: Iterable[Path],
+    out: Path,
+    *,
+    offset: int = 0,
+    root_mode: int = 0o755,
+    processors: Optional[int] = None,
+    log: Optional[Path] = None,
+    what: str = "mksquashfs (append)",
+) -> None:
+    """``out`` = a copy of the squashfs ``image`` (at ``offset``, zeros before it) with
+    ``sources`` added to its root directory by name: the copied part is not compressed
+    again. Names already in ``image``'s root would come out renamed (``NAME_1``), so
+    callers pass only names the image lacks. Compressor and block size are the image's;
+    times and owners are fixed as in :func:`pack`."""
+    proc.which("mksquashfs", HINT)
+    out = Path(out)
+    with open(image, "rb") as src, open(out, "wb") as dst:
+        if offset:
+            dst.truncate(int(offset))
+            dst.seek(int(offset))
+        left = os.fstat(src.fileno()).st_size
+        while left > 0:  # in the kernel, no copy through Python
+            n = os.sendfile(dst.fileno(), src.fileno(), None, min(left, 1 << 30))
+            if n <= 0:
+                raise OSError(f"copying {image} to {out}: short copy")
+            left -= n
+    cmd: List[str] = ["mksquashfs", *[os.fspath(s) for s in sources], os.fspath(out),
+                      "-all-root", "-mkfs-time", "0", "-all-time", "0", "-root-mode", f"{root_mode & 0o7777:o}",
+                      "-processors", _threads(processors), "-no-recovery", "-no-progress", "-quiet"]
+    if offset:
+        cmd += ["-offset", str(int(offset))]
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    proc.run(cmd, what=what, log=log, env=env)
+
+
+def diff(old: Path, new: Path) -> str:
+    """What differs between two images' contents (entries, targets, owners, modes, times,
+    file bytes; not their layout): empty when equal. squashfs-tools-ng's sqfsdiff."""
+    proc.which("sqfsdiff", "install squashfs-tools-ng (apt-get install squashfs-tools-ng)")
+    cmd = ["sqfsdiff", "--timestamps", "--old", os.fspath(old), "--new", os.fspath(new)]
+    res = proc.run(cmd, what="sqfsdiff", check=False)
+    if res.returncode not in (0, 1):
+        raise ToolError("sqfsdiff", cmd, res.returncode, None, (res.stderr or res.stdout).strip()[-500:])
+    return res.stdout if res.returncode == 1 else ""
 
 
 def extract(

@@ -134,13 +134,11 @@ def trixie_image(trixie_env) -> dict:
     return trixie_env.assemble_json(env={"SOURCE_DATE_EPOCH": SDE})
 
 
-def partition_tree(sif_path: Path, dest: Path) -> Path:
-    """Extract the SIF's primary partition (the image's root filesystem) into ``dest``."""
+def partition_file(sif_path: Path, raw: Path) -> Path:
+    """Copy the SIF's primary partition (the image's root filesystem) into the file ``raw``."""
     from dedal import sif
-    from dedal.adapters import squashfs
 
     part = sif.primary_partition(sif.read_sif(sif_path))
-    raw = dest.with_suffix(".sqfs")
     with open(sif_path, "rb") as src, open(raw, "wb") as out:
         src.seek(part.offset)
         remaining = part.size
@@ -148,6 +146,14 @@ def partition_tree(sif_path: Path, dest: Path) -> Path:
             chunk = src.read(min(remaining, 8 << 20))
             out.write(chunk)
             remaining -= len(chunk)
+    return raw
+
+
+def partition_tree(sif_path: Path, dest: Path) -> Path:
+    """Extract the SIF's primary partition into ``dest``."""
+    from dedal.adapters import squashfs
+
+    raw = partition_file(sif_path, dest.with_suffix(".sqfs"))
     squashfs.extract(raw, dest)
     raw.unlink()
     return dest

@@ -118,6 +118,36 @@ def test_without_an_overlay_the_same_image(trixie_env, trixie_image, tmp_path, m
     monkeypatch.setenv("SOURCE_DATE_EPOCH", SDE)
     settings = trixie_env.settings()
     result = assemble(resolve(str(trixie_env.env_file), settings), settings, output=tmp_path / "x.sif", force=True)
-    assert result.method == "extract"
+    assert result.method == "extract, base reused"
     assert result.sha256 == trixie_image["sha256"]
     assert list(trixie_env.stage.iterdir()) == []
+
+
+def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_env, trixie_image, tmp_path,
+                                                                       monkeypatch):
+    """The base's untouched top-level entries come from a squashfs of the base made once
+    (kept in the cache); the image has exactly the content of one mksquashfs of its tree."""
+    from dedal import assemble as asm
+    from dedal.workspace import resolve
+    from tests.assemble.conftest import partition_file
+
+    assert trixie_image["method"].endswith("base reused")
+    settings = trixie_env.settings()
+    parts = list((Path(settings.cache_dir) / "assemble" / "base-parts").glob("*.sqfs"))
+    assert len(parts) == 1, parts
+    listing = {e["path"] for e in squashfs.entries(parts[0])}
+    assert "usr/bin/mpirun" in listing and not {p.split("/")[0] for p in listing} & {"opt", "etc", ".singularity.d"}
+
+    monkeypatch.setattr(asm, "base_part", lambda *a, **k: None)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SDE)
+    whole = asm.assemble(resolve(str(trixie_env.env_file), settings), settings, output=tmp_path / "whole.sif",
+                         force=True)
+    assert "base reused" not in whole.method and whole.sha256 != trixie_image["sha256"]
+    a = partition_file(Path(trixie_image["image"]), tmp_path / "reused.sqfs")
+    b = partition_file(Path(whole.image), tmp_path / "whole.sqfs")
+    assert squashfs.diff(a, b) == ""
+    # and the comparison itself sees a difference where there is one
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "extra").write_text("x")
+    squashfs.append(b, [tmp_path / "x" / "extra"], tmp_path / "more.sqfs")
+    assert "extra" in squashfs.diff(a, tmp_path / "more.sqfs")
