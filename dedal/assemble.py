@@ -45,7 +45,6 @@ import posixpath
 import re
 import shlex
 import shutil
-import signal
 import threading
 import time
 import uuid
@@ -55,7 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from dedal import __version__
-from dedal.errors import DedalError, UserError
+from dedal.errors import DedalError, Signals, UserError
 
 IMAGE_FORMAT = 1
 ENV_IN_IMAGE = "/opt/dedal/env"        # spack.yaml + spack.lock of the image (like containerize's /opt/spack-environment)
@@ -70,10 +69,6 @@ _PATH_LIKE = {"MANPATH", "INFOPATH", "CMAKE_PREFIX_PATH", "PKG_CONFIG_PATH", "AC
               "LIBRARY_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PERL5LIB", "XDG_DATA_DIRS", "MODULEPATH"}
 
 Progress = Optional[Callable[[str], None]]
-
-
-class Interrupted(DedalError):
-    exit_code = 143
 
 
 # ---------------------------------------------------------------------------- results
@@ -582,35 +577,11 @@ def _say(progress: Progress, start: float) -> Callable[[str], None]:
     return say
 
 
-class _Signals:
-    """SIGTERM/SIGINT/SIGHUP become an exception, so the stage and temporaries go away."""
-
-    def __enter__(self) -> "_Signals":
-        self.old: Dict[int, Any] = {}
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            try:
-                self.old[sig] = signal.signal(sig, self._raise)
-            except ValueError:  # not the main thread
-                pass
-        return self
-
-    @staticmethod
-    def _raise(signum: int, frame: Any) -> None:
-        raise Interrupted(f"assemble interrupted by signal {signal.Signals(signum).name}")
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self.old.items():
-            signal.signal(sig, handler)
-
-
 def build_date() -> int:
-    sde = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    if sde:
-        try:
-            return int(sde)
-        except ValueError:
-            raise UserError(f"SOURCE_DATE_EPOCH: expected seconds since 1970, got {sde!r}") from None
-    return int(time.time())
+    from dedal.sif import source_date_epoch
+
+    sde = source_date_epoch()
+    return sde if sde is not None else int(time.time())
 
 
 def _iso(epoch: int) -> str:
@@ -897,7 +868,7 @@ def assemble(
     tmp_sbom = sbom_path.with_name(tmp_tag + ".sbom.cdx.json")
     temps = [tmp_sqfs, tmp_sif, tmp_json, tmp_sbom]
     method = "none"
-    with _Signals():  # SIGTERM/SIGINT: the stage and every temporary file go away
+    with Signals("assemble"):  # SIGTERM/SIGINT: the stage and every temporary file go away
         try:
             with Stage(Path(settings.stage_dir), "assemble") as stage:
                 def fill(dest: Path) -> None:

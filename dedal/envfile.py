@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 import jsonschema
 import yaml
 
-from dedal.errors import UserError
+from dedal.errors import UserError, read_input
 
 _ABS_PATH = {"type": "string", "pattern": "^/"}
 
@@ -201,12 +201,7 @@ def load_env(path: Path) -> EnvFile:
             if (path / name).is_file():
                 path = path / name
                 break
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read ({exc})") from None
+    text = read_input(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -6,6 +6,7 @@ path, so that a user (or CI) can go straight to the evidence.
 from __future__ import annotations
 
 import shlex
+import signal
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -71,3 +72,43 @@ class BuildError(DedalError):
         self.package = package
         self.cause = cause
         super().__init__(f"building {package} failed: {cause.one_line()}")
+
+
+class Interrupted(DedalError):
+    """A stage stopped by SIGTERM/SIGINT/SIGHUP (scancel, Ctrl-C)."""
+    exit_code = 143
+
+
+class Signals:
+    """SIGTERM/SIGINT/SIGHUP become :class:`Interrupted` inside the ``with`` block, so that
+    stages and temporary files are removed and children killed on the way out (Slurm's
+    scancel sends SIGTERM)."""
+
+    def __init__(self, what: str = "") -> None:
+        self.what = what
+        self.old: dict = {}
+
+    def __enter__(self) -> "Signals":
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            try:
+                self.old[sig] = signal.signal(sig, self._raise)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _raise(self, signum: int, frame: object) -> None:
+        raise Interrupted(f"{self.what + ' ' if self.what else ''}interrupted by signal {signal.Signals(signum).name}")
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+
+
+def read_input(path: Path) -> str:
+    """A user's input file as text, or one clear UserError line."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None

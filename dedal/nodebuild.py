@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import tempfile
 import time
@@ -29,16 +28,12 @@ from dedal import __version__
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.adapters.spack import Spack
-from dedal.errors import BuildError, DedalError, ToolError, UserError
+from dedal.errors import BuildError, Signals, ToolError, UserError
 from dedal.layers import LayerManifest, LayerStore
 from dedal.plan import Plan
 from dedal.spack_env import read_spack_yaml, stage_manifest, write_env_dir
 
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-class Interrupted(DedalError):
-    exit_code = 143
 
 
 @dataclass
@@ -72,28 +67,6 @@ class JobResult:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
         os.replace(tmp, path)
-
-
-class _Signals:
-    """Turn SIGTERM (Slurm's scancel, the executor) into an exception, so that the
-    stage is removed and running children are killed on the way out."""
-
-    def __enter__(self) -> "_Signals":
-        self.old = {}
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            try:
-                self.old[sig] = signal.signal(sig, self._raise)
-            except ValueError:  # not the main thread
-                pass
-        return self
-
-    @staticmethod
-    def _raise(signum, frame):  # noqa: ANN001
-        raise Interrupted(f"interrupted by signal {signal.Signals(signum).name}")
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self.old.items():
-            signal.signal(sig, handler)
 
 
 class Stage:
@@ -198,7 +171,7 @@ def run_job(
         raise UserError(f"{lock}: missing; the plan's environment directory is incomplete")
     job_log = log_dir / f"job-{re.sub(r'[^A-Za-z0-9._+-]+', '_', job_id)[:80]}.log"
 
-    with _Signals(), Stage(stage_dir, "build") as stage:
+    with Signals(), Stage(stage_dir, "build") as stage:
         try:
             root = stage / "root"
             root.mkdir()

@@ -313,13 +313,19 @@ def sif_time(created: Optional[int] = None) -> int:
     deterministic zero time (which siftool shows as no time at all)."""
     if created is not None:
         return int(created)
+    sde = source_date_epoch()
+    return GO_ZERO_TIME if sde is None else sde
+
+
+def source_date_epoch() -> Optional[int]:
+    """``SOURCE_DATE_EPOCH`` (reproducible builds' fixed time), None when unset."""
     sde = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    if sde:
-        try:
-            return int(sde)
-        except ValueError:
-            raise UserError(f"SOURCE_DATE_EPOCH: expected seconds since 1970, got {sde!r}") from None
-    return GO_ZERO_TIME
+    if not sde:
+        return None
+    try:
+        return int(sde)
+    except ValueError:
+        raise UserError(f"SOURCE_DATE_EPOCH: expected seconds since 1970, got {sde!r}") from None
 
 
 def _copy_into(dst, src: Path) -> int:

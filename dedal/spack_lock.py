@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from dedal.errors import UserError
+from dedal.errors import UserError, read_input
 
 SUPPORTED_LOCKFILE_VERSIONS = (4, 5, 6, 7)
 DEPTYPES = ("build", "link", "run", "test")
@@ -314,10 +314,5 @@ def parse_lock(text: str, path: Optional[Path] = None) -> SpackLock:
 
 def load_lock(path: Path) -> SpackLock:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read ({exc})") from None
+    text = read_input(path)
     return parse_lock(text, path)

@@ -7,7 +7,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
 
 from dedal.adapters import squashfs
 from dedal.layers import TMP_GRACE_S, LayerManifest, LayerStore, layer_key

@@ -101,7 +101,7 @@ def test_builds_through_real_jobs_in_dependency_order_and_rerun_submits_nothing(
     assert proc.returncode == 0, err
     assert "tiny: 5 built, 0 reused, 0 failed" in out
     # progress like the local executor: per package, with the node
-    assert f"start   gcc-runtime@" in err and f"on {job['node']}" in err and "built   dedal-app@" in err
+    assert "start   gcc-runtime@" in err and f"on {job['node']}" in err and "built   dedal-app@" in err
     assert "[5/5]" in err and "submitted" in err
 
     rec = record(tiny)
