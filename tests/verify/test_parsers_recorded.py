@@ -85,7 +85,7 @@ def test_local_recordings(local_data: Path, name: str) -> None:
 
 
 def test_local_recordings_all_listed(local_data: Path) -> None:
-    assert {p.name for p in local_data.iterdir()} == set(LOCAL_EXPECTED)
+    assert {p.name for p in local_data.iterdir() if p.is_file()} == set(LOCAL_EXPECTED)
 
 
 # ---- OSU ---------------------------------------------------------------------------

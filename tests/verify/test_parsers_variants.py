@@ -370,6 +370,8 @@ SIGNATURE_SAMPLES = {
     "nv-libraries-missing": "WARNING: Could not find any nv libraries on this host!",
     "cuda-failure": "Test CUDA failure common.cu:1045 'out of memory'",
     "loader-warning": "./osu_bw: /usr/lib/libnl-3.so.200: no version information available (required by /usr/lib64/libcxi.so.1)",
+    "nccl-duplicate-gpu": "[2026-11-22 11:45:40] vm:539:539 [0] init.cc:808 NCCL WARN Duplicate GPU detected : rank 1 "
+                          "and rank 0 both on CUDA device 60",
     "nccl-failure": "h:1:1 [0] NCCL WARN Failed to initialize any NET plugin",
 }
 

@@ -46,6 +46,7 @@ PLUGIN_MISSING = re.compile(r"NET/Plugin\s*:?\s*(?:No plugin found|Could not fin
                             r"Plugin load returned \d+)", re.IGNORECASE)
 PLUGIN_FAIL = re.compile(r"(?:plugin/net\.cc:\d+ -> [1-9]\d*|NET/Plugin\s*:?\s*Failed to initialize|"
                          r"Failed to initialize NET plugin|NET/OFI .*(?:Invalid|[Ff]ailed|[Ee]rror|Unable))")
+INTERNAL_FAIL = re.compile(r"Failed to initialize NET plugin (?:IB|Socket)\s*$")
 NO_VERBS = re.compile(r"Failed to open libibverbs|NET/IB\s*:\s*No device found|NET/IB\s*:\s*No IB device", re.IGNORECASE)
 
 
@@ -203,7 +204,10 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     # plugin failure: an external NET plugin was loaded/initialised, reported an error, and
     # the communicator went to another plugin (NCCL's internal IB or Socket)
     external = [p for p in plugins["loaded"] if p not in ("IB", "Socket")]
-    real_failures = plugin_fail_lines
+    # NCCL >= 2.2x says "Failed to initialize NET plugin IB" for its own IB transport when a
+    # host has no IB device: that is the no-device case below, not a plugin failing
+    real_failures = [ln for ln in plugin_fail_lines
+                     if not (INTERNAL_FAIL.search(ln) and no_verbs and not external)]
     fail_evidence = plugin_init_lines[:1] + plugin_fail_lines
     fell_back = bool(external) and bool(plugins["assigned"]) and all(
         not any(a.startswith(e.split(" (")[0]) for e in external) for a in plugins["assigned"])
@@ -220,8 +224,12 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         findings.append(F.info("nccl-plugin-not-found", "no external NET plugin (libnccl-net.so) found; "
                                "NCCL uses its internal IB/Socket transports", plugin_missing_lines[:2]))
     if no_verbs:
-        findings.append(F.warning("nccl-no-ibverbs", "NCCL cannot use InfiniBand/RoCE: libibverbs or an IB device "
-                                  "is missing (not bound into the container?)", _dedupe(no_verbs)[:3]))
+        text = "NCCL cannot use InfiniBand/RoCE: libibverbs or an IB device is missing (not bound into the container?)"
+        if nnodes == 1:  # one node: the network carries no data, only where the job spans nodes
+            findings.append(F.info("nccl-no-ibverbs", text + "; one node, so no data goes over the network",
+                                   _dedupe(no_verbs)[:3]))
+        else:
+            findings.append(F.warning("nccl-no-ibverbs", text, _dedupe(no_verbs)[:3]))
 
     socket_lines = [ln for t in transports if t.startswith("NET/Socket") for ln in evidence.get(t, [])]
     if socket_lines or (network == "Socket" and (nnodes or 0) > 1):

@@ -54,6 +54,7 @@ _KEYS: Dict[str, Tuple[str, ...]] = {
                              "cudaerrornodevice", "cuda_error_no_device"),
     "cuda-failure": ("cuda failure", "cudaerror", "cuda error"),
     "loader-warning": ("no version information", "couldn't load driver", "cannot be preloaded"),
+    "nccl-duplicate-gpu": ("duplicate gpu",),
     "nccl-failure": ("nccl failure", "nccl error", "any net plugin", "ncclinternal", "ncclsystem", "ncclunhandled",
                      "ncclinvalid", "ncclremote", "nccl warn"),
 }
@@ -139,8 +140,11 @@ SIGNATURES: Sequence[Signature] = (
          "the dynamic loader warns about a library mismatch (host libraries injected into the container, or "
          "libraries built for another system): the run went on, but the environment is not clean",
          severity="warning", verdict="suboptimal"),
+    _sig("nccl-duplicate-gpu", r"Duplicate GPU detected",
+         "two ranks of one NCCL communicator are on the same GPU: every rank sees the same device (more ranks "
+         "than GPUs, or the launcher's GPU binding: srun --gpus-per-task / CUDA_VISIBLE_DEVICES)"),
     _sig("nccl-failure",
-         r"Test NCCL failure|NCCL error:|Failed to initialize any NET plugin|\bnccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error\b|"
+         r"Test NCCL failure|NCCL error[: ]|Failed to initialize any NET plugin|\bnccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error\b|"
          r"NCCL WARN .*(?:unhandled (?:system|cuda) error|internal error|system error|remote process exited|"
          r"Connection closed|Call to \w+ failed|Cuda failure)",
          "an NCCL call failed"),
