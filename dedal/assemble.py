@@ -55,6 +55,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal import __version__
 from dedal.errors import DedalError, Signals, UserError
+from dedal.spack_env import local_inputs
 
 IMAGE_FORMAT = 1
 ENV_IN_IMAGE = "/opt/dedal/env"        # spack.yaml + spack.lock of the image (like containerize's /opt/spack-environment)
@@ -700,16 +701,6 @@ def base_part(base: Any, base_digest: str, tops: Sequence[str], settings: Any, l
     return path
 
 
-def _repo_dirs(manifest: Mapping[str, Any]) -> List[Path]:
-    spack = manifest.get("spack", {}) if isinstance(manifest, dict) else {}
-    found = []
-    for key in ("repos", "include"):
-        for entry in spack.get(key) or []:
-            if isinstance(entry, str) and entry.startswith("/") and Path(entry).exists():
-                found.append(Path(entry))
-    return found
-
-
 def _snapshot(tree: Path, dirs: Sequence[str]) -> Dict[str, set]:
     return {d: set(os.listdir(tree / d)) if (tree / d).is_dir() else set() for d in dirs}
 
@@ -1073,7 +1064,7 @@ def _run_spack(tree: Path, plan: Any, settings: Any, base: Any, manifest: Mappin
     cache = spack_adapter.user_cache(settings, spack_root)
     cache.mkdir(parents=True, exist_ok=True)
     binds = [rt.Bind(spack_root, readonly=True), rt.Bind(cache)]
-    binds += [rt.Bind(p, readonly=True) for p in _repo_dirs(manifest)]
+    binds += [rt.Bind(p, readonly=True) for p in local_inputs(manifest)]
     host = base is None
     if host:
         view_parent = posixpath.dirname(posixpath.normpath(plan.view))

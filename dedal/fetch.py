@@ -24,7 +24,7 @@ from dedal.build import base_root, prepare
 from dedal.config import Settings
 from dedal.errors import DedalError, ToolError, UserError
 from dedal.nodebuild import sandbox_runner
-from dedal.spack_env import carry_includes, minimal_manifest, stage_manifest, write_env_dir
+from dedal.spack_env import carry_includes, inputs_digest, local_inputs, minimal_manifest, stage_manifest, write_env_dir
 from dedal.workspace import Target
 
 
@@ -165,7 +165,7 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
         given_lock = target.env.lock or (near if near.is_file() else None)
     manifest = carry_includes(target.env.spack_yaml() if target.env else minimal_manifest(target.lock().root_specs), work)
     write_env_dir(work, manifest, given_lock)
-    manifest_digest = hashlib.sha256((work / "spack.yaml").read_bytes()).hexdigest()
+    manifest_digest = inputs_digest(work / "spack.yaml", manifest)
     stamp = work / ".concretized-from"
 
     # Spack works in its own environment directory: the user's manifest plus a writable
@@ -179,10 +179,7 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
     cache = user_cache(settings, spack_root)
     cache.mkdir(parents=True, exist_ok=True)
     binds = [rt.Bind(work), rt.Bind(mirror), rt.Bind(spack_root, readonly=True), rt.Bind(cache)]
-    for key in ("repos", "include"):
-        for entry in manifest["spack"].get(key) or []:
-            if isinstance(entry, str) and entry.startswith("/") and Path(entry).exists():
-                binds.append(rt.Bind(entry, readonly=True))
+    binds += [rt.Bind(p, readonly=True) for p in local_inputs(manifest)]
     spack = Spack(spack_root, cache, sandbox_runner(root, binds, settings.runtime, root_env))
 
     concretized = False

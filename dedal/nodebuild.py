@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from dedal import __version__
 from dedal.adapters import runtime as rt
@@ -31,7 +31,7 @@ from dedal.adapters.spack import Spack
 from dedal.errors import BuildError, Signals, ToolError, UserError
 from dedal.layers import LayerManifest, LayerStore
 from dedal.plan import Plan
-from dedal.spack_env import read_spack_yaml, stage_manifest, write_env_dir
+from dedal.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
 
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -188,7 +188,7 @@ def run_job(
             cache.mkdir(parents=True, exist_ok=True)
             binds = [rt.Bind(root, plan.install_root), rt.Bind(stage), rt.Bind(spack_root, readonly=True),
                      rt.Bind(mirror, readonly=True), rt.Bind(cache)]
-            for extra in _repo_dirs(manifest):
+            for extra in local_inputs(manifest):
                 binds.append(rt.Bind(extra, readonly=True))
             spack = Spack(spack_root, cache, sandbox_runner(base_root, binds, runtime, base_env))
             t0 = time.monotonic()
@@ -252,11 +252,3 @@ def run_job(
     return result
 
 
-def _repo_dirs(manifest: dict) -> Iterator[Path]:
-    """Package repositories and included files the manifest names must be visible
-    inside the sandbox at the same paths."""
-    spack = manifest.get("spack", {})
-    for key in ("repos", "include"):
-        for entry in spack.get(key) or []:
-            if isinstance(entry, str) and entry.startswith("/") and Path(entry).exists():
-                yield Path(entry)

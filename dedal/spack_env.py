@@ -8,10 +8,11 @@ stage needs. The lock is copied next to it, so Spack never re-concretizes.
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import yaml
 
@@ -97,6 +98,29 @@ def carry_includes(manifest: Dict[str, Any], work: Path) -> Dict[str, Any]:
         carried.append(str(dest))
     data["spack"]["include"] = carried
     return data
+
+
+def local_inputs(manifest: Mapping[str, Any]) -> List[Path]:
+    """The package repositories and included files a manifest names by absolute path:
+    sandboxes bind them at the same paths, and what they hold decides the concretization."""
+    spack = manifest.get("spack", {}) if isinstance(manifest, Mapping) else {}
+    found: List[Path] = []
+    for key in ("repos", "include"):
+        for entry in spack.get(key) or []:
+            if isinstance(entry, str) and entry.startswith("/") and Path(entry).exists():
+                found.append(Path(entry))
+    return found
+
+
+def inputs_digest(manifest_file: Path, manifest: Mapping[str, Any]) -> str:
+    """sha256 over the manifest and every file of its local repositories and includes:
+    a changed recipe (a new patch, a version) asks for a new concretization."""
+    h = hashlib.sha256(Path(manifest_file).read_bytes())
+    for top in local_inputs(manifest):
+        files = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        for f in files:
+            h.update(str(f).encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
 
 
 def write_env_dir(envdir: Path, manifest: Dict[str, Any], lock: Optional[Path]) -> Path:

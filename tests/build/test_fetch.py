@@ -91,6 +91,32 @@ def test_fetch_clones_spack_concretizes_fills_mirror_and_plans(run_dedal, tmp_pa
     assert again["concretized"] is False and again["fetched"] == 0
 
 
+def test_fetch_concretizes_again_when_a_local_recipe_changes(run_dedal, tmp_path):
+    """The lock stands for the manifest and the recipes of its local repositories: a new
+    patch or version in a recipe must not build the old concretization."""
+    spack = install_standin(tmp_path / "spack")
+    env_file = tiny_env_file(tmp_path / "env", with_lock=False)
+    recipe = tmp_path / "recipes" / "packages" / "libdedal" / "package.py"
+    recipe.parent.mkdir(parents=True)
+    (tmp_path / "recipes" / "repo.yaml").write_text("repo:\n  namespace: local\n")
+    recipe.write_text("# version 1\n")
+    data = yaml.safe_load(env_file.read_text())
+    data["spack"]["repos"] = [str(tmp_path / "recipes")]
+    env_file.write_text(yaml.safe_dump(data))
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack)}
+
+    def fetch() -> dict:
+        res = run_dedal("fetch", str(env_file), "--json", env=env)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    assert fetch()["concretized"] is True
+    assert fetch()["concretized"] is False
+    recipe.write_text("# version 1\npatch('fix.patch')\n")
+    assert fetch()["concretized"] is True
+    assert fetch()["concretized"] is False
+
+
 def test_fetch_respects_a_given_lock(run_dedal, tmp_path):
     spack = install_standin(tmp_path / "spack")
     env_file = tiny_env_file(tmp_path / "env", with_lock=True)
