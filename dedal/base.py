@@ -374,6 +374,12 @@ def _build(defn: BaseDefinition, bid: str, settings: Any, say: Callable[[str], N
             os.replace(final, trash)
             shutil.rmtree(trash, ignore_errors=True)
         os.replace(tmp, final)
+        # what every image assembled on this base reuses compressed (dedal.assemble.base_part):
+        # made now for the configured install root and view, not by the first assembly
+        from dedal import assemble
+
+        assemble.base_part(img, assemble.base_sha256(img, settings),
+                           assemble.image_tops(str(settings.install_root), str(settings.view)), settings, log, say)
         say(f"[{time.monotonic() - start:5.0f}s] base {bid} ready: {img.squashfs_bytes / 1e6:.0f} MB squashfs")
         return img
     except BaseException as exc:
