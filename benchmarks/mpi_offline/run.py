@@ -259,6 +259,8 @@ def report(r: dict) -> str:
         f"+ {t['symlinks']} symlinks in {t['dirs']} directories |",
         f"| entries (files, links, dirs) | {s['entries_in_layers']} inside the layers | {t['entries']} |",
         f"| bytes | {s['bytes_on_store'] / 2**20:.1f} MiB (zstd squashfs) | {t['bytes'] / 2**20:.1f} MiB |", "",
+        "The flat tree's top level also holds Spack's `bin/` (sbang) beside the package prefixes; the files on "
+        "the store include one lock file per layer key (`.locks/`, empty).", "",
         f"Files on the store / files in the tree: {q['store_files_vs_tree_files']}; entries inside the layers / entries "
         f"of the tree: {q['layer_entries_vs_tree_entries']} (the tree also holds Spack's database `.spack-db`).", "",
     ]
