@@ -279,6 +279,7 @@ def main() -> int:
             f"reindex + view + activation {b.get('spack', 0):.2f} s, SIF {b.get('sif', 0):.2f} s (fsync), sha256 of "
             f"the SIF {b.get('digest', 0):.2f} s, {rest:.2f} s plan/SBOM/stage set-up in Python. The first image "
             f"on a base also packs the base part: {r['assemble_first_s']:.2f} s, ratio {r['ratio_first']}.")
+    lines += ["", "`dedal base build` makes that part of the base with the base itself (for the configured install root and view), so an assembly pays `first on a base` only for another layout or after the cache was cleared. `extract` (no overlay mount possible) unpacks the whole base first and stays above the target."]
     lines += ["", "The real Spack costs more than the stand-in for the three Spack steps (mostly its start-up, "
               "about 1-2 s per command on this kind of machine), a fixed cost per image.", "",
               f"Run {meta['date']} on {meta['host']} (Python {meta['python']}); Spack: {meta['spack']}.", ""]
