@@ -62,7 +62,14 @@ not past a reservation of its node. Then, per mode:
 Each grouping is then improved by merging consecutive jobs of its simulated critical
 chain (:func:`improve`) while the simulated makespan shrinks, and
 :func:`make_schedule` keeps the best by simulated makespan (:func:`simulate`, the
-job-level model of the batch scheduler). One job per package in submission order (the
+job-level model of the batch scheduler), after a local search (:func:`refine`) from every
+starting point (from the best one on large builds): on the jobs of the simulated chain
+that ends last, raise the priority of one that waited for cores, merge it with the job it
+waited for, split it, give it a core more or less, or lower or reshape the jobs that held
+its cores; the first change that shortens the simulated makespan is kept, within a number
+of simulations that shrinks with the build's size. Priorities stay bottom levels (plus
+what the search added), so a job always outranks the jobs waiting for it and Slurm's
+``--nice`` order is the simulated one. One job per package in submission order (the
 ``spack ci`` baseline) is among the starting points, so the result is never worse in
 the model than that baseline.
 """
@@ -78,6 +85,9 @@ MERGE_MODES = ("safe", "backlog", "none")
 MOLD_VARIANTS = (("safe", False), ("none", False), ("none", True))
 SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into one it waits for
 PAR_UNIT_S = 60.0
+# refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
+# every starting point up to REFINE_ALL packages, the best one beyond
+REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
 P_MAX = 16
 
 
@@ -386,7 +396,8 @@ class _Run:
 
 
 def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-          cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False, mold: bool = False) -> List[Job]:
+          cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False, mold: bool = False,
+          priority: Optional[Mapping[str, float]] = None) -> List[Job]:
     """Jobs for ``wl`` (see the module doc). ``merge``: ``safe`` (a job goes on only
     when that delays nobody), ``backlog`` (also when its cores would go to a waiting
     package anyway: for builds bound by the cores), ``none`` (one job per package);
@@ -399,6 +410,8 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
     deps = wl.dependents()
     prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s)
+    if priority is not None:
+        prio = dict(priority)
     o = overhead_s
 
     pool = _Nodes(nodes, cores)
@@ -822,6 +835,164 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
     return jobs, sim
 
 
+# -- local search: moves around the simulated critical chain --------------------------------
+
+def _build(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus: Mapping[str, float],
+           model: CoreModel, overhead_s: float) -> Optional[List[Job]]:
+    """Jobs from (id, packages in build order, cores) parts: ``after`` from the packages'
+    requirements (transitively reduced), priority = bottom level of ``est_s`` + ``bonus``
+    (so a job always outranks the jobs that wait for it); None on a cycle."""
+    job_of = {h: jid for jid, hs, _ in parts for h in hs}
+    jobs = [Job(id=jid, hashes=list(hs), cores=c, names=[wl.name(h) for h in hs],
+                after=sorted({job_of[q] for h in hs for q in wl.requires[h] if job_of[q] != jid}),
+                est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in hs))
+            for jid, hs, c in parts]
+    try:
+        _set_priorities(jobs, bonus)
+    except ValueError:
+        return None
+    reduce_after(jobs)
+    return jobs
+
+
+def _set_priorities(jobs: List[Job], bonus: Mapping[str, float]) -> None:
+    by_id = {j.id: j for j in jobs}
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for a in j.after:
+            dependents[a].append(j.id)
+    indeg = {j.id: len(j.after) for j in jobs}
+    order = [j.id for j in jobs if not j.after]
+    for jid in order:
+        for d in dependents[jid]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                order.append(d)
+    if len(order) != len(jobs):
+        raise ValueError("dependency cycle among the jobs")
+    for jid in reversed(order):
+        j = by_id[jid]
+        j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
+
+
+def _chain(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, float]]:
+    """(job, time it was ready) along the chain that ends last, last job first: each job
+    started when one it waits for ended, or when one on its node gave back cores."""
+    by_id = {j.id: j for j in jobs}
+    ending: Dict[Tuple[int, float], List[str]] = {}
+    for x, (s0, e0, n0) in sim.starts.items():
+        ending.setdefault((n0, round(e0, 6)), []).append(x)
+    cur = max(sim.starts, key=lambda x: (sim.starts[x][1], x))
+    out: List[Tuple[str, float]] = []
+    seen: Set[str] = set()
+    while cur not in seen:
+        seen.add(cur)
+        start, _, node = sim.starts[cur]
+        ready = max((sim.starts[a][1] for a in by_id[cur].after), default=0.0)
+        out.append((cur, ready))
+        if start <= 1e-9:
+            break
+        dep = [a for a in by_id[cur].after if abs(sim.starts[a][1] - start) < 1e-6]
+        if dep:
+            cur = dep[0]
+            continue
+        same = sorted(ending.get((node, round(start, 6)), []))
+        if not same:
+            break
+        cur = same[0]
+    return out
+
+
+def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
+           model: CoreModel = DEFAULT_MODEL, evaluations: int = 400,
+           cpus_per_job: int = 0) -> Tuple[List[Job], Simulation]:
+    """Local search with :func:`simulate` as the judge, on the jobs of the chain that ends
+    last: raise the priority of one that waited for cores (above the jobs that took
+    them), merge it with the job it waited for, split it in two, give it a core more
+    or less; keep the first change that shortens the makespan, until none does or
+    ``evaluations`` simulations were spent."""
+    pos = {h: i for i, h in enumerate(wl.topo())}
+    limit = {j.id: 0 for j in jobs}
+    parts: Dict[str, Tuple[List[str], int]] = {j.id: (list(j.hashes), j.cores) for j in jobs}
+    bonus: Dict[str, float] = {}
+    cur = _build(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, model, overhead_s)
+    assert cur is not None
+    sim = simulate(cur, nodes=nodes, cores=cores)
+    spent = 0
+    fresh = 0
+
+    def top(hs: Sequence[str]) -> int:
+        if cpus_per_job:  # fixed by the settings: every job keeps its cores
+            return max(1, min(cpus_per_job, cores))
+        return max(1, min(cores, max(model.parallelism(wl.duration[h]) for h in hs)))
+
+    def shape(x: str) -> None:
+        """Moves on job ``x`` itself: split it in two, a core more or less."""
+        nonlocal fresh
+        hs, c = parts[x]
+        cuts = range(1, len(hs))
+        if len(hs) > 8:
+            cuts = sorted({1 + (len(hs) - 2) * k // 6 for k in range(7)})
+        for k in cuts:
+            fresh += 1
+            np = dict(parts)
+            np[x] = (hs[:k], min(c, top(hs[:k])))
+            np[f"{x}.{fresh}"] = (hs[k:], min(c, top(hs[k:])))
+            moves.append((np, bonus))
+        for nc in (c - 1, c + 1) if not cpus_per_job else ():
+            if 1 <= nc <= top(hs):
+                np = dict(parts)
+                np[x] = (hs, nc)
+                moves.append((np, bonus))
+
+    while spent < evaluations:
+        by_id = {j.id: j for j in cur}
+        chain = _chain(cur, sim)
+        moves: List[Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]] = []
+        for i, (x, ready) in enumerate(chain):
+            j = by_id[x]
+            start = sim.starts[x][0]
+            if start > ready + 1e-6:
+                ahead = [by_id[y].priority for y, (s0, _, _) in sim.starts.items() if ready - 1e-6 <= s0 < start - 1e-6]
+                if ahead and max(ahead) >= j.priority:
+                    nb = dict(bonus)
+                    nb[x] = nb.get(x, 0.0) + max(ahead) - j.priority + 1.0
+                    moves.append((parts, nb))
+            if i + 1 < len(chain):
+                prev = chain[i + 1][0]
+                hs = sorted(parts[prev][0] + parts[x][0], key=pos.__getitem__)
+                np = dict(parts)
+                del np[x]
+                np[prev] = (hs, max(parts[prev][1], parts[x][1]))
+                nb = dict(bonus)
+                nb.pop(x, None)
+                moves.append((np, nb))
+            shape(x)
+            if start > ready + 1e-6:  # the jobs that held its node's cores meanwhile
+                node = sim.starts[x][2]
+                for y, (s0, e0, n0) in sorted(sim.starts.items(), key=lambda kv: -by_id[kv[0]].priority):
+                    if n0 == node and s0 < start - 1e-6 and e0 > ready + 1e-6 and y != x:
+                        shape(y)
+                        if s0 >= ready - 1e-6 and bonus.get(y, 0.0) > -0.5 * by_id[y].est_s:
+                            nb = dict(bonus)
+                            nb[y] = nb.get(y, 0.0) - 0.5 * by_id[y].est_s
+                            moves.append((parts, nb))
+        for np, nb in moves:
+            if spent >= evaluations:
+                break
+            cand = _build(wl, [(k, hs, c) for k, (hs, c) in np.items()], nb, model, overhead_s)
+            if cand is None:
+                continue
+            spent += 1
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s < sim.makespan_s - 1e-6:
+                parts, bonus, cur, sim = np, nb, cand, csim
+                break
+        else:
+            break
+    return cur, sim
+
+
 # -- the entry point -------------------------------------------------------------------------
 
 def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
@@ -855,11 +1026,23 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
     else:
         raise ValueError(f"unknown strategy {strategy!r}")
     best: Optional[Tuple[List[Job], Simulation]] = None
+    done: List[Tuple[List[Job], Simulation]] = []
     for jobs in candidates:
         if strategy == "dedal":
             jobs, sim = improve(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model)
         else:
             sim = simulate(jobs, nodes=nodes, cores=cores)
+        done.append((jobs, sim))
+    if strategy == "dedal" and wl.order:
+        # the local search from every starting point where the build is small, from the
+        # best one where it is large (the number of simulations scales with its size)
+        done.sort(key=lambda js: js[1].makespan_s)
+        n = len(wl.order)
+        starts = done if n <= REFINE_ALL else done[:1]
+        evaluations = max(REFINE_MIN, min(REFINE_MAX, REFINE_WORK // n))
+        done = [refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                       evaluations=evaluations, cpus_per_job=cpus_per_job) for jobs, _ in starts]
+    for jobs, sim in done:
         if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
             best = (jobs, sim)
     assert best is not None
