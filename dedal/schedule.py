@@ -1046,7 +1046,7 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
             best = (jobs, sim)
     assert best is not None
-    jobs, sim = _renumber(*best)
+    jobs, sim = _renumber(*best, nodes=nodes, cores=cores)
     util = consumed / (nodes * cores * sim.makespan_s) if sim.makespan_s > 0 else 0.0
     return Schedule(jobs=jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, makespan_s=sim.makespan_s,
                     lower_bound_s=lb, critical_path_s=cp, work_core_s=consumed, utilization=util,
@@ -1071,15 +1071,27 @@ def _one_job(wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus
                 est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in order))]
 
 
-def _renumber(jobs: List[Job], sim: Simulation) -> Tuple[List[Job], Simulation]:
-    """Ids j001, j002, ... in the order the simulation started the jobs."""
+def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int) -> Tuple[List[Job], Simulation]:
+    """Ids j001, j002, ... in the order the simulation started the jobs, listed (= submitted)
+    in that order where that simulates as well, else in the order that was simulated. The
+    simulation is redone on the list returned: equal priorities go by submission order,
+    so the makespan reported is the one of the jobs as Slurm gets them."""
     ordered = sorted(jobs, key=lambda j: (sim.starts[j.id][0], -j.priority, j.id))
     width = max(3, len(str(len(jobs))))
     new = {j.id: f"j{i + 1:0{width}d}" for i, j in enumerate(ordered)}
-    out = [Job(id=new[j.id], hashes=j.hashes, after=sorted(new[a] for a in j.after), est_s=j.est_s,
-               priority=j.priority, cores=j.cores, names=j.names) for j in ordered]
-    starts = {new[k]: v for k, v in sim.starts.items()}
-    return out, Simulation(makespan_s=sim.makespan_s, starts=starts, busy_core_s=sim.busy_core_s)
+
+    def renamed(order: Sequence[Job]) -> List[Job]:
+        return [Job(id=new[j.id], hashes=j.hashes, after=sorted(new[a] for a in j.after), est_s=j.est_s,
+                    priority=j.priority, cores=j.cores, names=j.names) for j in order]
+
+    best: Optional[Tuple[List[Job], Simulation]] = None
+    for order in (ordered, jobs):
+        out = renamed(order)
+        osim = simulate(out, nodes=nodes, cores=cores)
+        if best is None or osim.makespan_s < best[1].makespan_s - 1e-9:
+            best = (out, osim)
+    assert best is not None
+    return best
 
 
 def schedule_plan(plan, settings, *, nodes: Optional[int] = None, cores: Optional[int] = None,
