@@ -912,7 +912,6 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
     or less; keep the first change that shortens the makespan, until none does or
     ``evaluations`` simulations were spent."""
     pos = {h: i for i, h in enumerate(wl.topo())}
-    limit = {j.id: 0 for j in jobs}
     parts: Dict[str, Tuple[List[str], int]] = {j.id: (list(j.hashes), j.cores) for j in jobs}
     bonus: Dict[str, float] = {}
     cur = _build(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, model, overhead_s)
