@@ -605,8 +605,10 @@ def reduce_after(jobs: List[Job]) -> None:
             j.after = [a for a in j.after if not (through >> index[a]) & 1]
 
 
-def set_priorities(jobs: List[Job]) -> None:
-    """Priority = longest estimated chain of jobs from this one to the end (bottom level)."""
+def set_priorities(jobs: List[Job], bonus: Optional[Mapping[str, float]] = None) -> None:
+    """Priority = longest estimated chain of jobs from this one to the end (bottom level),
+    plus a job's ``bonus`` (the local search raises jobs that waited for cores)."""
+    bonus = bonus or {}
     by_id = {j.id: j for j in jobs}
     dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
     for j in jobs:
@@ -622,10 +624,9 @@ def set_priorities(jobs: List[Job]) -> None:
                 order.append(d)
     if len(order) != len(jobs):
         raise ValueError("dependency cycle among the jobs")
-    prio: Dict[str, float] = {}
     for jid in reversed(order):
-        prio[jid] = by_id[jid].est_s + max((prio[d] for d in dependents[jid]), default=0.0)
-        by_id[jid].priority = prio[jid]
+        j = by_id[jid]
+        j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
 
 
 def job_topo(jobs: Sequence[Job]) -> List[Job]:
@@ -848,31 +849,11 @@ def _build(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus: Map
                 est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in hs))
             for jid, hs, c in parts]
     try:
-        _set_priorities(jobs, bonus)
+        set_priorities(jobs, bonus)
     except ValueError:
         return None
     reduce_after(jobs)
     return jobs
-
-
-def _set_priorities(jobs: List[Job], bonus: Mapping[str, float]) -> None:
-    by_id = {j.id: j for j in jobs}
-    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
-    for j in jobs:
-        for a in j.after:
-            dependents[a].append(j.id)
-    indeg = {j.id: len(j.after) for j in jobs}
-    order = [j.id for j in jobs if not j.after]
-    for jid in order:
-        for d in dependents[jid]:
-            indeg[d] -= 1
-            if indeg[d] == 0:
-                order.append(d)
-    if len(order) != len(jobs):
-        raise ValueError("dependency cycle among the jobs")
-    for jid in reversed(order):
-        j = by_id[jid]
-        j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
 
 
 def _chain(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, float]]:
