@@ -48,6 +48,7 @@ LOCAL_EXPECTED = {
     "ompi5_ob1_btl_tcp_intranode_BAD.log": ("osu", "bad"),
     "ompi5_pml_ucx_no_components_FAILED.log": ("failure", "failed"),
     "ucx_info_-d_ucx1.18_tcp_shm_only.txt": ("ucx-info", "good"),
+    "ompi5_ucx_proto_info_interleaved_ranks_GOOD.log": ("osu", "good"),
 }
 
 
@@ -372,3 +373,13 @@ def test_local_ob1_btl(local_data: Path) -> None:
 def test_local_pml_ucx_without_devices_fails(local_data: Path) -> None:
     r = parse_file(local_data / "ompi5_pml_ucx_no_components_FAILED.log")
     assert r["failures"] == ["pml-unavailable", "launcher-abort"]
+
+
+def test_interleaved_proto_tables_stay_with_their_process(local_data: Path) -> None:
+    """UCX pads the pid in its prefix (``[vm:860  :0]``); rows of one rank's table that
+    arrive between another rank's header and rows belong to their own rank's table."""
+    result = parse_file(local_data / "ompi5_ucx_proto_info_interleaved_ranks_GOOD.log", "ucx-log")
+    assert result["transports_by_scope"] == {"self": ["cma/memory", "self/memory"],
+                                             "intra-node": ["cma/memory", "sysv/memory"]}
+    intra = [p for p in result["protocols"] if p["scope"] == "intra-node"]
+    assert intra and all("self/memory" not in p["transports"] for p in intra)

@@ -29,7 +29,7 @@ from dedal.verify import findings as F
 from dedal.verify.findings import Finding
 
 UCX_LINE = re.compile(r"\bUCX\s+(?P<level>INFO|WARN|WARNING|ERROR|DIAG|DEBUG|TRACE|FATAL|PRINT)\s+(?P<msg>.*)$")
-PREFIX = re.compile(r"\[(?P<host>[^\]:\s]+):(?P<pid>\d+)(?::[^\]]*)?\]")
+PREFIX = re.compile(r"\[(?P<host>[^\]:\s]+):(?P<pid>\d+)\s*(?::[^\]]*)?\]")  # [vm:860  :0]: UCX pads the pid
 VERSION = re.compile(r"^Version (?P<v>\d+\.\d+\.\d+\S*)")
 ENV = re.compile(r"^UCX_\* env variables?:\s*(?P<vars>.*)$")
 SELECTION = re.compile(r"^(?P<ctx>\S+)\s+(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)\s+(?P<lanes>\w+\(.*)$")
