@@ -1,6 +1,7 @@
 """Shared test helpers: where the real data lies and how to run the installed CLI."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -26,6 +27,36 @@ def dedal_exe() -> str:
     if not found:
         pytest.fail("the dedal console script is not installed (run ./setup.sh)")
     return found
+
+
+def is_real_spack(root: Optional[Path]) -> bool:
+    """A Spack checkout that is not the test stand-in (tests/standin)."""
+    exe = Path(root) / "bin" / "spack" if root else None
+    if exe is None or not exe.is_file():
+        return False
+    return not (Path(root) / "standin.json").exists() and "stand-in" not in exe.read_text(errors="replace")[:4000]
+
+
+@pytest.fixture
+def real_spack() -> Path:
+    """DEDAL_SPACK_ROOT when it holds a real Spack; the test is skipped otherwise."""
+    root = os.environ.get("DEDAL_SPACK_ROOT", "")
+    if not root or not (Path(root) / "bin" / "spack").is_file():
+        pytest.skip("needs a real Spack checkout: set DEDAL_SPACK_ROOT (Spack develop e8f8cf85, June 2024)")
+    if not is_real_spack(Path(root)):
+        pytest.skip(f"DEDAL_SPACK_ROOT={root} is the test stand-in, not Spack")
+    return Path(root)
+
+
+def fill_tiny_mirror(mirror: Path) -> Path:
+    """A source mirror with the recorded tiny repository's tarballs (by sha256, as Spack's
+    _source-cache lays them out): what a real Spack needs to build it offline."""
+    for tarball in sorted((SPACK_DATA / "tiny-repo" / "src").glob("*.tar.gz")):
+        digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+        dest = mirror / "_source-cache" / "archive" / digest[:2] / f"{digest}.tar.gz"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tarball, dest)
+    return mirror
 
 
 @pytest.fixture

@@ -35,13 +35,8 @@ import yaml  # noqa: E402
 
 from dedal.adapters import squashfs  # noqa: E402
 from dedal.layers import LayerStore  # noqa: E402
-from tests.conftest import SPACK_DATA  # noqa: E402
+from tests.conftest import SPACK_DATA, is_real_spack  # noqa: E402
 from tests.standin import install_standin, standin_env  # noqa: E402
-
-
-def is_real_spack(root: Path) -> bool:
-    exe = root / "bin" / "spack"
-    return exe.is_file() and "stand-in" not in exe.read_text(errors="replace")[:4000]
 
 
 def main() -> int:

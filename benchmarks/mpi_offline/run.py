@@ -46,19 +46,10 @@ from dedal.build import base_root  # noqa: E402
 from dedal.config import load_settings  # noqa: E402
 from dedal.layers import LayerStore  # noqa: E402
 from dedal.spack_env import read_spack_yaml, stage_manifest, write_env_dir  # noqa: E402
+from tests.conftest import dedal_exe, is_real_spack  # noqa: E402
 
 ENV_FILE = ROOT / "spack-envs" / "mpi-offline" / "env.yaml"
 INSTALL_ROOT = "/opt/esd/software"
-
-
-def dedal_exe() -> str:
-    cand = Path(sys.executable).parent / "dedal"
-    return str(cand) if cand.exists() else (shutil.which("dedal") or "dedal")
-
-
-def is_real_spack(root: Path) -> bool:
-    exe = root / "bin" / "spack"
-    return exe.is_file() and "stand-in" not in exe.read_text(errors="replace")[:4000]
 
 
 def load() -> List[float]:

@@ -2,7 +2,6 @@
 separate stages, exactly as on separate nodes, then dedal-app run from its layers."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -14,32 +13,14 @@ import yaml
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.layers import LayerStore
-from tests.conftest import SPACK_DATA
+from tests.conftest import SPACK_DATA, fill_tiny_mirror
 
 pytestmark = [pytest.mark.spack, pytest.mark.e2e]
-
-SPACK_ROOT = os.environ.get("DEDAL_SPACK_ROOT", "")
-
-
-@pytest.fixture
-def real_spack() -> Path:
-    root = Path(SPACK_ROOT) if SPACK_ROOT else None
-    if root is None or not (root / "bin" / "spack").is_file():
-        pytest.skip("needs a real Spack checkout: set DEDAL_SPACK_ROOT (e.g. a clone of spack develop 2024)")
-    if (root / "standin.json").exists() or "stand-in" in (root / "bin" / "spack").read_text(errors="replace")[:4000]:
-        pytest.skip(f"DEDAL_SPACK_ROOT={root} is the test stand-in, not Spack")
-    return root
-
 
 def test_tiny_repo_per_package_on_separate_nodes(run_dedal, real_spack, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root (mount namespaces for the fixed install root)")
-    mirror = tmp_path / "mirror"
-    for tarball in sorted((SPACK_DATA / "tiny-repo" / "src").glob("*.tar.gz")):
-        digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-        dest = mirror / "_source-cache" / "archive" / digest[:2] / f"{digest}.tar.gz"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(tarball, dest)
+    mirror = fill_tiny_mirror(tmp_path / "mirror")
     envdir = tmp_path / "env"
     envdir.mkdir()
     (envdir / "env.yaml").write_text(yaml.safe_dump({

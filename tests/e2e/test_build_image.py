@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dedal.layers import sha256_file
-from tests.conftest import SPACK_DATA
+from tests.conftest import SPACK_DATA, fill_tiny_mirror, is_real_spack
 from tests.registry.conftest import registry  # noqa: F401  (the local docker-registry fixture)
 from tests.standin import install_standin
 
@@ -22,11 +22,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.registry]
 
 
 def _real_spack() -> str:
+    """DEDAL_SPACK_ROOT when it holds a real Spack, else "" (then the stand-in plays it)."""
     root = os.environ.get("DEDAL_SPACK_ROOT", "")
-    exe = Path(root) / "bin" / "spack"
-    if root and exe.is_file() and "stand-in" not in exe.read_text(errors="replace")[:4000]:
-        return root
-    return ""
+    return root if is_real_spack(Path(root) if root else None) else ""
 
 
 @pytest.fixture
@@ -52,13 +50,7 @@ def e2e_env(tmp_path: Path, registry):  # noqa: F811
         doc["spack"]["packages"] = {"all": {"require": "target=x86_64_v3"},
                                     "gmake": {"buildable": False, "externals": [{"spec": "gmake@4.4.1", "prefix": "/usr"}]}}
         spack_root = Path(real)
-        mirror = tmp_path / "mirror"
-        import hashlib
-        for tarball in sorted((SPACK_DATA / "tiny-repo" / "src").glob("*.tar.gz")):
-            digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-            dest = mirror / "_source-cache" / "archive" / digest[:2] / f"{digest}.tar.gz"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(tarball, dest)
+        mirror = fill_tiny_mirror(tmp_path / "mirror")
     else:
         shutil.copyfile(SPACK_DATA / "tiny-dedal.spack.lock", envdir / "spack.lock")  # the stand-in cannot concretize
         spack_root = install_standin(tmp_path / "spack")
