@@ -37,7 +37,8 @@ has ``makespan >= LB``.
 
 A tighter bound that also counts how narrow the DAG is at its start and end
 (:func:`dag_bound`) is reported next to it: the gap between the two is the DAG's, not
-the scheduler's.
+the scheduler's. Neither counts the overheads of the jobs after the first, nor a DAG
+that narrows in its middle (a chain every later package waits for).
 
 Grouping (:func:`group`)
 ------------------------
@@ -83,6 +84,8 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 REF_CORES = 2
 MERGE_MODES = ("safe", "backlog", "none")
 MOLD_VARIANTS = (("safe", False), ("none", False), ("none", True))
+# allot(): critical path at most this fraction of work / capacity, cores raised by one or doubled
+ALLOT_VARIANTS = ((0.5, False), (0.9, False), (0.5, True))
 SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into one it waits for
 PAR_UNIT_S = 60.0
 # refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
@@ -264,6 +267,45 @@ def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cp
     return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
 
 
+def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreModel = DEFAULT_MODEL,
+          double: bool = False) -> Dict[str, int]:
+    """Cores per package for builds bound by the cores: every package on one core, then
+    the packages of the critical path raised (largest time saved first; by one core, or
+    with ``double`` to twice as many) until
+    that path is no longer than ``target`` x work / ``capacity`` (CPA, Radulescu & van
+    Gemund 2001). Below ``p`` cores a build wastes nothing, and a one-core job never waits
+    for a node to drain: only the critical path gets the cores it needs."""
+    order = wl.topo()
+    top = package_cores(wl, cores, model)
+    cores_of = {h: 1 for h in order}
+    goal = target * sum(model.work(wl.duration[h]) for h in order) / max(1, capacity)
+
+    def step(c: int, most: int) -> int:
+        return min(most, 2 * c if double else c + 1)
+
+    while True:
+        finish: Dict[str, float] = {}
+        via: Dict[str, Optional[str]] = {}
+        for h in order:
+            prev = max(wl.requires[h], key=finish.__getitem__, default=None)
+            via[h] = prev
+            finish[h] = (finish[prev] if prev is not None else 0.0) + model.seconds(wl.duration[h], cores_of[h])
+        cur: Optional[str] = max(order, key=finish.__getitem__, default=None)
+        if cur is None or finish[cur] <= goal:
+            return cores_of
+        best: Optional[Tuple[float, str]] = None
+        while cur is not None:
+            c = cores_of[cur]
+            if c < top[cur]:
+                gain = model.seconds(wl.duration[cur], c) - model.seconds(wl.duration[cur], step(c, top[cur]))
+                if gain > 1e-9 and (best is None or gain > best[0]):
+                    best = (gain, cur)
+            cur = via[cur]
+        if best is None:  # the critical path has every core it can use
+            return cores_of
+        cores_of[best[1]] = step(cores_of[best[1]], top[best[1]])
+
+
 def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
                 cpus_per_job: int = 0) -> Tuple[float, float, float]:
     """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
@@ -287,7 +329,13 @@ def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: Co
     ``min head(S) + consumed(S) / (N*C) + min tail(S)``, where head(h) is the earliest
     ``h`` can start (overhead + longest chain of requirements) and tail(h) the longest
     chain after it. Maximized over S = {h: head(h) >= a, tail(h) >= b}; always >=
-    :func:`lower_bound` (S = everything, or S = the critical path)."""
+    :func:`lower_bound` (S = everything, or S = the critical path).
+
+    And the energetic bound of the same numbers: by time ``x`` no schedule has done more
+    than ``A(x) = min(N*C*x, sum_h min(W_h, need_h * (x - head(h))+))`` of the work, nor
+    more than ``B(y)`` (the same with tails) in its last ``y`` seconds, so wherever
+    ``W > A(x) + B(y)`` the makespan is at least ``x + y + (W - A(x) - B(y)) / (N*C)``:
+    this one also counts a start where too few packages are ready to fill a node."""
     if not wl.order:
         return 0.0
     need = package_cores(wl, cores, model, cpus_per_job)
@@ -313,6 +361,20 @@ def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: Co
                 continue
             acc += need[h] * t[h]
             best = max(best, a + acc / cap + tail[h])
+    total = sum(need[h] * t[h] for h in order)
+
+    def done_by(start: Mapping[str, float]) -> List[Tuple[float, float]]:
+        xs = sorted(set(start.values()) | {start[h] + t[h] for h in order})
+        if len(xs) > samples:
+            xs = [xs[int(i * (len(xs) - 1) / (samples - 1))] for i in range(samples)]
+        return [(x, min(cap * x, sum(min(need[h] * t[h], need[h] * max(0.0, x - start[h])) for h in order)))
+                for x in xs]
+
+    ends = done_by(tail)
+    for x, a in done_by(head):
+        for y, b in ends:
+            if total - a - b > 1e-6:
+                best = max(best, x + y + (total - a - b) / cap)
     return best
 
 
@@ -397,16 +459,17 @@ class _Run:
 
 def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
           cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False, mold: bool = False,
-          priority: Optional[Mapping[str, float]] = None) -> List[Job]:
+          priority: Optional[Mapping[str, float]] = None, need: Optional[Mapping[str, int]] = None) -> List[Job]:
     """Jobs for ``wl`` (see the module doc). ``merge``: ``safe`` (a job goes on only
     when that delays nobody), ``backlog`` (also when its cores would go to a waiting
     package anyway: for builds bound by the cores), ``none`` (one job per package);
     ``fifo=True``: submission order instead of critical-path priorities (the
-    baseline of one job per package as ``spack ci`` generates them)."""
+    baseline of one job per package as ``spack ci`` generates them); ``need``: cores
+    per package (default: as many as each can use, :func:`package_cores`)."""
     order = wl.topo()
     pos = {h: i for i, h in enumerate(order)}
     cores = max(1, cores)
-    need = package_cores(wl, cores, model, cpus_per_job)
+    need = dict(need) if need is not None else package_cores(wl, cores, model, cpus_per_job)
     t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
     deps = wl.dependents()
     prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s)
@@ -979,7 +1042,8 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
                   cpus_per_job: int = 0, strategy: str = "dedal") -> Schedule:
     """Group and simulate. ``strategy``: ``dedal`` (the best by simulated makespan of:
     each merge mode with critical-path priorities, one job per package in submission
-    order, everything in one job, and, where cores are scarce, moldable starts; each
+    order, everything in one job, and, where cores are scarce, moldable starts and
+    packages on the fewest cores that keep the critical path short (:func:`allot`); each
     improved by :func:`improve`), ``per-package`` (one job per package in
     submission order, like ``spack ci``), ``single-node`` (one job, one package at a
     time with ``make -j C`` on one node, like ``spack install -j C``)."""
@@ -998,6 +1062,11 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
             # cores are scarce: also try starting packages on fewer cores than they could use
             candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                                  merge=m, fifo=f, mold=True) for m, f in MOLD_VARIANTS]
+            # ... or on the fewest cores that keep the critical path short (CPA)
+            for target, double in ALLOT_VARIANTS:
+                need = allot(wl, cores, nodes * cores, target, model, double)
+                candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                     merge=m, need=need) for m in ("safe", "none")]
     elif strategy == "per-package":
         candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                             cpus_per_job=cpus_per_job, merge="none", fifo=True)]

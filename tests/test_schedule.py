@@ -5,13 +5,14 @@ Pure Python on the real locks in ../shared/data/spack with known durations; no S
 from __future__ import annotations
 
 import json
+import random
 from typing import Dict, List
 
 import pytest
 
 from dedal.plan import make_plan
-from dedal.schedule import (CoreModel, Job, Workload, dag_bound, group, improve, job_topo, lower_bound, make_schedule,
-                            refine, simulate)
+from dedal.schedule import (CoreModel, Job, Workload, allot, dag_bound, group, improve, job_topo, lower_bound,
+                            make_schedule, package_cores, refine, simulate)
 from dedal.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
 
@@ -194,6 +195,56 @@ def test_dag_bound_counts_a_narrow_start() -> None:
     assert dag_bound(wl, 1, 2, 0.0, m) == pytest.approx(100.0 + 1000.0 / 2)
     sched = make_schedule(wl, nodes=1, cores=2, overhead_s=0.0, model=m)
     assert sched.makespan_s == pytest.approx(600.0)
+
+
+def random_workload(rng: random.Random, n: int) -> Workload:
+    hashes = [f"p{i:02d}" for i in range(n)]
+    return Workload(order=hashes, duration={h: rng.choice([5.0, 30.0, 60.0, 200.0, 700.0]) for h in hashes},
+                    requires={h: frozenset(x for x in hashes[:i] if rng.random() < 0.25)
+                              for i, h in enumerate(hashes)})
+
+
+def test_dag_bound_never_above_a_schedule() -> None:
+    """The bound (narrow start/end and the energetic part) is a lower bound: on random DAGs
+    no schedule, dedal's or one job per package in any random order, ends before it."""
+    rng = random.Random(7)
+    for _ in range(25):
+        wl = random_workload(rng, rng.randint(3, 12))
+        nodes, cores = rng.choice([(1, 2), (1, 4), (2, 4), (1, 16)])
+        bound = dag_bound(wl, nodes, cores, 3.0)
+        assert bound >= lower_bound(wl, nodes, cores, 3.0)[0] - 1e-6
+        assert make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0).makespan_s >= bound - 1e-6
+        jobs = group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge="none")
+        for _ in range(20):
+            for j in jobs:
+                j.priority = rng.random()
+            assert simulate(jobs, nodes=nodes, cores=cores).makespan_s >= bound - 1e-6
+
+
+def test_allot_gives_cores_to_the_critical_path_only() -> None:
+    """CPA: one core each, then the critical path raised until it fits the target."""
+    m = CoreModel()  # 1200 s on 2 cores: p = 16, work 2400 core-s
+    names = ["big"] + [f"small{i}" for i in range(20)]
+    wl = Workload(order=names, duration={h: 1200.0 if h == "big" else 60.0 for h in names},
+                  requires={h: frozenset() for h in names})
+    # work 2400 + 20 x 60 = 3600 core-s on 8 cores: 450 s; big takes 2400/c s
+    assert allot(wl, 8, 8, 1.0, m) == dict({h: 1 for h in names}, big=6)        # 400 s <= 450 s
+    assert allot(wl, 8, 8, 1.0, m, double=True) == dict({h: 1 for h in names}, big=8)  # 1, 2, 4, 8
+    assert allot(wl, 8, 8, 0.5, m)["big"] == 8    # 225 s is out of reach: as many as a node has
+    assert allot(wl, 8, 8, 10.0, m) == {h: 1 for h in names}
+    # on a real lock: within 1..what the package can use, and the critical path meets the target
+    wl = workload("jedi-ci.spack.lock")
+    top = package_cores(wl, 8, m)
+    need = allot(wl, 8, 8, 0.5, m)
+    assert all(1 <= need[h] <= top[h] for h in wl.order)
+    finish: Dict[str, float] = {}
+    for h in wl.topo():
+        finish[h] = m.seconds(wl.duration[h], need[h]) + max((finish[r] for r in wl.requires[h]), default=0.0)
+    work = sum(m.work(wl.duration[h]) for h in wl.order)
+    assert max(finish.values()) <= 0.5 * work / 8 + 1e-6
+    assert sum(need.values()) < sum(top.values())
+    jobs = group(wl, nodes=1, cores=8, overhead_s=3.0, merge="safe", need=need)
+    check_schedule(wl, jobs, 1, 8)
 
 
 def test_jobs_json_round_trip_and_determinism() -> None:
