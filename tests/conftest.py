@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,14 @@ def dedal_exe() -> str:
     if not found:
         pytest.fail("the dedal console script is not installed (run ./setup.sh)")
     return found
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a dedal started to be sent Ctrl-C: SIGINT back to its default, as in
+    a terminal. A shell without job control starts background commands with SIGINT
+    ignored, and Python then keeps it ignored (no KeyboardInterrupt): a suite started
+    that way would otherwise fail the Ctrl-C tests for a reason of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def is_real_spack(root: Optional[Path]) -> bool:

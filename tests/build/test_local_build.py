@@ -15,7 +15,7 @@ from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.layers import LayerStore
 from tests.build.conftest import make_env, stage_leftovers
-from tests.conftest import dedal_exe
+from tests.conftest import dedal_exe, interruptible
 
 pytestmark = pytest.mark.usefixtures("as_root")
 
@@ -88,7 +88,8 @@ def test_interrupted_build_leaves_no_partial_layer_and_resumes(isolated_env, tmp
     tiny = make_env(tmp_path, sleep={"dedal-tool": 60})
     env = dict(isolated_env, **tiny.env)
     proc = subprocess.Popen([dedal_exe(), "build", str(tiny.env_file), "-j", "2"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=interruptible)
     store = LayerStore(tiny.store)
     deadline = time.monotonic() + 120
     # wait until dedal-tool is building: its dependencies are layers and a stage exists

@@ -18,7 +18,7 @@ import pytest
 from dedal.adapters.slurm import Slurm, State
 from dedal.layers import LayerStore
 from tests.build.conftest import TinyEnv, make_env, stage_leftovers
-from tests.conftest import dedal_exe
+from tests.conftest import dedal_exe, interruptible
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("as_root")]
@@ -60,7 +60,8 @@ def start_build(isolated_env: Dict[str, str], env: TinyEnv, cluster: SlurmCluste
     full.update(build_env(env, cluster, **extra))
     opts = ["--json"] if as_json else []
     return subprocess.Popen([dedal_exe(), "build", str(env.env_file), *opts, *args], env=full, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=interruptible)
 
 
 def wait_for(what: str, cond: Callable[[], object], timeout: float = 60, proc: Optional[subprocess.Popen] = None):
