@@ -143,7 +143,8 @@ def markdown(result: dict) -> str:
         if allowed:
             lines.append("Where the DAG bound would allow 5 % but dedal is not there (job overheads and cores "
                          "left idle while the DAG is narrow; the best schedule may also lie above that bound): " + "; ".join(
-                             f"{r['workload']} on {r['nodes']} x {r['cores']}" for r in allowed) + ".")
+                             f"{r['workload']} on {r['nodes']} x {r['cores']}" for r in allowed) + ". "
+                         "An exact solver (OR-tools CP-SAT, 2 minutes) beside dedal on these: `exact_probe.md`.")
     lines.append("")
     return "\n".join(lines)
 
