@@ -267,6 +267,19 @@ def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cp
     return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
 
 
+def _chains(wl: Workload, seconds: Mapping[str, float],
+            order: Sequence[str]) -> Tuple[Dict[str, float], Dict[str, Optional[str]]]:
+    """Earliest finish of each package (its longest chain of requirements, ``seconds``
+    each, plus itself) and the requirement that chain comes through; ``order`` topological."""
+    finish: Dict[str, float] = {}
+    via: Dict[str, Optional[str]] = {}
+    for h in order:
+        prev = max(wl.requires[h], key=finish.__getitem__, default=None)
+        via[h] = prev
+        finish[h] = (finish[prev] if prev is not None else 0.0) + seconds[h]
+    return finish, via
+
+
 def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreModel = DEFAULT_MODEL,
           double: bool = False) -> Dict[str, int]:
     """Cores per package for builds bound by the cores: every package on one core, then
@@ -284,12 +297,7 @@ def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreMod
         return min(most, 2 * c if double else c + 1)
 
     while True:
-        finish: Dict[str, float] = {}
-        via: Dict[str, Optional[str]] = {}
-        for h in order:
-            prev = max(wl.requires[h], key=finish.__getitem__, default=None)
-            via[h] = prev
-            finish[h] = (finish[prev] if prev is not None else 0.0) + model.seconds(wl.duration[h], cores_of[h])
+        finish, via = _chains(wl, {h: model.seconds(wl.duration[h], cores_of[h]) for h in order}, order)
         cur: Optional[str] = max(order, key=finish.__getitem__, default=None)
         if cur is None or finish[cur] <= goal:
             return cores_of
@@ -310,12 +318,10 @@ def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: 
                 cpus_per_job: int = 0) -> Tuple[float, float, float]:
     """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
     need = package_cores(wl, cores, model, cpus_per_job)
-    finish: Dict[str, float] = {}
-    consumed = 0.0
-    for h in wl.topo():
-        t = model.seconds(wl.duration[h], need[h])
-        consumed += t * need[h]
-        finish[h] = t + max((finish[r] for r in wl.requires[h]), default=0.0)
+    order = wl.topo()
+    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
+    consumed = sum(t[h] * need[h] for h in order)
+    finish, _ = _chains(wl, t, order)
     cp = max(finish.values(), default=0.0)
     if not wl.order:
         return 0.0, 0.0, 0.0
