@@ -84,6 +84,7 @@ SETTINGS: List[Setting] = [
     Setting("slurm.template", "path", _const(None), "job script template overriding slurm/build-job.sh.in", optional=True),
     Setting("slurm.retries", "int", _const(2), "resubmissions of a job lost to NODE_FAIL, PREEMPTED or BOOT_FAIL"),
     Setting("slurm.poll_s", "float", _const(2.0), "seconds between squeue/sacct polls"),
+    Setting("slurm.order_hints", "bool", _const(False), "plan fixed start times and have Slurm follow them by afterany hints that expire at their planned time; pays off only with accurate (measured) durations, see benchmarks/schedule/robustness.md"),
     Setting("registry", "str", _const(""), "default oras:// repository to publish to (empty: do not publish)"),
     Setting("registry_insecure", "bool", _const(False), "plain HTTP / unverified TLS for the registry"),
 ]

@@ -12,7 +12,7 @@ import pytest
 
 from dedal.plan import make_plan
 from dedal.schedule import (CoreModel, Job, Workload, allot, dag_bound, group, improve, job_topo, lower_bound,
-                            make_schedule, package_cores, refine, simulate)
+                            make_schedule, order_hints, package_cores, refine, simulate, tighten)
 from dedal.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
 
@@ -53,6 +53,7 @@ def check_schedule(wl: Workload, jobs: List[Job], nodes: int, cores: int) -> Non
 
     for j in jobs:
         assert set(j.after) <= set(by_id) and j.id not in j.after
+        assert set(j.order) <= set(by_id) and not set(j.order) & set(j.after) and j.id not in j.order
         pos = {h: i for i, h in enumerate(j.hashes)}
         ancestors = waits_for(j.id)
         assert j.id not in ancestors, f"{j.id} waits for itself"
@@ -65,6 +66,7 @@ def check_schedule(wl: Workload, jobs: List[Job], nodes: int, cores: int) -> Non
         # after is transitively reduced: no job listed that another listed one already waits for
         for a in j.after:
             assert not any(a in waits_for(b) for b in j.after if b != a)
+    job_topo(jobs)  # no cycle through the order hints either (it raises)
     sim = simulate(jobs, nodes=nodes, cores=cores)
     for j in jobs:
         start, end, node = sim.starts[j.id]
@@ -311,6 +313,78 @@ def test_refine_shortens_a_job_chain_that_holds_back_others() -> None:
     assert 116.0 - 1e-6 <= sim.makespan_s < before.makespan_s - 1.0
 
 
+def test_order_hints_hold_until_met_or_expired() -> None:
+    """A hint makes a job wait for another one's end, but only until its time: then the
+    job competes for cores as if there were no hint."""
+    def run(until: float) -> float:
+        jobs = [Job(id="a", hashes=["a"], est_s=50.0, priority=1.0),
+                Job(id="b", hashes=["b"], est_s=10.0, priority=2.0, order={"a": until})]
+        return simulate(jobs, nodes=1, cores=2).starts["b"][0]
+    assert run(100.0) == pytest.approx(50.0)   # met: a ended at 50, before the hint's time
+    assert run(20.0) == pytest.approx(20.0)    # expired while a still ran: two cores, b starts
+    assert run(0.0) == pytest.approx(0.0)
+    # and the submission order puts a first, whatever the priorities
+    assert [j.id for j in job_topo([Job(id="b", hashes=["b"], priority=2.0, order={"a": 1.0}),
+                                    Job(id="a", hashes=["a"], priority=1.0)])] == ["a", "b"]
+
+
+def test_order_hints_make_a_list_scheduler_keep_cores_for_a_wide_job() -> None:
+    """The case list scheduling gets wrong, on 2 cores: x (1 core, 10 s) then y (2 cores,
+    20 s); z (15 s) and w (10 s) of 1 core are ready from the start. Slurm-like, x and z
+    start, y is next but must wait for z (w cannot backfill without delaying y), then w:
+    45 s. Planned instead: w after x on one core, z beside them, y at 20 s: 40 s. The hints
+    for that plan (w takes x's core, y takes w's and z's) make the same scheduler do it."""
+    jobs = [Job(id="x", hashes=["x"], est_s=10.0, priority=40.0, cores=1),
+            Job(id="y", hashes=["y"], est_s=20.0, priority=30.0, cores=2, after=["x"]),
+            Job(id="z", hashes=["z"], est_s=15.0, priority=10.0, cores=1),
+            Job(id="w", hashes=["w"], est_s=10.0, priority=5.0, cores=1)]
+    listed = simulate(jobs, nodes=1, cores=2)
+    assert listed.makespan_s == pytest.approx(45.0) and listed.starts["y"][0] == pytest.approx(15.0)
+    planned = {"x": (0.0, 10.0, 0), "z": (0.0, 15.0, 0), "w": (10.0, 20.0, 0), "y": (20.0, 40.0, 0)}
+    hints = order_hints(jobs, planned, 2, slack=0.0)
+    assert hints == {"x": {}, "z": {}, "w": {"x": 10.0}, "y": {"w": 20.0, "z": 15.0}}
+    for j in jobs:
+        j.order = hints[j.id]
+    hinted = simulate(jobs, nodes=1, cores=2)
+    assert {k: v[:2] for k, v in hinted.starts.items()} == {k: v[:2] for k, v in planned.items()}
+    # the same hints with times that already passed change nothing against list scheduling
+    for j in jobs:
+        j.order = {a: 0.0 for a in hints[j.id]}
+    assert simulate(jobs, nodes=1, cores=2).makespan_s == pytest.approx(45.0)
+
+
+def test_tighten_on_real_locks() -> None:
+    """Fixed start times with order hints: valid jobs, what it reports is what simulate()
+    of its jobs says, never longer than the schedule it started from, and on a full node
+    of 8 cores on cscs-prgenv-gnu (where list scheduling leaves cores idle) shorter."""
+    for lock_name, nodes, cores in [("cscs-prgenv-gnu.spack.lock", 1, 8), ("mpi-cuda-pure.spack.lock", 1, 8),
+                                    ("mpi-cuda.spack.lock", 2, 16)]:
+        wl = workload(lock_name)
+        jobs, sim = improve(wl, group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge="safe"),
+                            nodes=nodes, cores=cores, overhead_s=3.0)
+        better, bsim = tighten(wl, jobs, sim, nodes=nodes, cores=cores, overhead_s=3.0, rounds=200)
+        check_schedule(wl, better, nodes, cores)
+        assert bsim.makespan_s <= sim.makespan_s + 1e-9
+        assert bsim.makespan_s == pytest.approx(simulate(better, nodes=nodes, cores=cores).makespan_s)
+        if lock_name.startswith("cscs"):
+            assert bsim.makespan_s < sim.makespan_s - 1.0
+            assert any(j.order for j in better)
+        if any(j.order for j in better):
+            hinted = [j for j in better if j.order]
+            for j in hinted:  # a hint holds until (a little after) the planned end of its job
+                for a, until in j.order.items():
+                    assert until >= bsim.starts[a][1] - 1e-6
+            back = [Job.from_json(json.loads(json.dumps(j.to_json()))) for j in better]
+            assert [j.to_json() for j in back] == [j.to_json() for j in better]
+    # through make_schedule: only when asked (slurm.order_hints), and then never longer
+    wl = workload("cscs-prgenv-gnu.spack.lock")
+    plain = make_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
+    assert not any(j.order for j in plain.jobs)
+    hinted = make_schedule(wl, nodes=1, cores=8, overhead_s=3.0, hints=True)
+    check_schedule(wl, hinted.jobs, 1, 8)
+    assert any(j.order for j in hinted.jobs) and hinted.makespan_s < plain.makespan_s
+
+
 def test_single_node_ahead_of_both_baselines() -> None:
     """One node of 8 cores, where cores and not the DAG bound the build: dedal's schedule
     is strictly shorter than one job per package and than one package at a time."""
@@ -346,6 +420,16 @@ def test_cli_simulate_text_and_errors(run_dedal) -> None:
     assert bad.returncode == 2 and "--nodes" in bad.stderr and "Traceback" not in bad.stderr
     alone = run_dedal("plan", lock, "--nodes", "2")
     assert alone.returncode == 2 and "--simulate" in alone.stderr
+    # the setting slurm.order_hints reaches the simulation (mpi-cuda on one node of 2 cores has hints)
+    mc = str(SPACK_DATA / "mpi-cuda.spack.lock")
+    hinted = run_dedal("-s", "slurm.order_hints=true", "plan", mc, "--simulate", "--nodes", "1", "--cores", "2")
+    assert hinted.returncode == 0, hinted.stderr
+    assert "order hints (slurm.order_hints)" in hinted.stdout
+    data = json.loads(run_dedal("-s", "slurm.order_hints=true", "plan", mc, "--simulate", "--nodes", "1",
+                                "--cores", "2", "--json").stdout)
+    assert any(j.get("order") for j in data["schedule"])
+    unhinted = run_dedal("plan", mc, "--simulate", "--nodes", "1", "--cores", "2")
+    assert "order hints" not in unhinted.stdout
     # without --simulate the plan is shown as before
     plain = run_dedal("plan", lock, "--json")
     assert plain.returncode == 0 and "to_build" in json.loads(plain.stdout)

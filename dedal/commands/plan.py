@@ -97,6 +97,8 @@ def simulate(plan, settings, args: argparse.Namespace) -> int:
               f"(critical path {human_seconds(sched.critical_path_s)}, work / capacity "
               f"{human_seconds(sched.work_core_s / (sched.nodes * sched.cores))}), "
               f"ratio {sched.ratio:.3f}")
+    hints = sum(len(j.order) for j in sched.jobs)
     out.print(f"utilization {sched.utilization:.1%}, {len(sched.jobs)} jobs for "
-              f"{sum(len(j.hashes) for j in sched.jobs)} packages")
+              f"{sum(len(j.hashes) for j in sched.jobs)} packages"
+              + (f", {hints} order hints (slurm.order_hints)" if hints else ""))
     return 0
