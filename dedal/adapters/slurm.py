@@ -1,4 +1,4 @@
-"""Slurm: the only module that runs Slurm commands (sbatch, squeue, sacct, scancel, sinfo, srun).
+"""Slurm: the only module that runs Slurm commands (sbatch, squeue, sacct, scancel, scontrol, sinfo, srun).
 
 Everything goes through :class:`Slurm`, which carries the environment the commands run
 in (``SLURM_CONF`` among it; by default the process environment, so a site's or the
@@ -166,6 +166,15 @@ def _ids(job_ids: Iterable[Union[str, int]]) -> List[str]:
     return list(seen)
 
 
+def _dependency(after_ok: Iterable[Union[str, int]], after_any: Iterable[Union[str, int]]) -> str:
+    """Slurm's ``--dependency`` value: ``afterok:a:b,afterany:c`` ('','' joins: all must hold)."""
+    parts = []
+    for kind, ids in (("afterok", _ids(after_ok)), ("afterany", _ids(after_any))):
+        if ids:
+            parts.append(kind + ":" + ":".join(ids))
+    return ",".join(parts)
+
+
 def _wait_status(value: Any) -> Tuple[Optional[int], Optional[int]]:
     """(exit code, signal) from squeue JSON: a raw wait status (22.05) or an object (23.02+)."""
     if isinstance(value, bool) or value is None:
@@ -250,6 +259,7 @@ class Slurm:
         *,
         name: str,
         dependencies: Iterable[Union[str, int]] = (),
+        after_any: Iterable[Union[str, int]] = (),
         kill_on_invalid_dep: bool = True,
         partition: str = "",
         account: str = "",
@@ -273,16 +283,17 @@ class Slurm:
         ``#!``, given to sbatch on stdin). ``dependencies`` become
         ``--dependency=afterok:a:b`` (with ``--kill-on-invalid-dep=yes`` unless turned
         off, so a failed dependency cancels this job instead of leaving it pending
-        forever). ``env`` is added to the environment the job inherits (sbatch exports
+        forever); ``after_any`` are jobs to wait for whatever their outcome
+        (``afterany:c:d``, all of both lists: ``afterok:a:b,afterany:c:d``). ``env`` is added to the environment the job inherits (sbatch exports
         the submitting environment), which keeps values with commas intact.
         ``requeue=False`` passes ``--no-requeue``: a job lost to a node failure ends as
         NODE_FAIL and the caller decides about resubmitting. Empty or zero options are
         left to the site's defaults; ``extra_args`` go last, before the script.
         """
         cmd = ["sbatch", "--parsable", f"--job-name={name}"]
-        deps = _ids(dependencies)
+        deps = _dependency(dependencies, after_any)
         if deps:
-            cmd.append("--dependency=afterok:" + ":".join(deps))
+            cmd.append("--dependency=" + deps)
             cmd.append("--kill-on-invalid-dep=" + ("yes" if kill_on_invalid_dep else "no"))
         for flag, value in (("--partition", partition), ("--account", account), ("--qos", qos),
                             ("--time", time), ("--constraint", constraint), ("--mem", mem)):
@@ -313,6 +324,21 @@ class Slurm:
             raise ToolError(f"sbatch ({name})", cmd, res.returncode, None,
                             f"no job id in the output: {res.stdout.strip()[:200]!r} {res.stderr.strip()[:200]!r}")
         return job_id
+
+    def set_dependencies(self, job_id: Union[str, int], dependencies: Iterable[Union[str, int]] = (),
+                         after_any: Iterable[Union[str, int]] = ()) -> bool:
+        """Replace a pending job's dependencies (``scontrol update JobId=.. Dependency=..``;
+        empty lists: none). False when the job has started or ended meanwhile (nothing to
+        change any more); other errors raise."""
+        value = _dependency(dependencies, after_any)
+        res = self._run(["scontrol", "update", f"JobId={job_id}", f"Dependency={value}"],
+                        what=f"scontrol update (job {job_id})", check=False)
+        if res.returncode == 0:
+            return True
+        text = res.stderr + res.stdout
+        if any(m in text for m in ("no longer pending", "already finished", "Invalid job id")):
+            return False
+        raise ToolError(f"scontrol update (job {job_id})", res.cmd, res.returncode, None, proc._tail(text))
 
     # -- state ------------------------------------------------------------------------
     def states(self, job_ids: Iterable[Union[str, int]]) -> Dict[str, JobState]:

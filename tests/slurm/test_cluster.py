@@ -139,6 +139,38 @@ def test_failure_cancels_only_dependents(slurm_cluster: SlurmCluster, client: Sl
     assert (jobdir / "other.log").read_text().strip() == "fine"
 
 
+def test_afterany_hint_and_dropping_it(slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path) -> None:
+    """Order hints are ``afterany``: a failed job releases the job waiting on it (where
+    ``afterok`` cancels it); ``scontrol update Dependency=`` drops a hint from a pending job,
+    which then runs while the hinted job is still running; a job that ended can no longer
+    be changed, which is not an error."""
+    bad = client.submit(script("exit 3"), name="dedal-hint-bad", output=jobdir / "bad.log")
+    after_bad = client.submit(script("echo ran"), name="dedal-hint-after-bad", after_any=[bad],
+                              output=jobdir / "after-bad.log")
+    long = client.submit(script("sleep 120"), name="dedal-hint-long", output=jobdir / "long.log")
+    held = client.submit(script("echo ran"), name="dedal-hint-held", dependencies=[bad], after_any=[long],
+                         kill_on_invalid_dep=False, output=jobdir / "held.log")
+    free = client.submit(script("echo ran"), name="dedal-hint-free", after_any=[long], output=jobdir / "free.log")
+    states = wait_states(client, slurm_cluster, [bad, after_bad])
+    assert states[bad].state is State.FAILED and states[after_bad].state is State.COMPLETED, states
+    wait_states(client, slurm_cluster, [long], until=lambda st: st.state is State.RUNNING)
+    pending = client.states([held, free])
+    assert pending[free].state is State.PENDING and pending[free].reason == "Dependency", pending
+    assert pending[held].state is State.PENDING and pending[held].reason == "DependencyNeverSatisfied", pending
+    assert client.set_dependencies(free) is True    # no dependency left: it runs beside "long"
+    assert wait_states(client, slurm_cluster, [free])[free].state is State.COMPLETED
+    assert client.states([long])[long].state is State.RUNNING
+    assert (jobdir / "free.log").read_text().strip() == "ran"
+    # "held" keeps its afterok on the failed job when its hint goes: still never runs
+    assert client.set_dependencies(held, [bad]) is True
+    time.sleep(2)
+    assert client.states([held])[held].state is State.PENDING
+    assert "afterok" in slurm_cluster.scontrol("show", "job", held).stdout
+    client.cancel([long, held])
+    wait_states(client, slurm_cluster, [long, held])
+    assert client.set_dependencies(free) is False and client.set_dependencies(long, [], [free]) is False
+
+
 def test_scancel_running_job(slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path) -> None:
     job = client.submit(script("sleep 120"), name="dedal-long", output=jobdir / "long.log")
     waiting = client.submit(script("true"), name="dedal-after-long", dependencies=[job], output=jobdir / "after.log")
