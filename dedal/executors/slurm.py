@@ -23,6 +23,11 @@ appears; a finished job's ``--result`` file says what failed and where the logs 
   started yet are cancelled (running ones finish, their layers are good), as the
   local executor stops starting new builds; with it, packages of a cancelled job that
   do not need the failure are resubmitted in a job of their own.
+* Order hints (``slurm.order_hints``, off by default; :func:`dedal.schedule.tighten`): a job may also
+  wait (``afterany``) for jobs whose cores it is planned to take over, so that Slurm
+  follows a schedule with fixed start times; each hint holds until its planned time
+  (seconds after submission) and is then dropped (``scontrol update Dependency=``), so
+  a wrong estimate never holds cores idle for longer than the plan said.
 * Ctrl-C / SIGTERM: ``scancel`` of every job of this build (a running node build
   removes its stage on the signal), ``summary.interrupted``.
 
@@ -100,6 +105,7 @@ class Tracked:
     cancel_requested: bool = False
     current: int = 0                 # index of the package now building
     pkg_started: float = 0.0
+    hints: List[str] = field(default_factory=list)  # order hints (job ids) Slurm still holds it to
 
     @property
     def log(self) -> str:
@@ -154,6 +160,7 @@ class _Build:
         self.pkg_status: Dict[str, str] = {}  # package -> queued | running | built | failed | blocked
         self.schedule: Optional[Schedule] = None
         self.started = time.monotonic()
+        self.submitted = self.started       # time 0 of the schedule (order hints count from it)
         self.started_at = _now()
         self.stopped_after_failure = False
         self.interrupted = False
@@ -180,7 +187,8 @@ class _Build:
                 "state": t.slurm_state, "reason": t.reason, "node": t.node, "attempt": t.attempt,
                 "packages": [self.label(h) for h in t.job.hashes], "hashes": list(t.job.hashes),
                 "package_status": {self.label(h): self.pkg_status.get(h, "queued") for h in t.job.hashes},
-                "after": list(t.job.after), "cores": t.job.cores, "est_s": round(t.job.est_s, 1),
+                "after": list(t.job.after), "order": dict(t.job.order), "hints": list(t.hints),
+                "cores": t.job.cores, "est_s": round(t.job.est_s, 1),
                 "log": t.log, "result": str(t.result), "script": str(t.script), "error": t.error,
                 "history": t.history,
             })
@@ -239,9 +247,11 @@ class _Build:
             if not dep.active or not dep.slurm_id:
                 raise AssertionError(f"job {job.id} would wait for {a} ({dep.status})")
             deps.append(dep.slurm_id)
+        t.hints = self.live_hints(job, list(job.order))
         s = self.settings
         t.slurm_id = self.client.submit(
             script, name=t.name, dependencies=deps, kill_on_invalid_dep=True,
+            after_any=[self.tracked[a].slurm_id for a in t.hints],
             partition=s.get("slurm.partition"), account=s.get("slurm.account"), qos=s.get("slurm.qos"),
             time=s.get("slurm.time"), constraint=s.get("slurm.constraint"), nodes=1,
             cpus=int(s.get("slurm.cpus_per_job") or job.cores), mem=s.get("slurm.mem"),
@@ -253,7 +263,36 @@ class _Build:
         t.cancel_requested = False
         self.summary.jobs += 1
 
+    def live_hints(self, job: Job, hints: Sequence[str]) -> List[str]:
+        """The order hints of ``job`` still worth waiting for: their job is queued or
+        running and their time (seconds after submission) has not passed."""
+        elapsed = time.monotonic() - self.submitted
+        return [a for a in hints if a in self.tracked and self.tracked[a].active and self.tracked[a].slurm_id
+                and job.order.get(a, 0.0) > elapsed]
+
+    def expire_hints(self) -> bool:
+        """A queued job stops waiting for an order hint once its planned time has passed:
+        the estimates it came from proved wrong, and holding cores idle for them would
+        make the build slower than plain list scheduling. True when a job changed."""
+        changed = False
+        for jid in self.order:
+            t = self.tracked[jid]
+            if t.status != "queued" or not t.hints:
+                continue
+            live = self.live_hints(t.job, t.hints)
+            if live == t.hints:
+                continue
+            if any(a not in live and self.tracked[a].active for a in t.hints):
+                deps = [self.tracked[a].slurm_id for a in t.job.after
+                        if self.tracked[a].active and self.tracked[a].slurm_id]
+                if not self.client.set_dependencies(t.slurm_id, deps, [self.tracked[a].slurm_id for a in live]):
+                    continue  # it started meanwhile
+            t.hints = live
+            changed = True
+        return changed
+
     def submit_all(self, jobs: Sequence[Job]) -> None:
+        self.submitted = time.monotonic()
         text, source = self.template()
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -546,6 +585,7 @@ class _Build:
             else:
                 self.job_done(t, st)
         self.settle_leftovers()
+        changed = self.expire_hints() or changed
         if changed:
             self.write_record()
 
@@ -567,7 +607,8 @@ class _Build:
         wl = Workload.from_plan(plan, todo)
         self.schedule = make_schedule(wl, nodes=nodes, cores=cores,
                                       overhead_s=float(self.settings.get("job_overhead_s")),
-                                      cpus_per_job=int(self.settings.get("slurm.cpus_per_job") or 0))
+                                      cpus_per_job=int(self.settings.get("slurm.cpus_per_job") or 0),
+                                      hints=bool(self.settings.get("slurm.order_hints")))
         old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
         poll_s = max(0.05, float(self.settings.get("slurm.poll_s")))
         try:

@@ -299,6 +299,31 @@ def test_multi_node_build_of_a_real_mpi_cuda_lock(slurm_cluster: SlurmCluster, r
     assert json.loads(again.stdout)["jobs"] == 0
 
 
+def test_order_hints_reach_slurm_as_afterany(slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
+    """With ``slurm.order_hints`` on, the schedule of the mpi-cuda lock on one node of 2 CPUs
+    has order hints (fixed start times): they are submitted as ``afterany``, so each hinted job starts only once
+    the job whose cores it takes over has ended (the stand-in builds far quicker than
+    planned, so no hint expires), and the build completes."""
+    env = make_env(tmp_path, lock="mpi-cuda", specs=MPI_CUDA_SPECS, name="mc1")
+    res = run_dedal("build", str(env.env_file), "--json", env=build_env(env, slurm_cluster, DEDAL_SLURM_NODES="1",
+                                                                   DEDAL_SLURM_ORDER_HINTS="true"),
+                    timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(res.stdout)["built"]) == 32
+    rec = record(env, "mc1")
+    by_id = {j["id"]: j for j in rec["jobs"]}
+    hinted = [j for j in rec["jobs"] if j["order"]]
+    assert hinted, "the 1-node schedule has order hints"
+    out = subprocess.run(["sacct", "-c", "-n", "-P", "--format=JobID,Start,End", "-j",
+                          ",".join(j["slurm_id"] for j in rec["jobs"])],
+                         env=slurm_cluster.env, text=True, capture_output=True, timeout=30, check=True).stdout
+    times = {row.split("|")[0]: row.split("|")[1:] for row in out.splitlines() if row.count("|") == 2}
+    for j in hinted:
+        for a in j["order"]:
+            before = by_id[a]["slurm_id"]
+            assert times[j["slurm_id"]][0] >= times[before][1], (j["id"], a, times[j["slurm_id"]], times[before])
+
+
 def test_status_of_a_local_build(run_dedal, tmp_path: Path) -> None:
     tiny = make_env(tmp_path, fail=["libdedal"])
     res = run_dedal("build", str(tiny.env_file), "--keep-going", "--executor", "local", env=tiny.env)
