@@ -86,9 +86,10 @@ longer. Slurm follows such a plan if each job also waits (``afterany``) for the 
 whose cores it takes over (a resource flow, :func:`order_hints`); each such hint holds
 until the end planned for that job (plus 5 %), then the executor drops it, so a late
 job never holds the cores idle longer than planned. With exact estimates this is about
-1 % shorter on full single nodes; with estimates off by 30 % it is 1-3 % longer than
-list scheduling (benchmarks/schedule/robustness.md): worth it only where the durations
-are measured and stable.
+1 % shorter on full single nodes; with estimates off by 10 % it ranges from 0.1 %
+shorter to 4 % longer than list scheduling, off by 30 % 2-3 % longer
+(benchmarks/schedule/robustness.md): worth it only where durations are measured and
+stable.
 """
 from __future__ import annotations
 
