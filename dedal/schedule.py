@@ -97,7 +97,7 @@ import bisect
 import heapq
 import random
 from dataclasses import asdict, dataclass, field, replace
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 REF_CORES = 2
 MERGE_MODES = ("safe", "backlog", "none")
@@ -302,6 +302,16 @@ def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cp
         c = max(1, min(cpus_per_job, cores))
         return {h: c for h in wl.order}
     return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
+
+
+def job_seconds(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel, overhead_s: float) -> float:
+    """A job's estimate: its overhead, then its packages one after the other on ``cores``."""
+    return overhead_s + sum(model.seconds(wl.duration[h], cores) for h in hashes)
+
+
+def _top_cores(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel) -> int:
+    """The most cores a job of these packages can use (never more than a node has)."""
+    return max(1, min(cores, max(model.parallelism(wl.duration[h]) for h in hashes)))
 
 
 def _chains(wl: Workload, seconds: Mapping[str, float],
@@ -664,7 +674,7 @@ def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_
         for h in r.pkgs:
             job_of[h] = jid
         jobs.append(Job(id=jid, hashes=list(r.pkgs), cores=r.cores, names=[wl.name(h) for h in r.pkgs],
-                        est_s=overhead_s + sum(model.seconds(wl.duration[h], r.cores) for h in r.pkgs)))
+                        est_s=job_seconds(wl, r.pkgs, r.cores, model, overhead_s)))
     by_id = {j.id: j for j in jobs}
     for j in jobs:
         own = set(j.hashes)
@@ -735,29 +745,36 @@ def set_priorities(jobs: List[Job], bonus: Optional[Mapping[str, float]] = None)
         j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
 
 
+def _keyed_topo(ids: Sequence[str], waits: Mapping[str, Sequence[str]], key: Mapping[str, Any]) -> List[str]:
+    """Every job after those it waits for; among the ready ones, smallest ``key`` first."""
+    indeg = {k: len(waits[k]) for k in ids}
+    feeds: Dict[str, List[str]] = {k: [] for k in ids}
+    for k in ids:
+        for a in waits[k]:
+            if a not in feeds:
+                raise ValueError(f"job {k} waits for an unknown job {a}")
+            feeds[a].append(k)
+    heap = [(key[k], k) for k in ids if indeg[k] == 0]
+    heapq.heapify(heap)
+    out: List[str] = []
+    while heap:
+        _, k = heapq.heappop(heap)
+        out.append(k)
+        for d in feeds[k]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                heapq.heappush(heap, (key[d], d))
+    if len(out) != len(ids):
+        raise ValueError("dependency cycle among the jobs")
+    return out
+
+
 def job_topo(jobs: Sequence[Job]) -> List[Job]:
     """Jobs with every job before the jobs that depend on it; among the ready ones,
     highest priority first (the submission order)."""
     by_id = {j.id: j for j in jobs}
-    indeg = {j.id: len(j.waits_for()) for j in jobs}
-    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
-    for j in jobs:
-        for a in j.waits_for():
-            dependents[a].append(j.id)
-    index = {j.id: i for i, j in enumerate(jobs)}
-    heap = [(-j.priority, index[j.id], j.id) for j in jobs if indeg[j.id] == 0]
-    heapq.heapify(heap)
-    out: List[Job] = []
-    while heap:
-        _, _, jid = heapq.heappop(heap)
-        out.append(by_id[jid])
-        for d in dependents[jid]:
-            indeg[d] -= 1
-            if indeg[d] == 0:
-                heapq.heappush(heap, (-by_id[d].priority, index[d], d))
-    if len(out) != len(jobs):
-        raise ValueError("dependency cycle among the jobs")
-    return out
+    key = {j.id: (-j.priority, i) for i, j in enumerate(jobs)}
+    return [by_id[k] for k in _keyed_topo(list(by_id), {j.id: j.waits_for() for j in jobs}, key)]
 
 
 # -- simulation of a batch scheduler running the jobs -------------------------------------
@@ -785,7 +802,9 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
             dependents[a].append((j.id, None))
             nmiss[j.id] += 1
         for a, until in j.order.items():
-            if a in dependents and a not in j.after:
+            if a not in dependents:
+                raise ValueError(f"job {j.id} has an order hint on an unknown job {a}")
+            if a not in j.after:
                 dependents[a].append((j.id, (a, j.id)))
                 nmiss[j.id] += 1
                 heapq.heappush(heap, (until, 1, index[j.id], j.id, (a, j.id)))
@@ -908,7 +927,7 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
     hashes = sorted(ja.hashes + jb.hashes, key=pos.__getitem__)
     merged = Job(id=a, hashes=hashes, cores=c, names=[wl.name(h) for h in hashes],
                  after=sorted((set(ja.after) | set(jb.after)) - {a, b}),
-                 est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in hashes))
+                 est_s=job_seconds(wl, hashes, c, model, overhead_s))
     out: List[Job] = []
     for j in jobs:
         if j.id == b:
@@ -976,7 +995,7 @@ def _build(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus: Map
     job_of = {h: jid for jid, hs, _ in parts for h in hs}
     jobs = [Job(id=jid, hashes=list(hs), cores=c, names=[wl.name(h) for h in hs],
                 after=sorted({job_of[q] for h in hs for q in wl.requires[h] if job_of[q] != jid}),
-                est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in hs))
+                est_s=job_seconds(wl, hs, c, model, overhead_s))
             for jid, hs, c in parts]
     try:
         set_priorities(jobs, bonus)
@@ -1034,7 +1053,7 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
     def top(hs: Sequence[str]) -> int:
         if cpus_per_job:  # fixed by the settings: every job keeps its cores
             return max(1, min(cpus_per_job, cores))
-        return max(1, min(cores, max(model.parallelism(wl.duration[h]) for h in hs)))
+        return _top_cores(wl, hs, cores, model)
 
     def shape(x: str) -> None:
         """Moves on job ``x`` itself: split it in two, a core more or less."""
@@ -1174,26 +1193,6 @@ def _justify(jobs: Mapping[str, Job], starts: Dict[str, Tuple[float, float, int]
         starts, best = early, span
 
 
-def _keyed_topo(ids: Sequence[str], waits: Mapping[str, Sequence[str]], key: Mapping[str, float]) -> List[str]:
-    """Every job after those it waits for; among the ready ones, smallest ``key`` first."""
-    indeg = {k: len(waits[k]) for k in ids}
-    feeds: Dict[str, List[str]] = {k: [] for k in ids}
-    for k in ids:
-        for a in waits[k]:
-            feeds[a].append(k)
-    heap = [(key[k], k) for k in ids if indeg[k] == 0]
-    heapq.heapify(heap)
-    out: List[str] = []
-    while heap:
-        _, k = heapq.heappop(heap)
-        out.append(k)
-        for d in feeds[k]:
-            indeg[d] -= 1
-            if indeg[d] == 0:
-                heapq.heappush(heap, (key[d], d))
-    return out
-
-
 def order_hints(jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]], cores: int,
                 slack: float = ORDER_SLACK) -> Dict[str, Dict[str, float]]:
     """Which jobs each job should wait for so that a scheduler starting jobs as soon as
@@ -1253,9 +1252,6 @@ def tighten(wl: Workload, jobs: List[Job], sim: Simulation, *, nodes: int, cores
                 feeds[x].append(j.id)
         return by_id, {j.id: j.after for j in js}, feeds
 
-    def top(j: Job) -> int:
-        return max(1, min(cores, max(model.parallelism(wl.duration[h]) for h in j.hashes)))
-
     cur = [replace(j, order={}) for j in jobs]
     by_id, waits, feeds = graph(cur)
     node_of = {k: v[2] for k, v in sim.starts.items()}
@@ -1273,8 +1269,8 @@ def tighten(wl: Workload, jobs: List[Job], sim: Simulation, *, nodes: int, cores
                 trial = merge_jobs(cur, a, j.id, wl, model, overhead_s, cores, pos)
         elif move < TIGHTEN_MERGE + TIGHTEN_CORES and not cpus_per_job:
             c = j.cores + rng.choice((-1, 1))
-            if 1 <= c <= top(j):
-                est = overhead_s + sum(model.seconds(wl.duration[h], c) for h in j.hashes)
+            if 1 <= c <= _top_cores(wl, j.hashes, cores, model):
+                est = job_seconds(wl, j.hashes, c, model, overhead_s)
                 trial = [replace(x, cores=c, est_s=est) if x is j else x for x in cur]
         t_by_id, t_waits, t_feeds = graph(trial) if trial else (by_id, waits, feeds)
         order = _keyed_topo(sorted(t_by_id), t_waits, key)
@@ -1384,7 +1380,7 @@ def _one_job(wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus
     else:
         c = cores
     return [Job(id="j001", hashes=order, cores=c, names=[wl.name(h) for h in order],
-                est_s=overhead_s + sum(model.seconds(wl.duration[h], c) for h in order))]
+                est_s=job_seconds(wl, order, c, model, overhead_s))]
 
 
 def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int) -> Tuple[List[Job], Simulation]:
@@ -1415,7 +1411,8 @@ def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int) -> Tu
 def schedule_plan(plan, settings, *, nodes: Optional[int] = None, cores: Optional[int] = None,
                   hashes: Optional[Iterable[str]] = None, strategy: str = "dedal") -> Schedule:
     """The schedule of a plan's packages to build (or ``hashes``) with the settings'
-    ``job_overhead_s``, ``slurm.nodes``, ``slurm.cores_per_node`` and ``slurm.cpus_per_job``."""
+    ``job_overhead_s``, ``slurm.nodes``, ``slurm.cores_per_node``, ``slurm.cpus_per_job`` and
+    ``slurm.order_hints``."""
     wl = Workload.from_plan(plan, hashes)
     n = nodes if nodes else settings.get("slurm.nodes") or 1
     c = cores if cores else settings.get("slurm.cores_per_node") or DEFAULT_CORES

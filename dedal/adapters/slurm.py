@@ -284,8 +284,9 @@ class Slurm:
         ``--dependency=afterok:a:b`` (with ``--kill-on-invalid-dep=yes`` unless turned
         off, so a failed dependency cancels this job instead of leaving it pending
         forever); ``after_any`` are jobs to wait for whatever their outcome
-        (``afterany:c:d``, all of both lists: ``afterok:a:b,afterany:c:d``). ``env`` is added to the environment the job inherits (sbatch exports
-        the submitting environment), which keeps values with commas intact.
+        (``afterany:c:d``, all of both lists: ``afterok:a:b,afterany:c:d``). ``env`` is
+        added to the environment the job inherits (sbatch exports the submitting
+        environment), which keeps values with commas intact.
         ``requeue=False`` passes ``--no-requeue``: a job lost to a node failure ends as
         NODE_FAIL and the caller decides about resubmitting. Empty or zero options are
         left to the site's defaults; ``extra_args`` go last, before the script.

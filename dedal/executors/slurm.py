@@ -55,7 +55,7 @@ from dedal.executors.common import BuildSummary, blocked_by_failure, node_build_
 from dedal.layers import LayerStore
 from dedal.plan import Plan
 from dedal.progress import BuildProgress
-from dedal.schedule import Job, Schedule, Workload, job_topo, make_schedule
+from dedal.schedule import Job, Schedule, job_topo, schedule_plan
 
 RECORD = "slurm-jobs.json"
 RECORD_FORMAT = 1
@@ -604,11 +604,7 @@ class _Build:
             return self.summary
         self.refuse_concurrent_build()
         nodes, cores = capacity(self.settings, self.client)
-        wl = Workload.from_plan(plan, todo)
-        self.schedule = make_schedule(wl, nodes=nodes, cores=cores,
-                                      overhead_s=float(self.settings.get("job_overhead_s")),
-                                      cpus_per_job=int(self.settings.get("slurm.cpus_per_job") or 0),
-                                      hints=bool(self.settings.get("slurm.order_hints")))
+        self.schedule = schedule_plan(plan, self.settings, nodes=nodes, cores=cores, hashes=todo)
         old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
         poll_s = max(0.05, float(self.settings.get("slurm.poll_s")))
         try:
