@@ -84,10 +84,10 @@ then as early as possible), then a search that reorders by start time plus noise
 a job's cores by one or merges it into the job it waits for, and keeps what is not
 longer. Slurm follows such a plan if each job also waits (``afterany``) for the jobs
 whose cores it takes over (a resource flow, :func:`order_hints`); each such hint holds
-until the end planned for that job (plus 5 %), then the executor drops it, so a late
+until the end planned for that job, then the executor drops it, so a late
 job never holds the cores idle longer than planned. With exact estimates this is about
-1 % shorter on full single nodes; with estimates off by 10 % it ranges from 0.1 %
-shorter to 4 % longer than list scheduling, off by 30 % 2-3 % longer
+1 % shorter on full single nodes; with estimates off by 10 % it ranges from 0.4 %
+shorter to 1 % longer than list scheduling, off by 30 % 1.4-1.8 % longer
 (benchmarks/schedule/robustness.md): worth it only where durations are measured and
 stable.
 """
@@ -112,11 +112,10 @@ REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
 P_MAX = 16
 # tighten(): searches, rounds each (TIGHTEN_WORK // jobs**2 within MIN..MAX: a round costs
 # about that), the noise added to start times to reorder (cycled), the chance of a merge and
-# of a core more or less per round, and how long past its planned end an order hint holds
+# of a core more or less per round
 TIGHTEN_CHAINS, TIGHTEN_WORK, TIGHTEN_MIN, TIGHTEN_MAX = 3, 16_000_000, 20, 2000
 TIGHTEN_NOISE_S = (30.0, 100.0, 300.0)
 TIGHTEN_MERGE, TIGHTEN_CORES = 0.5, 0.25
-ORDER_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -1193,12 +1192,13 @@ def _justify(jobs: Mapping[str, Job], starts: Dict[str, Tuple[float, float, int]
         starts, best = early, span
 
 
-def order_hints(jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]], cores: int,
-                slack: float = ORDER_SLACK) -> Dict[str, Dict[str, float]]:
+def order_hints(jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]],
+                cores: int) -> Dict[str, Dict[str, float]]:
     """Which jobs each job should wait for so that a scheduler starting jobs as soon as
     they may reproduces ``starts``: the jobs whose cores it takes over (a resource flow,
     Artigues et al. 2003), unless it already waits for them. Each hint holds until the
-    end planned for that job, plus ``slack`` of it."""
+    end planned for that job and no longer: any slack past it held cores idle for a late
+    job in the replays with noisy durations (benchmarks/schedule/robustness.md)."""
     ancestors: Dict[str, Set[str]] = {}
     for j in job_topo(jobs):
         anc = set(j.after)
@@ -1221,7 +1221,7 @@ def order_hints(jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, in
             h[2] -= take
             need -= take
             if h[1] is not None and h[1] not in ancestors[jid]:
-                hints[jid][h[1]] = starts[h[1]][1] * (1.0 + slack)
+                hints[jid][h[1]] = starts[h[1]][1]
         if need:
             raise ValueError(f"job {jid} does not fit its node at {start:.1f} s")
         holders[node].append([end, jid, by_id[jid].cores])

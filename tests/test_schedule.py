@@ -341,7 +341,7 @@ def test_order_hints_make_a_list_scheduler_keep_cores_for_a_wide_job() -> None:
     listed = simulate(jobs, nodes=1, cores=2)
     assert listed.makespan_s == pytest.approx(45.0) and listed.starts["y"][0] == pytest.approx(15.0)
     planned = {"x": (0.0, 10.0, 0), "z": (0.0, 15.0, 0), "w": (10.0, 20.0, 0), "y": (20.0, 40.0, 0)}
-    hints = order_hints(jobs, planned, 2, slack=0.0)
+    hints = order_hints(jobs, planned, 2)
     assert hints == {"x": {}, "z": {}, "w": {"x": 10.0}, "y": {"w": 20.0, "z": 15.0}}
     for j in jobs:
         j.order = hints[j.id]

@@ -112,8 +112,8 @@ def markdown(result: dict) -> str:
         "`dedal`: what `dedal build --executor slurm` submits by default (critical-path priorities, Slurm",
         "starts what fits). `+hints`: with `slurm.order_hints` on (fixed start times that Slurm follows",
         "through `afterany` hints, each dropped at its planned time), and how many hints. Hints win only",
-        "while the estimates hold: with estimates off by 10 % they range from 0.1 % better to 4 % worse",
-        "than no hints, off by 30 % 2-3 % worse (`robustness.md`), so they are off by default.",
+        "while the estimates hold: with estimates off by 10 % they range from 0.4 % better to 1 % worse",
+        "than no hints, off by 30 % 1.4-1.8 % worse (`robustness.md`), so they are off by default.",
         "",
         f"Synthetic ESD environment (seed {result['seed']}): " +
         ", ".join(f"{k} {v}" for k, v in result["synthetic"].items()) + ".",
