@@ -74,7 +74,8 @@ SETTINGS: List[Setting] = [
     Setting("slurm.partition", "str", _const(""), "sbatch --partition"),
     Setting("slurm.account", "str", _const(""), "sbatch --account"),
     Setting("slurm.qos", "str", _const(""), "sbatch --qos"),
-    Setting("slurm.time", "str", _const("04:00:00"), "sbatch --time per build job"),
+    Setting("slurm.time", "str", _const("04:00:00"), "sbatch --time: the most a build job may run, and the limit of a job resubmitted after running past its estimate"),
+    Setting("slurm.time_factor", "float", _const(2.0), "each job's --time is its estimate times this (whole minutes), at most slurm.time: Slurm's backfill plans with the limits, see benchmarks/schedule/cluster.md; 0: slurm.time for every job"),
     Setting("slurm.constraint", "str", _const(""), "sbatch --constraint"),
     Setting("slurm.nodes", "int", _const(4), "nodes the build may use at once (scheduling capacity)"),
     Setting("slurm.cpus_per_job", "int", _const(0), "sbatch --cpus-per-task (0: scheduler decides per job)"),
@@ -139,6 +140,8 @@ def _convert(s: Setting, value: Any, from_text: bool) -> Any:
     if s.kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"{s.key}: expected a number, got {value!r}")
+        if not value >= 0:  # NaN too
+            raise UserError(f"{s.key}: expected a non-negative number, got {value!r}")
         return float(value)
     if s.kind == "bool":
         if not isinstance(value, bool):

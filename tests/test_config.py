@@ -34,6 +34,8 @@ def test_defaults_follow_data_dir(tmp_path):
     ("jobs: many\n", "jobs: expected an integer, got 'many'"),
     ("executor: pbs\n", "executor: expected one of local, slurm, got 'pbs'"),
     ("slurm:\n  extra_args: --exclusive\n", "slurm.extra_args: expected a list of strings"),
+    ("slurm:\n  time_factor: -1\n", "slurm.time_factor: expected a non-negative number, got -1"),
+    ("slurm:\n  time_factor: .nan\n", "slurm.time_factor: expected a non-negative number, got nan"),
     ("colour: blue\n", "unknown setting 'colour'"),
     ("- a\n- b\n", "expected a mapping of settings"),
     ("a: [\n", "not valid YAML"),

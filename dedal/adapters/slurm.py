@@ -175,6 +175,34 @@ def _dependency(after_ok: Iterable[Union[str, int]], after_any: Iterable[Union[s
     return ",".join(parts)
 
 
+def time_minutes(text: str) -> Optional[int]:
+    """A Slurm time limit (``--time``: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``,
+    ``D-H:M:S``) in whole minutes, rounded up as Slurm does; None for no limit (empty,
+    ``UNLIMITED``, ``INFINITE``). ValueError on anything else."""
+    t = text.strip()
+    if t == "" or t.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, sep, rest = t.partition("-")
+    if not sep:
+        days, rest = "0", t
+    fields = rest.split(":")
+    if not days.isdigit() or not all(f.isdigit() for f in fields) or len(fields) > 3:
+        raise ValueError(f"not a Slurm time limit: {text!r}")
+    nums = [int(f) for f in fields]
+    if sep:  # D-H, D-H:M, D-H:M:S
+        h, m, sec = (nums + [0, 0])[:3]
+    elif len(nums) == 3:  # H:M:S
+        h, m, sec = nums
+    else:  # M, M:S
+        h, m, sec = 0, nums[0], (nums[1] if len(nums) == 2 else 0)
+    return (int(days) * 24 + h) * 60 + m + (1 if sec else 0)
+
+
+def time_text(minutes: int) -> str:
+    """Whole minutes as a Slurm time limit, ``H:MM:00``."""
+    return f"{minutes // 60}:{minutes % 60:02d}:00"
+
+
 def _wait_status(value: Any) -> Tuple[Optional[int], Optional[int]]:
     """(exit code, signal) from squeue JSON: a raw wait status (22.05) or an object (23.02+)."""
     if isinstance(value, bool) or value is None:
@@ -427,6 +455,24 @@ class Slurm:
         cmd = [*self._sacct_mode, "-X", "-n", "-P", "-j", ",".join(ids), fmt]
         res = self._run(cmd, what=" ".join(self._sacct_mode))
         return self._parse_sacct(res.stdout, set(ids), " ".join(self._sacct_mode))
+
+    def times(self, job_ids: Iterable[Union[str, int]]) -> Dict[str, Tuple[str, str]]:
+        """(Start, End) of each finished job as sacct (or ``sacct -c``) prints them,
+        ``YYYY-MM-DDTHH:MM:SS``; jobs it does not know are left out."""
+        ids = _ids(job_ids)
+        if not ids:
+            return {}
+        if self._sacct_mode is None:
+            self._sacct(ids[:1])  # finds out whether accounting or only the completion log exists
+        assert self._sacct_mode is not None
+        res = self._run([*self._sacct_mode, "-X", "-n", "-P", "-j", ",".join(ids), "--format=JobID,Start,End"],
+                        what=" ".join(self._sacct_mode))
+        out: Dict[str, Tuple[str, str]] = {}
+        for line in res.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3 and parts[0] in ids:
+                out[parts[0]] = (parts[1], parts[2])
+        return out
 
     @staticmethod
     def _parse_sacct(text: str, wanted: set, source: str) -> Dict[str, JobState]:

@@ -17,8 +17,15 @@ appears; a finished job's ``--result`` file says what failed and where the logs 
   ``--no-requeue`` so this is visible) is resubmitted up to ``slurm.retries`` times,
   together with the jobs waiting for it (which ``--kill-on-invalid-dep`` cancels, or
   would): they are cancelled and resubmitted against the new job id.
-* A genuine failure (FAILED, TIMEOUT, OUT_OF_MEMORY, a killed batch script) is never
-  retried: the packages that need the failed one are reported blocked and their jobs
+* Time limits: each job's ``--time`` is its estimate times ``slurm.time_factor`` (in
+  whole minutes), at most ``slurm.time``. Slurm's backfill plans with the limits; with
+  one 4-hour limit for every job it cannot start a job ahead of a wider one without
+  delaying it, and on full nodes cores stay idle (benchmarks/schedule/cluster.md). A job
+  killed at such a limit (TIMEOUT) has not failed its build: it is resubmitted once with
+  ``slurm.time``, together with the jobs waiting for it; packages it had packed already
+  are not built again.
+* A genuine failure (FAILED, TIMEOUT at ``slurm.time``, OUT_OF_MEMORY, a killed batch
+  script) is never retried: the packages that need the failed one are reported blocked and their jobs
   cancelled; independent jobs go on. Without ``keep_going`` the jobs that have not
   started yet are cancelled (running ones finish, their layers are good), as the
   local executor stops starting new builds; with it, packages of a cancelled job that
@@ -37,6 +44,7 @@ state, node, log, result), rewritten on each change, for ``dedal status``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -106,6 +114,8 @@ class Tracked:
     current: int = 0                 # index of the package now building
     pkg_started: float = 0.0
     hints: List[str] = field(default_factory=list)  # order hints (job ids) Slurm still holds it to
+    time: str = ""                   # --time it was submitted with
+    extended: bool = False           # resubmitted with slurm.time after running past its estimated limit
 
     @property
     def log(self) -> str:
@@ -114,6 +124,23 @@ class Tracked:
     @property
     def active(self) -> bool:
         return self.status in ("queued", "running")
+
+
+def job_time_limit(est_s: float, factor: float, cap: str) -> str:
+    """A job's ``--time``: its estimate times ``factor``, in whole minutes (rounded up),
+    or ``cap`` (``slurm.time``) where that is less or ``factor`` is 0. Slurm's backfill plans
+    with the limits: with one long limit for every job it cannot start a job early
+    without delaying the top one, and cores stay idle (benchmarks/schedule/cluster.md)."""
+    if factor <= 0:
+        return cap
+    try:
+        most = slurm_adapter.time_minutes(cap)
+    except ValueError as exc:
+        raise UserError(f"slurm.time: {exc}") from None
+    minutes = max(1, math.ceil(factor * est_s / 60.0))
+    if most is not None and minutes >= most:
+        return cap
+    return slurm_adapter.time_text(minutes)
 
 
 def capacity(settings: Settings, client: Slurm) -> tuple:
@@ -188,7 +215,7 @@ class _Build:
                 "packages": [self.label(h) for h in t.job.hashes], "hashes": list(t.job.hashes),
                 "package_status": {self.label(h): self.pkg_status.get(h, "queued") for h in t.job.hashes},
                 "after": list(t.job.after), "order": dict(t.job.order), "hints": list(t.hints),
-                "cores": t.job.cores, "est_s": round(t.job.est_s, 1),
+                "cores": t.job.cores, "est_s": round(t.job.est_s, 1), "time": t.time,
                 "log": t.log, "result": str(t.result), "script": str(t.script), "error": t.error,
                 "history": t.history,
             })
@@ -249,11 +276,13 @@ class _Build:
             deps.append(dep.slurm_id)
         t.hints = self.live_hints(job, list(job.order))
         s = self.settings
+        if not t.time:
+            t.time = job_time_limit(job.est_s, float(s.get("slurm.time_factor")), s.get("slurm.time") or "")
         t.slurm_id = self.client.submit(
             script, name=t.name, dependencies=deps, kill_on_invalid_dep=True,
             after_any=[self.tracked[a].slurm_id for a in t.hints],
             partition=s.get("slurm.partition"), account=s.get("slurm.account"), qos=s.get("slurm.qos"),
-            time=s.get("slurm.time"), constraint=s.get("slurm.constraint"), nodes=1,
+            time=t.time, constraint=s.get("slurm.constraint"), nodes=1,
             cpus=int(s.get("slurm.cpus_per_job") or job.cores), mem=s.get("slurm.mem"),
             extra_args=list(s.get("slurm.extra_args") or []), output=t.out_pattern, nice=nice,
             workdir=self.work,
@@ -481,11 +510,28 @@ class _Build:
         """Resubmit a job lost to the machine, and every job waiting for it."""
         retries = int(self.settings.get("slurm.retries"))
         how = _describe(st)
-        if t.attempt > retries:
-            self.progress.note(f"{t.job.id} ({t.name}) lost to {how} {t.attempt} time(s); not retrying "
+        lost = t.attempt - int(t.extended)  # submissions that ended with the machine's failure
+        if lost > retries:
+            self.progress.note(f"{t.job.id} ({t.name}) lost to {how} {lost} time(s); not retrying "
                                f"(slurm.retries = {retries})")
             self.job_done(t, st)
             return
+        node = st.node or t.node
+        self.resubmit(t, st, f"lost to {how}{' on ' + node if node else ''}: resubmitting "
+                             f"(attempt {lost + 1} of {retries + 1})")
+
+    def past_limit(self, t: Tracked, st: JobState) -> None:
+        """A job killed at the limit taken from its estimate has not failed its build:
+        resubmit it once (and the jobs waiting for it) with ``slurm.time``."""
+        was = t.time
+        t.time = self.settings.get("slurm.time") or ""
+        t.extended = True
+        self.resubmit(t, st, f"ran past its time limit of {was} (estimate x slurm.time_factor): resubmitting "
+                             f"with slurm.time ({t.time or 'no limit'})")
+
+    def resubmit(self, t: Tracked, st: JobState, what: str) -> None:
+        """Submit ``t`` again, and every job waiting for it (cancelled first: Slurm would
+        cancel them through kill-on-invalid-dep), against its new id."""
         # the jobs waiting (transitively) for it: Slurm cancels them (kill-on-invalid-dep)
         dependents: Dict[str, List[str]] = {}
         for other in self.tracked.values():
@@ -515,10 +561,8 @@ class _Build:
                         self.progress.running.pop(self.label(h), None)
             job_t.current = 0
         t.attempt += 1
-        self.progress.note(f"{t.job.id} ({t.name}, Slurm job {t.slurm_id}) lost to {how}"
-                           f"{' on ' + (st.node or t.node) if (st.node or t.node) else ''}: resubmitting "
-                           f"(attempt {t.attempt} of {retries + 1})"
-                           + (f" with {len(closure)} job(s) waiting for it" if closure else ""))
+        self.progress.note(f"{t.job.id} ({t.name}, Slurm job {t.slurm_id}) {what}"
+                           + (f", with {len(closure)} job(s) waiting for it" if closure else ""))
         text, source = self.template()
         t.status = "resubmitting"
         for d in closure:
@@ -580,6 +624,8 @@ class _Build:
             changed = True
             if st.state.is_node_failure:
                 self.node_failure(t, st)
+            elif st.state is State.TIMEOUT and not t.extended and t.time != (self.settings.get("slurm.time") or ""):
+                self.past_limit(t, st)
             elif st.state is State.CANCELLED and t.cancel_requested:
                 t.status = "cancelled"
             else:

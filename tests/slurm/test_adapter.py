@@ -133,3 +133,34 @@ def test_missing_slurm_is_tool_missing(tmp_path: Path) -> None:
     client = Slurm({"PATH": str(tmp_path)})
     with pytest.raises(ToolMissing, match="slurm-client"):
         client.nodes()
+
+
+@pytest.mark.parametrize("text, minutes", [
+    ("04:00:00", 240), ("240", 240), ("90:30", 91), ("0:30", 1), ("48:00:00", 2880),
+    ("1-00:00:00", 1440), ("2-3", 3060), ("1-1:30", 1530), ("1-0:0:1", 1441),
+    ("", None), ("UNLIMITED", None), ("infinite", None),
+])
+def test_time_limits_in_slurm_formats(text, minutes) -> None:
+    assert slurm.time_minutes(text) == minutes
+    if minutes:
+        assert slurm.time_minutes(slurm.time_text(minutes)) == minutes
+
+
+@pytest.mark.parametrize("text", ["4h", "1:2:3:4", "a-1", "-5", "1--2", "1-2:3:4:5", "12:xx"])
+def test_time_limit_not_in_a_slurm_format(text) -> None:
+    with pytest.raises(ValueError, match="not a Slurm time limit"):
+        slurm.time_minutes(text)
+
+
+def test_job_time_limit_from_its_estimate() -> None:
+    from dedal.executors.slurm import job_time_limit
+    assert job_time_limit(300.0, 2.0, "04:00:00") == "0:10:00"
+    assert job_time_limit(301.0, 2.0, "04:00:00") == "0:11:00"   # whole minutes, rounded up
+    assert job_time_limit(5.0, 2.0, "04:00:00") == "0:01:00"     # at least one
+    assert job_time_limit(7200.0, 2.0, "04:00:00") == "04:00:00"  # never above slurm.time
+    assert job_time_limit(9000.0, 2.0, "04:00:00") == "04:00:00"
+    assert job_time_limit(9000.0, 2.0, "") == "5:00:00"           # no cap: the estimate's
+    assert job_time_limit(300.0, 0.0, "04:00:00") == "04:00:00"   # factor 0: slurm.time as it is
+    assert job_time_limit(300.0, 0.0, "whatever") == "whatever"
+    with pytest.raises(UserError, match="slurm.time: not a Slurm time limit: '4h'"):
+        job_time_limit(300.0, 2.0, "4h")

@@ -285,6 +285,28 @@ def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_
     assert victim["slurm_id"] != job["slurm_id"] and victim["status"] == "done"
 
 
+def test_job_past_its_estimated_limit_is_resubmitted_with_slurm_time(slurm_cluster: SlurmCluster, isolated_env,
+                                                                     tmp_path: Path) -> None:
+    """Each job's --time comes from its estimate (here 1 minute); a build running longer is
+    killed by Slurm (TIMEOUT), which is no build failure: the job goes again with slurm.time."""
+    tiny = make_env(tmp_path, sleep={"libdedal": 600})
+    proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_TIME_FACTOR="0.01",
+                       DEDAL_SLURM_TIME="0:30:00")
+    job = wait_for("libdedal running", lambda: running_job_of(tiny, "libdedal"), proc=proc)
+    limits = {j["id"]: j["time"] for j in record(tiny)["jobs"]}
+    assert set(limits.values()) == {"0:01:00"}, limits
+    wait_for("the resubmission after TIMEOUT", lambda: any(j["history"] and j["history"][0]["state"] == "TIMEOUT"
+                                                         for j in record(tiny)["jobs"]), timeout=150, proc=proc)
+    tiny.reconfigure()  # libdedal builds quickly from now on
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "tiny: 5 built, 0 reused, 0 failed, 0 not built" in out
+    assert "ran past its time limit of 0:01:00" in err and "resubmitting with slurm.time (0:30:00)" in err
+    victim = next(j for j in record(tiny)["jobs"] if j["id"] == job["id"])
+    assert victim["status"] == "done" and victim["time"] == "0:30:00" and victim["attempt"] == 2
+    assert victim["history"][0]["slurm_id"] == job["slurm_id"] != victim["slurm_id"]
+
+
 def test_multi_node_build_of_a_real_mpi_cuda_lock(slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
     env = make_env(tmp_path, lock="mpi-cuda", specs=MPI_CUDA_SPECS, name="mc")
     res = run_dedal("build", str(env.env_file), "--json", env=build_env(env, slurm_cluster), timeout=240)
@@ -314,10 +336,8 @@ def test_order_hints_reach_slurm_as_afterany(slurm_cluster: SlurmCluster, run_de
     by_id = {j["id"]: j for j in rec["jobs"]}
     hinted = [j for j in rec["jobs"] if j["order"]]
     assert hinted, "the 1-node schedule has order hints"
-    out = subprocess.run(["sacct", "-c", "-n", "-P", "--format=JobID,Start,End", "-j",
-                          ",".join(j["slurm_id"] for j in rec["jobs"])],
-                         env=slurm_cluster.env, text=True, capture_output=True, timeout=30, check=True).stdout
-    times = {row.split("|")[0]: row.split("|")[1:] for row in out.splitlines() if row.count("|") == 2}
+    times = Slurm(slurm_cluster.env).times(j["slurm_id"] for j in rec["jobs"])
+    assert len(times) == len(rec["jobs"])
     for j in hinted:
         for a in j["order"]:
             before = by_id[a]["slurm_id"]
