@@ -44,7 +44,6 @@ state, node, log, result), rewritten on each change, for ``dedal status``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shlex
@@ -63,7 +62,7 @@ from dedal.executors.common import BuildSummary, blocked_by_failure, node_build_
 from dedal.layers import LayerStore
 from dedal.plan import Plan
 from dedal.progress import BuildProgress
-from dedal.schedule import Job, Schedule, job_topo, schedule_plan
+from dedal.schedule import Job, Schedule, TimeLimits, job_topo, schedule_plan
 
 RECORD = "slurm-jobs.json"
 RECORD_FORMAT = 1
@@ -137,8 +136,8 @@ def job_time_limit(est_s: float, factor: float, cap: str) -> str:
         most = slurm_adapter.time_minutes(cap)
     except ValueError as exc:
         raise UserError(f"slurm.time: {exc}") from None
-    minutes = max(1, math.ceil(factor * est_s / 60.0))
-    if most is not None and minutes >= most:
+    minutes = TimeLimits(factor, most).minutes(est_s)
+    if minutes is None or minutes == most:
         return cap
     return slurm_adapter.time_text(minutes)
 
