@@ -101,8 +101,4 @@ def simulate(plan, settings, args: argparse.Namespace) -> int:
     out.print(f"utilization {sched.utilization:.1%}, {len(sched.jobs)} jobs for "
               f"{sum(len(j.hashes) for j in sched.jobs)} packages"
               + (f", {hints} order hints (slurm.order_hints)" if hints else ""))
-    if sched.limits:
-        cap = f"{sched.limits.cap_min} min" if sched.limits.cap_min is not None else "none"
-        out.print(f"judged in Slurm's main and backfill schedulers with the jobs' time limits: estimate x "
-                  f"{sched.limits.factor:g} (slurm.time_factor), at most {cap} (slurm.time)")
     return 0
