@@ -249,7 +249,13 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmClust
                    for j, s in zip(rec["jobs"], states.values()))
     assert any(s.state is State.CANCELLED for s in states.values())
     # the node builds removed their stages on scancel's SIGTERM
-    wait_for("stages removed", lambda: stage_leftovers(tiny.stage) == [], timeout=30)
+    try:
+        wait_for("stages removed", lambda: stage_leftovers(tiny.stage) == [], timeout=30)
+    except AssertionError:
+        logs = {Path(j["log"]).name: Path(j["log"]).read_text()[-1500:] for j in rec["jobs"] if Path(j["log"]).is_file()}
+        raise AssertionError(f"stages left 30 s after scancel: {stage_leftovers(tiny.stage)}; job states "
+                             f"{[(j['id'], s.state.value) for j, s in zip(rec['jobs'], states.values())]}; "
+                             f"job logs: {logs}") from None
     built = names(summary["built"])
     assert "dedal-bootstrap" not in built and "dedal-app" not in built
 
