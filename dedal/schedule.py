@@ -822,6 +822,26 @@ def job_topo(jobs: Sequence[Job]) -> List[Job]:
 
 # -- simulation of a batch scheduler running the jobs -------------------------------------
 
+def _afterok(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], Dict[str, Job], Dict[str, List[str]],
+                                                      Dict[str, int]]:
+    """What both simulations start from: each job's index and the job by id, the jobs
+    waiting (``afterok``) for each, and how many jobs each waits for; every job must fit
+    a node and wait only for known jobs."""
+    index = {j.id: i for i, j in enumerate(jobs)}
+    by_id = {j.id: j for j in jobs}
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    nmiss = {j.id: 0 for j in jobs}
+    for j in jobs:
+        if j.cores > cores:
+            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
+        for a in j.after:
+            if a not in dependents:
+                raise ValueError(f"job {j.id} waits for an unknown job {a}")
+            dependents[a].append(j.id)
+            nmiss[j.id] += 1
+    return index, by_id, dependents, nmiss
+
+
 def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
     """Run the jobs as a batch scheduler would: a job is eligible once every job in its
     ``after`` completed and each of its order hints was met (that job ended) or expired;
@@ -829,26 +849,17 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
     cores, lower-priority ones fill in where the top one does not fit (backfill); each
     runs ``est_s`` seconds."""
     pool = _Nodes(nodes, cores)
-    index = {j.id: i for i, j in enumerate(jobs)}
-    by_id = {j.id: j for j in jobs}
-    # job -> (dependent, hint or None); a hint (pred, job) counts once: at its end or expiry
-    dependents: Dict[str, List[Tuple[str, Optional[Tuple[str, str]]]]] = {j.id: [] for j in jobs}
-    nmiss = {j.id: 0 for j in jobs}
+    index, by_id, dependents, nmiss = _afterok(jobs, cores)
+    # job -> (dependent, hint) for its order hints; a hint (pred, job) counts once: at its end or expiry
+    hinted: Dict[str, List[Tuple[str, Tuple[str, str]]]] = {j.id: [] for j in jobs}
     # events: (time, 0 = a job ends / 1 = a hint expires, index, job, hint)
     heap: List[Tuple[float, int, int, str, Optional[Tuple[str, str]]]] = []
     for j in jobs:
-        if j.cores > cores:
-            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
-        for a in j.after:
-            if a not in dependents:
-                raise ValueError(f"job {j.id} waits for an unknown job {a}")
-            dependents[a].append((j.id, None))
-            nmiss[j.id] += 1
         for a, until in j.order.items():
-            if a not in dependents:
+            if a not in hinted:
                 raise ValueError(f"job {j.id} has an order hint on an unknown job {a}")
             if a not in j.after:
-                dependents[a].append((j.id, (a, j.id)))
+                hinted[a].append((j.id, (a, j.id)))
                 nmiss[j.id] += 1
                 heapq.heappush(heap, (until, 1, index[j.id], j.id, (a, j.id)))
     met: Set[Tuple[str, str]] = set()
@@ -900,10 +911,10 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
             one_less(jid)
         else:
             pool.release(jid, starts[jid][2])
-            for d, h in dependents[jid]:
-                if h is None:
-                    one_less(d)
-                elif h not in met:
+            for d in dependents[jid]:
+                one_less(d)
+            for d, h in hinted[jid]:
+                if h not in met:
                     met.add(h)
                     one_less(d)
         start(now)
@@ -925,18 +936,7 @@ def simulate_backfill(jobs: Sequence[Job], *, nodes: int, cores: int, limits: Ma
     hints are not modelled."""
     if any(j.order for j in jobs):
         raise ValueError("simulate_backfill does not model order hints")
-    index = {j.id: i for i, j in enumerate(jobs)}
-    by_id = {j.id: j for j in jobs}
-    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
-    nmiss = {j.id: 0 for j in jobs}
-    for j in jobs:
-        if j.cores > cores:
-            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
-        for a in j.after:
-            if a not in dependents:
-                raise ValueError(f"job {j.id} waits for an unknown job {a}")
-            dependents[a].append(j.id)
-            nmiss[j.id] += 1
+    index, by_id, dependents, nmiss = _afterok(jobs, cores)
     eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs
                                                     if nmiss[j.id] == 0)
     free = [cores] * max(1, nodes)
