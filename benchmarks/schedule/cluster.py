@@ -28,7 +28,6 @@ cluster.md and cluster.json.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shutil
 import statistics
@@ -37,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Dict, List
@@ -49,20 +49,19 @@ sys.path.insert(0, str(HERE))
 from dedal.adapters.slurm import Slurm  # noqa: E402
 from dedal.config import BY_KEY  # noqa: E402
 from dedal.executors.slurm import job_time_limit  # noqa: E402
-from dedal.adapters.slurm import time_minutes  # noqa: E402
-from dedal.schedule import Job, job_topo, make_schedule, replace, simulate, simulate_backfill  # noqa: E402
-from run import workloads, write  # noqa: E402
+from dedal.schedule import TimeLimits, job_topo, make_schedule, simulate, simulate_backfill  # noqa: E402
+from run import LIMITS, workloads, write  # noqa: E402
 
 TESTCLUSTER = ROOT / "slurm" / "testcluster"
-CAP = BY_KEY["slurm.time"].default({})            # 04:00:00
-FACTOR = BY_KEY["slurm.time_factor"].default({})  # 2
+CAP = BY_KEY["slurm.time"].default({})  # 04:00:00
 OVERHEAD = 3.0
 POLL_S = 5.0
 STARTING = threading.Lock()  # start.sh picks free ports: one cluster at a time
 
 
-def limit_for(job: Job, mode: str) -> str:
-    return job_time_limit(job.est_s, FACTOR if mode == "estimate" else 0.0, CAP)
+def limits_of(mode: str) -> TimeLimits:
+    """The default limits (``estimate``), or ``slurm.time`` for every job (``fixed``)."""
+    return LIMITS if mode == "estimate" else replace(LIMITS, factor=0.0)
 
 
 def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl) -> dict:
@@ -70,9 +69,9 @@ def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl) -> di
     sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=OVERHEAD)
     jobs = [replace(j, est_s=j.est_s * scale) for j in sched.jobs]
     sim = simulate(jobs, nodes=nodes, cores=cores)
-    limits = {j.id: limit_for(j, mode) for j in jobs}
-    model = simulate_backfill(jobs, nodes=nodes, cores=cores,
-                              limits={k: 60.0 * (time_minutes(v) or 0) or math.inf for k, v in limits.items()})
+    policy = limits_of(mode)
+    limits = {j.id: job_time_limit(j.est_s, policy.factor, CAP) for j in jobs}  # as the executor submits them
+    model = simulate_backfill(jobs, nodes=nodes, cores=cores, limits=policy.seconds(jobs))
     state = Path(tempfile.mkdtemp(prefix=f"dedal-replay-{mode[:3]}-", dir="/tmp"))
     env = dict(os.environ, DEDAL_TC_CPUS=str(cores))
     with STARTING:
@@ -136,7 +135,7 @@ def markdown(result: dict) -> str:
              "schedulers, planning with the time limits) predicts.",
              f"`fixed`: dedal before `slurm.time_factor`: every job with the default `slurm.time` ({CAP}).",
              "`estimate`: what `dedal build` submits now: each job's limit its estimate times",
-             f"`slurm.time_factor` ({FACTOR:g}) in whole minutes.", "",
+             f"`slurm.time_factor` ({LIMITS.factor:g}) in whole minutes.", "",
              "| workload | nodes x cores | jobs | time limits | simulated (s) | backfill model (s) | Slurm (s) | "
              "Slurm / simulated | Slurm / backfill model | Slurm / LB | starts later than simulated, mean / max (s) |",
              "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
