@@ -440,8 +440,11 @@ class Slurm:
             out[job_id] = JobState(state, code, node, _clean_reason(job.get("state_reason")), sig, "squeue")
         return out
 
-    def _sacct(self, ids: List[str]) -> Dict[str, JobState]:
-        fmt = "--format=JobID,State,ExitCode,NodeList"
+    def _sacct_rows(self, ids: List[str], fields: str) -> Tuple[str, str]:
+        """(output, source) of ``sacct -X -n -P --format=fields`` for the jobs: from
+        accounting, or from the job completion log (``sacct -c``) where accounting storage
+        is disabled (found out on the first call)."""
+        fmt = "--format=" + fields
         if self._sacct_mode is None:
             res = self._run(["sacct", "-X", "-n", "-P", "-j", ",".join(ids), fmt], what="sacct", check=False)
             text = res.stdout + res.stderr
@@ -449,12 +452,16 @@ class Slurm:
                 self._sacct_mode = ["sacct", "-c"]
             elif res.returncode == 0:
                 self._sacct_mode = ["sacct"]
-                return self._parse_sacct(res.stdout, set(ids), "sacct")
+                return res.stdout, "sacct"
             else:
                 raise ToolError("sacct", res.cmd, res.returncode, None, proc._tail(text))
         cmd = [*self._sacct_mode, "-X", "-n", "-P", "-j", ",".join(ids), fmt]
         res = self._run(cmd, what=" ".join(self._sacct_mode))
-        return self._parse_sacct(res.stdout, set(ids), " ".join(self._sacct_mode))
+        return res.stdout, " ".join(self._sacct_mode)
+
+    def _sacct(self, ids: List[str]) -> Dict[str, JobState]:
+        text, source = self._sacct_rows(ids, "JobID,State,ExitCode,NodeList")
+        return self._parse_sacct(text, set(ids), source)
 
     def times(self, job_ids: Iterable[Union[str, int]]) -> Dict[str, Tuple[str, str]]:
         """(Start, End) of each finished job as sacct (or ``sacct -c``) prints them,
@@ -462,15 +469,12 @@ class Slurm:
         ids = _ids(job_ids)
         if not ids:
             return {}
-        if self._sacct_mode is None:
-            self._sacct(ids[:1])  # finds out whether accounting or only the completion log exists
-        assert self._sacct_mode is not None
-        res = self._run([*self._sacct_mode, "-X", "-n", "-P", "-j", ",".join(ids), "--format=JobID,Start,End"],
-                        what=" ".join(self._sacct_mode))
+        text, _ = self._sacct_rows(ids, "JobID,Start,End")
+        wanted = set(ids)
         out: Dict[str, Tuple[str, str]] = {}
-        for line in res.stdout.splitlines():
+        for line in text.splitlines():
             parts = line.strip().split("|")
-            if len(parts) == 3 and parts[0] in ids:
+            if len(parts) == 3 and parts[0] in wanted:
                 out[parts[0]] = (parts[1], parts[2])
         return out
 
