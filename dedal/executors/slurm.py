@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from dedal.adapters import slurm as slurm_adapter
 from dedal.adapters.slurm import JobState, Slurm, State
@@ -140,6 +140,12 @@ def job_time_limit(est_s: float, factor: float, cap: str) -> str:
     if minutes is None or minutes == most:
         return cap
     return slurm_adapter.time_text(minutes)
+
+
+def live_hints(job: Job, hints: Sequence[str], active: Callable[[str], bool], elapsed: float) -> List[str]:
+    """The order hints of ``job`` still worth waiting for: their job is queued or running
+    (``active``) and their time (seconds after submission) has not passed at ``elapsed``."""
+    return [a for a in hints if active(a) and job.order.get(a, 0.0) > elapsed]
 
 
 def capacity(settings: Settings, client: Slurm) -> tuple:
@@ -292,11 +298,8 @@ class _Build:
         self.summary.jobs += 1
 
     def live_hints(self, job: Job, hints: Sequence[str]) -> List[str]:
-        """The order hints of ``job`` still worth waiting for: their job is queued or
-        running and their time (seconds after submission) has not passed."""
-        elapsed = time.monotonic() - self.submitted
-        return [a for a in hints if a in self.tracked and self.tracked[a].active and self.tracked[a].slurm_id
-                and job.order.get(a, 0.0) > elapsed]
+        return live_hints(job, hints, lambda a: a in self.tracked and self.tracked[a].active
+                          and bool(self.tracked[a].slurm_id), time.monotonic() - self.submitted)
 
     def expire_hints(self) -> bool:
         """A queued job stops waiting for an order hint once its planned time has passed:
