@@ -1,7 +1,12 @@
 """Per-package build durations for scheduling: measured when known, modelled otherwise.
 
 Measured: ``build_seconds`` of an earlier layer manifest of the same package name and
-version (any base or root: the work is the same), else of the same name. Modelled: a
+version (any base or root: the work is the same), else of the same name. A build ran
+with ``make -j build_cores``; the scheduler takes durations on its reference cores
+(``dedal.schedule.CoreModel``), so a recorded core count converts the wall time
+(:meth:`~dedal.schedule.CoreModel.reference_seconds`); without one (older manifests) the
+wall time is taken as it is. Taken as it is, 120 s of a build on 13 cores would be planned
+as a 2-core package: its next job would get 2 cores and run far past its estimate. Modelled: a
 small table of notoriously long builds (compilers, MPI, CUDA-aware libraries, big
 numerical libraries), measured on 2 cores (../shared/notes/spack-debian-sources.md
 §3.4 for the MPI stack) and scaled from published Spack CI timings for the rest; every
@@ -10,6 +15,8 @@ other package is assumed to take DEFAULT_S. Externals take no time.
 from __future__ import annotations
 
 from typing import Dict, Iterable, Mapping, Optional
+
+from dedal.schedule import DEFAULT_MODEL
 
 DEFAULT_S = 60.0
 
@@ -50,10 +57,13 @@ def estimate(
 
 
 def from_manifests(manifests: Iterable) -> Dict[tuple, float]:
-    """Measured durations from layer manifests (latest wins)."""
+    """Measured durations from layer manifests (latest wins), on the scheduler's reference cores."""
     out: Dict[tuple, float] = {}
     for m in sorted(manifests, key=lambda m: m.built_at):
         if m.build_seconds > 0:
-            out[(m.name, m.version)] = m.build_seconds
-            out[(m.name, None)] = m.build_seconds
+            seconds = m.build_seconds
+            if m.build_cores > 0:
+                seconds = DEFAULT_MODEL.reference_seconds(m.build_seconds, m.build_cores)
+            out[(m.name, m.version)] = seconds
+            out[(m.name, None)] = seconds
     return out

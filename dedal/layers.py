@@ -55,6 +55,7 @@ class LayerManifest:
     files: int = 0         # entries (files, dirs, links) in the prefix
     sha256: str = ""
     build_seconds: float = 0.0
+    build_cores: int = 0   # make -j of that build (0: not recorded, manifests before dedal recorded it)
     pack_seconds: float = 0.0
     built_at: str = ""
     host: str = ""

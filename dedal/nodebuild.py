@@ -90,6 +90,21 @@ class Stage:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
+SPACK_DEFAULT_JOBS = 16  # Spack's config:build_jobs when not set (etc/spack/defaults/config.yaml)
+
+
+def make_jobs(build_jobs: int) -> int:
+    """The ``make -j`` of a package build: ``build_jobs``, else what Spack picks: its
+    default of 16, at most the CPUs this process may run on (Slurm's --cpus-per-task)."""
+    if build_jobs > 0:
+        return int(build_jobs)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(SPACK_DEFAULT_JOBS, cpus))
+
+
 def count_entries(path: Path) -> int:
     total = 1
     for _root, dirs, files in os.walk(path):
@@ -227,6 +242,7 @@ def run_job(
                         key=node.key or "", name=node.name, version=node.version, hash=h, namespace=node.namespace,
                         prefix=node.prefix_name, install_root=plan.install_root, base_id=plan.base_id,
                         files=count_entries(prefix), build_seconds=round(build_s, 3),
+                        build_cores=make_jobs(build_jobs),
                         pack_seconds=round(time.monotonic() - t1, 3),
                         built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         host=socket.gethostname(), log=str(pkg_log), dedal_version=__version__,

@@ -155,6 +155,28 @@ class CoreModel:
     def seconds(self, d: float, cores: int) -> float:
         return self.work(d) / min(max(1, cores), self.parallelism(d))
 
+    def reference_seconds(self, wall_s: float, cores: int) -> float:
+        """The duration on ``ref_cores`` of a package measured at ``wall_s`` with ``make -j
+        cores``: ``d`` with ``seconds(d, cores) == wall_s``. A wall time alone does not say
+        how well the build scaled (120 s on 8 cores fits a 120 s package that uses 2 cores
+        and a 480 s one that uses 8), so the largest such ``d`` is taken: on as many cores
+        again it is estimated at the time it took, and it is given those cores. Where no
+        ``d`` matches exactly (the parallelism steps), the one closest to ``wall_s``."""
+        cores = max(1, int(cores))
+        if wall_s <= 0 or cores == self.ref_cores:
+            return max(0.0, wall_s)
+        best: Optional[Tuple[float, float]] = None  # (miss, -d)
+        for k in range(1, self.p_max + 1):  # the band of durations where the parallelism is k
+            low = 0.0 if k == 1 else k * self.unit_s
+            high = math.inf if k == self.p_max else (k + 1) * self.unit_s
+            d = wall_s * min(cores, k) / min(self.ref_cores, k)  # seconds() is linear in d in the band
+            d = min(max(d, low), math.nextafter(high, 0.0) if high < math.inf else d)
+            cand = (abs(self.seconds(d, cores) - wall_s), -d)
+            if best is None or cand < best:
+                best = cand
+        assert best is not None
+        return -best[1]
+
     def to_json(self) -> dict:
         return asdict(self)
 

@@ -10,9 +10,12 @@ from typing import Dict, List
 
 import pytest
 
+from dedal import durations
+from dedal.layers import LayerManifest
 from dedal.plan import make_plan
-from dedal.schedule import (CoreModel, Job, Workload, allot, dag_bound, group, improve, job_topo, lower_bound,
-                            make_schedule, order_hints, package_cores, refine, simulate, simulate_backfill, tighten)
+from dedal.schedule import (CoreModel, Job, Workload, allot, dag_bound, group, improve, job_topo,
+                            lower_bound, make_schedule, order_hints, package_cores, refine, simulate,
+                            simulate_backfill, tighten)
 from dedal.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
 
@@ -173,6 +176,42 @@ def test_core_model() -> None:
     assert m.seconds(780, 2) == pytest.approx(780)
     assert m.seconds(5, 64) == pytest.approx(5)
     assert m.work(3600) == pytest.approx(7200)
+
+
+def test_reference_seconds_inverts_the_core_model() -> None:
+    """A wall time measured with make -j c becomes a duration on the reference cores that,
+    planned on c cores again, takes that wall time; of the durations that do, the largest
+    (the build is taken to have used the cores it had)."""
+    m = CoreModel()
+    for d in (5.0, 60.0, 119.0, 120.0, 200.0, 300.0, 480.0, 780.0, 1000.0, 3600.0, 7200.0):
+        for c in (1, 2, 3, 4, 8, 13, 16, 64):
+            wall = m.seconds(d, c)
+            ref = m.reference_seconds(wall, c)
+            assert m.seconds(ref, c) == pytest.approx(wall), (d, c)
+            assert ref >= d - 1e-9 or c < m.ref_cores, (d, c)
+    assert m.reference_seconds(780.0, 2) == 780.0  # measured on the reference cores: as it is
+    assert m.reference_seconds(120.0, 13) == pytest.approx(780.0)  # Open MPI on 13 cores
+    assert m.reference_seconds(120.0, 8) == pytest.approx(480.0)  # as fast on 8 cores: uses all 8
+    assert m.reference_seconds(30.0, 8) == pytest.approx(30.0)  # a short build is serial
+    assert m.reference_seconds(0.0, 8) == 0.0
+
+
+def test_measured_durations_are_converted_with_their_cores() -> None:
+    """A manifest with build_cores gives the duration on the reference cores; an older one
+    (build_cores 0) its wall time as it is; the latest build of a package wins."""
+    def manifest(name: str, seconds: float, cores: int, at: str) -> LayerManifest:
+        return LayerManifest(key=f"{name}-{at}", name=name, version="1", hash="a" * 32, namespace="builtin",
+                             prefix=name, install_root="/opt", base_id="b", build_seconds=seconds,
+                             build_cores=cores, built_at=at)
+
+    measured = durations.from_manifests([manifest("openmpi", 120.0, 13, "2026-01-02"),
+                                         manifest("openmpi", 900.0, 2, "2026-01-01"),
+                                         manifest("zlib", 7.0, 0, "2026-01-01")])
+    assert measured[("openmpi", "1")] == pytest.approx(780.0) == measured[("openmpi", None)]
+    assert measured[("zlib", "1")] == 7.0
+    # planned on 13 cores again it is estimated at what it took, and it gets its 13 cores
+    assert CoreModel().seconds(measured[("openmpi", "1")], 13) == pytest.approx(120.0)
+    assert CoreModel().parallelism(measured[("openmpi", "1")]) == 13
 
 
 def test_big_packages_get_cores_but_never_more_than_a_node() -> None:

@@ -36,6 +36,8 @@ def test_build_then_rerun_does_nothing(run_dedal, tiny):
     for m in manifests:
         assert m.sha256 and m.size > 0 and m.files > 1 and m.install_root == "/opt/esd/software"
         assert Path(m.log).is_file() and m.build_seconds > 0 and m.host and m.dedal_version
+        # build_jobs unset: Spack's make -j, its default 16 at most the CPUs this process may use
+        assert m.build_cores == min(16, len(os.sched_getaffinity(0)))
         names = {e["path"].split("/")[0] for e in squashfs.entries(store.sqfs(m.key))}
         assert names == {m.prefix}, "a layer holds exactly its prefix"
         paths = {e["path"] for e in squashfs.entries(store.sqfs(m.key))}

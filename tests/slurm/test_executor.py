@@ -124,7 +124,10 @@ def test_builds_through_real_jobs_in_dependency_order_and_rerun_submits_nothing(
         assert job_of["libdedal"] in ids[job_of["dedal-app"]]["after"]
     states = Slurm(slurm_cluster.env).states([j["slurm_id"] for j in rec["jobs"]])
     assert {s.state for s in states.values()} == {State.COMPLETED}
-    assert len(LayerStore(tiny.store).manifests()) == 5
+    # each package was built with make -j its job's CPUs, and its manifest says so (the
+    # next plan converts its duration with that core count)
+    cores_of = {p.split("@")[0]: j["cores"] for j in rec["jobs"] for p in j["packages"]}
+    assert {m.name: m.build_cores for m in LayerStore(tiny.store).manifests()} == cores_of
     assert stage_leftovers(tiny.stage) == []
 
     status = run_dedal("status", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
