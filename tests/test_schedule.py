@@ -13,7 +13,7 @@ import pytest
 from dedal import durations
 from dedal.layers import LayerManifest
 from dedal.plan import make_plan
-from dedal.schedule import (CoreModel, Job, Workload, allot, dag_bound, group, improve, job_topo,
+from dedal.schedule import (CoreModel, Job, Workload, allot, anneal, dag_bound, group, improve, job_topo,
                             lower_bound, make_schedule, order_hints, package_cores, refine, simulate,
                             simulate_backfill, tighten)
 from dedal.spack_lock import load_lock
@@ -350,6 +350,34 @@ def test_refine_shortens_a_job_chain_that_holds_back_others() -> None:
     check_schedule(wl, after, 1, 2)
     # (a alone, then long beside b+c would take 116 s; the first change that helps wins)
     assert 116.0 - 1e-6 <= sim.makespan_s < before.makespan_s - 1.0
+
+
+def test_anneal_never_worse_valid_and_deterministic() -> None:
+    """The annealing probe returns valid jobs, never a longer schedule than it started from,
+    and the same jobs for the same seed."""
+    wl = workload("mpi-cuda-pure.spack.lock")
+    sched = make_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
+    first, sim = anneal(wl, sched.jobs, nodes=1, cores=8, overhead_s=3.0, evaluations=1500, seed=3)
+    check_schedule(wl, first, 1, 8)
+    assert sim.makespan_s <= sched.makespan_s + 1e-9
+    assert sim.makespan_s == pytest.approx(simulate(first, nodes=1, cores=8).makespan_s)
+    again, _ = anneal(wl, sched.jobs, nodes=1, cores=8, overhead_s=3.0, evaluations=1500, seed=3)
+    assert [j.to_json() for j in again] == [j.to_json() for j in first]
+
+
+def test_anneal_shortens_a_job_chain_that_holds_back_others() -> None:
+    """The example refine solves (a small package, then a long one in the same job, which
+    a second job waits for): annealing finds a shorter arrangement too."""
+    wl = Workload(order=["a", "long", "b", "c"], duration={"a": 10.0, "long": 50.0, "b": 50.0, "c": 50.0},
+                  requires={"a": frozenset(), "long": frozenset({"a"}), "b": frozenset({"a"}),
+                            "c": frozenset({"b"})})
+    m = CoreModel(unit_s=1000.0)  # everything on one core
+    jobs = [Job(id="j1", hashes=["a", "long"], cores=1, est_s=63.0, after=[]),
+            Job(id="j2", hashes=["b", "c"], cores=1, est_s=103.0, after=["j1"])]
+    jobs[0].priority, jobs[1].priority = 166.0, 103.0
+    after, sim = anneal(wl, jobs, nodes=1, cores=2, overhead_s=3.0, model=m, evaluations=300)
+    check_schedule(wl, after, 1, 2)
+    assert 116.0 - 1e-6 <= sim.makespan_s < 166.0 - 1.0
 
 
 def test_order_hints_hold_until_met_or_expired() -> None:
