@@ -85,7 +85,7 @@ SETTINGS: List[Setting] = [
     Setting("slurm.template", "path", _const(None), "job script template overriding slurm/build-job.sh.in", optional=True),
     Setting("slurm.retries", "int", _const(2), "resubmissions of a job lost to NODE_FAIL, PREEMPTED or BOOT_FAIL"),
     Setting("slurm.poll_s", "float", _const(2.0), "seconds between squeue/sacct polls"),
-    Setting("slurm.order_hints", "bool", _const(False), "plan fixed start times and have Slurm follow them by afterany hints that expire at their planned time; pays off only with accurate (measured) durations, see benchmarks/schedule/robustness.md"),
+    Setting("slurm.order_hints", "choice", _const("auto"), "plan fixed start times and have Slurm follow them by afterany hints that expire at their planned time; pays off only with accurate durations, so auto: when every package to build has a measured duration (benchmarks/schedule/cluster.md)", choices=("auto", "true", "false")),
     Setting("registry", "str", _const(""), "default oras:// repository to publish to (empty: do not publish)"),
     Setting("registry_insecure", "bool", _const(False), "plain HTTP / unverified TLS for the registry"),
 ]
@@ -125,6 +125,8 @@ def _convert(s: Setting, value: Any, from_text: bool) -> Any:
         if not isinstance(value, (str, os.PathLike)) or isinstance(value, bool) or str(value) == "":
             raise UserError(f"{s.key}: expected a directory path, got {value!r}")
         return Path(os.path.expanduser(os.fspath(value)))
+    if s.kind == "choice" and isinstance(value, bool) and "true" in s.choices:
+        value = "true" if value else "false"  # YAML's true/false for a choice that has them
     if s.kind in ("str", "choice"):
         if not isinstance(value, str):
             raise UserError(f"{s.key}: expected a string, got {value!r}")

@@ -32,6 +32,7 @@ class PlanNode:
     key: Optional[str] = None  # layer key (None for externals)
     external_path: Optional[str] = None
     estimate_s: float = 0.0
+    measured: bool = False     # estimate_s is an earlier build's of this name and version
 
     @property
     def label(self) -> str:
@@ -213,6 +214,7 @@ def make_plan(
             build_only=h in build_only, runtime=h in runtime, status=status,
             deps={e.child: list(e.deptypes) for e in n.edges}, key=keys.get(h),
             external_path=n.external_path, estimate_s=estimates[h],
+            measured=not n.external and (n.name, n.version) in (measured or {}),
         )
     waves = lock.waves(to_build)
     cp_len, cp = lock.critical_path(estimates, to_build)

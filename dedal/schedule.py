@@ -92,8 +92,8 @@ tried: on that case real Slurm ran the schedule it chose 1.4 % longer than dedal
 (2306 s vs 2275 s), though the model rated it shorter, so it serves to predict
 (results.md, ``on Slurm``), not to judge.
 
-Fixed start times and order hints (:func:`tighten`, setting ``slurm.order_hints``, off
-by default)
+Fixed start times and order hints (:func:`tighten`, setting ``slurm.order_hints``, on
+by default where every duration was measured)
 ------------------------------------------------------------------------------------
 A batch scheduler starts whatever fits (list scheduling); it cannot keep cores free for
 a wide job that becomes ready a little later, and some of the best schedules need that.
@@ -103,11 +103,15 @@ a job's cores by one or merges it into the job it waits for, and keeps what is n
 longer. Slurm follows such a plan if each job also waits (``afterany``) for the jobs
 whose cores it takes over (a resource flow, :func:`order_hints`); each such hint holds
 until the end planned for that job, then the executor drops it, so a late
-job never holds the cores idle longer than planned. With exact estimates this is about
-1 % shorter on full single nodes; with estimates off by 10 % it ranges from 0.4 %
-shorter to 1 % longer than list scheduling, off by 30 % 1.4-1.8 % longer
-(benchmarks/schedule/robustness.md): worth it only where durations are measured and
-stable.
+job never holds the cores idle longer than planned. In :func:`simulate` this is about
+1 % shorter on full single nodes with exact estimates; with estimates off by 10 % it
+ranges from 0.4 % shorter to 1 % longer than list scheduling, off by 30 % 1.4-1.8 %
+longer (benchmarks/schedule/robustness.md). But :func:`simulate` flatters list scheduling
+on full nodes, and real Slurm follows a hinted plan closely: on cscs-prgenv-gnu 1 x 8
+(benchmarks/schedule/cluster.md) hints made the build 6.0 % shorter with exact
+durations, 2.8 % shorter with durations off by 10 % and 3.8 % longer off by 30 %. So
+``slurm.order_hints: auto`` (the default) turns them on where every package to build has
+a measured duration (:func:`wants_order_hints`); the model's durations are guesses.
 """
 from __future__ import annotations
 
@@ -1668,7 +1672,19 @@ def schedule_plan(plan, settings, *, nodes: Optional[int] = None, cores: Optiona
     c = cores if cores else settings.get("slurm.cores_per_node") or DEFAULT_CORES
     return make_schedule(wl, nodes=n, cores=c, overhead_s=float(settings.get("job_overhead_s")),
                          cpus_per_job=int(settings.get("slurm.cpus_per_job") or 0), strategy=strategy,
-                         hints=bool(settings.get("slurm.order_hints")))
+                         hints=wants_order_hints(plan, settings.get("slurm.order_hints"), wl.order))
+
+
+def wants_order_hints(plan, setting: str, hashes: Iterable[str]) -> bool:
+    """``slurm.order_hints``: ``true``, ``false``, or ``auto``: on when the duration of
+    every package to schedule was measured (an earlier build of its name and version).
+    Hints win only while the estimates hold: on real Slurm with a full node they made a
+    build 6 % shorter with exact durations and 3.8 % longer with durations off by 30 %
+    (benchmarks/schedule/cluster.md); the model's own durations are guesses."""
+    if setting == "auto":
+        hashes = list(hashes)
+        return bool(hashes) and all(plan.nodes[h].measured for h in hashes)
+    return setting == "true"
 
 
 DEFAULT_CORES = 64  # cores of a build node when neither --cores nor slurm.cores_per_node says

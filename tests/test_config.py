@@ -47,6 +47,17 @@ def test_bad_config_files_name_the_setting(tmp_path, content, message):
         load_settings(cfg, environ={})
 
 
+def test_order_hints_takes_auto_and_yaml_booleans(tmp_path):
+    assert load_settings(None, environ={}).get("slurm.order_hints") == "auto"
+    cfg = tmp_path / "dedal.yaml"
+    for text, value in (("true", "true"), ("false", "false"), ("auto", "auto")):
+        cfg.write_text(f"slurm:\n  order_hints: {text}\n")
+        assert load_settings(cfg, environ={}).get("slurm.order_hints") == value
+    assert load_settings(None, environ={"DEDAL_SLURM_ORDER_HINTS": "false"}).get("slurm.order_hints") == "false"
+    with pytest.raises(UserError, match="slurm.order_hints: expected one of auto, true, false, got 'sometimes'"):
+        load_settings(None, environ={"DEDAL_SLURM_ORDER_HINTS": "sometimes"})
+
+
 def test_bad_environment_values(tmp_path):
     with pytest.raises(UserError, match="keep_going: expected true or false, got 'maybe'"):
         load_settings(None, environ={"DEDAL_KEEP_GOING": "maybe"})

@@ -12,10 +12,11 @@ import pytest
 
 from dedal import durations
 from dedal.layers import LayerManifest
+from dedal.config import load_settings
 from dedal.plan import make_plan
 from dedal.schedule import (CoreModel, Job, Workload, allot, anneal, dag_bound, group, improve, job_topo,
-                            lower_bound, make_schedule, order_hints, package_cores, refine, simulate,
-                            simulate_backfill, tighten)
+                            lower_bound, make_schedule, order_hints, package_cores, refine, schedule_plan,
+                            simulate, simulate_backfill, tighten, wants_order_hints)
 from dedal.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
 
@@ -452,6 +453,30 @@ def test_tighten_on_real_locks() -> None:
     assert any(j.order for j in hinted.jobs) and hinted.makespan_s < plain.makespan_s
 
 
+def test_order_hints_auto_only_when_every_duration_is_measured() -> None:
+    """slurm.order_hints auto: hints where every package to build has a measured duration
+    (an earlier build of its name and version), none where any estimate is the model's."""
+    lock = load_lock(SPACK_DATA / "cscs-prgenv-gnu.spack.lock")
+    guessed = plan_of("cscs-prgenv-gnu.spack.lock")
+    # the same durations as the model's, but measured: only where they come from changes
+    every = {(n.name, n.version): guessed.nodes[h].estimate_s for h, n in lock.nodes.items()}
+    measured = plan_of("cscs-prgenv-gnu.spack.lock", every)
+    one_short = plan_of("cscs-prgenv-gnu.spack.lock",
+                        {k: v for k, v in every.items() if k[0] != guessed.nodes[guessed.to_build[-1]].name})
+    assert all(measured.nodes[h].measured for h in measured.to_build)
+    assert not any(guessed.nodes[h].measured for h in guessed.to_build)
+    assert wants_order_hints(measured, "auto", measured.to_build)
+    assert not wants_order_hints(guessed, "auto", guessed.to_build)
+    assert not wants_order_hints(one_short, "auto", one_short.to_build)
+    assert wants_order_hints(guessed, "true", guessed.to_build) and not wants_order_hints(measured, "false", [])
+    assert not wants_order_hints(measured, "auto", [])
+    settings = load_settings(None, environ={})
+    hinted = schedule_plan(measured, settings, nodes=1, cores=8)
+    plain = schedule_plan(guessed, settings, nodes=1, cores=8)
+    assert any(j.order for j in hinted.jobs) and not any(j.order for j in plain.jobs)
+    assert hinted.makespan_s < plain.makespan_s
+
+
 def test_single_node_ahead_of_both_baselines() -> None:
     """One node of 8 cores, where cores and not the DAG bound the build: dedal's schedule
     is strictly shorter than one job per package and than one package at a time."""
@@ -491,7 +516,7 @@ def test_cli_simulate_text_and_errors(run_dedal) -> None:
     mc = str(SPACK_DATA / "mpi-cuda.spack.lock")
     hinted = run_dedal("-s", "slurm.order_hints=true", "plan", mc, "--simulate", "--nodes", "1", "--cores", "2")
     assert hinted.returncode == 0, hinted.stderr
-    assert "order hints (slurm.order_hints)" in hinted.stdout
+    assert "order hints (slurm.order_hints: true)" in hinted.stdout and "durations: 0 measured, 32 modelled" in hinted.stdout
     data = json.loads(run_dedal("-s", "slurm.order_hints=true", "plan", mc, "--simulate", "--nodes", "1",
                                 "--cores", "2", "--json").stdout)
     assert any(j.get("order") for j in data["schedule"])

@@ -3,14 +3,16 @@ with noisy durations.
 
     .venv/bin/python benchmarks/schedule/robustness.py [--draws 30] [--sigma 0.1 0.3 0.5]
 
-Hints (``slurm.order_hints``, off by default) make Slurm follow a plan with fixed start times, which beats
+Hints (``slurm.order_hints``, by default only where every duration was measured) make Slurm follow a plan
+with fixed start times, which beats
 list scheduling when the estimates hold (results.md) but could hold cores idle for a job
 that runs late. So each hint expires at its planned time. This script measures what that
 is worth: for the cases where dedal's schedule has hints, every package's real duration is
 its estimate times exp(N(0, sigma)) (the same draws for every variant), and the jobs as
 submitted are simulated with those durations (``dedal.schedule.simulate``):
 
-* no hints: the schedule made with ``slurm.order_hints`` off, the default (list scheduling only);
+* no hints: the schedule made with ``slurm.order_hints`` off (list scheduling only; the default
+  where durations are the model's);
 * hints: dedal's schedule, each hint dropped at its planned time (what the executor does);
 * hints kept: the same hints never dropped (``afterany`` alone).
 

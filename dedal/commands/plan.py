@@ -80,8 +80,10 @@ def simulate(plan, settings, args: argparse.Namespace) -> int:
         data["env"] = plan.env_name
         print_json(data)
         return 0
+    measured = sum(1 for h in plan.to_build if plan.nodes[h].measured)
     out.print(f"simulated build of {plan.env_name}: {len(plan.to_build)} packages to build on {sched.nodes} "
-              f"node(s) x {sched.cores} cores, job overhead {sched.overhead_s:g} s")
+              f"node(s) x {sched.cores} cores, job overhead {sched.overhead_s:g} s; durations: {measured} measured, "
+              f"{len(plan.to_build) - measured} modelled")
     table = Table()
     for col in ("job", "start", "end", "node", "cores", "packages"):
         table.add_column(col)
@@ -100,5 +102,5 @@ def simulate(plan, settings, args: argparse.Namespace) -> int:
     hints = sum(len(j.order) for j in sched.jobs)
     out.print(f"utilization {sched.utilization:.1%}, {len(sched.jobs)} jobs for "
               f"{sum(len(j.hashes) for j in sched.jobs)} packages"
-              + (f", {hints} order hints (slurm.order_hints)" if hints else ""))
+              + (f", {hints} order hints (slurm.order_hints: {settings.get('slurm.order_hints')})" if hints else ""))
     return 0

@@ -30,7 +30,8 @@ appears; a finished job's ``--result`` file says what failed and where the logs 
   started yet are cancelled (running ones finish, their layers are good), as the
   local executor stops starting new builds; with it, packages of a cancelled job that
   do not need the failure are resubmitted in a job of their own.
-* Order hints (``slurm.order_hints``, off by default; :func:`dedal.schedule.tighten`): a job may also
+* Order hints (``slurm.order_hints``; by default where every duration was measured,
+  :func:`dedal.schedule.wants_order_hints`, :func:`dedal.schedule.tighten`): a job may also
   wait (``afterany``) for jobs whose cores it is planned to take over, so that Slurm
   follows a schedule with fixed start times; each hint holds until its planned time
   (seconds after submission) and is then dropped (``scontrol update Dependency=``), so
