@@ -174,8 +174,9 @@ class CoreModel:
         for k in range(1, self.p_max + 1):  # the band of durations where the parallelism is k
             low = 0.0 if k == 1 else k * self.unit_s
             high = math.inf if k == self.p_max else (k + 1) * self.unit_s
-            d = wall_s * min(cores, k) / min(self.ref_cores, k)  # seconds() is linear in d in the band
-            d = min(max(d, low), math.nextafter(high, 0.0) if high < math.inf else d)
+            d = max(low, wall_s * min(cores, k) / min(self.ref_cores, k))  # seconds() is linear in the band
+            if high < math.inf:
+                d = min(d, math.nextafter(high, 0.0))
             cand = (abs(self.seconds(d, cores) - wall_s), -d)
             if best is None or cand < best:
                 best = cand
@@ -1306,10 +1307,7 @@ def anneal(wl: Workload, jobs: Sequence[Job], *, nodes: int, cores: int, overhea
     off by 10 % the annealed schedule is 0.9 % longer on average (exact_probe.md)."""
     rng = random.Random(seed)
     pos = {h: i for i, h in enumerate(wl.topo())}
-    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
-    for j in jobs:
-        for a in j.after:
-            dependents[a].append(j.id)
+    _, _, dependents, _ = _afterok(jobs, cores)
     prio = {j.id: j.priority for j in jobs}
     # the priorities as _build makes them: bottom level of est_s plus each job's own bonus
     bonus = {j.id: j.priority - j.est_s - max((prio[d] for d in dependents[j.id]), default=0.0) for j in jobs}

@@ -334,9 +334,9 @@ def test_refine_never_worse_and_valid() -> None:
             assert [j.id for j in job_topo(better)] == [j.id for j in sorted(better, key=lambda j: -j.priority)]
 
 
-def test_refine_shortens_a_job_chain_that_holds_back_others() -> None:
-    """One job builds a small package and then a long one; a second job needs only the
-    small one: the local search finds a shorter arrangement."""
+def held_back() -> tuple:
+    """(workload, model, jobs): one job builds a small package and then a long one; a
+    second job needs only the small one (166 s; a alone, then long beside b+c: 116 s)."""
     wl = Workload(order=["a", "long", "b", "c"], duration={"a": 10.0, "long": 50.0, "b": 50.0, "c": 50.0},
                   requires={"a": frozenset(), "long": frozenset({"a"}), "b": frozenset({"a"}),
                             "c": frozenset({"b"})})
@@ -345,6 +345,13 @@ def test_refine_shortens_a_job_chain_that_holds_back_others() -> None:
             Job(id="j2", hashes=["b", "c"], cores=1, est_s=103.0, after=["j1"])]
     for j in jobs:
         j.priority = j.est_s + (103.0 if j.id == "j1" else 0.0)
+    return wl, m, jobs
+
+
+def test_refine_shortens_a_job_chain_that_holds_back_others() -> None:
+    """One job builds a small package and then a long one; a second job needs only the
+    small one: the local search finds a shorter arrangement."""
+    wl, m, jobs = held_back()
     before = simulate(jobs, nodes=1, cores=2)
     assert before.makespan_s == pytest.approx(166.0)
     after, sim = refine(wl, jobs, nodes=1, cores=2, overhead_s=3.0, model=m)
@@ -369,13 +376,7 @@ def test_anneal_never_worse_valid_and_deterministic() -> None:
 def test_anneal_shortens_a_job_chain_that_holds_back_others() -> None:
     """The example refine solves (a small package, then a long one in the same job, which
     a second job waits for): annealing finds a shorter arrangement too."""
-    wl = Workload(order=["a", "long", "b", "c"], duration={"a": 10.0, "long": 50.0, "b": 50.0, "c": 50.0},
-                  requires={"a": frozenset(), "long": frozenset({"a"}), "b": frozenset({"a"}),
-                            "c": frozenset({"b"})})
-    m = CoreModel(unit_s=1000.0)  # everything on one core
-    jobs = [Job(id="j1", hashes=["a", "long"], cores=1, est_s=63.0, after=[]),
-            Job(id="j2", hashes=["b", "c"], cores=1, est_s=103.0, after=["j1"])]
-    jobs[0].priority, jobs[1].priority = 166.0, 103.0
+    wl, m, jobs = held_back()
     after, sim = anneal(wl, jobs, nodes=1, cores=2, overhead_s=3.0, model=m, evaluations=300)
     check_schedule(wl, after, 1, 2)
     assert 116.0 - 1e-6 <= sim.makespan_s < 166.0 - 1.0
@@ -516,7 +517,8 @@ def test_cli_simulate_text_and_errors(run_dedal) -> None:
     mc = str(SPACK_DATA / "mpi-cuda.spack.lock")
     hinted = run_dedal("-s", "slurm.order_hints=true", "plan", mc, "--simulate", "--nodes", "1", "--cores", "2")
     assert hinted.returncode == 0, hinted.stderr
-    assert "order hints (slurm.order_hints: true)" in hinted.stdout and "durations: 0 measured, 32 modelled" in hinted.stdout
+    assert "order hints (slurm.order_hints: true)" in hinted.stdout
+    assert "durations: 0 measured, 32 modelled" in hinted.stdout
     data = json.loads(run_dedal("-s", "slurm.order_hints=true", "plan", mc, "--simulate", "--nodes", "1",
                                 "--cores", "2", "--json").stdout)
     assert any(j.get("order") for j in data["schedule"])

@@ -42,7 +42,6 @@ import argparse
 import json
 import math
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -64,7 +63,7 @@ from dedal.adapters.slurm import Slurm, State  # noqa: E402
 from dedal.config import BY_KEY  # noqa: E402
 from dedal.executors.slurm import job_time_limit, live_hints  # noqa: E402
 from dedal.schedule import Job, TimeLimits, job_topo, make_schedule, simulate, simulate_backfill  # noqa: E402
-from robustness import actual  # noqa: E402
+from robustness import actual, noise_draws  # noqa: E402
 from run import LIMITS, workloads, write  # noqa: E402
 
 TESTCLUSTER = ROOT / "slurm" / "testcluster"
@@ -80,12 +79,6 @@ VARIANTS = ("fixed", "estimate", "hints")
 def limits_of(mode: str) -> TimeLimits:
     """The default limits (``estimate``, ``hints``), or ``slurm.time`` for every job (``fixed``)."""
     return replace(LIMITS, factor=0.0) if mode == "fixed" else LIMITS
-
-
-def noise_factors(wl, sigma: float, seed: int) -> Dict[str, float]:
-    """Each package's real duration over its estimate: exp(N(0, sigma)), one draw per package."""
-    rng = random.Random(seed)
-    return {h: math.exp(rng.gauss(0.0, sigma)) if sigma > 0 else 1.0 for h in wl.order}
 
 
 def expire_hints(slurm: Slurm, jobs: Mapping[str, Job], ids: Mapping[str, str], hints: Dict[str, List[str]],
@@ -115,7 +108,8 @@ def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl, sigma
     sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=OVERHEAD, hints=mode == "hints")
     planned = [replace(j, est_s=j.est_s * scale, order={a: t * scale for a, t in j.order.items()})
                for j in sched.jobs]
-    real = actual(sched.jobs, wl, noise_factors(wl, sigma, seed))  # the estimates when sigma is 0
+    factor = next(noise_draws(wl, sigma, 1, seed))  # every factor 1 when sigma is 0
+    real = actual(sched.jobs, wl, factor)  # the estimates when sigma is 0
     jobs = [replace(r, est_s=r.est_s * scale, order=p.order) for r, p in zip(real, planned)]
     sim = simulate(jobs, nodes=nodes, cores=cores)
     policy = limits_of(mode)

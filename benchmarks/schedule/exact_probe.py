@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
-import random
 import statistics
 import sys
 import time
@@ -43,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 from dedal.schedule import DEFAULT_MODEL, Job, Workload, anneal, make_schedule, package_cores, simulate  # noqa: E402
 import run as benchmark  # noqa: E402
-from robustness import SEED, actual  # noqa: E402
+from robustness import actual, noise_draws  # noqa: E402
 
 DEFAULT_CASES = ["cscs-prgenv-gnu:1:8", "jedi-ci:1:8", "synthetic-esd:1:64"]
 SCALE = 10  # the solver works in tenths of a second
@@ -53,12 +51,8 @@ NOISE_SIGMA, NOISE_DRAWS = 0.1, 30
 
 def noisy_mean(wl: Workload, jobs: List[Job], cores: int) -> float:
     """Mean simulated makespan of ``jobs`` over the noise draws (the same draws for every call)."""
-    rng = random.Random(SEED)
-    spans = []
-    for _ in range(NOISE_DRAWS):
-        factor = {h: math.exp(rng.gauss(0.0, NOISE_SIGMA)) for h in wl.order}
-        spans.append(simulate(actual(jobs, wl, factor), nodes=1, cores=cores).makespan_s)
-    return statistics.mean(spans)
+    return statistics.mean(simulate(actual(jobs, wl, factor), nodes=1, cores=cores).makespan_s
+                           for factor in noise_draws(wl, NOISE_SIGMA, NOISE_DRAWS))
 
 
 def solve(wl: Workload, cores: int, overhead_s: float, seconds: float) -> tuple:

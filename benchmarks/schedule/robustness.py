@@ -28,7 +28,7 @@ import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -41,6 +41,14 @@ from run import workloads, write  # noqa: E402
 CASES = [("cscs-prgenv-gnu", 1, 8), ("jedi-ci", 1, 8), ("mpi-cuda-pure", 1, 8), ("synthetic-esd", 1, 64)]
 OVERHEAD = 3.0
 SEED = 11
+
+
+def noise_draws(wl: Workload, sigma: float, count: int, seed: int = SEED) -> Iterator[Dict[str, float]]:
+    """``count`` draws of each package's real duration over its estimate, exp(N(0, sigma)),
+    from one generator seeded with ``seed`` (the same draws for every caller and variant)."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        yield {h: math.exp(rng.gauss(0.0, sigma)) for h in wl.order}
 
 
 def actual(jobs: List[Job], wl: Workload, factor: Dict[str, float], keep_hints: bool = True,
@@ -62,12 +70,10 @@ def run(draws: int, sigmas: List[float], data: Path) -> dict:
         hinted = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=OVERHEAD, hints=True)
         listed = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=OVERHEAD)
         for sigma in sigmas:
-            rng = random.Random(SEED)
             base: List[float] = []
             hint: List[float] = []
             kept: List[float] = []
-            for _ in range(draws):
-                factor = {h: math.exp(rng.gauss(0.0, sigma)) for h in wl.order}
+            for factor in noise_draws(wl, sigma, draws):
                 base.append(simulate(actual(listed.jobs, wl, factor), nodes=nodes, cores=cores).makespan_s)
                 hint.append(simulate(actual(hinted.jobs, wl, factor), nodes=nodes, cores=cores).makespan_s)
                 kept.append(simulate(actual(hinted.jobs, wl, factor, never_expire=True), nodes=nodes,
