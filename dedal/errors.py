@@ -82,11 +82,13 @@ class Interrupted(DedalError):
 class Signals:
     """SIGTERM/SIGINT/SIGHUP become :class:`Interrupted` inside the ``with`` block, so that
     stages and temporary files are removed and children killed on the way out (Slurm's
-    scancel sends SIGTERM)."""
+    scancel sends SIGTERM). Only the first one: a second signal (a parent's death signal
+    after scancel's, a second Ctrl-C) would otherwise break off that clean-up halfway."""
 
     def __init__(self, what: str = "") -> None:
         self.what = what
         self.old: dict = {}
+        self.received = ""
 
     def __enter__(self) -> "Signals":
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -97,6 +99,9 @@ class Signals:
         return self
 
     def _raise(self, signum: int, frame: object) -> None:
+        if self.received:
+            return
+        self.received = signal.Signals(signum).name
         raise Interrupted(f"{self.what + ' ' if self.what else ''}interrupted by signal {signal.Signals(signum).name}")
 
     def __exit__(self, *exc: object) -> None:

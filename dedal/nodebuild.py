@@ -1,7 +1,8 @@
 """The node build: what runs on one (compute) node for one build job.
 
 1. a stage directory under ``stage_dir`` (/dev/shm), removed on success, failure,
-   SIGTERM and SIGINT;
+   SIGTERM and SIGINT; one left by a process killed outright is removed by the next
+   stage made on that host;
 2. the job's build requirements materialized from their layers into ``<stage>/root``,
    which the sandbox shows at the fixed install root (Spack does not relocate layers,
    so the build-time path is the image path);
@@ -69,19 +70,74 @@ class JobResult:
         os.replace(tmp, path)
 
 
+STAGE_OWNER = ".dedal-owner"  # in each stage: which process on which host and boot made it
+
+
+def _process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks after boot, field 22 of /proc/PID/stat),
+    None when there is no such process: a pid alone may have been reused."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def stale_stages(parent: Path) -> List[Path]:
+    """Stages under ``parent`` whose dedal process is gone without removing them: killed
+    by SIGKILL (the OOM killer, Slurm's KillWait, a job's cgroup killed with its batch
+    script). In /dev/shm they hold the node's memory until someone removes them. Only
+    stages this host made are judged (``stage_dir`` may be shared by nodes); a directory
+    without a readable owner record (being created, or not dedal's) is left alone."""
+    host, boot = socket.gethostname(), _boot_id()
+    stale: List[Path] = []
+    for d in sorted(Path(parent).glob("dedal-*")):
+        try:
+            owner = json.loads((d / STAGE_OWNER).read_text())
+            if owner["host"] != host:
+                continue
+            alive = owner["boot"] == boot and _process_start(int(owner["pid"])) == owner["start"]
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if not alive:
+            stale.append(d)
+    return stale
+
+
 class Stage:
-    """A private directory in node-local memory, always removed."""
+    """A private directory in node-local memory, always removed; entering one also
+    removes the stages of dedal processes on this host that were killed outright
+    (:func:`stale_stages`, listed in ``reaped``)."""
 
     def __init__(self, parent: Path, label: str) -> None:
         self.parent = Path(parent)
         self.label = label
         self.path: Optional[Path] = None
+        self.reaped: List[Path] = []
 
     def __enter__(self) -> Path:
         try:
             self.parent.mkdir(parents=True, exist_ok=True)
+            for old in stale_stages(self.parent):
+                shutil.rmtree(old, ignore_errors=True)
+                self.reaped.append(old)
             self.path = Path(tempfile.mkdtemp(prefix=f"dedal-{self.label}-", dir=self.parent))
+            owner = {"host": socket.gethostname(), "boot": _boot_id(), "pid": os.getpid(),
+                     "start": _process_start(os.getpid())}
+            tmp = self.path / (STAGE_OWNER + ".tmp")
+            tmp.write_text(json.dumps(owner) + "\n")
+            os.replace(tmp, self.path / STAGE_OWNER)
         except OSError as exc:
+            if self.path is not None:
+                shutil.rmtree(self.path, ignore_errors=True)
+                self.path = None
             raise UserError(f"stage directory {self.parent}: cannot create a stage ({exc.strerror})") from None
         return self.path
 
@@ -186,7 +242,12 @@ def run_job(
         raise UserError(f"{lock}: missing; the plan's environment directory is incomplete")
     job_log = log_dir / f"job-{re.sub(r'[^A-Za-z0-9._+-]+', '_', job_id)[:80]}.log"
 
-    with Signals(), Stage(stage_dir, "build") as stage:
+    stage_of_job = Stage(stage_dir, "build")
+    with Signals(), stage_of_job as stage:
+        if stage_of_job.reaped:
+            with open(job_log, "a", encoding="utf-8") as fh:
+                for old in stage_of_job.reaped:
+                    fh.write(f"dedal: removed {old}, the stage of a dedal process on this host that was killed\n")
         try:
             root = stage / "root"
             root.mkdir()

@@ -5,14 +5,16 @@ otherwise it is captured and the tail is put into the error.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Mapping, Optional, Sequence, Union
+from typing import IO, Callable, Mapping, Optional, Sequence, Union
 
 from dedal.errors import ToolError, ToolMissing
 
@@ -104,6 +106,20 @@ def run(
     return Result(argv, proc.returncode, out or "", err or "", elapsed)
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _terminated_with(parent: int) -> Callable[[], None]:
+    """``preexec_fn``: SIGTERM to the child when ``parent`` dies (Linux's parent-death
+    signal), even by SIGKILL, which leaves the parent no chance to stop its children."""
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm
+
+
 def start(
     cmd: Cmd,
     *,
@@ -111,8 +127,11 @@ def start(
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[Path] = None,
     new_session: bool = True,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen:
-    """Start a long-running process (daemon, benchmark rank launcher) and return it."""
+    """Start a long-running process (daemon, benchmark rank launcher) and return it.
+    ``die_with_parent``: the process gets SIGTERM when this one dies (from the thread
+    that calls this; Linux), so that a worker never outlives a killed dedal."""
     argv = [os.fspath(c) for c in cmd]
     if log is not None:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +140,7 @@ def start(
         return subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
             start_new_session=new_session,
+            preexec_fn=_terminated_with(os.getpid()) if die_with_parent else None,
         )
     except FileNotFoundError:
         raise ToolMissing(argv[0]) from None

@@ -4,7 +4,8 @@ Each job is one ``dedal node-build`` child (the very command a Slurm job runs), 
 as soon as every layer it needs exists, critical path first. A failure blocks only the
 packages that need it; without ``keep_going`` nothing new starts after a failure, but
 running builds finish (their layers are good). Ctrl-C / SIGTERM stop every child (each
-removes its own stage) before dedal exits.
+removes its own stage) before dedal exits; a dedal killed outright (SIGKILL) leaves no
+build running either: each child gets SIGTERM when its parent dies.
 """
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ def build(plan: Plan, plan_path: Path, settings: Settings, *, jobs: int, keep_go
                     result_file = results_dir / f"{node.name}-{h[:7]}.json"
                     result_file.unlink(missing_ok=True)
                     cmd = node_build_command(settings, plan_path, node.label, [h], result_file, log_dir)
-                    running[h] = (proc.start(cmd, log=log_dir / f"job-{node.name}-{h[:7]}.out"), time.monotonic())
+                    running[h] = (proc.start(cmd, log=log_dir / f"job-{node.name}-{h[:7]}.out", die_with_parent=True),
+                                  time.monotonic())
                     summary.jobs += 1
                     pending.discard(h)
                     progress.started(node.label)

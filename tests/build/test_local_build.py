@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -120,6 +121,69 @@ def test_interrupted_build_leaves_no_partial_layer_and_resumes(isolated_env, tmp
     summary = json.loads(res.stdout)
     assert sorted(b.split("@")[0] for b in summary["built"]) == sorted({"dedal-tool", "dedal-app"} | ({"libdedal"} - names))
     assert len(store.manifests()) == 5
+
+
+def node_builds_of(tiny) -> List[int]:
+    """PIDs of the running ``dedal node-build`` processes of this environment."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"node-build" in argv and any(str(tiny.stage).encode() in a for a in argv):
+            pids.append(int(entry.name))
+    return pids
+
+
+def start_slow_build(isolated_env, tiny):
+    proc = subprocess.Popen([dedal_exe(), "build", str(tiny.env_file)], env=dict(isolated_env, **tiny.env), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (stage_leftovers(tiny.stage) and node_builds_of(tiny)):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert stage_leftovers(tiny.stage) and node_builds_of(tiny), proc.communicate(timeout=120)
+    return proc
+
+
+def test_a_killed_build_leaves_no_node_build_running(isolated_env, tmp_path):
+    """dedal build killed outright (SIGKILL: it cannot stop its children): its node builds
+    get SIGTERM from the kernel as their parent dies, and remove their stages."""
+    tiny = make_env(tmp_path, sleep={"gcc-runtime": 60})
+    proc = start_slow_build(isolated_env, tiny)
+    proc.kill()
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (node_builds_of(tiny) or stage_leftovers(tiny.stage)):
+        time.sleep(0.2)
+    orphans = node_builds_of(tiny)
+    for pid in orphans:  # a failing test leaves nothing running
+        os.kill(pid, signal.SIGKILL)
+    assert orphans == [] and stage_leftovers(tiny.stage) == []
+    assert LayerStore(tiny.store).verify().clean
+
+
+def test_stage_of_a_killed_node_build_is_removed_by_the_next_build(isolated_env, tmp_path):
+    """A node build killed outright (SIGKILL: the OOM killer) cannot clean up: the build
+    reports it, its stage stays (in /dev/shm it holds the node's memory) until the next
+    build on this host removes it and says so in its log."""
+    tiny = make_env(tmp_path, sleep={"gcc-runtime": 60})
+    proc = start_slow_build(isolated_env, tiny)
+    for pid in node_builds_of(tiny):
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    left = stage_leftovers(tiny.stage)
+    assert left, "the killed node build's stage is still there"
+    tiny.reconfigure()
+    res = subprocess.run([dedal_exe(), "build", str(tiny.env_file), "--json"], env=dict(isolated_env, **tiny.env),
+                         text=True, capture_output=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert stage_leftovers(tiny.stage) == []
+    said = "".join(p.read_text() for p in tiny.data.rglob("job-*.log"))
+    assert all(f"removed {tiny.stage / name}, the stage of a dedal process on this host that was killed" in said
+               for name in left), said[-2000:]
 
 
 def test_sigterm_to_the_build_stops_children(isolated_env, tmp_path):

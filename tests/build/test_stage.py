@@ -1,0 +1,97 @@
+"""Stages left by killed processes (SIGKILL: the OOM killer, Slurm's KillWait, a job's
+cgroup) are removed by the next stage on the host, and nothing else is: real processes,
+really killed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Tuple
+
+import pytest
+
+from dedal.errors import Interrupted, Signals
+from dedal.nodebuild import STAGE_OWNER, Stage, _boot_id, _process_start, stale_stages
+
+HOLD = ("import sys, time; from pathlib import Path; from dedal.nodebuild import Stage; "
+        "print(Stage(Path(sys.argv[1]), 'build').__enter__(), flush=True); time.sleep(300)")
+
+
+def stage_in_child(parent: Path) -> Tuple[subprocess.Popen, Path]:
+    """A process that made a stage under ``parent`` and holds it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(parent)], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout is not None
+    path = Path(proc.stdout.readline().strip())
+    assert path.parent == parent and (path / STAGE_OWNER).is_file()
+    return proc, path
+
+
+def owned(parent: Path, name: str, **owner) -> Path:
+    d = parent / name
+    d.mkdir()
+    (d / STAGE_OWNER).write_text(json.dumps(owner))
+    return d
+
+
+def test_stage_of_a_killed_process_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    killed, dead = stage_in_child(tmp_path)
+    alive, live = stage_in_child(tmp_path)
+    try:
+        (dead / "root").mkdir()
+        (dead / "root" / "big").write_bytes(b"x" * 4096)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert dead.is_dir()  # SIGKILL: nothing removed it
+        here = {"host": socket.gethostname(), "boot": _boot_id()}
+        me = os.getpid()
+        reused = owned(tmp_path, "dedal-build-reused", pid=me, start=(_process_start(me) or 0) + 1, **here)
+        rebooted = owned(tmp_path, "dedal-build-rebooted", host=here["host"], boot="another-boot", pid=me,
+                         start=_process_start(me))
+        # not judged: another host's (a shared stage_dir), no owner record, an unreadable one, not dedal's
+        other_host = owned(tmp_path, "dedal-build-elsewhere", host=here["host"] + "-other", boot=here["boot"],
+                           pid=999999, start=1)
+        unowned = tmp_path / "dedal-build-unowned"
+        unowned.mkdir()
+        broken = tmp_path / "dedal-build-broken"
+        broken.mkdir()
+        (broken / STAGE_OWNER).write_text("{not json")
+        foreign = owned(tmp_path, "someone-else", pid=999999, start=1, **here)
+        assert stale_stages(tmp_path) == sorted([dead, reused, rebooted])
+        stage = Stage(tmp_path, "build")
+        with stage as mine:
+            assert sorted(stage.reaped) == sorted([dead, reused, rebooted])
+            assert not dead.exists() and not reused.exists() and not rebooted.exists()
+            assert live.is_dir() and mine.is_dir()
+            assert all(p.is_dir() for p in (other_host, unowned, broken, foreign))
+            assert stale_stages(tmp_path) == []  # a live process's stage, and this one, are not stale
+        assert not mine.exists()
+    finally:
+        alive.kill()
+        alive.wait(timeout=30)
+    # its holder gone, the second child's stage is stale too
+    assert stale_stages(tmp_path) == [live]
+
+
+def test_a_second_signal_does_not_break_off_the_clean_up(tmp_path: Path) -> None:
+    """The first SIGTERM raises Interrupted; one that arrives while the stage is being
+    removed (a parent's death signal after scancel's, a second Ctrl-C) is ignored."""
+    before = signal.getsignal(signal.SIGTERM)
+    guard = Signals("test")
+    cleaned = []
+    with pytest.raises(Interrupted, match="interrupted by signal SIGTERM"):
+        with guard:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+                cleaned.append(True)
+    assert cleaned == [True] and guard.received == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) == before
