@@ -3,11 +3,12 @@ host (base image ``host``: a private mount namespace provides the install root).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, List, Optional
 
 import pytest
 import yaml
@@ -68,6 +69,24 @@ def tiny(tmp_path: Path) -> TinyEnv:
 
 def stage_leftovers(stage: Path):
     return sorted(p.name for p in stage.iterdir()) if stage.is_dir() else []
+
+
+def node_builds_of(tiny: TinyEnv, package: str = "") -> List[int]:
+    """PIDs of the running ``dedal node-build`` processes of this environment (of the job
+    whose main package is ``package``, when given)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "node-build" not in argv or not any(str(tiny.stage) in a for a in argv):
+            continue
+        job = argv[argv.index("--job") + 1] if "--job" in argv[:-1] else ""
+        main = job.rsplit(":", 1)[-1]  # local: name@version/hash; Slurm: dedal:ENV:name[+N]
+        if not package or re.match(re.escape(package) + "($|[@+])", main):
+            pids.append(int(entry.name))
+    return pids
 
 
 @pytest.fixture

@@ -8,14 +8,13 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import List
 
 import pytest
 
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.layers import LayerStore
-from tests.build.conftest import make_env, stage_leftovers
+from tests.build.conftest import make_env, node_builds_of, stage_leftovers
 from tests.conftest import dedal_exe, interruptible
 
 pytestmark = pytest.mark.usefixtures("as_root")
@@ -121,19 +120,6 @@ def test_interrupted_build_leaves_no_partial_layer_and_resumes(isolated_env, tmp
     summary = json.loads(res.stdout)
     assert sorted(b.split("@")[0] for b in summary["built"]) == sorted({"dedal-tool", "dedal-app"} | ({"libdedal"} - names))
     assert len(store.manifests()) == 5
-
-
-def node_builds_of(tiny) -> List[int]:
-    """PIDs of the running ``dedal node-build`` processes of this environment."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"node-build" in argv and any(str(tiny.stage).encode() in a for a in argv):
-            pids.append(int(entry.name))
-    return pids
 
 
 def start_slow_build(isolated_env, tiny):

@@ -17,7 +17,8 @@ import pytest
 
 from dedal.adapters.slurm import Slurm, State
 from dedal.layers import LayerStore
-from tests.build.conftest import TinyEnv, make_env, stage_leftovers
+from dedal.nodebuild import STAGE_OWNER
+from tests.build.conftest import TinyEnv, make_env, node_builds_of, stage_leftovers
 from tests.conftest import dedal_exe, interruptible
 from tests.slurm.conftest import SlurmCluster
 
@@ -188,9 +189,10 @@ def test_without_keep_going_unstarted_jobs_are_cancelled(slurm_cluster: SlurmClu
     assert not any(s.state is State.COMPLETED for s in states.values())
 
 
-def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path) -> None:
-    """A batch script killed with SIGKILL (as the OOM killer or an admin would) is a build
-    failure: reported with the signal and the job's log, not retried."""
+def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, run_dedal, tmp_path: Path) -> None:
+    """A job killed with SIGKILL (as the OOM killer or an admin would) is a build failure:
+    reported with the signal and the job's log, not retried. Its stage, which nothing
+    could remove, goes with the next job on that node."""
     tiny = make_env(tmp_path, sleep={"libdedal": 60})
     piddir = tmp_path / "pids"
     piddir.mkdir()
@@ -204,7 +206,15 @@ def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, tmp_p
     job = wait_for("libdedal running", lambda: running_job_of(tiny, "libdedal"), proc=proc)
     pidfile = piddir / f"{job['slurm_id']}.pid"
     wait_for("the batch script's pid", pidfile.exists, proc=proc)
+    builder = wait_for("libdedal's node build", lambda: node_builds_of(tiny, "libdedal"), proc=proc)[0]
+    stage = wait_for("its stage", lambda: next((tiny.stage / n for n in stage_leftovers(tiny.stage)
+                                                if (tiny.stage / n / STAGE_OWNER).is_file()
+                                                and json.loads((tiny.stage / n / STAGE_OWNER).read_text())["pid"]
+                                                == builder), None), proc=proc)
+    # the whole job, as a cgroup is killed (the test cluster's proctrack/linuxproc would
+    # let the node build outlive its batch script)
     os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    os.kill(builder, signal.SIGKILL)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     summary = json.loads(out)
@@ -217,6 +227,14 @@ def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, tmp_p
     assert victim["state"] == "FAILED" and victim["attempt"] == 1
     assert all(int(p.stem) > 0 for p in piddir.glob("*.pid"))  # the site template was used
     assert "template" not in err
+    # the stage nothing could remove: gone with the next job that made a stage on this
+    # host (of this build, or else of the rerun), which says so in its log
+    tiny.reconfigure()
+    res = run_dedal("build", str(tiny.env_file), env=build_env(tiny, slurm_cluster))
+    assert res.returncode == 0, res.stderr
+    assert stage_leftovers(tiny.stage) == []
+    said = "".join(p.read_text() for p in tiny.data.rglob("job-*.log"))
+    assert f"removed {stage}, the stage of a dedal process on this host that was killed" in said, said[-2000:]
 
 
 def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmCluster, isolated_env,
