@@ -112,9 +112,10 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 def _terminated_with(parent: int) -> Callable[[], None]:
     """``preexec_fn``: SIGTERM to the child when ``parent`` dies (Linux's parent-death
     signal), even by SIGKILL, which leaves the parent no chance to stop its children."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: no dlopen in the child
+
     def arm() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the signal was armed
             os.kill(os.getpid(), signal.SIGTERM)
     return arm
