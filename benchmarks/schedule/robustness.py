@@ -1,7 +1,7 @@
 """Order hints when the estimates are wrong: dedal's schedule with and without them, replayed
 with noisy durations.
 
-    .venv/bin/python benchmarks/schedule/robustness.py [--draws 30] [--sigma 0.1 0.3 0.5]
+    .venv/bin/python benchmarks/schedule/robustness.py [--draws 30] [--sigma 0.1 0.2 0.3 0.5]
 
 Hints (``slurm.order_hints``, by default only where every duration was measured) make Slurm follow a plan
 with fixed start times, which beats
@@ -115,7 +115,7 @@ def markdown(result: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=30)
-    ap.add_argument("--sigma", type=float, nargs="+", default=[0.1, 0.3, 0.5])
+    ap.add_argument("--sigma", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "spack")
     ap.add_argument("--out", type=Path, default=HERE)
     args = ap.parse_args()
