@@ -225,8 +225,31 @@ def markdown(result: dict) -> str:
                      f"**{r['slurm_vs_simulated']:.3f}** | {_fmt(r.get('slurm_vs_backfill_model'), 3)} | "
                      f"{r['slurm_vs_lower_bound']:.3f} | {r['start_later_than_simulated_mean_s']:.0f} / "
                      f"{r['start_later_than_simulated_max_s']:.0f} | {r.get('ran', '-')} |")
-    lines.append("")
+    lines += [""] + hints_vs_list(result["rows"])
     return "\n".join(lines)
+
+
+def hints_vs_list(rows: List[dict]) -> List[str]:
+    """Markdown: per case and noise, Slurm's makespan with order hints over the list schedule's
+    (``estimate``) for each draw where both ran, and the mean over the draws."""
+    made: Dict[tuple, Dict[str, float]] = {}
+    for r in rows:
+        key = (r["workload"], r["nodes"], r["cores"], r.get("noise") or 0.0, r.get("seed"))
+        made.setdefault(key, {})[r["limit"]] = r["slurm_s"]
+    by_noise: Dict[tuple, List[float]] = {}
+    for (name, nodes, cores, noise, _seed), runs in sorted(made.items(), key=lambda kv: (kv[0][:4], kv[0][4] or 0)):
+        if "hints" in runs and "estimate" in runs:
+            by_noise.setdefault((name, nodes, cores, noise), []).append(runs["hints"] / runs["estimate"])
+    if not by_noise:
+        return []
+    lines = ["## Order hints against the list schedule", "",
+             "Slurm's makespan with `hints` over `estimate`'s for the same case and draw (below 1: hints",
+             "shorter), each draw and their mean.", "",
+             "| workload | nodes x cores | noise | draws | each draw | mean |", "| --- | --- | --- | ---: | --- | ---: |"]
+    for (name, nodes, cores, noise), ratios in by_noise.items():
+        lines.append(f"| {name} | {nodes} x {cores} | {noise:g} | {len(ratios)} | "
+                     f"{' / '.join(f'{x:.3f}' for x in ratios)} | **{statistics.mean(ratios):.3f}** |")
+    return lines + [""]
 
 
 def main() -> int:
