@@ -90,12 +90,31 @@ def _boot_id() -> str:
         return ""
 
 
+def _mounted_under(path: Path) -> List[str]:
+    """Mount points at or below ``path`` (/proc/self/mountinfo; octal escapes decoded)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    top = os.path.realpath(path)
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            if point == top or point.startswith(top + "/"):
+                found.append(point)
+    return found
+
+
 def stale_stages(parent: Path) -> List[Path]:
     """Stages under ``parent`` whose dedal process is gone without removing them: killed
     by SIGKILL (the OOM killer, Slurm's KillWait, a job's cgroup killed with its batch
     script). In /dev/shm they hold the node's memory until someone removes them. Only
     stages this host made are judged (``stage_dir`` may be shared by nodes); a directory
-    without a readable owner record (being created, or not dedal's) is left alone."""
+    without a readable owner record (being created, or not dedal's) is left alone, and so
+    is one with a mount below it (an assembly's overlay): removing files through a mount
+    would reach outside the stage."""
     host, boot = socket.gethostname(), _boot_id()
     stale: List[Path] = []
     for d in sorted(Path(parent).glob("dedal-*")):
@@ -106,7 +125,7 @@ def stale_stages(parent: Path) -> List[Path]:
             alive = owner["boot"] == boot and _process_start(int(owner["pid"])) == owner["start"]
         except (OSError, ValueError, TypeError, KeyError):
             continue
-        if not alive:
+        if not alive and not _mounted_under(d):
             stale.append(d)
     return stale
 

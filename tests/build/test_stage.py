@@ -95,3 +95,31 @@ def test_a_second_signal_does_not_break_off_the_clean_up(tmp_path: Path) -> None
                 cleaned.append(True)
     assert cleaned == [True] and guard.received == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_stale_stage_with_a_mount_below_it_is_left_alone(tmp_path: Path) -> None:
+    """An assembly killed with its overlay still mounted in its stage: removing files
+    through the mount would reach outside the stage, so that stage stays, and what the
+    mount shows is untouched."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a bind mount)")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep\n")
+    stages = tmp_path / "stages"
+    stages.mkdir()
+    killed, dead = stage_in_child(stages)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    merged = dead / "merged"
+    merged.mkdir()
+    subprocess.run(["mount", "--bind", str(outside), str(merged)], check=True)
+    try:
+        assert stale_stages(stages) == []
+        with Stage(stages, "build") as mine:
+            assert mine.is_dir()
+        assert (merged / "precious").read_text() == "keep\n" and dead.is_dir()
+    finally:
+        subprocess.run(["umount", str(merged)], check=True)
+    assert stale_stages(stages) == [dead]  # unmounted, it goes
+    assert (outside / "precious").read_text() == "keep\n"
