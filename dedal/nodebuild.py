@@ -23,13 +23,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from dedal import __version__
+from dedal.adapters import overlay
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.adapters.spack import Spack
-from dedal.errors import BuildError, Signals, ToolError, UserError
+from dedal.errors import BuildError, DedalError, Signals, ToolError, UserError
 from dedal.layers import LayerManifest, LayerStore
 from dedal.plan import Plan
 from dedal.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
@@ -90,8 +91,9 @@ def _boot_id() -> str:
         return ""
 
 
-def _mounted_under(path: Path) -> List[str]:
-    """Mount points at or below ``path`` (/proc/self/mountinfo; octal escapes decoded)."""
+def _mounted_under(path: Path) -> List[Tuple[str, str]]:
+    """(mount point, file system type) of the mounts at or below ``path``, deepest first
+    (/proc/self/mountinfo; octal escapes decoded)."""
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -100,11 +102,30 @@ def _mounted_under(path: Path) -> List[str]:
     found = []
     for line in lines:
         fields = line.split()
-        if len(fields) > 4:
+        if len(fields) > 4 and " - " in line:
             point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            fstype = line.split(" - ", 1)[1].split()[0]
             if point == top or point.startswith(top + "/"):
-                found.append(point)
-    return found
+                found.append((point, fstype))
+    return sorted(found, key=lambda m: -len(m[0]))
+
+
+OVERLAY_TYPES = {"overlay": overlay.KERNEL, "fuse.fuse-overlayfs": overlay.FUSE}
+
+
+def _unmount_overlays(stage: Path) -> bool:
+    """Unmount the overlays an assembly killed outright left in its stage; True when
+    nothing is mounted below ``stage`` any more. Any other mount stays (and so does the
+    stage): removing files through it would reach outside the stage."""
+    mounts = _mounted_under(stage)
+    if any(fstype not in OVERLAY_TYPES for _, fstype in mounts):
+        return False
+    for point, fstype in mounts:
+        try:
+            overlay.unmount(Path(point), OVERLAY_TYPES[fstype])
+        except DedalError:
+            return False
+    return not _mounted_under(stage)
 
 
 def stale_stages(parent: Path) -> List[Path]:
@@ -112,9 +133,7 @@ def stale_stages(parent: Path) -> List[Path]:
     by SIGKILL (the OOM killer, Slurm's KillWait, a job's cgroup killed with its batch
     script). In /dev/shm they hold the node's memory until someone removes them. Only
     stages this host made are judged (``stage_dir`` may be shared by nodes); a directory
-    without a readable owner record (being created, or not dedal's) is left alone, and so
-    is one with a mount below it (an assembly's overlay): removing files through a mount
-    would reach outside the stage."""
+    without a readable owner record (being created, or not dedal's) is left alone."""
     host, boot = socket.gethostname(), _boot_id()
     stale: List[Path] = []
     for d in sorted(Path(parent).glob("dedal-*")):
@@ -125,7 +144,7 @@ def stale_stages(parent: Path) -> List[Path]:
             alive = owner["boot"] == boot and _process_start(int(owner["pid"])) == owner["start"]
         except (OSError, ValueError, TypeError, KeyError):
             continue
-        if not alive and not _mounted_under(d):
+        if not alive:
             stale.append(d)
     return stale
 
@@ -133,7 +152,8 @@ def stale_stages(parent: Path) -> List[Path]:
 class Stage:
     """A private directory in node-local memory, always removed; entering one also
     removes the stages of dedal processes on this host that were killed outright
-    (:func:`stale_stages`, listed in ``reaped``)."""
+    (:func:`stale_stages`, listed in ``reaped``), after unmounting the overlay an
+    assembly may have left mounted in one (a stage with any other mount stays)."""
 
     def __init__(self, parent: Path, label: str) -> None:
         self.parent = Path(parent)
@@ -145,8 +165,9 @@ class Stage:
         try:
             self.parent.mkdir(parents=True, exist_ok=True)
             for old in stale_stages(self.parent):
-                shutil.rmtree(old, ignore_errors=True)
-                self.reaped.append(old)
+                if _unmount_overlays(old):
+                    shutil.rmtree(old, ignore_errors=True)
+                    self.reaped.append(old)
             self.path = Path(tempfile.mkdtemp(prefix=f"dedal-{self.label}-", dir=self.parent))
             owner = {"host": socket.gethostname(), "boot": _boot_id(), "pid": os.getpid(),
                      "start": _process_start(os.getpid())}

@@ -97,29 +97,37 @@ def test_a_second_signal_does_not_break_off_the_clean_up(tmp_path: Path) -> None
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-def test_a_stale_stage_with_a_mount_below_it_is_left_alone(tmp_path: Path) -> None:
-    """An assembly killed with its overlay still mounted in its stage: removing files
-    through the mount would reach outside the stage, so that stage stays, and what the
-    mount shows is untouched."""
+def test_stale_stage_mounts_an_overlay_is_unmounted_anything_else_stays(tmp_path: Path) -> None:
+    """An assembly killed outright leaves its overlay mounted in its stage: the next stage
+    unmounts it and removes the stage (the overlay's lower tree untouched). A stage with
+    any other mount below it stays: removing files through it would reach outside."""
     if os.geteuid() != 0:
-        pytest.skip("needs root (a bind mount)")
+        pytest.skip("needs root (mounts)")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "precious").write_text("keep\n")
     stages = tmp_path / "stages"
     stages.mkdir()
-    killed, dead = stage_in_child(stages)
-    killed.send_signal(signal.SIGKILL)
-    killed.wait(timeout=30)
-    merged = dead / "merged"
-    merged.mkdir()
-    subprocess.run(["mount", "--bind", str(outside), str(merged)], check=True)
+    holders = [stage_in_child(stages) for _ in range(2)]  # both made before either dies
+    for killed, _ in holders:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+    assembled, bound = (path for _, path in holders)
+    for d in ("upper", "work", "merged"):
+        (assembled / d).mkdir()
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={outside},upperdir={assembled / 'upper'},"
+                    f"workdir={assembled / 'work'}", str(assembled / "merged")], check=True)
+    (bound / "merged").mkdir()
+    subprocess.run(["mount", "--bind", str(outside), str(bound / "merged")], check=True)
     try:
-        assert stale_stages(stages) == []
-        with Stage(stages, "build") as mine:
-            assert mine.is_dir()
-        assert (merged / "precious").read_text() == "keep\n" and dead.is_dir()
+        assert (assembled / "merged" / "precious").is_file()
+        stage = Stage(stages, "build")
+        with stage:
+            assert stage.reaped == [assembled]
+        assert not assembled.exists()
+        assert bound.is_dir() and (bound / "merged" / "precious").read_text() == "keep\n"
     finally:
-        subprocess.run(["umount", str(merged)], check=True)
-    assert stale_stages(stages) == [dead]  # unmounted, it goes
+        for point in (assembled / "merged", bound / "merged"):
+            subprocess.run(["umount", str(point)], capture_output=True)
     assert (outside / "precious").read_text() == "keep\n"
+    assert stale_stages(stages) == [bound]  # unmounted, it goes too
