@@ -71,7 +71,7 @@ class JobResult:
         os.replace(tmp, path)
 
 
-STAGE_OWNER = ".dedal-owner"  # in each stage: which process on which host and boot made it
+STAGE_OWNER = ".dedal-owner"  # in each stage: which process made it (host, boot, PID namespace)
 
 
 def _process_start(pid: int) -> Optional[int]:
@@ -87,6 +87,13 @@ def _process_start(pid: int) -> Optional[int]:
 def _boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
 
@@ -132,16 +139,23 @@ def stale_stages(parent: Path) -> List[Path]:
     """Stages under ``parent`` whose dedal process is gone without removing them: killed
     by SIGKILL (the OOM killer, Slurm's KillWait, a job's cgroup killed with its batch
     script). In /dev/shm they hold the node's memory until someone removes them. Only
-    stages this host made are judged (``stage_dir`` may be shared by nodes); a directory
-    without a readable owner record (being created, or not dedal's) is left alone."""
-    host, boot = socket.gethostname(), _boot_id()
+    stages this host made are judged (``stage_dir`` may be shared by nodes), and of those
+    made since the last boot only the ones of this PID namespace (a container sharing the
+    directory); a directory without a readable owner record (being created, or not
+    dedal's) is left alone."""
+    host, boot, pidns = socket.gethostname(), _boot_id(), _pid_namespace()
     stale: List[Path] = []
     for d in sorted(Path(parent).glob("dedal-*")):
         try:
             owner = json.loads((d / STAGE_OWNER).read_text())
             if owner["host"] != host:
                 continue
-            alive = owner["boot"] == boot and _process_start(int(owner["pid"])) == owner["start"]
+            if owner["boot"] != boot:  # made before a reboot: its process is gone
+                alive = False
+            elif owner.get("pidns") != pidns:  # another PID namespace: its pid means nothing here
+                continue
+            else:
+                alive = _process_start(int(owner["pid"])) == owner["start"]
         except (OSError, ValueError, TypeError, KeyError):
             continue
         if not alive:
@@ -169,8 +183,8 @@ class Stage:
                     shutil.rmtree(old, ignore_errors=True)
                     self.reaped.append(old)
             self.path = Path(tempfile.mkdtemp(prefix=f"dedal-{self.label}-", dir=self.parent))
-            owner = {"host": socket.gethostname(), "boot": _boot_id(), "pid": os.getpid(),
-                     "start": _process_start(os.getpid())}
+            owner = {"host": socket.gethostname(), "boot": _boot_id(), "pidns": _pid_namespace(),
+                     "pid": os.getpid(), "start": _process_start(os.getpid())}
             tmp = self.path / (STAGE_OWNER + ".tmp")
             tmp.write_text(json.dumps(owner) + "\n")
             os.replace(tmp, self.path / STAGE_OWNER)

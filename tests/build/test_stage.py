@@ -16,7 +16,7 @@ from typing import Tuple
 import pytest
 
 from dedal.errors import Interrupted, Signals
-from dedal.nodebuild import STAGE_OWNER, Stage, _boot_id, _process_start, stale_stages
+from dedal.nodebuild import STAGE_OWNER, Stage, _boot_id, _pid_namespace, _process_start, stale_stages
 
 HOLD = ("import sys, time; from pathlib import Path; from dedal.nodebuild import Stage; "
         "print(Stage(Path(sys.argv[1]), 'build').__enter__(), flush=True); time.sleep(300)")
@@ -48,14 +48,17 @@ def test_stage_of_a_killed_process_is_removed_by_the_next_one(tmp_path: Path) ->
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=30)
         assert dead.is_dir()  # SIGKILL: nothing removed it
-        here = {"host": socket.gethostname(), "boot": _boot_id()}
+        here = {"host": socket.gethostname(), "boot": _boot_id(), "pidns": _pid_namespace()}
         me = os.getpid()
         reused = owned(tmp_path, "dedal-build-reused", pid=me, start=(_process_start(me) or 0) + 1, **here)
         rebooted = owned(tmp_path, "dedal-build-rebooted", host=here["host"], boot="another-boot", pid=me,
                          start=_process_start(me))
-        # not judged: another host's (a shared stage_dir), no owner record, an unreadable one, not dedal's
+        # not judged: another host's (a shared stage_dir), another PID namespace's (a container),
+        # no owner record, an unreadable one, not dedal's
         other_host = owned(tmp_path, "dedal-build-elsewhere", host=here["host"] + "-other", boot=here["boot"],
                            pid=999999, start=1)
+        other_ns = owned(tmp_path, "dedal-build-container", host=here["host"], boot=here["boot"],
+                         pidns="pid:[1]", pid=999999, start=1)
         unowned = tmp_path / "dedal-build-unowned"
         unowned.mkdir()
         broken = tmp_path / "dedal-build-broken"
@@ -68,7 +71,7 @@ def test_stage_of_a_killed_process_is_removed_by_the_next_one(tmp_path: Path) ->
             assert sorted(stage.reaped) == sorted([dead, reused, rebooted])
             assert not dead.exists() and not reused.exists() and not rebooted.exists()
             assert live.is_dir() and mine.is_dir()
-            assert all(p.is_dir() for p in (other_host, unowned, broken, foreign))
+            assert all(p.is_dir() for p in (other_host, other_ns, unowned, broken, foreign))
             assert stale_stages(tmp_path) == []  # a live process's stage, and this one, are not stale
         assert not mine.exists()
     finally:
