@@ -109,8 +109,8 @@ ranges from 0.4 % shorter to 1 % longer than list scheduling, off by 30 % 1.4-1.
 longer (benchmarks/schedule/robustness.md). But :func:`simulate` flatters list scheduling
 on full nodes, and real Slurm follows a hinted plan closely: on cscs-prgenv-gnu and
 jedi-ci 1 x 8 (benchmarks/schedule/cluster.md) hints made the build 6.0 / 4.5 % shorter
-with exact durations; with durations off by 10 % 2.2 % shorter on average (three draws,
--5.9 to +2.1 %), off by 20 % 1.1 % longer, off by 30 % 4.6 % longer. So
+with exact durations; with durations off by 10 % 3.1 % shorter on cscs (three draws) and
+2.5 % longer on jedi (two draws), off by 20-30 % 1-5 % longer. So
 ``slurm.order_hints: auto`` (the default) turns them on where every package to build has
 a measured duration (:func:`wants_order_hints`); the model's durations are guesses.
 """
@@ -1678,9 +1678,9 @@ def wants_order_hints(plan, setting: str, hashes: Iterable[str]) -> bool:
     """``slurm.order_hints``: ``true``, ``false``, or ``auto``: on when the duration of
     every package to schedule was measured (an earlier build of its name and version).
     Hints win only while the estimates hold: on real Slurm with a full node they made a
-    build 4.5-6 % shorter with exact durations, 2.2 % shorter on average with durations
-    off by 10 % and 4.6 % longer off by 30 % (benchmarks/schedule/cluster.md); the
-    model's own durations are guesses."""
+    build 4.5-6 % shorter with exact durations, -3.1 to +2.5 % with durations off by
+    10 % and 1-5 % longer off by 20-30 % (benchmarks/schedule/cluster.md); the model's
+    own durations are guesses."""
     if setting == "auto":
         hashes = list(hashes)
         return bool(hashes) and all(plan.nodes[h].measured for h in hashes)
