@@ -174,13 +174,7 @@ def test_stage_of_a_killed_node_build_is_removed_by_the_next_build(isolated_env,
 
 def test_sigterm_to_the_build_stops_children(isolated_env, tmp_path):
     tiny = make_env(tmp_path, sleep={"gcc-runtime": 60})
-    env = dict(isolated_env, **tiny.env)
-    proc = subprocess.Popen([dedal_exe(), "build", str(tiny.env_file)], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not stage_leftovers(tiny.stage):
-        time.sleep(0.2)
-    time.sleep(1.0)
+    proc = start_slow_build(isolated_env, tiny)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=90)
     assert proc.returncode == 130
