@@ -5,10 +5,11 @@ path, so that a user (or CI) can go straight to the evidence.
 """
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 
 class DedalError(Exception):
@@ -79,6 +80,9 @@ class Interrupted(DedalError):
     exit_code = 143
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class Signals:
     """SIGTERM/SIGINT/SIGHUP become :class:`Interrupted` inside the ``with`` block, so that
     stages and temporary files are removed and children killed on the way out (Slurm's
@@ -91,7 +95,7 @@ class Signals:
         self.received = ""
 
     def __enter__(self) -> "Signals":
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in STOP_SIGNALS:
             try:
                 self.old[sig] = signal.signal(sig, self._raise)
             except ValueError:  # not the main thread
@@ -107,6 +111,18 @@ class Signals:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self.old.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGTERM/SIGINT/SIGHUP wait until the block is done, then act (inside a
+    :class:`Signals` block: :class:`Interrupted` where the block ends). For steps that
+    must not stop halfway, such as making a directory and writing its owner record."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def read_input(path: Path) -> str:

@@ -30,7 +30,7 @@ from dedal.adapters import overlay
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.adapters.spack import Spack
-from dedal.errors import BuildError, DedalError, Signals, ToolError, UserError
+from dedal.errors import BuildError, DedalError, Signals, ToolError, UserError, signals_held
 from dedal.layers import LayerManifest, LayerStore
 from dedal.plan import Plan
 from dedal.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
@@ -180,24 +180,47 @@ class Stage:
             self.parent.mkdir(parents=True, exist_ok=True)
             for old in stale_stages(self.parent):
                 if _unmount_overlays(old):
-                    shutil.rmtree(old, ignore_errors=True)
+                    remove_stage(old)
                     self.reaped.append(old)
-            self.path = Path(tempfile.mkdtemp(prefix=f"dedal-{self.label}-", dir=self.parent))
-            owner = {"host": socket.gethostname(), "boot": _boot_id(), "pidns": _pid_namespace(),
-                     "pid": os.getpid(), "start": _process_start(os.getpid())}
-            tmp = self.path / (STAGE_OWNER + ".tmp")
-            tmp.write_text(json.dumps(owner) + "\n")
-            os.replace(tmp, self.path / STAGE_OWNER)
+            with signals_held():  # a stage exists only with its owner record
+                self.path = Path(tempfile.mkdtemp(prefix=f"dedal-{self.label}-", dir=self.parent))
+                owner = {"host": socket.gethostname(), "boot": _boot_id(), "pidns": _pid_namespace(),
+                         "pid": os.getpid(), "start": _process_start(os.getpid())}
+                tmp = self.path / (STAGE_OWNER + ".tmp")
+                tmp.write_text(json.dumps(owner) + "\n")
+                os.replace(tmp, self.path / STAGE_OWNER)
         except OSError as exc:
-            if self.path is not None:
-                shutil.rmtree(self.path, ignore_errors=True)
-                self.path = None
+            self.__exit__()
             raise UserError(f"stage directory {self.parent}: cannot create a stage ({exc.strerror})") from None
+        except BaseException:  # scancel's SIGTERM (Interrupted) while the stage was being made
+            self.__exit__()
+            raise
         return self.path
 
     def __exit__(self, *exc: object) -> None:
         if self.path is not None:
-            shutil.rmtree(self.path, ignore_errors=True)
+            remove_stage(self.path)
+            self.path = None
+
+
+def remove_stage(stage: Path) -> None:
+    """Remove a stage, its owner record last: a removal cut short (SIGKILL after Slurm's
+    KillWait) leaves a stage that the next one on this host still knows as stale."""
+    try:
+        entries = [e for e in os.scandir(stage) if e.name != STAGE_OWNER]
+    except FileNotFoundError:
+        return
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+    shutil.rmtree(stage, ignore_errors=True)
 
 
 SPACK_DEFAULT_JOBS = 16  # Spack's config:build_jobs when not set (etc/spack/defaults/config.yaml)

@@ -15,8 +15,10 @@ from typing import Tuple
 
 import pytest
 
+from dedal import nodebuild
 from dedal.errors import Interrupted, Signals
-from dedal.nodebuild import STAGE_OWNER, Stage, _boot_id, _pid_namespace, _process_start, stale_stages
+from dedal.nodebuild import (STAGE_OWNER, Stage, _boot_id, _pid_namespace, _process_start, remove_stage,
+                             stale_stages)
 
 HOLD = ("import sys, time; from pathlib import Path; from dedal.nodebuild import Stage; "
         "print(Stage(Path(sys.argv[1]), 'build').__enter__(), flush=True); time.sleep(300)")
@@ -98,6 +100,46 @@ def test_a_second_signal_does_not_break_off_the_clean_up(tmp_path: Path) -> None
                 cleaned.append(True)
     assert cleaned == [True] and guard.received == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_signal_while_the_stage_is_made_leaves_no_stage(tmp_path: Path, monkeypatch) -> None:
+    """scancel's SIGTERM can arrive while a job is still making its stage (it came 2 s after
+    the job started on a loaded CI machine): the stage is removed all the same, never left
+    without its owner record for no one to remove."""
+    real = nodebuild._process_start
+
+    def signalled_meanwhile(pid: int):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+        return real(pid)
+
+    monkeypatch.setattr(nodebuild, "_process_start", signalled_meanwhile)
+    with pytest.raises(Interrupted, match="SIGTERM"):
+        with Signals(), Stage(tmp_path, "build"):
+            pytest.fail("the stage was entered despite the signal")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_removal_cut_short_keeps_the_owner_record(tmp_path: Path, monkeypatch) -> None:
+    here = {"host": socket.gethostname(), "pidns": _pid_namespace()}
+    stale = owned(tmp_path, "dedal-build-old", boot="another-boot", pid=1, start=1, **here)
+    (stale / "root").mkdir()
+    for name in ("a", "b", "root/c"):
+        (stale / name).write_text(name)
+    real = os.unlink
+
+    def killed_after_one(path, *args, **kwargs):  # SIGKILL right after the first file went
+        real(path, *args, **kwargs)
+        raise Interrupted("killed")
+
+    monkeypatch.setattr(os, "unlink", killed_after_one)
+    with pytest.raises(Interrupted):
+        remove_stage(stale)
+    monkeypatch.undo()
+    assert (stale / STAGE_OWNER).is_file() and stale_stages(tmp_path) == [stale]
+    with Stage(tmp_path, "build") as mine:
+        assert not stale.exists()
+    assert not mine.exists()
 
 
 def test_stale_stage_mounts_an_overlay_is_unmounted_anything_else_stays(tmp_path: Path) -> None:

@@ -274,7 +274,8 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmClust
         wait_for("stages removed", lambda: stage_leftovers(tiny.stage) == [], timeout=30)
     except AssertionError:
         logs = {Path(j["log"]).name: Path(j["log"]).read_text()[-1500:] for j in rec["jobs"] if Path(j["log"]).is_file()}
-        raise AssertionError(f"stages left 30 s after scancel: {stage_leftovers(tiny.stage)}; job states "
+        left = {d.name: sorted(str(f.relative_to(d)) for f in d.rglob("*"))[:20] for d in tiny.stage.iterdir()}
+        raise AssertionError(f"stages left 30 s after scancel: {left}; job states "
                              f"{[(j['id'], s.state.value) for j, s in zip(rec['jobs'], states.values())]}; "
                              f"job logs: {logs}") from None
     built = names(summary["built"])
