@@ -120,15 +120,35 @@ def test_a_signal_while_the_stage_is_made_leaves_no_stage(tmp_path: Path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_removal_cut_short_keeps_the_owner_record(tmp_path: Path, monkeypatch) -> None:
+def test_a_stage_loses_its_owner_record_last(tmp_path: Path, monkeypatch) -> None:
+    """So that a removal cut short (SIGKILL after KillWait) leaves a stage the next one
+    still knows as stale, not an unowned directory that stays in /dev/shm for good."""
     here = {"host": socket.gethostname(), "pidns": _pid_namespace()}
-    stale = owned(tmp_path, "dedal-build-old", boot="another-boot", pid=1, start=1, **here)
-    (stale / "root").mkdir()
-    for name in ("a", "b", "root/c"):
+    stale = tmp_path / "dedal-build-old"
+    (stale / "root").mkdir(parents=True)
+    for name in ["root/c"] + [f"f{i}" for i in range(10)]:
         (stale / name).write_text(name)
+    # the record written last: a directory may list its newest entry first
+    (stale / STAGE_OWNER).write_text(json.dumps(dict(boot="another-boot", pid=1, start=1, **here)))
     real = os.unlink
+    left_with_record: list = []
 
-    def killed_after_one(path, *args, **kwargs):  # SIGKILL right after the first file went
+    def watched(path, *args, **kwargs):
+        if os.fspath(path).endswith(STAGE_OWNER):
+            left_with_record.append(sorted(os.listdir(stale)))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", watched)
+    remove_stage(stale)
+    assert not stale.exists() and left_with_record == [[STAGE_OWNER]]
+
+    # cut short after its first file: the next stage made here removes the rest
+    stale.mkdir()
+    (stale / "a").write_text("a")
+    (stale / "b").write_text("b")
+    (stale / STAGE_OWNER).write_text(json.dumps(dict(boot="another-boot", pid=1, start=1, **here)))
+
+    def killed_after_one(path, *args, **kwargs):
         real(path, *args, **kwargs)
         raise Interrupted("killed")
 
