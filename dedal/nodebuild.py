@@ -32,6 +32,7 @@ from dedal.adapters import squashfs
 from dedal.adapters.spack import Spack
 from dedal.errors import BuildError, DedalError, Signals, ToolError, UserError, signals_held
 from dedal.layers import LayerManifest, LayerStore
+from dedal.owner import GONE, Owner
 from dedal.plan import Plan
 from dedal.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
 
@@ -72,30 +73,6 @@ class JobResult:
 
 
 STAGE_OWNER = ".dedal-owner"  # in each stage: which process made it (host, boot, PID namespace)
-
-
-def _process_start(pid: int) -> Optional[int]:
-    """When process ``pid`` started (clock ticks after boot, field 22 of /proc/PID/stat),
-    None when there is no such process: a pid alone may have been reused."""
-    try:
-        stat = Path(f"/proc/{int(pid)}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
 
 
 def _mounted_under(path: Path) -> List[Tuple[str, str]]:
@@ -143,22 +120,13 @@ def stale_stages(parent: Path) -> List[Path]:
     made since the last boot only the ones of this PID namespace (a container sharing the
     directory); a directory without a readable owner record (being created, or not
     dedal's) is left alone."""
-    host, boot, pidns = socket.gethostname(), _boot_id(), _pid_namespace()
     stale: List[Path] = []
     for d in sorted(Path(parent).glob("dedal-*")):
         try:
-            owner = json.loads((d / STAGE_OWNER).read_text())
-            if owner["host"] != host:
-                continue
-            if owner["boot"] != boot:  # made before a reboot: its process is gone
-                alive = False
-            elif owner.get("pidns") != pidns:  # another PID namespace: its pid means nothing here
-                continue
-            else:
-                alive = _process_start(int(owner["pid"])) == owner["start"]
+            owner = Owner.from_json(json.loads((d / STAGE_OWNER).read_text()))
         except (OSError, ValueError, TypeError, KeyError):
             continue
-        if not alive:
+        if owner.state() == GONE:
             stale.append(d)
     return stale
 
@@ -184,10 +152,8 @@ class Stage:
                     self.reaped.append(old)
             with signals_held():  # a stage exists only with its owner record
                 self.path = Path(tempfile.mkdtemp(prefix=f"dedal-{self.label}-", dir=self.parent))
-                owner = {"host": socket.gethostname(), "boot": _boot_id(), "pidns": _pid_namespace(),
-                         "pid": os.getpid(), "start": _process_start(os.getpid())}
                 tmp = self.path / (STAGE_OWNER + ".tmp")
-                tmp.write_text(json.dumps(owner) + "\n")
+                tmp.write_text(json.dumps(Owner.me().to_json()) + "\n")
                 os.replace(tmp, self.path / STAGE_OWNER)
         except OSError as exc:
             self.__exit__()

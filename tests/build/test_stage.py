@@ -15,10 +15,10 @@ from typing import Tuple
 
 import pytest
 
-from dedal import nodebuild
+from dedal import owner as owner_module
 from dedal.errors import Interrupted, Signals
-from dedal.nodebuild import (STAGE_OWNER, Stage, _boot_id, _pid_namespace, _process_start, remove_stage,
-                             stale_stages)
+from dedal.nodebuild import STAGE_OWNER, Stage, remove_stage, stale_stages
+from dedal.owner import boot_id as _boot_id, pid_namespace as _pid_namespace, process_start as _process_start
 
 HOLD = ("import sys, time; from pathlib import Path; from dedal.nodebuild import Stage; "
         "print(Stage(Path(sys.argv[1]), 'build').__enter__(), flush=True); time.sleep(300)")
@@ -106,14 +106,14 @@ def test_a_signal_while_the_stage_is_made_leaves_no_stage(tmp_path: Path, monkey
     """scancel's SIGTERM can arrive while a job is still making its stage (it came 2 s after
     the job started on a loaded CI machine): the stage is removed all the same, never left
     without its owner record for no one to remove."""
-    real = nodebuild._process_start
+    real = owner_module.process_start
 
     def signalled_meanwhile(pid: int):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.2)
         return real(pid)
 
-    monkeypatch.setattr(nodebuild, "_process_start", signalled_meanwhile)
+    monkeypatch.setattr(owner_module, "process_start", signalled_meanwhile)
     with pytest.raises(Interrupted, match="SIGTERM"):
         with Signals(), Stage(tmp_path, "build"):
             pytest.fail("the stage was entered despite the signal")
