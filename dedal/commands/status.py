@@ -13,10 +13,11 @@ from dedal.console import out, print_json
 from dedal.errors import DedalError, UserError
 from dedal.executors.slurm import RECORD, read_record
 from dedal.layers import LayerStore
+from dedal.owner import GONE, Owner
 from dedal.plan import Plan
 from dedal.workspace import resolve
 
-FINAL = ("done", "failed", "blocked", "cancelled")
+FINAL = ("done", "failed", "blocked", "cancelled", "lost")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -105,8 +106,16 @@ def slurm_status(record: dict) -> dict:
                 p = pkg_logs.get(label.split("@")[0], {})
                 errors[label] = {"error": p.get("error") or j.get("error", ""), "log": p.get("log") or j.get("log", "")}
         jobs.append(entry)
+    finished = all(j["status"] in FINAL for j in jobs)
+    followed_by = None
+    if not finished:
+        try:
+            driver = Owner.from_json(record["driver"])
+            followed_by = {"host": driver.host, "pid": driver.pid, "state": driver.state()}
+        except (KeyError, TypeError, ValueError):
+            pass
     return {"executor": "slurm", "started_at": record.get("started_at"), "updated_at": record.get("updated_at"),
-            "finished": all(j["status"] in FINAL for j in jobs), "interrupted": record.get("interrupted", False),
+            "finished": finished, "interrupted": record.get("interrupted", False), "followed_by": followed_by,
             "jobs": jobs, "packages": packages, "errors": errors, "note": note}
 
 
@@ -185,6 +194,12 @@ def show(data: dict) -> None:
         head += f" started {data['started_at']}"
     state = "interrupted" if data.get("interrupted") else ("finished" if data.get("finished") else "in progress")
     out.print(f"{head}, {state} ({data['env_dir']})")
+    who = data.get("followed_by")
+    if who:
+        line = f"followed by dedal (pid {who['pid']}) on {who['host']}, updated {data.get('updated_at')}"
+        if who["state"] == GONE:
+            line += "; that dedal is gone: `dedal build` of this environment follows the jobs from here"
+        out.print(line)
     table = Table()
     cols = ("job", "slurm id", "status", "node", "packages", "log") if data["executor"] == "slurm" else \
         ("job", "status", "host", "packages", "log")

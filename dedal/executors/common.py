@@ -64,6 +64,7 @@ class BuildSummary:
     logs: Dict[str, str] = field(default_factory=dict)       # label -> log path
     seconds: float = 0.0
     jobs: int = 0
+    adopted: int = 0  # Slurm jobs of an earlier build whose dedal was gone, followed to their end
     interrupted: bool = False
 
     @property

@@ -38,6 +38,12 @@ appears; a finished job's ``--result`` file says what failed and where the logs 
   a wrong estimate never holds cores idle for longer than the plan said.
 * Ctrl-C / SIGTERM: ``scancel`` of every job of this build (a running node build
   removes its stage on the signal), ``summary.interrupted``.
+* A dedal killed outright leaves its jobs queued and running. The next build of the
+  environment follows them (``summary.adopted``) as if it were that dedal, then submits
+  what they left. It refuses while that dedal may still follow them: the record names
+  it (:class:`dedal.owner.Owner`), judged alive by its pid on the same host, and on
+  another host by the record's age (rewritten at least every ``HEARTBEAT_S``; gone after
+  ``GONE_AFTER_S``).
 
 Every submitted job is recorded in ``<env dir>/slurm-jobs.json`` (Slurm id, packages,
 state, node, log, result), rewritten on each change, for ``dedal status``.
@@ -61,6 +67,7 @@ from dedal.config import Settings
 from dedal.errors import UserError
 from dedal.executors.common import BuildSummary, blocked_by_failure, node_build_command, read_result
 from dedal.layers import LayerStore
+from dedal.owner import ALIVE, UNKNOWN, Owner
 from dedal.plan import Plan
 from dedal.progress import BuildProgress
 from dedal.schedule import Job, Schedule, TimeLimits, job_topo, schedule_plan
@@ -68,6 +75,8 @@ from dedal.schedule import Job, Schedule, TimeLimits, job_topo, schedule_plan
 RECORD = "slurm-jobs.json"
 RECORD_FORMAT = 1
 UNKNOWN_GRACE_S = 60.0  # a job neither squeue nor sacct knows for this long is lost
+HEARTBEAT_S = 60.0      # the record is rewritten at least this often while dedal follows the jobs
+GONE_AFTER_S = 300.0    # a record this old whose dedal ran on another host: that dedal is gone
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._+@=,-]+")
 
 
@@ -194,6 +203,9 @@ class _Build:
         self.schedule: Optional[Schedule] = None
         self.started = time.monotonic()
         self.submitted = self.started       # time 0 of the schedule (order hints count from it)
+        self.submitted_at = _now()          # the same, as a date (the record's, for a dedal that adopts the jobs)
+        self.written = 0.0                  # when the record was last written (heartbeat)
+        self.driver = Owner.me()
         self.started_at = _now()
         self.stopped_after_failure = False
         self.interrupted = False
@@ -228,7 +240,8 @@ class _Build:
         sched = self.schedule
         data = {
             "format": RECORD_FORMAT, "executor": "slurm", "env": self.plan.env_name, "plan": str(self.plan_path),
-            "started_at": self.started_at, "updated_at": _now(),
+            "started_at": self.started_at, "submitted_at": self.submitted_at, "updated_at": _now(),
+            "driver": self.driver.to_json(),
             "finished": not any(t.active for t in self.tracked.values()),
             "interrupted": self.interrupted,
             "simulated": sched.to_json(with_jobs=False) if sched else None,
@@ -238,6 +251,7 @@ class _Build:
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
         os.replace(tmp, path)
+        self.written = time.monotonic()
 
     # -- submission -----------------------------------------------------------------------
     def template(self) -> tuple:
@@ -324,7 +338,7 @@ class _Build:
         return changed
 
     def submit_all(self, jobs: Sequence[Job]) -> None:
-        self.submitted = time.monotonic()
+        self.submitted, self.submitted_at = time.monotonic(), _now()
         text, source = self.template()
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -575,21 +589,75 @@ class _Build:
             job_t.status = "queued"
             self.submit(job_t, text, source, nice=self.order.index(job_t.job.id))
 
-    def refuse_concurrent_build(self) -> None:
-        """Jobs of an earlier build of this environment still queued or running would
-        build the same layers twice: say so instead of submitting again."""
+    def adopt(self) -> bool:
+        """Jobs of an earlier build of this environment still queued or running: followed
+        from here as if their dedal had never stopped, when it is gone (killed, its login
+        node rebooted); refused while it still follows them, as two would build the same
+        layers twice. True when jobs were adopted."""
         old = read_record(self.work)
         if not old or old.get("finished"):
-            return
-        ids = [j["slurm_id"] for j in old.get("jobs", []) if j.get("slurm_id") and
-               j.get("status") in ("queued", "running", "resubmitting")]
-        if not ids:
-            return
-        live = [j for j, st in self.client.states(ids).items() if st.state.is_active]
-        if live:
-            raise UserError(f"{self.plan.env_name}: Slurm jobs of an earlier build are still queued or running "
-                            f"({', '.join(live[:10])}{' ...' if len(live) > 10 else ''}; see `dedal status`); "
-                            f"wait for them or scancel them, then build again")
+            return False
+        recorded = [j for j in old.get("jobs", []) if isinstance(j, dict)]
+        active = [j for j in recorded if j.get("slurm_id") and j.get("status") in ("queued", "running", "resubmitting")]
+        if not active:
+            return False
+        states = self.client.states([j["slurm_id"] for j in active])
+        live = {j["slurm_id"] for j in active if states.get(j["slurm_id"]) and states[j["slurm_id"]].state.is_active}
+        if not live:
+            return False
+        ids = ", ".join(sorted(live)[:10]) + (" ..." if len(live) > 10 else "")
+        refused = (f"{self.plan.env_name}: Slurm jobs of an earlier build are still queued or running ({ids}; "
+                   f"see `dedal status`)")
+        try:
+            driver: Optional[Owner] = Owner.from_json(old["driver"])
+        except (KeyError, TypeError, ValueError):
+            driver = None
+        state = driver.state() if driver else UNKNOWN
+        age = _age_s(old.get("updated_at"))
+        if state == ALIVE:
+            assert driver is not None
+            raise UserError(f"{refused}, followed by dedal (pid {driver.pid}) on this host: wait for it, or stop it "
+                            f"(Ctrl-C cancels them)")
+        if state == UNKNOWN and age < GONE_AFTER_S:
+            where = f" on {driver.host} (pid {driver.pid})" if driver else ""
+            raise UserError(f"{refused}; the dedal that follows them{where} updated their record {age:.0f} s ago: "
+                            f"wait for it, or scancel them; if that dedal is gone, this command follows them "
+                            f"once the record is {GONE_AFTER_S:.0f} s old")
+        missing = sorted({h for j in recorded for h in j.get("hashes", []) if h not in self.plan.nodes})
+        if missing:
+            raise UserError(f"{refused}, for a plan that is not this one (packages {', '.join(m[:7] for m in missing[:5])} "
+                            f"are not in it): wait for them or scancel them, then build again")
+        for j in recorded:
+            hashes = [str(h) for h in j.get("hashes", [])]
+            job = Job.from_json({**j, "names": [self.plan.nodes[h].name for h in hashes]})
+            t = self.prepare(job)
+            t.slurm_id, t.attempt, t.time = str(j.get("slurm_id") or ""), int(j.get("attempt") or 1), str(j.get("time") or "")
+            t.hints, t.history = [str(a) for a in j.get("hints") or []], list(j.get("history") or [])
+            t.status, t.slurm_state, t.node = str(j.get("status") or ""), str(j.get("state") or ""), str(j.get("node") or "")
+            if t.slurm_id in live:
+                t.status = "queued"  # poll() says whether it runs
+            elif t.status in ("queued", "running", "resubmitting"):
+                # it ended while no dedal followed it: poll() reads how where Slurm still knows
+                # (not for one its dedal was resubmitting: what it left is built afresh)
+                st = states.get(t.slurm_id)
+                known = st is not None and st.state is not State.UNKNOWN and t.status != "resubmitting"
+                t.status = "queued" if known else "lost"
+            self.tracked[job.id] = t
+            self.order.append(job.id)
+            if t.active:
+                for h in job.hashes:
+                    self.job_of[h] = job.id
+                    # a layer already there was reported present, and is not reported again
+                    self.pkg_status[h] = "built" if self.has_layer(h) else "queued"
+        # order hints count from the earlier build's submission
+        self.submitted = time.monotonic() - _age_s(old.get("submitted_at") or old.get("started_at"))
+        self.submitted_at = str(old.get("submitted_at") or old.get("started_at") or _now())
+        self.summary.adopted = len(live)
+        self.write_record()
+        gone = f"its dedal (pid {driver.pid} on {driver.host}) is gone" if driver else "its dedal is gone"
+        self.progress.note(f"following {len(live)} Slurm job(s) of an earlier build of this environment "
+                           f"({gone}); nothing is submitted twice")
+        return True
 
     # -- the loop ----------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -635,8 +703,18 @@ class _Build:
                 self.job_done(t, st)
         self.settle_leftovers()
         changed = self.expire_hints() or changed
-        if changed:
+        if changed or time.monotonic() - self.written > HEARTBEAT_S:
             self.write_record()
+
+    def plan_jobs(self, todo: Sequence[str]) -> Schedule:
+        nodes, cores = capacity(self.settings, self.client)
+        return schedule_plan(self.plan, self.settings, nodes=nodes, cores=cores, hashes=todo)
+
+    def follow(self, poll_s: float) -> None:
+        while any(t.active for t in self.tracked.values()):
+            time.sleep(poll_s)
+            self.poll()
+            self.progress.refresh()
 
     def run(self) -> BuildSummary:
         plan = self.plan
@@ -651,26 +729,32 @@ class _Build:
         if not todo:
             self.summary.seconds = time.monotonic() - self.started
             return self.summary
-        self.refuse_concurrent_build()
-        nodes, cores = capacity(self.settings, self.client)
-        self.schedule = schedule_plan(plan, self.settings, nodes=nodes, cores=cores, hashes=todo)
+        adopted = self.adopt()
+        if not adopted:
+            self.schedule = self.plan_jobs(todo)
         old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
         poll_s = max(0.05, float(self.settings.get("slurm.poll_s")))
         try:
-            try:
-                self.submit_all(self.schedule.jobs)
-            except BaseException:
-                submitted = [t for t in self.tracked.values() if t.slurm_id and t.active]
-                if submitted:
-                    self.client.cancel([t.slurm_id for t in submitted])
-                    for t in submitted:
-                        t.status, t.slurm_state = "cancelled", "CANCELLED"
-                    self.write_record()
-                raise
-            while any(t.active for t in self.tracked.values()):
-                time.sleep(poll_s)
-                self.poll()
-                self.progress.refresh()
+            if adopted:
+                self.follow(poll_s)
+                todo = [h for h in todo if not self.has_layer(h) and self.pkg_status.get(h) not in ("failed", "blocked")]
+                if todo and not self.stopped_after_failure:
+                    self.progress.note(f"the earlier build's jobs have ended; building the {len(todo)} package(s) "
+                                       f"it left")
+                    self.tracked, self.order, self.job_of = {}, [], {}
+                    self.schedule = self.plan_jobs(todo)
+            if self.schedule:
+                try:
+                    self.submit_all(self.schedule.jobs)
+                except BaseException:
+                    submitted = [t for t in self.tracked.values() if t.slurm_id and t.active]
+                    if submitted:
+                        self.client.cancel([t.slurm_id for t in submitted])
+                        for t in submitted:
+                            t.status, t.slurm_state = "cancelled", "CANCELLED"
+                        self.write_record()
+                    raise
+                self.follow(poll_s)
         except (KeyboardInterrupt, _Stop):
             self.interrupted = True
             self.summary.interrupted = True
@@ -686,6 +770,17 @@ class _Build:
         self.summary.seconds = time.monotonic() - self.started
         self.write_record()
         return self.summary
+
+
+def _age_s(stamp: object) -> float:
+    """Seconds since an ISO date of a record (infinite when it has none)."""
+    try:
+        then = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return float("inf")
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return max(0.0, (datetime.now(timezone.utc) - then).total_seconds())
 
 
 def _shell_path(pattern: Path) -> str:

@@ -289,6 +289,73 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmClust
     assert names(again["reused"]) == built
 
 
+def test_jobs_of_a_killed_dedal_are_followed_by_the_next_build(slurm_cluster: SlurmCluster, isolated_env,
+                                                                run_dedal, tmp_path: Path) -> None:
+    """A dedal killed outright (the OOM killer on a login node, a reboot) leaves its jobs
+    queued and running: the next `dedal build` follows them to their end instead of
+    refusing or submitting them again; while their dedal may still be alive on another
+    host (its record is fresh), it refuses."""
+    tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 12})
+    proc = start_build(isolated_env, tiny, slurm_cluster)
+    wait_for("dedal-bootstrap running", lambda: running_job_of(tiny, "dedal-bootstrap"), proc=proc)
+    before = record(tiny)
+    proc.kill()
+    proc.communicate(timeout=30)
+    env = build_env(tiny, slurm_cluster)
+    text = run_dedal("status", str(tiny.env_file), env=env).stdout
+    assert "in progress" in text and "that dedal is gone" in text, text
+
+    # the same record as if its dedal ran on another login node and wrote it just now
+    path = workdir(tiny) / "slurm-jobs.json"
+    elsewhere = dict(before, driver=dict(before["driver"], host="login-elsewhere"))
+    path.write_text(json.dumps(dict(elsewhere, updated_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()))))
+    fresh = run_dedal("build", str(tiny.env_file), env=env)
+    assert fresh.returncode == 2 and "still queued or running" in fresh.stderr, fresh.stderr
+    assert "login-elsewhere" in fresh.stderr and "s ago" in fresh.stderr
+    assert json.loads(path.read_text())["driver"]["host"] == "login-elsewhere", "a refused build changed the record"
+    path.write_text(json.dumps(dict(elsewhere, updated_at="2026-01-01T00:00:00+00:00")))  # stale: that dedal is gone
+
+    res = run_dedal("build", str(tiny.env_file), "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["jobs"] == 0 and summary["adopted"] >= 2, summary  # dedal-bootstrap's job, dedal-app's
+    assert names(summary["built"] + summary["reused"]) == TINY and not summary["failed"]
+    after = record(tiny)
+    assert [j["slurm_id"] for j in after["jobs"]] == [j["slurm_id"] for j in before["jobs"]]
+    assert after["finished"] and all(j["status"] == "done" for j in after["jobs"])
+    assert after["driver"]["pid"] != before["driver"]["pid"]
+    states = Slurm(slurm_cluster.env).states([j["slurm_id"] for j in after["jobs"]])
+    assert {s.state for s in states.values()} == {State.COMPLETED}
+    assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
+    assert stage_leftovers(tiny.stage) == []
+
+
+def test_a_dedal_killed_while_submitting_leaves_the_rest_to_the_next_build(slurm_cluster: SlurmCluster,
+                                                                          isolated_env, run_dedal,
+                                                                          tmp_path: Path) -> None:
+    """Killed before it submitted its last job: the next build follows the jobs that were
+    submitted, then submits what they left."""
+    tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 8})
+    proc = start_build(isolated_env, tiny, slurm_cluster)
+    wait_for("dedal-bootstrap running", lambda: running_job_of(tiny, "dedal-bootstrap"), proc=proc)
+    proc.kill()
+    proc.communicate(timeout=30)
+    rec = record(tiny)
+    last = next(j for j in rec["jobs"] if any(p.startswith("dedal-app@") for p in j["packages"]))
+    Slurm(slurm_cluster.env).cancel([last["slurm_id"]])  # as if never submitted, nor recorded
+    rec["jobs"].remove(last)
+    (workdir(tiny) / "slurm-jobs.json").write_text(json.dumps(rec))
+
+    res = run_dedal("build", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["adopted"] >= 1 and summary["jobs"] >= 1, summary
+    assert names(summary["built"] + summary["reused"]) == TINY and not summary["failed"]
+    after = record(tiny)  # the jobs this build submitted: those of the packages the lost job held
+    assert names([p for j in after["jobs"] for p in j["packages"]]) == names(last["packages"]) and after["finished"]
+    assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
+
+
 def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path) -> None:
     tiny = make_env(tmp_path, sleep={"libdedal": 60})
     proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_RETRIES="2")
