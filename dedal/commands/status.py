@@ -106,7 +106,7 @@ def slurm_status(record: dict) -> dict:
                 p = pkg_logs.get(label.split("@")[0], {})
                 errors[label] = {"error": p.get("error") or j.get("error", ""), "log": p.get("log") or j.get("log", "")}
         jobs.append(entry)
-    finished = all(j["status"] in FINAL for j in jobs)
+    finished = all(j["status"] in FINAL for j in jobs) and not record.get("submitting")
     followed_by = None
     if not finished:
         try:
@@ -116,6 +116,7 @@ def slurm_status(record: dict) -> dict:
             pass
     return {"executor": "slurm", "started_at": record.get("started_at"), "updated_at": record.get("updated_at"),
             "finished": finished, "interrupted": record.get("interrupted", False), "followed_by": followed_by,
+            "submitting": bool(record.get("submitting")),
             "jobs": jobs, "packages": packages, "errors": errors, "note": note}
 
 
@@ -193,6 +194,8 @@ def show(data: dict) -> None:
     if data.get("started_at"):
         head += f" started {data['started_at']}"
     state = "interrupted" if data.get("interrupted") else ("finished" if data.get("finished") else "in progress")
+    if data.get("submitting"):
+        state = "planning and submitting its jobs"
     out.print(f"{head}, {state} ({data['env_dir']})")
     who = data.get("followed_by")
     if who:

@@ -40,7 +40,8 @@ appears; a finished job's ``--result`` file says what failed and where the logs 
   removes its stage on the signal), ``summary.interrupted``.
 * A dedal killed outright leaves its jobs queued and running. The next build of the
   environment follows them (``summary.adopted``) as if it were that dedal, then submits
-  what they left. It refuses while that dedal may still follow them: the record names
+  what they left. It refuses while that dedal may still plan, submit (the record claims
+  the environment from before planning) or follow them: the record names
   it (:class:`dedal.owner.Owner`), judged alive by its pid on the same host, and on
   another host by the record's age (rewritten at least every ``HEARTBEAT_S``; gone after
   ``GONE_AFTER_S``).
@@ -205,6 +206,7 @@ class _Build:
         self.submitted = self.started       # time 0 of the schedule (order hints count from it)
         self.submitted_at = _now()          # the same, as a date (the record's, for a dedal that adopts the jobs)
         self.written = 0.0                  # when the record was last written (heartbeat)
+        self.submitting = False             # planning and submitting: the record claims the environment
         self.driver = Owner.me()
         self.started_at = _now()
         self.stopped_after_failure = False
@@ -242,7 +244,8 @@ class _Build:
             "format": RECORD_FORMAT, "executor": "slurm", "env": self.plan.env_name, "plan": str(self.plan_path),
             "started_at": self.started_at, "submitted_at": self.submitted_at, "updated_at": _now(),
             "driver": self.driver.to_json(),
-            "finished": not any(t.active for t in self.tracked.values()),
+            "finished": not self.submitting and not any(t.active for t in self.tracked.values()),
+            "submitting": self.submitting,
             "interrupted": self.interrupted,
             "simulated": sched.to_json(with_jobs=False) if sched else None,
             "jobs": jobs,
@@ -352,6 +355,7 @@ class _Build:
             self.submit(t, text, source, nice=rank)
             if (rank + 1) % 100 == 0 and rank + 1 < len(jobs):
                 self.progress.note(f"submitting: {rank + 1} of {len(jobs)} Slurm jobs")
+        self.submitting = False
         self.write_record()
         self.progress.note(f"submitted {len(jobs)} Slurm job(s) for {sum(len(j.hashes) for j in jobs)} package(s)"
                            + (f"; simulated makespan {self.schedule.makespan_s:.0f} s on {self.schedule.nodes} "
@@ -597,32 +601,35 @@ class _Build:
         old = read_record(self.work)
         if not old or old.get("finished"):
             return False
-        recorded = [j for j in old.get("jobs", []) if isinstance(j, dict)]
-        active = [j for j in recorded if j.get("slurm_id") and j.get("status") in ("queued", "running", "resubmitting")]
-        if not active:
-            return False
-        states = self.client.states([j["slurm_id"] for j in active])
-        live = {j["slurm_id"] for j in active if states.get(j["slurm_id"]) and states[j["slurm_id"]].state.is_active}
-        if not live:
-            return False
-        ids = ", ".join(sorted(live)[:10]) + (" ..." if len(live) > 10 else "")
-        refused = (f"{self.plan.env_name}: Slurm jobs of an earlier build are still queued or running ({ids}; "
-                   f"see `dedal status`)")
         try:
             driver: Optional[Owner] = Owner.from_json(old["driver"])
         except (KeyError, TypeError, ValueError):
             driver = None
         state = driver.state() if driver else UNKNOWN
         age = _age_s(old.get("updated_at"))
+        recorded = [j for j in old.get("jobs", []) if isinstance(j, dict)]
+        active = [j for j in recorded if j.get("slurm_id") and j.get("status") in ("queued", "running", "resubmitting")]
+        states = self.client.states([j["slurm_id"] for j in active]) if active else {}
+        live = {j["slurm_id"] for j in active if states.get(j["slurm_id"]) and states[j["slurm_id"]].state.is_active}
+        if not live and not old.get("submitting"):
+            return False
+        if live:
+            ids = ", ".join(sorted(live)[:10]) + (" ..." if len(live) > 10 else "")
+            refused = (f"{self.plan.env_name}: Slurm jobs of an earlier build are still queued or running ({ids}; "
+                       f"see `dedal status`)")
+        else:
+            refused = f"{self.plan.env_name}: an earlier build is submitting its jobs"
         if state == ALIVE:
             assert driver is not None
-            raise UserError(f"{refused}, followed by dedal (pid {driver.pid}) on this host: wait for it, or stop it "
-                            f"(Ctrl-C cancels them)")
+            raise UserError(f"{refused}, by dedal (pid {driver.pid}) on this host: wait for it, or stop it "
+                            f"(Ctrl-C cancels its jobs)")
         if state == UNKNOWN and age < GONE_AFTER_S:
             where = f" on {driver.host} (pid {driver.pid})" if driver else ""
             raise UserError(f"{refused}; the dedal that follows them{where} updated their record {age:.0f} s ago: "
                             f"wait for it, or scancel them; if that dedal is gone, this command follows them "
                             f"once the record is {GONE_AFTER_S:.0f} s old")
+        if not live:
+            return False
         missing = sorted({h for j in recorded for h in j.get("hashes", []) if h not in self.plan.nodes})
         if missing:
             raise UserError(f"{refused}, for a plan that is not this one (packages {', '.join(m[:7] for m in missing[:5])} "
@@ -731,7 +738,14 @@ class _Build:
             return self.summary
         adopted = self.adopt()
         if not adopted:
-            self.schedule = self.plan_jobs(todo)
+            self.submitting = True  # the environment claimed, with this dedal's name, before planning
+            self.write_record()
+            try:
+                self.schedule = self.plan_jobs(todo)
+            except BaseException:
+                self.submitting = False
+                self.write_record()
+                raise
         old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
         poll_s = max(0.05, float(self.settings.get("slurm.poll_s")))
         try:
@@ -743,16 +757,18 @@ class _Build:
                                        f"it left")
                     self.tracked, self.order, self.job_of = {}, [], {}
                     self.schedule = self.plan_jobs(todo)
+                    self.submitting = True
             if self.schedule:
                 try:
                     self.submit_all(self.schedule.jobs)
                 except BaseException:
+                    self.submitting = False
                     submitted = [t for t in self.tracked.values() if t.slurm_id and t.active]
                     if submitted:
                         self.client.cancel([t.slurm_id for t in submitted])
                         for t in submitted:
                             t.status, t.slurm_state = "cancelled", "CANCELLED"
-                        self.write_record()
+                    self.write_record()
                     raise
                 self.follow(poll_s)
         except (KeyboardInterrupt, _Stop):

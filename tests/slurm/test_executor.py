@@ -18,6 +18,7 @@ import pytest
 from dedal.adapters.slurm import Slurm, State
 from dedal.layers import LayerStore
 from dedal.nodebuild import STAGE_OWNER
+from dedal.owner import Owner
 from tests.build.conftest import TinyEnv, make_env, node_builds_of, stage_leftovers
 from tests.conftest import dedal_exe, interruptible
 from tests.slurm.conftest import SlurmCluster
@@ -354,6 +355,35 @@ def test_a_dedal_killed_while_submitting_leaves_the_rest_to_the_next_build(slurm
     after = record(tiny)  # the jobs this build submitted: those of the packages the lost job held
     assert names([p for j in after["jobs"] for p in j["packages"]]) == names(last["packages"]) and after["finished"]
     assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
+
+
+def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmCluster, run_dedal,
+                                                       tmp_path: Path) -> None:
+    """From before it plans until its jobs are recorded, a build's record claims the
+    environment: a second build refuses while the first dedal lives, and goes ahead once
+    it is gone (killed while planning or submitting)."""
+    tiny = make_env(tmp_path)
+    env = build_env(tiny, slurm_cluster)
+    path = workdir(tiny) / "slurm-jobs.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    claim = {"format": 1, "executor": "slurm", "env": "tiny", "finished": False, "submitting": True, "jobs": [],
+             "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+             "driver": Owner.me().to_json()}  # this test's process: alive
+    path.write_text(json.dumps(claim))
+    refused = run_dedal("build", str(tiny.env_file), env=env)
+    assert refused.returncode == 2 and "is submitting its jobs" in refused.stderr, refused.stderr
+    assert json.loads(path.read_text()) == claim
+    text = run_dedal("status", str(tiny.env_file), env=env).stdout
+    assert "planning and submitting its jobs" in text and f"pid {os.getpid()}" in text, text
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    dead = dict(claim["driver"], pid=exited.pid)  # a dedal that was killed while it planned
+    path.write_text(json.dumps(dict(claim, driver=dead)))
+    res = run_dedal("build", str(tiny.env_file), "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert names(json.loads(res.stdout)["built"]) == TINY
+    after = json.loads(path.read_text())
+    assert after["finished"] and not after["submitting"] and after["driver"]["pid"] != dead["pid"]
 
 
 def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path) -> None:
