@@ -740,12 +740,6 @@ class _Build:
         if not adopted:
             self.submitting = True  # the environment claimed, with this dedal's name, before planning
             self.write_record()
-            try:
-                self.schedule = self.plan_jobs(todo)
-            except BaseException:
-                self.submitting = False
-                self.write_record()
-                raise
         old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
         poll_s = max(0.05, float(self.settings.get("slurm.poll_s")))
         try:
@@ -756,10 +750,13 @@ class _Build:
                     self.progress.note(f"the earlier build's jobs have ended; building the {len(todo)} package(s) "
                                        f"it left")
                     self.tracked, self.order, self.job_of = {}, [], {}
-                    self.schedule = self.plan_jobs(todo)
                     self.submitting = True
-            if self.schedule:
+                    self.write_record()
+                else:
+                    todo = []
+            if todo:
                 try:
+                    self.schedule = self.plan_jobs(todo)
                     self.submit_all(self.schedule.jobs)
                 except BaseException:
                     self.submitting = False
