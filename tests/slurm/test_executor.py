@@ -386,6 +386,16 @@ def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmClus
     assert after["finished"] and not after["submitting"] and after["driver"]["pid"] != dead["pid"]
 
 
+def test_a_build_that_cannot_plan_releases_its_claim(slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
+    tiny = make_env(tmp_path)
+    bad = run_dedal("build", str(tiny.env_file), env=build_env(tiny, slurm_cluster, DEDAL_SLURM_PARTITION="nosuch"))
+    assert bad.returncode == 2 and "no usable Slurm nodes in partition nosuch" in bad.stderr, bad.stderr
+    rec = record(tiny)
+    assert rec["finished"] and not rec["submitting"] and rec["jobs"] == []
+    ok = run_dedal("build", str(tiny.env_file), env=build_env(tiny, slurm_cluster))
+    assert ok.returncode == 0, ok.stderr
+
+
 def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path) -> None:
     tiny = make_env(tmp_path, sleep={"libdedal": 60})
     proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_RETRIES="2")
