@@ -1388,18 +1388,19 @@ class _Profile:
     def fit(self, t0: float, seconds: float, need: int) -> float:
         """The earliest time from ``t0`` on at which ``need`` cores stay free for ``seconds``."""
         times, used, limit = self.times, self.used, self.cores - need
+        n = len(times)
         i = bisect.bisect_right(times, t0) - 1
         t = t0
         while True:
-            end = t + seconds
-            while i < len(times) and times[i] < end - 1e-9:
+            end = t + seconds - 1e-9
+            while i < n and times[i] < end:
                 if used[i] > limit:
                     break
                 i += 1
             else:
                 return t
             i += 1  # segment i is too full: try from its end
-            t = times[i] if i < len(times) else times[-1]
+            t = times[i] if i < n else times[-1]
 
     def _cut(self, x: float) -> int:
         i = bisect.bisect_right(self.times, x) - 1
