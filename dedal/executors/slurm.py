@@ -355,6 +355,8 @@ class _Build:
             self.submit(t, text, source, nice=rank)
             if (rank + 1) % 100 == 0 and rank + 1 < len(jobs):
                 self.progress.note(f"submitting: {rank + 1} of {len(jobs)} Slurm jobs")
+            if time.monotonic() - self.written > HEARTBEAT_S:  # a slow sbatch: the claim stays fresh
+                self.write_record()
         self.submitting = False
         self.write_record()
         self.progress.note(f"submitted {len(jobs)} Slurm job(s) for {sum(len(j.hashes) for j in jobs)} package(s)"
