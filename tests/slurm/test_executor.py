@@ -336,7 +336,7 @@ def test_a_dedal_killed_while_submitting_leaves_the_rest_to_the_next_build(slurm
                                                                           tmp_path: Path) -> None:
     """Killed before it submitted its last job: the next build follows the jobs that were
     submitted, then submits what they left."""
-    tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 8})
+    tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 12})
     proc = start_build(isolated_env, tiny, slurm_cluster)
     wait_for("dedal-bootstrap running", lambda: running_job_of(tiny, "dedal-bootstrap"), proc=proc)
     proc.kill()
