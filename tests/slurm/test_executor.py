@@ -15,7 +15,9 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
+from dedal import cli
 from dedal.adapters.slurm import Slurm, State
+from dedal.executors import slurm as slurm_executor
 from dedal.layers import LayerStore
 from dedal.nodebuild import STAGE_OWNER
 from dedal.owner import Owner
@@ -384,6 +386,31 @@ def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmClus
     assert names(json.loads(res.stdout)["built"]) == TINY
     after = json.loads(path.read_text())
     assert after["finished"] and not after["submitting"] and after["driver"]["pid"] != dead["pid"]
+
+
+def test_the_record_is_rewritten_while_jobs_are_submitted(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                         monkeypatch) -> None:
+    """The heartbeat (here at every chance): a slow sbatch never lets the claim look
+    abandoned, and each job submitted is on record with its Slurm id for a dedal that
+    has to follow them."""
+    tiny = make_env(tmp_path)
+    for key, value in build_env(tiny, slurm_cluster).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(slurm_executor, "HEARTBEAT_S", 0.0)
+    seen = []
+    write = slurm_executor._Build.write_record
+
+    def watched(self) -> None:
+        write(self)
+        rec = record(tiny)
+        seen.append((rec["submitting"], [j["slurm_id"] for j in rec["jobs"]]))
+
+    monkeypatch.setattr(slurm_executor._Build, "write_record", watched)
+    assert cli.main(["build", str(tiny.env_file)]) == 0
+    during = [ids for submitting, ids in seen if submitting]
+    assert during[0] == [], "claimed before the first sbatch"
+    assert [len(ids) for ids in during[1:]] == list(range(1, len(record(tiny)["jobs"]) + 1))
+    assert all(i.isdigit() for ids in during for i in ids)
 
 
 def test_a_build_that_cannot_plan_releases_its_claim(slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
