@@ -85,6 +85,7 @@ SETTINGS: List[Setting] = [
     Setting("slurm.template", "path", _const(None), "job script template overriding slurm/build-job.sh.in", optional=True),
     Setting("slurm.retries", "int", _const(2), "resubmissions of a job lost to NODE_FAIL, PREEMPTED or BOOT_FAIL"),
     Setting("slurm.poll_s", "float", _const(2.0), "seconds between squeue/sacct polls"),
+    Setting("slurm.detach", "bool", _const(False), "submit the jobs and exit instead of following them (sites that stop long processes on login nodes): dedal status shows them, the next dedal build follows them (order hints, retries) and builds what they left"),
     Setting("slurm.order_hints", "choice", _const("auto"), "plan fixed start times and have Slurm follow them by afterany hints that expire at their planned time; pays off only with accurate durations, so auto: when every package to build has a measured duration (benchmarks/schedule/cluster.md)", choices=("auto", "true", "false")),
     Setting("registry", "str", _const(""), "default oras:// repository to publish to (empty: do not publish)"),
     Setting("registry_insecure", "bool", _const(False), "plain HTTP / unverified TLS for the registry"),

@@ -6,6 +6,7 @@ import argparse
 from dedal.config import from_args
 from dedal.console import human_seconds, out, print_json
 from dedal.build import run_build
+from dedal.errors import UserError
 from dedal.workspace import resolve
 
 
@@ -20,13 +21,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure")
     p.add_argument("--layers", metavar="DIR", help="layer store (default: setting `layer_store`)")
     p.add_argument("--stage-dir", metavar="DIR", help="node-local build directory (default: /dev/shm)")
+    p.add_argument("--detach", action="store_true", default=None,
+                   help="Slurm: submit the jobs and exit; `dedal status` shows them, a later `dedal build` follows "
+                        "them (setting `slurm.detach`)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
-                         layer_store=args.layers, stage_dir=args.stage_dir)
+                         layer_store=args.layers, stage_dir=args.stage_dir, **{"slurm.detach": args.detach})
+    if settings.get("slurm.detach") and settings.executor != "slurm":
+        raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")
     target = resolve(args.target, settings)
     summary = run_build(target, executor=settings.executor, jobs=max(1, settings.jobs),
                         keep_going=settings.keep_going, quiet=args.json)
@@ -37,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(summary.failed)} failed, {len(summary.blocked)} not built, in {human_seconds(summary.seconds)}")
         for label, error in summary.failed.items():
             out.print(f"  FAILED {label}: {error}")
+        if summary.detached:
+            out.print(f"detached: {summary.jobs + summary.adopted} Slurm job(s) go on without dedal; `dedal status` "
+                      f"shows them, `dedal build` follows them and builds what they leave")
     if summary.interrupted:
         return 130
     return 0 if summary.ok else 1

@@ -108,7 +108,7 @@ def slurm_status(record: dict) -> dict:
         jobs.append(entry)
     finished = all(j["status"] in FINAL for j in jobs) and not record.get("submitting")
     followed_by = None
-    if not finished:
+    if not finished and not record.get("detached"):
         try:
             driver = Owner.from_json(record["driver"])
             followed_by = {"host": driver.host, "pid": driver.pid, "state": driver.state()}
@@ -116,7 +116,7 @@ def slurm_status(record: dict) -> dict:
             pass
     return {"executor": "slurm", "started_at": record.get("started_at"), "updated_at": record.get("updated_at"),
             "finished": finished, "interrupted": record.get("interrupted", False), "followed_by": followed_by,
-            "submitting": bool(record.get("submitting")),
+            "submitting": bool(record.get("submitting")), "detached": bool(record.get("detached")),
             "jobs": jobs, "packages": packages, "errors": errors, "note": note}
 
 
@@ -198,6 +198,8 @@ def show(data: dict) -> None:
         state = "planning and submitting its jobs"
     out.print(f"{head}, {state} ({data['env_dir']})")
     who = data.get("followed_by")
+    if data.get("detached") and not data.get("finished"):
+        out.print("detached: no dedal follows these jobs; `dedal build` of this environment follows them")
     if who:
         line = f"followed by dedal (pid {who['pid']}) on {who['host']}, updated {data.get('updated_at')}"
         if who["state"] == GONE:

@@ -65,6 +65,7 @@ class BuildSummary:
     seconds: float = 0.0
     jobs: int = 0
     adopted: int = 0  # Slurm jobs of an earlier build whose dedal was gone, followed to their end
+    detached: bool = False  # Slurm jobs left queued and running for a later dedal build to follow
     interrupted: bool = False
 
     @property

@@ -44,7 +44,8 @@ appears; a finished job's ``--result`` file says what failed and where the logs 
   the environment from before planning) or follow them: the record names
   it (:class:`dedal.owner.Owner`), judged alive by its pid on the same host, and on
   another host by the record's age (rewritten at least every ``HEARTBEAT_S``; gone after
-  ``GONE_AFTER_S``).
+  ``GONE_AFTER_S``). ``slurm.detach`` (``dedal build --detach``) submits and returns,
+  the record saying that no dedal follows the jobs, so the next build follows them at once.
 
 Every submitted job is recorded in ``<env dir>/slurm-jobs.json`` (Slurm id, packages,
 state, node, log, result), rewritten on each change, for ``dedal status``.
@@ -68,7 +69,7 @@ from dedal.config import Settings
 from dedal.errors import UserError
 from dedal.executors.common import BuildSummary, blocked_by_failure, node_build_command, read_result
 from dedal.layers import LayerStore
-from dedal.owner import ALIVE, UNKNOWN, Owner
+from dedal.owner import ALIVE, GONE, UNKNOWN, Owner
 from dedal.plan import Plan
 from dedal.progress import BuildProgress
 from dedal.schedule import Job, Schedule, TimeLimits, job_topo, schedule_plan
@@ -207,6 +208,7 @@ class _Build:
         self.submitted_at = _now()          # the same, as a date (the record's, for a dedal that adopts the jobs)
         self.written = 0.0                  # when the record was last written (heartbeat)
         self.submitting = False             # planning and submitting: the record claims the environment
+        self.detached = False               # the jobs left to go on without this dedal (slurm.detach)
         self.driver = Owner.me()
         self.started_at = _now()
         self.stopped_after_failure = False
@@ -245,7 +247,7 @@ class _Build:
             "started_at": self.started_at, "submitted_at": self.submitted_at, "updated_at": _now(),
             "driver": self.driver.to_json(),
             "finished": not self.submitting and not any(t.active for t in self.tracked.values()),
-            "submitting": self.submitting,
+            "submitting": self.submitting, "detached": self.detached,
             "interrupted": self.interrupted,
             "simulated": sched.to_json(with_jobs=False) if sched else None,
             "jobs": jobs,
@@ -607,7 +609,7 @@ class _Build:
             driver: Optional[Owner] = Owner.from_json(old["driver"])
         except (KeyError, TypeError, ValueError):
             driver = None
-        state = driver.state() if driver else UNKNOWN
+        state = GONE if old.get("detached") else (driver.state() if driver else UNKNOWN)
         age = _age_s(old.get("updated_at"))
         recorded = [j for j in old.get("jobs", []) if isinstance(j, dict)]
         active = [j for j in recorded if j.get("slurm_id") and j.get("status") in ("queued", "running", "resubmitting")]
@@ -664,7 +666,10 @@ class _Build:
         self.summary.adopted = len(live)
         self.write_record()
         gone = f"its dedal (pid {driver.pid} on {driver.host}) is gone" if driver else "its dedal is gone"
-        self.progress.note(f"following {len(live)} Slurm job(s) of an earlier build of this environment "
+        if old.get("detached"):
+            gone = "it was detached"
+        doing = "leaving to themselves (detached)" if self.settings.get("slurm.detach") else "following"
+        self.progress.note(f"{doing} {len(live)} Slurm job(s) of an earlier build of this environment "
                            f"({gone}); nothing is submitted twice")
         return True
 
@@ -715,6 +720,14 @@ class _Build:
         if changed or time.monotonic() - self.written > HEARTBEAT_S:
             self.write_record()
 
+    def detach(self) -> BuildSummary:
+        """Leave the jobs to Slurm: the record says no dedal follows them, so the next
+        build follows them at once, wherever it runs."""
+        self.detached = self.summary.detached = True
+        self.write_record()
+        self.summary.seconds = time.monotonic() - self.started
+        return self.summary
+
     def plan_jobs(self, todo: Sequence[str]) -> Schedule:
         nodes, cores = capacity(self.settings, self.client)
         return schedule_plan(self.plan, self.settings, nodes=nodes, cores=cores, hashes=todo)
@@ -745,6 +758,8 @@ class _Build:
         old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
         poll_s = max(0.05, float(self.settings.get("slurm.poll_s")))
         try:
+            if adopted and self.settings.get("slurm.detach"):
+                return self.detach()
             if adopted:
                 self.follow(poll_s)
                 todo = [h for h in todo if not self.has_layer(h) and self.pkg_status.get(h) not in ("failed", "blocked")]
@@ -769,6 +784,8 @@ class _Build:
                             t.status, t.slurm_state = "cancelled", "CANCELLED"
                     self.write_record()
                     raise
+                if self.settings.get("slurm.detach"):
+                    return self.detach()
                 self.follow(poll_s)
         except (KeyboardInterrupt, _Stop):
             self.interrupted = True

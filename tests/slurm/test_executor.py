@@ -359,6 +359,38 @@ def test_a_dedal_killed_while_submitting_leaves_the_rest_to_the_next_build(slurm
     assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
 
 
+def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_them(
+        slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
+    tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 12})
+    env = build_env(tiny, slurm_cluster)
+    res = run_dedal("build", str(tiny.env_file), "--detach", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    first = json.loads(res.stdout)
+    assert first["detached"] and first["jobs"] >= 2 and first["built"] == [] and first["ok"]
+    rec = record(tiny)
+    assert rec["detached"] and not rec["finished"] and len(rec["jobs"]) == first["jobs"]
+    text = run_dedal("status", str(tiny.env_file), env=env).stdout
+    assert "in progress" in text and "detached: no dedal follows these jobs" in text, text
+    # detached on another login node a moment ago: no one to wait for
+    path = workdir(tiny) / "slurm-jobs.json"
+    path.write_text(json.dumps(dict(rec, driver=dict(rec["driver"], host="login-elsewhere"),
+                                    updated_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()))))
+    again = run_dedal("build", str(tiny.env_file), "--detach", "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["detached"] and second["jobs"] == 0 and second["adopted"] >= 1, second
+    done = run_dedal("build", str(tiny.env_file), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    last = json.loads(done.stdout)
+    assert not last["detached"] and last["jobs"] == 0 and last["adopted"] >= 1
+    assert names(last["built"] + last["reused"]) == TINY and not last["failed"]
+    after = record(tiny)
+    assert after["finished"] and not after["detached"]
+    assert [j["slurm_id"] for j in after["jobs"]] == [j["slurm_id"] for j in rec["jobs"]]
+    local = run_dedal("build", str(tiny.env_file), "--detach", env=dict(env, DEDAL_EXECUTOR="local"))
+    assert local.returncode == 2 and "needs the Slurm executor" in local.stderr
+
+
 def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmCluster, run_dedal,
                                                        tmp_path: Path) -> None:
     """From before it plans until its jobs are recorded, a build's record claims the
