@@ -125,6 +125,7 @@ class Tracked:
     current: int = 0                 # index of the package now building
     pkg_started: float = 0.0
     hints: List[str] = field(default_factory=list)  # order hints (job ids) Slurm still holds it to
+    hints_dropped: List[str] = field(default_factory=list)  # hints past their planned time, dropped
     time: str = ""                   # --time it was submitted with
     extended: bool = False           # resubmitted with slurm.time after running past its estimated limit
 
@@ -237,6 +238,7 @@ class _Build:
                 "packages": [self.label(h) for h in t.job.hashes], "hashes": list(t.job.hashes),
                 "package_status": {self.label(h): self.pkg_status.get(h, "queued") for h in t.job.hashes},
                 "after": list(t.job.after), "order": dict(t.job.order), "hints": list(t.hints),
+                "hints_dropped": list(t.hints_dropped),
                 "cores": t.job.cores, "est_s": round(t.job.est_s, 1), "time": t.time,
                 "log": t.log, "result": str(t.result), "script": str(t.script), "error": t.error,
                 "history": t.history,
@@ -338,6 +340,7 @@ class _Build:
                         if self.tracked[a].active and self.tracked[a].slurm_id]
                 if not self.client.set_dependencies(t.slurm_id, deps, [self.tracked[a].slurm_id for a in live]):
                     continue  # it started meanwhile
+            t.hints_dropped += [a for a in t.hints if a not in live and self.tracked[a].active]
             t.hints = live
             changed = True
         return changed
@@ -644,6 +647,7 @@ class _Build:
             t = self.prepare(job)
             t.slurm_id, t.attempt, t.time = str(j.get("slurm_id") or ""), int(j.get("attempt") or 1), str(j.get("time") or "")
             t.hints, t.history = [str(a) for a in j.get("hints") or []], list(j.get("history") or [])
+            t.hints_dropped = [str(a) for a in j.get("hints_dropped") or []]
             t.status, t.slurm_state, t.node = str(j.get("status") or ""), str(j.get("state") or ""), str(j.get("node") or "")
             if t.slurm_id in live:
                 t.status = "queued"  # poll() says whether it runs

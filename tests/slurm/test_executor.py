@@ -538,6 +538,30 @@ def test_order_hints_reach_slurm_as_afterany(slurm_cluster: SlurmCluster, run_de
             assert times[j["slurm_id"]][0] >= times[before][1], (j["id"], a, times[j["slurm_id"]], times[before])
 
 
+def test_a_build_that_follows_detached_jobs_drops_their_expired_order_hints(slurm_cluster: SlurmCluster, run_dedal,
+                                                                           tmp_path: Path) -> None:
+    """Order hints count from the first submission, also for the dedal that follows the
+    jobs later: submitted (as recorded) two hours ago, every hint is past its planned time,
+    so the follower drops each one Slurm still holds a queued job to."""
+    env = make_env(tmp_path, lock="mpi-cuda", specs=MPI_CUDA_SPECS, name="mc2")
+    benv = build_env(env, slurm_cluster, DEDAL_SLURM_NODES="1", DEDAL_SLURM_ORDER_HINTS="true")
+    res = run_dedal("build", str(env.env_file), "--detach", "--json", env=benv, timeout=300)
+    assert res.returncode == 0, res.stderr
+    path = workdir(env, "mc2") / "slurm-jobs.json"
+    rec = json.loads(path.read_text())
+    assert any(j["hints"] for j in rec["jobs"]) and not any(j["hints_dropped"] for j in rec["jobs"])
+    two_hours_ago = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 7200))
+    path.write_text(json.dumps(dict(rec, submitted_at=two_hours_ago)))
+    res = run_dedal("build", str(env.env_file), "--json", env=benv, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["adopted"] >= 1
+    after = record(env, "mc2")
+    assert after["finished"] and all(j["status"] == "done" for j in after["jobs"])
+    dropped = [j for j in after["jobs"] if j["hints_dropped"]]
+    assert dropped, "the follower dropped expired hints"
+    assert all(set(j["hints_dropped"]) <= set(j["order"]) and not j["hints"] for j in dropped)
+
+
 def test_status_of_a_local_build(run_dedal, tmp_path: Path) -> None:
     tiny = make_env(tmp_path, fail=["libdedal"])
     res = run_dedal("build", str(tiny.env_file), "--keep-going", "--executor", "local", env=tiny.env)
