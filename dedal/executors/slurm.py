@@ -656,7 +656,7 @@ class _Build:
                 # (not for one its dedal was resubmitting: what it left is built afresh)
                 st = states.get(t.slurm_id)
                 known = st is not None and st.state is not State.UNKNOWN and t.status != "resubmitting"
-                t.status = "queued" if known else "lost"
+                t.status = "queued" if known else ("done" if all(self.has_layer(h) for h in job.hashes) else "lost")
             self.tracked[job.id] = t
             self.order.append(job.id)
             if t.active:

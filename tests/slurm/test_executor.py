@@ -479,6 +479,37 @@ def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_
     assert victim["slurm_id"] != job["slurm_id"] and victim["status"] == "done"
 
 
+def test_a_followed_job_lost_to_its_node_is_resubmitted(slurm_cluster: SlurmCluster, isolated_env, run_dedal,
+                                                       tmp_path: Path) -> None:
+    """The dedal that follows a detached build's jobs retries a node failure like the one
+    that submitted them: the job and those waiting for it, against the new job id."""
+    tiny = make_env(tmp_path, sleep={"libdedal": 60})
+    res = run_dedal("build", str(tiny.env_file), "--detach", env=build_env(tiny, slurm_cluster))
+    assert res.returncode == 0, res.stderr
+    job = next(j for j in record(tiny)["jobs"] if any(p.startswith("libdedal@") for p in j["packages"]))
+    client = Slurm(slurm_cluster.env)
+    node = wait_for("libdedal running", lambda: (lambda st: st.node if st.state is State.RUNNING else None)(
+        client.states([job["slurm_id"]])[job["slurm_id"]]))
+    proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_RETRIES="2")
+    wait_for("the jobs followed", lambda: not record(tiny)["detached"], proc=proc)
+    try:
+        slurm_cluster.scontrol("update", f"nodename={node}", "state=down", "reason=dedal-executor-test")
+        wait_for("resubmission", lambda: any(j["history"] and j["history"][0]["state"] == "NODE_FAIL"
+                                             for j in record(tiny)["jobs"]), proc=proc)
+        tiny.reconfigure()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        slurm_cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
+        slurm_cluster.wait_nodes_usable([node])
+    assert proc.returncode == 0, err
+    assert "following" in err and "NODE_FAIL" in err and "resubmitting (attempt 2 of 3)" in err, err
+    rec = record(tiny)
+    victim = next(j for j in rec["jobs"] if j["id"] == job["id"])
+    assert victim["attempt"] == 2 and victim["history"][0]["slurm_id"] == job["slurm_id"]
+    assert victim["slurm_id"] != job["slurm_id"] and victim["status"] == "done"
+    assert rec["finished"] and sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
+
+
 def test_job_past_its_estimated_limit_is_resubmitted_with_slurm_time(slurm_cluster: SlurmCluster, isolated_env,
                                                                      tmp_path: Path) -> None:
     """Each job's --time comes from its estimate (here 1 minute); a build running longer is
