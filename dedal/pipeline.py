@@ -156,6 +156,9 @@ def run_pipeline(
             record.status = "current"
         if result.interrupted:
             raise DedalError("interrupted")
+        if result.detached:
+            raise StageFailed(f"slurm.detach: {result.jobs + result.adopted} Slurm job(s) left to build the layers "
+                              f"without dedal; run this again once `dedal status` shows them done")
         if not result.ok:
             failed = "; ".join(f"{k}: {v}" for k, v in result.failed.items()) or \
                 f"{len(result.blocked)} package(s) not built"

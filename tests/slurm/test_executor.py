@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -389,6 +390,21 @@ def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_th
     assert [j["slurm_id"] for j in after["jobs"]] == [j["slurm_id"] for j in rec["jobs"]]
     local = run_dedal("build", str(tiny.env_file), "--detach", env=dict(env, DEDAL_EXECUTOR="local"))
     assert local.returncode == 2 and "needs the Slurm executor" in local.stderr
+
+
+def test_build_image_with_slurm_detach_stops_after_submitting(slurm_cluster: SlurmCluster, run_dedal,
+                                                             tmp_path: Path) -> None:
+    """The image needs the layers: with ``slurm.detach`` set (say, site-wide) build-image
+    ends after submitting, with one clear line, instead of assembling from nothing."""
+    tiny = make_env(tmp_path)
+    env = build_env(tiny, slurm_cluster)
+    res = run_dedal("build-image", str(tiny.env_file), env=dict(env, DEDAL_SLURM_DETACH="true"), timeout=300)
+    assert res.returncode == 1 and re.search(r"slurm.detach: \d+ Slurm job\(s\) left to build the layers", res.stderr), \
+        res.stderr
+    assert "not run: build failed" in res.stdout and record(tiny)["detached"]
+    done = run_dedal("build", str(tiny.env_file), env=env)  # follows them to their end
+    assert done.returncode == 0, done.stderr
+    assert record(tiny)["finished"]
 
 
 def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmCluster, run_dedal,
