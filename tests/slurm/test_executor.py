@@ -54,6 +54,11 @@ def record(env: TinyEnv, name: str = "tiny") -> dict:
     return json.loads((workdir(env, name) / "slurm-jobs.json").read_text())
 
 
+def record_date(offset_s: float = 0.0) -> str:
+    """A date as the Slurm job record writes it (UTC), now plus ``offset_s``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + offset_s))
+
+
 def names(labels: List[str]) -> List[str]:
     return sorted(x.split("@")[0] for x in labels)
 
@@ -312,7 +317,7 @@ def test_jobs_of_a_killed_dedal_are_followed_by_the_next_build(slurm_cluster: Sl
     # the same record as if its dedal ran on another login node and wrote it just now
     path = workdir(tiny) / "slurm-jobs.json"
     elsewhere = dict(before, driver=dict(before["driver"], host="login-elsewhere"))
-    path.write_text(json.dumps(dict(elsewhere, updated_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()))))
+    path.write_text(json.dumps(dict(elsewhere, updated_at=record_date())))
     fresh = run_dedal("build", str(tiny.env_file), env=env)
     assert fresh.returncode == 2 and "still queued or running" in fresh.stderr, fresh.stderr
     assert "login-elsewhere" in fresh.stderr and "s ago" in fresh.stderr
@@ -375,7 +380,7 @@ def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_th
     # detached on another login node a moment ago: no one to wait for
     path = workdir(tiny) / "slurm-jobs.json"
     path.write_text(json.dumps(dict(rec, driver=dict(rec["driver"], host="login-elsewhere"),
-                                    updated_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()))))
+                                    updated_at=record_date())))
     again = run_dedal("build", str(tiny.env_file), "--detach", "--json", env=env)
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)
@@ -417,7 +422,7 @@ def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmClus
     path = workdir(tiny) / "slurm-jobs.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     claim = {"format": 1, "executor": "slurm", "env": "tiny", "finished": False, "submitting": True, "jobs": [],
-             "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+             "updated_at": record_date(),
              "driver": Owner.me().to_json()}  # this test's process: alive
     path.write_text(json.dumps(claim))
     refused = run_dedal("build", str(tiny.env_file), env=env)
@@ -597,7 +602,7 @@ def test_a_build_that_follows_detached_jobs_drops_their_expired_order_hints(slur
     path = workdir(env, "mc2") / "slurm-jobs.json"
     rec = json.loads(path.read_text())
     assert any(j["hints"] for j in rec["jobs"]) and not any(j["hints_dropped"] for j in rec["jobs"])
-    two_hours_ago = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 7200))
+    two_hours_ago = record_date(-7200)
     path.write_text(json.dumps(dict(rec, submitted_at=two_hours_ago)))
     res = run_dedal("build", str(env.env_file), "--json", env=benv, timeout=300)
     assert res.returncode == 0, res.stderr
