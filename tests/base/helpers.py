@@ -76,9 +76,18 @@ def mounts_under(prefix: str) -> list:
         return [line.split()[1] for line in fh if line.split()[1].startswith(prefix)]
 
 
-def fuse_mounts() -> list:
+def _root_mounts() -> list:
     with open("/proc/self/mounts") as fh:
         return [line.split()[1] for line in fh if "dedal-root-" in line.split()[1]]
+
+
+_BEFORE_TESTS = set(_root_mounts())  # a dedal killed earlier on this machine may have left one
+
+
+def fuse_mounts() -> list:
+    """Image mounts (dedal's ``dedal-root-*`` mount points) made since the tests began and
+    still there: a test that leaks one fails; a stray one from before does not."""
+    return [m for m in _root_mounts() if m not in _BEFORE_TESTS]
 
 
 def maybe(value: Optional[str]) -> str:
