@@ -11,9 +11,9 @@ from rich.table import Table
 from dedal.config import from_args
 from dedal.console import out, print_json
 from dedal.errors import DedalError, UserError
-from dedal.executors.slurm import RECORD, read_record
+from dedal.executors.slurm import RECORD, read_record, record_driver
 from dedal.layers import LayerStore
-from dedal.owner import GONE, Owner
+from dedal.owner import GONE
 from dedal.plan import Plan
 from dedal.workspace import resolve
 
@@ -108,12 +108,9 @@ def slurm_status(record: dict) -> dict:
         jobs.append(entry)
     finished = all(j["status"] in FINAL for j in jobs) and not record.get("submitting")
     followed_by = None
-    if not finished and not record.get("detached"):
-        try:
-            driver = Owner.from_json(record["driver"])
-            followed_by = {"host": driver.host, "pid": driver.pid, "state": driver.state()}
-        except (KeyError, TypeError, ValueError):
-            pass
+    driver = record_driver(record)
+    if not finished and not record.get("detached") and driver:
+        followed_by = {"host": driver.host, "pid": driver.pid, "state": driver.state()}
     return {"executor": "slurm", "started_at": record.get("started_at"), "updated_at": record.get("updated_at"),
             "finished": finished, "interrupted": record.get("interrupted", False), "followed_by": followed_by,
             "submitting": bool(record.get("submitting")), "detached": bool(record.get("detached")),

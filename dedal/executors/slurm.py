@@ -61,7 +61,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from dedal.adapters import slurm as slurm_adapter
 from dedal.adapters.slurm import JobState, Slurm, State
@@ -185,6 +185,14 @@ def read_record(env_dir: Path) -> Optional[dict]:
     return data if isinstance(data, dict) else None
 
 
+def record_driver(record: Mapping) -> Optional[Owner]:
+    """The dedal a record names as following its jobs (None in a record without one)."""
+    try:
+        return Owner.from_json(record["driver"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 class _Build:
     def __init__(self, plan: Plan, plan_path: Path, settings: Settings, keep_going: bool,
                  progress: BuildProgress, client: Slurm) -> None:
@@ -209,7 +217,6 @@ class _Build:
         self.submitted_at = _now()          # the same, as a date (the record's, for a dedal that adopts the jobs)
         self.written = 0.0                  # when the record was last written (heartbeat)
         self.submitting = False             # planning and submitting: the record claims the environment
-        self.detached = False               # the jobs left to go on without this dedal (slurm.detach)
         self.driver = Owner.me()
         self.started_at = _now()
         self.stopped_after_failure = False
@@ -249,7 +256,7 @@ class _Build:
             "started_at": self.started_at, "submitted_at": self.submitted_at, "updated_at": _now(),
             "driver": self.driver.to_json(),
             "finished": not self.submitting and not any(t.active for t in self.tracked.values()),
-            "submitting": self.submitting, "detached": self.detached,
+            "submitting": self.submitting, "detached": self.summary.detached,
             "interrupted": self.interrupted,
             "simulated": sched.to_json(with_jobs=False) if sched else None,
             "jobs": jobs,
@@ -608,10 +615,7 @@ class _Build:
         old = read_record(self.work)
         if not old or old.get("finished"):
             return False
-        try:
-            driver: Optional[Owner] = Owner.from_json(old["driver"])
-        except (KeyError, TypeError, ValueError):
-            driver = None
+        driver = record_driver(old)
         state = GONE if old.get("detached") else (driver.state() if driver else UNKNOWN)
         age = _age_s(old.get("updated_at"))
         recorded = [j for j in old.get("jobs", []) if isinstance(j, dict)]
@@ -727,7 +731,7 @@ class _Build:
     def detach(self) -> BuildSummary:
         """Leave the jobs to Slurm: the record says no dedal follows them, so the next
         build follows them at once, wherever it runs."""
-        self.detached = self.summary.detached = True
+        self.summary.detached = True
         self.write_record()
         self.summary.seconds = time.monotonic() - self.started
         return self.summary
