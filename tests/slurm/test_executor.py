@@ -476,28 +476,34 @@ def test_a_build_that_cannot_plan_releases_its_claim(slurm_cluster: SlurmCluster
     assert ok.returncode == 0, ok.stderr
 
 
-def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path) -> None:
-    tiny = make_env(tmp_path, sleep={"libdedal": 60})
-    proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_RETRIES="2")
-    job = wait_for("libdedal running", lambda: running_job_of(tiny, "libdedal"), proc=proc)
-    node = job["node"]
+def lose_node_until_resubmitted(cluster: SlurmCluster, tiny: TinyEnv, job: dict, node: str,
+                                proc: subprocess.Popen) -> tuple:
+    """Set ``node`` (running ``job``, slowed by the stand-in) DOWN until the build resubmits
+    the job, then let the stand-in go quickly; the build's (stdout, stderr), after checking
+    it succeeded with the job on its second attempt under a new Slurm id."""
     try:
-        slurm_cluster.scontrol("update", f"nodename={node}", "state=down", "reason=dedal-executor-test")
-        # once the loss is seen the job is resubmitted elsewhere; let libdedal go quickly now
+        cluster.scontrol("update", f"nodename={node}", "state=down", "reason=dedal-executor-test")
         wait_for("resubmission", lambda: any(j["history"] and j["history"][0]["state"] == "NODE_FAIL"
                                              for j in record(tiny)["jobs"]), proc=proc)
         tiny.reconfigure()
         out, err = proc.communicate(timeout=120)
     finally:
-        slurm_cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
-        slurm_cluster.wait_nodes_usable([node])
+        cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
+        cluster.wait_nodes_usable([node])
     assert proc.returncode == 0, err
-    assert "tiny: 5 built, 0 reused, 0 failed, 0 not built" in out
-    assert "NODE_FAIL" in err and "resubmitting (attempt 2 of 3)" in err
-    rec = record(tiny)
-    victim = next(j for j in rec["jobs"] if j["id"] == job["id"])
+    victim = next(j for j in record(tiny)["jobs"] if j["id"] == job["id"])
     assert victim["attempt"] == 2 and victim["history"][0]["slurm_id"] == job["slurm_id"]
     assert victim["slurm_id"] != job["slurm_id"] and victim["status"] == "done"
+    return out, err
+
+
+def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path) -> None:
+    tiny = make_env(tmp_path, sleep={"libdedal": 60})
+    proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_RETRIES="2")
+    job = wait_for("libdedal running", lambda: running_job_of(tiny, "libdedal"), proc=proc)
+    out, err = lose_node_until_resubmitted(slurm_cluster, tiny, job, job["node"], proc)
+    assert "tiny: 5 built, 0 reused, 0 failed, 0 not built" in out
+    assert "NODE_FAIL" in err and "resubmitting (attempt 2 of 3)" in err
 
 
 def test_a_followed_job_lost_to_its_node_is_resubmitted(slurm_cluster: SlurmCluster, isolated_env, run_dedal,
@@ -513,22 +519,9 @@ def test_a_followed_job_lost_to_its_node_is_resubmitted(slurm_cluster: SlurmClus
         client.states([job["slurm_id"]])[job["slurm_id"]]))
     proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_RETRIES="2")
     wait_for("the jobs followed", lambda: not record(tiny)["detached"], proc=proc)
-    try:
-        slurm_cluster.scontrol("update", f"nodename={node}", "state=down", "reason=dedal-executor-test")
-        wait_for("resubmission", lambda: any(j["history"] and j["history"][0]["state"] == "NODE_FAIL"
-                                             for j in record(tiny)["jobs"]), proc=proc)
-        tiny.reconfigure()
-        out, err = proc.communicate(timeout=120)
-    finally:
-        slurm_cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
-        slurm_cluster.wait_nodes_usable([node])
-    assert proc.returncode == 0, err
+    _, err = lose_node_until_resubmitted(slurm_cluster, tiny, job, node, proc)
     assert "following" in err and "NODE_FAIL" in err and "resubmitting (attempt 2 of 3)" in err, err
-    rec = record(tiny)
-    victim = next(j for j in rec["jobs"] if j["id"] == job["id"])
-    assert victim["attempt"] == 2 and victim["history"][0]["slurm_id"] == job["slurm_id"]
-    assert victim["slurm_id"] != job["slurm_id"] and victim["status"] == "done"
-    assert rec["finished"] and sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
+    assert record(tiny)["finished"] and sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
 
 
 def test_job_past_its_estimated_limit_is_resubmitted_with_slurm_time(slurm_cluster: SlurmCluster, isolated_env,
