@@ -143,10 +143,9 @@ def test_a_stage_loses_its_owner_record_last(tmp_path: Path, monkeypatch) -> Non
     assert not stale.exists() and left_with_record == [[STAGE_OWNER]]
 
     # cut short after its first file: the next stage made here removes the rest
-    stale.mkdir()
+    owned(tmp_path, stale.name, boot="another-boot", pid=1, start=1, **here)
     (stale / "a").write_text("a")
     (stale / "b").write_text("b")
-    (stale / STAGE_OWNER).write_text(json.dumps(dict(boot="another-boot", pid=1, start=1, **here)))
 
     def killed_after_one(path, *args, **kwargs):
         real(path, *args, **kwargs)
