@@ -18,10 +18,12 @@ ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
 
 def process_start(pid: int) -> Optional[int]:
     """When process ``pid`` started (clock ticks after boot, field 22 of /proc/PID/stat),
-    None when there is no such process."""
+    None when there is no such process or it has exited: a zombie keeps its /proc entry
+    until reaped, and a PID 1 that reaps late (some container and VM inits) kept a
+    SIGKILLed node build's stage looking owned."""
     try:
-        stat = Path(f"/proc/{int(pid)}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
+        fields = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
 

@@ -83,6 +83,24 @@ def test_stage_of_a_killed_process_is_removed_by_the_next_one(tmp_path: Path) ->
     assert stale_stages(tmp_path) == [live]
 
 
+def test_stage_of_a_killed_process_not_yet_reaped_is_stale(tmp_path: Path) -> None:
+    """A SIGKILLed node build stays a zombie until its parent reaps it; reparented to a PID 1
+    that reaps late (this CI machine's init), it kept its stage looking owned and the next
+    job left it in place. A zombie is gone."""
+    killed, dead = stage_in_child(tmp_path)
+    try:
+        killed.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        stat = Path(f"/proc/{killed.pid}/stat")
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # not reaped: no wait() yet
+            assert time.monotonic() < deadline, "the child did not die"
+            time.sleep(0.05)
+        assert _process_start(killed.pid) is None
+        assert stale_stages(tmp_path) == [dead]
+    finally:
+        killed.wait(timeout=30)
+
+
 def test_a_second_signal_does_not_break_off_the_clean_up(tmp_path: Path) -> None:
     """The first SIGTERM raises Interrupted; one that arrives while the stage is being
     removed (a parent's death signal after scancel's, a second Ctrl-C) is ignored."""
