@@ -182,7 +182,8 @@ def markdown(result: dict) -> str:
         if beyond:
             lines.append("Out of reach of any schedule in the model (the DAG bound itself is above 5 %): " + "; ".join(
                 f"{r['workload']} on {r['nodes']} x {r['cores']} (DAG bound {r['dag_bound_ratio']:.3f})"
-                for r in beyond) + ".")
+                for r in beyond) + "; how close dedal comes to the best these DAGs allow, proven by an exact "
+                "solver: `exact_probe.md` (`allowed`).")
         if allowed:
             lines.append("Where the DAG bound would allow 5 % but dedal is not there (job overheads and cores "
                          "left idle while the DAG is narrow; the best schedule may also lie above that bound): " + "; ".join(
