@@ -70,10 +70,11 @@ def fill_tiny_mirror(mirror: Path) -> Path:
 
 @pytest.fixture
 def isolated_env(tmp_path: Path) -> Dict[str, str]:
-    """Environment for CLI subprocesses: no user config, data and cache under tmp_path."""
+    """Environment for CLI subprocesses: no user config, data and cache under tmp_path.
+    No DEDAL_* of the caller's either, DEDAL_SPACK_ROOT included: it would outrank the
+    Spack a test provides (a stand-in, a clone from DEDAL_SPACK_URL); the tests that use a
+    real Spack pass it themselves (``real_spack``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEDAL_")}
-    if "DEDAL_SPACK_ROOT" in os.environ:
-        env["DEDAL_SPACK_ROOT"] = os.environ["DEDAL_SPACK_ROOT"]
     env["HOME"] = str(tmp_path / "home")
     env["XDG_CONFIG_HOME"] = str(tmp_path / "home" / ".config")
     env["XDG_DATA_HOME"] = str(tmp_path / "home" / ".local" / "share")
