@@ -91,10 +91,11 @@ def test_stage_of_a_killed_process_not_yet_reaped_is_stale(tmp_path: Path) -> No
     try:
         killed.send_signal(signal.SIGKILL)
         deadline = time.monotonic() + 30
-        stat = Path(f"/proc/{killed.pid}/stat")
-        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # not reaped: no wait() yet
+        # exited and not reaped: WNOWAIT leaves it a zombie
+        while os.waitid(os.P_PID, killed.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
             assert time.monotonic() < deadline, "the child did not die"
             time.sleep(0.05)
+        assert Path(f"/proc/{killed.pid}").exists()
         assert _process_start(killed.pid) is None
         assert stale_stages(tmp_path) == [dead]
     finally:
