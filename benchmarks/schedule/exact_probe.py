@@ -6,15 +6,15 @@
 CASE is ``workload:nodes:cores`` (one node only; default: the single-node cases the
 benchmark misses, and jedi-ci 1 x 8). ``--seeds 0`` skips the annealing. The same
 machine model as ``dedal.schedule``, as a constraint program (OR-tools CP-SAT): one job
-per package (each pays the overhead), its cores
-chosen among 1..p, packages after their requirements, at most C cores in use. That is
-a restriction of dedal's model (no job builds two packages): the solver's makespan is
-reachable in the model with start times fixed in advance, which Slurm's priorities and
-backfill do not reproduce by themselves (replayed by priority = solver start, cscs 1 x 8
-came out at 1.10). Its bound is not a bound of dedal's model (merged jobs save
-overheads); the same program without job overheads has one (:func:`dag_allows`): what
-the DAG allows at best, which the solver proves on the small builds. CP-SAT runs 2
-workers and is not deterministic: the same case varies by about 0.005 from run to run.
+per package (each pays the overhead), its cores chosen among 1..p, packages after their
+requirements, at most C cores in use. That is a restriction of dedal's model (no job
+builds two packages): the solver's makespan is reachable in the model with start times
+fixed in advance, which Slurm's priorities and backfill do not reproduce by themselves
+(replayed by priority = solver start, cscs 1 x 8 came out at 1.10). Its bound is not a
+bound of dedal's model (merged jobs save overheads); the same program without job
+overheads has one (:func:`dag_allows`): what the DAG allows at best, which the solver
+proves on the small builds. CP-SAT runs 2 workers and is not deterministic: the same
+case varies by about 0.005 from run to run.
 
 Beside it, the same question within dedal's own model and Slurm's list scheduling
 (priorities, no fixed start times): :func:`dedal.schedule.anneal` from dedal's schedule,
