@@ -287,6 +287,11 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmClust
         raise AssertionError(f"stages left 30 s after scancel: {left}; job states "
                              f"{[(j['id'], s.state.value) for j, s in zip(rec['jobs'], states.values())]}; "
                              f"job logs: {logs}") from None
+    # the batch script outlived its node build (else Slurm SIGKILLs the node build mid-clean-up)
+    started = [Path(j["log"]).read_text() for j, s in zip(rec["jobs"], states.values())
+               if s.state is State.CANCELLED and Path(j["log"]).is_file()
+               and "dedal: start" in Path(j["log"]).read_text()]
+    assert started and all(re.search(r"dedal: end \S+ exit=143 ", text) for text in started), started
     built = names(summary["built"])
     assert "dedal-bootstrap" not in built and "dedal-app" not in built
 
