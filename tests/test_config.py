@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal.config import load_settings
+from dedal.model.config import load_settings
 from dedal.errors import UserError
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dedal.envfile import load_env
+from dedal.model.envfile import load_env
 from tests.conftest import ROOT
 
 

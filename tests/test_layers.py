@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 from dedal.adapters import squashfs
-from dedal.layers import TMP_GRACE_S, LayerManifest, LayerStore, layer_key
+from dedal.model.layers import TMP_GRACE_S, LayerManifest, LayerStore, layer_key
 
 
 def _manifest(key: str, name: str = "zlib") -> LayerManifest:

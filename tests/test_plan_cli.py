@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dedal.layers import LayerManifest, LayerStore
+from dedal.model.layers import LayerManifest, LayerStore
 from tests.conftest import SPACK_DATA
 
 LOCKS = sorted(SPACK_DATA.glob("*.spack.lock")) + sorted(SPACK_DATA.glob("*/*.spack.lock"))

@@ -10,14 +10,14 @@ from typing import Dict, List
 
 import pytest
 
-from dedal import durations
-from dedal.layers import LayerManifest
-from dedal.config import load_settings
-from dedal.plan import make_plan
+from dedal.model import durations
+from dedal.model.layers import LayerManifest
+from dedal.model.config import load_settings
+from dedal.model.plan import make_plan
 from dedal.schedule import (CoreModel, Job, Workload, allot, anneal, dag_bound, group, improve, job_topo,
                             lower_bound, make_schedule, order_hints, package_cores, refine, schedule_plan,
                             simulate, simulate_backfill, tighten, wants_order_hints)
-from dedal.spack_lock import load_lock
+from dedal.model.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
 
 BIG_LOCKS = ["mpi-cuda.spack.lock", "mpi-cuda-extcuda.spack.lock", "mpi-cuda-pure.spack.lock",

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
-from dedal.executors.slurm import Tracked, _Build
+from dedal.stages.build.executors.slurm import Tracked, _Build
 from dedal.schedule import Job
 
 

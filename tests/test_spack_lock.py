@@ -9,7 +9,7 @@ from typing import List, Set, Tuple
 import pytest
 
 from dedal.errors import UserError
-from dedal.spack_lock import load_lock, parse_lock
+from dedal.model.spack_lock import load_lock, parse_lock
 from tests.conftest import SPACK_DATA
 
 LOCKS = sorted(SPACK_DATA.glob("*.spack.lock")) + sorted(SPACK_DATA.glob("*/*.spack.lock"))

@@ -4,7 +4,7 @@
 For each environment (recorded locks, every package built into a layer with the Spack
 stand-in on the real debian-trixie base), repeated and interleaved:
 
-* ``assemble``: `dedal.assemble.assemble` end to end (audit every layer: sha256 + entry
+* ``assemble``: `dedal.stages.assemble.assemble` end to end (audit every layer: sha256 + entry
   listing; the base as an overlay; extract the N runtime layers; spack reindex, view,
   activation; Apptainer files; the base's squashfs without the top-level entries the
   image changes, made once per base and kept in the cache, plus one mksquashfs of those
@@ -48,10 +48,10 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from dedal import config, sif  # noqa: E402
+from dedal.model import config, sif  # noqa: E402
 from dedal.adapters import overlay, squashfs  # noqa: E402
-from dedal.assemble import assemble  # noqa: E402
-from dedal.workspace import resolve  # noqa: E402
+from dedal.stages.assemble import assemble  # noqa: E402
+from dedal.stages.workspace import resolve  # noqa: E402
 from tests.conftest import SPACK_DATA, dedal_exe  # noqa: E402
 from tests.standin import install_standin, standin_env  # noqa: E402
 

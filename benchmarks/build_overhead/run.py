@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from dedal.adapters import squashfs  # noqa: E402
-from dedal.layers import LayerStore  # noqa: E402
+from dedal.model.layers import LayerStore  # noqa: E402
 from tests.conftest import SPACK_DATA, is_real_spack  # noqa: E402
 from tests.standin import install_standin, standin_env  # noqa: E402
 

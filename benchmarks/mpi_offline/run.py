@@ -42,10 +42,10 @@ sys.path.insert(0, str(ROOT))
 
 from dedal.adapters import runtime as rt  # noqa: E402
 from dedal.adapters.spack import user_cache  # noqa: E402
-from dedal.build import base_root  # noqa: E402
-from dedal.config import load_settings  # noqa: E402
-from dedal.layers import LayerStore  # noqa: E402
-from dedal.spack_env import read_spack_yaml, stage_manifest, write_env_dir  # noqa: E402
+from dedal.stages.base import base_root  # noqa: E402
+from dedal.model.config import load_settings  # noqa: E402
+from dedal.model.layers import LayerStore  # noqa: E402
+from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir  # noqa: E402
 from tests.conftest import dedal_exe, is_real_spack  # noqa: E402
 
 ENV_FILE = ROOT / "spack-envs" / "mpi-offline" / "env.yaml"

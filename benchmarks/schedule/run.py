@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/schedule/run.py [--cores 64 8] [--nodes 1 4 16 64] [--overhead 3]
 
 Workloads: the real Spack locks in ../shared/data/spack (durations from dedal's model,
-``dedal.durations``) and a synthetic environment of ESD size (``synthetic.py``, fixed
+``dedal.model.durations``) and a synthetic environment of ESD size (``synthetic.py``, fixed
 seed: ~800 packages, 80 roots, a few very long builds). For each node count, three
 schedules are simulated side by side in the same machine model (``dedal.schedule``:
 nodes of C cores, a package of work W on c cores takes W/min(c, p), every job pays the
@@ -33,11 +33,11 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from dedal.plan import make_plan  # noqa: E402
+from dedal.model.plan import make_plan  # noqa: E402
 from dedal.adapters.slurm import time_minutes  # noqa: E402
-from dedal.config import BY_KEY  # noqa: E402
+from dedal.model.config import BY_KEY  # noqa: E402
 from dedal.schedule import DEFAULT_MODEL, Schedule, TimeLimits, Workload, make_schedule, simulate_backfill  # noqa: E402
-from dedal.spack_lock import load_lock  # noqa: E402
+from dedal.model.spack_lock import load_lock  # noqa: E402
 import synthetic  # noqa: E402
 
 LOCKS = ["mpi-cuda.spack.lock", "mpi-cuda-pure.spack.lock", "cscs-prgenv-gnu.spack.lock", "jedi-ci.spack.lock"]

@@ -3,7 +3,7 @@
 About 800 packages and 80 roots, shaped like a software-stack environment (the EBRAINS
 Software Distribution): a toolchain and build tools at the bottom, a few hundred base
 and mid-level libraries, the MPI/CUDA stack, a Python ecosystem, and applications on
-top. Build times (seconds on 2 cores, like ``dedal.durations``) follow a log-normal
+top. Build times (seconds on 2 cores, like ``dedal.model.durations``) follow a log-normal
 distribution of median 60 s for ordinary packages, with the few very long builds real
 stacks have: compilers (gcc, llvm), MPI, CUDA-aware libraries (nccl, py-torch, kokkos),
 big numerical libraries (trilinos, petsc, boost). Edges are ``link`` or ``build``;

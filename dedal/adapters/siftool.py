@@ -1,9 +1,9 @@
 """siftool (sylabs/sif, the library ``apptainer sif`` is built on): create, list, inspect, dump.
 
-dedal writes its SIFs itself (``dedal.sif.write_sif``) because siftool cannot set the
+dedal writes its SIFs itself (``dedal.model.sif.write_sif``) because siftool cannot set the
 header and descriptor times, which reproducible images need. siftool is the independent
 check of that writer (tests compare ``siftool list/header/info/dump`` with
-``dedal.sif.read_sif``), and ``create`` builds a SIF of the same Apptainer layout with
+``dedal.model.sif.read_sif``), and ``create`` builds a SIF of the same Apptainer layout with
 siftool alone (``siftool new`` + ``siftool add`` per object + the launch script).
 """
 from __future__ import annotations

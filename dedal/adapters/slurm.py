@@ -29,6 +29,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from dedal import CHECKOUT
 from dedal.adapters import proc
 from dedal.errors import ToolError, ToolMissing, UserError
 
@@ -533,7 +534,7 @@ class Slurm:
         return list(merged.values())
 
     def mpi_plugins(self) -> str:
-        """Raw ``srun --mpi=list`` output (stdout and stderr); dedal.verify parses it."""
+        """Raw ``srun --mpi=list`` output (stdout and stderr); dedal.stages.verify parses it."""
         res = self._run(["srun", "--mpi=list"], what="srun --mpi=list")
         return (res.stdout + res.stderr).strip() + "\n"
 
@@ -572,9 +573,8 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 def default_template() -> Path:
     """The job-script template shipped with dedal (``slurm/build-job.sh.in``)."""
-    here = Path(__file__).resolve()
-    for cand in (here.parents[2] / "slurm" / "build-job.sh.in",
-                 here.parents[1] / "data" / "slurm" / "build-job.sh.in"):
+    for cand in (CHECKOUT / "slurm" / "build-job.sh.in",
+                 CHECKOUT / "dedal" / "data" / "slurm" / "build-job.sh.in"):
         if cand.is_file():
             return cand
     raise UserError("the default Slurm job-script template build-job.sh.in is missing from this "

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from dedal.config import from_args
-from dedal.console import err, human_seconds, human_size, out, print_json
+from dedal.model.config import from_args
+from dedal.ui.console import err, human_seconds, human_size, out, print_json
 from dedal.errors import UserError
-from dedal.workspace import resolve
+from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dedal.assemble import assemble
+    from dedal.stages.assemble import assemble
 
     settings = from_args(args, layer_store=args.layers, stage_dir=args.stage_dir)
     only = None

@@ -6,7 +6,9 @@ import sys
 import time
 from typing import Any
 
-from dedal import base, config
+from dedal.model import base
+from dedal.stages.base import ensure_base
+from dedal.model import config
 
 
 def register(sub: Any) -> None:
@@ -44,7 +46,7 @@ def cmd_build(args: Any) -> int:
             print(msg, file=sys.stderr, flush=True)
 
     cached = None if args.rebuild else base.find_base(name, settings)
-    img = cached or base.ensure_base(name, settings, progress=progress, rebuild=args.rebuild)
+    img = cached or ensure_base(name, settings, progress=progress, rebuild=args.rebuild)
     if args.json:
         data = img.to_json()
         data.pop("packages", None)

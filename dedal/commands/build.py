@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from dedal.config import from_args
-from dedal.console import human_seconds, out, print_json
-from dedal.build import run_build
+from dedal.model.config import from_args
+from dedal.ui.console import human_seconds, out, print_json
+from dedal.stages.build import run_build
 from dedal.errors import UserError
-from dedal.workspace import resolve
+from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:

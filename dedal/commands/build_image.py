@@ -5,10 +5,10 @@ import argparse
 
 from rich.table import Table
 
-from dedal.config import from_args
-from dedal.console import human_seconds, human_size, out, print_json
-from dedal.pipeline import STAGES, PipelineSummary, StageFailed, run_pipeline, stage_range
-from dedal.workspace import resolve
+from dedal.model.config import from_args
+from dedal.ui.console import human_seconds, human_size, out, print_json
+from dedal.stages.pipeline import STAGES, PipelineSummary, StageFailed, run_pipeline, stage_range
+from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:

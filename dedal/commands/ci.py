@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dedal.config import from_args
-from dedal.console import err, out, print_json
+from dedal.model.config import from_args
+from dedal.ui.console import err, out, print_json
 from dedal.errors import UserError
 
 
@@ -86,7 +86,7 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from dedal import ci
+    from dedal.ci import gitlab as ci
 
     root = _root(args)
     selection = ci.select(root, envs=args.envs, envs_dir=args.envs_dir, changed_since=args.changed_since,
@@ -114,8 +114,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from dedal import ci
-    from dedal.workspace import resolve
+    from dedal.ci import gitlab as ci
+    from dedal.stages.workspace import resolve
 
     settings = from_args(args)
     target = resolve(args.target, settings)

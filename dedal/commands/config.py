@@ -5,8 +5,8 @@ import argparse
 
 from rich.table import Table
 
-from dedal.config import BY_KEY, from_args
-from dedal.console import out, print_json
+from dedal.model.config import BY_KEY, from_args
+from dedal.ui.console import out, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:

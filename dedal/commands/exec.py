@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from dedal import config
+from dedal.model import config
 from dedal.errors import UserError
 
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys",
@@ -79,7 +79,7 @@ def resolve_image(image: str, settings: Any) -> Path:
     p = Path(image)
     if p.exists():
         return p
-    from dedal import base
+    from dedal.model import base
 
     if "/" not in image and image in base.known_names():
         img = base.find_base(image, settings)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from dedal.config import from_args
-from dedal.console import human_seconds, out, print_json
-from dedal.fetch import envs_checkout, run_fetch
-from dedal.progress import BuildProgress
-from dedal.workspace import resolve
+from dedal.model.config import from_args
+from dedal.ui.console import human_seconds, out, print_json
+from dedal.stages.fetch import envs_checkout, run_fetch
+from dedal.ui.progress import BuildProgress
+from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:

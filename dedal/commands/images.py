@@ -7,7 +7,7 @@ import argparse
 from rich.table import Table
 
 from dedal.commands.publish import add_registry_options, registry_options
-from dedal.console import human_size, out, print_json
+from dedal.ui.console import human_size, out, print_json
 from dedal.errors import UserError
 
 
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dedal import publish as pub
+    from dedal.stages import publish as pub
 
     opts = registry_options(args)
     settings = opts.pop("settings")

@@ -1,7 +1,7 @@
 """``dedal inspect IMAGE [--json]``: SIF objects, labels, layers, SBOM summary, sizes.
 
 IMAGE is a local SIF, or ``oras://REGISTRY/REPO:TAG`` (asks the registry, through
-``dedal.publish.inspect_remote``).
+``dedal.stages.publish.inspect_remote``).
 """
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ def _time(t: int) -> str:
 
 def _remote(args: Any) -> int:
     try:
-        from dedal.publish import inspect_remote  # written alongside the publish stage
+        from dedal.stages.publish import inspect_remote  # written alongside the publish stage
     except ImportError:
-        raise UserError("remote inspect is unavailable in this dedal (dedal.publish.inspect_remote is missing); "
+        raise UserError("remote inspect is unavailable in this dedal (dedal.stages.publish.inspect_remote is missing); "
                         "pull the image and inspect the file") from None
-    from dedal import config
+    from dedal.model import config
 
     result = inspect_remote(args.image, config.from_args(args))
     if args.json or not isinstance(result, dict):
@@ -54,7 +54,7 @@ def _remote(args: Any) -> int:
 def cmd_inspect(args: Any) -> int:
     if args.image.startswith("oras://"):
         return _remote(args)
-    from dedal import sif
+    from dedal.model import sif
 
     info: Dict[str, Any] = sif.summarize(args.image)
     if not args.definition:

@@ -7,11 +7,11 @@ from typing import Set
 
 from rich.table import Table
 
-from dedal.config import from_args
-from dedal.console import human_seconds, human_size, out, print_json
+from dedal.model.config import from_args
+from dedal.ui.console import human_seconds, human_size, out, print_json
 from dedal.errors import UserError
-from dedal.layers import LayerStore
-from dedal.plan import Plan
+from dedal.model.layers import LayerStore
+from dedal.model.plan import Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,13 +6,13 @@ import argparse
 from pathlib import Path
 
 from dedal.adapters.spack import locate, user_cache
-from dedal.build import base_root
-from dedal.config import from_args
-from dedal.console import print_json
+from dedal.stages.base import base_root
+from dedal.model.config import from_args
+from dedal.ui.console import print_json
 from dedal.errors import DedalError, UserError
-from dedal.layers import LayerStore
-from dedal.nodebuild import JobResult, run_job
-from dedal.plan import Plan
+from dedal.model.layers import LayerStore
+from dedal.stages.build.node import JobResult, run_job
+from dedal.model.plan import Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from rich.table import Table
 
-from dedal.config import from_args
-from dedal.console import human_seconds, out, print_json
+from dedal.model.config import from_args
+from dedal.ui.console import human_seconds, out, print_json
 from dedal.errors import UserError
-from dedal.layers import LayerStore
-from dedal.workspace import resolve
+from dedal.model.layers import LayerStore
+from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:

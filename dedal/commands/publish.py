@@ -12,8 +12,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from dedal.config import from_args
-from dedal.console import err, out, print_json
+from dedal.model.config import from_args
+from dedal.ui.console import err, out, print_json
 from dedal.errors import UserError
 
 
@@ -29,7 +29,7 @@ def add_registry_options(p: argparse.ArgumentParser) -> None:
 
 
 def registry_options(args: argparse.Namespace) -> Dict[str, Any]:
-    """Keyword arguments for dedal.publish functions: insecure, username, password."""
+    """Keyword arguments for dedal.stages.publish functions: insecure, username, password."""
     settings = from_args(args, registry_insecure=True if getattr(args, "insecure", None) else None)
     password: Optional[str] = None
     if getattr(args, "password_stdin", False):
@@ -92,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dedal import publish as pub
+    from dedal.stages import publish as pub
 
     opts = registry_options(args)
     settings = opts.pop("settings")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from dedal.commands.publish import add_registry_options, progress_printer, registry_options
-from dedal.console import out, print_json
+from dedal.ui.console import out, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dedal import publish as pub
+    from dedal.stages import publish as pub
 
     opts = registry_options(args)
     opts.pop("settings")

@@ -8,14 +8,14 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
-from dedal.config import from_args
-from dedal.console import out, print_json
+from dedal.model.config import from_args
+from dedal.ui.console import out, print_json
 from dedal.errors import DedalError, UserError
-from dedal.executors.slurm import RECORD, read_record, record_driver
-from dedal.layers import LayerStore
-from dedal.owner import GONE
-from dedal.plan import Plan
-from dedal.workspace import resolve
+from dedal.stages.build.executors.slurm import RECORD, read_record, record_driver
+from dedal.model.layers import LayerStore
+from dedal.model.owner import GONE
+from dedal.model.plan import Plan
+from dedal.stages.workspace import resolve
 
 FINAL = ("done", "failed", "blocked", "cancelled", "lost")
 

@@ -3,7 +3,7 @@
 Layout of the subcommand (argparse sub-parsers under ``verify``)::
 
     dedal verify parse FILE [--kind KIND] [--json]   parse one log, print its verdict
-    dedal verify run IMAGE [options]                 the runner (dedal.verify.runner)
+    dedal verify run IMAGE [options]                 the runner (dedal.stages.verify.runner)
     dedal verify IMAGE [options]                     same as ``verify run IMAGE``
 
 ``parse`` and ``run`` are ordinary sub-parsers. The shorthand ``dedal verify IMAGE``
@@ -11,7 +11,7 @@ works because the sub-parser action of ``verify`` treats a first argument that i
 a sub-command name as the IMAGE of ``run`` (an image literally named ``parse`` or
 ``run`` is written ``dedal verify run ./parse``).
 
-The runner lives in :mod:`dedal.verify.runner`. When that module exists it provides
+The runner lives in :mod:`dedal.stages.verify.runner`. When that module exists it provides
 ``add_arguments(parser)`` (its options) and ``main(args) -> int``; this module wires
 them under ``run``. Until then ``verify run`` explains that the runner is missing.
 
@@ -25,9 +25,9 @@ import importlib
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from dedal.console import print_json
+from dedal.ui.console import print_json
 from dedal.errors import UserError
-from dedal.verify.parsers import KINDS, parse_file, parse_text
+from dedal.stages.verify.parsers import KINDS, parse_file, parse_text
 
 SUBCOMMANDS = ("parse", "run")
 
@@ -121,15 +121,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _runner() -> Any:
     try:
-        return importlib.import_module("dedal.verify.runner")
+        return importlib.import_module("dedal.stages.verify.runner")
     except ModuleNotFoundError as exc:
-        if exc.name != "dedal.verify.runner":
+        if exc.name != "dedal.stages.verify.runner":
             raise
         return None
 
 
 def _runner_missing(args: argparse.Namespace) -> int:
-    raise UserError("the verification runner (dedal.verify.runner) is not part of this dedal yet; "
+    raise UserError("the verification runner (dedal.stages.verify.runner) is not part of this dedal yet; "
                     "`dedal verify parse FILE` is available")
 
 

@@ -57,7 +57,7 @@ class Built:
         return json.loads(r.stdout)
 
     def settings(self, **overrides: str):
-        from dedal import config
+        from dedal.model import config
 
         return config.load_settings(overrides=dict(overrides), environ=self.env)
 
@@ -136,7 +136,7 @@ def trixie_image(trixie_env) -> dict:
 
 def partition_file(sif_path: Path, raw: Path) -> Path:
     """Copy the SIF's primary partition (the image's root filesystem) into the file ``raw``."""
-    from dedal import sif
+    from dedal.model import sif
 
     part = sif.primary_partition(sif.read_sif(sif_path))
     with open(sif_path, "rb") as src, open(raw, "wb") as out:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dedal import sif
+from dedal.model import sif
 from dedal.adapters import siftool, squashfs
-from dedal.layers import LayerStore, sha256_file
+from dedal.model.layers import LayerStore, sha256_file
 from tests.assemble.conftest import SDE, TINY_BUILD_ONLY, TINY_RUNTIME, partition_tree
 from tests.base import helpers
 
@@ -292,8 +292,8 @@ def test_spack_failure_leaves_nothing(host_env, tmp_path):
 def test_audits_are_remembered_by_sha256(host_env, tmp_path, monkeypatch):
     """A layer's entry audit is remembered by its sha256: the listing is skipped next time,
     the sha256 is not (a corrupt layer is still refused)."""
-    from dedal import assemble as asm
-    from dedal.workspace import resolve
+    from dedal.stages import assemble as asm
+    from dedal.stages.workspace import resolve
 
     settings = host_env.settings()
     plan = resolve(str(host_env.env_file), settings).plan()

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 
-from dedal import sif
+from dedal.model import sif
 from dedal.adapters import siftool, squashfs
 from tests.assemble.conftest import SDE, TINY_RUNTIME
 from tests.base import helpers
@@ -30,7 +30,7 @@ def test_layout_and_labels(trixie_env, trixie_image, trixie_base_image):
     assert [r["type"] for r in rows][:3] == ["Def.FILE", "JSON.Generic", "JSON.Labels"]
     labels = trixie_image["labels"]
     assert labels["dedal.base.id"] == trixie_base_image.id
-    from dedal.layers import sha256_file
+    from dedal.model.layers import sha256_file
     assert labels["dedal.base.sha256"] == sha256_file(trixie_base_image.squashfs)  # the base's content
     assert labels["dedal.version.openmpi"].startswith("5.") and labels["dedal.version.openmpi.source"].startswith("base")
     assert labels["dedal.version.pmix"].startswith("5.") and labels["dedal.version.ucx"].startswith("1.")
@@ -111,8 +111,8 @@ def test_without_an_overlay_the_same_image(trixie_env, trixie_image, tmp_path, m
     """Where no overlay can be mounted the base's squashfs is extracted instead: same bytes
     (nothing in the tree depends on how the base got there, e.g. no rewritten __pycache__)."""
     from dedal.adapters import overlay
-    from dedal.assemble import assemble
-    from dedal.workspace import resolve
+    from dedal.stages.assemble import assemble
+    from dedal.stages.workspace import resolve
 
     monkeypatch.setattr(overlay, "available", lambda: False)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", SDE)
@@ -127,8 +127,8 @@ def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_en
                                                                        monkeypatch):
     """The base's untouched top-level entries come from a squashfs of the base made once
     (kept in the cache); the image has exactly the content of one mksquashfs of its tree."""
-    from dedal import assemble as asm
-    from dedal.workspace import resolve
+    from dedal.stages import assemble as asm
+    from dedal.stages.workspace import resolve
     from tests.assemble.conftest import partition_file
 
     assert trixie_image["method"].endswith("base reused")

@@ -7,11 +7,11 @@ import subprocess
 
 import pytest
 
-from dedal import assemble as asm
-from dedal import sbom
+from dedal.stages import assemble as asm
+from dedal.model import sbom
 from dedal.errors import UserError
-from dedal.plan import make_plan
-from dedal.spack_lock import load_lock
+from dedal.model.plan import make_plan
+from dedal.model.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
 
 IR = "/opt/esd/software"
@@ -209,7 +209,7 @@ def test_purl_encoding():
 def test_sif_in_place_equals_copied(tmp_path):
     """mksquashfs -offset at sif.partition_offset + write_sif(in_place=True) gives the bytes
     of the copying writer (what the assembler relies on to skip the copy)."""
-    from dedal import sif
+    from dedal.model import sif
     from dedal.adapters import squashfs
 
     src = tmp_path / "root"

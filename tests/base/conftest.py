@@ -16,7 +16,7 @@ def trixie_base():
 @pytest.fixture(scope="session")
 def base_sif(trixie_base, tmp_path_factory) -> Path:
     """A SIF whose primary partition is the base's squashfs, with an image environment script."""
-    from dedal import sif
+    from dedal.model import sif
 
     out = tmp_path_factory.mktemp("basesif") / "base.sif"
     sif.write_sif(out, trixie_base.squashfs, definition="Bootstrap: dedal\nFrom: debian-trixie\n",

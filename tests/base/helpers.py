@@ -9,7 +9,7 @@ from typing import Optional
 
 import pytest
 
-from dedal import config
+from dedal.model import config
 
 BASE_NAME = "debian-trixie"
 _cache: dict = {}
@@ -43,14 +43,15 @@ def settings(**overrides: str):
 def trixie_base():
     """The built debian-trixie base: from the cache, else built now (about 2 minutes, needs root)."""
     if "base" not in _cache:
-        from dedal import base
+        from dedal.model import base
+        from dedal.stages.base import ensure_base
 
         s = settings(debian_mirror=os.environ.get("DEDAL_DEBIAN_MIRROR", ""))
         found = base.find_base(BASE_NAME, s)
         if found is None and os.geteuid() != 0:
             pytest.skip("building the debian-trixie base needs root (debootstrap) and it is not cached "
                         f"in {base_cache()}")
-        _cache["base"] = found or base.ensure_base(BASE_NAME, s, progress=print)
+        _cache["base"] = found or ensure_base(BASE_NAME, s, progress=print)
     return _cache["base"]
 
 

@@ -35,7 +35,7 @@ def test_built_base_contents(trixie_base):
     assert not (trixie_base.rootfs_dir / "etc/hosts").exists()  # minbase: the runtime binds the host's
     cache = trixie_base.path.parent
     assert not [p for p in cache.iterdir() if p.name.startswith(".build-")]
-    from dedal import sif
+    from dedal.model import sif
 
     assert sif.squashfs_superblock(trixie_base.squashfs)["compression"] == "zstd"
 

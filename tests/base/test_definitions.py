@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from dedal import base, config
+from dedal.model import base
+from dedal.stages.base import ensure_base, resolve_mirror
+from dedal.model import config
 from dedal.adapters import debootstrap
 from dedal.errors import UserError
 
@@ -92,14 +94,14 @@ def test_mirror_precedence(monkeypatch):
     d = base.load_definition("debian-trixie")
     monkeypatch.setattr(debootstrap, "host_mirrors", lambda etc=None: {"archive": "http://host/debian"})
     s = config.load_settings(environ={})
-    assert base.resolve_mirror(d, s)["archive"] == "http://host/debian"
+    assert resolve_mirror(d, s)["archive"] == "http://host/debian"
     s = config.load_settings(overrides={"debian_mirror": "http://setting/debian/"}, environ={})
-    assert base.resolve_mirror(d, s)["archive"] == "http://setting/debian"
+    assert resolve_mirror(d, s)["archive"] == "http://setting/debian"
     d.mirror = "http://defn/debian"
-    assert base.resolve_mirror(d, s)["archive"] == "http://defn/debian"
+    assert resolve_mirror(d, s)["archive"] == "http://defn/debian"
     monkeypatch.setattr(debootstrap, "host_mirrors", lambda etc=None: {})
     d.mirror = ""
-    assert base.resolve_mirror(d, config.load_settings(environ={}))["archive"] == "http://deb.debian.org/debian"
+    assert resolve_mirror(d, config.load_settings(environ={}))["archive"] == "http://deb.debian.org/debian"
 
 
 def test_installed_packages_parser(tmp_path):
@@ -135,7 +137,7 @@ def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
     from dedal.errors import ToolError
 
     with pytest.raises(ToolError) as exc:
-        base.ensure_base("broken", s)
+        ensure_base("broken", s)
     assert exc.value.log_path and exc.value.log_path.is_file()
     assert "debootstrap" in str(exc.value)
     assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".") or p.is_dir()) == ["logs"]

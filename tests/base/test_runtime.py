@@ -107,7 +107,7 @@ def test_image_env_scripts_order(tmp_path):
 
 def test_image_env_from_sif(trixie_base, tmp_path):
     """A SIF whose squashfs carries /.singularity.d/env scripts: they apply, the caller's env wins."""
-    from dedal import sif
+    from dedal.model import sif
 
     extra = tmp_path / "extra"
     envd = extra / ".singularity.d" / "env"

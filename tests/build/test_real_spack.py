@@ -12,7 +12,7 @@ import yaml
 
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
-from dedal.layers import LayerStore
+from dedal.model.layers import LayerStore
 from tests.conftest import SPACK_DATA, fill_tiny_mirror
 
 pytestmark = [pytest.mark.spack, pytest.mark.e2e]

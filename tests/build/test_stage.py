@@ -15,12 +15,12 @@ from typing import Tuple
 
 import pytest
 
-from dedal import owner as owner_module
+from dedal.model import owner as owner_module
 from dedal.errors import Interrupted, Signals
-from dedal.nodebuild import STAGE_OWNER, Stage, remove_stage, stale_stages
-from dedal.owner import boot_id as _boot_id, pid_namespace as _pid_namespace, process_start as _process_start
+from dedal.stages.stage_dir import STAGE_OWNER, Stage, remove_stage, stale_stages
+from dedal.model.owner import boot_id as _boot_id, pid_namespace as _pid_namespace, process_start as _process_start
 
-HOLD = ("import sys, time; from pathlib import Path; from dedal.nodebuild import Stage; "
+HOLD = ("import sys, time; from pathlib import Path; from dedal.stages.stage_dir import Stage; "
         "print(Stage(Path(sys.argv[1]), 'build').__enter__(), flush=True); time.sleep(300)")
 
 

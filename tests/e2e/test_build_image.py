@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dedal.layers import sha256_file
+from dedal.model.layers import sha256_file
 from tests.conftest import SPACK_DATA, fill_tiny_mirror, is_real_spack
 from tests.registry.conftest import registry  # noqa: F401  (the local docker-registry fixture)
 from tests.standin import install_standin

@@ -22,7 +22,7 @@ from typing import Dict, List
 
 import pytest
 
-from dedal.layers import LayerStore
+from dedal.model.layers import LayerStore
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.spack, pytest.mark.slow, pytest.mark.e2e]

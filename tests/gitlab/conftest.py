@@ -170,7 +170,7 @@ def _git(root: Path, *args: str) -> str:
 
 TINY_SPACK = {"specs": ["dedal-app"], "repos": [str(SPACK_DATA / "tiny-repo" / "repo")],
               "concretizer": {"unify": True}}
-# The verification runner (dedal.verify.runner) is not part of dedal yet: the test
+# The verification runner (dedal.stages.verify.runner) is not part of dedal yet: the test
 # environment turns verification off, so its pipeline has no verify job (the generated
 # verify jobs are covered by the golden files and `gitlab-ci-local --list`).
 TINY_DEDAL = {"name": "tiny", "base_image": "host", "install_root": "/opt/esd/software",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dedal import ci
+from dedal.ci import gitlab as ci
 from dedal.adapters import git as gitad
 from dedal.errors import UserError
 from tests.conftest import SPACK_DATA

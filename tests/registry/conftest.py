@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from dedal.sif import host_arch
+from dedal.model.sif import host_arch
 
 SIFTOOL_FALLBACK = Path.home() / ".cache" / "dedal" / "bin" / "siftool"
 USER, PASSWORD = "esd-bot", "s3cret-Pa55word!"
@@ -473,8 +473,8 @@ def sha256_file(path: Path) -> str:
 @pytest.fixture
 def reports(tmp_path: Path) -> Dict[str, Path]:
     """A verification report directory (verify.json, report.md; verdict "good") written by
-    dedal.verify.report, and a CycloneDX SBOM."""
-    from dedal.verify.report import VerifyReport, write_report
+    dedal.stages.verify.report, and a CycloneDX SBOM."""
+    from dedal.stages.verify.report import VerifyReport, write_report
 
     d = tmp_path / "reports" / "tiny-mpi"
     d.mkdir(parents=True)

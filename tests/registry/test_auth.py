@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal import publish as pub
+from dedal.stages import publish as pub
 from dedal.adapters import registry as reg
 from dedal.errors import UserError
 from tests.registry.conftest import PASSWORD, USER

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from dedal import publish as pub
-from dedal.sif import host_arch
+from dedal.stages import publish as pub
+from dedal.model.sif import host_arch
 from tests.registry.conftest import sha256_file
 
 pytestmark = pytest.mark.registry

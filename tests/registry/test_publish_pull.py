@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from dedal import publish as pub
+from dedal.stages import publish as pub
 from tests.registry.conftest import LABELS, sha256_file
 
 pytestmark = pytest.mark.registry
@@ -191,7 +191,7 @@ def test_attachments_through_the_referrers_api(run_dedal, registry, proxy_for, s
 def test_images_lists_tags_with_size_created_and_verdict(run_dedal, registry, sifs, reports, tmp_path):
     repo = "esd/tiny-mpi"
     _publish(run_dedal, sifs["good"], registry.ref(f"{repo}:verified"), extra=("--attach", str(reports["dir"])))
-    from dedal.verify.report import VerifyReport, write_report
+    from dedal.stages.verify.report import VerifyReport, write_report
 
     failing = tmp_path / "failing"
     failing.mkdir()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dedal.errors import UserError
-from dedal.publish import Reference, default_pull_name, parse_reference
+from dedal.stages.publish import Reference, default_pull_name, parse_reference
 
 pytestmark = pytest.mark.registry
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from dedal import sif
+from dedal.model import sif
 from tests.sif.test_sif_format import DEFINITION, LABELS, METADATA, SBOM
 
 
@@ -72,7 +72,7 @@ def test_inspect_bad_files_one_line_error(run_dedal, tmp_path, small_sqfs):
 
 
 def test_inspect_remote_goes_to_publish(run_dedal):
-    """oras:// references are handed to dedal.publish.inspect_remote (an unreachable registry
+    """oras:// references are handed to dedal.stages.publish.inspect_remote (an unreachable registry
     is a one-line error, not a traceback)."""
     r = run_dedal("inspect", "oras://127.0.0.1:9/esd/none:latest", timeout=120)
     assert r.returncode != 0

@@ -1,4 +1,4 @@
-"""dedal.sif against the real siftool: layout, reader agreement, reproducibility, bad files."""
+"""dedal.model.sif against the real siftool: layout, reader agreement, reproducibility, bad files."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal import sif
+from dedal.model import sif
 from dedal.adapters import siftool
 from dedal.errors import UserError
 

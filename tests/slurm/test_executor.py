@@ -18,10 +18,10 @@ import pytest
 
 from dedal import cli
 from dedal.adapters.slurm import Slurm, State
-from dedal.executors import slurm as slurm_executor
-from dedal.layers import LayerStore
-from dedal.nodebuild import STAGE_OWNER
-from dedal.owner import Owner
+from dedal.stages.build.executors import slurm as slurm_executor
+from dedal.model.layers import LayerStore
+from dedal.stages.stage_dir import STAGE_OWNER
+from dedal.model.owner import Owner
 from tests.build.conftest import TinyEnv, make_env, node_builds_of, stage_leftovers
 from tests.conftest import dedal_exe, interruptible
 from tests.slurm.conftest import SlurmCluster

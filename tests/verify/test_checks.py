@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from dedal.errors import UserError
-from dedal.verify.checks import (
+from dedal.stages.verify.checks import (
     HostFacts, Thresholds, check_transports, compare_bandwidth, compare_busbw, compare_init, compare_latency,
     exit_code, overall_verdict, series_from_nccl, series_from_osu,
 )
-from dedal.verify.parsers import parse_file
+from dedal.stages.verify.parsers import parse_file
 
 SIZES = [1 << i for i in range(23)]
 
@@ -198,7 +198,7 @@ def test_host_facts_mapping() -> None:
 
 
 def test_compare_runs_from_parse_results(logs: Path) -> None:
-    from dedal.verify.checks import compare_nccl_runs, compare_osu_runs
+    from dedal.stages.verify.checks import compare_nccl_runs, compare_osu_runs
 
     bw = [parse_file(logs / "osu/osu_bw_v6.2_mpich41_cxi_hook_good.txt")] * 3
     r = compare_osu_runs(bw, bw, "osu_bw")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal.verify.parsers import KINDS
+from dedal.stages.verify.parsers import KINDS
 
 
 def test_parse_json(run_dedal, logs: Path) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dedal.verify import preflight
-from dedal.verify.parsers import parse_file
+from dedal.stages.verify import preflight
+from dedal.stages.verify.parsers import parse_file
 
 H100 = Path(__file__).parent / "data" / "h100"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal.verify.parsers import parse_file
+from dedal.stages.verify.parsers import parse_file
 
 # every file of ../shared/data/logs: (kind, verdict)
 EXPECTED = {

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from dedal.verify.findings import Finding, verdict_of, worst
-from dedal.verify.parsers import clean_lines, detect_kind, parse_text
-from dedal.verify.parsers.nccl_debug import normalize_transport
-from dedal.verify.parsers.osu import benchmark_name, split_columns
+from dedal.stages.verify.findings import Finding, verdict_of, worst
+from dedal.stages.verify.parsers import clean_lines, detect_kind, parse_text
+from dedal.stages.verify.parsers.nccl_debug import normalize_transport
+from dedal.stages.verify.parsers.osu import benchmark_name, split_columns
 
 OSU_LAT = "osu/osu_latency_v7.5_mpich_internode_slingshot_cxi_validation_warnings.txt"
 NCCL_GOOD = "nccl_tests/all_reduce_perf_2.17.1_2nodes_8xGH200_good_aligned.txt"
@@ -378,7 +378,7 @@ SIGNATURE_SAMPLES = {
 
 @pytest.mark.parametrize("code", sorted(SIGNATURE_SAMPLES))
 def test_every_signature_fires(code: str) -> None:
-    from dedal.verify.parsers.signatures import SIGNATURES, scan
+    from dedal.stages.verify.parsers.signatures import SIGNATURES, scan
 
     assert {s.code for s in SIGNATURES} == set(SIGNATURE_SAMPLES)
     assert code in [f.code for f in scan([SIGNATURE_SAMPLES[code]])]

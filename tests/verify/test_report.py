@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dedal.verify.checks import HostFacts, check_transports, compare_bandwidth, compare_init, compare_latency
-from dedal.verify.parsers import parse_file
-from dedal.verify.report import VerifyReport, load_report, write_report
+from dedal.stages.verify.checks import HostFacts, check_transports, compare_bandwidth, compare_init, compare_latency
+from dedal.stages.verify.parsers import parse_file
+from dedal.stages.verify.report import VerifyReport, load_report, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIZES = [0] + [1 << i for i in range(23)]

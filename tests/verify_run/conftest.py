@@ -49,7 +49,7 @@ def bench_image(tmp_path_factory) -> Iterator[BenchImage]:
     if os.geteuid() != 0:
         pytest.skip("needs root (bubblewrap over the base root filesystem, squashfuse mounts)")
     helpers.require_tools("bwrap", "mksquashfs", "unsquashfs", "squashfuse", "fusermount3")
-    from dedal import sif
+    from dedal.model import sif
     from dedal.adapters import runtime, squashfs
 
     base = helpers.trixie_base()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dedal.verify.checks import compare_osu_runs
-from dedal.verify.parsers import parse_file, parse_text
+from dedal.stages.verify.checks import compare_osu_runs
+from dedal.stages.verify.parsers import parse_file, parse_text
 from tests.conftest import ROOT
 
 DATA = Path(__file__).parent / "data"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dedal.verify import preflight as pre
-from dedal.verify.parsers import parse_file, parse_text
+from dedal.stages.verify import preflight as pre
+from dedal.stages.verify.parsers import parse_file, parse_text
 from tests.conftest import LOGS_DATA
 
 # /proc/cpuinfo of an AVX2 machine without AVX-512 (Haswell-class), and of an old one
@@ -143,7 +143,7 @@ def test_run_preflight_fatal_and_facts(tmp_path: Path) -> None:
 
 
 def test_busy_host_is_reported_with_the_numbers(tmp_path):
-    from dedal.verify.preflight import check_load
+    from dedal.stages.verify.preflight import check_load
     busy = tmp_path / "loadavg"
     busy.write_text("3.50 2.00 1.00 3/200 1234\n")
     [f] = check_load(busy, cpus=2)

@@ -10,9 +10,9 @@ import yaml
 
 from dedal.cli import build_parser
 from dedal.errors import UserError
-from dedal.verify import runner as R
-from dedal.verify.checks import HostFacts
-from dedal.verify.parsers import parse_file, parse_text
+from dedal.stages.verify import runner as R
+from dedal.stages.verify.checks import HostFacts
+from dedal.stages.verify.parsers import parse_file, parse_text
 
 DATA = Path(__file__).parent / "data"
 
@@ -161,7 +161,7 @@ def test_failed_and_same_host_runs(tmp_path: Path) -> None:
 def test_image_names_of_the_workspace(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from dedal.verify.image import resolve_image
+    from dedal.stages.verify.image import resolve_image
 
     images = tmp_path / "images"
     (images / "esd-cpu").mkdir(parents=True)
@@ -175,7 +175,7 @@ def test_image_names_of_the_workspace(tmp_path: Path) -> None:
 
 
 def _info(tmp_path: Path, kind: str = "sif"):
-    from dedal.verify.image import ImageInfo
+    from dedal.stages.verify.image import ImageInfo
 
     root = tmp_path / "imgroot"
     (root / "opt/view/bin").mkdir(parents=True, exist_ok=True)
@@ -188,7 +188,7 @@ def _info(tmp_path: Path, kind: str = "sif"):
 
 
 def test_what_native_means(tmp_path: Path) -> None:
-    from dedal.verify.image import prepare_native
+    from dedal.stages.verify.image import prepare_native
 
     info = _info(tmp_path)
     wanted = ["dedal_latency"]

@@ -1,0 +1,336 @@
+"""Base images as data: their definitions in ``base-images/`` and the built bases in the cache.
+
+A base is defined by a file in ``base-images/``:
+
+* ``<name>.yaml``: dedal-native Debian definition (suite, variant, packages), built
+  here with debootstrap + apt inside the new root (bubblewrap);
+* ``<name>.def``: an Apptainer definition, built with ``apptainer build --sandbox``
+  where Apptainer exists.
+
+A built base lives in ``<base_cache>/<id>/`` with ``rootfs/`` (the unpacked root, used
+read-only by builds), ``rootfs.sqfs`` (the same, packed) and ``base.json`` (what it is:
+OS release, package versions, sizes, build time). ``id`` is the hash of the definition
+file and of ``RECIPE_VERSION`` (how dedal builds bases): a changed definition is a new
+base. Building one is :mod:`dedal.stages.base`; ``host`` (:data:`HOST_BASE`) names the
+machine itself, no base image.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import yaml
+
+from dedal import CHECKOUT
+from dedal.errors import UserError
+
+RECIPE_VERSION = "1"  # bump when the way bases are built changes (invalidates every cached base)
+HOST_BASE = "host"  # build on the host itself (private mount namespace), no base image
+
+
+def definitions_dir() -> Path:
+    """``base-images/`` of this checkout (``DEDAL_BASE_IMAGES_DIR`` overrides)."""
+    env = os.environ.get("DEDAL_BASE_IMAGES_DIR")
+    if env:
+        return Path(env)
+    return CHECKOUT / "base-images"
+
+
+@dataclass
+class BaseDefinition:
+    name: str
+    path: Path
+    kind: str  # "debian" (debootstrap, built here) | "apptainer" (.def, needs Apptainer)
+    text: str
+    description: str = ""
+    suite: str = ""
+    variant: str = "minbase"
+    arch: str = "amd64"
+    mirror: str = ""
+    updates: bool = False
+    security: bool = False
+    packages: Dict[str, List[str]] = field(default_factory=dict)
+    record_versions: Dict[str, str] = field(default_factory=dict)
+    probe_versions: Dict[str, str] = field(default_factory=dict)
+    env: Dict[str, str] = field(default_factory=dict)
+    python_venv: Dict[str, Any] = field(default_factory=dict)  # {path, packages}: pip packages Debian lacks
+
+    @property
+    def all_packages(self) -> List[str]:
+        seen: List[str] = []
+        for group in self.packages.values():
+            for p in group:
+                if p not in seen:
+                    seen.append(p)
+        return seen
+
+    def to_json(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data.pop("text")
+        data["id"] = definition_id(self)
+        return data
+
+
+def _known() -> Dict[str, Path]:
+    d = definitions_dir()
+    found: Dict[str, Path] = {}
+    if d.is_dir():
+        for p in sorted(d.iterdir()):
+            if p.suffix in (".yaml", ".yml", ".def") and p.is_file():
+                found.setdefault(p.stem, p)
+    return found
+
+
+def known_names() -> List[str]:
+    return sorted(_known())
+
+
+def _expect(path: Path, data: Dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = data.get(key, default)
+    if value is None:
+        value = default
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise UserError(f"{path}: {key}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping (name, suite, packages, ...)")
+    known = {"name", "description", "os", "suite", "variant", "arch", "mirror", "updates", "security",
+             "packages", "record_versions", "probe_versions", "env", "python_venv"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    if data.get("os", "debian") != "debian":
+        raise UserError(f"{path}: os: only debian definitions are built from YAML (use an Apptainer .def)")
+    suite = _expect(path, data, "suite", str, "")
+    if not suite:
+        raise UserError(f"{path}: suite: required (e.g. trixie)")
+    packages = _expect(path, data, "packages", (dict, list), {})  # type: ignore[arg-type]
+    if isinstance(packages, list):
+        packages = {"packages": packages}
+    for group, items in packages.items():
+        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+            raise UserError(f"{path}: packages.{group}: expected a list of package names")
+    record = _expect(path, data, "record_versions", dict, {})
+    probes = _expect(path, data, "probe_versions", dict, {})
+    env = _expect(path, data, "env", dict, {})
+    venv = _expect(path, data, "python_venv", dict, {})
+    if venv and (not isinstance(venv.get("path"), str) or not venv["path"].startswith("/")
+                 or not isinstance(venv.get("packages", []), list)):
+        raise UserError(f"{path}: python_venv: expected {{path: /absolute/dir, packages: [...]}}")
+    return BaseDefinition(
+        name=_expect(path, data, "name", str, name), path=path, kind="debian", text=text,
+        description=_expect(path, data, "description", str, ""), suite=suite,
+        variant=_expect(path, data, "variant", str, "minbase"), arch=_expect(path, data, "arch", str, "amd64"),
+        mirror=_expect(path, data, "mirror", str, ""), updates=_expect(path, data, "updates", bool, False),
+        security=_expect(path, data, "security", bool, False),
+        packages={str(k): list(v) for k, v in packages.items()},
+        record_versions={str(k): str(v) for k, v in record.items()},
+        probe_versions={str(k): str(v) for k, v in probes.items()},
+        env={str(k): str(v) for k, v in env.items()},
+        python_venv={"path": venv["path"], "packages": [str(p) for p in venv.get("packages", [])]} if venv else {},
+    )
+
+
+def _parse_def(name: str, path: Path, text: str) -> BaseDefinition:
+    header: Dict[str, str] = {}
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("%"):
+            break
+        if ":" in s and not s.startswith("#"):
+            k, v = s.split(":", 1)
+            header[k.strip().lower()] = v.strip()
+    if "bootstrap" not in header:
+        raise UserError(f"{path}: not an Apptainer definition (no 'Bootstrap:' header)")
+    desc = ""
+    for line in text.splitlines():
+        if line.startswith("#") and not desc:
+            desc = line.lstrip("# ").strip()
+    return BaseDefinition(name=name, path=path, kind="apptainer", text=text, description=desc,
+                          suite=header.get("from", ""), variant=header["bootstrap"])
+
+
+def load_definition(name: str) -> BaseDefinition:
+    """The definition called ``name`` in base-images/ (or a path to a .yaml/.def file)."""
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml", ".def") and candidate.is_file():
+        path, stem = candidate, candidate.stem
+    else:
+        known = _known()
+        if name not in known:
+            names = ", ".join(sorted(known)) or f"none (no definitions in {definitions_dir()})"
+            raise UserError(f"unknown base image {name!r}; known: {names}")
+        path, stem = known[name], name
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    if path.suffix == ".def":
+        return _parse_def(stem, path, text)
+    return _parse_yaml(stem, path, text)
+
+
+def definition_id(defn: BaseDefinition) -> str:
+    """Content address of a base: its definition file and dedal's base recipe version."""
+    h = hashlib.sha256()
+    h.update(f"dedal-base-recipe:{RECIPE_VERSION}\n".encode())
+    h.update(defn.text.encode())
+    return f"{defn.name}-{h.hexdigest()[:16]}"
+
+
+@dataclass
+class BaseImage:
+    name: str
+    id: str
+    path: Path
+    kind: str
+    os_release: Dict[str, str]
+    versions: Dict[str, str]  # openmpi, pmix, ucx, gcc, ... (record_versions of the definition)
+    packages: Dict[str, str]  # every installed package -> version
+    env: Dict[str, str] = field(default_factory=dict)
+    arch: str = "amd64"
+    mirror: str = ""
+    built_at: float = 0.0
+    build_seconds: float = 0.0
+    rootfs_bytes: int = 0
+    squashfs_bytes: int = 0
+    definition_file: str = ""
+
+    @property
+    def rootfs_dir(self) -> Path:
+        return self.path / "rootfs"
+
+    @property
+    def squashfs(self) -> Path:
+        return self.path / "rootfs.sqfs"
+
+    @property
+    def os_id(self) -> str:
+        """``debian13``-style name of the OS (part of layer keys)."""
+        return f"{self.os_release.get('ID', 'linux')}{self.os_release.get('VERSION_ID', '')}"
+
+    def to_json(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data["rootfs_dir"] = str(self.rootfs_dir)
+        data["squashfs"] = str(self.squashfs)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "BaseImage":
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        fields["path"] = Path(fields["path"])
+        return cls(**fields)
+
+
+def read_base(path: Path) -> Optional[BaseImage]:
+    meta = path / "base.json"
+    if not (meta.is_file() and (path / "rootfs").is_dir() and (path / "rootfs.sqfs").is_file()):
+        return None
+    try:
+        img = BaseImage.from_json(json.loads(meta.read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    img.path = path  # the cache may have moved
+    return img
+
+
+def parse_os_release(root: Path) -> Dict[str, str]:
+    result: Dict[str, str] = {}
+    for rel in ("etc/os-release", "usr/lib/os-release"):
+        p = root / rel
+        if p.is_symlink():
+            target = os.readlink(p)
+            p = (p.parent / target) if not target.startswith("/") else root / target.lstrip("/")
+        if p.is_file():
+            for line in p.read_text(errors="replace").splitlines():
+                if "=" in line and not line.startswith("#"):
+                    k, v = line.split("=", 1)
+                    result[k.strip()] = v.strip().strip('"')
+            break
+    dv = root / "etc/debian_version"
+    if dv.is_file():
+        result["DEBIAN_VERSION"] = dv.read_text().strip()
+    return result
+
+
+def find_base(name: str, settings: Any) -> Optional[BaseImage]:
+    """The built base for the current definition of ``name``, or None."""
+    defn = load_definition(name)
+    return read_base(Path(settings.base_cache) / definition_id(defn))
+
+
+# ---------------------------------------------------------------------------- listing
+
+
+def list_bases(settings: Any) -> List[Dict[str, Any]]:
+    """Every definition (built or not) and every cached base no definition names any more."""
+    cache = Path(settings.base_cache)
+    rows: List[Dict[str, Any]] = []
+    current = set()
+    for name in known_names():
+        try:
+            defn = load_definition(name)
+        except UserError as exc:
+            rows.append({"name": name, "kind": "?", "id": "", "built": False, "error": str(exc)})
+            continue
+        bid = definition_id(defn)
+        current.add(bid)
+        img = read_base(cache / bid)
+        rows.append({"name": name, "kind": defn.kind, "id": bid, "built": img is not None,
+                     "path": str(cache / bid) if img else "", "description": defn.description,
+                     "squashfs_bytes": img.squashfs_bytes if img else 0,
+                     "buildable_here": defn.kind == "debian" or shutil.which("apptainer") is not None})
+    if cache.is_dir():
+        for d in sorted(cache.iterdir()):
+            if d.name.startswith(".") or d.name in current or not d.is_dir():
+                continue
+            img = read_base(d)
+            if img:
+                rows.append({"name": img.name, "kind": img.kind, "id": img.id, "built": True, "stale": True,
+                             "path": str(d), "description": "definition changed since (stale)",
+                             "squashfs_bytes": img.squashfs_bytes, "buildable_here": False})
+    return rows
+
+
+def show_base(name: str, settings: Any) -> Dict[str, Any]:
+    """The definition of ``name`` and, when built, what the built base holds."""
+    defn = load_definition(name)
+    img = read_base(Path(settings.base_cache) / definition_id(defn))
+    return {"definition": defn.to_json(), "built": img is not None, "base": img.to_json() if img else None}
+
+
+def iter_cached(settings: Any) -> Iterator[BaseImage]:
+    cache = Path(settings.base_cache)
+    if cache.is_dir():
+        for d in sorted(cache.iterdir()):
+            img = read_base(d) if d.is_dir() and not d.name.startswith(".") else None
+            if img:
+                yield img
+
+
+def host_identity() -> str:
+    """Identity of the host as a base: its OS release and architecture."""
+    info = parse_os_release(Path("/"))
+    return f"host:{info.get('ID', 'linux')}-{info.get('VERSION_ID', '')}-{platform.machine()}"
+
+
+def base_identity(name: str) -> str:
+    """What layer keys name as the base: the definition's content address, or the host's OS."""
+    if name == HOST_BASE:
+        return host_identity()
+    return definition_id(load_definition(name))

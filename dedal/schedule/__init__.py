@@ -1,0 +1,1642 @@
+"""Scheduling: group the packages of a build into jobs, and simulate the schedule.
+
+One code path for the Slurm executor and ``dedal plan --simulate``: :func:`make_schedule`
+groups the packages to build into :class:`Job` s (each job runs its packages one after
+the other on one node, with ``cores`` CPUs) and simulates how a batch scheduler runs
+them on ``nodes`` nodes of ``cores`` CPUs each. Pure Python over a :class:`Workload`
+(which :meth:`Workload.from_plan` derives from a Plan, and benchmarks generate).
+
+The machine model
+-----------------
+* A node has ``C`` cores; jobs share a node when their cores fit (Slurm's cons_tres).
+* How a package build uses cores: a package has an amount of work ``W`` (core-seconds)
+  and a parallelism cap ``p`` (``make -j`` stops helping beyond ``p`` cores: configure
+  steps, linking and test suites are serial); on ``c`` cores it takes
+  ``W / min(c, p)`` seconds. Durations (``PlanNode.estimate_s``, from earlier manifests
+  or ``dedal.model.durations``' model) are taken as wall times at ``ref_cores`` = 2 cores (the
+  machine the model table was measured on; a manifest's wall time at ``make -j c`` is
+  converted, :meth:`CoreModel.reference_seconds`), and ``p`` grows with the size of the build:
+  ``p = clamp(floor(d / unit_s), 1, p_max)`` with ``unit_s`` = 60 s and ``p_max`` = 16.
+  So a 5 s package (zlib) uses 1 core, a 60 s one 1, a 780 s one (Open MPI) 13 cores
+  and takes 120 s, gcc (3600 s) 16 cores and 450 s. ``W = d * min(ref_cores, p)``.
+* Each package is given ``min(p, C)`` cores (``slurm.cpus_per_job`` fixes it instead);
+  below ``p`` cores the model is work-conserving, so this wastes nothing and finishes
+  each package as early as the node allows.
+* A job pays ``overhead_s`` (setting ``job_overhead_s``: queue wait, materializing its
+  dependency layers, Spack start-up; 2-5 s measured) at its start, holding its cores;
+  then it builds its packages one after the other on ``cores`` = the most any of them
+  needs (a job never exceeds a node). A job starts when every job it depends on
+  (``after``: the jobs producing the layers its packages need, i.e. their
+  ``build_requirements``) has completed: Slurm's ``afterok``.
+
+Lower bound (same model): no package can finish before its whole chain of build
+requirements, each on its best core count, and no schedule can do more than ``N*C``
+core-seconds per second; and nothing is built during the first job overhead. So
+``LB = overhead + max(critical path of W/min(C, p), sum of consumed core-seconds / (N*C))``
+(consumed = ``W`` when each package gets up to ``p`` cores). Every simulated schedule
+has ``makespan >= LB``.
+
+A tighter bound that also counts how narrow the DAG is at its start and end
+(:func:`dag_bound`) is reported next to it: the gap between the two is the DAG's, not
+the scheduler's. Neither counts the overheads of the jobs after the first, nor a DAG
+that narrows in its middle (a chain every later package waits for).
+
+Grouping (:func:`group`)
+------------------------
+A list-scheduling simulation at package level, critical path first (priority = the
+longest estimated path from the package to the end of the build, overheads included),
+placing jobs best-fit with one backfill reservation for the top job that does not fit
+(as Slurm's backfill does), in which a job that finishes a package may go on with
+another one instead of ending (saving a job overhead). It goes on only with the
+package its cores would go to next anyway (the highest-priority ready one that fits;
+no queue jumping), only if that package's other requirements were complete when the
+job started (Slurm's ``afterok`` is fixed at submission), only if the job's cores fit
+it (a job grows only while the waste of the extra cores stays below one overhead) and
+not past a reservation of its node. Then, per mode:
+
+* ``safe``: ending the job would release no other package, and every package still
+  waiting for this job is expected to wait for something else at least as long
+  (chains of packages, and small packages nobody is waiting for);
+* ``backlog``: no package the job releases could start anywhere right now (builds
+  bound by the cores, where releasing early gains nothing);
+* ``none``: one job per package.
+
+Each grouping is then improved by merging consecutive jobs of its simulated critical
+chain (:func:`improve`) while the simulated makespan shrinks, and
+:func:`make_schedule` keeps the best by simulated makespan (:func:`simulate`, the
+job-level model of the batch scheduler), after a local search (:func:`refine`) from every
+starting point (from the best one on large builds): on the jobs of the simulated chain
+that ends last, raise the priority of one that waited for cores, merge it with the job it
+waited for, split it, give it a core more or less, or lower or reshape the jobs that held
+its cores; the first change that shortens the simulated makespan is kept, within a number
+of simulations that shrinks with the build's size. Priorities stay bottom levels (plus
+what the search added), so a job always outranks the jobs waiting for it and Slurm's
+``--nice`` order is the simulated one. One job per package in submission order (the
+``spack ci`` baseline) is among the starting points, so the result is never worse in
+the model than that baseline.
+
+Two models of the batch scheduler
+---------------------------------
+:func:`simulate` (the judge of every schedule here) starts the highest-priority
+eligible job that fits and backfills around the top job only, knowing every job's
+duration. Slurm does less: on each event its main scheduler starts jobs in priority
+order and stops at the first that does not fit; every ``bf_interval`` (30 s) its
+backfill scheduler plans every eligible job with its *time limit* and starts only what
+delays none of them. :func:`simulate_backfill` models that, with the jobs'
+:class:`TimeLimits`. They differ only where jobs wait for cores (full nodes); on one
+(cscs-prgenv-gnu, 1 x 8) real Slurm ran dedal's schedule 5.3 % longer than
+:func:`simulate` said and 1.4 % longer than :func:`simulate_backfill` (limits of
+estimate x 2; with one 4-hour limit for every job 8 % and -2.7 %:
+benchmarks/schedule/cluster.md). Judging the search by :func:`simulate_backfill` was
+tried: on that case real Slurm ran the schedule it chose 1.4 % longer than dedal's
+(2306 s vs 2275 s), though the model rated it shorter, so it serves to predict
+(results.md, ``on Slurm``), not to judge.
+
+Fixed start times and order hints (:func:`tighten`, setting ``slurm.order_hints``, on
+by default where every duration was measured)
+------------------------------------------------------------------------------------
+A batch scheduler starts whatever fits (list scheduling); it cannot keep cores free for
+a wide job that becomes ready a little later, and some of the best schedules need that.
+:func:`tighten` plans start times instead: double justification (every job as late,
+then as early as possible), then a search that reorders by start time plus noise, moves
+a job's cores by one or merges it into the job it waits for, and keeps what is not
+longer. Slurm follows such a plan if each job also waits (``afterany``) for the jobs
+whose cores it takes over (a resource flow, :func:`order_hints`); each such hint holds
+until the end planned for that job, then the executor drops it, so a late
+job never holds the cores idle longer than planned. In :func:`simulate` this is about
+1 % shorter on full single nodes with exact estimates; with estimates off by 10 % it
+ranges from 0.4 % shorter to 1 % longer than list scheduling, off by 30 % 1.4-1.8 %
+longer (benchmarks/schedule/robustness.md). But :func:`simulate` flatters list scheduling
+on full nodes, and real Slurm follows a hinted plan closely: on cscs-prgenv-gnu and
+jedi-ci 1 x 8 (benchmarks/schedule/cluster.md) hints made the build 6.0 / 4.5 % shorter
+with exact durations; with durations off by 10 % 3.1 % shorter on cscs (three draws) and
+2.5 % longer on jedi (two draws), off by 20-30 % 1-5 % longer. So
+``slurm.order_hints: auto`` (the default) turns them on where every package to build has
+a measured duration (:func:`wants_order_hints`); the model's durations are guesses.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from dedal.model.cores import DEFAULT_MODEL, CoreModel
+
+MERGE_MODES = ("safe", "backlog", "none")
+MOLD_VARIANTS = (("safe", False), ("none", False), ("none", True))
+# allot(): critical path at most this fraction of work / capacity, cores raised by one or doubled
+ALLOT_VARIANTS = ((0.5, False), (0.9, False), (0.5, True))
+SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into one it waits for
+# refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
+# every starting point up to REFINE_ALL packages, the best one beyond
+REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
+# tighten(): searches, rounds each (TIGHTEN_WORK // jobs**2 within MIN..MAX: a round costs
+# about that), the noise added to start times to reorder (cycled), the chance of a merge and
+# of a core more or less per round
+TIGHTEN_CHAINS, TIGHTEN_WORK, TIGHTEN_MIN, TIGHTEN_MAX = 3, 16_000_000, 20, 2000
+TIGHTEN_NOISE_S = (30.0, 100.0, 300.0)
+TIGHTEN_MERGE, TIGHTEN_CORES = 0.5, 0.25
+BF_INTERVAL_S = 30.0  # Slurm's default bf_interval (simulate_backfill)
+
+
+@dataclass
+class Workload:
+    """The packages to build, their durations and who needs whom (pure data)."""
+
+    order: List[str]                      # dependencies first
+    duration: Dict[str, float]            # seconds at ref_cores
+    requires: Dict[str, FrozenSet[str]]   # package -> packages of this workload it needs built first
+    names: Dict[str, str] = field(default_factory=dict)
+    title: str = ""
+
+    @classmethod
+    def from_plan(cls, plan, hashes: Optional[Iterable[str]] = None) -> "Workload":
+        """The packages ``hashes`` (default: ``plan.to_build``) of a Plan; their requirements
+        are their build requirements among those packages."""
+        wanted = set(plan.to_build if hashes is None else hashes)
+        order = [h for h in plan.to_build if h in wanted] + sorted(wanted - set(plan.to_build))
+        return cls(
+            order=order,
+            duration={h: float(plan.nodes[h].estimate_s) for h in order},
+            requires={h: frozenset(r for r in plan.build_requirements.get(h, []) if r in wanted and r != h)
+                      for h in order},
+            names={h: plan.nodes[h].name for h in order},
+            title=plan.env_name,
+        )
+
+    def name(self, h: str) -> str:
+        return self.names.get(h, h[:7])
+
+    def dependents(self) -> Dict[str, Set[str]]:
+        out: Dict[str, Set[str]] = {h: set() for h in self.order}
+        for h in self.order:
+            for r in self.requires[h]:
+                out[r].add(h)
+        return out
+
+    def topo(self) -> List[str]:
+        """``order`` checked (every requirement before its dependent), else a fresh one."""
+        pos = {h: i for i, h in enumerate(self.order)}
+        if all(pos[r] < pos[h] for h in self.order for r in self.requires[h]):
+            return list(self.order)
+        indeg = {h: len(self.requires[h]) for h in self.order}
+        deps = self.dependents()
+        queue = [h for h in self.order if indeg[h] == 0]
+        out: List[str] = []
+        while queue:
+            h = queue.pop(0)
+            out.append(h)
+            for d in sorted(deps[h], key=pos.__getitem__):
+                indeg[d] -= 1
+                if indeg[d] == 0:
+                    queue.append(d)
+        if len(out) != len(self.order):
+            raise ValueError("dependency cycle among the packages to build")
+        return out
+
+
+@dataclass
+class Job:
+    """One build job: ``hashes`` built in this order on one node with ``cores`` CPUs,
+    after every job in ``after`` completed. ``priority``: estimated seconds from this
+    job's start to the end of the build along its longest chain of dependent jobs
+    (larger first)."""
+
+    id: str
+    hashes: List[str]
+    after: List[str] = field(default_factory=list)
+    est_s: float = 0.0
+    priority: float = 0.0
+    cores: int = 1
+    names: List[str] = field(default_factory=list)
+    # order hints (:func:`tighten`): job id -> seconds after submission. This job waits
+    # for that one to end (Slurm ``afterany``: whatever its outcome) until then, and no
+    # longer: a hint made from estimates must not hold cores idle once they proved wrong
+    order: Dict[str, float] = field(default_factory=dict)
+
+    def waits_for(self) -> List[str]:
+        """Every job this one is submitted after: its ``after`` and its order hints."""
+        return list(self.after) + [a for a in self.order if a not in self.after]
+
+    @property
+    def label(self) -> str:
+        """The job's main package (longest estimate is not known here: the last one) plus a count."""
+        main = self.names[-1] if self.names else self.hashes[-1][:7]
+        return main + (f"+{len(self.hashes) - 1}" if len(self.hashes) > 1 else "")
+
+    def to_json(self) -> dict:
+        data = {"id": self.id, "hashes": list(self.hashes), "after": list(self.after), "est_s": round(self.est_s, 3),
+                "priority": round(self.priority, 3), "cores": self.cores, "names": list(self.names)}
+        if self.order:
+            data["order"] = {a: round(t, 3) for a, t in self.order.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "Job":
+        return cls(id=str(data["id"]), hashes=list(data["hashes"]), after=[str(a) for a in data.get("after", [])],
+                   est_s=float(data.get("est_s", 0.0)), priority=float(data.get("priority", 0.0)),
+                   cores=int(data.get("cores", 1)), names=list(data.get("names", [])),
+                   order={str(a): float(t) for a, t in dict(data.get("order") or {}).items()})
+
+
+@dataclass
+class Simulation:
+    makespan_s: float
+    starts: Dict[str, Tuple[float, float, int]]   # job id -> (start, end, node index)
+    busy_core_s: float                            # core-seconds the jobs held (overhead included)
+
+
+@dataclass(frozen=True)
+class TimeLimits:
+    """The time limits the jobs are submitted with (``slurm.time_factor``,
+    ``slurm.time``): a job's estimate times ``factor`` in whole minutes (rounded up), at
+    most ``cap_min`` (None: no cap); with ``factor`` 0, ``cap_min`` for every job. Slurm's
+    backfill plans with them (:func:`simulate_backfill`)."""
+
+    factor: float = 2.0
+    cap_min: Optional[int] = 240
+
+    def minutes(self, est_s: float) -> Optional[int]:
+        """The job's limit in minutes; None: no limit."""
+        if self.factor <= 0:
+            return self.cap_min
+        minutes = max(1, math.ceil(self.factor * est_s / 60.0))
+        return minutes if self.cap_min is None else min(minutes, self.cap_min)
+
+    def seconds(self, jobs: Sequence["Job"]) -> Dict[str, float]:
+        out = {}
+        for j in jobs:
+            m = self.minutes(j.est_s)
+            out[j.id] = math.inf if m is None else 60.0 * m
+        return out
+
+
+@dataclass
+class Schedule:
+    jobs: List[Job]
+    nodes: int
+    cores: int
+    overhead_s: float
+    makespan_s: float
+    lower_bound_s: float
+    critical_path_s: float
+    work_core_s: float
+    utilization: float
+    strategy: str = "dedal"
+    model: CoreModel = DEFAULT_MODEL
+    dag_bound_s: float = 0.0
+    starts: Dict[str, Tuple[float, float, int]] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.lower_bound_s if self.lower_bound_s > 0 else 1.0
+
+    def to_json(self, with_jobs: bool = True) -> dict:
+        data = {
+            "makespan_s": round(self.makespan_s, 3),
+            "lower_bound_s": round(self.lower_bound_s, 3),
+            "ratio": round(self.ratio, 4),
+            "jobs": len(self.jobs),
+            "packages": sum(len(j.hashes) for j in self.jobs),
+            "utilization": round(self.utilization, 4),
+            "nodes": self.nodes,
+            "cores": self.cores,
+            "overhead_s": self.overhead_s,
+            "critical_path_s": round(self.critical_path_s, 3),
+            "dag_bound_s": round(self.dag_bound_s, 3),
+            "work_core_s": round(self.work_core_s, 3),
+            "strategy": self.strategy,
+            "model": self.model.to_json(),
+        }
+        if with_jobs:
+            data["schedule"] = [dict(j.to_json(), start_s=round(self.starts[j.id][0], 3),
+                                     end_s=round(self.starts[j.id][1], 3), node=self.starts[j.id][2])
+                                if j.id in self.starts else j.to_json() for j in self.jobs]
+        return data
+
+
+# -- the model's per-package numbers ---------------------------------------------------
+
+def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0) -> Dict[str, int]:
+    if cpus_per_job:
+        c = max(1, min(cpus_per_job, cores))
+        return {h: c for h in wl.order}
+    return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
+
+
+def job_seconds(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel, overhead_s: float) -> float:
+    """A job's estimate: its overhead, then its packages one after the other on ``cores``."""
+    return overhead_s + sum(model.seconds(wl.duration[h], cores) for h in hashes)
+
+
+def _top_cores(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel) -> int:
+    """The most cores a job of these packages can use (never more than a node has)."""
+    return max(1, min(cores, max(model.parallelism(wl.duration[h]) for h in hashes)))
+
+
+def _chains(wl: Workload, seconds: Mapping[str, float],
+            order: Sequence[str]) -> Tuple[Dict[str, float], Dict[str, Optional[str]]]:
+    """Earliest finish of each package (its longest chain of requirements, ``seconds``
+    each, plus itself) and the requirement that chain comes through; ``order`` topological."""
+    finish: Dict[str, float] = {}
+    via: Dict[str, Optional[str]] = {}
+    for h in order:
+        prev = max(wl.requires[h], key=finish.__getitem__, default=None)
+        via[h] = prev
+        finish[h] = (finish[prev] if prev is not None else 0.0) + seconds[h]
+    return finish, via
+
+
+def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreModel = DEFAULT_MODEL,
+          double: bool = False) -> Dict[str, int]:
+    """Cores per package for builds bound by the cores: every package on one core, then
+    the packages of the critical path raised (largest time saved first; by one core, or
+    with ``double`` to twice as many) until
+    that path is no longer than ``target`` x work / ``capacity`` (CPA, Radulescu & van
+    Gemund 2001). Below ``p`` cores a build wastes nothing, and a one-core job never waits
+    for a node to drain: only the critical path gets the cores it needs."""
+    order = wl.topo()
+    top = package_cores(wl, cores, model)
+    cores_of = {h: 1 for h in order}
+    goal = target * sum(model.work(wl.duration[h]) for h in order) / max(1, capacity)
+
+    def step(c: int, most: int) -> int:
+        return min(most, 2 * c if double else c + 1)
+
+    while True:
+        finish, via = _chains(wl, {h: model.seconds(wl.duration[h], cores_of[h]) for h in order}, order)
+        cur: Optional[str] = max(order, key=finish.__getitem__, default=None)
+        if cur is None or finish[cur] <= goal:
+            return cores_of
+        best: Optional[Tuple[float, str]] = None
+        while cur is not None:
+            c = cores_of[cur]
+            if c < top[cur]:
+                gain = model.seconds(wl.duration[cur], c) - model.seconds(wl.duration[cur], step(c, top[cur]))
+                if gain > 1e-9 and (best is None or gain > best[0]):
+                    best = (gain, cur)
+            cur = via[cur]
+        if best is None:  # the critical path has every core it can use
+            return cores_of
+        cores_of[best[1]] = step(cores_of[best[1]], top[best[1]])
+
+
+def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+                cpus_per_job: int = 0) -> Tuple[float, float, float]:
+    """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
+    need = package_cores(wl, cores, model, cpus_per_job)
+    order = wl.topo()
+    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
+    consumed = sum(t[h] * need[h] for h in order)
+    finish, _ = _chains(wl, t, order)
+    cp = max(finish.values(), default=0.0)
+    if not wl.order:
+        return 0.0, 0.0, 0.0
+    return overhead_s + max(cp, consumed / (max(1, nodes) * max(1, cores))), cp, consumed
+
+
+def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+              cpus_per_job: int = 0, samples: int = 120) -> float:
+    """A tighter lower bound in the same model, which also counts that a DAG cannot be
+    wide at its start and end: for any set S of packages, no schedule ends before
+    ``min head(S) + consumed(S) / (N*C) + min tail(S)``, where head(h) is the earliest
+    ``h`` can start (overhead + longest chain of requirements) and tail(h) the longest
+    chain after it. Maximized over S = {h: head(h) >= a, tail(h) >= b}; always >=
+    :func:`lower_bound` (S = everything, or S = the critical path).
+
+    And the energetic bound of the same numbers: by time ``x`` no schedule has done more
+    than ``A(x) = min(N*C*x, sum_h min(W_h, need_h * (x - head(h))+))`` of the work, nor
+    more than ``B(y)`` (the same with tails) in its last ``y`` seconds, so wherever
+    ``W > A(x) + B(y)`` the makespan is at least ``x + y + (W - A(x) - B(y)) / (N*C)``:
+    this one also counts a start where too few packages are ready to fill a node."""
+    if not wl.order:
+        return 0.0
+    need = package_cores(wl, cores, model, cpus_per_job)
+    t = {h: model.seconds(wl.duration[h], need[h]) for h in wl.order}
+    order = wl.topo()
+    head: Dict[str, float] = {}
+    for h in order:
+        head[h] = max((head[r] + t[r] for r in wl.requires[h]), default=overhead_s)
+    deps = wl.dependents()
+    tail: Dict[str, float] = {}
+    for h in reversed(order):
+        tail[h] = max((tail[d] + t[d] for d in deps[h]), default=0.0)
+    cap = max(1, nodes) * max(1, cores)
+    best = max(head[h] + t[h] + tail[h] for h in order)
+    heads = sorted(set(head.values()))
+    if len(heads) > samples:
+        heads = [heads[int(i * (len(heads) - 1) / (samples - 1))] for i in range(samples)]
+    by_tail = sorted(order, key=lambda h: -tail[h])
+    for a in heads:
+        acc = 0.0
+        for h in by_tail:
+            if head[h] < a:
+                continue
+            acc += need[h] * t[h]
+            best = max(best, a + acc / cap + tail[h])
+    total = sum(need[h] * t[h] for h in order)
+
+    def done_by(start: Mapping[str, float]) -> List[Tuple[float, float]]:
+        xs = sorted(set(start.values()) | {start[h] + t[h] for h in order})
+        if len(xs) > samples:
+            xs = [xs[int(i * (len(xs) - 1) / (samples - 1))] for i in range(samples)]
+        return [(x, min(cap * x, sum(min(need[h] * t[h], need[h] * max(0.0, x - start[h])) for h in order)))
+                for x in xs]
+
+    ends = done_by(tail)
+    for x, a in done_by(head):
+        for y, b in ends:
+            if total - a - b > 1e-6:
+                best = max(best, x + y + (total - a - b) / cap)
+    return best
+
+
+def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float) -> Dict[str, float]:
+    deps = wl.dependents()
+    level: Dict[str, float] = {}
+    for h in reversed(wl.topo()):
+        level[h] = overhead_s + t[h] + max((level[d] for d in deps[h]), default=0.0)
+    return level
+
+
+class _Nodes:
+    """Free cores per node, what runs where (estimated end, cores), best-fit placement and
+    one backfill reservation, as Slurm's backfill scheduler does for its top job."""
+
+    def __init__(self, nodes: int, cores: int) -> None:
+        self.free = [cores] * max(1, nodes)
+        self.running: List[Dict[object, Tuple[float, int]]] = [dict() for _ in self.free]
+        self.reservation: Optional[Tuple[int, float, int]] = None  # node, time, spare cores then
+        self.reserved_for: object = None
+
+    def place(self, who: object, need: int, end: float, node: int) -> None:
+        self.free[node] -= need
+        self.running[node][who] = (end, need)
+
+    def update(self, who: object, node: int, end: float, need: int) -> None:
+        self.free[node] -= need - self.running[node][who][1]
+        self.running[node][who] = (end, need)
+
+    def release(self, who: object, node: int) -> None:
+        _, need = self.running[node].pop(who)
+        self.free[node] += need
+
+    def fit(self, need: int, now: float, seconds: float) -> Optional[int]:
+        """The node for a job of ``need`` cores and ``seconds`` starting now, or None; a job
+        goes onto the reserved node only if it does not delay the reservation."""
+        best = None
+        res = self.reservation
+        for i, f in enumerate(self.free):
+            if f < need:
+                continue
+            if res is not None and i == res[0] and now + seconds > res[1] and need > res[2]:
+                continue
+            if best is None or f < self.free[best]:
+                best = i
+        if best is not None and res is not None and best == res[0] and now + seconds > res[1]:
+            self.reservation = (res[0], res[1], res[2] - need)
+        return best
+
+    def reset(self) -> None:
+        self.reservation = None
+        self.reserved_for = None
+
+    def reserve(self, need: int, now: float, who: object = None) -> None:
+        """Reserve the node where ``need`` cores free up first (only if none is reserved)."""
+        if self.reservation is not None:
+            return
+        best: Optional[Tuple[float, int, int]] = None
+        for i, f in enumerate(self.free):
+            when, free = now, f
+            for end, c in sorted(self.running[i].values()):
+                if free >= need:
+                    break
+                when, free = max(now, end), free + c
+            if free >= need and (best is None or when < best[0]):
+                best = (when, i, free - need)
+        if best is not None:
+            self.reservation = (best[1], best[0], best[2])
+            self.reserved_for = who
+
+# -- grouping ----------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    idx: int
+    node: int
+    cores: int
+    start: float
+    pkgs: List[str]
+    end: float = 0.0   # end of the package now running
+
+
+def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+          cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False, mold: bool = False,
+          priority: Optional[Mapping[str, float]] = None, need: Optional[Mapping[str, int]] = None) -> List[Job]:
+    """Jobs for ``wl`` (see the module doc). ``merge``: ``safe`` (a job goes on only
+    when that delays nobody), ``backlog`` (also when its cores would go to a waiting
+    package anyway: for builds bound by the cores), ``none`` (one job per package);
+    ``fifo=True``: submission order instead of critical-path priorities (the
+    baseline of one job per package as ``spack ci`` generates them); ``need``: cores
+    per package (default: as many as each can use, :func:`package_cores`)."""
+    order = wl.topo()
+    pos = {h: i for i, h in enumerate(order)}
+    cores = max(1, cores)
+    need = dict(need) if need is not None else package_cores(wl, cores, model, cpus_per_job)
+    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
+    deps = wl.dependents()
+    prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s)
+    if priority is not None:
+        prio = dict(priority)
+    o = overhead_s
+
+    pool = _Nodes(nodes, cores)
+    pending: Set[str] = set(order)
+    nmiss = {h: len(wl.requires[h]) for h in order}
+    avail: Set[str] = {h for h in order if nmiss[h] == 0}
+    completed_at: Dict[str, float] = {}
+    run_of: Dict[str, int] = {}
+    runs: List[_Run] = []
+    heap: List[Tuple[float, int, int]] = []
+
+    def key(h: str) -> Tuple[float, int]:
+        return (-prio[h], pos[h])
+
+    def dur(h: str, c: int) -> float:
+        return model.seconds(wl.duration[h], c)
+
+    def take(h: str) -> None:
+        pending.discard(h)
+        avail.discard(h)
+
+    def start_new(now: float) -> None:
+        pool.reset()
+        if not avail or max(pool.free) == 0:
+            return
+        for h in sorted(avail, key=key):
+            if max(pool.free) == 0:
+                break
+            c = need[h]
+            n = pool.fit(c, now, o + t[h])
+            if n is None and mold:
+                # fewer cores now rather than all of them later (below p the model is
+                # work-conserving): down to half of what the package could use
+                for c in range(need[h] - 1, (need[h] + 1) // 2 - 1, -1):
+                    n = pool.fit(c, now, o + dur(h, c))
+                    if n is not None:
+                        break
+            if n is None:
+                pool.reserve(need[h], now, h)
+                continue
+            take(h)
+            r = _Run(len(runs), n, c, now, [h])
+            r.end = now + o + dur(h, c)
+            pool.place(r.idx, c, r.end, n)
+            runs.append(r)
+            run_of[h] = r.idx
+            heapq.heappush(heap, (r.end, r.idx, r.idx))
+
+    def can_run(r: _Run, y: str, inrun: Set[str], now: float) -> Optional[int]:
+        """The job's cores after taking ``y``, or None."""
+        for q in wl.requires[y]:
+            if q not in inrun and not (q in completed_at and completed_at[q] <= r.start):
+                return None
+        if need[y] <= r.cores:
+            waste = (r.cores - need[y]) * dur(y, r.cores)
+            return r.cores if waste <= o * r.cores else None
+        grow = need[y] - r.cores
+        if pool.free[r.node] >= grow and grow * (now - r.start) <= o * need[y]:
+            return need[y]
+        return None
+
+    def expected_ready(z: str, inrun: Set[str], now: float) -> float:
+        """When the requirements of ``z`` outside this job could be complete, at the earliest."""
+        e = now
+        for q in wl.requires[z]:
+            if q in inrun or q in completed_at:
+                continue
+            if q in pending:
+                e = max(e, now + o + t[q])
+            else:
+                e = max(e, runs[run_of[q]].end)
+        return e
+
+    def decide(r: _Run, now: float) -> Optional[Tuple[str, int]]:
+        """The package job ``r`` builds next instead of ending, with its cores then, or None."""
+        inrun = set(r.pkgs)
+        waiting = {y for h in r.pkgs for y in deps[h] if y in pending}
+        released = [y for y in waiting if all(q in inrun or q in completed_at for q in wl.requires[y])]
+        # only the package the job's cores would go to next anyway (no queue jumping)
+        usable = r.cores + pool.free[r.node]
+        choice: Optional[Tuple[str, int]] = None
+        for y in sorted(avail.union(released), key=key):
+            if need[y] > usable:
+                continue
+            c = can_run(r, y, inrun, now)
+            if c is None:
+                return None
+            choice = (y, c)
+            break
+        if choice is None:
+            return None
+        y, c = choice
+        res = pool.reservation
+        if res is not None and pool.reserved_for != y and res[0] == r.node and now + dur(y, c) > res[1] and c > res[2]:
+            return None  # would delay the job the cores of this node are reserved for
+        others = [z for z in released if z != y]
+        if merge == "backlog":  # ... unless a package it releases could start elsewhere now
+            most = max(pool.free)
+            return None if any(need[z] <= most for z in others) else choice
+        if others:
+            return None
+        new_end = now + dur(y, c)
+        for z in waiting:
+            if z != y and expected_ready(z, inrun, now) < new_end:
+                return None
+        return choice
+
+    start_new(0.0)
+    while heap:
+        now, _, idx = heapq.heappop(heap)
+        r = runs[idx]
+        nxt = decide(r, now) if merge != "none" else None
+        if nxt is not None:
+            y, c = nxt
+            take(y)
+            r.cores = c
+            r.pkgs.append(y)
+            run_of[y] = idx
+            r.end = now + dur(y, c)
+            pool.update(idx, r.node, r.end, c)
+            heapq.heappush(heap, (r.end, idx, idx))
+            continue
+        pool.release(idx, r.node)
+        for h in r.pkgs:
+            completed_at[h] = now
+        for h in r.pkgs:
+            for d in deps[h]:
+                if d in pending:
+                    nmiss[d] -= 1
+                    if nmiss[d] == 0:
+                        avail.add(d)
+        start_new(now)
+    if pending:  # cannot happen for a DAG; a bug if it does
+        raise RuntimeError(f"scheduler left {len(pending)} packages unscheduled")
+    return _finish_jobs(wl, runs, model, o, fifo)
+
+
+def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_s: float, fifo: bool) -> List[Job]:
+    width = max(3, len(str(len(runs))))
+    job_of: Dict[str, str] = {}
+    jobs: List[Job] = []
+    for r in sorted(runs, key=lambda r: (r.start, r.idx)):
+        jid = f"j{len(jobs) + 1:0{width}d}"
+        for h in r.pkgs:
+            job_of[h] = jid
+        jobs.append(Job(id=jid, hashes=list(r.pkgs), cores=r.cores, names=[wl.name(h) for h in r.pkgs],
+                        est_s=job_seconds(wl, r.pkgs, r.cores, model, overhead_s)))
+    by_id = {j.id: j for j in jobs}
+    for j in jobs:
+        own = set(j.hashes)
+        j.after = sorted({job_of[q] for h in j.hashes for q in wl.requires[h] if q not in own})
+    reduce_after(jobs)
+    set_priorities(jobs)
+    if fifo:
+        for i, j in enumerate(jobs):
+            j.priority = float(len(jobs) - i)
+    assert all(a in by_id for j in jobs for a in j.after)
+    return jobs
+
+
+def reduce_after(jobs: List[Job]) -> None:
+    """Keep in ``after`` only the jobs not already waited for through another one
+    (transitive reduction): the same order, shorter ``--dependency`` lists."""
+    index = {j.id: i for i, j in enumerate(jobs)}
+    by_id = {j.id: j for j in jobs}
+    anc: Dict[str, int] = {}  # bit set of every job this one waits for, directly or not
+
+    def ancestors(jid: str) -> int:
+        stack = [jid]
+        while stack:
+            cur = stack[-1]
+            todo = [a for a in by_id[cur].after if a not in anc]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            if cur not in anc:
+                bits = 0
+                for a in by_id[cur].after:
+                    bits |= anc[a] | (1 << index[a])
+                anc[cur] = bits
+        return anc[jid]
+
+    for j in jobs:
+        ancestors(j.id)
+    for j in jobs:
+        if len(j.after) > 1:
+            through = 0
+            for a in j.after:
+                through |= anc[a]
+            j.after = [a for a in j.after if not (through >> index[a]) & 1]
+
+
+def set_priorities(jobs: List[Job], bonus: Optional[Mapping[str, float]] = None) -> None:
+    """Priority = longest estimated chain of jobs from this one to the end (bottom level),
+    plus a job's ``bonus`` (the local search raises jobs that waited for cores)."""
+    bonus = bonus or {}
+    by_id = {j.id: j for j in jobs}
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for a in j.after:
+            dependents[a].append(j.id)
+    # any topological order will do (Kahn's, no priorities needed yet)
+    indeg = {j.id: len(j.after) for j in jobs}
+    order = [j.id for j in jobs if not j.after]
+    for jid in order:  # grows while iterating
+        for d in dependents[jid]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                order.append(d)
+    if len(order) != len(jobs):
+        raise ValueError("dependency cycle among the jobs")
+    for jid in reversed(order):
+        j = by_id[jid]
+        j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
+
+
+def _keyed_topo(ids: Sequence[str], waits: Mapping[str, Sequence[str]], key: Mapping[str, Any]) -> List[str]:
+    """Every job after those it waits for; among the ready ones, smallest ``key`` first."""
+    indeg = {k: len(waits[k]) for k in ids}
+    feeds: Dict[str, List[str]] = {k: [] for k in ids}
+    for k in ids:
+        for a in waits[k]:
+            if a not in feeds:
+                raise ValueError(f"job {k} waits for an unknown job {a}")
+            feeds[a].append(k)
+    heap = [(key[k], k) for k in ids if indeg[k] == 0]
+    heapq.heapify(heap)
+    out: List[str] = []
+    while heap:
+        _, k = heapq.heappop(heap)
+        out.append(k)
+        for d in feeds[k]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                heapq.heappush(heap, (key[d], d))
+    if len(out) != len(ids):
+        raise ValueError("dependency cycle among the jobs")
+    return out
+
+
+def job_topo(jobs: Sequence[Job]) -> List[Job]:
+    """Jobs with every job before the jobs that depend on it; among the ready ones,
+    highest priority first (the submission order)."""
+    by_id = {j.id: j for j in jobs}
+    key = {j.id: (-j.priority, i) for i, j in enumerate(jobs)}
+    return [by_id[k] for k in _keyed_topo(list(by_id), {j.id: j.waits_for() for j in jobs}, key)]
+
+
+# -- simulation of a batch scheduler running the jobs -------------------------------------
+
+def _afterok(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], Dict[str, Job], Dict[str, List[str]],
+                                                      Dict[str, int]]:
+    """What both simulations start from: each job's index and the job by id, the jobs
+    waiting (``afterok``) for each, and how many jobs each waits for; every job must fit
+    a node and wait only for known jobs."""
+    index = {j.id: i for i, j in enumerate(jobs)}
+    by_id = {j.id: j for j in jobs}
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    nmiss = {j.id: 0 for j in jobs}
+    for j in jobs:
+        if j.cores > cores:
+            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
+        for a in j.after:
+            if a not in dependents:
+                raise ValueError(f"job {j.id} waits for an unknown job {a}")
+            dependents[a].append(j.id)
+            nmiss[j.id] += 1
+    return index, by_id, dependents, nmiss
+
+
+def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
+    """Run the jobs as a batch scheduler would: a job is eligible once every job in its
+    ``after`` completed and each of its order hints was met (that job ended) or expired;
+    eligible jobs start highest priority first on the best-fitting node with enough free
+    cores, lower-priority ones fill in where the top one does not fit (backfill); each
+    runs ``est_s`` seconds."""
+    pool = _Nodes(nodes, cores)
+    index, by_id, dependents, nmiss = _afterok(jobs, cores)
+    # job -> (dependent, hint) for its order hints; a hint (pred, job) counts once: at its end or expiry
+    hinted: Dict[str, List[Tuple[str, Tuple[str, str]]]] = {j.id: [] for j in jobs}
+    # events: (time, 0 = a job ends / 1 = a hint expires, index, job, hint)
+    heap: List[Tuple[float, int, int, str, Optional[Tuple[str, str]]]] = []
+    for j in jobs:
+        for a, until in j.order.items():
+            if a not in hinted:
+                raise ValueError(f"job {j.id} has an order hint on an unknown job {a}")
+            if a not in j.after:
+                hinted[a].append((j.id, (a, j.id)))
+                nmiss[j.id] += 1
+                heapq.heappush(heap, (until, 1, index[j.id], j.id, (a, j.id)))
+    met: Set[Tuple[str, str]] = set()
+    # eligible jobs, highest priority first (kept sorted as jobs become eligible)
+    eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs
+                                                    if nmiss[j.id] == 0)
+    starts: Dict[str, Tuple[float, float, int]] = {}
+    busy = 0.0
+
+    def start(now: float) -> None:
+        nonlocal busy
+        pool.reset()
+        most = max(pool.free)
+        started: Set[str] = set()
+        for _, _, jid in eligible:
+            if most == 0:
+                break
+            j = by_id[jid]
+            if j.cores > most:
+                if pool.reservation is None:
+                    pool.reserve(j.cores, now)
+                continue
+            n = pool.fit(j.cores, now, j.est_s)
+            if n is None:
+                pool.reserve(j.cores, now)
+                continue
+            started.add(jid)
+            pool.place(jid, j.cores, now + j.est_s, n)
+            most = max(pool.free)
+            starts[jid] = (now, now + j.est_s, n)
+            busy += j.cores * j.est_s
+            heapq.heappush(heap, (now + j.est_s, 0, index[jid], jid, None))
+        if started:
+            eligible[:] = [e for e in eligible if e[2] not in started]
+
+    def one_less(d: str) -> None:
+        nmiss[d] -= 1
+        if nmiss[d] == 0:
+            bisect.insort(eligible, (-by_id[d].priority, index[d], d))
+
+    start(0.0)
+    now = 0.0
+    while heap:
+        now, kind, _, jid, hint = heapq.heappop(heap)
+        if kind == 1:  # an order hint expires
+            if hint in met:
+                continue
+            met.add(hint)
+            one_less(jid)
+        else:
+            pool.release(jid, starts[jid][2])
+            for d in dependents[jid]:
+                one_less(d)
+            for d, h in hinted[jid]:
+                if h not in met:
+                    met.add(h)
+                    one_less(d)
+        start(now)
+    if len(starts) != len(jobs):
+        raise ValueError("some jobs can never start (a dependency cycle or an unknown job in 'after')")
+    return Simulation(makespan_s=max((e for _, e, _ in starts.values()), default=0.0), starts=starts, busy_core_s=busy)
+
+
+def simulate_backfill(jobs: Sequence[Job], *, nodes: int, cores: int, limits: Mapping[str, float],
+                      bf_interval_s: float = BF_INTERVAL_S) -> Simulation:
+    """Slurm's two schedulers, closer to it than :func:`simulate` (which backfills
+    around the top job only, knowing how long every job runs): on each event the main
+    scheduler starts eligible jobs in priority order and stops at the first that does
+    not fit, so nothing overtakes it; every ``bf_interval_s`` (Slurm's ``bf_interval``)
+    the backfill scheduler plans each eligible job, in priority order, at the earliest
+    time a node has its cores for its time limit (``limits``: job id -> seconds), holds
+    them for it, and starts the jobs planned for now. Each job runs ``est_s``. Measured
+    against real Slurm on the test cluster in benchmarks/schedule/cluster.md. Order
+    hints are not modelled."""
+    if any(j.order for j in jobs):
+        raise ValueError("simulate_backfill does not model order hints")
+    index, by_id, dependents, nmiss = _afterok(jobs, cores)
+    eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs
+                                                    if nmiss[j.id] == 0)
+    free = [cores] * max(1, nodes)
+    held: List[Dict[str, Tuple[float, int]]] = [dict() for _ in free]  # node -> job -> (end of its limit, cores)
+    starts: Dict[str, Tuple[float, float, int]] = {}
+    heap: List[Tuple[float, int, str]] = []  # (end, index, job)
+    busy = 0.0
+
+    def launch(jid: str, node: int, now: float) -> None:
+        nonlocal busy
+        j = by_id[jid]
+        free[node] -= j.cores
+        held[node][jid] = (now + limits[jid], j.cores)
+        starts[jid] = (now, now + j.est_s, node)
+        busy += j.cores * j.est_s
+        heapq.heappush(heap, (now + j.est_s, index[jid], jid))
+
+    def main(now: float) -> None:
+        started: Set[str] = set()
+        for _, _, jid in eligible:
+            need = by_id[jid].cores
+            fits = [i for i, f in enumerate(free) if f >= need]
+            if not fits:
+                break
+            launch(jid, min(fits, key=lambda i: (free[i], i)), now)
+            started.add(jid)
+        if started:
+            eligible[:] = [e for e in eligible if e[2] not in started]
+
+    def backfill(now: float) -> None:
+        profiles = []
+        for node_jobs in held:
+            p = _Profile(cores)
+            for end, c in node_jobs.values():
+                p.add(now, max(end, now + 1.0), c)  # past its limit: about to be killed
+            profiles.append(p)
+        started: Set[str] = set()
+        for _, _, jid in eligible:
+            if max(free) == 0:
+                break
+            j = by_id[jid]
+            t, _, node = min((p.fit(now, limits[jid], j.cores), free[i], i) for i, p in enumerate(profiles))
+            profiles[node].add(t, t + limits[jid], j.cores)
+            if t <= now + 1e-9:
+                launch(jid, node, now)
+                started.add(jid)
+        if started:
+            eligible[:] = [e for e in eligible if e[2] not in started]
+
+    main(0.0)
+    next_bf = bf_interval_s  # the backfill scheduler wakes up every bf_interval_s
+    while heap:
+        if eligible and next_bf < heap[0][0]:
+            backfill(next_bf)
+            next_bf += bf_interval_s
+            continue
+        now = heap[0][0]
+        while heap and heap[0][0] <= now + 1e-9:
+            _, _, jid = heapq.heappop(heap)
+            node = starts[jid][2]
+            free[node] += held[node].pop(jid)[1]
+            for d in dependents[jid]:
+                nmiss[d] -= 1
+                if nmiss[d] == 0:
+                    bisect.insort(eligible, (-by_id[d].priority, index[d], d))
+        main(now)  # with nothing running, the top eligible job always starts: heap is empty only at the end
+        next_bf = max(next_bf, math.ceil(now / bf_interval_s) * bf_interval_s)
+    if len(starts) != len(jobs):
+        raise ValueError("some jobs can never start (a dependency cycle)")
+    return Simulation(makespan_s=max((e for _, e, _ in starts.values()), default=0.0), starts=starts, busy_core_s=busy)
+
+
+# -- local improvement: merge jobs along the simulated critical chain ----------------------
+
+def critical_links(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, str]]:
+    """(A, B) pairs on the chain of jobs that determines the makespan, where B started
+    the moment A, one of its ``after`` jobs, completed (last link first)."""
+    if not jobs:
+        return []
+    by_id = {j.id: j for j in jobs}
+    cur = max(sim.starts, key=lambda x: (sim.starts[x][1], x))
+    links: List[Tuple[str, str]] = []
+    seen: Set[str] = set()
+    while cur not in seen:
+        seen.add(cur)
+        start, _, node = sim.starts[cur]
+        if start <= 0:
+            break
+        dep = [a for a in by_id[cur].after if abs(sim.starts[a][1] - start) < 1e-6]
+        if dep:
+            prev = dep[0]
+            links.append((prev, cur))
+        else:  # waited for cores: the job that released them on its node
+            same = [x for x, (s0, e0, n0) in sim.starts.items() if n0 == node and abs(e0 - start) < 1e-6]
+            if not same:
+                break
+            prev = same[0]
+        cur = prev
+    return links
+
+
+def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreModel, overhead_s: float,
+               cores: int, pos: Optional[Mapping[str, int]] = None) -> Optional[List[Job]]:
+    """The jobs with ``b`` (which runs after ``a``) merged into ``a``; None when that would
+    create a cycle or exceed a node."""
+    by_id = {j.id: j for j in jobs}
+    ja, jb = by_id[a], by_id[b]
+    # another path a -> ... -> b would make the merged job wait for itself
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for x in j.after:
+            dependents[x].append(j.id)
+    stack = [d for d in dependents[a] if d != b]
+    seen: Set[str] = set(stack)
+    while stack:
+        x = stack.pop()
+        if x == b:
+            return None
+        for d in dependents[x]:
+            if d not in seen:
+                seen.add(d)
+                stack.append(d)
+    c = max(ja.cores, jb.cores)
+    if c > cores:
+        return None
+    if pos is None:
+        pos = {h: i for i, h in enumerate(wl.topo())}
+    hashes = sorted(ja.hashes + jb.hashes, key=pos.__getitem__)
+    merged = Job(id=a, hashes=hashes, cores=c, names=[wl.name(h) for h in hashes],
+                 after=sorted((set(ja.after) | set(jb.after)) - {a, b}),
+                 est_s=job_seconds(wl, hashes, c, model, overhead_s))
+    out: List[Job] = []
+    for j in jobs:
+        if j.id == b:
+            continue
+        if j.id == a:
+            out.append(merged)
+            continue
+        after = sorted({a if x == b else x for x in j.after})
+        out.append(Job(id=j.id, hashes=j.hashes, after=after, est_s=j.est_s, cores=j.cores, names=j.names,
+                       priority=j.priority))
+    reduce_after(out)
+    set_priorities(out)
+    return out
+
+
+def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
+            model: CoreModel = DEFAULT_MODEL, rounds: int = 200) -> Tuple[List[Job], Simulation]:
+    """Merge consecutive jobs of the critical chain while the simulated makespan shrinks;
+    then merge pure chains (B waits only for A, nobody else waits for A) wherever that
+    does not lengthen the makespan: one overhead less, no parallelism lost."""
+    sim = simulate(jobs, nodes=nodes, cores=cores)
+    pos = {h: i for i, h in enumerate(wl.topo())}
+    for _ in range(rounds):
+        for a, b in critical_links(jobs, sim):
+            cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores, pos)
+            if cand is None:
+                continue
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s < sim.makespan_s - 1e-6:
+                jobs, sim = cand, csim
+                break
+        else:
+            break
+    tried: Set[Tuple[str, str]] = set()
+    for _ in range(rounds):
+        dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+        for j in jobs:
+            for x in j.after:
+                dependents[x].append(j.id)
+        pairs = [(j.after[0], j.id) for j in jobs if len(j.after) == 1 and dependents[j.after[0]] == [j.id]
+                 and (j.after[0], j.id) not in tried]
+        if not pairs and len(jobs) <= SMALL_BUILD:  # small builds: any job with one it waits for
+            pairs = [(a, j.id) for j in jobs for a in j.after if (a, j.id) not in tried]
+        for a, b in pairs:
+            tried.add((a, b))
+            cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores, pos)
+            if cand is None:
+                continue
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s <= sim.makespan_s + 1e-6:
+                jobs, sim = cand, csim
+                break
+        else:
+            break
+    return jobs, sim
+
+
+# -- local search: moves around the simulated critical chain --------------------------------
+
+def _build(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus: Mapping[str, float],
+           model: CoreModel, overhead_s: float) -> Optional[List[Job]]:
+    """Jobs from (id, packages in build order, cores) parts: ``after`` from the packages'
+    requirements (transitively reduced), priority = bottom level of ``est_s`` + ``bonus``
+    (so a job always outranks the jobs that wait for it); None on a cycle."""
+    job_of = {h: jid for jid, hs, _ in parts for h in hs}
+    jobs = [Job(id=jid, hashes=list(hs), cores=c, names=[wl.name(h) for h in hs],
+                after=sorted({job_of[q] for h in hs for q in wl.requires[h] if job_of[q] != jid}),
+                est_s=job_seconds(wl, hs, c, model, overhead_s))
+            for jid, hs, c in parts]
+    try:
+        set_priorities(jobs, bonus)
+    except ValueError:
+        return None
+    reduce_after(jobs)
+    return jobs
+
+
+def _chain(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, float]]:
+    """(job, time it was ready) along the chain that ends last, last job first: each job
+    started when one it waits for ended, or when one on its node gave back cores."""
+    by_id = {j.id: j for j in jobs}
+    ending: Dict[Tuple[int, float], List[str]] = {}
+    for x, (s0, e0, n0) in sim.starts.items():
+        ending.setdefault((n0, round(e0, 6)), []).append(x)
+    cur = max(sim.starts, key=lambda x: (sim.starts[x][1], x))
+    out: List[Tuple[str, float]] = []
+    seen: Set[str] = set()
+    while cur not in seen:
+        seen.add(cur)
+        start, _, node = sim.starts[cur]
+        ready = max((sim.starts[a][1] for a in by_id[cur].after), default=0.0)
+        out.append((cur, ready))
+        if start <= 1e-9:
+            break
+        dep = [a for a in by_id[cur].after if abs(sim.starts[a][1] - start) < 1e-6]
+        if dep:
+            cur = dep[0]
+            continue
+        same = sorted(ending.get((node, round(start, 6)), []))
+        if not same:
+            break
+        cur = same[0]
+    return out
+
+
+def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
+           model: CoreModel = DEFAULT_MODEL, evaluations: int = 400,
+           cpus_per_job: int = 0) -> Tuple[List[Job], Simulation]:
+    """Local search with :func:`simulate` as the judge, on the jobs of the chain that ends
+    last: raise the priority of one that waited for cores (above the jobs that took
+    them), merge it with the job it waited for, split it in two, give it a core more
+    or less; keep the first change that shortens the makespan, until none does or
+    ``evaluations`` simulations were spent."""
+    pos = {h: i for i, h in enumerate(wl.topo())}
+    parts: Dict[str, Tuple[List[str], int]] = {j.id: (list(j.hashes), j.cores) for j in jobs}
+    bonus: Dict[str, float] = {}
+    cur = _build(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, model, overhead_s)
+    assert cur is not None
+    sim = simulate(cur, nodes=nodes, cores=cores)
+    spent = 0
+    fresh = 0
+
+    def top(hs: Sequence[str]) -> int:
+        if cpus_per_job:  # fixed by the settings: every job keeps its cores
+            return max(1, min(cpus_per_job, cores))
+        return _top_cores(wl, hs, cores, model)
+
+    def shape(x: str) -> None:
+        """Moves on job ``x`` itself: split it in two, a core more or less."""
+        nonlocal fresh
+        hs, c = parts[x]
+        cuts = range(1, len(hs))
+        if len(hs) > 8:
+            cuts = sorted({1 + (len(hs) - 2) * k // 6 for k in range(7)})
+        for k in cuts:
+            fresh += 1
+            np = dict(parts)
+            np[x] = (hs[:k], min(c, top(hs[:k])))
+            np[f"{x}.{fresh}"] = (hs[k:], min(c, top(hs[k:])))
+            moves.append((np, bonus))
+        for nc in (c - 1, c + 1) if not cpus_per_job else ():
+            if 1 <= nc <= top(hs):
+                np = dict(parts)
+                np[x] = (hs, nc)
+                moves.append((np, bonus))
+
+    while spent < evaluations:
+        by_id = {j.id: j for j in cur}
+        chain = _chain(cur, sim)
+        moves: List[Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]] = []
+        for i, (x, ready) in enumerate(chain):
+            j = by_id[x]
+            start = sim.starts[x][0]
+            if start > ready + 1e-6:
+                ahead = [by_id[y].priority for y, (s0, _, _) in sim.starts.items() if ready - 1e-6 <= s0 < start - 1e-6]
+                if ahead and max(ahead) >= j.priority:
+                    nb = dict(bonus)
+                    nb[x] = nb.get(x, 0.0) + max(ahead) - j.priority + 1.0
+                    moves.append((parts, nb))
+            if i + 1 < len(chain):
+                prev = chain[i + 1][0]
+                hs = sorted(parts[prev][0] + parts[x][0], key=pos.__getitem__)
+                np = dict(parts)
+                del np[x]
+                np[prev] = (hs, max(parts[prev][1], parts[x][1]))
+                nb = dict(bonus)
+                nb.pop(x, None)
+                moves.append((np, nb))
+            shape(x)
+            if start > ready + 1e-6:  # the jobs that held its node's cores meanwhile
+                node = sim.starts[x][2]
+                for y, (s0, e0, n0) in sorted(sim.starts.items(), key=lambda kv: -by_id[kv[0]].priority):
+                    if n0 == node and s0 < start - 1e-6 and e0 > ready + 1e-6 and y != x:
+                        shape(y)
+                        if s0 >= ready - 1e-6 and bonus.get(y, 0.0) > -0.5 * by_id[y].est_s:
+                            nb = dict(bonus)
+                            nb[y] = nb.get(y, 0.0) - 0.5 * by_id[y].est_s
+                            moves.append((parts, nb))
+        for np, nb in moves:
+            if spent >= evaluations:
+                break
+            cand = _build(wl, [(k, hs, c) for k, (hs, c) in np.items()], nb, model, overhead_s)
+            if cand is None:
+                continue
+            spent += 1
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s < sim.makespan_s - 1e-6:
+                parts, bonus, cur, sim = np, nb, cand, csim
+                break
+        else:
+            break
+    return cur, sim
+
+
+def anneal(wl: Workload, jobs: Sequence[Job], *, nodes: int, cores: int, overhead_s: float,
+           model: CoreModel = DEFAULT_MODEL, evaluations: int = 20000, seed: int = 1,
+           temperature: float = 0.001) -> Tuple[List[Job], Simulation]:
+    """Simulated annealing from a schedule, :func:`simulate` the judge, the estimates taken
+    as exact: random moves (a job's priority up or down, a core more or less, the cores of
+    a job that waits for it, so that it holds them until that job can start; merge into a
+    job it waits for; split in two), a longer makespan accepted with probability
+    exp(-increase / T), T falling linearly from ``temperature`` x the makespan to 0; the
+    best schedule seen is returned (never longer than ``jobs``). Deterministic for a seed.
+
+    Not part of :func:`make_schedule`: a probe of how far list scheduling can go when every
+    estimate holds (benchmarks/schedule/exact_probe.py). What it gains over :func:`refine`
+    comes from timing that exact estimates make look safe: on cscs-prgenv-gnu 1 x 8 it
+    reaches 1.052 of the lower bound where dedal's schedule is at 1.060, but with estimates
+    off by 10 % the annealed schedule is 0.9 % longer on average (exact_probe.md)."""
+    rng = random.Random(seed)
+    pos = {h: i for i, h in enumerate(wl.topo())}
+    _, _, dependents, _ = _afterok(jobs, cores)
+    prio = {j.id: j.priority for j in jobs}
+    # the priorities as _build makes them: bottom level of est_s plus each job's own bonus
+    bonus = {j.id: j.priority - j.est_s - max((prio[d] for d in dependents[j.id]), default=0.0) for j in jobs}
+    parts: Dict[str, Tuple[List[str], int]] = {j.id: (list(j.hashes), j.cores) for j in jobs}
+    cur = _build(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, model, overhead_s)
+    if cur is None or not cur:
+        raise ValueError("anneal: the jobs do not form a schedule of their packages")
+    sim = simulate(cur, nodes=nodes, cores=cores)
+    best = (cur, sim)
+    span = sim.makespan_s
+    fresh = 0
+    for step in range(evaluations):
+        ids = list(parts)
+        x = ids[rng.randrange(len(ids))]
+        hs, c = parts[x]
+        new_parts, new_bonus = parts, bonus
+        kind = rng.random()
+        if kind < 0.65:
+            new_bonus = dict(bonus)
+            new_bonus[x] = bonus.get(x, 0.0) + rng.choice((-1.0, 1.0)) * rng.expovariate(10.0 / span)
+        elif kind < 0.72:
+            c2 = c + rng.choice((-1, 1))
+            if not 1 <= c2 <= _top_cores(wl, hs, cores, model):
+                continue
+            new_parts = dict(parts)
+            new_parts[x] = (hs, c2)
+        elif kind < 0.77:
+            waiting = [j.id for j in cur if x in j.after and parts[j.id][1] != c]
+            if not waiting:
+                continue
+            new_parts = dict(parts)
+            new_parts[x] = (hs, parts[waiting[rng.randrange(len(waiting))]][1])
+        elif kind < 0.89:
+            job_of = {h: k for k, (group_hs, _) in parts.items() for h in group_hs}
+            providers = sorted({job_of[q] for h in hs for q in wl.requires[h] if job_of[q] != x})
+            if not providers:
+                continue
+            y = providers[rng.randrange(len(providers))]
+            new_parts = dict(parts)
+            del new_parts[x]
+            new_parts[y] = (sorted(parts[y][0] + hs, key=pos.__getitem__), max(c, parts[y][1]))
+            new_bonus = dict(bonus)
+            new_bonus.pop(x, None)
+        else:
+            if len(hs) < 2:
+                continue
+            k = rng.randrange(1, len(hs))
+            fresh += 1
+            new_parts = dict(parts)
+            new_parts[x] = (hs[:k], min(c, _top_cores(wl, hs[:k], cores, model)))
+            new_parts[f"{x}.a{fresh}"] = (hs[k:], min(c, _top_cores(wl, hs[k:], cores, model)))
+        cand = _build(wl, [(k, group_hs, cc) for k, (group_hs, cc) in new_parts.items()], new_bonus, model,
+                      overhead_s)
+        if cand is None:
+            continue
+        csim = simulate(cand, nodes=nodes, cores=cores)
+        t = temperature * span * (1.0 - step / evaluations)
+        delta = csim.makespan_s - sim.makespan_s
+        if delta <= 0 or (t > 0 and rng.random() < math.exp(-delta / t)):
+            parts, bonus, cur, sim = new_parts, new_bonus, cand, csim
+            if sim.makespan_s < best[1].makespan_s - 1e-9:
+                best = (cur, sim)
+    return best
+
+
+# -- fixed start times: justification and order hints -------------------------------------
+
+class _Profile:
+    """Cores in use on one node over time, a step function: ``used[i]`` on
+    ``[times[i], times[i+1])``."""
+
+    def __init__(self, cores: int) -> None:
+        self.cores = cores
+        self.times: List[float] = [0.0]
+        self.used: List[int] = [0]
+
+    def fit(self, t0: float, seconds: float, need: int) -> float:
+        """The earliest time from ``t0`` on at which ``need`` cores stay free for ``seconds``."""
+        times, used, limit = self.times, self.used, self.cores - need
+        n = len(times)
+        i = bisect.bisect_right(times, t0) - 1
+        t = t0
+        while True:
+            end = t + seconds - 1e-9
+            while i < n and times[i] < end:
+                if used[i] > limit:
+                    break
+                i += 1
+            else:
+                return t
+            i += 1  # segment i is too full: try from its end
+            t = times[i] if i < n else times[-1]
+
+    def _cut(self, x: float) -> int:
+        i = bisect.bisect_right(self.times, x) - 1
+        if abs(self.times[i] - x) < 1e-9:
+            return i
+        self.times.insert(i + 1, x)
+        self.used.insert(i + 1, self.used[i])
+        return i + 1
+
+    def add(self, start: float, end: float, need: int) -> None:
+        for i in range(self._cut(start), self._cut(end)):
+            self.used[i] += need
+
+
+def _serial(jobs: Mapping[str, Job], order: Sequence[str], waits: Mapping[str, Sequence[str]],
+            node_of: Mapping[str, int], nodes: int, cores: int) -> Dict[str, Tuple[float, float, int]]:
+    """Serial schedule generation: each job in ``order`` (every job after those it
+    ``waits`` for) at the earliest time its node has its cores free for its whole run."""
+    profiles = [_Profile(cores) for _ in range(max(1, nodes))]
+    starts: Dict[str, Tuple[float, float, int]] = {}
+    for jid in order:
+        j = jobs[jid]
+        p = profiles[node_of[jid]]
+        t = p.fit(max((starts[a][1] for a in waits[jid]), default=0.0), j.est_s, j.cores)
+        p.add(t, t + j.est_s, j.cores)
+        starts[jid] = (t, t + j.est_s, node_of[jid])
+    return starts
+
+
+def _justify(jobs: Mapping[str, Job], starts: Dict[str, Tuple[float, float, int]], waits: Mapping[str, Sequence[str]],
+             feeds: Mapping[str, Sequence[str]], nodes: int, cores: int) -> Tuple[Dict[str, Tuple[float, float, int]], float]:
+    """Double justification (Valls et al. 2005): every job as late as the makespan
+    allows (latest end first), then every job as early as possible in that order; repeat
+    while the makespan shrinks. Never makes a schedule longer."""
+    node_of = {k: v[2] for k, v in starts.items()}
+    best = max(e for _, e, _ in starts.values())
+    while True:
+        late = _serial(jobs, sorted(starts, key=lambda k: (-starts[k][1], k)), feeds, node_of, nodes, cores)
+        early = _serial(jobs, sorted(late, key=lambda k: (-late[k][1], k)), waits, node_of, nodes, cores)
+        span = max(e for _, e, _ in early.values())
+        if span >= best - 1e-6:
+            return starts, best
+        starts, best = early, span
+
+
+def order_hints(jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]],
+                cores: int) -> Dict[str, Dict[str, float]]:
+    """Which jobs each job should wait for so that a scheduler starting jobs as soon as
+    they may reproduces ``starts``: the jobs whose cores it takes over (a resource flow,
+    Artigues et al. 2003), unless it already waits for them. Each hint holds until the
+    end planned for that job and no longer: any slack past it held cores idle for a late
+    job in the replays with noisy durations (benchmarks/schedule/robustness.md)."""
+    ancestors: Dict[str, Set[str]] = {}
+    for j in job_topo(jobs):
+        anc = set(j.after)
+        for a in j.after:
+            anc |= ancestors[a]
+        ancestors[j.id] = anc
+    by_id = {j.id: j for j in jobs}
+    hints: Dict[str, Dict[str, float]] = {j.id: {} for j in jobs}
+    holders: Dict[int, List[List]] = {}  # node -> [free from, job (None: never used), cores]
+    for jid in sorted(starts, key=lambda k: (starts[k][0], starts[k][1], k)):
+        start, end, node = starts[jid]
+        need = by_id[jid].cores
+        free = [h for h in holders.setdefault(node, [[0.0, None, cores]]) if h[0] <= start + 1e-6 and h[2] > 0]
+        # cores of jobs it waits for anyway first, then of those that ended last
+        free.sort(key=lambda h: (h[1] is not None and h[1] not in ancestors[jid], -h[0]))
+        for h in free:
+            if need == 0:
+                break
+            take = min(need, h[2])
+            h[2] -= take
+            need -= take
+            if h[1] is not None and h[1] not in ancestors[jid]:
+                hints[jid][h[1]] = starts[h[1]][1]
+        if need:
+            raise ValueError(f"job {jid} does not fit its node at {start:.1f} s")
+        holders[node].append([end, jid, by_id[jid].cores])
+    return hints
+
+
+def tighten(wl: Workload, jobs: List[Job], sim: Simulation, *, nodes: int, cores: int, overhead_s: float,
+            model: CoreModel = DEFAULT_MODEL, rounds: int = 1000, cpus_per_job: int = 0,
+            seed: int = 0) -> Tuple[List[Job], Simulation]:
+    """Improve a schedule with its start times fixed rather than left to list scheduling,
+    which starts whatever fits and so cannot keep cores free for a job that will need
+    them: justify it (:func:`_justify`), then, ``rounds`` times, reorder by start time
+    plus noise, and maybe give one job a core more or less or merge it into a job it
+    waits for (one overhead less), rebuild (:func:`_serial`) and justify, keeping the
+    result when it is no longer. Jobs keep their nodes. Order hints
+    (:func:`order_hints`) make the batch scheduler follow; the result is kept only if
+    :func:`simulate` of the jobs with their hints beats ``sim``."""
+    if len(jobs) < 2:
+        return jobs, sim
+    rng = random.Random(seed)
+    pos = {h: i for i, h in enumerate(wl.topo())}
+
+    def graph(js: Sequence[Job]) -> Tuple[Dict[str, Job], Dict[str, List[str]], Dict[str, List[str]]]:
+        by_id = {j.id: j for j in js}
+        feeds: Dict[str, List[str]] = {j.id: [] for j in js}
+        for j in js:
+            for x in j.after:
+                feeds[x].append(j.id)
+        return by_id, {j.id: j.after for j in js}, feeds
+
+    cur = [replace(j, order={}) for j in jobs]
+    by_id, waits, feeds = graph(cur)
+    node_of = {k: v[2] for k, v in sim.starts.items()}
+    starts, span = _justify(by_id, dict(sim.starts), waits, feeds, nodes, cores)
+    for r in range(rounds):
+        noise = TIGHTEN_NOISE_S[r % len(TIGHTEN_NOISE_S)]
+        key = {k: starts[k][0] + rng.gauss(0.0, noise) for k in by_id}
+        trial: Optional[List[Job]] = None
+        move = rng.random()
+        j = cur[rng.randrange(len(cur))]
+        if move < TIGHTEN_MERGE and j.after:
+            # into the job it waits for last, if it waits for nothing else by that one's start
+            a = max(j.after, key=lambda x: (starts[x][1], x))
+            if all(starts[x][1] <= starts[a][0] + 1e-6 for x in j.after if x != a):
+                trial = merge_jobs(cur, a, j.id, wl, model, overhead_s, cores, pos)
+        elif move < TIGHTEN_MERGE + TIGHTEN_CORES and not cpus_per_job:
+            c = j.cores + rng.choice((-1, 1))
+            if 1 <= c <= _top_cores(wl, j.hashes, cores, model):
+                est = job_seconds(wl, j.hashes, c, model, overhead_s)
+                trial = [replace(x, cores=c, est_s=est) if x is j else x for x in cur]
+        t_by_id, t_waits, t_feeds = graph(trial) if trial else (by_id, waits, feeds)
+        order = _keyed_topo(sorted(t_by_id), t_waits, key)
+        t_starts = _serial(t_by_id, order, t_waits, node_of, nodes, cores)
+        t_starts, t_span = _justify(t_by_id, t_starts, t_waits, t_feeds, nodes, cores)
+        if t_span <= span + 1e-6:  # equal makespans too: a plateau is where the way down starts
+            starts, span = t_starts, t_span
+            if trial:
+                cur, by_id, waits, feeds = trial, t_by_id, t_waits, t_feeds
+    hints = order_hints(cur, starts, cores)
+    out = [replace(j, order=hints[j.id]) for j in cur]
+    tsim = simulate(out, nodes=nodes, cores=cores)
+    if tsim.makespan_s < sim.makespan_s - 1e-6:
+        return out, tsim
+    return jobs, sim
+
+
+# -- the entry point -------------------------------------------------------------------------
+
+def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+                  cpus_per_job: int = 0, strategy: str = "dedal", hints: bool = False) -> Schedule:
+    """Group and simulate. ``strategy``: ``dedal`` (the best by simulated makespan of:
+    each merge mode with critical-path priorities, one job per package in submission
+    order, everything in one job, and, where cores are scarce, moldable starts and
+    packages on the fewest cores that keep the critical path short (:func:`allot`); each
+    improved by :func:`improve`, the best then with fixed start times and, with ``hints``,
+    order hints, :func:`tighten`), ``per-package`` (one job per package in
+    submission order, like ``spack ci``), ``single-node`` (one job, one package at a
+    time with ``make -j C`` on one node, like ``spack install -j C``)."""
+    nodes, cores = max(1, int(nodes)), max(1, int(cores))
+    lb, cp, consumed = lower_bound(wl, nodes, cores, overhead_s, model, cpus_per_job)
+    if strategy == "dedal":
+        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                            cpus_per_job=cpus_per_job, merge=m) for m in MERGE_MODES]
+        # list scheduling by critical path is a heuristic: where plain submission order
+        # packs a core-bound build better, start from that
+        candidates.append(group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                cpus_per_job=cpus_per_job, merge="none", fifo=True))
+        # everything in one job: where the overhead dwarfs the builds (small or measured-fast ones)
+        candidates.append(_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=True))
+        if consumed / (nodes * cores) > cp / 2 and not cpus_per_job:
+            # cores are scarce: also try starting packages on fewer cores than they could use
+            candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                 merge=m, fifo=f, mold=True) for m, f in MOLD_VARIANTS]
+            # ... or on the fewest cores that keep the critical path short (CPA)
+            for target, double in ALLOT_VARIANTS:
+                need = allot(wl, cores, nodes * cores, target, model, double)
+                candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                     merge=m, need=need) for m in ("safe", "none")]
+    elif strategy == "per-package":
+        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                            cpus_per_job=cpus_per_job, merge="none", fifo=True)]
+    elif strategy == "single-node":
+        candidates = [_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=False)]
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}")
+    best: Optional[Tuple[List[Job], Simulation]] = None
+    done: List[Tuple[List[Job], Simulation]] = []
+    for jobs in candidates:
+        if strategy == "dedal":
+            jobs, sim = improve(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model)
+        else:
+            sim = simulate(jobs, nodes=nodes, cores=cores)
+        done.append((jobs, sim))
+    if strategy == "dedal" and wl.order:
+        # the local search from every starting point where the build is small, from the
+        # best one where it is large (the number of simulations scales with its size)
+        done.sort(key=lambda js: js[1].makespan_s)
+        n = len(wl.order)
+        starts = done if n <= REFINE_ALL else done[:1]
+        evaluations = max(REFINE_MIN, min(REFINE_MAX, REFINE_WORK // n))
+        done = [refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                       evaluations=evaluations, cpus_per_job=cpus_per_job) for jobs, _ in starts]
+    for jobs, sim in done:
+        if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
+            best = (jobs, sim)
+    assert best is not None
+    if strategy == "dedal" and hints:
+        # fixed start times with order hints, from the best schedule: a few independent
+        # searches (a search stalls on its own plateau), the best kept
+        rounds = max(TIGHTEN_MIN, min(TIGHTEN_MAX, TIGHTEN_WORK // max(1, len(best[0])) ** 2))
+        first = best
+        for seed in range(TIGHTEN_CHAINS):
+            jobs, sim = tighten(wl, *first, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                rounds=rounds, cpus_per_job=cpus_per_job, seed=seed)
+            if sim.makespan_s < best[1].makespan_s - 1e-9:
+                best = (jobs, sim)
+    jobs, sim = _renumber(*best, nodes=nodes, cores=cores)
+    util = consumed / (nodes * cores * sim.makespan_s) if sim.makespan_s > 0 else 0.0
+    return Schedule(jobs=jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, makespan_s=sim.makespan_s,
+                    lower_bound_s=lb, critical_path_s=cp, work_core_s=consumed, utilization=util,
+                    strategy=strategy, model=model, starts=sim.starts,
+                    dag_bound_s=dag_bound(wl, nodes, cores, overhead_s, model, cpus_per_job))
+
+
+def _one_job(wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus_per_job: int,
+             max_cores: bool) -> List[Job]:
+    """Every package in one job, one after the other: on the whole node (``spack install
+    -j C``), or with ``max_cores`` on the most cores any of the packages can use."""
+    order = wl.topo()
+    if not order:
+        return []
+    if cpus_per_job:
+        c = max(1, min(cpus_per_job, cores))
+    elif max_cores:
+        c = max(package_cores(wl, cores, model).values())
+    else:
+        c = cores
+    return [Job(id="j001", hashes=order, cores=c, names=[wl.name(h) for h in order],
+                est_s=job_seconds(wl, order, c, model, overhead_s))]
+
+
+def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int) -> Tuple[List[Job], Simulation]:
+    """Ids j001, j002, ... in the order the simulation started the jobs, listed (= submitted)
+    in that order where that simulates as well, else in the order that was simulated. The
+    simulation is redone on the list returned: equal priorities go by submission order,
+    so the makespan reported is the one of the jobs as Slurm gets them."""
+    ordered = sorted(jobs, key=lambda j: (sim.starts[j.id][0], -j.priority, j.id))
+    width = max(3, len(str(len(jobs))))
+    new = {j.id: f"j{i + 1:0{width}d}" for i, j in enumerate(ordered)}
+
+    def renamed(order: Sequence[Job]) -> List[Job]:
+        return [Job(id=new[j.id], hashes=j.hashes, after=sorted(new[a] for a in j.after), est_s=j.est_s,
+                    priority=j.priority, cores=j.cores, names=j.names,
+                    order={new[a]: t for a, t in sorted(j.order.items(), key=lambda at: new[at[0]])})
+                for j in order]
+
+    best: Optional[Tuple[List[Job], Simulation]] = None
+    for order in (ordered, jobs):
+        out = renamed(order)
+        osim = simulate(out, nodes=nodes, cores=cores)
+        if best is None or osim.makespan_s < best[1].makespan_s - 1e-9:
+            best = (out, osim)
+    assert best is not None
+    return best
+
+
+def schedule_plan(plan, settings, *, nodes: Optional[int] = None, cores: Optional[int] = None,
+                  hashes: Optional[Iterable[str]] = None, strategy: str = "dedal") -> Schedule:
+    """The schedule of a plan's packages to build (or ``hashes``) with the settings'
+    ``job_overhead_s``, ``slurm.nodes``, ``slurm.cores_per_node``, ``slurm.cpus_per_job`` and
+    ``slurm.order_hints``."""
+    wl = Workload.from_plan(plan, hashes)
+    n = nodes if nodes else settings.get("slurm.nodes") or 1
+    c = cores if cores else settings.get("slurm.cores_per_node") or DEFAULT_CORES
+    return make_schedule(wl, nodes=n, cores=c, overhead_s=float(settings.get("job_overhead_s")),
+                         cpus_per_job=int(settings.get("slurm.cpus_per_job") or 0), strategy=strategy,
+                         hints=wants_order_hints(plan, settings.get("slurm.order_hints"), wl.order))
+
+
+def wants_order_hints(plan, setting: str, hashes: Iterable[str]) -> bool:
+    """``slurm.order_hints``: ``true``, ``false``, or ``auto``: on when the duration of
+    every package to schedule was measured (an earlier build of its name and version).
+    Hints win only while the estimates hold: on real Slurm with a full node they made a
+    build 4.5-6 % shorter with exact durations, -3.1 to +2.5 % with durations off by
+    10 % and 1-5 % longer off by 20-30 % (benchmarks/schedule/cluster.md); the model's
+    own durations are guesses."""
+    if setting == "auto":
+        hashes = list(hashes)
+        return bool(hashes) and all(plan.nodes[h].measured for h in hashes)
+    return setting == "true"
+
+
+DEFAULT_CORES = 64  # cores of a build node when neither --cores nor slurm.cores_per_node says

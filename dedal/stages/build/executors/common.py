@@ -1,0 +1,85 @@
+"""What both executors share: the node-build command line, priorities, the summary."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Sequence, Set
+
+from dedal.model.config import Settings
+from dedal.model.plan import Plan
+
+# settings a node build needs; passed explicitly so a job sees what the submitter saw
+NODE_SETTINGS = ("layer_store", "mirror", "stage_dir", "cache_dir", "base_cache", "runtime", "build_jobs",
+                 "debian_mirror", "spack_ref")
+
+
+def node_build_command(settings: Settings, plan_path: Path, job_id: str, hashes: Sequence[str],
+                       result: Path, log_dir: Path, python: str = sys.executable) -> List[str]:
+    cmd = [python, "-m", "dedal"]
+    for key in NODE_SETTINGS:
+        value = settings.get(key)
+        if value not in (None, ""):
+            cmd += ["-s", f"{key}={value}"]
+    if settings.spack_root:
+        cmd += ["-s", f"spack_root={settings.spack_root}"]
+    cmd += ["node-build", str(plan_path), "--job", job_id, "--hashes", ",".join(hashes),
+            "--result", str(result), "--log-dir", str(log_dir)]
+    return cmd
+
+
+def bottom_levels(plan: Plan) -> Dict[str, float]:
+    """Longest estimated path from each package to the end of the build: the
+    critical-path-first priority (larger first)."""
+    dependents = plan.dependents()
+    level: Dict[str, float] = {}
+    for h in reversed(plan.to_build):  # plan.to_build is dependencies-first
+        level[h] = plan.nodes[h].estimate_s + max((level[d] for d in dependents[h] if d in level), default=0.0)
+    return level
+
+
+def blocked_by_failure(plan: Plan, failed: Set[str]) -> Set[str]:
+    """Every to-build package that needs (transitively) one of ``failed``."""
+    dependents = plan.dependents()
+    blocked: Set[str] = set()
+    stack = list(failed)
+    while stack:
+        h = stack.pop()
+        for d in dependents.get(h, ()):
+            if d not in blocked:
+                blocked.add(d)
+                stack.append(d)
+    return blocked
+
+
+@dataclass
+class BuildSummary:
+    env: str
+    executor: str
+    built: List[str] = field(default_factory=list)
+    reused: List[str] = field(default_factory=list)
+    failed: Dict[str, str] = field(default_factory=dict)     # label -> error line
+    blocked: List[str] = field(default_factory=list)
+    logs: Dict[str, str] = field(default_factory=dict)       # label -> log path
+    seconds: float = 0.0
+    jobs: int = 0
+    adopted: int = 0  # Slurm jobs of an earlier build whose dedal was gone, followed to their end
+    detached: bool = False  # Slurm jobs left queued and running for a later dedal build to follow
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.blocked and not self.interrupted
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["ok"] = self.ok
+        return data
+
+
+def read_result(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}

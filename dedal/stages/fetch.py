@@ -1,0 +1,226 @@
+"""The fetch stage (where there is network): Spack at its pinned ref, the environment
+concretized inside the build base image (unless a lock is given), every source in the
+mirror, and the plan. Everything after it works offline.
+
+A rerun fetches only what is missing. Offline, it names every source the mirror lacks
+and how to point dedal at an existing Spack checkout and mirror.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from dedal.adapters import git as gitad
+from dedal.adapters import runtime as rt
+from dedal.adapters.spack import Spack, user_cache
+from dedal.model.config import Settings
+from dedal.errors import DedalError, ToolError, UserError
+from dedal.stages.base import base_root, sandbox_runner
+from dedal.model.spack_env import carry_includes, inputs_digest, local_inputs, minimal_manifest, stage_manifest, write_env_dir
+from dedal.stages.workspace import Target, prepare
+
+
+@dataclass
+class MissingSource:
+    package: str
+    kind: str            # source | patch | resource
+    url: str
+    mirror_path: str
+
+    def line(self) -> str:
+        return f"{self.package} {self.kind} {self.url or '?'} -> {self.mirror_path}"
+
+
+@dataclass
+class FetchResult:
+    env: str
+    spack_root: str
+    spack_commit: str
+    lock: str
+    concretized: bool
+    sources: int
+    already_present: int
+    fetched: int
+    plan: str
+    seconds: float
+    listed: bool = True      # sources listed per package (else checked by `spack mirror create` alone)
+    missing: List[MissingSource] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def obtain_spack(settings: Settings) -> Tuple[Path, str]:
+    """The configured Spack checkout, else a clone of ``spack_url`` at ``spack_ref`` in the cache."""
+    if settings.spack_root:
+        root = Path(settings.spack_root)
+        if not (root / "bin" / "spack").is_file():
+            raise UserError(f"spack_root {root}: not a Spack checkout (no bin/spack)")
+        commit = gitad.head_commit(root) if (root / ".git").exists() else ""
+        return root, commit
+    dest = Path(settings.cache_dir) / "spack" / settings.spack_ref
+    try:
+        commit = gitad.checkout(settings.spack_url, settings.spack_ref, dest)
+    except ToolError as exc:
+        raise UserError(
+            f"cannot obtain Spack {settings.spack_ref} from {settings.spack_url} ({exc.detail or exc.one_line()}); "
+            "without network, set DEDAL_SPACK_ROOT (or spack_root) to a local Spack checkout, "
+            "or spack_url to a local clone") from None
+    return dest, commit
+
+
+def envs_checkout(settings: Settings) -> Tuple[Path, str]:
+    """The spack-envs repository at ``envs_ref`` (cloned or updated in the cache)."""
+    digest = hashlib.sha256(settings.envs_url.encode()).hexdigest()[:12]
+    dest = Path(settings.cache_dir) / "spack-envs" / f"{digest}-{re.sub(r'[^A-Za-z0-9._-]+', '_', settings.envs_ref)}"
+    try:
+        commit = gitad.checkout(settings.envs_url, settings.envs_ref, dest)
+    except ToolError as exc:
+        raise UserError(f"cannot obtain the environments repository {settings.envs_url} at {settings.envs_ref} "
+                        f"({exc.detail or exc.one_line()})") from None
+    return dest, commit
+
+
+def _missing(sources: List[dict], mirror: Path) -> Tuple[List[MissingSource], int]:
+    missing: List[MissingSource] = []
+    total = 0
+    for pkg in sources:
+        for kind in ("sources", "patches", "resources"):
+            for src in pkg.get(kind, []):
+                paths = src.get("mirror_paths") or []
+                if not paths:
+                    continue
+                total += 1
+                if not any((mirror / p).exists() for p in paths):
+                    missing.append(MissingSource(f"{pkg['name']}@{pkg['version']}", kind.rstrip("s"),
+                                                 src.get("url") or "", paths[0]))
+    return missing, total
+
+
+def _list_sources(spack: Spack, fenv: Path, work: Path, logs: Path, note) -> Optional[List[dict]]:  # noqa: ANN001
+    """Every source with its mirror paths, through Spack's Python API; None when this
+    Spack cannot run the listing (another API version, or no `spack python`)."""
+    sources_file = work / "sources.json"
+    script = work / "list_sources.py"
+    script.write_text(resources.files("dedal").joinpath("data/list_sources.py").read_text())
+    sources_file.unlink(missing_ok=True)
+    try:
+        spack.python_script(fenv, script, [str(sources_file)], logs / "list-sources.log")
+        data = json.loads(sources_file.read_text())
+    except (ToolError, OSError, json.JSONDecodeError) as exc:
+        note(f"could not list sources per package ({getattr(exc, 'detail', '') or exc}); "
+             "relying on spack mirror create")
+        return None
+    return data if isinstance(data, list) else None
+
+
+def _archive_stats(log: Path) -> Tuple[int, int]:
+    """(already present, added) from the last "Archive stats" of `spack mirror create`."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return 0, 0
+    block = text.rsplit("Archive stats", 1)[-1] if "Archive stats" in text else ""
+    present = re.search(r"(\d+)\s+already present", block)
+    added = re.search(r"(\d+)\s+added", block)
+    return (int(present.group(1)) if present else 0, int(added.group(1)) if added else 0)
+
+
+def _failed_downloads(log: Path) -> List[str]:
+    """Specs Spack reports as failed in `spack mirror create` output."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    failed: List[str] = []
+    for line in text.splitlines():
+        m = re.search(r"Failed downloads:\s*(.*)$", line) or re.search(r"Error while fetching (\S+)", line)
+        if m and m.group(1).strip():
+            failed.extend(t for t in m.group(1).split() if t not in failed)
+    return failed
+
+
+def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
+    started = time.monotonic()
+    settings = target.settings
+    note = progress.note if progress else (lambda line: None)
+    spack_root, commit = obtain_spack(settings)
+    note(f"spack {commit[:12] or spack_root}")
+    work = target.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    mirror = Path(settings.mirror)
+    mirror.mkdir(parents=True, exist_ok=True)
+    logs = target.logs_dir
+    given_lock: Optional[Path] = target.lock_path
+    if given_lock is None and target.env is not None:
+        near = target.env.directory / "spack.lock"
+        given_lock = target.env.lock or (near if near.is_file() else None)
+    manifest = carry_includes(target.env.spack_yaml() if target.env else minimal_manifest(target.lock().root_specs), work)
+    write_env_dir(work, manifest, given_lock)
+    manifest_digest = inputs_digest(work / "spack.yaml", manifest)
+    stamp = work / ".concretized-from"
+
+    # Spack works in its own environment directory: the user's manifest plus a writable
+    # install tree and stage (concretization opens the store; nothing is installed there)
+    fenv = work / "fetch-env"
+    write_env_dir(fenv, stage_manifest(manifest, install_root=str(work / "fetch-store"), stage=work / "fetch-stage",
+                                       mirror=mirror), given_lock)
+    if given_lock is None and (work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest:
+        shutil.copyfile(work / "spack.lock", fenv / "spack.lock")
+    root, root_env = base_root(target.base_image, settings)
+    cache = user_cache(settings, spack_root)
+    cache.mkdir(parents=True, exist_ok=True)
+    binds = [rt.Bind(work), rt.Bind(mirror), rt.Bind(spack_root, readonly=True), rt.Bind(cache)]
+    binds += [rt.Bind(p, readonly=True) for p in local_inputs(manifest)]
+    spack = Spack(spack_root, cache, sandbox_runner(root, binds, settings.runtime, root_env))
+
+    concretized = False
+    if given_lock is not None:
+        stamp.unlink(missing_ok=True)
+    elif not ((work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest):
+        note("concretizing in the base image")
+        (fenv / "spack.lock").unlink(missing_ok=True)
+        spack.concretize(fenv, logs / "concretize.log", force=True)
+        shutil.copyfile(fenv / "spack.lock", work / "spack.lock")
+        stamp.write_text(manifest_digest)
+        concretized = True
+    sources = _list_sources(spack, fenv, work, logs, note)
+    offline_hint = ("Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
+                    f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}")
+    if sources is None:
+        # no per-source listing: Spack's own mirror creation decides, and its report names the failures
+        note(f"filling the mirror {mirror} with spack mirror create")
+        try:
+            spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
+        except ToolError as exc:
+            failed = _failed_downloads(logs / "mirror-create.log")
+            raise DedalError(f"sources missing from the mirror {mirror} could not be fetched (no network?): "
+                             f"{', '.join(failed) or exc.detail}. {offline_hint}") from None
+        present, added = _archive_stats(logs / "mirror-create.log")
+        total, before, missing = present + added, added, []
+    else:
+        missing, total = _missing(sources, mirror)
+        before = len(missing)
+        if missing:
+            note(f"fetching {len(missing)} of {total} sources into {mirror}")
+            try:
+                spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
+            except ToolError:
+                pass  # what is still missing is reported below, precisely
+            missing, total = _missing(sources, mirror)
+        if missing:
+            lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
+            raise DedalError(f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could "
+                             f"not be fetched (no network?): {lines}. {offline_hint}")
+    plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock"))
+    return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
+                       concretized=concretized, sources=total, already_present=total - before,
+                       fetched=before - len(missing), plan=str(plan_path), seconds=time.monotonic() - started,
+                       listed=sources is not None)

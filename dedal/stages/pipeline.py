@@ -1,0 +1,248 @@
+"""`dedal build-image`: the stages in order, each skipped when its output is current.
+
+fetch -> build -> assemble -> verify -> publish. Every stage is idempotent on its own
+(fetch: mirror and lock stamps; build: content-addressed layers; assemble: the image's
+inputs digest; verify: a report for the same image sha256; publish: blobs already in
+the registry are not sent), so a rerun after any failure resumes where it stopped.
+``--from``/``--until`` pick a slice of the stages.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from dedal.model.config import Settings
+from dedal.errors import DedalError, UserError
+from dedal.ui.progress import BuildProgress
+from dedal.stages.workspace import Target
+
+STAGES = ("fetch", "build", "assemble", "verify", "publish")
+
+
+class StageFailed(DedalError):
+    """A stage finished but its result is a failure (build errors, a failed verification)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class StageRecord:
+    name: str
+    status: str = "pending"   # done | current | skipped | failed | pending
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class PipelineSummary:
+    env: str
+    stages: List[StageRecord] = field(default_factory=list)
+    image: str = ""
+    image_size: int = 0
+    image_sha256: str = ""
+    layers_built: int = 0
+    layers_reused: int = 0
+    verdict: str = ""
+    report: str = ""
+    published: List[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""
+    failure: Optional[DedalError] = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and all(s.status != "failed" for s in self.stages)
+
+    def to_json(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data.pop("failure", None)
+        data["ok"] = self.ok
+        return data
+
+
+def stage_range(start: str, until: str) -> List[str]:
+    for name in (start, until):
+        if name not in STAGES:
+            raise UserError(f"unknown stage {name!r} (stages: {', '.join(STAGES)})")
+    first, last = STAGES.index(start), STAGES.index(until)
+    if first > last:
+        raise UserError(f"--from {start} comes after --until {until}")
+    return list(STAGES[first:last + 1])
+
+
+def _registry(target: Target) -> str:
+    if target.env is not None and target.env.registry:
+        return target.env.registry
+    return target.settings.registry
+
+
+def _image_path(target: Target) -> Path:
+    """Where `dedal assemble` puts this environment's image by default."""
+    from dedal.stages.assemble import image_paths
+    return image_paths(target.settings, target.plan(), None, [])[0]
+
+
+def _verify_report_current(outdir: Path, sha256: str) -> Optional[dict]:
+    """A finished verification of exactly this image (same sha256), if there is one."""
+    try:
+        data = json.loads((outdir / "verify.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    meta = data.get("meta") or {}
+    if meta.get("image_sha256") == sha256 and data.get("verdict"):
+        return data
+    return None
+
+
+def run_pipeline(
+    target: Target,
+    *,
+    stages: List[str],
+    executor: str,
+    jobs: int,
+    keep_going: bool,
+    quiet: bool = False,
+    verify_env: Optional[Dict[str, str]] = None,
+    reverify: bool = False,
+) -> PipelineSummary:
+    settings: Settings = target.settings
+    summary = PipelineSummary(env=target.name, stages=[StageRecord(s) for s in STAGES])
+    records = {r.name: r for r in summary.stages}
+    for r in summary.stages:
+        if r.name not in stages:
+            r.status = "skipped"
+            r.detail = "not selected"
+    started = time.monotonic()
+    progress = BuildProgress(0, title=f"build-image {target.name}", quiet=quiet)
+    note: Callable[[str], None] = progress.note
+
+    def run(name: str, fn: Callable[[StageRecord], None]) -> None:
+        record = records[name]
+        note(f"== {name}")
+        t0 = time.monotonic()
+        try:
+            fn(record)
+        except DedalError as exc:
+            record.status = "failed"
+            record.detail = exc.one_line()
+            record.seconds = round(time.monotonic() - t0, 2)
+            summary.error = f"{name}: {exc.one_line()}"
+            summary.failure = exc
+            raise
+        record.seconds = round(time.monotonic() - t0, 2)
+        if record.status == "pending":
+            record.status = "done"
+
+    def fetch(record: StageRecord) -> None:
+        from dedal.stages.fetch import run_fetch
+        result = run_fetch(target, progress=progress)
+        sources = f"{result.sources} sources ({result.fetched} fetched)"
+        record.detail = f"{sources}, {'concretized' if result.concretized else 'lock reused'}"
+        if not result.concretized and result.fetched == 0:
+            record.status = "current"
+
+    def build(record: StageRecord) -> None:
+        from dedal.stages.build import run_build
+        result = run_build(target, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
+        summary.layers_built = len(result.built)
+        summary.layers_reused = len(result.reused)
+        record.detail = f"{len(result.built)} built, {len(result.reused)} reused"
+        if not result.built and result.ok:
+            record.status = "current"
+        if result.interrupted:
+            raise DedalError("interrupted")
+        if result.detached:
+            raise StageFailed(f"slurm.detach: {result.jobs + result.adopted} Slurm job(s) left to build the layers "
+                              f"without dedal; run this again once `dedal status` shows them done")
+        if not result.ok:
+            failed = "; ".join(f"{k}: {v}" for k, v in result.failed.items()) or \
+                f"{len(result.blocked)} package(s) not built"
+            raise StageFailed(f"{len(result.failed)} package(s) failed: {failed}")
+
+    def assemble(record: StageRecord) -> None:
+        from dedal.stages.assemble import assemble as do_assemble
+        result = do_assemble(target, settings, progress=note)
+        summary.image, summary.image_size, summary.image_sha256 = result.image, result.size, result.sha256
+        record.detail = f"{result.image} ({result.size / 2**20:.1f} MiB, {len(result.layers)} layers)"
+        if result.status == "present":
+            record.status = "current"
+
+    def need_image() -> None:
+        if summary.image:
+            return
+        path = _image_path(target)
+        if not path.is_file():
+            raise UserError(f"no image {path} yet: run the assemble stage first (--from assemble)")
+        from dedal.model.layers import sha256_file
+        summary.image, summary.image_size, summary.image_sha256 = str(path), path.stat().st_size, sha256_file(path)
+
+    def verify(record: StageRecord) -> None:
+        need_image()
+        spec = target.env.verify if target.env is not None else None
+        if spec is not None and not spec.enabled:
+            record.status, record.detail = "skipped", "verification disabled in the environment file"
+            return
+        from dedal.stages.verify.runner import Options, verify as run_verify
+        outdir = Path(settings.reports_dir) / Path(summary.image).stem
+        if target.env is not None:
+            outdir = Path(settings.reports_dir) / target.name / target.tag
+        current = None if reverify else _verify_report_current(outdir, summary.image_sha256)
+        if current is not None:
+            summary.verdict, summary.report = current["verdict"], str(outdir / "report.md")
+            record.status, record.detail = "current", f"verdict {summary.verdict} (report of this image)"
+        else:
+            env = dict(spec.env) if spec else {}
+            env.update(verify_env or {})
+            opts = Options(
+                image=Path(summary.image), output=outdir, reports_dir=Path(settings.reports_dir),
+                cache_dir=Path(settings.cache_dir), runtime=settings.runtime,
+                ranks=spec.ranks if spec else 2, nodes=spec.nodes if spec and spec.nodes > 1 else None,
+                repetitions=spec.repetitions if spec else 5, launcher=spec.launcher if spec else "auto",
+                env=env, thresholds=dict(spec.thresholds) if spec else {},
+                gpu=True if spec and spec.gpu else None, images_dir=Path(settings.images_dir),
+            )
+            if spec and spec.benchmarks:
+                opts.benchmarks = list(spec.benchmarks)
+            outcome = run_verify(opts, progress=note)
+            summary.verdict = outcome.report.overall
+            summary.report = str(outcome.paths.get("report.md", outdir / "report.md"))
+            record.detail = f"verdict {summary.verdict}; report {summary.report}"
+        if summary.verdict not in ("good", "suboptimal"):
+            raise StageFailed(f"verification verdict {summary.verdict}: the image is not published; "
+                              f"see {summary.report}")
+
+    def publish(record: StageRecord) -> None:
+        registry = _registry(target)
+        if not registry:
+            record.status, record.detail = "skipped", "no registry configured (dedal.registry or setting registry)"
+            return
+        need_image()
+        from dedal.stages.publish import publish as do_publish
+        attachments = []
+        outdir = Path(summary.report).parent if summary.report else None
+        if outdir is not None:
+            attachments += [p for p in (outdir / "verify.json", outdir / "report.md") if p.is_file()]
+        sbom = Path(summary.image).with_name(Path(summary.image).name.replace(".sif", ".sbom.cdx.json"))
+        if sbom.is_file():
+            attachments.append(sbom)
+        ref = registry if ":" in registry.split("/", 3)[-1] else f"{registry}:{target.tag}"
+        result = do_publish(summary.image, [ref], description=target.env.description if target.env else None,
+                            attachments=attachments, insecure=settings.registry_insecure, progress=note)
+        summary.published = list(result.references)
+        record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"
+
+    steps = {"fetch": fetch, "build": build, "assemble": assemble, "verify": verify, "publish": publish}
+    try:
+        for name in stages:
+            run(name, steps[name])
+    except DedalError:
+        for later in stages[stages.index(name) + 1:]:
+            records[later].detail = f"not run: {name} failed"
+    finally:
+        summary.seconds = round(time.monotonic() - started, 2)
+    return summary

@@ -1,0 +1,14 @@
+"""Verification of an image: parse benchmark outputs and debug logs, compare native vs
+container measurements, check the transports, write the report.
+
+- :mod:`dedal.stages.verify.parsers`: ``parse_text`` / ``parse_file`` for OSU, nccl-tests, NCCL,
+  UCX, Open MPI and Slurm outputs, with failure signatures detected in any log;
+- :mod:`dedal.stages.verify.findings`: the ``Finding`` record and the verdict ordering;
+- :mod:`dedal.stages.verify.checks`: thresholds and transport rules (pure functions);
+- :mod:`dedal.stages.verify.report`: ``verify.json``, ``report.md`` and PNG plots.
+"""
+from __future__ import annotations
+
+from dedal.stages.verify.findings import VERDICTS, Finding, worst
+
+__all__ = ["VERDICTS", "Finding", "worst"]

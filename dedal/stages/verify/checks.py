@@ -1,0 +1,521 @@
+"""Checks: native vs container measurements against thresholds, and transport rules.
+
+Everything here is a pure function over data: measurement series and parsed logs in,
+:class:`~dedal.stages.verify.findings.Finding` records and verdicts out. The runner measures,
+this module judges.
+
+**Series.** A measurement series maps a message size in bytes to the values of the
+repetitions at that size: ``{1: [0.21, 0.22, 0.21, 0.25, 0.21], 2: [...], ...}``.
+Units are those of the benchmark: latency in us, OSU bandwidth in MB/s, NCCL bus
+bandwidth in GB/s, MPI init in ms.
+
+**Why medians.** Each repetition of an OSU or nccl-tests run is already a mean over
+thousands of iterations, so what varies between repetitions is interference (another
+job on the network, a daemon waking up, a cold page cache). Interference only ever
+makes a repetition slower, so the spread is one-sided with occasional outliers. The
+median of the repetitions ignores such an outlier on either side, where the mean would
+follow it. The minimum ("best achievable") is a single extreme sample: comparing the
+minima would let a container that is slower in four repetitions out of five pass on
+one lucky run. So the checks compare median against median, and the report shows min
+and max next to them, so that a reader sees the spread.
+
+**Noise.** When a difference exceeds its threshold but the two ranges of repetitions
+overlap (the container's best is not worse than the native's worst), the difference
+is within the run-to-run noise: that is a ``warning`` (suboptimal: rerun with more
+repetitions), not an ``error``. With fewer than 3 repetitions there is no spread to
+judge, and an exceeded threshold is an error.
+
+**Thresholds** (defaults from the published measurements, see ``shared/notes/papers.md``):
+small-message latency overhead 0.5 us (the container stayed within 0.5 us for
+1-128 KiB messages), bandwidth and NCCL bus bandwidth within 2 % (all_reduce within
+0.01-1.29 %), MPI init overhead within 15 % (6-14 % at up to 229,376 ranks).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from dedal.errors import UserError
+from dedal.stages.verify import findings as F
+from dedal.stages.verify.findings import Finding, verdict_of, worst
+
+Series = Mapping[int, Sequence[float]]
+
+
+@dataclass
+class Thresholds:
+    """Limits of the checks; the first four can be set in ``env.yaml`` under
+    ``dedal.verify.thresholds``."""
+
+    latency_overhead_us: float = 0.5   # container - native, small messages
+    bandwidth_pct: float = 2.0         # loss of OSU bandwidth, large messages
+    busbw_pct: float = 2.0             # loss of NCCL bus bandwidth, large messages
+    init_overhead_pct: float = 15.0    # MPI_Init (osu_init) overhead
+    small_message_max: int = 128 * 1024    # latency is compared in us up to here, in % above (bandwidth_pct)
+    bandwidth_min_size: int = 64 * 1024    # smaller messages are latency-bound: bandwidth not checked there
+    busbw_min_size: int = 1 << 20          # NCCL bus bandwidth is checked from 1 MiB on
+
+    @classmethod
+    def from_mapping(cls, data: Optional[Mapping[str, Any]]) -> "Thresholds":
+        """Defaults overridden by ``data`` (e.g. ``dedal.verify.thresholds`` of an env file)."""
+        known = {f.name: f for f in fields(cls)}
+        values: Dict[str, Any] = {}
+        for key, value in (data or {}).items():
+            if key not in known:
+                raise UserError(f"unknown verification threshold {key!r}; known: {', '.join(known)}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise UserError(f"verification threshold {key}: expected a number >= 0, got {value!r}")
+            values[key] = int(value) if known[key].type in ("int", int) else float(value)
+        return cls(**values)
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class HostFacts:
+    """What the host offers, found by the preflight. ``None`` means unknown."""
+
+    has_infiniband: bool = False       # /dev/infiniband, an IB or RoCE adapter
+    multi_node: bool = False           # the run spans more than one node
+    gpus: int = 0                      # GPUs per node used by the run
+    gpu_p2p: Optional[bool] = None     # GPUs of a node can reach each other by NVLink / PCIe P2P
+    gdrdma: Optional[bool] = None      # GPUDirect RDMA possible (nvidia-peermem or dma-buf)
+
+    @classmethod
+    def from_mapping(cls, data: Optional[Mapping[str, Any]]) -> "HostFacts":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data or {}) - known
+        if unknown:
+            raise UserError(f"unknown host fact(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        return cls(**dict(data or {}))
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Stats:
+    """Summary of the repetitions at one size."""
+
+    n: int
+    min: float
+    median: float
+    max: float
+    mean: float
+    cv_pct: Optional[float]  # coefficient of variation (stdev / mean), in %
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Stats":
+        vals = [float(v) for v in values]
+        if not vals:
+            raise ValueError("no repetitions")
+        mean = statistics.fmean(vals)
+        cv = statistics.stdev(vals) / mean * 100 if len(vals) > 1 and mean else None
+        return cls(len(vals), min(vals), statistics.median(vals), max(vals), mean, cv)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class SizeComparison:
+    size: Optional[int]
+    native: Stats
+    container: Stats
+    delta: float            # container - native, in the benchmark's unit
+    delta_pct: Optional[float]  # (container - native) / native, in %
+    penalty: Optional[float]  # how much worse the container is, in the limit's unit (us or %); <= 0: not worse
+    limit: Optional[float]  # the threshold applied (None: size not checked)
+    limit_unit: str         # "us" (absolute) or "%"
+    checked: bool
+    ok: bool
+    within_noise: bool
+
+    def to_json(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["native"] = self.native.to_json()
+        d["container"] = self.container.to_json()
+        for k in ("delta", "delta_pct", "penalty"):
+            if isinstance(d[k], float):
+                d[k] = round(d[k], 6)
+        return d
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one native vs container comparison."""
+
+    name: str
+    metric: str               # latency | bandwidth | busbw | init
+    unit: str
+    verdict: str
+    findings: List[Finding] = field(default_factory=list)
+    sizes: List[SizeComparison] = field(default_factory=list)
+    higher_is_better: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict in ("good", "suboptimal")
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "metric": self.metric,
+            "unit": self.unit,
+            "verdict": self.verdict,
+            "higher_is_better": self.higher_is_better,
+            "findings": [f.to_json() for f in self.findings],
+            "sizes": [s.to_json() for s in self.sizes],
+        }
+
+
+def _common_sizes(native: Series, container: Series) -> List[int]:
+    return sorted(set(int(k) for k, v in native.items() if len(v)) & set(int(k) for k, v in container.items() if len(v)))
+
+
+def _get(series: Series, size: int) -> Sequence[float]:
+    return series[size] if size in series else series[str(size)]  # type: ignore[index]
+
+
+def _compare(name: str, metric: str, unit: str, native: Series, container: Series, *, higher_is_better: bool,
+             limit_for) -> CheckResult:
+    """Shared engine: ``limit_for(size) -> (limit, "us"|"%") or None`` says what applies at a size."""
+    result = CheckResult(name, metric, unit, "good", higher_is_better=higher_is_better)
+    sizes = _common_sizes(native, container)
+    if not sizes:
+        result.verdict = "unknown"
+        result.findings.append(F.warning("no-data", f"{name}: no message size measured both natively and in the "
+                                         "container", verdict="unknown"))
+        return result
+    missing = sorted(set(map(int, native)) ^ set(map(int, container)))
+    if missing:
+        result.findings.append(F.warning("sizes-differ", f"{name}: sizes measured on one side only: "
+                                         f"{', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''}"))
+    failures: List[SizeComparison] = []
+    noisy: List[SizeComparison] = []
+    for size in sizes:
+        n = Stats.of(_get(native, size))
+        c = Stats.of(_get(container, size))
+        worse = (n.median - c.median) if higher_is_better else (c.median - n.median)
+        worse_pct = worse / n.median * 100 if n.median else None
+        pct = (c.median - n.median) / n.median * 100 if n.median else None
+        rule = limit_for(size)
+        checked = rule is not None
+        ok = True
+        within_noise = False
+        limit, limit_unit = (rule if rule else (None, "%"))
+        penalty = worse if limit_unit == "us" else worse_pct
+        if checked and penalty is not None and penalty > limit:
+            ok = False
+            separated = (c.max < n.min) if higher_is_better else (c.min > n.max)
+            within_noise = not separated and min(n.n, c.n) >= 3
+        comp = SizeComparison(size, n, c, c.median - n.median, pct, penalty, limit, limit_unit, checked, ok,
+                              within_noise)
+        result.sizes.append(comp)
+        if not ok:
+            (noisy if within_noise else failures).append(comp)
+    if all(s.native.median == 0 for s in result.sizes):
+        result.verdict = "degenerate"
+        result.findings.append(F.warning("degenerate", f"{name}: every native value is 0 (e.g. a one-rank "
+                                         "collective): nothing to compare", verdict="degenerate"))
+        return result
+    if not any(s.checked for s in result.sizes):
+        result.findings.append(F.info("not-checked", f"{name}: no measured size is in the checked range"))
+    for group, sev in ((failures, "error"), (noisy, "warning")):
+        if not group:
+            continue
+        worst_cmp = max(group, key=excess)
+        ev = [_describe(s, unit, metric) for s in group[:5]]
+        what = "exceeds" if sev == "error" else "exceeds, within run-to-run noise,"
+        count = f" at {len(group)} size(s); worst" if metric != "init" else ":"
+        msg = f"{name}: container {what} the {metric} threshold{count} {_describe(worst_cmp, unit, metric)}"
+        code = f"{metric}-overhead" if sev == "error" else f"{metric}-noisy"
+        result.findings.append(Finding(sev, code, msg, ev))
+    result.verdict = verdict_of(result.findings, "good")
+    return result
+
+
+def excess(s: SizeComparison) -> float:
+    """How many times the limit a comparison uses (1.0 = exactly at the limit)."""
+    if s.penalty is None:
+        return 0.0
+    return s.penalty / s.limit if s.limit else float("inf")
+
+
+def _describe(s: SizeComparison, unit: str, metric: str = "") -> str:
+    where = f"{s.size} B: " if s.size is not None and metric != "init" else ""
+    pct = f" ({s.delta_pct:+.2f} %)" if s.delta_pct is not None else ""
+    lim = f"; limit {s.limit:g} {s.limit_unit}" if s.limit is not None else ""
+    return (f"{where}native {s.native.median:.4g} {unit} [{s.native.min:.4g}..{s.native.max:.4g}], container "
+            f"{s.container.median:.4g} {unit} [{s.container.min:.4g}..{s.container.max:.4g}], "
+            f"delta {s.delta:+.3g} {unit}{pct}{lim}")
+
+
+def compare_latency(native: Series, container: Series, thresholds: Optional[Thresholds] = None,
+                    name: str = "osu_latency") -> CheckResult:
+    """Latency (us, lower is better): up to ``small_message_max`` bytes the container may add at most
+    ``latency_overhead_us`` (an absolute limit: small-message latency is a fixed software cost, and a
+    relative limit on 0.2 us would be meaningless); above, latency is bandwidth-bound and may grow by at
+    most ``bandwidth_pct`` %."""
+    th = thresholds or Thresholds()
+    return _compare(name, "latency", "us", native, container, higher_is_better=False,
+                    limit_for=lambda size: (th.latency_overhead_us, "us") if size <= th.small_message_max
+                    else (th.bandwidth_pct, "%"))
+
+
+def compare_bandwidth(native: Series, container: Series, thresholds: Optional[Thresholds] = None,
+                      name: str = "osu_bw", unit: str = "MB/s") -> CheckResult:
+    """Bandwidth (higher is better): from ``bandwidth_min_size`` bytes on the container may lose at most
+    ``bandwidth_pct`` % (smaller messages are latency-bound and covered by the latency check)."""
+    th = thresholds or Thresholds()
+    return _compare(name, "bandwidth", unit, native, container, higher_is_better=True,
+                    limit_for=lambda size: (th.bandwidth_pct, "%") if size >= th.bandwidth_min_size else None)
+
+
+def compare_busbw(native: Series, container: Series, thresholds: Optional[Thresholds] = None,
+                  name: str = "all_reduce_perf") -> CheckResult:
+    """NCCL bus bandwidth (GB/s, higher is better): from ``busbw_min_size`` bytes on the container may
+    lose at most ``busbw_pct`` %. All-zero native values (a one-rank run) are ``degenerate``."""
+    th = thresholds or Thresholds()
+    return _compare(name, "busbw", "GB/s", native, container, higher_is_better=True,
+                    limit_for=lambda size: (th.busbw_pct, "%") if size >= th.busbw_min_size else None)
+
+
+def compare_init(native: Sequence[float], container: Sequence[float], thresholds: Optional[Thresholds] = None,
+                 name: str = "osu_init") -> CheckResult:
+    """MPI init time (ms, lower is better): the container may add at most ``init_overhead_pct`` %.
+    Start-up has a heavy right tail (cold caches on the first run), hence the median of repetitions;
+    the runner should also run one unmeasured warm-up."""
+    th = thresholds or Thresholds()
+    res = _compare(name, "init", "ms", {0: list(native)} if native else {}, {0: list(container)} if container else {},
+                   higher_is_better=False, limit_for=lambda size: (th.init_overhead_pct, "%"))
+    for s in res.sizes:
+        s.size = None
+    return res
+
+
+def series_from_osu(results: Iterable[Mapping[str, Any]], benchmark: str, column: int = 1) -> Dict[int, List[float]]:
+    """Collect one OSU benchmark's repetitions from several parse results (one per repetition):
+    ``{size: [value of repetition 1, 2, ...]}``."""
+    out: Dict[int, List[float]] = {}
+    for res in results:
+        for table in res.get("tables") or []:
+            if table.get("benchmark") != benchmark or not table.get("columns") or table["columns"][0] != "Size":
+                continue
+            for row in table["rows"]:
+                if len(row) > column and isinstance(row[column], (int, float)):
+                    out.setdefault(int(row[0]), []).append(float(row[column]))
+    return out
+
+
+def series_from_nccl(results: Iterable[Mapping[str, Any]], key: str = "oop_busbw") -> Dict[int, List[float]]:
+    """``{size: [busbw of repetition 1, 2, ...]}`` from several nccl-tests parse results."""
+    out: Dict[int, List[float]] = {}
+    for res in results:
+        for row in res.get("rows") or []:
+            if isinstance(row, Mapping) and isinstance(row.get(key), (int, float)):
+                out.setdefault(int(row["size"]), []).append(float(row[key]))
+    return out
+
+
+def compare_osu_runs(native_runs: Sequence[Mapping[str, Any]], container_runs: Sequence[Mapping[str, Any]],
+                     benchmark: str, thresholds: Optional[Thresholds] = None,
+                     name: Optional[str] = None) -> CheckResult:
+    """Compare one OSU benchmark from parse results, one result per repetition and side.
+
+    The metric comes from the table (latency -> :func:`compare_latency`, bandwidth or
+    message rate -> :func:`compare_bandwidth`); ``osu_init`` uses the ``avg_ms`` of each run.
+    """
+    label = name or benchmark
+    if benchmark == "osu_init":
+        nat = [r["init"]["avg_ms"] for r in native_runs if r.get("init")]
+        con = [r["init"]["avg_ms"] for r in container_runs if r.get("init")]
+        return compare_init(nat, con, thresholds, name=label)
+    metric, unit = None, None
+    for res in list(native_runs) + list(container_runs):
+        for t in res.get("tables") or []:
+            if t.get("benchmark") == benchmark and t.get("metric"):
+                metric, unit = t["metric"], t.get("unit")
+                break
+        if metric:
+            break
+    nat_s = series_from_osu(native_runs, benchmark)
+    con_s = series_from_osu(container_runs, benchmark)
+    if metric in ("bandwidth", "message_rate"):
+        return compare_bandwidth(nat_s, con_s, thresholds, name=label, unit=unit or "MB/s")
+    return compare_latency(nat_s, con_s, thresholds, name=label)
+
+
+def compare_nccl_runs(native_runs: Sequence[Mapping[str, Any]], container_runs: Sequence[Mapping[str, Any]],
+                      thresholds: Optional[Thresholds] = None, name: Optional[str] = None,
+                      key: str = "oop_busbw") -> CheckResult:
+    """Compare nccl-tests bus bandwidth from parse results (one per repetition and side)."""
+    label = name or next((r.get("test") for r in native_runs if r.get("test")), None) or "nccl-tests"
+    res = compare_busbw(series_from_nccl(native_runs, key), series_from_nccl(container_runs, key), thresholds,
+                        name=label)
+    if any(r.get("nranks") == 1 for r in list(native_runs) + list(container_runs)) and res.verdict != "degenerate":
+        res.findings.append(F.warning("degenerate", f"{label}: a one-rank run: bus bandwidth is 0 by definition",
+                                      verdict="degenerate"))
+        res.verdict = verdict_of(res.findings, res.verdict)
+    return res
+
+
+# ---- transport rules -----------------------------------------------------------------
+
+def _evidence(parsed: Mapping[str, Any], *codes: str) -> List[str]:
+    for f in parsed.get("findings") or []:
+        if f.get("code") in codes and f.get("evidence"):
+            return list(f["evidence"])
+    return []
+
+
+def _is_tcp(tl: str) -> bool:
+    return tl.split("/")[0] in ("tcp", "sockcm")
+
+
+def _is_rdma(tl: str) -> bool:
+    name = tl.split("/")[0]
+    return name.startswith(("rc", "dc", "ud", "srd", "ib", "cxi", "gga", "efa"))
+
+
+def check_transports(parsed_logs: Iterable[Mapping[str, Any]], host: Optional[HostFacts] = None) -> List[Finding]:
+    """Transport rules over parsed logs (results of :func:`dedal.stages.verify.parsers.parse_file`):
+
+    - shared memory within a node (UCX sysv/posix/cma/knem/xpmem, BTL sm/vader);
+    - InfiniBand/RoCE between nodes when the host has it (UCX rc/dc/ud, NCCL NET/IB);
+    - NVLink/P2P between the GPUs of a node, GPUDirect RDMA between nodes, where the
+      hardware allows (``host.gpu_p2p`` / ``host.gdrdma``; unknown means: probably);
+    - any TCP/socket fallback, host-SHM hop between GPUs or NET plugin failure is reported
+      with the log lines that prove it;
+    - Slurm must offer PMIx (``srun --mpi=list``).
+    """
+    host = host or HostFacts()
+    out: List[Finding] = []
+    for p in parsed_logs:
+        src = p.get("source") or p.get("kind") or "log"
+        out.extend(_ucx_rules(p, host, src))
+        out.extend(_ompi_rules(p, host, src))
+        out.extend(_nccl_rules(p, host, src))
+        if p.get("kind") == "ucx-info":
+            if host.has_infiniband and not p.get("has_rdma"):
+                out.append(F.error("ucx-no-rdma", f"{src}: the host has InfiniBand/RoCE but the container's UCX lists "
+                                   "no RDMA transport (UCX built without verbs/mlx5, or /dev/infiniband not bound)",
+                                   [f"transports: {', '.join(p.get('transport_names') or [])}"]))
+            if host.gpus and not p.get("has_cuda"):
+                out.append(F.warning("ucx-no-cuda", f"{src}: GPUs on the host but no CUDA transport in the "
+                                     "container's UCX (cuda_copy/cuda_ipc/gdr_copy)",
+                                     [f"transports: {', '.join(p.get('transport_names') or [])}"]))
+        if p.get("kind") == "srun-mpi-list" and not p.get("has_pmix"):
+            out.append(F.error("pmix-missing", f"{src}: Slurm has no pmix MPI plugin; `srun --mpi=pmix` cannot launch "
+                               "the image's Open MPI 5", [f"plugins: {', '.join(p.get('plugins') or []) or 'none'}"]))
+    return out
+
+
+def _ucx_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding]:
+    out: List[Finding] = []
+    by_scope = p.get("transports_by_scope") or {}
+    intra = by_scope.get("intra-node") or []
+    inter = by_scope.get("inter-node") or []
+    tcp_intra = [t for t in intra if _is_tcp(t)]
+    if tcp_intra:
+        out.append(F.error("ucx-tcp-intra-node", f"{src}: UCX uses TCP within a node ({', '.join(tcp_intra)}) instead "
+                           "of shared memory", _evidence(p, "ucx-tcp-intra-node")))
+    elif intra and not any(t.split("/")[0] in ("sysv", "posix", "cma", "knem", "xpmem", "mm", "cuda_ipc", "rocm_ipc")
+                           for t in intra):
+        out.append(F.warning("ucx-no-shm-intra-node", f"{src}: UCX moves intra-node messages through "
+                             f"{', '.join(intra)}, not shared memory"))
+    tcp_inter = [t for t in inter if _is_tcp(t)]
+    if tcp_inter:
+        ev = _evidence(p, "ucx-tcp-inter-node")
+        if host.has_infiniband:
+            out.append(F.error("ucx-tcp-inter-node", f"{src}: UCX uses TCP between nodes ({', '.join(tcp_inter)}) "
+                               "although the host has InfiniBand/RoCE: a TCP fallback", ev))
+        else:
+            out.append(F.info("ucx-tcp-inter-node", f"{src}: UCX uses TCP between nodes ({', '.join(tcp_inter)}); "
+                              "the host has no RDMA network", ev))
+    if host.multi_node and host.has_infiniband and inter and not any(_is_rdma(t) for t in inter) and not tcp_inter:
+        out.append(F.warning("ucx-no-rdma-inter-node", f"{src}: no RDMA transport between nodes ({', '.join(inter)})"))
+    dev = _evidence(p, "ucx-device-unavailable", "ucx-transport-unavailable")
+    if dev:
+        if host.has_infiniband:
+            out.append(F.error("ucx-device-unavailable", f"{src}: UCX cannot open the requested RDMA device/transport "
+                               "in the container and falls back to TCP", dev))
+        else:
+            out.append(F.warning("ucx-device-unavailable", f"{src}: UCX was asked for a device or transport that "
+                                 "this host does not have", dev))
+    return out
+
+
+def _ompi_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding]:
+    out: List[Finding] = []
+    peers = p.get("btl_peers") or []
+    intra = [x for x in peers if x.get("btl") == "tcp" and x.get("same_node")]
+    inter = [x for x in peers if x.get("btl") == "tcp" and not x.get("same_node")]
+    if intra:
+        out.append(F.error("ompi-tcp-intra-node", f"{src}: Open MPI uses the tcp BTL within a node instead of sm",
+                           _evidence(p, "ompi-tcp-intra-node")))
+    if inter:
+        ev = _evidence(p, "ompi-tcp-inter-node")
+        if host.has_infiniband:
+            out.append(F.error("ompi-tcp-inter-node", f"{src}: Open MPI uses the tcp BTL between nodes although the "
+                               "host has InfiniBand/RoCE", ev))
+        else:
+            out.append(F.info("ompi-tcp-inter-node", f"{src}: Open MPI uses the tcp BTL between nodes (no RDMA "
+                              "network on this host)", ev))
+    return out
+
+
+def _nccl_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding]:
+    out: List[Finding] = []
+    transports = p.get("transports")
+    if not isinstance(transports, Mapping) or not transports:
+        return out
+    ev = p.get("transport_evidence") or {}
+    sock = {t: n for t, n in transports.items() if t.startswith("NET/Socket")}
+    if sock:
+        lines = [ln for t in sock for ln in ev.get(t, [])][:3]
+        if host.has_infiniband:
+            out.append(F.error("nccl-socket-transport", f"{src}: NCCL uses TCP sockets between nodes although the "
+                               "host has InfiniBand/RoCE: a socket fallback", lines))
+        else:
+            out.append(F.warning("nccl-socket-transport", f"{src}: NCCL uses TCP sockets between nodes (no RDMA "
+                                 "network on this host)", lines))
+    shm = {t: n for t, n in transports.items() if t.startswith("SHM")}
+    if shm:
+        lines = [ln for t in shm for ln in ev.get(t, [])][:3]
+        msg = f"{src}: GPU to GPU traffic within a node goes through host shared memory ({', '.join(shm)})"
+        if host.gpu_p2p is True:
+            out.append(F.error("nccl-shm-hop", msg + " although the GPUs can use NVLink/P2P", lines))
+        elif host.gpu_p2p is None:
+            out.append(F.warning("nccl-shm-hop", msg + " instead of NVLink/P2P", lines))
+        else:
+            out.append(F.info("nccl-shm-hop", msg + " (the GPUs have no P2P path)", lines))
+    net = {t: n for t, n in transports.items() if t.startswith("NET/") and not t.startswith("NET/Socket")}
+    if net and not any("GDRDMA" in t for t in net):
+        lines = [ln for t in net for ln in ev.get(t, [])][:3]
+        msg = f"{src}: network connections without GPUDirect RDMA ({', '.join(net)})"
+        if host.gdrdma is True:
+            out.append(F.error("nccl-no-gdrdma", msg + " although the host supports it", lines))
+        elif host.gdrdma is None:
+            out.append(F.warning("nccl-no-gdrdma", msg, lines))
+        else:
+            out.append(F.info("nccl-no-gdrdma", msg + " (not supported on this host)", lines))
+    plugins = p.get("plugins") or {}
+    if isinstance(plugins, Mapping) and plugins.get("failed"):
+        out.append(F.warning("nccl-plugin-failure", f"{src}: an NCCL NET plugin failed to initialise; NCCL fell back "
+                             f"to {', '.join(plugins.get('assigned') or []) or p.get('network') or 'another transport'}",
+                             _evidence(p, "nccl-plugin-failure")))
+    return out
+
+
+def overall_verdict(checks: Iterable[CheckResult] = (), findings: Iterable[Finding] = ()) -> str:
+    """The worst of the checks' verdicts and the findings' implied verdicts."""
+    return worst(*(c.verdict for c in checks), *(f.implied_verdict for f in findings))
+
+
+def exit_code(verdict: str) -> int:
+    """Process exit code for a verification verdict: 0 when it passed (good, or suboptimal with
+    warnings), 1 when a check failed or nothing could be verified."""
+    return 0 if verdict in ("good", "suboptimal") else 1

@@ -1,0 +1,405 @@
+"""The image under verification: what it is, what it carries, and its "native" twin.
+
+:func:`inspect_image` reads a SIF, squashfs file or root directory: labels (SIF
+``JSON.Labels`` or ``/.singularity.d/labels.json``), architecture, the Spack target and
+CUDA version (labels, else the ``.spack/spec.json`` of the prefixes under the install
+root), and where the benchmarks are: ``dedal_*`` (the bundled ``dedal-benchmarks``),
+OSU's ``osu_*`` and nccl-tests' ``all_reduce_perf``, looked up on the image's own
+``PATH`` (its ``/.singularity.d/env`` scripts applied) and, for OSU, in the Spack
+prefix's ``libexec``.
+
+:func:`prepare_native` decides what "native" means for this run (see
+:class:`Native`): the host's own MPI stack and benchmark programs where the host has
+them, otherwise the image's root filesystem **unpacked onto local storage** and run
+without a container runtime (the same binaries and libraries, from plain files, in a
+chroot that shares the host's ``/tmp``, ``/dev/shm``, PID, IPC and network
+namespaces), cached per image.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from dedal import CHECKOUT
+from dedal.adapters import runtime
+from dedal.errors import UserError
+
+#: programs looked for in the image (and, for native host runs, on the host)
+PROGRAMS = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_nccl_allreduce",
+            "osu_init", "osu_latency", "osu_bw", "osu_allreduce", "all_reduce_perf",
+            "mpirun", "ompi_info", "ucx_info", "mpicc")
+#: the MPI benchmarks of dedal-benchmarks, and where dedal verify puts its own build of them
+BUNDLED_MPI = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce")
+BUNDLED_DIR = "/opt/dedal-verify/bin"
+OSU_LIBEXEC = "libexec/osu-micro-benchmarks/mpi"
+Progress = Optional[Callable[[str], None]]
+
+
+@dataclass
+class ImageInfo:
+    path: Path
+    kind: str                      # sif | squashfs | dir
+    name: str                      # for reports/<name>/
+    labels: Dict[str, Any] = field(default_factory=dict)
+    arch: Optional[str] = None     # SIF architecture (amd64 ...)
+    view: str = "/opt/view"
+    install_root: str = ""
+    target: Optional[str] = None
+    target_source: str = ""
+    cuda: Optional[str] = None
+    versions: Dict[str, str] = field(default_factory=dict)
+    programs: Dict[str, str] = field(default_factory=dict)   # name -> path inside the image
+    digests: Dict[str, str] = field(default_factory=dict)    # name -> sha256 of the program file
+    image_path_var: str = ""                                 # PATH inside the image
+    identity: str = ""                                       # cache key of the native root
+
+    def to_json(self) -> Dict[str, Any]:
+        keep = {k: v for k, v in self.labels.items()
+                if k.startswith(("dedal.version", "dedal.env", "dedal.tag", "dedal.base", "dedal.lock", "dedal.spack",
+                                 "dedal.target", "org.opencontainers.image.created"))}
+        return {"path": str(self.path), "kind": self.kind, "name": self.name, "arch": self.arch, "view": self.view,
+                "install_root": self.install_root, "target": self.target, "target_source": self.target_source,
+                "cuda": self.cuda, "versions": self.versions, "programs": self.programs, "labels": keep}
+
+
+def resolve_image(image: str, settings: Any) -> Path:
+    """A path as given, or ``ENV[:TAG]`` of this workspace (``<images_dir>/ENV/TAG.sif``)."""
+    p = Path(image)
+    if p.exists():
+        return p
+    if "/" not in image:
+        env, _, tag = image.partition(":")
+        cand = Path(settings.images_dir) / env / f"{tag or 'latest'}.sif"
+        if cand.is_file():
+            return cand
+    raise UserError(f"{image}: no such image (a SIF, squashfs file or root directory, or ENV[:TAG] of "
+                    f"{settings.images_dir})")
+
+
+def _labels_from_dir(root: Path) -> Dict[str, Any]:
+    p = root / ".singularity.d" / "labels.json"
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _host_path(root: Path, cpath: str, depth: int = 0) -> Optional[Path]:
+    """Where the image's ``cpath`` lies on this host (symlinks resolved inside the image)."""
+    if depth > 40:
+        return None
+    parts = [x for x in cpath.split("/") if x]
+    cur = ""
+    for i, part in enumerate(parts):
+        nxt = f"{cur}/{part}"
+        host = root / nxt.lstrip("/")
+        if host.is_symlink():
+            target = os.readlink(host)
+            base = target if target.startswith("/") else f"{cur}/{target}"
+            rest = "/".join(parts[i + 1:])
+            return _host_path(root, os.path.normpath(f"{base}/{rest}" if rest else base), depth + 1)
+        if not host.exists():
+            return None
+        cur = nxt
+    return root / cur.lstrip("/")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _spec_facts(root: Path, install_root: str) -> Dict[str, Any]:
+    """Target and CUDA version from the Spack metadata of the prefixes in the image."""
+    base = root / install_root.lstrip("/") if install_root else None
+    out: Dict[str, Any] = {}
+    if base is None or not base.is_dir():
+        return out
+    specs: List[Path] = []
+    for depth in ("*/.spack/spec.json", "*/*/.spack/spec.json", "*/*/*/.spack/spec.json"):
+        specs += sorted(base.glob(depth))
+        if len(specs) > 400:
+            break
+    specs.sort(key=lambda p: (0 if "dedal-benchmarks" in str(p) else 1, str(p)))
+    for path in specs[:400]:
+        try:
+            nodes = json.loads(path.read_text()).get("spec", {}).get("nodes", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        for node in nodes:
+            if not isinstance(node, dict):
+                continue
+            arch = node.get("arch") or {}
+            target = arch.get("target") if isinstance(arch, dict) else None
+            if isinstance(target, dict):
+                target = target.get("name")
+            if target and "target" not in out and not node.get("external"):
+                out["target"] = str(target)
+                out["target_source"] = f"{path.parent.parent.name} spec.json"
+            if node.get("name") == "cuda" and node.get("version") and "cuda" not in out:
+                out["cuda"] = str(node["version"])
+        if "target" in out and ("cuda" in out or len(out) > 3):
+            break
+    return out
+
+
+_DISCOVER = 'for p in "$@"; do c=$(command -v "$p" 2>/dev/null) && echo "found $p $c"; done; echo "path $PATH"'
+
+
+def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress = None) -> ImageInfo:
+    """Read everything the runner needs to know about an image (see the module notes)."""
+    from dedal.model import sif
+
+    kind = runtime.root_kind(path)
+    if kind == "host":
+        raise UserError("no image given")
+    labels: Dict[str, Any] = {}
+    arch: Optional[str] = None
+    identity = ""
+    if kind == "sif":
+        summary = sif.summarize(path)
+        labels = dict(summary.get("labels") or {})
+        arch = summary.get("primary_arch") or None
+        part = sif.primary_partition(sif.read_sif(path))
+        identity = f"sif-{summary['header'].get('id', '')}-{part.size}"
+    else:
+        st = path.stat()
+        identity = f"{kind}-{st.st_size}-{int(st.st_mtime)}-{st.st_ino}"
+    info = ImageInfo(path=path, kind=kind, name="", labels=labels, arch=arch, identity=identity)
+    with runtime.mounted(path) as root:
+        assert root is not None
+        if not info.labels:
+            info.labels = _labels_from_dir(root)
+        lab = info.labels
+        info.view = str(lab.get("dedal.view") or "/opt/view")
+        info.install_root = str(lab.get("dedal.install_root") or "")
+        for key in ("dedal.target", "dedal.spack.target"):
+            if lab.get(key):
+                info.target, info.target_source = str(lab[key]), f"label {key}"
+                break
+        info.cuda = str(lab["dedal.version.cuda"]) if lab.get("dedal.version.cuda") else None
+        info.versions = {k[len("dedal.version."):]: str(v) for k, v in lab.items()
+                         if k.startswith("dedal.version.") and not k.endswith(".source")}
+        if info.target is None or info.cuda is None:
+            facts = _spec_facts(root, info.install_root or "/opt/esd/software")
+            if info.target is None and facts.get("target"):
+                info.target, info.target_source = facts["target"], facts["target_source"]
+            if info.cuda is None and facts.get("cuda"):
+                info.cuda = facts["cuda"]
+        res = runtime.run_in(path, ["/bin/sh", "-c", _DISCOVER, "dedal-find", *PROGRAMS],
+                             what="find the benchmarks in the image", runtime=runtime_name, timeout=120)
+        for line in res.stdout.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[0] == "found" and parts[2].startswith("/"):
+                info.programs[parts[1]] = parts[2]
+            elif line.startswith("path "):
+                info.image_path_var = line[5:]
+        for name in ("osu_init", "osu_latency", "osu_bw", "osu_allreduce"):
+            if name in info.programs:
+                continue
+            sub = "startup" if name == "osu_init" else ("collective" if name == "osu_allreduce" else "pt2pt")
+            cands = [f"{info.view}/{OSU_LIBEXEC}/{sub}/{name}"]
+            base = root / (info.install_root or "/opt/esd/software").lstrip("/")
+            if base.is_dir():
+                for hit in sorted(base.glob(f"*/*/osu-micro-benchmarks-*/{OSU_LIBEXEC}/{sub}/{name}"))[:1]:
+                    cands.append("/" + str(hit.relative_to(root)))
+            for cand in cands:
+                host = _host_path(root, cand)
+                if host is not None and host.is_file():
+                    info.programs[name] = cand
+                    break
+        for name, cpath in info.programs.items():
+            if name.startswith(("dedal_", "osu_")) or name == "all_reduce_perf":
+                host = _host_path(root, cpath)
+                if host is not None and host.is_file():
+                    info.digests[name] = _sha256(host)
+    env, tag = lab.get("dedal.env"), lab.get("dedal.tag")
+    if env:
+        info.name = f"{env}-{tag}" if tag else str(env)
+    else:
+        info.name = path.name[:-4] if path.name.endswith(".sif") else (path.stem if kind == "squashfs" else path.name)
+    info.name = info.name or "image"
+    return info
+
+
+# ---------------------------------------------------------------------------- bundled benchmarks
+
+
+def bundled_sources() -> Path:
+    """The sources of the dedal-benchmarks recipe (recipes/ next to the dedal package)."""
+    src = CHECKOUT / "recipes" / "repo" / "packages" / "dedal-benchmarks" / "src"
+    if not (src / "dedal_latency.c").is_file():
+        raise UserError(f"the bundled benchmark sources are not at {src} (a dedal checkout is needed to build them)")
+    return src
+
+
+def compile_bundled(info: ImageInfo, cache: Path, *, runtime_name: str = "auto", progress: Progress = None) -> Path:
+    """Build dedal's MPI benchmarks with the image's own ``mpicc``, for an image that does
+    not carry the dedal-benchmarks package: the same binaries then run natively and in
+    the container (bound at BUNDLED_DIR on both sides). Cached per image and sources."""
+    src = bundled_sources()
+    digest = hashlib.sha256(info.identity.encode())
+    for f in sorted(src.iterdir()):
+        digest.update(f.name.encode() + f.read_bytes())
+    out = cache / "verify-bench" / digest.hexdigest()[:16]
+    if all((out / name).is_file() for name in BUNDLED_MPI):
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if progress:
+        progress(f"the image has no dedal-benchmarks: building them with its own mpicc into {out}")
+    script = " && ".join(f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o {BUNDLED_DIR}/{name} "
+                         f"/opt/dedal-verify/src/{name}.c" for name in BUNDLED_MPI)
+    try:
+        runtime.run_in(info.path, ["/bin/sh", "-c", script], what="mpicc of the bundled benchmarks in the image",
+                       runtime=runtime_name, timeout=600,
+                       binds=[runtime.Bind(src, "/opt/dedal-verify/src", readonly=True), runtime.Bind(tmp, BUNDLED_DIR)])
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
+
+
+# ---------------------------------------------------------------------------- native
+
+
+@dataclass
+class Native:
+    """What "native" means in this run.
+
+    ``mode``: ``host`` (the host's mpirun/srun and the benchmark programs on the host's
+    PATH), ``rootfs`` (the image's root filesystem as plain files on local storage, run
+    with the image's own MPI but no container runtime), or ``same-dir`` (a directory
+    image is already plain files: native and container run the same tree and differ
+    only in the sandbox)."""
+
+    mode: str
+    root: Optional[Path]
+    description: str
+    programs: Dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    cached: bool = False
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"mode": self.mode, "root": str(self.root) if self.root else None, "description": self.description,
+                "prepare_seconds": round(self.seconds, 2), "reused": self.cached}
+
+
+NATIVE_RUN = ("no container runtime: a chroot (bubblewrap with only a mount namespace) that shares the host's "
+              "/tmp, /dev/shm and its PID, IPC and network namespaces")
+
+
+def native_binds() -> List[runtime.Bind]:
+    """What a native rootfs run shares with the host."""
+    return [runtime.Bind(p, p) for p in ("/tmp", "/dev/shm") if os.path.isdir(p)]
+
+
+def _copy_partition(sif_path: Path, out: Path) -> None:
+    """The SIF's squashfs partition as a file of its own (unsquashfs has no offset option
+    in dedal's squashfs adapter)."""
+    from dedal.model import sif
+
+    part = sif.primary_partition(sif.read_sif(sif_path))
+    with open(sif_path, "rb") as src, open(out, "wb") as dst:
+        src.seek(part.offset)
+        left = part.size
+        while left > 0:
+            chunk = src.read(min(left, 8 << 20))
+            if not chunk:
+                raise UserError(f"{sif_path}: truncated SIF (partition ends early)")
+            dst.write(chunk)
+            left -= len(chunk)
+
+
+def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> tuple:
+    """The image's root filesystem unpacked under ``cache`` (reused when present);
+    returns (directory, reused)."""
+    from dedal.adapters import squashfs
+
+    final = cache / f"{info.name}-{hashlib.sha256(info.identity.encode()).hexdigest()[:16]}"
+    if (final / ".dedal-unpacked").is_file():
+        return final, True
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{final.name}.tmp-{os.getpid()}"
+    sq = cache / f".{final.name}.sqfs-{os.getpid()}"
+    try:
+        if progress:
+            progress(f"unpacking the image's root filesystem for the native runs into {final}")
+        if info.kind == "sif":
+            _copy_partition(info.path, sq)
+            source = sq
+        else:
+            source = info.path
+        squashfs.extract(source, tmp)
+        (tmp / ".dedal-unpacked").write_text(json.dumps({"image": str(info.path), "identity": info.identity}) + "\n")
+        if final.exists():  # another verification unpacked it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if sq.exists():
+            sq.unlink()
+    return final, False
+
+
+def prepare_native(info: ImageInfo, *, mode: str, wanted: Sequence[str], cache: Path,
+                   native_root: Optional[Path] = None, host_programs: Optional[Dict[str, Optional[str]]] = None,
+                   host_mpi: Optional[Dict[str, Any]] = None, launcher: str = "mpirun",
+                   progress: Progress = None) -> Native:
+    """Choose and prepare the native side (``mode``: auto, host or rootfs). ``wanted``:
+    the benchmark programs the run uses; ``host_programs``: where they are on the host
+    (None: absent); ``host_mpi``: the host's mpirun (None: none)."""
+    host_programs = host_programs or {}
+    start = time.monotonic()
+    have_host = all(host_programs.get(p) for p in wanted) and (launcher == "srun" or bool(host_mpi))
+    if mode == "host" and not have_host:
+        missing = [p for p in wanted if not host_programs.get(p)]
+        what = ", ".join(missing) if missing else "mpirun"
+        raise UserError(f"--native host: the host lacks {what} (load the host's MPI and the benchmarks, "
+                        "e.g. `spack load dedal-benchmarks`, or use --native rootfs)")
+    if mode == "host" or (mode == "auto" and have_host and native_root is None):
+        mpi = (host_mpi or {}).get("version_line") or "srun"
+        return Native("host", None, f"the host's own MPI stack ({mpi}) and benchmark programs from the host's PATH "
+                      "(a separate build of the same benchmarks), no container", 
+                      {p: str(host_programs[p]) for p in wanted}, time.monotonic() - start)
+    if native_root is not None:
+        root = Path(native_root)
+        if not root.is_dir():
+            raise UserError(f"--native-root {root}: not a directory")
+        differ = []
+        for name, digest in info.digests.items():
+            if name not in wanted:
+                continue
+            host = _host_path(root, info.programs[name])
+            if host is None or not host.is_file() or _sha256(host) != digest:
+                differ.append(name)
+        if differ:
+            raise UserError(f"--native-root {root}: {', '.join(differ)} differ from the image's (not the same "
+                            "binaries, so the comparison would mean nothing)")
+        return Native("rootfs", root, f"the image's programs and libraries from the directory {root} (checked: "
+                      f"the benchmark binaries are byte-identical to the image's), run with {NATIVE_RUN}",
+                      dict(info.programs), time.monotonic() - start)
+    if info.kind == "dir":
+        return Native("same-dir", info.path, f"the same root directory as the container runs ({info.path}), run "
+                      f"with {NATIVE_RUN}; native and container differ only in the sandbox", dict(info.programs),
+                      time.monotonic() - start)
+    root, reused = unpack_root(info, cache, progress=progress)
+    return Native("rootfs", root, f"the image's own root filesystem unpacked onto local storage ({root}): the same "
+                  f"binaries and libraries as plain files instead of the mounted image, run with {NATIVE_RUN}",
+                  dict(info.programs), time.monotonic() - start, cached=reused)

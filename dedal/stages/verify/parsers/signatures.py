@@ -1,0 +1,186 @@
+"""Known failure signatures, detected in any log whatever its kind.
+
+Each signature is a regular expression over single lines, a stable finding code, and
+the verdict it implies. Matches are grouped per code: one finding per code, with the
+number of matching lines and the first few as evidence. Lines that start with ``#``
+are comments of benchmark outputs (OSU, nccl-tests, ``ucx_info``) and never match, so
+a reference sheet that quotes a message does not count as the message itself.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+from dedal.stages.verify.findings import MAX_EVIDENCE, Finding
+
+
+@dataclass(frozen=True)
+class Signature:
+    code: str
+    pattern: "re.Pattern[str]"
+    message: str
+    severity: str = "error"
+    verdict: str = "failed"
+    keys: Tuple[str, ...] = ()  # lower-case literals, one of which a matching line contains (a fast pre-filter)
+
+
+def _sig(code: str, regex: str, message: str, severity: str = "error", verdict: str = "failed") -> Signature:
+    return Signature(code, re.compile(regex, re.IGNORECASE), message, severity, verdict, _KEYS[code])
+
+
+_KEYS: Dict[str, Tuple[str, ...]] = {
+    "segfault": ("segmentation fault", "sigsegv", "signal 11"),
+    "crash-signal": ("process received signal", "signal:", "exited on signal", "aborted (core dumped)", "bus error",
+                     "illegal instruction", "floating point exception"),
+    "mpi-abort": ("mpi_abort", "mpi_errors_are_fatal"),
+    "mpi-init-failed": ("mpi_init", "opal_init", "orte_init", "runtime init failed"),
+    "pml-unavailable": ("pml framework",),
+    "launcher-abort": ("has exited due to", "noticed that process", "primary job"),
+    "slurm-task-failure": ("srun: error", "due to task failure"),
+    "launcher-lost-daemon": ("daemon",),
+    "slurm-step-failed": ("srun: error: unable to",),
+    "ompi-component-missing": ("a requested component",),
+    "timeout": ("time limit", "timed out", "job step aborted"),
+    "out-of-memory": ("oom", "out of memory"),
+    "not-enough-slots": ("not enough slots",),
+    "pmix-error": ("pmix", "pmi2_init", "pmi_init"),
+    "pmix-singletons": ("pmix server was reachable", "singletons"),
+    "srun-pmix-plugin-missing": ("mpi/pmix", "mpi type"),
+    "direct-launch-without-pmi": ("direct launched", "pmi support"),
+    "cuda-driver-too-old": ("insufficient", "forward compatibility", "unsupported display driver"),
+    "nv-libraries-missing": ("nv libraries", "nv files", "nv binaries", "libcuda.so", "libnvidia-ml.so",
+                             "nvidia-smi has failed", "no nvidia driver", "cuda-capable", "cuda driver initialization",
+                             "cudaerrornodevice", "cuda_error_no_device"),
+    "cuda-failure": ("cuda failure", "cudaerror", "cuda error"),
+    "loader-warning": ("no version information", "couldn't load driver", "cannot be preloaded"),
+    "nccl-duplicate-gpu": ("duplicate gpu",),
+    "nccl-failure": ("nccl failure", "nccl error", "any net plugin", "ncclinternal", "ncclsystem", "ncclunhandled",
+                     "ncclinvalid", "ncclremote", "nccl warn"),
+}
+
+
+SIGNATURES: Sequence[Signature] = (
+    # --- crashes and aborts ---------------------------------------------------------
+    _sig("segfault", r"Segmentation fault|\bSIGSEGV\b|exited on signal 11\b",
+         "a process crashed with a segmentation fault"),
+    _sig("crash-signal",
+         r"\*\*\* Process received signal \*\*\*|Signal: (?!Segmentation)[A-Z][a-z]+.*\(\d+\)|"
+         r"exited on signal (?!11\b)\d+|\bAborted \(core dumped\)|\bBus error\b|\bIllegal instruction\b|"
+         r"Floating point exception",
+         "a process was killed by a signal"),
+    _sig("mpi-abort", r"MPI_ABORT was invoked|\bMPI_Abort\(|\*\*\* MPI_ERRORS_ARE_FATAL",
+         "an MPI process aborted the job"),
+    _sig("mpi-init-failed",
+         r"An error occurred in MPI_Init|It looks like MPI_INIT failed|MPI runtime init failed|"
+         r"It looks like opal_init failed|It looks like orte_init failed|"
+         r"Local abort before MPI_INIT completed",
+         "MPI_Init failed"),
+    _sig("pml-unavailable", r"No components were able to be opened in the pml framework",
+         "Open MPI could not open any PML component (e.g. pml ucx without a usable transport)"),
+    _sig("launcher-abort",
+         r"(?:prterun|mpirun|mpiexec|prte) (?:has exited due to process rank|noticed that process rank)|"
+         r"Primary job\s+terminated normally, but \d+ process(?:es)? returned",
+         "the MPI launcher reports a failed process"),
+    _sig("slurm-task-failure",
+         r"srun: error: .*task[s]? [\d,\-\[\]]+: (?:Segmentation fault|Aborted|Killed|Bus error|Exited with exit code [1-9]|Terminated)|"
+         r"\bDUE TO TASK FAILURE\b|srun: error: .*Exited with exit code [1-9]",
+         "Slurm reports failed tasks"),
+    _sig("launcher-lost-daemon",
+         r"ORTE was unable to reliably start one or more daemons|PRTE has lost communication with a remote daemon|"
+         r"ORTE has lost communication with a remote daemon|An ORTE daemon has unexpectedly failed",
+         "the MPI launcher lost (or could not start) its daemons"),
+    _sig("slurm-step-failed", r"srun: error: Unable to (?:create step|allocate resources|launch)",
+         "Slurm could not start the job step"),
+    _sig("ompi-component-missing",
+         r"A requested component was not found, or was unable to be opened",
+         "Open MPI could not open a component it was asked for (missing plugin or library)"),
+    _sig("timeout", r"DUE TO TIME LIMIT|\bJob step timed out\b|srun: Job step aborted: Waiting up to",
+         "the job step was cancelled at its time limit (hang or too slow)"),
+    _sig("out-of-memory", r"oom-kill|Out Of Memory|OOM Killer|\boom_kill_process\b|Detected \d+ oom[-_ ]kill",
+         "a process was killed for running out of memory"),
+    _sig("not-enough-slots", r"There are not enough slots available in the system",
+         "the launcher had not enough slots for the requested ranks"),
+    # --- PMIx / PMI / Slurm MPI plugin ----------------------------------------------
+    _sig("pmix-error",
+         r"PMIX ERROR|PMIx_Init failed|PMIX_Init failed|OPAL ERROR: Unreachable in file .*(?:pmix|ext\dx_client)|"
+         r"OPAL ERROR: .*pmix|mpi/pmix(?:_v\d+)?: .*(?:ERROR|error)|pmi/pmix: can not load PMIx library|"
+         r"PMI2?_Init failed|PMI_Init returned|pmix_init failed|PMIX_ERR_\w+",
+         "PMIx/PMI error: the MPI library and the launcher's process manager do not talk"),
+    _sig("pmix-singletons",
+         r"No PMIx server was reachable|singletons will be started",
+         "the ranks found no PMIx server and started as independent singletons (wrong --mpi= plugin)"),
+    _sig("srun-pmix-plugin-missing",
+         r"Couldn't find the specified plugin name for mpi/pmix|cannot find mpi plugin for mpi/pmix|"
+         r"cannot create mpi context for mpi/pmix|--mpi=pmix\S*\"? -- long invalid MPI type|"
+         r"invalid MPI type.*pmix",
+         "Slurm has no PMIx plugin (srun --mpi=pmix cannot work; see `srun --mpi=list`)"),
+    _sig("direct-launch-without-pmi",
+         r"appears to have been direct launched using \"?srun|was not built with SLURM'?s PMI support",
+         "MPI application direct-launched by srun, but its MPI has no Slurm PMI/PMIx support"),
+    # --- CUDA / GPU in containers ---------------------------------------------------
+    _sig("cuda-driver-too-old",
+         r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver|"
+         r"CUDA_ERROR_INSUFFICIENT_DRIVER|forward compatibility was attempted on non supported HW|"
+         r"system has unsupported display driver / cuda driver combination",
+         "the host GPU driver is older than the CUDA runtime in the image"),
+    _sig("nv-libraries-missing",
+         r"^(?:\s*(?:WARNING|WARN):?\s+)?Could not find any nv (?:libraries|files|binaries) on this host|"
+         r"libcuda\.so(?:\.1)?: cannot open shared object file|libnvidia-ml\.so(?:\.1)?: cannot open shared object file|"
+         r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|"
+         r"Found no NVIDIA driver on your system|no CUDA-capable device is detected|"
+         r"CUDA driver initialization failed|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE",
+         "the GPU driver libraries are not visible in the container (missing `--nv`?)"),
+    _sig("cuda-failure", r"(?:Test )?CUDA failure\b|\bCuda failure\b|\bcudaError[A-Z]\w+|CUDA error:",
+         "a CUDA call failed"),
+    # --- warnings: the run went on, but something in the environment is off -------
+    _sig("loader-warning",
+         r"no version information available \(required by|libibverbs: Warning: couldn't load driver|"
+         r"ERROR: ld\.so: object .* cannot be preloaded",
+         "the dynamic loader warns about a library mismatch (host libraries injected into the container, or "
+         "libraries built for another system): the run went on, but the environment is not clean",
+         severity="warning", verdict="suboptimal"),
+    _sig("nccl-duplicate-gpu", r"Duplicate GPU detected",
+         "two ranks of one NCCL communicator are on the same GPU: every rank sees the same device (more ranks "
+         "than GPUs, or the launcher's GPU binding: srun --gpus-per-task / CUDA_VISIBLE_DEVICES)"),
+    _sig("nccl-failure",
+         r"Test NCCL failure|NCCL error[: ]|Failed to initialize any NET plugin|\bnccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error\b|"
+         r"NCCL WARN .*(?:unhandled (?:system|cuda) error|internal error|system error|remote process exited|"
+         r"Connection closed|Call to \w+ failed|Cuda failure)",
+         "an NCCL call failed"),
+)
+
+
+def scan(lines: Sequence[str], signatures: Sequence[Signature] = SIGNATURES) -> List[Finding]:
+    """One finding per signature code found in ``lines``, in order of first appearance."""
+    hits: Dict[str, List[str]] = {}
+    counts: Dict[str, int] = {}
+    order: List[str] = []
+    sig_by_code = {s.code: s for s in signatures}
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        low = stripped.lower()
+        for sig in signatures:
+            if sig.keys and not any(k in low for k in sig.keys):
+                continue
+            if sig.pattern.search(stripped):
+                if sig.code not in counts:
+                    order.append(sig.code)
+                    counts[sig.code] = 0
+                    hits[sig.code] = []
+                counts[sig.code] += 1
+                if len(hits[sig.code]) < MAX_EVIDENCE:
+                    hits[sig.code].append(stripped)
+    findings = []
+    for code in order:
+        sig = sig_by_code[code]
+        n = counts[code]
+        msg = sig.message + (f" ({n} matching lines)" if n > 1 else "")
+        findings.append(Finding(sig.severity, code, msg, hits[code], sig.verdict))
+    return findings
+
+
+def failure_codes(findings: Sequence[Finding]) -> List[str]:
+    return [f.code for f in findings if f.implied_verdict == "failed"]

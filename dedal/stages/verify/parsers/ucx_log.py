@@ -1,0 +1,242 @@
+"""UCX logs (``UCX_LOG_LEVEL=info``, ``UCX_PROTO_INFO=y``): which transports UCX selected.
+
+A UCX log line is ``[time] [host:pid:thread] file.c:NNN UCX LEVEL message``. UCX 1.14+
+prints one selection line per endpoint configuration and, with ``UCX_PROTO_INFO=y``, a
+table of protocols per message-size range::
+
+    UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory cma/memory)
+    | ucp_context_0 intra-node cfg#1 | tagged message by ucp_tag_send* from host memory |
+    |        0..92 | eager short                               | sysv/memory |
+    |    5423..inf | (?) rendezvous zero-copy read from remote | cma/memory  |
+
+Older UCX prints ``ep_cfg[1]: tag(posix/memory knem/memory); rma(...)`` instead. Rows of
+several processes interleave; they are attributed by the ``[host:pid:...]`` prefix.
+
+Rules: within a node UCX must use shared memory (sysv, posix, cma, knem, xpmem, or
+cuda_ipc between GPUs); between nodes an RDMA transport (rc, dc, ud, ...). TCP in a
+selection is a TCP fallback (``bad``). ``WARN network device 'mlx5_0:1' is not
+available`` and ``transports 'rc' are not available`` mean the requested fabric is
+missing on that node, so UCX falls back to TCP (``bad``). Other WARN and ERROR lines
+are reported (``suboptimal``); DIAG lines are harmless and only counted.
+"""
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Tuple
+
+from dedal.stages.verify import findings as F
+from dedal.stages.verify.findings import Finding
+
+UCX_LINE = re.compile(r"\bUCX\s+(?P<level>INFO|WARN|WARNING|ERROR|DIAG|DEBUG|TRACE|FATAL|PRINT)\s+(?P<msg>.*)$")
+PREFIX = re.compile(r"\[(?P<host>[^\]:\s]+):(?P<pid>\d+)\s*(?::[^\]]*)?\]")  # [vm:860  :0]: UCX pads the pid
+VERSION = re.compile(r"^Version (?P<v>\d+\.\d+\.\d+\S*)")
+ENV = re.compile(r"^UCX_\* env variables?:\s*(?P<vars>.*)$")
+SELECTION = re.compile(r"^(?P<ctx>\S+)\s+(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)\s+(?P<lanes>\w+\(.*)$")
+OLD_SELECTION = re.compile(r"^ep_cfg\[(?P<cfg>\d+)\]:\s*(?P<lanes>\w+\(.*)$")
+LANE = re.compile(r"(?P<op>[\w]+)\((?P<tls>[^)]*)\)")
+TL = re.compile(r"(?P<tl>[a-z][a-z0-9_]*)/(?P<dev>[\w:.\-]+)")
+TABLE_HEAD = re.compile(r"\|\s*(?P<ctx>\S+)\s+(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)\s*\|\s*(?P<op>[^|]*?)\s*\|")
+TABLE_ROW = re.compile(r"\|\s*(?P<range>[\w.]+\.\.[\w.]+)\s*\|\s*(?P<proto>[^|]*?)\s*\|\s*(?P<tl>[^|]*?)\s*\|")
+DEVICE_UNAVAILABLE = re.compile(r"network device '(?P<dev>[^']+)' is not available(?:, please use one or more of: (?P<alt>.*))?")
+TL_UNAVAILABLE = re.compile(r"transports? (?P<tls>'[^']+'(?:\s*,\s*'[^']+')*) (?:is|are) not available"
+                            r"(?:, please use one or more of: (?P<alt>.*))?")
+
+# ranks in separate user namespaces (ch-run, some Apptainer set-ups) cannot open each other's
+# /proc/<pid>/fd: UCX's posix transport fails for that peer and sysv/cma are used instead
+POSIX_PROC_DENIED = re.compile(r"open\(/proc/\d+/fd/\d+\) failed: Permission denied")
+
+SHM_TLS = {"sysv", "posix", "xpmem", "knem", "cma", "mm", "self", "cuda_ipc", "rocm_ipc", "ze_ipc", "cuda_copy",
+           "rocm_copy", "ze_copy", "gdr_copy"}
+TCP_TLS = {"tcp", "sockcm"}
+
+
+def transport_family(tl: str) -> str:
+    """``sysv`` -> ``shm``; ``rc_mlx5`` -> ``rdma``; ``tcp`` -> ``tcp``."""
+    if tl in TCP_TLS:
+        return "tcp"
+    if tl in SHM_TLS:
+        return "shm"
+    return "rdma"
+
+
+def has_ucx_lines(lines: List[str]) -> bool:
+    return any(UCX_LINE.search(line) for line in lines)
+
+
+def _tls(text: str) -> List[str]:
+    return [f"{m.group('tl')}/{m.group('dev')}" for m in TL.finditer(text)]
+
+
+def parse(lines: List[str]) -> Dict[str, Any]:
+    findings: List[Finding] = []
+    version: Optional[str] = None
+    env: Dict[str, str] = {}
+    selections: "OrderedDict[Tuple[str, str, int, str], Dict[str, Any]]" = OrderedDict()
+    protocols: "OrderedDict[Tuple, Dict[str, Any]]" = OrderedDict()
+    current: Dict[str, Tuple[str, str, int, str]] = {}  # pid -> table context
+    warn_lines: List[str] = []
+    error_lines: List[str] = []
+    proc_denied: List[str] = []
+    unavailable_dev: List[str] = []
+    unavailable_tl: List[str] = []
+    diag = 0
+    ucx_lines = 0
+
+    for raw in lines:
+        line = raw.strip()
+        pm = PREFIX.search(line)
+        pid = pm.group("pid") if pm else ""
+        if "|" in line and "cfg#" in line:
+            m = TABLE_HEAD.search(line)
+            if m:
+                current[pid] = (m.group("ctx"), m.group("scope"), int(m.group("cfg")), m.group("op"))
+                ucx_lines += 1
+                continue
+        if line.count("|") >= 4 and ".." in line:
+            m = TABLE_ROW.search(line)
+            if m and pid in current:
+                ctx, scope, cfg, op = current[pid]
+                key = (ctx, scope, cfg, op, m.group("range"), m.group("proto"), m.group("tl"))
+                if key not in protocols:
+                    protocols[key] = {"context": ctx, "scope": scope, "cfg": cfg, "operation": op,
+                                      "range": m.group("range"), "protocol": m.group("proto"),
+                                      "transports": _tls(m.group("tl")), "line": line}
+                ucx_lines += 1
+                continue
+        m = UCX_LINE.search(line)
+        if not m:
+            continue
+        ucx_lines += 1
+        level, msg = m.group("level"), m.group("msg").strip()
+        if level == "DIAG":
+            diag += 1
+            continue
+        if level in ("WARN", "WARNING"):
+            if DEVICE_UNAVAILABLE.search(msg):
+                unavailable_dev.append(line)
+            elif TL_UNAVAILABLE.search(msg):
+                unavailable_tl.append(line)
+            else:
+                warn_lines.append(line)
+            continue
+        if level in ("ERROR", "FATAL"):
+            if POSIX_PROC_DENIED.search(msg):
+                proc_denied.append(line)
+            else:
+                error_lines.append(line)
+            continue
+        mv = VERSION.match(msg)
+        if mv:
+            version = version or mv.group("v")
+            continue
+        me = ENV.match(msg)
+        if me:
+            for kv in me.group("vars").split():
+                if "=" in kv:
+                    k, v = kv.split("=", 1)
+                    env[k] = v
+            continue
+        ms = SELECTION.match(msg) or OLD_SELECTION.match(msg)
+        if ms:
+            gd = ms.groupdict()
+            ctx = gd.get("ctx") or "ep"
+            scope = gd.get("scope") or ""
+            lanes_text = ms.group("lanes").rstrip("; ")
+            key = (ctx, scope, int(ms.group("cfg")), lanes_text)
+            if key not in selections:
+                lanes: Dict[str, List[str]] = {}
+                for lm in LANE.finditer(lanes_text):
+                    lanes.setdefault(lm.group("op"), []).extend(_tls(lm.group("tls")))
+                tls = sorted({t for v in lanes.values() for t in v})
+                selections[key] = {"context": ctx, "scope": scope or _infer_scope(tls), "cfg": int(ms.group("cfg")),
+                                   "lanes": lanes, "transports": tls, "count": 0, "line": line}
+            selections[key]["count"] += 1
+
+    # ---- transports per scope ------------------------------------------------------
+    by_scope: Dict[str, List[str]] = {}
+    evidence: Dict[str, List[str]] = {}
+    for sel in selections.values():
+        for t in sel["transports"]:
+            lst = by_scope.setdefault(sel["scope"], [])
+            if t not in lst:
+                lst.append(t)
+        evidence.setdefault(sel["scope"], []).append(sel["line"])
+    for p in protocols.values():
+        for t in p["transports"]:
+            lst = by_scope.setdefault(p["scope"], [])
+            if t not in lst:
+                lst.append(t)
+
+    def tcp_in(scope: str) -> List[str]:
+        return [t for t in by_scope.get(scope, []) if transport_family(t.split("/")[0]) == "tcp"]
+
+    scopes_with_peers = [s for s in by_scope if s != "self"]
+    for scope, code, what in (("intra-node", "ucx-tcp-intra-node", "within a node (shared memory expected)"),
+                              ("inter-node", "ucx-tcp-inter-node", "between nodes (an RDMA transport expected)")):
+        tcp = tcp_in(scope)
+        if tcp:
+            ev = [s["line"] for s in selections.values() if s["scope"] == scope and any(t in tcp for t in s["transports"])][:2]
+            ev += [p["line"] for p in protocols.values() if p["scope"] == scope and any(t in tcp for t in p["transports"])][:2]
+            forced = f" (UCX_TLS={env['UCX_TLS']})" if "UCX_TLS" in env else ""
+            findings.append(F.error(code, f"UCX uses TCP {what}: {', '.join(tcp)}{forced}", ev))
+    if not scopes_with_peers and tcp_in("self"):
+        ev = [s["line"] for s in selections.values() if s["scope"] == "self"][:2]
+        findings.append(F.warning("ucx-tcp-self", f"UCX selected TCP ({', '.join(tcp_in('self'))}) even for "
+                                  "loopback; shared memory transports are excluded", ev))
+    for scope in [s for s in by_scope if s not in ("self", "intra-node", "inter-node")]:
+        tcp = tcp_in(scope)
+        if tcp:
+            findings.append(F.error("ucx-tcp-transport", f"UCX uses TCP ({', '.join(tcp)})", evidence.get(scope, [])[:2]))
+
+    if unavailable_dev:
+        m = DEVICE_UNAVAILABLE.search(unavailable_dev[0])
+        dev = m.group("dev") if m else "?"
+        alt = (m.group("alt") or "").strip() if m else ""
+        hosts = sorted({h.group("host") for h in (PREFIX.search(x) for x in unavailable_dev) if h})
+        findings.append(F.error(
+            "ucx-device-unavailable",
+            f"UCX: requested network device '{dev}' is not available on {', '.join(hosts) or 'a node'} "
+            f"({len(unavailable_dev)} line(s)); UCX can only use {alt or 'other devices'}: a TCP fallback",
+            unavailable_dev[:3]))
+    if unavailable_tl:
+        m = TL_UNAVAILABLE.search(unavailable_tl[0])
+        findings.append(F.error(
+            "ucx-transport-unavailable",
+            f"UCX: transports {m.group('tls') if m else '?'} are not available ({len(unavailable_tl)} line(s)); "
+            f"left: {(m.group('alt') or '?').strip() if m else '?'}", unavailable_tl[:3]))
+    if warn_lines:
+        findings.append(F.warning("ucx-warn", f"UCX printed {len(warn_lines)} WARN line(s)", warn_lines[:5]))
+    if proc_denied:
+        findings.append(F.info("ucx-posix-proc-denied", f"UCX could not open a peer's /proc/<pid>/fd ({len(proc_denied)} "
+                               "line(s)): the ranks run in separate user namespaces, so the posix shared-memory "
+                               "transport is unusable between them and UCX uses sysv/cma (harmless)", proc_denied[:2]))
+    if error_lines:
+        findings.append(F.warning("ucx-error", f"UCX printed {len(error_lines)} ERROR line(s) (the run may still "
+                                  "have succeeded over other transports)", error_lines[:5]))
+
+    recognized = ucx_lines > 0
+    has_data = bool(selections or protocols)
+    return {
+        "ucx_version": version,
+        "ucx_env": env,
+        "selections": [{k: v for k, v in s.items()} for s in selections.values()],
+        "protocols": [{k: v for k, v in p.items() if k != "line"} for p in protocols.values()],
+        "transports_by_scope": by_scope,
+        "ucx_warnings": len(warn_lines) + len(unavailable_dev) + len(unavailable_tl),
+        "ucx_errors": len(error_lines),
+        "ucx_diag": diag,
+        "_findings": findings,
+        "_base_verdict": "good" if has_data else "unknown",
+        "_recognized": recognized,
+        "_has_data": has_data,
+    }
+
+
+def _infer_scope(tls: List[str]) -> str:
+    fams = {transport_family(t.split("/")[0]) for t in tls}
+    if fams and fams <= {"shm"}:
+        return "intra-node"
+    if "rdma" in fams:
+        return "inter-node"
+    return "unknown"
