@@ -120,10 +120,17 @@ import bisect
 import heapq
 import math
 import random
-from dataclasses import dataclass, field, replace
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from dataclasses import dataclass, replace
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
+from dedal.schedule.workload import (Job, Schedule, Simulation, TimeLimits, Workload, job_seconds, job_topo, keyed_topo,
+                                     package_cores, top_cores)
+from dedal.schedule.nodes import Nodes, Profile
+
+__all__ = ["CoreModel", "DEFAULT_MODEL", "Job", "Schedule", "TimeLimits", "Workload", "allot", "anneal", "dag_bound",
+           "group", "improve", "job_topo", "lower_bound", "make_schedule", "order_hints", "package_cores", "refine",
+           "schedule_plan", "simulate", "simulate_backfill", "tighten", "wants_order_hints"]
 
 MERGE_MODES = ("safe", "backlog", "none")
 MOLD_VARIANTS = (("safe", False), ("none", False), ("none", True))
@@ -140,201 +147,6 @@ TIGHTEN_CHAINS, TIGHTEN_WORK, TIGHTEN_MIN, TIGHTEN_MAX = 3, 16_000_000, 20, 2000
 TIGHTEN_NOISE_S = (30.0, 100.0, 300.0)
 TIGHTEN_MERGE, TIGHTEN_CORES = 0.5, 0.25
 BF_INTERVAL_S = 30.0  # Slurm's default bf_interval (simulate_backfill)
-
-
-@dataclass
-class Workload:
-    """The packages to build, their durations and who needs whom (pure data)."""
-
-    order: List[str]                      # dependencies first
-    duration: Dict[str, float]            # seconds at ref_cores
-    requires: Dict[str, FrozenSet[str]]   # package -> packages of this workload it needs built first
-    names: Dict[str, str] = field(default_factory=dict)
-    title: str = ""
-
-    @classmethod
-    def from_plan(cls, plan, hashes: Optional[Iterable[str]] = None) -> "Workload":
-        """The packages ``hashes`` (default: ``plan.to_build``) of a Plan; their requirements
-        are their build requirements among those packages."""
-        wanted = set(plan.to_build if hashes is None else hashes)
-        order = [h for h in plan.to_build if h in wanted] + sorted(wanted - set(plan.to_build))
-        return cls(
-            order=order,
-            duration={h: float(plan.nodes[h].estimate_s) for h in order},
-            requires={h: frozenset(r for r in plan.build_requirements.get(h, []) if r in wanted and r != h)
-                      for h in order},
-            names={h: plan.nodes[h].name for h in order},
-            title=plan.env_name,
-        )
-
-    def name(self, h: str) -> str:
-        return self.names.get(h, h[:7])
-
-    def dependents(self) -> Dict[str, Set[str]]:
-        out: Dict[str, Set[str]] = {h: set() for h in self.order}
-        for h in self.order:
-            for r in self.requires[h]:
-                out[r].add(h)
-        return out
-
-    def topo(self) -> List[str]:
-        """``order`` checked (every requirement before its dependent), else a fresh one."""
-        pos = {h: i for i, h in enumerate(self.order)}
-        if all(pos[r] < pos[h] for h in self.order for r in self.requires[h]):
-            return list(self.order)
-        indeg = {h: len(self.requires[h]) for h in self.order}
-        deps = self.dependents()
-        queue = [h for h in self.order if indeg[h] == 0]
-        out: List[str] = []
-        while queue:
-            h = queue.pop(0)
-            out.append(h)
-            for d in sorted(deps[h], key=pos.__getitem__):
-                indeg[d] -= 1
-                if indeg[d] == 0:
-                    queue.append(d)
-        if len(out) != len(self.order):
-            raise ValueError("dependency cycle among the packages to build")
-        return out
-
-
-@dataclass
-class Job:
-    """One build job: ``hashes`` built in this order on one node with ``cores`` CPUs,
-    after every job in ``after`` completed. ``priority``: estimated seconds from this
-    job's start to the end of the build along its longest chain of dependent jobs
-    (larger first)."""
-
-    id: str
-    hashes: List[str]
-    after: List[str] = field(default_factory=list)
-    est_s: float = 0.0
-    priority: float = 0.0
-    cores: int = 1
-    names: List[str] = field(default_factory=list)
-    # order hints (:func:`tighten`): job id -> seconds after submission. This job waits
-    # for that one to end (Slurm ``afterany``: whatever its outcome) until then, and no
-    # longer: a hint made from estimates must not hold cores idle once they proved wrong
-    order: Dict[str, float] = field(default_factory=dict)
-
-    def waits_for(self) -> List[str]:
-        """Every job this one is submitted after: its ``after`` and its order hints."""
-        return list(self.after) + [a for a in self.order if a not in self.after]
-
-    @property
-    def label(self) -> str:
-        """The job's main package (longest estimate is not known here: the last one) plus a count."""
-        main = self.names[-1] if self.names else self.hashes[-1][:7]
-        return main + (f"+{len(self.hashes) - 1}" if len(self.hashes) > 1 else "")
-
-    def to_json(self) -> dict:
-        data = {"id": self.id, "hashes": list(self.hashes), "after": list(self.after), "est_s": round(self.est_s, 3),
-                "priority": round(self.priority, 3), "cores": self.cores, "names": list(self.names)}
-        if self.order:
-            data["order"] = {a: round(t, 3) for a, t in self.order.items()}
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> "Job":
-        return cls(id=str(data["id"]), hashes=list(data["hashes"]), after=[str(a) for a in data.get("after", [])],
-                   est_s=float(data.get("est_s", 0.0)), priority=float(data.get("priority", 0.0)),
-                   cores=int(data.get("cores", 1)), names=list(data.get("names", [])),
-                   order={str(a): float(t) for a, t in dict(data.get("order") or {}).items()})
-
-
-@dataclass
-class Simulation:
-    makespan_s: float
-    starts: Dict[str, Tuple[float, float, int]]   # job id -> (start, end, node index)
-    busy_core_s: float                            # core-seconds the jobs held (overhead included)
-
-
-@dataclass(frozen=True)
-class TimeLimits:
-    """The time limits the jobs are submitted with (``slurm.time_factor``,
-    ``slurm.time``): a job's estimate times ``factor`` in whole minutes (rounded up), at
-    most ``cap_min`` (None: no cap); with ``factor`` 0, ``cap_min`` for every job. Slurm's
-    backfill plans with them (:func:`simulate_backfill`)."""
-
-    factor: float = 2.0
-    cap_min: Optional[int] = 240
-
-    def minutes(self, est_s: float) -> Optional[int]:
-        """The job's limit in minutes; None: no limit."""
-        if self.factor <= 0:
-            return self.cap_min
-        minutes = max(1, math.ceil(self.factor * est_s / 60.0))
-        return minutes if self.cap_min is None else min(minutes, self.cap_min)
-
-    def seconds(self, jobs: Sequence["Job"]) -> Dict[str, float]:
-        out = {}
-        for j in jobs:
-            m = self.minutes(j.est_s)
-            out[j.id] = math.inf if m is None else 60.0 * m
-        return out
-
-
-@dataclass
-class Schedule:
-    jobs: List[Job]
-    nodes: int
-    cores: int
-    overhead_s: float
-    makespan_s: float
-    lower_bound_s: float
-    critical_path_s: float
-    work_core_s: float
-    utilization: float
-    strategy: str = "dedal"
-    model: CoreModel = DEFAULT_MODEL
-    dag_bound_s: float = 0.0
-    starts: Dict[str, Tuple[float, float, int]] = field(default_factory=dict)
-
-    @property
-    def ratio(self) -> float:
-        return self.makespan_s / self.lower_bound_s if self.lower_bound_s > 0 else 1.0
-
-    def to_json(self, with_jobs: bool = True) -> dict:
-        data = {
-            "makespan_s": round(self.makespan_s, 3),
-            "lower_bound_s": round(self.lower_bound_s, 3),
-            "ratio": round(self.ratio, 4),
-            "jobs": len(self.jobs),
-            "packages": sum(len(j.hashes) for j in self.jobs),
-            "utilization": round(self.utilization, 4),
-            "nodes": self.nodes,
-            "cores": self.cores,
-            "overhead_s": self.overhead_s,
-            "critical_path_s": round(self.critical_path_s, 3),
-            "dag_bound_s": round(self.dag_bound_s, 3),
-            "work_core_s": round(self.work_core_s, 3),
-            "strategy": self.strategy,
-            "model": self.model.to_json(),
-        }
-        if with_jobs:
-            data["schedule"] = [dict(j.to_json(), start_s=round(self.starts[j.id][0], 3),
-                                     end_s=round(self.starts[j.id][1], 3), node=self.starts[j.id][2])
-                                if j.id in self.starts else j.to_json() for j in self.jobs]
-        return data
-
-
-# -- the model's per-package numbers ---------------------------------------------------
-
-def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0) -> Dict[str, int]:
-    if cpus_per_job:
-        c = max(1, min(cpus_per_job, cores))
-        return {h: c for h in wl.order}
-    return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
-
-
-def job_seconds(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel, overhead_s: float) -> float:
-    """A job's estimate: its overhead, then its packages one after the other on ``cores``."""
-    return overhead_s + sum(model.seconds(wl.duration[h], cores) for h in hashes)
-
-
-def _top_cores(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel) -> int:
-    """The most cores a job of these packages can use (never more than a node has)."""
-    return max(1, min(cores, max(model.parallelism(wl.duration[h]) for h in hashes)))
 
 
 def _chains(wl: Workload, seconds: Mapping[str, float],
@@ -462,65 +274,6 @@ def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float) -> D
     return level
 
 
-class _Nodes:
-    """Free cores per node, what runs where (estimated end, cores), best-fit placement and
-    one backfill reservation, as Slurm's backfill scheduler does for its top job."""
-
-    def __init__(self, nodes: int, cores: int) -> None:
-        self.free = [cores] * max(1, nodes)
-        self.running: List[Dict[object, Tuple[float, int]]] = [dict() for _ in self.free]
-        self.reservation: Optional[Tuple[int, float, int]] = None  # node, time, spare cores then
-        self.reserved_for: object = None
-
-    def place(self, who: object, need: int, end: float, node: int) -> None:
-        self.free[node] -= need
-        self.running[node][who] = (end, need)
-
-    def update(self, who: object, node: int, end: float, need: int) -> None:
-        self.free[node] -= need - self.running[node][who][1]
-        self.running[node][who] = (end, need)
-
-    def release(self, who: object, node: int) -> None:
-        _, need = self.running[node].pop(who)
-        self.free[node] += need
-
-    def fit(self, need: int, now: float, seconds: float) -> Optional[int]:
-        """The node for a job of ``need`` cores and ``seconds`` starting now, or None; a job
-        goes onto the reserved node only if it does not delay the reservation."""
-        best = None
-        res = self.reservation
-        for i, f in enumerate(self.free):
-            if f < need:
-                continue
-            if res is not None and i == res[0] and now + seconds > res[1] and need > res[2]:
-                continue
-            if best is None or f < self.free[best]:
-                best = i
-        if best is not None and res is not None and best == res[0] and now + seconds > res[1]:
-            self.reservation = (res[0], res[1], res[2] - need)
-        return best
-
-    def reset(self) -> None:
-        self.reservation = None
-        self.reserved_for = None
-
-    def reserve(self, need: int, now: float, who: object = None) -> None:
-        """Reserve the node where ``need`` cores free up first (only if none is reserved)."""
-        if self.reservation is not None:
-            return
-        best: Optional[Tuple[float, int, int]] = None
-        for i, f in enumerate(self.free):
-            when, free = now, f
-            for end, c in sorted(self.running[i].values()):
-                if free >= need:
-                    break
-                when, free = max(now, end), free + c
-            if free >= need and (best is None or when < best[0]):
-                best = (when, i, free - need)
-        if best is not None:
-            self.reservation = (best[1], best[0], best[2])
-            self.reserved_for = who
-
 # -- grouping ----------------------------------------------------------------------------
 
 @dataclass
@@ -553,7 +306,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         prio = dict(priority)
     o = overhead_s
 
-    pool = _Nodes(nodes, cores)
+    pool = Nodes(nodes, cores)
     pending: Set[str] = set(order)
     nmiss = {h: len(wl.requires[h]) for h in order}
     avail: Set[str] = {h for h in order if nmiss[h] == 0}
@@ -768,38 +521,6 @@ def set_priorities(jobs: List[Job], bonus: Optional[Mapping[str, float]] = None)
         j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
 
 
-def _keyed_topo(ids: Sequence[str], waits: Mapping[str, Sequence[str]], key: Mapping[str, Any]) -> List[str]:
-    """Every job after those it waits for; among the ready ones, smallest ``key`` first."""
-    indeg = {k: len(waits[k]) for k in ids}
-    feeds: Dict[str, List[str]] = {k: [] for k in ids}
-    for k in ids:
-        for a in waits[k]:
-            if a not in feeds:
-                raise ValueError(f"job {k} waits for an unknown job {a}")
-            feeds[a].append(k)
-    heap = [(key[k], k) for k in ids if indeg[k] == 0]
-    heapq.heapify(heap)
-    out: List[str] = []
-    while heap:
-        _, k = heapq.heappop(heap)
-        out.append(k)
-        for d in feeds[k]:
-            indeg[d] -= 1
-            if indeg[d] == 0:
-                heapq.heappush(heap, (key[d], d))
-    if len(out) != len(ids):
-        raise ValueError("dependency cycle among the jobs")
-    return out
-
-
-def job_topo(jobs: Sequence[Job]) -> List[Job]:
-    """Jobs with every job before the jobs that depend on it; among the ready ones,
-    highest priority first (the submission order)."""
-    by_id = {j.id: j for j in jobs}
-    key = {j.id: (-j.priority, i) for i, j in enumerate(jobs)}
-    return [by_id[k] for k in _keyed_topo(list(by_id), {j.id: j.waits_for() for j in jobs}, key)]
-
-
 # -- simulation of a batch scheduler running the jobs -------------------------------------
 
 def _afterok(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], Dict[str, Job], Dict[str, List[str]],
@@ -828,7 +549,7 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
     eligible jobs start highest priority first on the best-fitting node with enough free
     cores, lower-priority ones fill in where the top one does not fit (backfill); each
     runs ``est_s`` seconds."""
-    pool = _Nodes(nodes, cores)
+    pool = Nodes(nodes, cores)
     index, by_id, dependents, nmiss = _afterok(jobs, cores)
     # job -> (dependent, hint) for its order hints; a hint (pred, job) counts once: at its end or expiry
     hinted: Dict[str, List[Tuple[str, Tuple[str, str]]]] = {j.id: [] for j in jobs}
@@ -949,7 +670,7 @@ def simulate_backfill(jobs: Sequence[Job], *, nodes: int, cores: int, limits: Ma
     def backfill(now: float) -> None:
         profiles = []
         for node_jobs in held:
-            p = _Profile(cores)
+            p = Profile(cores)
             for end, c in node_jobs.values():
                 p.add(now, max(end, now + 1.0), c)  # past its limit: about to be killed
             profiles.append(p)
@@ -1173,7 +894,7 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
     def top(hs: Sequence[str]) -> int:
         if cpus_per_job:  # fixed by the settings: every job keeps its cores
             return max(1, min(cpus_per_job, cores))
-        return _top_cores(wl, hs, cores, model)
+        return top_cores(wl, hs, cores, model)
 
     def shape(x: str) -> None:
         """Moves on job ``x`` itself: split it in two, a core more or less."""
@@ -1282,7 +1003,7 @@ def anneal(wl: Workload, jobs: Sequence[Job], *, nodes: int, cores: int, overhea
             new_bonus[x] = bonus.get(x, 0.0) + rng.choice((-1.0, 1.0)) * rng.expovariate(10.0 / span)
         elif kind < 0.72:
             c2 = c + rng.choice((-1, 1))
-            if not 1 <= c2 <= _top_cores(wl, hs, cores, model):
+            if not 1 <= c2 <= top_cores(wl, hs, cores, model):
                 continue
             new_parts = dict(parts)
             new_parts[x] = (hs, c2)
@@ -1309,8 +1030,8 @@ def anneal(wl: Workload, jobs: Sequence[Job], *, nodes: int, cores: int, overhea
             k = rng.randrange(1, len(hs))
             fresh += 1
             new_parts = dict(parts)
-            new_parts[x] = (hs[:k], min(c, _top_cores(wl, hs[:k], cores, model)))
-            new_parts[f"{x}.a{fresh}"] = (hs[k:], min(c, _top_cores(wl, hs[k:], cores, model)))
+            new_parts[x] = (hs[:k], min(c, top_cores(wl, hs[:k], cores, model)))
+            new_parts[f"{x}.a{fresh}"] = (hs[k:], min(c, top_cores(wl, hs[k:], cores, model)))
         cand = _build(wl, [(k, group_hs, cc) for k, (group_hs, cc) in new_parts.items()], new_bonus, model,
                       overhead_s)
         if cand is None:
@@ -1327,50 +1048,11 @@ def anneal(wl: Workload, jobs: Sequence[Job], *, nodes: int, cores: int, overhea
 
 # -- fixed start times: justification and order hints -------------------------------------
 
-class _Profile:
-    """Cores in use on one node over time, a step function: ``used[i]`` on
-    ``[times[i], times[i+1])``."""
-
-    def __init__(self, cores: int) -> None:
-        self.cores = cores
-        self.times: List[float] = [0.0]
-        self.used: List[int] = [0]
-
-    def fit(self, t0: float, seconds: float, need: int) -> float:
-        """The earliest time from ``t0`` on at which ``need`` cores stay free for ``seconds``."""
-        times, used, limit = self.times, self.used, self.cores - need
-        n = len(times)
-        i = bisect.bisect_right(times, t0) - 1
-        t = t0
-        while True:
-            end = t + seconds - 1e-9
-            while i < n and times[i] < end:
-                if used[i] > limit:
-                    break
-                i += 1
-            else:
-                return t
-            i += 1  # segment i is too full: try from its end
-            t = times[i] if i < n else times[-1]
-
-    def _cut(self, x: float) -> int:
-        i = bisect.bisect_right(self.times, x) - 1
-        if abs(self.times[i] - x) < 1e-9:
-            return i
-        self.times.insert(i + 1, x)
-        self.used.insert(i + 1, self.used[i])
-        return i + 1
-
-    def add(self, start: float, end: float, need: int) -> None:
-        for i in range(self._cut(start), self._cut(end)):
-            self.used[i] += need
-
-
 def _serial(jobs: Mapping[str, Job], order: Sequence[str], waits: Mapping[str, Sequence[str]],
             node_of: Mapping[str, int], nodes: int, cores: int) -> Dict[str, Tuple[float, float, int]]:
     """Serial schedule generation: each job in ``order`` (every job after those it
     ``waits`` for) at the earliest time its node has its cores free for its whole run."""
-    profiles = [_Profile(cores) for _ in range(max(1, nodes))]
+    profiles = [Profile(cores) for _ in range(max(1, nodes))]
     starts: Dict[str, Tuple[float, float, int]] = {}
     for jid in order:
         j = jobs[jid]
@@ -1474,11 +1156,11 @@ def tighten(wl: Workload, jobs: List[Job], sim: Simulation, *, nodes: int, cores
                 trial = merge_jobs(cur, a, j.id, wl, model, overhead_s, cores, pos)
         elif move < TIGHTEN_MERGE + TIGHTEN_CORES and not cpus_per_job:
             c = j.cores + rng.choice((-1, 1))
-            if 1 <= c <= _top_cores(wl, j.hashes, cores, model):
+            if 1 <= c <= top_cores(wl, j.hashes, cores, model):
                 est = job_seconds(wl, j.hashes, c, model, overhead_s)
                 trial = [replace(x, cores=c, est_s=est) if x is j else x for x in cur]
         t_by_id, t_waits, t_feeds = graph(trial) if trial else (by_id, waits, feeds)
-        order = _keyed_topo(sorted(t_by_id), t_waits, key)
+        order = keyed_topo(sorted(t_by_id), t_waits, key)
         t_starts = _serial(t_by_id, order, t_waits, node_of, nodes, cores)
         t_starts, t_span = _justify(t_by_id, t_starts, t_waits, t_feeds, nodes, cores)
         if t_span <= span + 1e-6:  # equal makespans too: a plateau is where the way down starts

@@ -1,0 +1,244 @@
+"""The scheduler's data, and the model's numbers for one package or one job.
+
+What every other module of the package works on: the packages to build
+(:class:`Workload`), the jobs (:class:`Job`), a simulated run (:class:`Simulation`),
+the jobs' time limits (:class:`TimeLimits`), the result (:class:`Schedule`); the
+cores and seconds of the machine model (see :mod:`dedal.schedule`) for a package or
+a job, and the jobs in an order that respects their dependencies. It imports nothing
+from the package, so that everything else can import it.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from dedal.model.cores import DEFAULT_MODEL, CoreModel
+
+
+@dataclass
+class Workload:
+    """The packages to build, their durations and who needs whom (pure data)."""
+
+    order: List[str]                      # dependencies first
+    duration: Dict[str, float]            # seconds at ref_cores
+    requires: Dict[str, FrozenSet[str]]   # package -> packages of this workload it needs built first
+    names: Dict[str, str] = field(default_factory=dict)
+    title: str = ""
+
+    @classmethod
+    def from_plan(cls, plan, hashes: Optional[Iterable[str]] = None) -> "Workload":
+        """The packages ``hashes`` (default: ``plan.to_build``) of a Plan; their requirements
+        are their build requirements among those packages."""
+        wanted = set(plan.to_build if hashes is None else hashes)
+        order = [h for h in plan.to_build if h in wanted] + sorted(wanted - set(plan.to_build))
+        return cls(
+            order=order,
+            duration={h: float(plan.nodes[h].estimate_s) for h in order},
+            requires={h: frozenset(r for r in plan.build_requirements.get(h, []) if r in wanted and r != h)
+                      for h in order},
+            names={h: plan.nodes[h].name for h in order},
+            title=plan.env_name,
+        )
+
+    def name(self, h: str) -> str:
+        return self.names.get(h, h[:7])
+
+    def dependents(self) -> Dict[str, Set[str]]:
+        out: Dict[str, Set[str]] = {h: set() for h in self.order}
+        for h in self.order:
+            for r in self.requires[h]:
+                out[r].add(h)
+        return out
+
+    def topo(self) -> List[str]:
+        """``order`` checked (every requirement before its dependent), else a fresh one."""
+        pos = {h: i for i, h in enumerate(self.order)}
+        if all(pos[r] < pos[h] for h in self.order for r in self.requires[h]):
+            return list(self.order)
+        indeg = {h: len(self.requires[h]) for h in self.order}
+        deps = self.dependents()
+        queue = [h for h in self.order if indeg[h] == 0]
+        out: List[str] = []
+        while queue:
+            h = queue.pop(0)
+            out.append(h)
+            for d in sorted(deps[h], key=pos.__getitem__):
+                indeg[d] -= 1
+                if indeg[d] == 0:
+                    queue.append(d)
+        if len(out) != len(self.order):
+            raise ValueError("dependency cycle among the packages to build")
+        return out
+
+
+@dataclass
+class Job:
+    """One build job: ``hashes`` built in this order on one node with ``cores`` CPUs,
+    after every job in ``after`` completed. ``priority``: estimated seconds from this
+    job's start to the end of the build along its longest chain of dependent jobs
+    (larger first)."""
+
+    id: str
+    hashes: List[str]
+    after: List[str] = field(default_factory=list)
+    est_s: float = 0.0
+    priority: float = 0.0
+    cores: int = 1
+    names: List[str] = field(default_factory=list)
+    # order hints (:func:`tighten`): job id -> seconds after submission. This job waits
+    # for that one to end (Slurm ``afterany``: whatever its outcome) until then, and no
+    # longer: a hint made from estimates must not hold cores idle once they proved wrong
+    order: Dict[str, float] = field(default_factory=dict)
+
+    def waits_for(self) -> List[str]:
+        """Every job this one is submitted after: its ``after`` and its order hints."""
+        return list(self.after) + [a for a in self.order if a not in self.after]
+
+    @property
+    def label(self) -> str:
+        """The job's main package (longest estimate is not known here: the last one) plus a count."""
+        main = self.names[-1] if self.names else self.hashes[-1][:7]
+        return main + (f"+{len(self.hashes) - 1}" if len(self.hashes) > 1 else "")
+
+    def to_json(self) -> dict:
+        data = {"id": self.id, "hashes": list(self.hashes), "after": list(self.after), "est_s": round(self.est_s, 3),
+                "priority": round(self.priority, 3), "cores": self.cores, "names": list(self.names)}
+        if self.order:
+            data["order"] = {a: round(t, 3) for a, t in self.order.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "Job":
+        return cls(id=str(data["id"]), hashes=list(data["hashes"]), after=[str(a) for a in data.get("after", [])],
+                   est_s=float(data.get("est_s", 0.0)), priority=float(data.get("priority", 0.0)),
+                   cores=int(data.get("cores", 1)), names=list(data.get("names", [])),
+                   order={str(a): float(t) for a, t in dict(data.get("order") or {}).items()})
+
+
+@dataclass
+class Simulation:
+    makespan_s: float
+    starts: Dict[str, Tuple[float, float, int]]   # job id -> (start, end, node index)
+    busy_core_s: float                            # core-seconds the jobs held (overhead included)
+
+
+@dataclass(frozen=True)
+class TimeLimits:
+    """The time limits the jobs are submitted with (``slurm.time_factor``,
+    ``slurm.time``): a job's estimate times ``factor`` in whole minutes (rounded up), at
+    most ``cap_min`` (None: no cap); with ``factor`` 0, ``cap_min`` for every job. Slurm's
+    backfill plans with them (:func:`simulate_backfill`)."""
+
+    factor: float = 2.0
+    cap_min: Optional[int] = 240
+
+    def minutes(self, est_s: float) -> Optional[int]:
+        """The job's limit in minutes; None: no limit."""
+        if self.factor <= 0:
+            return self.cap_min
+        minutes = max(1, math.ceil(self.factor * est_s / 60.0))
+        return minutes if self.cap_min is None else min(minutes, self.cap_min)
+
+    def seconds(self, jobs: Sequence["Job"]) -> Dict[str, float]:
+        out = {}
+        for j in jobs:
+            m = self.minutes(j.est_s)
+            out[j.id] = math.inf if m is None else 60.0 * m
+        return out
+
+
+@dataclass
+class Schedule:
+    jobs: List[Job]
+    nodes: int
+    cores: int
+    overhead_s: float
+    makespan_s: float
+    lower_bound_s: float
+    critical_path_s: float
+    work_core_s: float
+    utilization: float
+    strategy: str = "dedal"
+    model: CoreModel = DEFAULT_MODEL
+    dag_bound_s: float = 0.0
+    starts: Dict[str, Tuple[float, float, int]] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.lower_bound_s if self.lower_bound_s > 0 else 1.0
+
+    def to_json(self, with_jobs: bool = True) -> dict:
+        data = {
+            "makespan_s": round(self.makespan_s, 3),
+            "lower_bound_s": round(self.lower_bound_s, 3),
+            "ratio": round(self.ratio, 4),
+            "jobs": len(self.jobs),
+            "packages": sum(len(j.hashes) for j in self.jobs),
+            "utilization": round(self.utilization, 4),
+            "nodes": self.nodes,
+            "cores": self.cores,
+            "overhead_s": self.overhead_s,
+            "critical_path_s": round(self.critical_path_s, 3),
+            "dag_bound_s": round(self.dag_bound_s, 3),
+            "work_core_s": round(self.work_core_s, 3),
+            "strategy": self.strategy,
+            "model": self.model.to_json(),
+        }
+        if with_jobs:
+            data["schedule"] = [dict(j.to_json(), start_s=round(self.starts[j.id][0], 3),
+                                     end_s=round(self.starts[j.id][1], 3), node=self.starts[j.id][2])
+                                if j.id in self.starts else j.to_json() for j in self.jobs]
+        return data
+
+
+# -- the model's per-package numbers ---------------------------------------------------
+
+def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0) -> Dict[str, int]:
+    if cpus_per_job:
+        c = max(1, min(cpus_per_job, cores))
+        return {h: c for h in wl.order}
+    return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
+
+
+def job_seconds(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel, overhead_s: float) -> float:
+    """A job's estimate: its overhead, then its packages one after the other on ``cores``."""
+    return overhead_s + sum(model.seconds(wl.duration[h], cores) for h in hashes)
+
+
+def top_cores(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel) -> int:
+    """The most cores a job of these packages can use (never more than a node has)."""
+    return max(1, min(cores, max(model.parallelism(wl.duration[h]) for h in hashes)))
+
+
+def keyed_topo(ids: Sequence[str], waits: Mapping[str, Sequence[str]], key: Mapping[str, Any]) -> List[str]:
+    """Every job after those it waits for; among the ready ones, smallest ``key`` first."""
+    indeg = {k: len(waits[k]) for k in ids}
+    feeds: Dict[str, List[str]] = {k: [] for k in ids}
+    for k in ids:
+        for a in waits[k]:
+            if a not in feeds:
+                raise ValueError(f"job {k} waits for an unknown job {a}")
+            feeds[a].append(k)
+    heap = [(key[k], k) for k in ids if indeg[k] == 0]
+    heapq.heapify(heap)
+    out: List[str] = []
+    while heap:
+        _, k = heapq.heappop(heap)
+        out.append(k)
+        for d in feeds[k]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                heapq.heappush(heap, (key[d], d))
+    if len(out) != len(ids):
+        raise ValueError("dependency cycle among the jobs")
+    return out
+
+
+def job_topo(jobs: Sequence[Job]) -> List[Job]:
+    """Jobs with every job before the jobs that depend on it; among the ready ones,
+    highest priority first (the submission order)."""
+    by_id = {j.id: j for j in jobs}
+    key = {j.id: (-j.priority, i) for i, j in enumerate(jobs)}
+    return [by_id[k] for k in keyed_topo(list(by_id), {j.id: j.waits_for() for j in jobs}, key)]
