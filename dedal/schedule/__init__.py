@@ -29,18 +29,6 @@ The machine model
   (``after``: the jobs producing the layers its packages need, i.e. their
   ``build_requirements``) has completed: Slurm's ``afterok``.
 
-Lower bound (same model): no package can finish before its whole chain of build
-requirements, each on its best core count, and no schedule can do more than ``N*C``
-core-seconds per second; and nothing is built during the first job overhead. So
-``LB = overhead + max(critical path of W/min(C, p), sum of consumed core-seconds / (N*C))``
-(consumed = ``W`` when each package gets up to ``p`` cores). Every simulated schedule
-has ``makespan >= LB``.
-
-A tighter bound that also counts how narrow the DAG is at its start and end
-(:func:`dag_bound`) is reported next to it: the gap between the two is the DAG's, not
-the scheduler's. Neither counts the overheads of the jobs after the first, nor a DAG
-that narrows in its middle (a chain every later package waits for).
-
 Grouping (:func:`group`)
 ------------------------
 A list-scheduling simulation at package level, critical path first (priority = the
@@ -75,23 +63,6 @@ what the search added), so a job always outranks the jobs waiting for it and Slu
 ``spack ci`` baseline) is among the starting points, so the result is never worse in
 the model than that baseline.
 
-Two models of the batch scheduler
----------------------------------
-:func:`simulate` (the judge of every schedule here) starts the highest-priority
-eligible job that fits and backfills around the top job only, knowing every job's
-duration. Slurm does less: on each event its main scheduler starts jobs in priority
-order and stops at the first that does not fit; every ``bf_interval`` (30 s) its
-backfill scheduler plans every eligible job with its *time limit* and starts only what
-delays none of them. :func:`simulate_backfill` models that, with the jobs'
-:class:`TimeLimits`. They differ only where jobs wait for cores (full nodes); on one
-(cscs-prgenv-gnu, 1 x 8) real Slurm ran dedal's schedule 5.3 % longer than
-:func:`simulate` said and 1.4 % longer than :func:`simulate_backfill` (limits of
-estimate x 2; with one 4-hour limit for every job 8 % and -2.7 %:
-benchmarks/schedule/cluster.md). Judging the search by :func:`simulate_backfill` was
-tried: on that case real Slurm ran the schedule it chose 1.4 % longer than dedal's
-(2306 s vs 2275 s), though the model rated it shorter, so it serves to predict
-(results.md, ``on Slurm``), not to judge.
-
 Fixed start times and order hints (:func:`tighten`, setting ``slurm.order_hints``, on
 by default where every duration was measured)
 ------------------------------------------------------------------------------------
@@ -116,7 +87,6 @@ a measured duration (:func:`wants_order_hints`); the model's durations are guess
 """
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import random
@@ -127,6 +97,8 @@ from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import (Job, Schedule, Simulation, TimeLimits, Workload, job_seconds, job_topo, keyed_topo,
                                      package_cores, top_cores)
 from dedal.schedule.nodes import Nodes, Profile
+from dedal.schedule.bounds import allot, dag_bound, lower_bound
+from dedal.schedule.simulation import afterok, critical_links, simulate, simulate_backfill
 
 __all__ = ["CoreModel", "DEFAULT_MODEL", "Job", "Schedule", "TimeLimits", "Workload", "allot", "anneal", "dag_bound",
            "group", "improve", "job_topo", "lower_bound", "make_schedule", "order_hints", "package_cores", "refine",
@@ -146,124 +118,6 @@ REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
 TIGHTEN_CHAINS, TIGHTEN_WORK, TIGHTEN_MIN, TIGHTEN_MAX = 3, 16_000_000, 20, 2000
 TIGHTEN_NOISE_S = (30.0, 100.0, 300.0)
 TIGHTEN_MERGE, TIGHTEN_CORES = 0.5, 0.25
-BF_INTERVAL_S = 30.0  # Slurm's default bf_interval (simulate_backfill)
-
-
-def _chains(wl: Workload, seconds: Mapping[str, float],
-            order: Sequence[str]) -> Tuple[Dict[str, float], Dict[str, Optional[str]]]:
-    """Earliest finish of each package (its longest chain of requirements, ``seconds``
-    each, plus itself) and the requirement that chain comes through; ``order`` topological."""
-    finish: Dict[str, float] = {}
-    via: Dict[str, Optional[str]] = {}
-    for h in order:
-        prev = max(wl.requires[h], key=finish.__getitem__, default=None)
-        via[h] = prev
-        finish[h] = (finish[prev] if prev is not None else 0.0) + seconds[h]
-    return finish, via
-
-
-def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreModel = DEFAULT_MODEL,
-          double: bool = False) -> Dict[str, int]:
-    """Cores per package for builds bound by the cores: every package on one core, then
-    the packages of the critical path raised (largest time saved first; by one core, or
-    with ``double`` to twice as many) until
-    that path is no longer than ``target`` x work / ``capacity`` (CPA, Radulescu & van
-    Gemund 2001). Below ``p`` cores a build wastes nothing, and a one-core job never waits
-    for a node to drain: only the critical path gets the cores it needs."""
-    order = wl.topo()
-    top = package_cores(wl, cores, model)
-    cores_of = {h: 1 for h in order}
-    goal = target * sum(model.work(wl.duration[h]) for h in order) / max(1, capacity)
-
-    def step(c: int, most: int) -> int:
-        return min(most, 2 * c if double else c + 1)
-
-    while True:
-        finish, via = _chains(wl, {h: model.seconds(wl.duration[h], cores_of[h]) for h in order}, order)
-        cur: Optional[str] = max(order, key=finish.__getitem__, default=None)
-        if cur is None or finish[cur] <= goal:
-            return cores_of
-        best: Optional[Tuple[float, str]] = None
-        while cur is not None:
-            c = cores_of[cur]
-            if c < top[cur]:
-                gain = model.seconds(wl.duration[cur], c) - model.seconds(wl.duration[cur], step(c, top[cur]))
-                if gain > 1e-9 and (best is None or gain > best[0]):
-                    best = (gain, cur)
-            cur = via[cur]
-        if best is None:  # the critical path has every core it can use
-            return cores_of
-        cores_of[best[1]] = step(cores_of[best[1]], top[best[1]])
-
-
-def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-                cpus_per_job: int = 0) -> Tuple[float, float, float]:
-    """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
-    need = package_cores(wl, cores, model, cpus_per_job)
-    order = wl.topo()
-    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
-    consumed = sum(t[h] * need[h] for h in order)
-    finish, _ = _chains(wl, t, order)
-    cp = max(finish.values(), default=0.0)
-    if not wl.order:
-        return 0.0, 0.0, 0.0
-    return overhead_s + max(cp, consumed / (max(1, nodes) * max(1, cores))), cp, consumed
-
-
-def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-              cpus_per_job: int = 0, samples: int = 120) -> float:
-    """A tighter lower bound in the same model, which also counts that a DAG cannot be
-    wide at its start and end: for any set S of packages, no schedule ends before
-    ``min head(S) + consumed(S) / (N*C) + min tail(S)``, where head(h) is the earliest
-    ``h`` can start (overhead + longest chain of requirements) and tail(h) the longest
-    chain after it. Maximized over S = {h: head(h) >= a, tail(h) >= b}; always >=
-    :func:`lower_bound` (S = everything, or S = the critical path).
-
-    And the energetic bound of the same numbers: by time ``x`` no schedule has done more
-    than ``A(x) = min(N*C*x, sum_h min(W_h, need_h * (x - head(h))+))`` of the work, nor
-    more than ``B(y)`` (the same with tails) in its last ``y`` seconds, so wherever
-    ``W > A(x) + B(y)`` the makespan is at least ``x + y + (W - A(x) - B(y)) / (N*C)``:
-    this one also counts a start where too few packages are ready to fill a node."""
-    if not wl.order:
-        return 0.0
-    need = package_cores(wl, cores, model, cpus_per_job)
-    t = {h: model.seconds(wl.duration[h], need[h]) for h in wl.order}
-    order = wl.topo()
-    head: Dict[str, float] = {}
-    for h in order:
-        head[h] = max((head[r] + t[r] for r in wl.requires[h]), default=overhead_s)
-    deps = wl.dependents()
-    tail: Dict[str, float] = {}
-    for h in reversed(order):
-        tail[h] = max((tail[d] + t[d] for d in deps[h]), default=0.0)
-    cap = max(1, nodes) * max(1, cores)
-    best = max(head[h] + t[h] + tail[h] for h in order)
-    heads = sorted(set(head.values()))
-    if len(heads) > samples:
-        heads = [heads[int(i * (len(heads) - 1) / (samples - 1))] for i in range(samples)]
-    by_tail = sorted(order, key=lambda h: -tail[h])
-    for a in heads:
-        acc = 0.0
-        for h in by_tail:
-            if head[h] < a:
-                continue
-            acc += need[h] * t[h]
-            best = max(best, a + acc / cap + tail[h])
-    total = sum(need[h] * t[h] for h in order)
-
-    def done_by(start: Mapping[str, float]) -> List[Tuple[float, float]]:
-        xs = sorted(set(start.values()) | {start[h] + t[h] for h in order})
-        if len(xs) > samples:
-            xs = [xs[int(i * (len(xs) - 1) / (samples - 1))] for i in range(samples)]
-        return [(x, min(cap * x, sum(min(need[h] * t[h], need[h] * max(0.0, x - start[h])) for h in order)))
-                for x in xs]
-
-    ends = done_by(tail)
-    for x, a in done_by(head):
-        for y, b in ends:
-            if total - a - b > 1e-6:
-                best = max(best, x + y + (total - a - b) / cap)
-    return best
 
 
 def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float) -> Dict[str, float]:
@@ -521,223 +375,7 @@ def set_priorities(jobs: List[Job], bonus: Optional[Mapping[str, float]] = None)
         j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
 
 
-# -- simulation of a batch scheduler running the jobs -------------------------------------
-
-def _afterok(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], Dict[str, Job], Dict[str, List[str]],
-                                                      Dict[str, int]]:
-    """What both simulations start from: each job's index and the job by id, the jobs
-    waiting (``afterok``) for each, and how many jobs each waits for; every job must fit
-    a node and wait only for known jobs."""
-    index = {j.id: i for i, j in enumerate(jobs)}
-    by_id = {j.id: j for j in jobs}
-    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
-    nmiss = {j.id: 0 for j in jobs}
-    for j in jobs:
-        if j.cores > cores:
-            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
-        for a in j.after:
-            if a not in dependents:
-                raise ValueError(f"job {j.id} waits for an unknown job {a}")
-            dependents[a].append(j.id)
-            nmiss[j.id] += 1
-    return index, by_id, dependents, nmiss
-
-
-def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
-    """Run the jobs as a batch scheduler would: a job is eligible once every job in its
-    ``after`` completed and each of its order hints was met (that job ended) or expired;
-    eligible jobs start highest priority first on the best-fitting node with enough free
-    cores, lower-priority ones fill in where the top one does not fit (backfill); each
-    runs ``est_s`` seconds."""
-    pool = Nodes(nodes, cores)
-    index, by_id, dependents, nmiss = _afterok(jobs, cores)
-    # job -> (dependent, hint) for its order hints; a hint (pred, job) counts once: at its end or expiry
-    hinted: Dict[str, List[Tuple[str, Tuple[str, str]]]] = {j.id: [] for j in jobs}
-    # events: (time, 0 = a job ends / 1 = a hint expires, index, job, hint)
-    heap: List[Tuple[float, int, int, str, Optional[Tuple[str, str]]]] = []
-    for j in jobs:
-        for a, until in j.order.items():
-            if a not in hinted:
-                raise ValueError(f"job {j.id} has an order hint on an unknown job {a}")
-            if a not in j.after:
-                hinted[a].append((j.id, (a, j.id)))
-                nmiss[j.id] += 1
-                heapq.heappush(heap, (until, 1, index[j.id], j.id, (a, j.id)))
-    met: Set[Tuple[str, str]] = set()
-    # eligible jobs, highest priority first (kept sorted as jobs become eligible)
-    eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs
-                                                    if nmiss[j.id] == 0)
-    starts: Dict[str, Tuple[float, float, int]] = {}
-    busy = 0.0
-
-    def start(now: float) -> None:
-        nonlocal busy
-        pool.reset()
-        most = max(pool.free)
-        started: Set[str] = set()
-        for _, _, jid in eligible:
-            if most == 0:
-                break
-            j = by_id[jid]
-            if j.cores > most:
-                if pool.reservation is None:
-                    pool.reserve(j.cores, now)
-                continue
-            n = pool.fit(j.cores, now, j.est_s)
-            if n is None:
-                pool.reserve(j.cores, now)
-                continue
-            started.add(jid)
-            pool.place(jid, j.cores, now + j.est_s, n)
-            most = max(pool.free)
-            starts[jid] = (now, now + j.est_s, n)
-            busy += j.cores * j.est_s
-            heapq.heappush(heap, (now + j.est_s, 0, index[jid], jid, None))
-        if started:
-            eligible[:] = [e for e in eligible if e[2] not in started]
-
-    def one_less(d: str) -> None:
-        nmiss[d] -= 1
-        if nmiss[d] == 0:
-            bisect.insort(eligible, (-by_id[d].priority, index[d], d))
-
-    start(0.0)
-    now = 0.0
-    while heap:
-        now, kind, _, jid, hint = heapq.heappop(heap)
-        if kind == 1:  # an order hint expires
-            if hint in met:
-                continue
-            met.add(hint)
-            one_less(jid)
-        else:
-            pool.release(jid, starts[jid][2])
-            for d in dependents[jid]:
-                one_less(d)
-            for d, h in hinted[jid]:
-                if h not in met:
-                    met.add(h)
-                    one_less(d)
-        start(now)
-    if len(starts) != len(jobs):
-        raise ValueError("some jobs can never start (a dependency cycle or an unknown job in 'after')")
-    return Simulation(makespan_s=max((e for _, e, _ in starts.values()), default=0.0), starts=starts, busy_core_s=busy)
-
-
-def simulate_backfill(jobs: Sequence[Job], *, nodes: int, cores: int, limits: Mapping[str, float],
-                      bf_interval_s: float = BF_INTERVAL_S) -> Simulation:
-    """Slurm's two schedulers, closer to it than :func:`simulate` (which backfills
-    around the top job only, knowing how long every job runs): on each event the main
-    scheduler starts eligible jobs in priority order and stops at the first that does
-    not fit, so nothing overtakes it; every ``bf_interval_s`` (Slurm's ``bf_interval``)
-    the backfill scheduler plans each eligible job, in priority order, at the earliest
-    time a node has its cores for its time limit (``limits``: job id -> seconds), holds
-    them for it, and starts the jobs planned for now. Each job runs ``est_s``. Measured
-    against real Slurm on the test cluster in benchmarks/schedule/cluster.md. Order
-    hints are not modelled."""
-    if any(j.order for j in jobs):
-        raise ValueError("simulate_backfill does not model order hints")
-    index, by_id, dependents, nmiss = _afterok(jobs, cores)
-    eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs
-                                                    if nmiss[j.id] == 0)
-    free = [cores] * max(1, nodes)
-    held: List[Dict[str, Tuple[float, int]]] = [dict() for _ in free]  # node -> job -> (end of its limit, cores)
-    starts: Dict[str, Tuple[float, float, int]] = {}
-    heap: List[Tuple[float, int, str]] = []  # (end, index, job)
-    busy = 0.0
-
-    def launch(jid: str, node: int, now: float) -> None:
-        nonlocal busy
-        j = by_id[jid]
-        free[node] -= j.cores
-        held[node][jid] = (now + limits[jid], j.cores)
-        starts[jid] = (now, now + j.est_s, node)
-        busy += j.cores * j.est_s
-        heapq.heappush(heap, (now + j.est_s, index[jid], jid))
-
-    def main(now: float) -> None:
-        started: Set[str] = set()
-        for _, _, jid in eligible:
-            need = by_id[jid].cores
-            fits = [i for i, f in enumerate(free) if f >= need]
-            if not fits:
-                break
-            launch(jid, min(fits, key=lambda i: (free[i], i)), now)
-            started.add(jid)
-        if started:
-            eligible[:] = [e for e in eligible if e[2] not in started]
-
-    def backfill(now: float) -> None:
-        profiles = []
-        for node_jobs in held:
-            p = Profile(cores)
-            for end, c in node_jobs.values():
-                p.add(now, max(end, now + 1.0), c)  # past its limit: about to be killed
-            profiles.append(p)
-        started: Set[str] = set()
-        for _, _, jid in eligible:
-            if max(free) == 0:
-                break
-            j = by_id[jid]
-            t, _, node = min((p.fit(now, limits[jid], j.cores), free[i], i) for i, p in enumerate(profiles))
-            profiles[node].add(t, t + limits[jid], j.cores)
-            if t <= now + 1e-9:
-                launch(jid, node, now)
-                started.add(jid)
-        if started:
-            eligible[:] = [e for e in eligible if e[2] not in started]
-
-    main(0.0)
-    next_bf = bf_interval_s  # the backfill scheduler wakes up every bf_interval_s
-    while heap:
-        if eligible and next_bf < heap[0][0]:
-            backfill(next_bf)
-            next_bf += bf_interval_s
-            continue
-        now = heap[0][0]
-        while heap and heap[0][0] <= now + 1e-9:
-            _, _, jid = heapq.heappop(heap)
-            node = starts[jid][2]
-            free[node] += held[node].pop(jid)[1]
-            for d in dependents[jid]:
-                nmiss[d] -= 1
-                if nmiss[d] == 0:
-                    bisect.insort(eligible, (-by_id[d].priority, index[d], d))
-        main(now)  # with nothing running, the top eligible job always starts: heap is empty only at the end
-        next_bf = max(next_bf, math.ceil(now / bf_interval_s) * bf_interval_s)
-    if len(starts) != len(jobs):
-        raise ValueError("some jobs can never start (a dependency cycle)")
-    return Simulation(makespan_s=max((e for _, e, _ in starts.values()), default=0.0), starts=starts, busy_core_s=busy)
-
-
 # -- local improvement: merge jobs along the simulated critical chain ----------------------
-
-def critical_links(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, str]]:
-    """(A, B) pairs on the chain of jobs that determines the makespan, where B started
-    the moment A, one of its ``after`` jobs, completed (last link first)."""
-    if not jobs:
-        return []
-    by_id = {j.id: j for j in jobs}
-    cur = max(sim.starts, key=lambda x: (sim.starts[x][1], x))
-    links: List[Tuple[str, str]] = []
-    seen: Set[str] = set()
-    while cur not in seen:
-        seen.add(cur)
-        start, _, node = sim.starts[cur]
-        if start <= 0:
-            break
-        dep = [a for a in by_id[cur].after if abs(sim.starts[a][1] - start) < 1e-6]
-        if dep:
-            prev = dep[0]
-            links.append((prev, cur))
-        else:  # waited for cores: the job that released them on its node
-            same = [x for x, (s0, e0, n0) in sim.starts.items() if n0 == node and abs(e0 - start) < 1e-6]
-            if not same:
-                break
-            prev = same[0]
-        cur = prev
-    return links
-
 
 def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreModel, overhead_s: float,
                cores: int, pos: Optional[Mapping[str, int]] = None) -> Optional[List[Job]]:
@@ -980,7 +618,7 @@ def anneal(wl: Workload, jobs: Sequence[Job], *, nodes: int, cores: int, overhea
     off by 10 % the annealed schedule is 0.9 % longer on average (exact_probe.md)."""
     rng = random.Random(seed)
     pos = {h: i for i, h in enumerate(wl.topo())}
-    _, _, dependents, _ = _afterok(jobs, cores)
+    _, _, dependents, _ = afterok(jobs, cores)
     prio = {j.id: j.priority for j in jobs}
     # the priorities as _build makes them: bottom level of est_s plus each job's own bonus
     bonus = {j.id: j.priority - j.est_s - max((prio[d] for d in dependents[j.id]), default=0.0) for j in jobs}

@@ -1,0 +1,141 @@
+"""Lower bounds on any schedule of a workload, and the core allotment of the critical path.
+
+The yardsticks a schedule is measured against (``Schedule.ratio``, the benchmarks),
+computed from the workload alone, apart from the schedulers they judge; :func:`allot`
+shares their critical-path computation.
+
+Lower bound (same model): no package can finish before its whole chain of build
+requirements, each on its best core count, and no schedule can do more than ``N*C``
+core-seconds per second; and nothing is built during the first job overhead. So
+``LB = overhead + max(critical path of W/min(C, p), sum of consumed core-seconds / (N*C))``
+(consumed = ``W`` when each package gets up to ``p`` cores). Every simulated schedule
+has ``makespan >= LB``.
+
+A tighter bound that also counts how narrow the DAG is at its start and end
+(:func:`dag_bound`) is reported next to it: the gap between the two is the DAG's, not
+the scheduler's. Neither counts the overheads of the jobs after the first, nor a DAG
+that narrows in its middle (a chain every later package waits for).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from dedal.model.cores import DEFAULT_MODEL, CoreModel
+from dedal.schedule.workload import Workload, package_cores
+
+
+def _chains(wl: Workload, seconds: Mapping[str, float],
+            order: Sequence[str]) -> Tuple[Dict[str, float], Dict[str, Optional[str]]]:
+    """Earliest finish of each package (its longest chain of requirements, ``seconds``
+    each, plus itself) and the requirement that chain comes through; ``order`` topological."""
+    finish: Dict[str, float] = {}
+    via: Dict[str, Optional[str]] = {}
+    for h in order:
+        prev = max(wl.requires[h], key=finish.__getitem__, default=None)
+        via[h] = prev
+        finish[h] = (finish[prev] if prev is not None else 0.0) + seconds[h]
+    return finish, via
+
+
+def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreModel = DEFAULT_MODEL,
+          double: bool = False) -> Dict[str, int]:
+    """Cores per package for builds bound by the cores: every package on one core, then
+    the packages of the critical path raised (largest time saved first; by one core, or
+    with ``double`` to twice as many) until
+    that path is no longer than ``target`` x work / ``capacity`` (CPA, Radulescu & van
+    Gemund 2001). Below ``p`` cores a build wastes nothing, and a one-core job never waits
+    for a node to drain: only the critical path gets the cores it needs."""
+    order = wl.topo()
+    top = package_cores(wl, cores, model)
+    cores_of = {h: 1 for h in order}
+    goal = target * sum(model.work(wl.duration[h]) for h in order) / max(1, capacity)
+
+    def step(c: int, most: int) -> int:
+        return min(most, 2 * c if double else c + 1)
+
+    while True:
+        finish, via = _chains(wl, {h: model.seconds(wl.duration[h], cores_of[h]) for h in order}, order)
+        cur: Optional[str] = max(order, key=finish.__getitem__, default=None)
+        if cur is None or finish[cur] <= goal:
+            return cores_of
+        best: Optional[Tuple[float, str]] = None
+        while cur is not None:
+            c = cores_of[cur]
+            if c < top[cur]:
+                gain = model.seconds(wl.duration[cur], c) - model.seconds(wl.duration[cur], step(c, top[cur]))
+                if gain > 1e-9 and (best is None or gain > best[0]):
+                    best = (gain, cur)
+            cur = via[cur]
+        if best is None:  # the critical path has every core it can use
+            return cores_of
+        cores_of[best[1]] = step(cores_of[best[1]], top[best[1]])
+
+
+def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+                cpus_per_job: int = 0) -> Tuple[float, float, float]:
+    """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
+    need = package_cores(wl, cores, model, cpus_per_job)
+    order = wl.topo()
+    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
+    consumed = sum(t[h] * need[h] for h in order)
+    finish, _ = _chains(wl, t, order)
+    cp = max(finish.values(), default=0.0)
+    if not wl.order:
+        return 0.0, 0.0, 0.0
+    return overhead_s + max(cp, consumed / (max(1, nodes) * max(1, cores))), cp, consumed
+
+
+def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+              cpus_per_job: int = 0, samples: int = 120) -> float:
+    """A tighter lower bound in the same model, which also counts that a DAG cannot be
+    wide at its start and end: for any set S of packages, no schedule ends before
+    ``min head(S) + consumed(S) / (N*C) + min tail(S)``, where head(h) is the earliest
+    ``h`` can start (overhead + longest chain of requirements) and tail(h) the longest
+    chain after it. Maximized over S = {h: head(h) >= a, tail(h) >= b}; always >=
+    :func:`lower_bound` (S = everything, or S = the critical path).
+
+    And the energetic bound of the same numbers: by time ``x`` no schedule has done more
+    than ``A(x) = min(N*C*x, sum_h min(W_h, need_h * (x - head(h))+))`` of the work, nor
+    more than ``B(y)`` (the same with tails) in its last ``y`` seconds, so wherever
+    ``W > A(x) + B(y)`` the makespan is at least ``x + y + (W - A(x) - B(y)) / (N*C)``:
+    this one also counts a start where too few packages are ready to fill a node."""
+    if not wl.order:
+        return 0.0
+    need = package_cores(wl, cores, model, cpus_per_job)
+    t = {h: model.seconds(wl.duration[h], need[h]) for h in wl.order}
+    order = wl.topo()
+    head: Dict[str, float] = {}
+    for h in order:
+        head[h] = max((head[r] + t[r] for r in wl.requires[h]), default=overhead_s)
+    deps = wl.dependents()
+    tail: Dict[str, float] = {}
+    for h in reversed(order):
+        tail[h] = max((tail[d] + t[d] for d in deps[h]), default=0.0)
+    cap = max(1, nodes) * max(1, cores)
+    best = max(head[h] + t[h] + tail[h] for h in order)
+    heads = sorted(set(head.values()))
+    if len(heads) > samples:
+        heads = [heads[int(i * (len(heads) - 1) / (samples - 1))] for i in range(samples)]
+    by_tail = sorted(order, key=lambda h: -tail[h])
+    for a in heads:
+        acc = 0.0
+        for h in by_tail:
+            if head[h] < a:
+                continue
+            acc += need[h] * t[h]
+            best = max(best, a + acc / cap + tail[h])
+    total = sum(need[h] * t[h] for h in order)
+
+    def done_by(start: Mapping[str, float]) -> List[Tuple[float, float]]:
+        xs = sorted(set(start.values()) | {start[h] + t[h] for h in order})
+        if len(xs) > samples:
+            xs = [xs[int(i * (len(xs) - 1) / (samples - 1))] for i in range(samples)]
+        return [(x, min(cap * x, sum(min(need[h] * t[h], need[h] * max(0.0, x - start[h])) for h in order)))
+                for x in xs]
+
+    ends = done_by(tail)
+    for x, a in done_by(head):
+        for y, b in ends:
+            if total - a - b > 1e-6:
+                best = max(best, x + y + (total - a - b) / cap)
+    return best
