@@ -29,26 +29,6 @@ The machine model
   (``after``: the jobs producing the layers its packages need, i.e. their
   ``build_requirements``) has completed: Slurm's ``afterok``.
 
-Grouping (:func:`group`)
-------------------------
-A list-scheduling simulation at package level, critical path first (priority = the
-longest estimated path from the package to the end of the build, overheads included),
-placing jobs best-fit with one backfill reservation for the top job that does not fit
-(as Slurm's backfill does), in which a job that finishes a package may go on with
-another one instead of ending (saving a job overhead). It goes on only with the
-package its cores would go to next anyway (the highest-priority ready one that fits;
-no queue jumping), only if that package's other requirements were complete when the
-job started (Slurm's ``afterok`` is fixed at submission), only if the job's cores fit
-it (a job grows only while the waste of the extra cores stays below one overhead) and
-not past a reservation of its node. Then, per mode:
-
-* ``safe``: ending the job would release no other package, and every package still
-  waiting for this job is expected to wait for something else at least as long
-  (chains of packages, and small packages nobody is waiting for);
-* ``backlog``: no package the job releases could start anywhere right now (builds
-  bound by the cores, where releasing early gains nothing);
-* ``none``: one job per package.
-
 Each grouping is then improved by merging consecutive jobs of its simulated critical
 chain (:func:`improve`) while the simulated makespan shrinks, and
 :func:`make_schedule` keeps the best by simulated makespan (:func:`simulate`, the
@@ -87,18 +67,18 @@ a measured duration (:func:`wants_order_hints`); the model's durations are guess
 """
 from __future__ import annotations
 
-import heapq
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import (Job, Schedule, Simulation, TimeLimits, Workload, job_seconds, job_topo, keyed_topo,
                                      package_cores, top_cores)
-from dedal.schedule.nodes import Nodes, Profile
+from dedal.schedule.nodes import Profile
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import afterok, critical_links, simulate, simulate_backfill
+from dedal.schedule.grouping import group, reduce_after, set_priorities
 
 __all__ = ["CoreModel", "DEFAULT_MODEL", "Job", "Schedule", "TimeLimits", "Workload", "allot", "anneal", "dag_bound",
            "group", "improve", "job_topo", "lower_bound", "make_schedule", "order_hints", "package_cores", "refine",
@@ -118,261 +98,6 @@ REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
 TIGHTEN_CHAINS, TIGHTEN_WORK, TIGHTEN_MIN, TIGHTEN_MAX = 3, 16_000_000, 20, 2000
 TIGHTEN_NOISE_S = (30.0, 100.0, 300.0)
 TIGHTEN_MERGE, TIGHTEN_CORES = 0.5, 0.25
-
-
-def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float) -> Dict[str, float]:
-    deps = wl.dependents()
-    level: Dict[str, float] = {}
-    for h in reversed(wl.topo()):
-        level[h] = overhead_s + t[h] + max((level[d] for d in deps[h]), default=0.0)
-    return level
-
-
-# -- grouping ----------------------------------------------------------------------------
-
-@dataclass
-class _Run:
-    idx: int
-    node: int
-    cores: int
-    start: float
-    pkgs: List[str]
-    end: float = 0.0   # end of the package now running
-
-
-def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-          cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False, mold: bool = False,
-          priority: Optional[Mapping[str, float]] = None, need: Optional[Mapping[str, int]] = None) -> List[Job]:
-    """Jobs for ``wl`` (see the module doc). ``merge``: ``safe`` (a job goes on only
-    when that delays nobody), ``backlog`` (also when its cores would go to a waiting
-    package anyway: for builds bound by the cores), ``none`` (one job per package);
-    ``fifo=True``: submission order instead of critical-path priorities (the
-    baseline of one job per package as ``spack ci`` generates them); ``need``: cores
-    per package (default: as many as each can use, :func:`package_cores`)."""
-    order = wl.topo()
-    pos = {h: i for i, h in enumerate(order)}
-    cores = max(1, cores)
-    need = dict(need) if need is not None else package_cores(wl, cores, model, cpus_per_job)
-    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
-    deps = wl.dependents()
-    prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s)
-    if priority is not None:
-        prio = dict(priority)
-    o = overhead_s
-
-    pool = Nodes(nodes, cores)
-    pending: Set[str] = set(order)
-    nmiss = {h: len(wl.requires[h]) for h in order}
-    avail: Set[str] = {h for h in order if nmiss[h] == 0}
-    completed_at: Dict[str, float] = {}
-    run_of: Dict[str, int] = {}
-    runs: List[_Run] = []
-    heap: List[Tuple[float, int, int]] = []
-
-    def key(h: str) -> Tuple[float, int]:
-        return (-prio[h], pos[h])
-
-    def dur(h: str, c: int) -> float:
-        return model.seconds(wl.duration[h], c)
-
-    def take(h: str) -> None:
-        pending.discard(h)
-        avail.discard(h)
-
-    def start_new(now: float) -> None:
-        pool.reset()
-        if not avail or max(pool.free) == 0:
-            return
-        for h in sorted(avail, key=key):
-            if max(pool.free) == 0:
-                break
-            c = need[h]
-            n = pool.fit(c, now, o + t[h])
-            if n is None and mold:
-                # fewer cores now rather than all of them later (below p the model is
-                # work-conserving): down to half of what the package could use
-                for c in range(need[h] - 1, (need[h] + 1) // 2 - 1, -1):
-                    n = pool.fit(c, now, o + dur(h, c))
-                    if n is not None:
-                        break
-            if n is None:
-                pool.reserve(need[h], now, h)
-                continue
-            take(h)
-            r = _Run(len(runs), n, c, now, [h])
-            r.end = now + o + dur(h, c)
-            pool.place(r.idx, c, r.end, n)
-            runs.append(r)
-            run_of[h] = r.idx
-            heapq.heappush(heap, (r.end, r.idx, r.idx))
-
-    def can_run(r: _Run, y: str, inrun: Set[str], now: float) -> Optional[int]:
-        """The job's cores after taking ``y``, or None."""
-        for q in wl.requires[y]:
-            if q not in inrun and not (q in completed_at and completed_at[q] <= r.start):
-                return None
-        if need[y] <= r.cores:
-            waste = (r.cores - need[y]) * dur(y, r.cores)
-            return r.cores if waste <= o * r.cores else None
-        grow = need[y] - r.cores
-        if pool.free[r.node] >= grow and grow * (now - r.start) <= o * need[y]:
-            return need[y]
-        return None
-
-    def expected_ready(z: str, inrun: Set[str], now: float) -> float:
-        """When the requirements of ``z`` outside this job could be complete, at the earliest."""
-        e = now
-        for q in wl.requires[z]:
-            if q in inrun or q in completed_at:
-                continue
-            if q in pending:
-                e = max(e, now + o + t[q])
-            else:
-                e = max(e, runs[run_of[q]].end)
-        return e
-
-    def decide(r: _Run, now: float) -> Optional[Tuple[str, int]]:
-        """The package job ``r`` builds next instead of ending, with its cores then, or None."""
-        inrun = set(r.pkgs)
-        waiting = {y for h in r.pkgs for y in deps[h] if y in pending}
-        released = [y for y in waiting if all(q in inrun or q in completed_at for q in wl.requires[y])]
-        # only the package the job's cores would go to next anyway (no queue jumping)
-        usable = r.cores + pool.free[r.node]
-        choice: Optional[Tuple[str, int]] = None
-        for y in sorted(avail.union(released), key=key):
-            if need[y] > usable:
-                continue
-            c = can_run(r, y, inrun, now)
-            if c is None:
-                return None
-            choice = (y, c)
-            break
-        if choice is None:
-            return None
-        y, c = choice
-        res = pool.reservation
-        if res is not None and pool.reserved_for != y and res[0] == r.node and now + dur(y, c) > res[1] and c > res[2]:
-            return None  # would delay the job the cores of this node are reserved for
-        others = [z for z in released if z != y]
-        if merge == "backlog":  # ... unless a package it releases could start elsewhere now
-            most = max(pool.free)
-            return None if any(need[z] <= most for z in others) else choice
-        if others:
-            return None
-        new_end = now + dur(y, c)
-        for z in waiting:
-            if z != y and expected_ready(z, inrun, now) < new_end:
-                return None
-        return choice
-
-    start_new(0.0)
-    while heap:
-        now, _, idx = heapq.heappop(heap)
-        r = runs[idx]
-        nxt = decide(r, now) if merge != "none" else None
-        if nxt is not None:
-            y, c = nxt
-            take(y)
-            r.cores = c
-            r.pkgs.append(y)
-            run_of[y] = idx
-            r.end = now + dur(y, c)
-            pool.update(idx, r.node, r.end, c)
-            heapq.heappush(heap, (r.end, idx, idx))
-            continue
-        pool.release(idx, r.node)
-        for h in r.pkgs:
-            completed_at[h] = now
-        for h in r.pkgs:
-            for d in deps[h]:
-                if d in pending:
-                    nmiss[d] -= 1
-                    if nmiss[d] == 0:
-                        avail.add(d)
-        start_new(now)
-    if pending:  # cannot happen for a DAG; a bug if it does
-        raise RuntimeError(f"scheduler left {len(pending)} packages unscheduled")
-    return _finish_jobs(wl, runs, model, o, fifo)
-
-
-def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_s: float, fifo: bool) -> List[Job]:
-    width = max(3, len(str(len(runs))))
-    job_of: Dict[str, str] = {}
-    jobs: List[Job] = []
-    for r in sorted(runs, key=lambda r: (r.start, r.idx)):
-        jid = f"j{len(jobs) + 1:0{width}d}"
-        for h in r.pkgs:
-            job_of[h] = jid
-        jobs.append(Job(id=jid, hashes=list(r.pkgs), cores=r.cores, names=[wl.name(h) for h in r.pkgs],
-                        est_s=job_seconds(wl, r.pkgs, r.cores, model, overhead_s)))
-    by_id = {j.id: j for j in jobs}
-    for j in jobs:
-        own = set(j.hashes)
-        j.after = sorted({job_of[q] for h in j.hashes for q in wl.requires[h] if q not in own})
-    reduce_after(jobs)
-    set_priorities(jobs)
-    if fifo:
-        for i, j in enumerate(jobs):
-            j.priority = float(len(jobs) - i)
-    assert all(a in by_id for j in jobs for a in j.after)
-    return jobs
-
-
-def reduce_after(jobs: List[Job]) -> None:
-    """Keep in ``after`` only the jobs not already waited for through another one
-    (transitive reduction): the same order, shorter ``--dependency`` lists."""
-    index = {j.id: i for i, j in enumerate(jobs)}
-    by_id = {j.id: j for j in jobs}
-    anc: Dict[str, int] = {}  # bit set of every job this one waits for, directly or not
-
-    def ancestors(jid: str) -> int:
-        stack = [jid]
-        while stack:
-            cur = stack[-1]
-            todo = [a for a in by_id[cur].after if a not in anc]
-            if todo:
-                stack.extend(todo)
-                continue
-            stack.pop()
-            if cur not in anc:
-                bits = 0
-                for a in by_id[cur].after:
-                    bits |= anc[a] | (1 << index[a])
-                anc[cur] = bits
-        return anc[jid]
-
-    for j in jobs:
-        ancestors(j.id)
-    for j in jobs:
-        if len(j.after) > 1:
-            through = 0
-            for a in j.after:
-                through |= anc[a]
-            j.after = [a for a in j.after if not (through >> index[a]) & 1]
-
-
-def set_priorities(jobs: List[Job], bonus: Optional[Mapping[str, float]] = None) -> None:
-    """Priority = longest estimated chain of jobs from this one to the end (bottom level),
-    plus a job's ``bonus`` (the local search raises jobs that waited for cores)."""
-    bonus = bonus or {}
-    by_id = {j.id: j for j in jobs}
-    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
-    for j in jobs:
-        for a in j.after:
-            dependents[a].append(j.id)
-    # any topological order will do (Kahn's, no priorities needed yet)
-    indeg = {j.id: len(j.after) for j in jobs}
-    order = [j.id for j in jobs if not j.after]
-    for jid in order:  # grows while iterating
-        for d in dependents[jid]:
-            indeg[d] -= 1
-            if indeg[d] == 0:
-                order.append(d)
-    if len(order) != len(jobs):
-        raise ValueError("dependency cycle among the jobs")
-    for jid in reversed(order):
-        j = by_id[jid]
-        j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
 
 
 # -- local improvement: merge jobs along the simulated critical chain ----------------------
