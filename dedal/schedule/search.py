@@ -1,0 +1,259 @@
+"""Improving a grouping by local search, :func:`~dedal.schedule.simulate` the judge.
+
+The searches that start from a grouping (:func:`~dedal.schedule.group`) and that
+:func:`~dedal.schedule.make_schedule` runs on each; :func:`build_jobs` (jobs from
+their packages, priorities as bottom levels) serves :func:`~dedal.schedule.anneal` too.
+
+Each grouping is then improved by merging consecutive jobs of its simulated critical
+chain (:func:`improve`) while the simulated makespan shrinks, and
+:func:`make_schedule` keeps the best by simulated makespan (:func:`simulate`, the
+job-level model of the batch scheduler), after a local search (:func:`refine`) from every
+starting point (from the best one on large builds): on the jobs of the simulated chain
+that ends last, raise the priority of one that waited for cores, merge it with the job it
+waited for, split it, give it a core more or less, or lower or reshape the jobs that held
+its cores; the first change that shortens the simulated makespan is kept, within a number
+of simulations that shrinks with the build's size. Priorities stay bottom levels (plus
+what the search added), so a job always outranks the jobs waiting for it and Slurm's
+``--nice`` order is the simulated one. One job per package in submission order (the
+``spack ci`` baseline) is among the starting points, so the result is never worse in
+the model than that baseline.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from dedal.model.cores import DEFAULT_MODEL, CoreModel
+from dedal.schedule.workload import Job, Simulation, Workload, job_seconds, top_cores
+from dedal.schedule.simulation import critical_links, simulate
+from dedal.schedule.grouping import reduce_after, set_priorities
+
+SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into one it waits for
+# refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
+# every starting point up to REFINE_ALL packages, the best one beyond
+REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
+
+
+# -- local improvement: merge jobs along the simulated critical chain ----------------------
+
+def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreModel, overhead_s: float,
+               cores: int, pos: Optional[Mapping[str, int]] = None) -> Optional[List[Job]]:
+    """The jobs with ``b`` (which runs after ``a``) merged into ``a``; None when that would
+    create a cycle or exceed a node."""
+    by_id = {j.id: j for j in jobs}
+    ja, jb = by_id[a], by_id[b]
+    # another path a -> ... -> b would make the merged job wait for itself
+    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for x in j.after:
+            dependents[x].append(j.id)
+    stack = [d for d in dependents[a] if d != b]
+    seen: Set[str] = set(stack)
+    while stack:
+        x = stack.pop()
+        if x == b:
+            return None
+        for d in dependents[x]:
+            if d not in seen:
+                seen.add(d)
+                stack.append(d)
+    c = max(ja.cores, jb.cores)
+    if c > cores:
+        return None
+    if pos is None:
+        pos = {h: i for i, h in enumerate(wl.topo())}
+    hashes = sorted(ja.hashes + jb.hashes, key=pos.__getitem__)
+    merged = Job(id=a, hashes=hashes, cores=c, names=[wl.name(h) for h in hashes],
+                 after=sorted((set(ja.after) | set(jb.after)) - {a, b}),
+                 est_s=job_seconds(wl, hashes, c, model, overhead_s))
+    out: List[Job] = []
+    for j in jobs:
+        if j.id == b:
+            continue
+        if j.id == a:
+            out.append(merged)
+            continue
+        after = sorted({a if x == b else x for x in j.after})
+        out.append(Job(id=j.id, hashes=j.hashes, after=after, est_s=j.est_s, cores=j.cores, names=j.names,
+                       priority=j.priority))
+    reduce_after(out)
+    set_priorities(out)
+    return out
+
+
+def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
+            model: CoreModel = DEFAULT_MODEL, rounds: int = 200) -> Tuple[List[Job], Simulation]:
+    """Merge consecutive jobs of the critical chain while the simulated makespan shrinks;
+    then merge pure chains (B waits only for A, nobody else waits for A) wherever that
+    does not lengthen the makespan: one overhead less, no parallelism lost."""
+    sim = simulate(jobs, nodes=nodes, cores=cores)
+    pos = {h: i for i, h in enumerate(wl.topo())}
+    for _ in range(rounds):
+        for a, b in critical_links(jobs, sim):
+            cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores, pos)
+            if cand is None:
+                continue
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s < sim.makespan_s - 1e-6:
+                jobs, sim = cand, csim
+                break
+        else:
+            break
+    tried: Set[Tuple[str, str]] = set()
+    for _ in range(rounds):
+        dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
+        for j in jobs:
+            for x in j.after:
+                dependents[x].append(j.id)
+        pairs = [(j.after[0], j.id) for j in jobs if len(j.after) == 1 and dependents[j.after[0]] == [j.id]
+                 and (j.after[0], j.id) not in tried]
+        if not pairs and len(jobs) <= SMALL_BUILD:  # small builds: any job with one it waits for
+            pairs = [(a, j.id) for j in jobs for a in j.after if (a, j.id) not in tried]
+        for a, b in pairs:
+            tried.add((a, b))
+            cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores, pos)
+            if cand is None:
+                continue
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s <= sim.makespan_s + 1e-6:
+                jobs, sim = cand, csim
+                break
+        else:
+            break
+    return jobs, sim
+
+
+# -- local search: moves around the simulated critical chain --------------------------------
+
+def build_jobs(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus: Mapping[str, float],
+               model: CoreModel, overhead_s: float) -> Optional[List[Job]]:
+    """Jobs from (id, packages in build order, cores) parts: ``after`` from the packages'
+    requirements (transitively reduced), priority = bottom level of ``est_s`` + ``bonus``
+    (so a job always outranks the jobs that wait for it); None on a cycle."""
+    job_of = {h: jid for jid, hs, _ in parts for h in hs}
+    jobs = [Job(id=jid, hashes=list(hs), cores=c, names=[wl.name(h) for h in hs],
+                after=sorted({job_of[q] for h in hs for q in wl.requires[h] if job_of[q] != jid}),
+                est_s=job_seconds(wl, hs, c, model, overhead_s))
+            for jid, hs, c in parts]
+    try:
+        set_priorities(jobs, bonus)
+    except ValueError:
+        return None
+    reduce_after(jobs)
+    return jobs
+
+
+def _chain(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, float]]:
+    """(job, time it was ready) along the chain that ends last, last job first: each job
+    started when one it waits for ended, or when one on its node gave back cores."""
+    by_id = {j.id: j for j in jobs}
+    ending: Dict[Tuple[int, float], List[str]] = {}
+    for x, (s0, e0, n0) in sim.starts.items():
+        ending.setdefault((n0, round(e0, 6)), []).append(x)
+    cur = max(sim.starts, key=lambda x: (sim.starts[x][1], x))
+    out: List[Tuple[str, float]] = []
+    seen: Set[str] = set()
+    while cur not in seen:
+        seen.add(cur)
+        start, _, node = sim.starts[cur]
+        ready = max((sim.starts[a][1] for a in by_id[cur].after), default=0.0)
+        out.append((cur, ready))
+        if start <= 1e-9:
+            break
+        dep = [a for a in by_id[cur].after if abs(sim.starts[a][1] - start) < 1e-6]
+        if dep:
+            cur = dep[0]
+            continue
+        same = sorted(ending.get((node, round(start, 6)), []))
+        if not same:
+            break
+        cur = same[0]
+    return out
+
+
+def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
+           model: CoreModel = DEFAULT_MODEL, evaluations: int = 400,
+           cpus_per_job: int = 0) -> Tuple[List[Job], Simulation]:
+    """Local search with :func:`simulate` as the judge, on the jobs of the chain that ends
+    last: raise the priority of one that waited for cores (above the jobs that took
+    them), merge it with the job it waited for, split it in two, give it a core more
+    or less; keep the first change that shortens the makespan, until none does or
+    ``evaluations`` simulations were spent."""
+    pos = {h: i for i, h in enumerate(wl.topo())}
+    parts: Dict[str, Tuple[List[str], int]] = {j.id: (list(j.hashes), j.cores) for j in jobs}
+    bonus: Dict[str, float] = {}
+    cur = build_jobs(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, model, overhead_s)
+    assert cur is not None
+    sim = simulate(cur, nodes=nodes, cores=cores)
+    spent = 0
+    fresh = 0
+
+    def top(hs: Sequence[str]) -> int:
+        if cpus_per_job:  # fixed by the settings: every job keeps its cores
+            return max(1, min(cpus_per_job, cores))
+        return top_cores(wl, hs, cores, model)
+
+    def shape(x: str) -> None:
+        """Moves on job ``x`` itself: split it in two, a core more or less."""
+        nonlocal fresh
+        hs, c = parts[x]
+        cuts = range(1, len(hs))
+        if len(hs) > 8:
+            cuts = sorted({1 + (len(hs) - 2) * k // 6 for k in range(7)})
+        for k in cuts:
+            fresh += 1
+            np = dict(parts)
+            np[x] = (hs[:k], min(c, top(hs[:k])))
+            np[f"{x}.{fresh}"] = (hs[k:], min(c, top(hs[k:])))
+            moves.append((np, bonus))
+        for nc in (c - 1, c + 1) if not cpus_per_job else ():
+            if 1 <= nc <= top(hs):
+                np = dict(parts)
+                np[x] = (hs, nc)
+                moves.append((np, bonus))
+
+    while spent < evaluations:
+        by_id = {j.id: j for j in cur}
+        chain = _chain(cur, sim)
+        moves: List[Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]] = []
+        for i, (x, ready) in enumerate(chain):
+            j = by_id[x]
+            start = sim.starts[x][0]
+            if start > ready + 1e-6:
+                ahead = [by_id[y].priority for y, (s0, _, _) in sim.starts.items() if ready - 1e-6 <= s0 < start - 1e-6]
+                if ahead and max(ahead) >= j.priority:
+                    nb = dict(bonus)
+                    nb[x] = nb.get(x, 0.0) + max(ahead) - j.priority + 1.0
+                    moves.append((parts, nb))
+            if i + 1 < len(chain):
+                prev = chain[i + 1][0]
+                hs = sorted(parts[prev][0] + parts[x][0], key=pos.__getitem__)
+                np = dict(parts)
+                del np[x]
+                np[prev] = (hs, max(parts[prev][1], parts[x][1]))
+                nb = dict(bonus)
+                nb.pop(x, None)
+                moves.append((np, nb))
+            shape(x)
+            if start > ready + 1e-6:  # the jobs that held its node's cores meanwhile
+                node = sim.starts[x][2]
+                for y, (s0, e0, n0) in sorted(sim.starts.items(), key=lambda kv: -by_id[kv[0]].priority):
+                    if n0 == node and s0 < start - 1e-6 and e0 > ready + 1e-6 and y != x:
+                        shape(y)
+                        if s0 >= ready - 1e-6 and bonus.get(y, 0.0) > -0.5 * by_id[y].est_s:
+                            nb = dict(bonus)
+                            nb[y] = nb.get(y, 0.0) - 0.5 * by_id[y].est_s
+                            moves.append((parts, nb))
+        for np, nb in moves:
+            if spent >= evaluations:
+                break
+            cand = build_jobs(wl, [(k, hs, c) for k, (hs, c) in np.items()], nb, model, overhead_s)
+            if cand is None:
+                continue
+            spent += 1
+            csim = simulate(cand, nodes=nodes, cores=cores)
+            if csim.makespan_s < sim.makespan_s - 1e-6:
+                parts, bonus, cur, sim = np, nb, cand, csim
+                break
+        else:
+            break
+    return cur, sim
