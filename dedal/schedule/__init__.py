@@ -29,175 +29,41 @@ The machine model
   (``after``: the jobs producing the layers its packages need, i.e. their
   ``build_requirements``) has completed: Slurm's ``afterok``.
 
+The package, one concern a module, each importing only the ones above it:
+
+* :mod:`~dedal.schedule.workload`: the data (:class:`Workload`, :class:`Job`,
+  :class:`Schedule`, ...) and the model's numbers for a package or a job;
+* :mod:`~dedal.schedule.nodes`: the cores of the nodes, now and over time;
+* :mod:`~dedal.schedule.bounds`: lower bounds on any schedule (:func:`lower_bound`,
+  :func:`dag_bound`) and the core allotment of the critical path (:func:`allot`);
+* :mod:`~dedal.schedule.simulation`: the two models of the batch scheduler
+  (:func:`simulate`, :func:`simulate_backfill`);
+* :mod:`~dedal.schedule.grouping`: packages into jobs (:func:`group`);
+* :mod:`~dedal.schedule.search`: local search on a grouping (:func:`improve`,
+  :func:`refine`);
+* :mod:`~dedal.schedule.annealing`: simulated annealing, a probe (:func:`anneal`);
+* :mod:`~dedal.schedule.hints`: fixed start times and order hints (:func:`tighten`,
+  :func:`order_hints`);
+* :mod:`~dedal.schedule.make`: the entry point (:func:`make_schedule`,
+  :func:`schedule_plan`, :func:`wants_order_hints`).
+
+This module only re-exports the names used from outside the package. No module is
+named after a function it re-exports, so that ``dedal.schedule.simulate`` and the like
+stay the functions (``import dedal.schedule.simulate as m`` would otherwise give the
+function, not the module).
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Sequence, Tuple
-
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import (Job, Schedule, Simulation, TimeLimits, Workload, job_seconds, job_topo,
-                                     package_cores)
+from dedal.schedule.workload import Job, Schedule, TimeLimits, Workload, job_topo, package_cores
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import simulate, simulate_backfill
 from dedal.schedule.grouping import group
-from dedal.schedule.search import REFINE_ALL, REFINE_MAX, REFINE_MIN, REFINE_WORK, improve, refine
+from dedal.schedule.search import improve, refine
 from dedal.schedule.annealing import anneal
-from dedal.schedule.hints import TIGHTEN_CHAINS, TIGHTEN_MAX, TIGHTEN_MIN, TIGHTEN_WORK, order_hints, tighten
+from dedal.schedule.hints import order_hints, tighten
+from dedal.schedule.make import make_schedule, schedule_plan, wants_order_hints
 
 __all__ = ["CoreModel", "DEFAULT_MODEL", "Job", "Schedule", "TimeLimits", "Workload", "allot", "anneal", "dag_bound",
            "group", "improve", "job_topo", "lower_bound", "make_schedule", "order_hints", "package_cores", "refine",
            "schedule_plan", "simulate", "simulate_backfill", "tighten", "wants_order_hints"]
-
-MERGE_MODES = ("safe", "backlog", "none")
-MOLD_VARIANTS = (("safe", False), ("none", False), ("none", True))
-# allot(): critical path at most this fraction of work / capacity, cores raised by one or doubled
-ALLOT_VARIANTS = ((0.5, False), (0.9, False), (0.5, True))
-
-
-# -- the entry point -------------------------------------------------------------------------
-
-def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-                  cpus_per_job: int = 0, strategy: str = "dedal", hints: bool = False) -> Schedule:
-    """Group and simulate. ``strategy``: ``dedal`` (the best by simulated makespan of:
-    each merge mode with critical-path priorities, one job per package in submission
-    order, everything in one job, and, where cores are scarce, moldable starts and
-    packages on the fewest cores that keep the critical path short (:func:`allot`); each
-    improved by :func:`improve`, the best then with fixed start times and, with ``hints``,
-    order hints, :func:`tighten`), ``per-package`` (one job per package in
-    submission order, like ``spack ci``), ``single-node`` (one job, one package at a
-    time with ``make -j C`` on one node, like ``spack install -j C``)."""
-    nodes, cores = max(1, int(nodes)), max(1, int(cores))
-    lb, cp, consumed = lower_bound(wl, nodes, cores, overhead_s, model, cpus_per_job)
-    if strategy == "dedal":
-        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                            cpus_per_job=cpus_per_job, merge=m) for m in MERGE_MODES]
-        # list scheduling by critical path is a heuristic: where plain submission order
-        # packs a core-bound build better, start from that
-        candidates.append(group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                cpus_per_job=cpus_per_job, merge="none", fifo=True))
-        # everything in one job: where the overhead dwarfs the builds (small or measured-fast ones)
-        candidates.append(_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=True))
-        if consumed / (nodes * cores) > cp / 2 and not cpus_per_job:
-            # cores are scarce: also try starting packages on fewer cores than they could use
-            candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                 merge=m, fifo=f, mold=True) for m, f in MOLD_VARIANTS]
-            # ... or on the fewest cores that keep the critical path short (CPA)
-            for target, double in ALLOT_VARIANTS:
-                need = allot(wl, cores, nodes * cores, target, model, double)
-                candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                     merge=m, need=need) for m in ("safe", "none")]
-    elif strategy == "per-package":
-        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                            cpus_per_job=cpus_per_job, merge="none", fifo=True)]
-    elif strategy == "single-node":
-        candidates = [_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=False)]
-    else:
-        raise ValueError(f"unknown strategy {strategy!r}")
-    best: Optional[Tuple[List[Job], Simulation]] = None
-    done: List[Tuple[List[Job], Simulation]] = []
-    for jobs in candidates:
-        if strategy == "dedal":
-            jobs, sim = improve(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model)
-        else:
-            sim = simulate(jobs, nodes=nodes, cores=cores)
-        done.append((jobs, sim))
-    if strategy == "dedal" and wl.order:
-        # the local search from every starting point where the build is small, from the
-        # best one where it is large (the number of simulations scales with its size)
-        done.sort(key=lambda js: js[1].makespan_s)
-        n = len(wl.order)
-        starts = done if n <= REFINE_ALL else done[:1]
-        evaluations = max(REFINE_MIN, min(REFINE_MAX, REFINE_WORK // n))
-        done = [refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                       evaluations=evaluations, cpus_per_job=cpus_per_job) for jobs, _ in starts]
-    for jobs, sim in done:
-        if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
-            best = (jobs, sim)
-    assert best is not None
-    if strategy == "dedal" and hints:
-        # fixed start times with order hints, from the best schedule: a few independent
-        # searches (a search stalls on its own plateau), the best kept
-        rounds = max(TIGHTEN_MIN, min(TIGHTEN_MAX, TIGHTEN_WORK // max(1, len(best[0])) ** 2))
-        first = best
-        for seed in range(TIGHTEN_CHAINS):
-            jobs, sim = tighten(wl, *first, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                rounds=rounds, cpus_per_job=cpus_per_job, seed=seed)
-            if sim.makespan_s < best[1].makespan_s - 1e-9:
-                best = (jobs, sim)
-    jobs, sim = _renumber(*best, nodes=nodes, cores=cores)
-    util = consumed / (nodes * cores * sim.makespan_s) if sim.makespan_s > 0 else 0.0
-    return Schedule(jobs=jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, makespan_s=sim.makespan_s,
-                    lower_bound_s=lb, critical_path_s=cp, work_core_s=consumed, utilization=util,
-                    strategy=strategy, model=model, starts=sim.starts,
-                    dag_bound_s=dag_bound(wl, nodes, cores, overhead_s, model, cpus_per_job))
-
-
-def _one_job(wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus_per_job: int,
-             max_cores: bool) -> List[Job]:
-    """Every package in one job, one after the other: on the whole node (``spack install
-    -j C``), or with ``max_cores`` on the most cores any of the packages can use."""
-    order = wl.topo()
-    if not order:
-        return []
-    if cpus_per_job:
-        c = max(1, min(cpus_per_job, cores))
-    elif max_cores:
-        c = max(package_cores(wl, cores, model).values())
-    else:
-        c = cores
-    return [Job(id="j001", hashes=order, cores=c, names=[wl.name(h) for h in order],
-                est_s=job_seconds(wl, order, c, model, overhead_s))]
-
-
-def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int) -> Tuple[List[Job], Simulation]:
-    """Ids j001, j002, ... in the order the simulation started the jobs, listed (= submitted)
-    in that order where that simulates as well, else in the order that was simulated. The
-    simulation is redone on the list returned: equal priorities go by submission order,
-    so the makespan reported is the one of the jobs as Slurm gets them."""
-    ordered = sorted(jobs, key=lambda j: (sim.starts[j.id][0], -j.priority, j.id))
-    width = max(3, len(str(len(jobs))))
-    new = {j.id: f"j{i + 1:0{width}d}" for i, j in enumerate(ordered)}
-
-    def renamed(order: Sequence[Job]) -> List[Job]:
-        return [Job(id=new[j.id], hashes=j.hashes, after=sorted(new[a] for a in j.after), est_s=j.est_s,
-                    priority=j.priority, cores=j.cores, names=j.names,
-                    order={new[a]: t for a, t in sorted(j.order.items(), key=lambda at: new[at[0]])})
-                for j in order]
-
-    best: Optional[Tuple[List[Job], Simulation]] = None
-    for order in (ordered, jobs):
-        out = renamed(order)
-        osim = simulate(out, nodes=nodes, cores=cores)
-        if best is None or osim.makespan_s < best[1].makespan_s - 1e-9:
-            best = (out, osim)
-    assert best is not None
-    return best
-
-
-def schedule_plan(plan, settings, *, nodes: Optional[int] = None, cores: Optional[int] = None,
-                  hashes: Optional[Iterable[str]] = None, strategy: str = "dedal") -> Schedule:
-    """The schedule of a plan's packages to build (or ``hashes``) with the settings'
-    ``job_overhead_s``, ``slurm.nodes``, ``slurm.cores_per_node``, ``slurm.cpus_per_job`` and
-    ``slurm.order_hints``."""
-    wl = Workload.from_plan(plan, hashes)
-    n = nodes if nodes else settings.get("slurm.nodes") or 1
-    c = cores if cores else settings.get("slurm.cores_per_node") or DEFAULT_CORES
-    return make_schedule(wl, nodes=n, cores=c, overhead_s=float(settings.get("job_overhead_s")),
-                         cpus_per_job=int(settings.get("slurm.cpus_per_job") or 0), strategy=strategy,
-                         hints=wants_order_hints(plan, settings.get("slurm.order_hints"), wl.order))
-
-
-def wants_order_hints(plan, setting: str, hashes: Iterable[str]) -> bool:
-    """``slurm.order_hints``: ``true``, ``false``, or ``auto``: on when the duration of
-    every package to schedule was measured (an earlier build of its name and version).
-    Hints win only while the estimates hold: on real Slurm with a full node they made a
-    build 4.5-6 % shorter with exact durations, -3.1 to +2.5 % with durations off by
-    10 % and 1-5 % longer off by 20-30 % (benchmarks/schedule/cluster.md); the model's
-    own durations are guesses."""
-    if setting == "auto":
-        hashes = list(hashes)
-        return bool(hashes) and all(plan.nodes[h].measured for h in hashes)
-    return setting == "true"
-
-
-DEFAULT_CORES = 64  # cores of a build node when neither --cores nor slurm.cores_per_node says
