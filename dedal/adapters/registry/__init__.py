@@ -42,15 +42,19 @@ import requests
 import requests.exceptions
 
 from dedal.adapters import proc
-from dedal.errors import DedalError, UserError
+from dedal.errors import UserError
+from dedal.model.oci import (
+    DOCKER_MANIFEST,
+    DOCKER_MANIFEST_LIST,
+    MANIFEST_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Manifest,
+    RegistryError,
+    sha256_digest,
+)
 
 log = logging.getLogger("dedal.registry")
-
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST)
 
 RETRY_STATUS = (429, 500, 502, 503, 504)
 TRANSIENT_ERRORS = (
@@ -59,10 +63,6 @@ TRANSIENT_ERRORS = (
     requests.exceptions.Timeout,
 )
 CHUNK = 1 << 20
-
-
-class RegistryError(DedalError):
-    """A registry answered with an error, or could not be reached."""
 
 
 class RegistryAuthError(RegistryError):
@@ -332,28 +332,6 @@ class _Auth:
 
 
 # --------------------------------------------------------------------------- the client
-
-
-@dataclass
-class Manifest:
-    """A manifest as the registry stores it: raw bytes, media type and digest."""
-
-    raw: bytes
-    media_type: str
-    digest: str
-
-    def json(self) -> Dict[str, Any]:
-        try:
-            data = json.loads(self.raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise RegistryError(f"manifest {self.digest} is not valid JSON") from None
-        if not isinstance(data, dict):
-            raise RegistryError(f"manifest {self.digest} is not a JSON object")
-        return data
-
-
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def file_digest(path: Union[str, os.PathLike]) -> Tuple[str, int]:
@@ -747,3 +725,11 @@ def _human(size: int) -> str:
 
 def human_size(size: int) -> str:
     return _human(size)
+
+
+__all__ = [
+    "DOCKER_MANIFEST", "DOCKER_MANIFEST_LIST", "MANIFEST_TYPES", "OCI_INDEX", "OCI_MANIFEST", "Manifest",
+    "RegistryError", "RegistryAuthError", "NotFound", "Credentials", "auth_files", "credentials_from_file",
+    "resolve_credentials", "parse_challenge", "RegistryClient", "sha256_digest", "file_digest", "redact_url",
+    "short_reason", "human_size", "CHUNK", "RETRY_STATUS", "TRANSIENT_ERRORS",
+]

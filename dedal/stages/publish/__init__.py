@@ -24,7 +24,6 @@ import mimetypes
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -32,140 +31,49 @@ from dedal.model import sif as sifmod
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import Credentials, RegistryClient, RegistryError
 from dedal.errors import UserError
-
-SIF_CONFIG_MEDIA_TYPE = "application/vnd.sylabs.sif.config.v1+json"
-SIF_LAYER_MEDIA_TYPE = "application/vnd.sylabs.sif.layer.v1.sif"
-SIF_LAYER_MEDIA_TYPE_PROTO = "appliciation/vnd.sylabs.sif.layer.tar"  # sic: Singularity < 3.7, still accepted
-SIF_LAYER_MEDIA_TYPES = (SIF_LAYER_MEDIA_TYPE, SIF_LAYER_MEDIA_TYPE_PROTO)
-EMPTY_JSON = b"{}"
-EMPTY_JSON_DIGEST = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
-OCI_EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
-
-ANN_TITLE = "org.opencontainers.image.title"
-ANN_CREATED = "org.opencontainers.image.created"
-ANN_DESCRIPTION = "org.opencontainers.image.description"
-ANN_SOURCE = "org.opencontainers.image.source"
-ANN_REVISION = "org.opencontainers.image.revision"
-ANN_ENVIRONMENT = "org.dedal.environment"
-ANN_LOCK_HASH = "org.dedal.lock-hash"
-ANN_SPACK_COMMIT = "org.dedal.spack-commit"
-ANN_ARCH = "org.dedal.arch"
-ANN_VERDICT = "org.dedal.verdict"
-
-ARTIFACT_VERIFY = "application/vnd.dedal.verify.v1+json"
-ARTIFACT_CYCLONEDX = "application/vnd.cyclonedx+json"
-ARTIFACT_SPDX = "application/spdx+json"
-ARTIFACT_FILE = "application/vnd.dedal.file.v1"
-
-FALLBACK_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
+from dedal.model.oci import (
+    ANN_ARCH,
+    ANN_CREATED,
+    ANN_DESCRIPTION,
+    ANN_ENVIRONMENT,
+    ANN_LOCK_HASH,
+    ANN_REVISION,
+    ANN_SOURCE,
+    ANN_SPACK_COMMIT,
+    ANN_TITLE,
+    ANN_VERDICT,
+    ARTIFACT_CYCLONEDX,
+    ARTIFACT_FILE,
+    ARTIFACT_SPDX,
+    ARTIFACT_VERIFY,
+    DOCKER_MANIFEST_LIST,
+    EMPTY_JSON,
+    EMPTY_JSON_DIGEST,
+    FALLBACK_TAG,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    SIF_CONFIG_MEDIA_TYPE,
+    SIF_LAYER_MEDIA_TYPE,
+    SIF_LAYER_MEDIA_TYPE_PROTO,
+    Manifest,
+    Reference,
+    artifact_manifest,
+    canonical_json,
+    check_sif_manifest,
+    fallback_tag,
+    is_remote,
+    parse_reference,
+    rfc3339,
+    sha256_digest,
+    sif_manifest,
+    sif_problems,
+    valid_tag,
+)
 
 Progress = Optional[Callable[[str], None]]
 
 
-# --------------------------------------------------------------------------- references
-
-_HOST = re.compile(
-    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
-    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
-)
-_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-SCHEME = "oras://"
-
-
-@dataclass(frozen=True)
-class Reference:
-    """``oras://host[:port]/repository[:tag][@sha256:...]``."""
-
-    host: str
-    repository: str
-    tag: Optional[str] = None
-    digest: Optional[str] = None
-
-    @property
-    def ref(self) -> str:
-        """What goes after ``/manifests/``: the digest if there is one, else the tag."""
-        return self.digest or self.tag or "latest"
-
-    @property
-    def repo_url(self) -> str:
-        return f"{SCHEME}{self.host}/{self.repository}"
-
-    def with_tag(self, tag: str) -> "Reference":
-        return Reference(self.host, self.repository, tag, None)
-
-    def __str__(self) -> str:
-        text = self.repo_url
-        if self.tag:
-            text += f":{self.tag}"
-        if self.digest:
-            text += f"@{self.digest}"
-        return text
-
-
-def parse_reference(text: str, *, require_scheme: bool = True, repository_only: bool = False,
-                    allow_digest: bool = True) -> Reference:
-    """Parse an ``oras://`` reference; UserError (never echoing credentials) when bad."""
-    original = text.strip() if isinstance(text, str) else ""
-    if not original:
-        raise UserError("empty registry reference (expected oras://HOST[:PORT]/REPO:TAG)")
-    rest = original
-    if rest.startswith(SCHEME):
-        rest = rest[len(SCHEME):]
-    elif "://" in rest:
-        scheme = rest.split("://", 1)[0]
-        raise UserError(f"{scheme}:// references are not supported: dedal publishes and pulls "
-                        f"oras://HOST[:PORT]/REPO:TAG")
-    elif require_scheme:
-        raise UserError(f"{original!r}: expected oras://HOST[:PORT]/REPO:TAG")
-    host, slash, path = rest.partition("/")
-    if "@" in host:
-        raise UserError("credentials must not be written into the registry reference; use docker/podman "
-                        "login, $REGISTRY_AUTH_FILE, DEDAL_REGISTRY_USER + DEDAL_REGISTRY_PASSWORD or "
-                        "--password-stdin")
-    shown = f"{SCHEME}{rest}"
-    if not host or not _HOST.match(host):
-        raise UserError(f"{shown}: {host!r} is not a registry host[:port]")
-    if not slash or not path:
-        raise UserError(f"{shown}: no repository after the host (expected oras://{host}/REPO:TAG)")
-    digest: Optional[str] = None
-    if "@" in path:
-        path, digest = path.split("@", 1)
-        if not allow_digest:
-            raise UserError(f"{shown}: a digest reference is not allowed here, use a tag")
-        if not _DIGEST.match(digest):
-            raise UserError(f"{shown}: {digest!r} is not a sha256 digest (sha256:<64 hex digits>)")
-    tag: Optional[str] = None
-    last = path.rsplit("/", 1)[-1]
-    if ":" in last:
-        path, tag = path.rsplit(":", 1)
-        if not _TAG.match(tag):
-            raise UserError(f"{shown}: {tag!r} is not a valid tag (letters, digits, '_', '.', '-'; at most 128)")
-    for component in path.split("/"):
-        if not component:
-            raise UserError(f"{shown}: empty path component in repository {path!r}")
-        if component != component.lower() and _COMPONENT.match(component.lower()):
-            raise UserError(f"{shown}: repository names must be lowercase ({path!r})")
-        if not _COMPONENT.match(component):
-            raise UserError(f"{shown}: {component!r} is not a valid repository name component "
-                            "(lowercase letters, digits and single '.', '_' or '-' between them)")
-    if len(host) + 1 + len(path) > 255:
-        raise UserError(f"{shown}: repository name longer than 255 characters")
-    if repository_only and (tag or digest):
-        raise UserError(f"{shown}: expected a repository (oras://{host}/{path}), not a tag or digest")
-    return Reference(host, path, tag, digest)
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _canonical(obj: Dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _norm_key(key: str) -> str:
@@ -230,63 +138,6 @@ def make_client(host: str, *, insecure: bool = False, creds: Optional[Credential
     if creds is None:
         creds = reg.resolve_credentials(host, repository, username=username, password=password)
     return RegistryClient(host, creds=creds, insecure=insecure, **options)
-
-
-# --------------------------------------------------------------------------- manifests
-
-
-def sif_manifest(*, sif_digest: str, sif_size: int, title: str, annotations: Dict[str, str]) -> Dict[str, Any]:
-    """The manifest ``apptainer push`` writes for a SIF (plus dedal's annotations)."""
-    return {
-        "schemaVersion": 2,
-        "mediaType": reg.OCI_MANIFEST,
-        "config": {"mediaType": SIF_CONFIG_MEDIA_TYPE, "digest": EMPTY_JSON_DIGEST, "size": 2, "data": "e30="},
-        "layers": [{
-            "mediaType": SIF_LAYER_MEDIA_TYPE, "digest": sif_digest, "size": sif_size,
-            "annotations": {ANN_TITLE: title},
-        }],
-        "annotations": dict(annotations),
-    }
-
-
-def check_sif_manifest(manifest: Dict[str, Any], where: str) -> Dict[str, Any]:
-    """The SIF layer of a manifest, with Apptainer's rules (one layer, SIF media type)."""
-    layers = manifest.get("layers")
-    if not isinstance(layers, list):
-        raise RegistryError(f"{where}: not an image manifest (no layers)")
-    if len(layers) != 1:
-        raise RegistryError(f"{where}: ORAS SIF image should have a single layer, found {len(layers)}")
-    layer = layers[0]
-    if not isinstance(layer, dict) or layer.get("mediaType") not in SIF_LAYER_MEDIA_TYPES:
-        mt = layer.get("mediaType") if isinstance(layer, dict) else None
-        raise RegistryError(f"{where}: invalid layer mediatype: {mt} (not a SIF image; expected "
-                            f"{SIF_LAYER_MEDIA_TYPE})")
-    if not isinstance(layer.get("digest"), str) or not _DIGEST.match(layer["digest"]):
-        raise RegistryError(f"{where}: the SIF layer has no sha256 digest")
-    if not isinstance(layer.get("size"), int) or layer["size"] < 0:
-        raise RegistryError(f"{where}: the SIF layer has no valid size")
-    return layer
-
-
-def _sif_problems(manifest: Dict[str, Any]) -> List[str]:
-    """Where a manifest differs from what ``apptainer push`` writes (empty: identical shape)."""
-    problems: List[str] = []
-    if manifest.get("mediaType") != reg.OCI_MANIFEST:
-        problems.append(f"manifest media type {manifest.get('mediaType')!r}")
-    cfg = manifest.get("config") or {}
-    if cfg.get("mediaType") != SIF_CONFIG_MEDIA_TYPE:
-        problems.append(f"config media type {cfg.get('mediaType')!r}")
-    if cfg.get("digest") != EMPTY_JSON_DIGEST or cfg.get("size") != 2:
-        problems.append("config is not {}")
-    try:
-        layer = check_sif_manifest(manifest, "manifest")
-        if layer.get("mediaType") != SIF_LAYER_MEDIA_TYPE:
-            problems.append(f"legacy layer media type {layer.get('mediaType')!r}")
-        if not (layer.get("annotations") or {}).get(ANN_TITLE):
-            problems.append("no title annotation on the layer")
-    except RegistryError as exc:
-        problems.append(str(exc).split(": ", 1)[-1])
-    return problems
 
 
 # --------------------------------------------------------------------------- attachments
@@ -394,49 +245,38 @@ def _push_attachment(client: RegistryClient, repository: str, subject: Dict[str,
                        "annotations": {ANN_TITLE: f.title}})
     _, _, sent = client.push_bytes(repository, EMPTY_JSON, None)
     (uploaded if sent else skipped).append(EMPTY_JSON_DIGEST)
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": reg.OCI_MANIFEST,
-        "artifactType": group.artifact_type,
-        "config": {"mediaType": OCI_EMPTY_MEDIA_TYPE, "digest": EMPTY_JSON_DIGEST, "size": 2, "data": "e30="},
-        "layers": layers,
-        "subject": subject,
-        "annotations": dict(group.annotations),
-    }
-    raw = _canonical(manifest)
-    digest = reg.sha256_digest(raw)
-    response = client.put_manifest(repository, digest, raw, reg.OCI_MANIFEST)
+    manifest = artifact_manifest(artifact_type=group.artifact_type, layers=layers, subject=subject,
+                                 annotations=group.annotations)
+    raw = canonical_json(manifest)
+    digest = sha256_digest(raw)
+    response = client.put_manifest(repository, digest, raw, OCI_MANIFEST)
     indexed = bool(response.headers.get("OCI-Subject"))
     return Attachment(group.artifact_type, digest, len(raw), [f.title for f in group.files],
                       dict(group.annotations)), indexed
 
 
-def _fallback_tag(digest: str) -> str:
-    return digest.replace(":", "-", 1)
-
-
 def _add_to_fallback_index(client: RegistryClient, repository: str, subject_digest: str,
                            attachments: Sequence[Attachment]) -> None:
     """Referrers tag schema: the index tagged ``sha256-<hex>`` lists the referrers."""
-    tag = _fallback_tag(subject_digest)
+    tag = fallback_tag(subject_digest)
     try:
-        index = client.get_manifest_raw(repository, tag, (reg.OCI_INDEX,)).json()
+        index = client.get_manifest_raw(repository, tag, (OCI_INDEX,)).json()
     except reg.NotFound:
-        index = {"schemaVersion": 2, "mediaType": reg.OCI_INDEX, "manifests": []}
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
     manifests = [m for m in index.get("manifests") or [] if isinstance(m, dict)]
     known = {m.get("digest") for m in manifests}
     added = False
     for a in attachments:
         if a.digest in known:
             continue
-        manifests.append({"mediaType": reg.OCI_MANIFEST, "digest": a.digest, "size": a.size,
+        manifests.append({"mediaType": OCI_MANIFEST, "digest": a.digest, "size": a.size,
                           "artifactType": a.artifact_type, "annotations": dict(a.annotations)})
         added = True
     if added:
         index["manifests"] = manifests
         index.setdefault("schemaVersion", 2)
-        index["mediaType"] = reg.OCI_INDEX
-        client.put_manifest(repository, tag, _canonical(index), reg.OCI_INDEX)
+        index["mediaType"] = OCI_INDEX
+        client.put_manifest(repository, tag, canonical_json(index), OCI_INDEX)
 
 
 def list_referrers(client: RegistryClient, repository: str, digest: str) -> Tuple[str, List[Dict[str, Any]]]:
@@ -445,7 +285,7 @@ def list_referrers(client: RegistryClient, repository: str, digest: str) -> Tupl
     if found is not None:
         return "api", found
     try:
-        index = client.get_manifest_raw(repository, _fallback_tag(digest), (reg.OCI_INDEX,)).json()
+        index = client.get_manifest_raw(repository, fallback_tag(digest), (OCI_INDEX,)).json()
     except reg.NotFound:
         return "tag-schema", []
     return "tag-schema", [m for m in index.get("manifests") or [] if isinstance(m, dict)]
@@ -513,7 +353,7 @@ def publish(
         if ref.digest:
             raise UserError(f"{ref}: publish needs a tag, not a digest")
         if not ref.tag:
-            if not _TAG.match(stem):
+            if not valid_tag(stem):
                 raise UserError(f"{ref}: no tag given and the file name {path.name!r} is not a valid tag")
             ref = ref.with_tag(stem)
         parsed.append(ref)
@@ -543,12 +383,12 @@ def publish(
         progress(f"hashing {path} ({reg.human_size(info.file_size)})")
     sif_digest, sif_size = reg.file_digest(path)
     manifest = sif_manifest(sif_digest=sif_digest, sif_size=sif_size, title=path.name, annotations=ann)
-    raw = _canonical(manifest)
-    digest = reg.sha256_digest(raw)
+    raw = canonical_json(manifest)
+    digest = sha256_digest(raw)
     result = PublishResult(references=[str(r) for r in parsed], digest=digest, manifest_size=len(raw),
                            sif=str(path), sif_digest=sif_digest, sif_size=sif_size, arch=info.primary_arch,
                            created=ann[ANN_CREATED], annotations=ann)
-    subject = {"mediaType": reg.OCI_MANIFEST, "digest": digest, "size": len(raw)}
+    subject = {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw)}
 
     clients: Dict[str, RegistryClient] = {}
     by_repo: Dict[Tuple[str, str], List[Reference]] = {}
@@ -566,7 +406,7 @@ def publish(
         sent = client.push_blob(repository, path, sif_digest, sif_size, progress)
         (result.blobs_uploaded if sent else result.blobs_skipped).append(sif_digest)
         for ref in repo_refs:
-            client.put_manifest(repository, ref.tag or "latest", raw, reg.OCI_MANIFEST)
+            client.put_manifest(repository, ref.tag or "latest", raw, OCI_MANIFEST)
             if progress:
                 progress(f"tagged {ref} -> {digest}")
         if groups:
@@ -614,12 +454,12 @@ class PullResult:
         return asdict(self)
 
 
-def _resolve_image(client: RegistryClient, ref: Reference, arch: str) -> reg.Manifest:
+def _resolve_image(client: RegistryClient, ref: Reference, arch: str) -> Manifest:
     """The image manifest for ``ref``; an image index is resolved by architecture."""
     m = client.get_manifest_raw(ref.repository, ref.ref)
     data = m.json()
     media_type = m.media_type or data.get("mediaType") or ""
-    if media_type in (reg.OCI_INDEX, reg.DOCKER_MANIFEST_LIST) or ("manifests" in data and "layers" not in data):
+    if media_type in (OCI_INDEX, DOCKER_MANIFEST_LIST) or ("manifests" in data and "layers" not in data):
         for entry in data.get("manifests") or []:
             platform = (entry.get("platform") or {}) if isinstance(entry, dict) else {}
             if platform.get("architecture") == arch and platform.get("os", "linux") == "linux":
@@ -842,7 +682,7 @@ def inspect_remote(
                          password=password, **(client_options or {}))
     m = client.get_manifest_raw(r.repository, r.ref)
     data = m.json()
-    problems = _sif_problems(data) if "layers" in data else ["an image index, not a SIF image manifest"]
+    problems = sif_problems(data) if "layers" in data else ["an image index, not a SIF image manifest"]
     mode, refs = list_referrers(client, r.repository, m.digest)
     attachments = []
     for d in refs:
@@ -879,10 +719,6 @@ def inspect_remote(
         "attachments": attachments,
         "verdict": verdict["verdict"] if verdict else "unverified",
     }
-
-
-def is_remote(arg: str) -> bool:
-    return isinstance(arg, str) and arg.startswith(SCHEME)
 
 
 __all__ = [
