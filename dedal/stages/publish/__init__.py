@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from dedal.model import sif as sifmod
 from dedal.adapters import registry as reg
-from dedal.adapters.registry import Credentials, RegistryClient, RegistryError
+from dedal.adapters.registry import Credentials, RegistryClient, RegistryError, make_client
 from dedal.errors import UserError
 from dedal.model.oci import (
     ANN_ARCH,
@@ -129,15 +129,6 @@ def verdict_of(report: Any) -> str:
         if isinstance(report.get(key), bool):
             return "pass" if report[key] else "fail"
     return "unknown"
-
-
-def make_client(host: str, *, insecure: bool = False, creds: Optional[Credentials] = None,
-                repository: str = "", username: Optional[str] = None, password: Optional[str] = None,
-                **options: Any) -> RegistryClient:
-    """A RegistryClient with credentials resolved (unless ``creds`` is given)."""
-    if creds is None:
-        creds = reg.resolve_credentials(host, repository, username=username, password=password)
-    return RegistryClient(host, creds=creds, insecure=insecure, **options)
 
 
 # --------------------------------------------------------------------------- attachments

@@ -1,0 +1,428 @@
+"""The registry client: one host, dedal's transport under oras-py's ``Registry``.
+
+oras-py supplies blob existence checks, chunked uploads, paginated tag lists, blob
+downloads and URL building; ``RegistryClient.do_request`` underneath adds
+
+* authentication through ``RegistryAuth``, answered only when the registry asks;
+* retries with exponential backoff on 5xx/429 answers and broken connections (a
+  body read from a file is rewound before every attempt);
+* ``https`` with certificate verification unless ``insecure`` is asked for, in which
+  case unverified https is tried first and plain http second;
+* raw manifest bytes in and out (digests are over bytes, so dedal never lets a JSON
+  library re-serialise a manifest it has to refer to), the OCI 1.1 referrers API and
+  the tag listing.
+
+Errors name the registry, the method and the path, never credentials.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any, Callable, Dict, List, Optional, Tuple, Union
+
+import oras.container
+import oras.provider
+import requests
+import requests.exceptions
+
+from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_credentials
+from dedal.adapters.registry.errors import (
+    TRANSIENT_ERRORS,
+    NotFound,
+    RegistryAuthError,
+    RegistryError,
+    redact_url,
+    short_reason,
+)
+from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, sha256_digest
+
+log = logging.getLogger("dedal.registry")
+
+RETRY_STATUS = (429, 500, 502, 503, 504)
+CHUNK = 1 << 20
+
+Progress = Optional[Callable[[str], None]]
+
+
+def file_digest(path: Union[str, os.PathLike]) -> Tuple[str, int]:
+    """``("sha256:<hex>", size)`` of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+            size += len(chunk)
+    return "sha256:" + h.hexdigest(), size
+
+
+class RegistryClient(oras.provider.Registry):
+    """One registry host (``host[:port]``); oras-py's Registry with dedal's transport.
+
+    ``retries``: extra attempts after a transient failure; ``backoff``: first delay in
+    seconds, doubled each time (with jitter). ``insecure``: unverified https, then plain
+    http. ``timeout``: seconds to wait for a response to start.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        creds: Optional[Credentials] = None,
+        insecure: bool = False,
+        retries: int = 4,
+        backoff: float = 0.5,
+        timeout: float = 300.0,
+        session: Optional[requests.Session] = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(hostname=host, insecure=insecure, tls_verify=not insecure)
+        if session is not None:
+            self.session = session
+        self.host = host
+        self.insecure = insecure
+        self.retries = max(0, int(retries))
+        self.backoff = float(backoff)
+        self.timeout = timeout
+        self._sleep = sleep
+        self._auth = RegistryAuth(host, creds)
+        self._scheme: Optional[str] = None
+        self.stats: Dict[str, int] = {"requests": 0, "retries": 0, "blobs_uploaded": 0, "blobs_skipped": 0,
+                                      "bytes_uploaded": 0}
+
+    def __repr__(self) -> str:
+        return f"RegistryClient({self.host!r}, insecure={self.insecure}, credentials={'yes' if self._auth.creds else 'no'})"
+
+    __str__ = __repr__
+
+    # ------------------------------------------------------------- transport
+
+    @property
+    def base(self) -> str:
+        """``scheme://host``, found on first use (https; with insecure, http if TLS fails)."""
+        if self._scheme is None:
+            self._scheme = self._probe_scheme()
+            self.prefix = self._scheme  # oras-py builds its URLs with self.prefix
+            self.auth.prefix = self._scheme
+        return f"{self._scheme}://{self.host}"
+
+    def _probe_scheme(self) -> str:
+        url = f"https://{self.host}/v2/"
+        try:
+            self.session.get(url, verify=not self.insecure, timeout=min(self.timeout, 30))
+            return "https"
+        except requests.exceptions.SSLError as exc:
+            if self.insecure:
+                log.debug("TLS to %s failed, using plain http (--insecure)", self.host)
+                return "http"
+            raise RegistryError(f"registry {self.host}: TLS connection failed ({short_reason(exc)}); if it serves "
+                                "plain HTTP or has a certificate you do not trust, pass --insecure "
+                                "(setting registry_insecure)") from None
+        except TRANSIENT_ERRORS as exc:
+            if self.insecure:
+                return "http"
+            raise RegistryError(f"registry {self.host} unreachable over https ({short_reason(exc)}); if it serves "
+                                "plain HTTP, pass --insecure (setting registry_insecure)") from None
+
+    def url(self, path: str) -> str:
+        return f"{self.base}{path}"
+
+    def do_request(  # type: ignore[override]
+        self,
+        url: str,
+        method: str = "GET",
+        data: Optional[Union[dict, bytes, IO[bytes]]] = None,
+        headers: Optional[dict] = None,
+        json: Optional[dict] = None,
+        stream: bool = False,
+        *,
+        retry: bool = True,
+        ok: Tuple[int, ...] = (),
+    ) -> requests.Response:
+        """One request with auth and retries; used by oras-py's methods as well.
+
+        Transient failures (5xx, 429, broken connections) are retried up to
+        ``self.retries`` times with backoff when ``retry``; the last one raises
+        RegistryError. Other statuses are returned, or raised unless in ``ok`` when
+        ``ok`` is given.
+        """
+        if url.startswith("/"):
+            url = self.url(url)
+        elif not self._scheme:
+            _ = self.base
+        attempts = 1 + (self.retries if retry else 0)
+        auth_rounds = 0
+        attempt = 0
+        while True:
+            hdrs = dict(headers or {})
+            hdrs.update(self._auth.header())
+            if hasattr(data, "seek"):
+                data.seek(0)  # type: ignore[union-attr]
+            self.stats["requests"] += 1
+            try:
+                response = self.session.request(method, url, data=data, json=json, headers=hdrs, stream=stream,
+                                                verify=not self.insecure, timeout=self.timeout,
+                                                allow_redirects=True)
+            except requests.exceptions.SSLError as exc:
+                raise RegistryError(f"{method} {redact_url(url)}: TLS error ({short_reason(exc)}); pass --insecure "
+                                    "only if you trust this registry") from None
+            except TRANSIENT_ERRORS as exc:
+                attempt += 1
+                if attempt >= attempts:
+                    raise RegistryError(f"{method} {redact_url(url)}: connection failed after {attempt} "
+                                        f"attempt(s) ({short_reason(exc)})") from None
+                self.wait_before_retry(attempt, f"{method} {redact_url(url)}: {short_reason(exc)}")
+                continue
+            if response.status_code == 401 and auth_rounds < 3:
+                self._auth.answer(response, self.session, not self.insecure,
+                                  already_sent="Authorization" in hdrs)
+                auth_rounds += 1
+                response.close()
+                continue
+            if response.status_code in RETRY_STATUS and retry:
+                attempt += 1
+                if attempt < attempts:
+                    delay = _retry_after(response)
+                    response.close()
+                    self.wait_before_retry(attempt, f"{method} {redact_url(url)}: HTTP {response.status_code}", delay)
+                    continue
+            if ok and response.status_code not in ok:
+                raise self.error(response, method, url)
+            return response
+
+    def wait_before_retry(self, attempt: int, why: str, delay: Optional[float] = None) -> None:
+        self.stats["retries"] += 1
+        if delay is None:
+            delay = self.backoff * (2 ** (attempt - 1))
+            delay += random.uniform(0, delay / 4)
+        log.warning("registry %s: %s; retry %d/%d in %.1f s", self.host, why, attempt, self.retries, delay)
+        self._sleep(delay)
+
+    def error(self, response: requests.Response, method: str, url: str) -> RegistryError:
+        """A RegistryError naming the request, the status and the registry's error codes."""
+        detail = ""
+        try:
+            body = response.json()
+            errs = body.get("errors") if isinstance(body, dict) else None
+            if errs:
+                detail = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ")
+                                   for e in errs if isinstance(e, dict))
+        except ValueError:
+            pass
+        msg = f"{method} {redact_url(url)}: HTTP {response.status_code} {response.reason or ''}".rstrip()
+        if detail:
+            msg += f" ({detail})"
+        if response.status_code == 404:
+            return NotFound(msg)
+        if response.status_code in (401, 403):
+            return RegistryAuthError(msg + "; check the credentials and your access to this repository")
+        return RegistryError(msg)
+
+    def _check_200_response(self, response: requests.Response) -> None:  # oras-py hook
+        if response.status_code not in (200, 201, 202):
+            raise self.error(response, response.request.method or "", response.request.url or "")
+
+    # ------------------------------------------------------------- API
+
+    def ping(self) -> None:
+        """``GET /v2/``: reachable, speaks the registry API, and our credentials work."""
+        r = self.do_request("/v2/", "GET")
+        if r.status_code != 200:
+            raise self.error(r, "GET", self.url("/v2/"))
+
+    def container(self, repository: str, ref: str = "latest") -> oras.container.Container:
+        """An oras-py Container for this host (fields set directly: oras-py's parser would
+        take a host without a dot or port, e.g. ``localhost``, for a namespace)."""
+        c = oras.container.Container("placeholder", registry=self.host)
+        c.registry = self.host
+        namespace, _, name = repository.rpartition("/")
+        c.namespace = namespace or None
+        c.repository = name
+        c.tag, c.digest = (None, ref) if ref.startswith("sha256:") else (ref, None)
+        return c
+
+    def blob_exists_digest(self, repository: str, digest: str) -> bool:
+        """HEAD the blob (oras-py's ``blob_exists``)."""
+        _ = self.base
+        return bool(self.blob_exists({"digest": digest}, self.container(repository)))
+
+    def push_blob(self, repository: str, path: Union[str, os.PathLike], digest: str, size: int,
+                  progress: Progress = None) -> bool:
+        """Upload a file as a blob unless the registry already has it (HEAD first).
+
+        Returns True when bytes were sent. A failed upload (broken connection, 5xx) is
+        restarted from a new upload session, with backoff, ``retries`` times.
+        """
+        if self.blob_exists_digest(repository, digest):
+            self.stats["blobs_skipped"] += 1
+            if progress:
+                progress(f"blob {digest[:19]} ({_human(size)}) already in the registry, not uploaded")
+            return False
+        if progress:
+            progress(f"uploading blob {digest[:19]} ({_human(size)})")
+        attempt = 0
+        while True:
+            try:
+                self._upload_once(repository, Path(path), digest, size)
+                break
+            except RegistryAuthError:
+                raise
+            except RegistryError as exc:
+                attempt += 1
+                if attempt > self.retries:
+                    raise
+                if self.blob_exists_digest(repository, digest):  # finished server-side after all
+                    break
+                self.wait_before_retry(attempt, f"upload of {digest[:19]} failed: {exc.one_line()}")
+        self.stats["blobs_uploaded"] += 1
+        self.stats["bytes_uploaded"] += size
+        return True
+
+    def _upload_once(self, repository: str, path: Path, digest: str, size: int) -> None:
+        r = self.do_request(f"/v2/{repository}/blobs/uploads/", "POST",
+                            headers={"Content-Length": "0"}, ok=(202,))
+        location = self._get_location(r, self.container(repository))
+        if not location:
+            raise RegistryError(f"POST /v2/{repository}/blobs/uploads/: no Location header in the answer")
+        if location.startswith("/"):
+            location = self.url(location)
+        sep = "&" if "?" in location else "?"
+        put_url = f"{location}{sep}digest={digest}"
+        with open(path, "rb") as fh:
+            r = self.do_request(put_url, "PUT", data=fh,  # type: ignore[arg-type]
+                                headers={"Content-Type": "application/octet-stream",
+                                         "Content-Length": str(size)}, retry=False)
+        if r.status_code != 201:
+            raise self.error(r, "PUT", put_url)
+        got = r.headers.get("Docker-Content-Digest")
+        if got and got != digest:
+            raise RegistryError(f"registry {self.host} stored blob {got}, expected {digest}")
+
+    def push_bytes(self, repository: str, data: bytes, progress: Progress = None) -> Tuple[str, int, bool]:
+        """Upload a small in-memory blob (config, JSON); returns (digest, size, uploaded)."""
+        digest = sha256_digest(data)
+        with tempfile.NamedTemporaryFile(prefix="dedal-blob-") as fh:
+            fh.write(data)
+            fh.flush()
+            uploaded = self.push_blob(repository, fh.name, digest, len(data), progress)
+        return digest, len(data), uploaded
+
+    def put_manifest(self, repository: str, ref: str, raw: bytes, media_type: str) -> requests.Response:
+        """PUT manifest bytes under a tag or digest; checks the digest the registry reports."""
+        url = f"/v2/{repository}/manifests/{ref}"
+        r = self.do_request(url, "PUT", data=raw, headers={"Content-Type": media_type}, ok=(200, 201))
+        got = r.headers.get("Docker-Content-Digest")
+        if got and got != sha256_digest(raw):
+            raise RegistryError(f"registry {self.host} stored manifest {repository}:{ref} as {got}, "
+                                f"expected {sha256_digest(raw)}")
+        return r
+
+    def get_manifest_raw(self, repository: str, ref: str, accept: Tuple[str, ...] = MANIFEST_TYPES) -> Manifest:
+        """GET a manifest by tag or digest, as bytes (NotFound when absent)."""
+        url = f"/v2/{repository}/manifests/{ref}"
+        r = self.do_request(url, "GET", headers={"Accept": ", ".join(accept)}, ok=(200,))
+        raw = r.content
+        digest = sha256_digest(raw)
+        if ref.startswith("sha256:") and digest != ref:
+            raise RegistryError(f"manifest {repository}@{ref}: the registry sent bytes with digest {digest}")
+        media_type = (r.headers.get("Content-Type") or "").split(";")[0].strip()
+        if not media_type or media_type in ("application/json", "application/octet-stream"):
+            try:
+                media_type = json.loads(raw).get("mediaType") or media_type
+            except (ValueError, AttributeError):
+                pass
+        return Manifest(raw, media_type, digest)
+
+    def head_manifest(self, repository: str, ref: str) -> Optional[str]:
+        """The digest a tag points to, or None when it does not exist."""
+        r = self.do_request(f"/v2/{repository}/manifests/{ref}", "HEAD",
+                            headers={"Accept": ", ".join(MANIFEST_TYPES)}, ok=(200, 404))
+        if r.status_code == 404:
+            return None
+        return r.headers.get("Docker-Content-Digest")
+
+    def delete_manifest(self, repository: str, digest: str) -> None:
+        self.do_request(f"/v2/{repository}/manifests/{digest}", "DELETE", ok=(202, 200))
+
+    def tags(self, repository: str) -> List[str]:
+        """All tags of a repository (oras-py ``get_tags``, which follows pagination)."""
+        _ = self.base
+        try:
+            return list(self.get_tags(self.container(repository)))
+        except NotFound:
+            raise NotFound(f"repository {self.host}/{repository} not found") from None
+
+    def referrers(self, repository: str, digest: str, artifact_type: Optional[str] = None) -> Optional[List[Dict[str, Any]]]:
+        """Descriptors of manifests whose ``subject`` is ``digest`` through the OCI 1.1
+        referrers API; None when the registry has no such API (404)."""
+        url = f"/v2/{repository}/referrers/{digest}"
+        if artifact_type:
+            url += f"?artifactType={artifact_type}"
+        r = self.do_request(url, "GET", headers={"Accept": OCI_INDEX}, ok=(200, 404, 400, 405))
+        if r.status_code != 200:
+            return None
+        try:
+            data = r.json()
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("manifests"), list):
+            return None
+        found = [d for d in data["manifests"] if isinstance(d, dict)]
+        if artifact_type:
+            found = [d for d in found if d.get("artifactType") == artifact_type]
+        return found
+
+    def get_blob_stream(self, repository: str, digest: str) -> requests.Response:
+        """A streaming GET of a blob (oras-py ``get_blob``); the caller closes it."""
+        _ = self.base
+        r = self.get_blob(self.container(repository), digest, stream=True)
+        if r.status_code != 200:
+            raise self.error(r, "GET", self.url(f"/v2/{repository}/blobs/{digest}"))
+        return r
+
+    def get_blob_bytes(self, repository: str, digest: str, limit: int = 64 << 20) -> bytes:
+        """A small blob in memory, checked against its digest."""
+        with self.get_blob_stream(repository, digest) as r:
+            data = b""
+            for chunk in r.iter_content(CHUNK):
+                data += chunk
+                if len(data) > limit:
+                    raise RegistryError(f"blob {digest} is larger than {_human(limit)}")
+        if sha256_digest(data) != digest:
+            raise RegistryError(f"blob {repository}@{digest}: the registry sent bytes with another sha256")
+        return data
+
+
+def make_client(host: str, *, insecure: bool = False, creds: Optional[Credentials] = None,
+                repository: str = "", username: Optional[str] = None, password: Optional[str] = None,
+                **options: Any) -> RegistryClient:
+    """A RegistryClient with credentials resolved (unless ``creds`` is given)."""
+    if creds is None:
+        creds = resolve_credentials(host, repository, username=username, password=password)
+    return RegistryClient(host, creds=creds, insecure=insecure, **options)
+
+
+def _retry_after(response: requests.Response) -> Optional[float]:
+    value = response.headers.get("Retry-After", "")
+    try:
+        return min(float(value), 60.0) if value else None
+    except ValueError:
+        return None
+
+
+def _human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def human_size(size: int) -> str:
+    return _human(size)

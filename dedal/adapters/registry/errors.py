@@ -1,0 +1,62 @@
+"""What goes wrong talking to a registry, and how it is told.
+
+The error classes the transport raises (``RegistryError`` itself is defined with the
+OCI values in ``dedal.model.oci``, since a manifest that is not what it should be is
+one too), the exceptions worth a retry, and the two helpers that keep messages short
+and safe: ``redact_url`` drops user info and query strings (upload state, signed
+tokens) and ``short_reason`` turns requests' nested exception texts into a few words.
+Shared by the credential/challenge code (``auth``), the client, and the publish stage's
+download loop.
+"""
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import requests.exceptions
+
+from dedal.model.oci import RegistryError
+
+TRANSIENT_ERRORS = (
+    requests.exceptions.ConnectionError,
+    requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.Timeout,
+)
+
+
+class RegistryAuthError(RegistryError):
+    """Authentication was required and failed (no, or wrong, credentials)."""
+
+
+class NotFound(RegistryError):
+    """A manifest, blob or repository does not exist."""
+
+
+def redact_url(url: str) -> str:
+    """A URL fit for messages: no user info, no query string (upload state, signed tokens)."""
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+_REASONS = (
+    ("WRONG_VERSION_NUMBER", "the server does not speak TLS"),
+    ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed"),
+    ("Connection refused", "connection refused"),
+    ("Name or service not known", "unknown host name"),
+    ("Temporary failure in name resolution", "host name lookup failed"),
+    ("timed out", "timed out"),
+    ("Connection reset", "connection reset"),
+    ("RemoteDisconnected", "the server closed the connection"),
+    ("IncompleteRead", "the transfer broke off"),
+)
+
+
+def short_reason(exc: BaseException) -> str:
+    """A short reason for a transport exception (requests' texts are long and nested)."""
+    text = repr(exc)
+    for needle, reason in _REASONS:
+        if needle in text:
+            return reason
+    return type(exc).__name__
