@@ -32,15 +32,8 @@ import requests
 import requests.exceptions
 
 from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_credentials
-from dedal.adapters.registry.errors import (
-    TRANSIENT_ERRORS,
-    NotFound,
-    RegistryAuthError,
-    RegistryError,
-    redact_url,
-    short_reason,
-)
-from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, sha256_digest
+from dedal.adapters.registry.errors import TRANSIENT_ERRORS, NotFound, RegistryAuthError, redact_url, short_reason
+from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
 
 log = logging.getLogger("dedal.registry")
 

@@ -1,0 +1,205 @@
+"""Attachments: the files published next to an image (verification report, SBOMs,
+anything else) as OCI 1.1 artifacts whose ``subject`` is the image manifest.
+
+Files are classified and grouped here (one verification report artifact with
+verify.json, report.md and plots; one artifact per SBOM; one per other file), pushed,
+and found again: through the registry's referrers API, or, where the registry has none
+(no ``OCI-Subject`` header in the answer), through the ``sha256-<hex>`` index of the
+referrers tag schema that dedal maintains and ``oras discover`` reads too. Both the
+push (``push``) and the listing and inspection (``remote``) use it.
+"""
+from __future__ import annotations
+
+import json
+import mimetypes
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
+
+from dedal.adapters import registry as reg
+from dedal.adapters.registry import Progress, RegistryClient
+from dedal.errors import UserError
+from dedal.model.oci import (
+    ANN_CREATED,
+    ANN_TITLE,
+    ANN_VERDICT,
+    ARTIFACT_CYCLONEDX,
+    ARTIFACT_FILE,
+    ARTIFACT_SPDX,
+    ARTIFACT_VERIFY,
+    EMPTY_JSON,
+    EMPTY_JSON_DIGEST,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    artifact_manifest,
+    canonical_json,
+    fallback_tag,
+    rfc3339,
+    sha256_digest,
+)
+
+
+def verdict_of(report: Any) -> str:
+    """The verdict of a verify.json: ``verdict`` (string), else ``passed``/``ok`` (bool),
+    else ``status``; "unknown" when there is none."""
+    if not isinstance(report, dict):
+        return "unknown"
+    for key in ("verdict", "result", "status"):
+        value = report.get(key)
+        if isinstance(value, str) and value:
+            return value.lower()
+        if isinstance(value, dict) and isinstance(value.get("verdict"), str):
+            return value["verdict"].lower()
+    for key in ("passed", "ok", "pass"):
+        if isinstance(report.get(key), bool):
+            return "pass" if report[key] else "fail"
+    return "unknown"
+
+
+@dataclass
+class AttachmentFile:
+    path: Path
+    title: str
+    media_type: str
+
+
+@dataclass
+class AttachmentGroup:
+    artifact_type: str
+    files: List[AttachmentFile] = field(default_factory=list)
+    annotations: Dict[str, str] = field(default_factory=dict)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def classify_attachment(path: Path) -> Tuple[str, str]:
+    """(group artifact type, layer media type) of one attached file."""
+    name = path.name.lower()
+    if name == "verify.json" or name.endswith(".verify.json"):
+        return ARTIFACT_VERIFY, ARTIFACT_VERIFY
+    if name.endswith(".json"):
+        data = _read_json(path) if path.stat().st_size < (64 << 20) else None
+        if name.endswith(".cdx.json") or (isinstance(data, dict) and data.get("bomFormat") == "CycloneDX"):
+            return ARTIFACT_CYCLONEDX, ARTIFACT_CYCLONEDX
+        if name.endswith(".spdx.json") or (isinstance(data, dict) and "spdxVersion" in data):
+            return ARTIFACT_SPDX, ARTIFACT_SPDX
+    if name.endswith(".md"):
+        return ARTIFACT_VERIFY, "text/markdown"
+    if name.endswith((".png", ".svg")):
+        return ARTIFACT_VERIFY, mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return ARTIFACT_FILE, mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
+def group_attachments(paths: Iterable[Union[str, os.PathLike]]) -> List[AttachmentGroup]:
+    """Files (directories are expanded) grouped into artifacts: one verification report
+    (verify.json, report.md, plots), one per SBOM, one per other file."""
+    files: List[Tuple[Path, str]] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith("."))
+            if not found:
+                raise UserError(f"--attach {p}: the directory holds no files")
+            files += [(q, q.relative_to(p).as_posix()) for q in found]
+        elif p.is_file():
+            files.append((p, p.name))
+        else:
+            raise UserError(f"--attach {p}: no such file or directory")
+    groups: Dict[str, AttachmentGroup] = {}
+    for path, title in files:
+        artifact_type, media_type = classify_attachment(path)
+        key = artifact_type if artifact_type == ARTIFACT_VERIFY else f"{artifact_type}:{title}"
+        group = groups.setdefault(key, AttachmentGroup(artifact_type))
+        if any(f.title == title for f in group.files):
+            raise UserError(f"--attach: two files named {title!r} in one attachment")
+        group.files.append(AttachmentFile(path, title, media_type))
+    result = list(groups.values())
+    for group in result:
+        newest = max(f.path.stat().st_mtime for f in group.files)
+        group.annotations[ANN_CREATED] = rfc3339(newest)
+        if group.artifact_type == ARTIFACT_VERIFY:
+            report = next((f for f in group.files if f.media_type == ARTIFACT_VERIFY), None)
+            if report is not None:
+                data = _read_json(report.path)
+                if data is None:
+                    raise UserError(f"--attach {report.path}: not valid JSON")
+                group.annotations[ANN_VERDICT] = verdict_of(data)
+    return result
+
+
+@dataclass
+class Attachment:
+    artifact_type: str
+    digest: str
+    size: int
+    files: List[str]
+    annotations: Dict[str, str]
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def push_attachment(client: RegistryClient, repository: str, subject: Dict[str, Any],
+                    group: AttachmentGroup, progress: Progress, uploaded: List[str], skipped: List[str]
+                    ) -> Tuple[Attachment, bool]:
+    """Push one artifact manifest referring to ``subject``; returns it and whether the
+    registry indexed it itself (``OCI-Subject`` header)."""
+    layers = []
+    for f in group.files:
+        digest, size = reg.file_digest(f.path)
+        sent = client.push_blob(repository, f.path, digest, size, progress)
+        (uploaded if sent else skipped).append(digest)
+        layers.append({"mediaType": f.media_type, "digest": digest, "size": size,
+                       "annotations": {ANN_TITLE: f.title}})
+    _, _, sent = client.push_bytes(repository, EMPTY_JSON, None)
+    (uploaded if sent else skipped).append(EMPTY_JSON_DIGEST)
+    manifest = artifact_manifest(artifact_type=group.artifact_type, layers=layers, subject=subject,
+                                 annotations=group.annotations)
+    raw = canonical_json(manifest)
+    digest = sha256_digest(raw)
+    response = client.put_manifest(repository, digest, raw, OCI_MANIFEST)
+    indexed = bool(response.headers.get("OCI-Subject"))
+    return Attachment(group.artifact_type, digest, len(raw), [f.title for f in group.files],
+                      dict(group.annotations)), indexed
+
+
+def add_to_fallback_index(client: RegistryClient, repository: str, subject_digest: str,
+                          attachments: Sequence[Attachment]) -> None:
+    """Referrers tag schema: the index tagged ``sha256-<hex>`` lists the referrers."""
+    tag = fallback_tag(subject_digest)
+    try:
+        index = client.get_manifest_raw(repository, tag, (OCI_INDEX,)).json()
+    except reg.NotFound:
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    manifests = [m for m in index.get("manifests") or [] if isinstance(m, dict)]
+    known = {m.get("digest") for m in manifests}
+    added = False
+    for a in attachments:
+        if a.digest in known:
+            continue
+        manifests.append({"mediaType": OCI_MANIFEST, "digest": a.digest, "size": a.size,
+                          "artifactType": a.artifact_type, "annotations": dict(a.annotations)})
+        added = True
+    if added:
+        index["manifests"] = manifests
+        index.setdefault("schemaVersion", 2)
+        index["mediaType"] = OCI_INDEX
+        client.put_manifest(repository, tag, canonical_json(index), OCI_INDEX)
+
+
+def list_referrers(client: RegistryClient, repository: str, digest: str) -> Tuple[str, List[Dict[str, Any]]]:
+    """("api" | "tag-schema", descriptors of the manifests that refer to ``digest``)."""
+    found = client.referrers(repository, digest)
+    if found is not None:
+        return "api", found
+    try:
+        index = client.get_manifest_raw(repository, fallback_tag(digest), (OCI_INDEX,)).json()
+    except reg.NotFound:
+        return "tag-schema", []
+    return "tag-schema", [m for m in index.get("manifests") or [] if isinstance(m, dict)]

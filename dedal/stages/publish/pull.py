@@ -1,0 +1,168 @@
+"""Pulling a SIF image the way ``apptainer pull oras://`` does, and checking it.
+
+An image index is resolved by architecture; the manifest must have exactly one layer of
+the SIF media type (or the legacy, misspelt ``appliciation/vnd.sylabs.sif.layer.tar``).
+The blob is streamed into a temporary file next to the target, checked for size and
+sha256, opened as a SIF for the wanted architecture, and only then renamed into place:
+a refused pull leaves no file behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+from dedal.adapters import registry as reg
+from dedal.adapters.registry import Credentials, Progress, RegistryClient, RegistryError, make_client
+from dedal.errors import UserError
+from dedal.model import sif as sifmod
+from dedal.model.oci import (
+    ANN_CREATED,
+    ANN_TITLE,
+    DOCKER_MANIFEST_LIST,
+    OCI_INDEX,
+    Manifest,
+    Reference,
+    check_sif_manifest,
+    parse_reference,
+)
+
+
+class IntegrityError(RegistryError):
+    """What the registry sent is not what its manifest promises (size, digest, SIF)."""
+
+
+@dataclass
+class PullResult:
+    reference: str
+    path: str
+    digest: str  # image manifest
+    sif_digest: str
+    size: int
+    arch: str
+    layer_media_type: str
+    created: Optional[str] = None
+    title: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _resolve_image(client: RegistryClient, ref: Reference, arch: str) -> Manifest:
+    """The image manifest for ``ref``; an image index is resolved by architecture."""
+    m = client.get_manifest_raw(ref.repository, ref.ref)
+    data = m.json()
+    media_type = m.media_type or data.get("mediaType") or ""
+    if media_type in (OCI_INDEX, DOCKER_MANIFEST_LIST) or ("manifests" in data and "layers" not in data):
+        for entry in data.get("manifests") or []:
+            platform = (entry.get("platform") or {}) if isinstance(entry, dict) else {}
+            if platform.get("architecture") == arch and platform.get("os", "linux") == "linux":
+                return client.get_manifest_raw(ref.repository, entry["digest"])
+        raise RegistryError(f"{ref}: the image index has no manifest for linux/{arch}")
+    return m
+
+
+def default_pull_name(ref: Reference) -> str:
+    """``<repository basename>_<tag>.sif``, like ``apptainer pull``."""
+    name = ref.repository.rsplit("/", 1)[-1]
+    return f"{name}_{ref.tag or (ref.digest or 'latest').replace(':', '-')[:19]}.sif"
+
+
+def pull(
+    ref: Union[str, Reference],
+    out: Optional[Union[str, os.PathLike]] = None,
+    *,
+    insecure: bool = False,
+    creds: Optional[Credentials] = None,
+    username: Optional[str] = None,
+    password: Optional[str] = None,
+    arch: Optional[str] = None,
+    force: bool = False,
+    progress: Progress = None,
+    client_options: Optional[Dict[str, Any]] = None,
+) -> PullResult:
+    """Download the SIF of ``ref`` to ``out`` (default ``<name>_<tag>.sif``; a directory
+    gets the layer's title). The bytes go to a temporary file next to ``out`` and are
+    renamed only after size, sha256, SIF header and architecture checks pass; nothing is
+    left behind otherwise."""
+    r = ref if isinstance(ref, Reference) else parse_reference(ref)
+    if not r.tag and not r.digest:
+        r = r.with_tag("latest")
+    want_arch = arch or sifmod.host_arch()
+    client = make_client(r.host, insecure=insecure, creds=creds, repository=r.repository, username=username,
+                         password=password, **(client_options or {}))
+    manifest = _resolve_image(client, r, want_arch)
+    data = manifest.json()
+    layer = check_sif_manifest(data, str(r))
+    title = (layer.get("annotations") or {}).get(ANN_TITLE)
+    target = Path(out) if out is not None else Path(default_pull_name(r))
+    if target.is_dir():
+        name = Path(title or default_pull_name(r)).name
+        if not name or name in (".", ".."):
+            name = default_pull_name(r)
+        target = target / name
+    if target.exists() and not force:
+        raise UserError(f"{target}: already exists (pass --force to replace it)")
+    if not target.parent.is_dir():
+        raise UserError(f"{target.parent}: no such directory")
+    expected_digest, expected_size = layer["digest"], layer["size"]
+    if progress:
+        progress(f"downloading {r} ({reg.human_size(expected_size)}) to {target}")
+    tmp = target.parent / f".{target.name}.part-{os.getpid()}"
+    try:
+        _download(client, r.repository, expected_digest, expected_size, tmp, str(r))
+        try:
+            info = sifmod.read_sif(tmp)
+            sifmod.primary_partition(info)
+        except UserError as exc:
+            msg = str(exc).replace(str(tmp), title or "the download")
+            raise IntegrityError(f"{r}: the downloaded file is not a usable SIF image ({msg})") from None
+        if info.primary_arch != want_arch:
+            raise UserError(f"{r}: the image is for {info.primary_arch}, this host is {want_arch} "
+                            f"(pass --arch {info.primary_arch} to download it anyway)")
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    finally:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+    ann = data.get("annotations") or {}
+    return PullResult(reference=str(r), path=str(target), digest=manifest.digest, sif_digest=expected_digest,
+                      size=expected_size, arch=info.primary_arch, layer_media_type=layer["mediaType"],
+                      created=ann.get(ANN_CREATED), title=title)
+
+
+def _download(client: RegistryClient, repository: str, digest: str, size: int, tmp: Path, what: str) -> None:
+    """Stream a blob into ``tmp`` checking length and sha256; broken transfers restart."""
+    attempt = 0
+    while True:
+        h = hashlib.sha256()
+        got = 0
+        try:
+            with client.get_blob_stream(repository, digest) as response, open(tmp, "wb") as fh:
+                for chunk in response.iter_content(reg.CHUNK):
+                    got += len(chunk)
+                    if got > size:
+                        raise IntegrityError(f"{what}: the registry sent more than the {size} bytes the "
+                                             "manifest states; refusing the download")
+                    h.update(chunk)
+                    fh.write(chunk)
+                fh.flush()
+                os.fsync(fh.fileno())
+            break
+        except reg.TRANSIENT_ERRORS as exc:
+            attempt += 1
+            if attempt > client.retries:
+                raise RegistryError(f"{what}: download of {digest} broke off after {attempt} attempt(s) "
+                                    f"({reg.short_reason(exc)})") from None
+            client.wait_before_retry(attempt, f"download of {digest[:19]} broke off ({reg.short_reason(exc)})")
+    if got != size:
+        raise IntegrityError(f"{what}: size mismatch: the manifest states {size} bytes, the registry sent {got}; "
+                             "refusing the download")
+    actual = "sha256:" + h.hexdigest()
+    if actual != digest:
+        raise IntegrityError(f"{what}: sha256 mismatch: the manifest states {digest}, the downloaded bytes "
+                             f"are {actual}; refusing the download")
