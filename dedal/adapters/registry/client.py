@@ -34,6 +34,7 @@ import requests.exceptions
 from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_credentials
 from dedal.adapters.registry.errors import TRANSIENT_ERRORS, NotFound, RegistryAuthError, redact_url, short_reason
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
+from dedal.ui.console import human_size
 
 log = logging.getLogger("dedal.registry")
 
@@ -254,10 +255,10 @@ class RegistryClient(oras.provider.Registry):
         if self.blob_exists_digest(repository, digest):
             self.stats["blobs_skipped"] += 1
             if progress:
-                progress(f"blob {digest[:19]} ({_human(size)}) already in the registry, not uploaded")
+                progress(f"blob {digest[:19]} ({human_size(size)}) already in the registry, not uploaded")
             return False
         if progress:
-            progress(f"uploading blob {digest[:19]} ({_human(size)})")
+            progress(f"uploading blob {digest[:19]} ({human_size(size)})")
         attempt = 0
         while True:
             try:
@@ -385,7 +386,7 @@ class RegistryClient(oras.provider.Registry):
             for chunk in r.iter_content(CHUNK):
                 data += chunk
                 if len(data) > limit:
-                    raise RegistryError(f"blob {digest} is larger than {_human(limit)}")
+                    raise RegistryError(f"blob {digest} is larger than {human_size(limit)}")
         if sha256_digest(data) != digest:
             raise RegistryError(f"blob {repository}@{digest}: the registry sent bytes with another sha256")
         return data
@@ -406,16 +407,3 @@ def _retry_after(response: requests.Response) -> Optional[float]:
         return min(float(value), 60.0) if value else None
     except ValueError:
         return None
-
-
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
-def human_size(size: int) -> str:
-    return _human(size)

@@ -28,6 +28,7 @@ from dedal.model.oci import (
     check_sif_manifest,
     parse_reference,
 )
+from dedal.ui.console import human_size
 
 
 class IntegrityError(RegistryError):
@@ -109,7 +110,7 @@ def pull(
         raise UserError(f"{target.parent}: no such directory")
     expected_digest, expected_size = layer["digest"], layer["size"]
     if progress:
-        progress(f"downloading {r} ({reg.human_size(expected_size)}) to {target}")
+        progress(f"downloading {r} ({human_size(expected_size)}) to {target}")
     tmp = target.parent / f".{target.name}.part-{os.getpid()}"
     try:
         _download(client, r.repository, expected_digest, expected_size, tmp, str(r))

@@ -40,6 +40,7 @@ from dedal.model.oci import (
     valid_tag,
 )
 from dedal.stages.publish.attachments import Attachment, add_to_fallback_index, group_attachments, push_attachment
+from dedal.ui.console import human_size
 
 
 def _norm_key(key: str) -> str:
@@ -166,7 +167,7 @@ def publish(
     ann.update(annotations or {})
 
     if progress:
-        progress(f"hashing {path} ({reg.human_size(info.file_size)})")
+        progress(f"hashing {path} ({human_size(info.file_size)})")
     sif_digest, sif_size = reg.file_digest(path)
     manifest = sif_manifest(sif_digest=sif_digest, sif_size=sif_size, title=path.name, annotations=ann)
     raw = canonical_json(manifest)
