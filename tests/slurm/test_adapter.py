@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from dedal.adapters import slurm
-from dedal.adapters.slurm import JobState, Node, Slurm, State, _exit_pair, _wait_status
+from dedal.adapters.slurm import JobState, Node, Slurm, State
+from dedal.adapters.slurm.reports import exit_pair as _exit_pair, wait_status as _wait_status
 from dedal.errors import UserError
 
 

@@ -1,4 +1,4 @@
-"""Slurm: the only module that runs Slurm commands (sbatch, squeue, sacct, scancel, scontrol, sinfo, srun).
+"""The Slurm client: the only module that runs Slurm commands (sbatch, squeue, sacct, scancel, scontrol, sinfo, srun).
 
 Everything goes through :class:`Slurm`, which carries the environment the commands run
 in (``SLURM_CONF`` among it; by default the process environment, so a site's or the
@@ -9,7 +9,7 @@ Job state comes from ``squeue -t all -j ...`` while slurmctld still holds the jo
 (pending, running, and finished jobs for ``MinJobAge`` seconds) and from ``sacct``
 after that (and for the exit codes of finished jobs), falling back to ``sacct -c`` (the
 job-completion log) where accounting storage is disabled. Slurm's many states are
-mapped onto the small :class:`State` enum.
+mapped onto the small :class:`~dedal.adapters.slurm.reports.State` enum.
 
 Facts of Slurm 22.05 callers should know: ``afterok`` on a job id slurmctld no longer
 knows counts as satisfied (the job runs), so only pass dependencies on jobs known to be
@@ -22,140 +22,15 @@ exit codes as objects) are handled too. See ../shared/notes/real-components.md s
 from __future__ import annotations
 
 import json
-import re
 import os
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from dedal import CHECKOUT
 from dedal.adapters import proc
-from dedal.errors import ToolError, ToolMissing, UserError
+from dedal.adapters.slurm.reports import JobState, Node, State, clean_node, clean_reason, exit_pair, wait_status
+from dedal.errors import ToolError, ToolMissing
 
 HINT = "install Slurm's client commands (apt-get install slurm-client) or load the site's Slurm module"
-
-
-class State(str, Enum):
-    """What dedal needs to know about a job; Slurm's other states map onto these."""
-
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    NODE_FAIL = "NODE_FAIL"
-    PREEMPTED = "PREEMPTED"
-    BOOT_FAIL = "BOOT_FAIL"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def is_node_failure(self) -> bool:
-        """Lost to the machine, not to the build: worth resubmitting."""
-        return self in (State.NODE_FAIL, State.PREEMPTED, State.BOOT_FAIL)
-
-    @property
-    def is_active(self) -> bool:
-        return self in (State.PENDING, State.RUNNING)
-
-    @property
-    def is_finished(self) -> bool:
-        return self not in (State.PENDING, State.RUNNING, State.UNKNOWN)
-
-    @property
-    def is_success(self) -> bool:
-        return self is State.COMPLETED
-
-    @classmethod
-    def from_slurm(cls, text: Union[str, Sequence[str], None]) -> "State":
-        """Map a Slurm state name (``CANCELLED by 0``, ``CD``, ``["PENDING", "REQUEUED"]``) to a State."""
-        if text is None:
-            return cls.UNKNOWN
-        if not isinstance(text, str):
-            names = [str(t) for t in text]
-            for name in names:  # base state first, flags (REQUEUED, COMPLETING, ...) after
-                state = cls.from_slurm(name)
-                if state is not cls.UNKNOWN:
-                    return state
-            return cls.UNKNOWN
-        word = text.strip().split(" ")[0].upper().rstrip("+")
-        return _STATE_MAP.get(word, cls.UNKNOWN)
-
-
-_STATE_MAP: Dict[str, State] = {}
-for _state, _names in {
-    State.PENDING: ("PENDING", "PD", "REQUEUED", "RQ", "REQUEUE_HOLD", "RH", "REQUEUE_FED", "RF",
-                    "CONFIGURING", "CF", "RESV_DEL_HOLD", "RD", "SUSPENDED", "S", "STOPPED", "ST"),
-    State.RUNNING: ("RUNNING", "R", "COMPLETING", "CG", "STAGE_OUT", "SO", "SIGNALING", "SI",
-                    "RESIZING", "RS", "UPDATE_DB"),
-    State.COMPLETED: ("COMPLETED", "CD"),
-    State.FAILED: ("FAILED", "F", "SPECIAL_EXIT", "SE"),
-    State.CANCELLED: ("CANCELLED", "CA", "REVOKED", "RV"),
-    State.TIMEOUT: ("TIMEOUT", "TO", "DEADLINE", "DL"),
-    State.NODE_FAIL: ("NODE_FAIL", "NF"),
-    State.PREEMPTED: ("PREEMPTED", "PR"),
-    State.BOOT_FAIL: ("BOOT_FAIL", "BF"),
-    State.OUT_OF_MEMORY: ("OUT_OF_MEMORY", "OOM"),
-}.items():
-    for _name in _names:
-        _STATE_MAP[_name] = _state
-
-
-@dataclass(frozen=True)
-class JobState:
-    """One job as Slurm reports it.
-
-    ``exit_code`` is the batch script's exit status once known (``None`` before, or when
-    killed by a signal: then ``signal`` is set). ``node`` is the batch host (or node
-    list), empty while pending. ``reason`` is Slurm's reason (``Dependency``,
-    ``NonZeroExitCode``, ``NodeDown``, ...), empty when there is none.
-    """
-
-    state: State
-    exit_code: Optional[int] = None
-    node: str = ""
-    reason: str = ""
-    signal: Optional[int] = None
-    source: str = ""  # squeue | sacct | sacct -c
-
-    @property
-    def is_node_failure(self) -> bool:
-        return self.state.is_node_failure
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"state": self.state.value, "exit_code": self.exit_code, "node": self.node,
-                "reason": self.reason, "signal": self.signal, "source": self.source}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "JobState":
-        return cls(State(data["state"]), data.get("exit_code"), data.get("node", ""),
-                   data.get("reason", ""), data.get("signal"), data.get("source", ""))
-
-
-@dataclass(frozen=True)
-class Node:
-    """One node as ``sinfo -N`` reports it (a node in several partitions is listed once)."""
-
-    name: str
-    cpus: int
-    state: str  # sinfo's long state, lower case: idle, mixed, allocated, down*, drained, ...
-    memory_mb: int = 0
-    partitions: Tuple[str, ...] = ()
-    features: Tuple[str, ...] = ()
-
-    @property
-    def usable(self) -> bool:
-        """Can take jobs now or soon (not down, drained, failing or not responding)."""
-        if self.state.endswith("*"):  # not responding
-            return False
-        base = self.state.rstrip("~#!%$@^-").split("+")[0]
-        return base in ("idle", "mixed", "allocated", "completing", "planned", "reserved")
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"name": self.name, "cpus": self.cpus, "state": self.state, "memory_mb": self.memory_mb,
-                "partitions": list(self.partitions), "features": list(self.features)}
 
 
 def _ids(job_ids: Iterable[Union[str, int]]) -> List[str]:
@@ -174,79 +49,6 @@ def _dependency(after_ok: Iterable[Union[str, int]], after_any: Iterable[Union[s
         if ids:
             parts.append(kind + ":" + ":".join(ids))
     return ",".join(parts)
-
-
-def time_minutes(text: str) -> Optional[int]:
-    """A Slurm time limit (``--time``: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``,
-    ``D-H:M:S``) in whole minutes, rounded up as Slurm does; None for no limit (empty,
-    ``UNLIMITED``, ``INFINITE``). ValueError on anything else."""
-    t = text.strip()
-    if t == "" or t.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    days, sep, rest = t.partition("-")
-    if not sep:
-        days, rest = "0", t
-    fields = rest.split(":")
-    if not days.isdigit() or not all(f.isdigit() for f in fields) or len(fields) > 3:
-        raise ValueError(f"not a Slurm time limit: {text!r}")
-    nums = [int(f) for f in fields]
-    if sep:  # D-H, D-H:M, D-H:M:S
-        h, m, sec = (nums + [0, 0])[:3]
-    elif len(nums) == 3:  # H:M:S
-        h, m, sec = nums
-    else:  # M, M:S
-        h, m, sec = 0, nums[0], (nums[1] if len(nums) == 2 else 0)
-    return (int(days) * 24 + h) * 60 + m + (1 if sec else 0)
-
-
-def time_text(minutes: int) -> str:
-    """Whole minutes as a Slurm time limit, ``H:MM:00``."""
-    return f"{minutes // 60}:{minutes % 60:02d}:00"
-
-
-def _wait_status(value: Any) -> Tuple[Optional[int], Optional[int]]:
-    """(exit code, signal) from squeue JSON: a raw wait status (22.05) or an object (23.02+)."""
-    if isinstance(value, bool) or value is None:
-        return None, None
-    if isinstance(value, int):
-        if value & 0x7F:
-            return None, value & 0x7F
-        return (value >> 8) & 0xFF, None
-    if isinstance(value, dict):
-        rc = value.get("return_code")
-        sig = value.get("signal")
-        if isinstance(rc, dict):
-            rc = rc.get("number") if rc.get("set", True) else None
-        if isinstance(sig, dict):
-            sig = sig.get("id", sig.get("signal_id"))
-            sig = sig.get("number") if isinstance(sig, dict) and sig.get("set", True) else sig
-            sig = sig if isinstance(sig, int) else None
-        if sig:
-            return None, int(sig)
-        return (int(rc) if isinstance(rc, int) else None), None
-    return None, None
-
-
-def _exit_pair(text: str) -> Tuple[Optional[int], Optional[int]]:
-    """(exit code, signal) from sacct's ``ExitCode`` (``3:0``, ``0:9``)."""
-    code, _, sig = text.strip().partition(":")
-    try:
-        c, s = int(code), int(sig or 0)
-    except ValueError:
-        return None, None
-    if s:
-        return None, s
-    return c, None
-
-
-def _clean_node(text: Any) -> str:
-    t = str(text or "").strip()
-    return "" if t in ("(null)", "None assigned", "n/a", "None") else t
-
-
-def _clean_reason(text: Any) -> str:
-    t = str(text or "").strip()
-    return "" if t in ("None", "(null)") else t
 
 
 class Slurm:
@@ -415,8 +217,8 @@ class Slurm:
             parts = line.strip().split("|")
             if len(parts) < 5 or parts[0] not in wanted:
                 continue
-            node = _clean_node(parts[3]) or _clean_node(parts[4])
-            out[parts[0]] = JobState(State.from_slurm(parts[1]), None, node, _clean_reason(parts[2]),
+            node = clean_node(parts[3]) or clean_node(parts[4])
+            out[parts[0]] = JobState(State.from_slurm(parts[1]), None, node, clean_reason(parts[2]),
                                      None, "squeue")
         return out
 
@@ -436,9 +238,9 @@ class Slurm:
             state = State.from_slurm(job.get("job_state"))
             code, sig = (None, None)
             if state.is_finished:
-                code, sig = _wait_status(job.get("exit_code"))
-            node = _clean_node(job.get("batch_host")) or _clean_node(job.get("nodes"))
-            out[job_id] = JobState(state, code, node, _clean_reason(job.get("state_reason")), sig, "squeue")
+                code, sig = wait_status(job.get("exit_code"))
+            node = clean_node(job.get("batch_host")) or clean_node(job.get("nodes"))
+            out[job_id] = JobState(state, code, node, clean_reason(job.get("state_reason")), sig, "squeue")
         return out
 
     def _sacct_rows(self, ids: List[str], fields: str) -> Tuple[str, str]:
@@ -486,9 +288,9 @@ class Slurm:
             parts = line.strip().split("|")
             if len(parts) < 4 or parts[0] not in wanted:
                 continue
-            code, sig = _exit_pair(parts[2])
+            code, sig = exit_pair(parts[2])
             # a requeued job has one row per run: the last one counts
-            out[parts[0]] = JobState(State.from_slurm(parts[1]), code, _clean_node(parts[3]), "", sig, source)
+            out[parts[0]] = JobState(State.from_slurm(parts[1]), code, clean_node(parts[3]), "", sig, source)
         return out
 
     # -- cancel -----------------------------------------------------------------------
@@ -563,43 +365,3 @@ def nodes(partition: str = "") -> List[Node]:
 
 def mpi_plugins() -> str:
     return Slurm().mpi_plugins()
-
-
-# -- job script templates -------------------------------------------------------------
-
-TEMPLATE_FIELDS = ("job_name", "packages", "command", "log", "stage_dir")
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-
-
-def default_template() -> Path:
-    """The job-script template shipped with dedal (``slurm/build-job.sh.in``)."""
-    for cand in (CHECKOUT / "slurm" / "build-job.sh.in",
-                 CHECKOUT / "dedal" / "data" / "slurm" / "build-job.sh.in"):
-        if cand.is_file():
-            return cand
-    raise UserError("the default Slurm job-script template build-job.sh.in is missing from this "
-                    "installation; set slurm.template to a template file")
-
-
-def render_job_script(template: str, values: Mapping[str, str], *, source: str = "job-script template") -> str:
-    """Replace each ``{{name}}`` in ``template`` with ``values[name]``, verbatim.
-
-    Comment lines (starting with ``#``, except ``#SBATCH`` and ``#!``) are left as they
-    are, so a template can document its placeholders; so is everything that is not a
-    placeholder (``${VAR}``, ``$@``). A placeholder without a value is a UserError that
-    names it and the known ones. Quoting is the caller's business (see the placeholder
-    list at the top of build-job.sh.in).
-    """
-    lines = template.splitlines(keepends=True)
-
-    def live(line: str) -> bool:
-        text = line.lstrip()
-        return not text.startswith("#") or text.startswith(("#SBATCH", "#!"))
-
-    used = {m.group(1) for line in lines if live(line) for m in _PLACEHOLDER.finditer(line)}
-    unknown = sorted(used - set(values))
-    if unknown:
-        raise UserError(f"{source}: unknown placeholder(s) {', '.join('{{' + u + '}}' for u in unknown)}; "
-                        f"known: {', '.join('{{' + k + '}}' for k in sorted(values))}")
-    return "".join(_PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), line) if live(line) else line
-                   for line in lines)
