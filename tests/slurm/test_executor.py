@@ -18,7 +18,7 @@ import pytest
 
 from dedal import cli
 from dedal.adapters.slurm import Slurm, State
-from dedal.stages.build.executors import slurm as slurm_executor
+from dedal.stages.build.executors.slurm import record as slurm_record, run as slurm_run
 from dedal.model.layers import LayerStore
 from dedal.stages.stage_dir import STAGE_OWNER
 from dedal.model.owner import Owner
@@ -454,16 +454,16 @@ def test_the_record_is_rewritten_while_jobs_are_submitted(slurm_cluster: SlurmCl
     tiny = make_env(tmp_path)
     for key, value in build_env(tiny, slurm_cluster).items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(slurm_executor, "HEARTBEAT_S", 0.0)
+    monkeypatch.setattr(slurm_record, "HEARTBEAT_S", 0.0)
     seen = []
-    write = slurm_executor._Build.write_record
+    write = slurm_run._Build.write_record
 
     def watched(self) -> None:
         write(self)
         rec = record(tiny)
         seen.append((rec["submitting"], [j["slurm_id"] for j in rec["jobs"]]))
 
-    monkeypatch.setattr(slurm_executor._Build, "write_record", watched)
+    monkeypatch.setattr(slurm_run._Build, "write_record", watched)
     assert cli.main(["build", str(tiny.env_file)]) == 0
     during = [ids for submitting, ids in seen if submitting]
     assert during[0] == [], "claimed before the first sbatch"

@@ -52,34 +52,27 @@ state, node, log, result), rewritten on each change, for ``dedal status``.
 """
 from __future__ import annotations
 
-import json
-import os
-import re
 import shlex
 import signal
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set
 
-from dedal.adapters import slurm as slurm_adapter
-from dedal.adapters.slurm import JobState, Slurm, State
+from dedal.adapters.slurm import JobState, Slurm, State, default_template, render_job_script
 from dedal.model.config import Settings
 from dedal.errors import UserError
 from dedal.stages.build.executors.common import BuildSummary, blocked_by_failure, node_build_command, read_result
+from dedal.stages.build.executors.slurm.jobs import capacity, job_name, job_time_limit, live_hints, safe_name
+from dedal.stages.build.executors.slurm.record import (
+    GONE_AFTER_S, RECORD_FORMAT, Tracked, age_s, heartbeat_due, job_entry, now, read_record, record_driver,
+    save_record)
 from dedal.model.layers import LayerStore
 from dedal.model.owner import ALIVE, GONE, UNKNOWN, Owner
 from dedal.model.plan import Plan
 from dedal.ui.progress import BuildProgress
-from dedal.schedule import Job, Schedule, TimeLimits, job_topo, schedule_plan
+from dedal.schedule import Job, Schedule, job_topo, schedule_plan
 
-RECORD = "slurm-jobs.json"
-RECORD_FORMAT = 1
 UNKNOWN_GRACE_S = 60.0  # a job neither squeue nor sacct knows for this long is lost
-HEARTBEAT_S = 60.0      # the record is rewritten at least this often while dedal follows the jobs
-GONE_AFTER_S = 300.0    # a record this old whose dedal ran on another host: that dedal is gone
-_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._+@=,-]+")
 
 
 class _Stop(Exception):
@@ -88,109 +81,6 @@ class _Stop(Exception):
 
 def _raise_stop(signum, frame):  # noqa: ANN001
     raise _Stop(signal.Signals(signum).name)
-
-
-def _safe(text: str) -> str:
-    return _NAME_UNSAFE.sub("_", text).strip("_") or "x"
-
-
-def job_name(env: str, job: Job) -> str:
-    """``dedal:<env>:<main package>[+N]``: what a job builds, readable in squeue."""
-    return f"dedal:{_safe(env)}:{_safe(job.label)}"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-@dataclass
-class Tracked:
-    """One job of this build as the executor follows it (and slurm-jobs.json records it)."""
-
-    job: Job
-    name: str
-    script: Path
-    result: Path
-    out_pattern: Path                 # --output, with %j
-    slurm_id: str = ""
-    attempt: int = 1
-    status: str = "queued"           # queued | running | done | failed | blocked | cancelled
-    slurm_state: str = ""
-    reason: str = ""
-    node: str = ""
-    error: str = ""
-    history: List[dict] = field(default_factory=list)   # earlier submissions
-    unknown_since: float = 0.0
-    cancel_requested: bool = False
-    current: int = 0                 # index of the package now building
-    pkg_started: float = 0.0
-    hints: List[str] = field(default_factory=list)  # order hints (job ids) Slurm still holds it to
-    hints_dropped: List[str] = field(default_factory=list)  # hints past their planned time, dropped
-    time: str = ""                   # --time it was submitted with
-    extended: bool = False           # resubmitted with slurm.time after running past its estimated limit
-
-    @property
-    def log(self) -> str:
-        return str(self.out_pattern).replace("%j", self.slurm_id or "%j")
-
-    @property
-    def active(self) -> bool:
-        return self.status in ("queued", "running")
-
-
-def job_time_limit(est_s: float, factor: float, cap: str) -> str:
-    """A job's ``--time``: its estimate times ``factor``, in whole minutes (rounded up),
-    or ``cap`` (``slurm.time``) where that is less or ``factor`` is 0. Slurm's backfill plans
-    with the limits: with one long limit for every job it cannot start a job early
-    without delaying the top one, and cores stay idle (benchmarks/schedule/cluster.md)."""
-    if factor <= 0:
-        return cap
-    try:
-        most = slurm_adapter.time_minutes(cap)
-    except ValueError as exc:
-        raise UserError(f"slurm.time: {exc}") from None
-    minutes = TimeLimits(factor, most).minutes(est_s)
-    if minutes is None or minutes == most:
-        return cap
-    return slurm_adapter.time_text(minutes)
-
-
-def live_hints(job: Job, hints: Sequence[str], active: Callable[[str], bool], elapsed: float) -> List[str]:
-    """The order hints of ``job`` still worth waiting for: their job is queued or running
-    (``active``) and their time (seconds after submission) has not passed at ``elapsed``."""
-    return [a for a in hints if active(a) and job.order.get(a, 0.0) > elapsed]
-
-
-def capacity(settings: Settings, client: Slurm) -> tuple:
-    """(nodes, cores per node) the schedule plans for: ``slurm.nodes`` (at most the usable
-    nodes of the partition) and ``slurm.cores_per_node`` or the smallest usable node's CPUs."""
-    want = max(1, int(settings.get("slurm.nodes") or 1))
-    cores = int(settings.get("slurm.cores_per_node") or 0)
-    part = settings.get("slurm.partition") or ""
-    usable = [n for n in client.nodes(part) if n.usable and n.cpus > 0]
-    if not usable:
-        where = f"partition {part}" if part else "the default partition"
-        raise UserError(f"no usable Slurm nodes in {where} (sinfo); check slurm.partition and the cluster")
-    return min(want, len(usable)), cores or min(n.cpus for n in usable)  # a job must fit the smallest node
-
-
-def read_record(env_dir: Path) -> Optional[dict]:
-    path = Path(env_dir) / RECORD
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: unreadable record of Slurm jobs ({exc})") from None
-    return data if isinstance(data, dict) else None
-
-
-def record_driver(record: Mapping) -> Optional[Owner]:
-    """The dedal a record names as following its jobs (None in a record without one)."""
-    try:
-        return Owner.from_json(record["driver"])
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 class _Build:
@@ -214,11 +104,11 @@ class _Build:
         self.schedule: Optional[Schedule] = None
         self.started = time.monotonic()
         self.submitted = self.started       # time 0 of the schedule (order hints count from it)
-        self.submitted_at = _now()          # the same, as a date (the record's, for a dedal that adopts the jobs)
+        self.submitted_at = now()          # the same, as a date (the record's, for a dedal that adopts the jobs)
         self.written = 0.0                  # when the record was last written (heartbeat)
         self.submitting = False             # planning and submitting: the record claims the environment
         self.driver = Owner.me()
-        self.started_at = _now()
+        self.started_at = now()
         self.stopped_after_failure = False
         self.interrupted = False
         self.serial = 0
@@ -236,24 +126,11 @@ class _Build:
         return [h for h in self.plan.to_build if h in want] + [h for h in hashes if h not in self.plan.to_build]
 
     def write_record(self) -> None:
-        jobs = []
-        for jid in self.order:
-            t = self.tracked[jid]
-            jobs.append({
-                "id": jid, "slurm_id": t.slurm_id, "name": t.name, "status": t.status,
-                "state": t.slurm_state, "reason": t.reason, "node": t.node, "attempt": t.attempt,
-                "packages": [self.label(h) for h in t.job.hashes], "hashes": list(t.job.hashes),
-                "package_status": {self.label(h): self.pkg_status.get(h, "queued") for h in t.job.hashes},
-                "after": list(t.job.after), "order": dict(t.job.order), "hints": list(t.hints),
-                "hints_dropped": list(t.hints_dropped),
-                "cores": t.job.cores, "est_s": round(t.job.est_s, 1), "time": t.time,
-                "log": t.log, "result": str(t.result), "script": str(t.script), "error": t.error,
-                "history": t.history,
-            })
+        jobs = [job_entry(self.tracked[jid], self.label, self.pkg_status) for jid in self.order]
         sched = self.schedule
         data = {
             "format": RECORD_FORMAT, "executor": "slurm", "env": self.plan.env_name, "plan": str(self.plan_path),
-            "started_at": self.started_at, "submitted_at": self.submitted_at, "updated_at": _now(),
+            "started_at": self.started_at, "submitted_at": self.submitted_at, "updated_at": now(),
             "driver": self.driver.to_json(),
             "finished": not self.submitting and not any(t.active for t in self.tracked.values()),
             "submitting": self.submitting, "detached": self.summary.detached,
@@ -261,16 +138,13 @@ class _Build:
             "simulated": sched.to_json(with_jobs=False) if sched else None,
             "jobs": jobs,
         }
-        path = self.work / RECORD
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, path)
+        save_record(self.work, data)
         self.written = time.monotonic()
 
     # -- submission -----------------------------------------------------------------------
     def template(self) -> tuple:
         path = self.settings.get("slurm.template")
-        path = Path(path) if path else slurm_adapter.default_template()
+        path = Path(path) if path else default_template()
         try:
             return path.read_text(), path
         except OSError as exc:
@@ -278,7 +152,7 @@ class _Build:
 
     def prepare(self, job: Job) -> Tracked:
         name = job_name(self.plan.env_name, job)
-        stem = f"{job.id}-{_safe(job.label)}"
+        stem = f"{job.id}-{safe_name(job.label)}"
         t = Tracked(job=job, name=name, script=self.job_dir / f"{stem}.sh", result=self.job_dir / f"{stem}.json",
                     out_pattern=self.log_dir / f"slurm-%j-{name.replace(':', '_')}.out")
         return t
@@ -291,9 +165,9 @@ class _Build:
         node_settings = Settings(values, dict(self.settings.sources))
         cmd = node_build_command(node_settings, self.plan_path, t.name, self.run_order(job.hashes), t.result,
                                  self.log_dir)
-        script = slurm_adapter.render_job_script(text, {
+        script = render_job_script(text, {
             "job_name": t.name,
-            "packages": " ".join(_safe(self.label(h)) for h in self.run_order(job.hashes)),
+            "packages": " ".join(safe_name(self.label(h)) for h in self.run_order(job.hashes)),
             "command": shlex.join(cmd),
             "log": _shell_path(t.out_pattern),
             "stage_dir": shlex.quote(str(self.settings.stage_dir)),
@@ -353,7 +227,7 @@ class _Build:
         return changed
 
     def submit_all(self, jobs: Sequence[Job]) -> None:
-        self.submitted, self.submitted_at = time.monotonic(), _now()
+        self.submitted, self.submitted_at = time.monotonic(), now()
         text, source = self.template()
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -367,7 +241,7 @@ class _Build:
             self.submit(t, text, source, nice=rank)
             if (rank + 1) % 100 == 0 and rank + 1 < len(jobs):
                 self.progress.note(f"submitting: {rank + 1} of {len(jobs)} Slurm jobs")
-            if time.monotonic() - self.written > HEARTBEAT_S:  # a slow sbatch: the claim stays fresh
+            if heartbeat_due(self.written):  # a slow sbatch: the claim stays fresh
                 self.write_record()
         self.submitting = False
         self.write_record()
@@ -586,7 +460,7 @@ class _Build:
         for job_t in [t] + closure:
             job_t.history.append({"slurm_id": job_t.slurm_id, "state": job_t.slurm_state if job_t is not t
                                   else st.state.value, "node": job_t.node, "log": job_t.log,
-                                  "resubmitted_at": _now()})
+                                  "resubmitted_at": now()})
             for h in job_t.job.hashes:
                 if self.pkg_status.get(h) == "running":
                     if self.has_layer(h):
@@ -617,7 +491,7 @@ class _Build:
             return False
         driver = record_driver(old)
         state = GONE if old.get("detached") else (driver.state() if driver else UNKNOWN)
-        age = _age_s(old.get("updated_at"))
+        age = age_s(old.get("updated_at"))
         recorded = [j for j in old.get("jobs", []) if isinstance(j, dict)]
         active = [j for j in recorded if j.get("slurm_id") and j.get("status") in ("queued", "running", "resubmitting")]
         states = self.client.states([j["slurm_id"] for j in active]) if active else {}
@@ -669,8 +543,8 @@ class _Build:
                     # a layer already there was reported present, and is not reported again
                     self.pkg_status[h] = "built" if self.has_layer(h) else "queued"
         # order hints count from the earlier build's submission
-        self.submitted = time.monotonic() - _age_s(old.get("submitted_at") or old.get("started_at"))
-        self.submitted_at = str(old.get("submitted_at") or old.get("started_at") or _now())
+        self.submitted = time.monotonic() - age_s(old.get("submitted_at") or old.get("started_at"))
+        self.submitted_at = str(old.get("submitted_at") or old.get("started_at") or now())
         self.summary.adopted = len(live)
         self.write_record()
         gone = f"its dedal (pid {driver.pid} on {driver.host}) is gone" if driver else "its dedal is gone"
@@ -725,7 +599,7 @@ class _Build:
                 self.job_done(t, st)
         self.settle_leftovers()
         changed = self.expire_hints() or changed
-        if changed or time.monotonic() - self.written > HEARTBEAT_S:
+        if changed or heartbeat_due(self.written):
             self.write_record()
 
     def detach(self) -> BuildSummary:
@@ -810,17 +684,6 @@ class _Build:
         self.summary.seconds = time.monotonic() - self.started
         self.write_record()
         return self.summary
-
-
-def _age_s(stamp: object) -> float:
-    """Seconds since an ISO date of a record (infinite when it has none)."""
-    try:
-        then = datetime.fromisoformat(str(stamp))
-    except ValueError:
-        return float("inf")
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=timezone.utc)
-    return max(0.0, (datetime.now(timezone.utc) - then).total_seconds())
 
 
 def _shell_path(pattern: Path) -> str:
