@@ -109,7 +109,7 @@ class Following(Submitting):
                 changed = True
             if not self.has_layer(h):
                 return changed
-            log = str(self.log_dir / f"{self.plan.nodes[h].name}-{h[:7]}.log")
+            log = self.pkg_log(h)
             self.finish_pkg(h, "built", time.monotonic() - t.pkg_started, log=log)
             t.current += 1
         return changed
@@ -196,7 +196,7 @@ class Following(Submitting):
             for h in t.job.hashes:
                 if self.pkg_status.get(h) in ("queued", "running"):
                     if self.has_layer(h):
-                        self.finish_pkg(h, "built", log=str(self.log_dir / f"{self.plan.nodes[h].name}-{h[:7]}.log"))
+                        self.finish_pkg(h, "built", log=self.pkg_log(h))
                     else:
                         self.pkg_status[h] = "leftover"
         self.settle_leftovers()
@@ -231,12 +231,7 @@ class Following(Submitting):
             job = Job(id=f"{old_id}r{self.serial}", hashes=hashes, after=after, cores=old.cores,
                       names=[self.plan.nodes[h].name for h in hashes], priority=old.priority,
                       est_s=old.est_s)
-            t = self.prepare(job)
-            self.tracked[job.id] = t
-            self.order.append(job.id)
-            for h in hashes:
-                self.job_of[h] = job.id
-                self.pkg_status[h] = "queued"
+            t = self.track(job)
             self.submit(t, text, source, nice=0)
             self.progress.note(f"resubmitted {len(hashes)} package(s) of {old_id} that do not need the failure "
                                f"as {job.id} (Slurm job {t.slurm_id})")

@@ -57,6 +57,17 @@ class Submitting(Tracking):
                     out_pattern=self.log_dir / f"slurm-%j-{name.replace(':', '_')}.out")
         return t
 
+    def track(self, job: Job) -> Tracked:
+        """Take on a new job, last in submission order, as the job that builds its
+        packages (queued); submitting it is the caller's next step."""
+        t = self.prepare(job)
+        self.tracked[job.id] = t
+        self.order.append(job.id)
+        for h in job.hashes:
+            self.job_of[h] = job.id
+            self.pkg_status[h] = "queued"
+        return t
+
     def submit(self, t: Tracked, text: str, source: Path, nice: int) -> None:
         job = t.job
         values = dict(self.settings.values)
@@ -132,12 +143,7 @@ class Submitting(Tracking):
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for rank, job in enumerate(job_topo(jobs)):
-            t = self.prepare(job)
-            self.tracked[job.id] = t
-            self.order.append(job.id)
-            for h in job.hashes:
-                self.job_of[h] = job.id
-                self.pkg_status[h] = "queued"
+            t = self.track(job)
             self.submit(t, text, source, nice=rank)
             if (rank + 1) % 100 == 0 and rank + 1 < len(jobs):
                 self.progress.note(f"submitting: {rank + 1} of {len(jobs)} Slurm jobs")

@@ -52,7 +52,7 @@ class Tracking:
         self.schedule: Optional[Schedule] = None
         self.started = time.monotonic()
         self.submitted = self.started       # time 0 of the schedule (order hints count from it)
-        self.submitted_at = now()          # the same, as a date (the record's, for a dedal that adopts the jobs)
+        self.submitted_at = now()           # the same, as a date (the record's, for a dedal that adopts the jobs)
         self.written = 0.0                  # when the record was last written (heartbeat)
         self.submitting = False             # planning and submitting: the record claims the environment
         self.driver = Owner.me()
@@ -72,6 +72,10 @@ class Tracking:
         """The order ``dedal node-build`` builds a job's packages in (plan order)."""
         want = set(hashes)
         return [h for h in self.plan.to_build if h in want] + [h for h in hashes if h not in self.plan.to_build]
+
+    def pkg_log(self, h: str) -> str:
+        """The build log ``dedal node-build`` writes for package ``h`` (as node.py names it)."""
+        return str(self.log_dir / f"{self.plan.nodes[h].name}-{h[:7]}.log")
 
     def write_record(self) -> None:
         jobs = [job_entry(self.tracked[jid], self.label, self.pkg_status) for jid in self.order]
