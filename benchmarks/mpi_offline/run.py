@@ -44,6 +44,7 @@ from dedal.adapters import runtime as rt  # noqa: E402
 from dedal.adapters.spack import user_cache  # noqa: E402
 from dedal.stages.base import base_root  # noqa: E402
 from dedal.model.config import load_settings  # noqa: E402
+from dedal.model.image import STD_PATH  # noqa: E402
 from dedal.model.layers import LayerStore  # noqa: E402
 from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir  # noqa: E402
 from tests.conftest import dedal_exe, is_real_spack  # noqa: E402
@@ -166,7 +167,7 @@ def main() -> int:
              rt.Bind(mirror, readonly=True), rt.Bind(cache)]
     binds += [rt.Bind(r, readonly=True) for r in manifest["spack"].get("repos", [])]
     spack_env = dict(base_env, SPACK_DISABLE_LOCAL_CONFIG="1", SPACK_USER_CACHE_PATH=str(cache),
-                     SPACK_ROOT=str(spack_root), PATH=rt.DEFAULT_PATH)
+                     SPACK_ROOT=str(spack_root), PATH=STD_PATH)
     spack = [str(spack_root / "bin" / "spack"), "-e", str(envdir)]
     plain: Dict[str, object] = {}
     try:

@@ -215,7 +215,7 @@ def test_charliecloud_backend(kind, trixie_base, base_sif, mpi_hello):
 
 def test_apptainer_command_line(monkeypatch, tmp_path):
     """Apptainer is not installed here: the command line it would get."""
-    monkeypatch.setattr(runtime.proc, "which", lambda tool, hint="": f"/usr/bin/{tool}")
+    monkeypatch.setattr(runtime.apptainer.proc, "which", lambda tool, hint="": f"/usr/bin/{tool}")
     prep = runtime.apptainer_command(Path("/img/x.sif"), ["mpirun", "-np", "2", "a.out"],
                                      binds=[Bind(tmp_path, "/opt/esd/software"), Bind(tmp_path, "/data", True)],
                                      env={"OMPI_MCA_pml": "ucx"}, cwd="/work", nv=True)
@@ -227,9 +227,9 @@ def test_apptainer_command_line(monkeypatch, tmp_path):
     assert not any(a.startswith("PATH=") for a in argv)  # the image's PATH applies
     assert argv[argv.index("--pwd") + 1] == "/work"
     assert argv[-4:] == ["/img/x.sif", "mpirun", "-np", "2", "a.out"][-4:] and "/img/x.sif" in argv
-    monkeypatch.setattr(runtime, "_have", lambda tool: tool == "apptainer")
+    monkeypatch.setattr(runtime.launch, "_have", lambda tool: tool == "apptainer")
     assert runtime.resolve_runtime("auto") == "apptainer"
-    monkeypatch.setattr(runtime, "_have", lambda tool: tool == "ch-run")
+    monkeypatch.setattr(runtime.launch, "_have", lambda tool: tool == "ch-run")
     assert runtime.resolve_runtime("auto") == "charliecloud"
     with pytest.raises(UserError, match="runtime: expected one of"):
         runtime.resolve_runtime("docker")
@@ -237,8 +237,8 @@ def test_apptainer_command_line(monkeypatch, tmp_path):
 
 def test_apptainer_build_sandbox_command(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(runtime.proc, "which", lambda tool, hint="": f"/usr/bin/{tool}")
-    monkeypatch.setattr(runtime.proc, "run", lambda cmd, **kw: calls.append(cmd))
+    monkeypatch.setattr(runtime.apptainer.proc, "which", lambda tool, hint="": f"/usr/bin/{tool}")
+    monkeypatch.setattr(runtime.apptainer.proc, "run", lambda cmd, **kw: calls.append(cmd))
     runtime.apptainer_build_sandbox(Path("base-images/rocky9-build.def"), tmp_path / "rootfs", fakeroot=True)
     assert calls == [["/usr/bin/apptainer", "build", "--force", "--fakeroot", "--sandbox", str(tmp_path / "rootfs"),
                       "base-images/rocky9-build.def"]]

@@ -1,0 +1,215 @@
+"""The bubblewrap backend (``bwrap``): the default where Apptainer is absent, and the only
+one that runs the host's own root (``None``) in a private mount namespace (``--bind / /``).
+
+The sandbox: ``--dev /dev --proc /proc --ro-bind /sys /sys --tmpfs /tmp --tmpfs /run``,
+the host's ``/etc/hosts`` and ``/etc/resolv.conf`` (a debootstrap minbase root has no
+``/etc/hosts``), the host's InfiniBand and NVIDIA device nodes when present, no new PID
+or IPC namespace (shared memory and CMA between ranks keep working). A squashfs or SIF
+root is mounted (:func:`.common.mounted`) for as long as the command runs.
+
+A ``Bind`` may name a ``dst`` that does not exist in the root (e.g. the fixed install
+root ``/opt/esd/software``). A read-only root cannot get a new mount point, so bwrap is
+given a *split* view: the missing path's existing ancestors become tmpfs directories whose
+entries are bound one by one from the root, and the new mount point is created in that
+tmpfs. The root itself is never modified, except a writable directory root
+(``writable=True``, used to build base images), where missing mount points are created in
+the root and removed again afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+
+from dedal.adapters import proc
+from dedal.adapters.runtime.common import (HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, in_root,
+                                           mounted, norm, resolve_in_image, with_image_env)
+from dedal.model.image import STD_PATH
+
+TOOL = "bwrap"
+HOST_FILES = ("/etc/hosts", "/etc/resolv.conf")
+HOST_DEVICES = ("/dev/infiniband", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                "/dev/nvidia-modeset", "/dev/nvidia-caps", "/dev/dri")
+
+
+@dataclass
+class _View:
+    """How a bwrap sandbox sees the root: ``args`` and the container paths to bind to."""
+
+    args: List[str] = field(default_factory=list)
+    targets: Dict[str, str] = field(default_factory=dict)  # requested dst -> resolved dst
+    mkdirs: List[str] = field(default_factory=list)  # missing directories above new mount points
+
+
+def _split_view(rootdir: Path, dests: Sequence[str], *, writable: bool, host: bool,
+                fresh: Sequence[str] = ()) -> _View:
+    """bwrap arguments that show ``rootdir`` at ``/`` with every directory needed as a new
+    mount point available, without writing to ``rootdir``. Destinations below ``fresh``
+    mounts (the new /dev, /tmp, /run tmpfs) need nothing: bwrap creates them there."""
+    view = _View()
+    split: Set[str] = set()
+    for dst in dests:
+        if any(dst != f and dst.startswith(f + "/") for f in fresh):
+            view.targets[dst] = dst
+            continue
+        existing, missing = resolve_in_image(rootdir, dst)
+        view.targets[dst] = norm(f"{existing}/{missing}") if missing else existing
+        if missing:
+            p = PurePosixPath(existing)
+            split.add(str(p))
+            split.update(str(a) for a in p.parents)
+            parts = missing.split("/")
+            for i in range(1, len(parts)):  # bwrap would make these 0700; make them 0755
+                d = norm(f"{existing}/{'/'.join(parts[:i])}")
+                if d not in view.mkdirs:
+                    view.mkdirs.append(d)
+    bind = "--bind" if writable else "--ro-bind"
+    if not split:
+        view.args += [bind, os.fspath(rootdir), "/"]
+        return view
+    skip_top = {"/proc", "/dev", "/sys"} if host else set()
+
+    def emit(cpath: str) -> None:
+        if cpath != "/":
+            view.args += ["--dir", cpath]
+        hdir = in_root(rootdir, cpath)
+        for entry in sorted(os.listdir(hdir)):
+            child = norm(f"{cpath}/{entry}")
+            if child in skip_top:
+                continue
+            hchild = hdir / entry
+            if hchild.is_symlink():
+                view.args += ["--symlink", os.readlink(hchild), child]
+            elif child in split:
+                emit(child)
+            elif hchild.is_dir() or hchild.is_file():
+                view.args += [bind, os.fspath(hchild), child]
+            # sockets, fifos and device nodes of the image are left out
+
+    emit("/")
+    for d in view.mkdirs:
+        view.args += ["--dir", d]
+    return view
+
+
+def _host_devices() -> List[str]:
+    found = []
+    for dev in HOST_DEVICES:
+        if os.path.exists(dev):
+            found.append(dev)
+    try:
+        found += sorted(f"/dev/{n}" for n in os.listdir("/dev")
+                        if n.startswith("nvidia") and n[6:].isdigit())
+    except OSError:
+        pass
+    return found
+
+
+def _make_mount_points(rootdir: Path, dests: Sequence[Tuple[str, bool]]) -> List[Path]:
+    """In a writable directory root: create missing mount points (dirs, or files for file
+    binds); returns what was created, deepest last, for removal afterwards."""
+    created: List[Path] = []
+    for dst, is_file in dests:
+        existing, missing = resolve_in_image(rootdir, dst)
+        if not missing:
+            continue
+        parts = missing.split("/")
+        cur = existing
+        for i, part in enumerate(parts):
+            cur = norm(f"{cur}/{part}")
+            host = in_root(rootdir, cur)
+            if i == len(parts) - 1 and is_file:
+                host.touch()
+            else:
+                host.mkdir()
+            created.append(host)
+    return created
+
+
+def _remove_mount_points(created: List[Path]) -> None:
+    for path in reversed(created):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            elif path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass  # something was written there: keep it rather than lose data
+
+
+def command(
+    rootdir: Optional[Path],
+    cmd: Sequence[str],
+    *,
+    binds: Sequence[Bind] = (),
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[str] = None,
+    writable: bool = False,
+    nv: bool = False,
+    scripts: Sequence[str] = (),
+    host_files: bool = True,
+    devices: bool = True,
+) -> Prepared:
+    """The bwrap command line for ``cmd`` in ``rootdir`` (None: the host root), sourcing the
+    image env ``scripts`` first. ``nv`` changes nothing: the host's NVIDIA device nodes are
+    bound whenever present (``devices``). In a writable root, missing mount points are
+    created now (``created``: for the caller to remove afterwards)."""
+    bwrap = proc.which("bwrap", HINTS["bwrap"])
+    host = rootdir is None
+    viewroot = Path("/") if host else rootdir
+    assert viewroot is not None
+    inner_env = base_env(env)
+    standard = ["/dev", "/proc", "/sys", "/tmp", "/run"]
+    extra_files = [] if host or not host_files else [f for f in HOST_FILES if os.path.exists(f)]
+    devs = _host_devices() if devices and not host else []
+    user_dsts = [b.target for b in binds]
+    created: List[Path] = []
+    if writable and not host:
+        wanted = ([(d, False) for d in standard] + [(f, True) for f in extra_files]
+                  + [(b.target, Path(b.src).is_file()) for b in binds])
+        created = _make_mount_points(viewroot, [(d, f) for d, f in wanted
+                                                if not d.startswith(("/dev/", "/run/"))])
+        view = _split_view(viewroot, standard + extra_files + devs + user_dsts, writable=True, host=False,
+                           fresh=["/dev", "/run"])
+    else:
+        fresh = [] if host else ["/dev", "/run"] + ([] if writable else ["/tmp"])
+        view = _split_view(viewroot, standard + extra_files + devs + user_dsts, writable=writable or host,
+                           host=host, fresh=fresh)
+    args = [bwrap, "--die-with-parent", *view.args]
+    if host:  # the host as it is, in a private mount namespace: its /dev (incl. /dev/shm), /tmp, /run
+        args += ["--dev-bind", "/dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys"]
+    else:
+        args += ["--dev", view.targets["/dev"], "--proc", view.targets["/proc"],
+                 "--ro-bind", "/sys", view.targets["/sys"]]
+        for dev in devs:
+            args += ["--dev-bind", dev, view.targets[dev]]
+        if not writable:  # apt's _apt user needs the root's own /tmp while building a base
+            args += ["--perms", "1777", "--tmpfs", view.targets["/tmp"]]
+        args += ["--tmpfs", view.targets["/run"]]
+    for f in extra_files:
+        args += ["--ro-bind", f, view.targets[f]]
+    for b in binds:
+        args += ["--ro-bind" if b.readonly else "--bind", os.fspath(Path(b.src).resolve()), view.targets[b.target]]
+    args += ["--clearenv"]
+    for k, v in inner_env.items():
+        args += ["--setenv", k, v]
+    if cwd:
+        args += ["--chdir", cwd]
+    args += ["--", *with_image_env(cmd, scripts, env)]
+    return Prepared(args, {"PATH": os.environ.get("PATH", STD_PATH)}, created)
+
+
+@contextlib.contextmanager
+def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
+            env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool, nv: bool) -> Iterator[Prepared]:
+    """bwrap sees a directory: a squashfs/SIF stays mounted while the command runs; mount
+    points made in a writable root are removed afterwards."""
+    with mounted(root) as rootdir:
+        prep = command(rootdir, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv,
+                       scripts=image_env_scripts(rootdir))
+        try:
+            yield prep
+        finally:
+            _remove_mount_points(prep.created)

@@ -1,0 +1,240 @@
+"""What every container runtime shares: binds, roots, the environment inside, the interface.
+
+Each backend module (:mod:`.bwrap`, :mod:`.charliecloud`, :mod:`.apptainer`) builds its own
+command line from the same pieces, kept here so that the backends agree:
+
+* ``Bind(src, dst)``: a host path seen inside; ``dst`` may name a path the root lacks
+  (e.g. the fixed install root ``/opt/esd/software``), see :func:`resolve_in_image`;
+* the root: a directory, a squashfs file or a SIF (by content, :func:`root_kind`), or
+  ``None`` for the host's own root; :func:`mounted` gives a squashfs/SIF as a directory
+  (mounted read-only with squashfuse, a SIF at the offset of its primary system partition,
+  unmounted afterwards);
+* the environment inside, the same with every backend: a clean environment (``PATH``,
+  ``HOME``, ``LANG``, ``TERM``, ``USER``, :func:`base_env`), then the image's own
+  ``/.singularity.d/env/*.sh`` sourced in order as Apptainer does
+  (:func:`image_env_scripts`, :func:`wrap_with_image_env`), then the caller's ``env``
+  (last word), plus ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` when
+  running as root;
+* :class:`Prepared`, what a backend yields: the full command line, the environment of the
+  runtime process itself, mount points it made in a writable root;
+* :class:`Backend`, the one interface the backend modules provide.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import ContextManager, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
+
+from dedal.adapters import squashfs
+from dedal.errors import UserError
+from dedal.model import sif
+from dedal.model.image import STD_PATH
+
+ENV_DIR = "/.singularity.d/env"
+HINTS = {
+    "bwrap": "install bubblewrap (apt-get install bubblewrap)",
+    "ch-run": "install Charliecloud (apt-get install charliecloud-runtime)",
+    "apptainer": "install Apptainer (https://apptainer.org/docs/admin/main/installation.html)",
+    "squashfuse": "install squashfuse (apt-get install squashfuse fuse3)",
+}
+RootArg = Union[None, str, os.PathLike]
+
+
+@dataclass(frozen=True)
+class Bind:
+    """Host ``src`` seen at ``dst`` inside (``dst`` defaults to ``src``)."""
+
+    src: Union[str, os.PathLike]
+    dst: Optional[str] = None
+    readonly: bool = False
+
+    @property
+    def target(self) -> str:
+        return norm(self.dst if self.dst is not None else os.fspath(self.src))
+
+
+def norm(path: str) -> str:
+    """``path`` as an absolute, normalized container path."""
+    p = os.path.normpath("/" + str(path))
+    return "/" + p.lstrip("/")
+
+
+def check_bind_sources(binds: Sequence[Bind]) -> None:
+    """Every bind's host side must exist (checked once, before any backend runs)."""
+    for b in binds:
+        if not os.path.exists(b.src):
+            raise UserError(f"bind source {b.src} does not exist")
+
+
+@dataclass
+class Prepared:
+    """A backend's full command line for one command in one root."""
+
+    argv: List[str]
+    env: Dict[str, str]  # environment of the runtime process itself
+    created: List[Path] = field(default_factory=list)  # mount points made in a writable root
+
+
+class Backend(Protocol):
+    """What each backend module (bwrap, charliecloud, apptainer) provides, by the same names.
+
+    ``TOOL``: the program it runs (looked for on PATH by ``auto``);
+    ``command``: the command line for ``cmd`` in ``root`` (as that runtime takes the root)
+    with ``binds``, ``env`` (the caller's, over :func:`base_env`), ``cwd``, ``writable``,
+    ``nv`` (GPU passthrough) and ``scripts`` (image env scripts the command must source
+    itself; Apptainer sources them on its own);
+    ``prepare``: how that runtime gets at a root of ``kind`` (mounting a squashfs/SIF where
+    it cannot open it itself) around ``command``; what it mounted or created is undone
+    when the block ends."""
+
+    TOOL: str
+
+    def command(self, root: Optional[Path], cmd: Sequence[str], *, binds: Sequence[Bind] = (),
+                env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None, writable: bool = False,
+                nv: bool = False, scripts: Sequence[str] = ()) -> Prepared: ...
+
+    def prepare(self, root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
+                env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool,
+                nv: bool) -> ContextManager[Prepared]: ...
+
+
+# ---------------------------------------------------------------------------- roots
+
+
+def root_kind(root: RootArg) -> str:
+    """``host``, ``dir``, ``squashfs`` or ``sif`` (by content, not by name)."""
+    if root is None:
+        return "host"
+    p = Path(root)
+    if p.is_dir():
+        return "dir"
+    if not p.exists():
+        raise UserError(f"{p}: no such image or directory")
+    with open(p, "rb") as fh:
+        head = fh.read(48)
+    if head[:4] == b"hsqs":
+        return "squashfs"
+    if head[32:42] == b"SIF_MAGIC\x00":
+        return "sif"
+    raise UserError(f"{p}: not an image (expected a directory, a squashfs file or a SIF)")
+
+
+@contextlib.contextmanager
+def mounted(root: RootArg) -> Iterator[Optional[Path]]:
+    """The root as a directory for the duration of the block (squashfs/SIF mounted read-only
+    with squashfuse in a temporary directory, unmounted afterwards); ``None`` for the host."""
+    kind = root_kind(root)
+    if kind in ("host", "dir"):
+        yield None if root is None else Path(root)
+        return
+    offset = 0
+    if kind == "sif":
+        info = sif.read_sif(root)  # type: ignore[arg-type]
+        part = sif.primary_partition(info)
+        if part.fstype != "Squashfs":
+            raise UserError(f"{root}: primary partition is {part.fstype}, only squashfs can be mounted")
+        offset = part.offset
+    mnt = Path(tempfile.mkdtemp(prefix="dedal-root-"))
+    try:
+        method = squashfs.mount(Path(root), mnt, offset=offset)  # type: ignore[arg-type]
+    except BaseException:
+        mnt.rmdir()
+        raise
+    try:
+        yield mnt
+    finally:
+        _unmount(mnt, method)
+
+
+def _unmount(mnt: Path, method: str = "fuse") -> None:
+    for attempt in range(20):  # a process that just exited may keep the mount busy briefly
+        try:
+            squashfs.unmount(mnt, method)
+            break
+        except Exception:
+            if attempt == 19:  # still busy (a stray daemon of the command): detach it lazily
+                squashfs.unmount(mnt, method, lazy=True)
+                break
+            time.sleep(0.1)
+    try:
+        mnt.rmdir()
+    except OSError:
+        pass
+
+
+def in_root(rootdir: Path, cpath: str) -> Path:
+    """The host path of container path ``cpath`` in the directory root ``rootdir``."""
+    return rootdir / cpath.lstrip("/")
+
+
+def resolve_in_image(rootdir: Path, cpath: str, depth: int = 0) -> Tuple[str, str]:
+    """Follow symlinks of the image (relative to its root) along ``cpath``.
+
+    Returns (deepest existing container path, remaining missing part or "")."""
+    if depth > 40:
+        raise UserError(f"too many levels of symbolic links in the image resolving {cpath}")
+    parts = [p for p in PurePosixPath(cpath).parts if p != "/"]
+    cur = "/"
+    for i, part in enumerate(parts):
+        nxt = norm(f"{cur}/{part}")
+        host = in_root(rootdir, nxt)
+        if host.is_symlink():
+            target = os.readlink(host)
+            base = target if target.startswith("/") else f"{cur}/{target}"
+            rest = "/".join(parts[i + 1:])
+            return resolve_in_image(rootdir, norm(f"{base}/{rest}" if rest else base), depth + 1)
+        if not host.exists():
+            return cur, "/".join(parts[i:])
+        cur = nxt
+    return cur, ""
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+def base_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The clean environment every command starts from (before the image's own scripts)."""
+    is_root = os.geteuid() == 0
+    env = {
+        "PATH": STD_PATH,
+        "HOME": "/root" if is_root else "/tmp",
+        "LANG": "C.UTF-8",
+        "USER": os.environ.get("USER") or ("root" if is_root else str(os.geteuid())),
+    }
+    if os.environ.get("TERM"):
+        env["TERM"] = os.environ["TERM"]
+    if is_root:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def image_env_scripts(rootdir: Optional[Path]) -> List[str]:
+    """The image's ``/.singularity.d/env/*.sh`` (container paths, in the order Apptainer sources them)."""
+    if rootdir is None:
+        return []
+    d = rootdir / ENV_DIR.lstrip("/")
+    if not d.is_dir():
+        return []
+    return [f"{ENV_DIR}/{p.name}" for p in sorted(d.iterdir()) if p.name.endswith(".sh")]
+
+
+def wrap_with_image_env(cmd: Sequence[str], scripts: Sequence[str], env: Mapping[str, str]) -> List[str]:
+    """``/bin/sh -c`` that sources the image's env scripts, re-exports the caller's variables
+    (which win, like Apptainer's ``--env``) and execs ``cmd``."""
+    lines = [f'[ -f {shlex.quote(s)} ] && . {shlex.quote(s)}' for s in scripts]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines.append('exec "$@"')
+    return ["/bin/sh", "-c", "\n".join(lines), "dedal-env", *cmd]
+
+
+def with_image_env(cmd: Sequence[str], scripts: Sequence[str], env: Optional[Mapping[str, str]]) -> List[str]:
+    """``cmd`` itself where the image has no env scripts, else :func:`wrap_with_image_env`."""
+    return list(cmd) if not scripts else wrap_with_image_env(cmd, scripts, env or {})

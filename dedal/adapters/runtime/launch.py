@@ -1,0 +1,207 @@
+"""Running a command in a root: the backend chosen by name, then to completion
+(:func:`run_in`), on the terminal (:func:`run_interactive`) or alongside (:func:`start_in`).
+
+:data:`BACKENDS` is the one table of the runtimes: name -> module with the
+:class:`.common.Backend` interface, in the order ``auto`` tries them (Apptainer if on
+PATH, else bwrap, else ch-run). The host's own root (``None``) always runs with bwrap,
+the only backend that runs it in a private mount namespace.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
+
+from dedal.adapters import proc
+from dedal.adapters.runtime import apptainer, bwrap, charliecloud
+from dedal.adapters.runtime.common import Backend, Bind, Prepared, RootArg, check_bind_sources, root_kind
+from dedal.errors import ToolMissing, UserError
+
+#: the backends by name, in the order ``auto`` tries them
+BACKENDS: Dict[str, Backend] = {  # type: ignore[dict-item]
+    "apptainer": apptainer, "bwrap": bwrap, "charliecloud": charliecloud}
+RUNTIMES = ("auto", *BACKENDS)
+
+
+def _have(tool: str) -> bool:
+    try:
+        proc.which(tool)
+        return True
+    except ToolMissing:
+        return False
+
+
+def resolve_runtime(runtime: str = "auto") -> str:
+    """The backend ``runtime`` stands for: apptainer, bwrap or charliecloud."""
+    if runtime not in RUNTIMES:
+        raise UserError(f"runtime: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if runtime != "auto":
+        return runtime
+    for name, backend in BACKENDS.items():
+        if _have(backend.TOOL):
+            return name
+    raise ToolMissing("bwrap", "no container runtime found: install bubblewrap, Charliecloud or Apptainer")
+
+
+@contextlib.contextmanager
+def prepared(
+    root: RootArg,
+    cmd: Sequence[str],
+    *,
+    binds: Sequence[Bind] = (),
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[Union[str, os.PathLike]] = None,
+    runtime: str = "auto",
+    writable: bool = False,
+    nv: bool = False,
+) -> Iterator[Prepared]:
+    """Mount the root if needed and yield the full command line for the chosen backend;
+    unmount (and remove mount points made in a writable root) afterwards."""
+    if not cmd:
+        raise UserError("no command given to run in the image")
+    cmd = [os.fspath(c) for c in cmd]
+    check_bind_sources(binds)
+    kind = root_kind(root)
+    backend = resolve_runtime(runtime)
+    if kind == "host" and backend != "bwrap":
+        backend = "bwrap"  # only bwrap runs the host root in a private mount namespace
+    if writable and kind in ("squashfs", "sif"):
+        raise UserError(f"{root}: a {kind} image is read-only; writable runs need a directory root")
+    cwd_s = os.fspath(cwd) if cwd is not None else None
+    with BACKENDS[backend].prepare(root, kind, cmd, binds=binds, env=env, cwd=cwd_s, writable=writable,
+                                   nv=nv) as prep:
+        yield prep
+
+
+def run_in(
+    root: RootArg,
+    cmd: Sequence[Union[str, os.PathLike]],
+    *,
+    binds: Sequence[Bind] = (),
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[Union[str, os.PathLike]] = None,
+    log: Optional[Path] = None,
+    what: str = "",
+    runtime: str = "auto",
+    writable: bool = False,
+    timeout: Optional[float] = None,
+    check: bool = True,
+    input: Optional[str] = None,
+    nv: bool = False,
+) -> proc.Result:
+    """Run ``cmd`` inside ``root`` to completion (output to ``log`` or captured).
+
+    A non-zero exit raises ToolError (``what``, the full command, exit code, log) unless
+    ``check=False``."""
+    with prepared(root, cmd, binds=binds, env=env, cwd=cwd, runtime=runtime,  # type: ignore[arg-type]
+                  writable=writable, nv=nv) as prep:
+        return proc.run(prep.argv, what=what or f"{Path(str(cmd[0])).name} in {root or 'host'}",
+                        log=log, env=prep.env, timeout=timeout, check=check, input=input, shown=cmd)
+
+
+def run_interactive(
+    root: RootArg,
+    cmd: Sequence[Union[str, os.PathLike]],
+    *,
+    binds: Sequence[Bind] = (),
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[Union[str, os.PathLike]] = None,
+    runtime: str = "auto",
+    nv: bool = False,
+) -> int:
+    """Run ``cmd`` in ``root`` with the terminal's stdin/stdout/stderr (``dedal exec``/``shell``);
+    returns its exit code.
+
+    proc.run captures output, and an interactive shell needs the terminal itself, so this is
+    the one place that calls subprocess directly (still inside this adapter)."""
+    with prepared(root, cmd, binds=binds, env=env, cwd=cwd, runtime=runtime, nv=nv) as prep:  # type: ignore[arg-type]
+        try:
+            return subprocess.call(prep.argv, env=prep.env)
+        except FileNotFoundError:
+            raise ToolMissing(prep.argv[0]) from None
+
+
+class Running:
+    """A command started in a root with ``start_in``: wait for it, or stop it; the root is
+    unmounted when it is done (use as a context manager)."""
+
+    def __init__(self, popen: subprocess.Popen, stack: contextlib.ExitStack, argv: List[str]) -> None:
+        self.popen = popen
+        self.argv = argv
+        self._stack = stack
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> Optional[int]:
+        return self.popen.poll()
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        try:
+            rc = self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise
+        self.close()
+        return rc
+
+    def stop(self, grace: float = 5.0) -> int:
+        """SIGTERM to its process group (it runs in its own session), SIGKILL after ``grace``."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        self.close()
+        return self.popen.returncode
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> "Running":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_in(
+    root: RootArg,
+    cmd: Sequence[Union[str, os.PathLike]],
+    *,
+    binds: Sequence[Bind] = (),
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[Union[str, os.PathLike]] = None,
+    log: Optional[Path] = None,
+    runtime: str = "auto",
+    nv: bool = False,
+) -> Running:
+    """Start ``cmd`` in ``root`` without waiting (an MPI launcher, a daemon); output to ``log``."""
+    stack = contextlib.ExitStack()
+    try:
+        prep = stack.enter_context(prepared(root, cmd, binds=binds, env=env, cwd=cwd,  # type: ignore[arg-type]
+                                            runtime=runtime, nv=nv))
+        popen = proc.start(prep.argv, log=log, env=prep.env)
+    except BaseException:
+        stack.close()
+        raise
+    return Running(popen, stack, prep.argv)
+
+
+def rpm_packages(root: Path, *, log: Optional[Path] = None) -> Dict[str, str]:
+    """``{package: version-release}`` of an RPM-based root (rpm -qa inside it, always with bwrap)."""
+    out = run_in(root, ["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"],
+                 what="rpm -qa", runtime="bwrap").stdout
+    result: Dict[str, str] = {}
+    for line in out.splitlines():
+        if "\t" in line:
+            name, version = line.split("\t", 1)
+            result[name] = version
+    return result
