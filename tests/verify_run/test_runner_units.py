@@ -11,6 +11,7 @@ import yaml
 from dedal.cli import build_parser
 from dedal.errors import UserError
 from dedal.stages.verify import runner as R
+from dedal.stages.verify.catalogue import CATALOGUE, KEYS, select_benchmarks
 from dedal.stages.verify.checks import HostFacts
 from dedal.stages.verify.parsers import parse_file, parse_text
 
@@ -66,24 +67,24 @@ def test_missing_image(tmp_path: Path) -> None:
 def test_benchmark_selection() -> None:
     programs = {p: f"/opt/view/bin/{p}" for p in ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce",
                                                    "dedal_nccl_allreduce", "osu_latency", "all_reduce_perf")}
-    chosen, notes = R.select_benchmarks(list(R.KEYS) + ["osu"], programs, gpu=False)
+    chosen, notes = select_benchmarks(list(KEYS) + ["osu"], programs, gpu=False)
     assert [b.program for b in chosen] == ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce",
                                            "osu_latency"]
     assert any("dedal_nccl_allreduce: GPU benchmark skipped" in n for n in notes)
-    chosen, notes = R.select_benchmarks(["latency", "nccl"], programs, gpu=True)
+    chosen, notes = select_benchmarks(["latency", "nccl"], programs, gpu=True)
     assert [b.program for b in chosen] == ["dedal_latency", "dedal_nccl_allreduce"]
-    chosen, notes = R.select_benchmarks(["init", "osu_bw"], {"dedal_init": "/x"}, gpu=False)
+    chosen, notes = select_benchmarks(["init", "osu_bw"], {"dedal_init": "/x"}, gpu=False)
     assert [b.program for b in chosen] == ["dedal_init"] and notes == ["osu_bw: not in the image"]
-    lat = next(b for b in R.CATALOGUE if b.program == "dedal_latency")
+    lat = next(b for b in CATALOGUE if b.program == "dedal_latency")
     assert lat.args(65536, 1 << 20) == ["-m", "65536"]
-    ar = next(b for b in R.CATALOGUE if b.program == "dedal_allreduce")
+    ar = next(b for b in CATALOGUE if b.program == "dedal_allreduce")
     assert ar.args(4 << 20, 1 << 20) == ["-m", str(1 << 20)]
-    nccl = next(b for b in R.CATALOGUE if b.program == "all_reduce_perf")
+    nccl = next(b for b in CATALOGUE if b.program == "all_reduce_perf")
     assert nccl.args(1, 1 << 28) == ["-b", "8", "-e", str(1 << 28), "-f", "2", "-g", "1"]
 
 
 def test_interleaved_order_intra_and_inter_node() -> None:
-    init, lat = R.CATALOGUE[0], R.CATALOGUE[1]
+    init, lat = CATALOGUE[0], CATALOGUE[1]
     plan = R.Plan("srun", [("intra-node", 1), ("inter-node", 2)], [init, lat], 2, 4, 0)
     order = [(s, b.program, r, side) for s, b, r, side in plan.order()]
     assert order[:4] == [("intra-node", "dedal_init", 0, "native"), ("intra-node", "dedal_init", 0, "container"),
@@ -97,7 +98,7 @@ def test_interleaved_order_intra_and_inter_node() -> None:
 
 
 def _run(tmp_path: Path, side: str, rep: int, log: str, seconds: float = 1.0, bench=None) -> R.Run:
-    bench = bench or R.CATALOGUE[1]
+    bench = bench or CATALOGUE[1]
     parsed = parse_file(DATA / log)
     rel = f"raw/intra-node/{bench.program}/{side}-{rep:02d}.log"
     parsed.update({"source": rel, "side": side, "scope": "intra-node", "program": bench.program,
@@ -110,7 +111,7 @@ def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
     tcp = "mpirun_container_dedal_latency_UCX_TLS_tcp_BAD.log"
     runs = [_run(tmp_path, "native", 1, good), _run(tmp_path, "container", 1, tcp),
             _run(tmp_path, "native", 2, good), _run(tmp_path, "container", 2, tcp)]
-    plan = R.Plan("mpirun", [("intra-node", 1)], [R.CATALOGUE[1]], 2, 2, 0)
+    plan = R.Plan("mpirun", [("intra-node", 1)], [CATALOGUE[1]], 2, 2, 0)
     checks, measurements, summary = R._compare(runs, plan, R.Thresholds())
     (chk,) = checks
     assert chk.name == "dedal_latency intra-node" and chk.verdict == "bad"
@@ -128,7 +129,7 @@ def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
 
 
 def test_init_job_time_warns_but_never_fails(tmp_path: Path) -> None:
-    init = R.CATALOGUE[0]
+    init = CATALOGUE[0]
     log = "mpirun_container_dedal_init_GOOD.log"
     runs = [_run(tmp_path, "native", r, log, 0.8, init) for r in (1, 2, 3)]
     runs += [_run(tmp_path, "container", r, log, 3.0, init) for r in (1, 2, 3)]
@@ -146,7 +147,7 @@ def test_failed_and_same_host_runs(tmp_path: Path) -> None:
     log = tmp_path / "raw" / "x.log"
     log.parent.mkdir(parents=True)
     log.write_text("#@ note\n$ mpirun ...\nsome output\n[vm:1] *** An error occurred in MPI_Init\n")
-    bench = R.CATALOGUE[1]
+    bench = CATALOGUE[1]
     bad = R.Run("container", "intra-node", bench, 1, 2, 1, log, "raw/x.log", 1, 0.5, False, parse_text("x"))
     skipped = R.Run("container", "intra-node", bench, 2, 2, 1, log, "raw/y.log", skipped="not repeated")
     inter = _run(tmp_path, "native", 1, "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log")

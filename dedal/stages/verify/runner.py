@@ -40,27 +40,27 @@ import platform
 import shutil
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dedal.model import config
 from dedal.ui.console import err, print_json
 from dedal.errors import UserError
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
+from dedal.stages.verify.catalogue import Bench, select_benchmarks
 from dedal.stages.verify.checks import (CheckResult, HostFacts, Thresholds, check_transports, compare_init,
                                  compare_nccl_runs, compare_osu_runs)
 from dedal.stages.verify.findings import Finding, verdict_of, verdict_rank
+from dedal.stages.verify.options import Options, add_arguments, options_from_args
 from dedal.stages.verify.parsers import parse_file
 from dedal.stages.verify.report import VerifyReport, slug, write_report
 
+__all__ = ["Options", "add_arguments", "main", "options_from_args", "verify"]
+
 SIDES = ("native", "container")
-DEFAULT_MAX_SIZE = 4 << 20
-DEFAULT_NCCL_MAX = 256 << 20
-DEFAULT_TIMEOUT = 600.0
 
 #: debug output every run has on (the caller's --env can override each)
 DEBUG_ENV = {
@@ -72,228 +72,6 @@ DEBUG_ENV = {
     "OMPI_MCA_pml_base_verbose": "10",  # which pml was selected
 }
 NCCL_ENV = {"NCCL_DEBUG": "INFO"}
-
-
-@dataclass(frozen=True)
-class Bench:
-    """One benchmark program: ``key`` (init, latency, bw, allreduce, nccl), the program
-    name, how its output is parsed/compared (``osu`` tables or ``nccl`` tables)."""
-
-    key: str
-    program: str
-    suite: str          # dedal | osu | nccl-tests
-    pt2pt: bool = False
-    gpu: bool = False
-
-    @property
-    def table(self) -> str:
-        """The benchmark name the parser gives its table (``osu_init`` for both inits:
-        the checks read the init line, not a table)."""
-        if self.key == "init":
-            return "osu_init"
-        return self.program
-
-    def args(self, max_size: int, nccl_max: int) -> List[str]:
-        if self.key == "init":
-            return []
-        if self.program == "dedal_nccl_allreduce":
-            return [str(nccl_max)]
-        if self.program == "all_reduce_perf":
-            return ["-b", "8", "-e", str(nccl_max), "-f", "2", "-g", "1"]
-        if self.key == "allreduce":
-            return ["-m", str(min(max_size, 1 << 20))]
-        return ["-m", str(max_size)]
-
-
-CATALOGUE: Tuple[Bench, ...] = (
-    Bench("init", "dedal_init", "dedal"),
-    Bench("latency", "dedal_latency", "dedal", pt2pt=True),
-    Bench("bw", "dedal_bw", "dedal", pt2pt=True),
-    Bench("allreduce", "dedal_allreduce", "dedal"),
-    Bench("nccl", "dedal_nccl_allreduce", "dedal", gpu=True),
-    Bench("init", "osu_init", "osu"),
-    Bench("latency", "osu_latency", "osu", pt2pt=True),
-    Bench("bw", "osu_bw", "osu", pt2pt=True),
-    Bench("allreduce", "osu_allreduce", "osu"),
-    Bench("nccl", "all_reduce_perf", "nccl-tests", gpu=True),
-)
-KEYS = ("init", "latency", "bw", "allreduce", "nccl")
-
-
-# ---------------------------------------------------------------------------- options
-
-
-@dataclass
-class Options:
-    image: Path
-    output: Optional[Path]
-    reports_dir: Path
-    cache_dir: Path
-    runtime: str = "auto"
-    ranks: int = 2
-    nodes: Optional[int] = None
-    repetitions: int = 5
-    launcher: str = "auto"
-    benchmarks: List[str] = field(default_factory=lambda: list(KEYS) + ["osu"])
-    env: Dict[str, str] = field(default_factory=dict)
-    thresholds: Dict[str, Any] = field(default_factory=dict)
-    gpu: Optional[bool] = None
-    max_size: int = DEFAULT_MAX_SIZE
-    nccl_max_size: int = DEFAULT_NCCL_MAX
-    native: str = "auto"
-    native_root: Optional[Path] = None
-    timeout: float = DEFAULT_TIMEOUT
-    images_dir: Optional[Path] = None
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ranks", type=int, default=None, metavar="N",
-                   help="ranks per node for init and all-reduce (default: env file, else 2; latency and bandwidth "
-                        "always use 2 ranks)")
-    p.add_argument("--nodes", type=int, default=None, metavar="N",
-                   help="nodes for the inter-node runs (srun; default: the allocation's SLURM_JOB_NUM_NODES, else 1)")
-    p.add_argument("--repetitions", "-r", type=int, default=None, metavar="N",
-                   help="repetitions of each benchmark on each side (default: env file, else 5)")
-    p.add_argument("--launcher", choices=("auto", "mpirun", "srun"), default=None,
-                   help="auto: srun inside a Slurm allocation, else mpirun")
-    p.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a variable for every run, native and container (e.g. UCX_TLS=tcp); repeatable")
-    p.add_argument("--threshold", "-t", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a check threshold (latency_overhead_us, bandwidth_pct, busbw_pct, "
-                        "init_overhead_pct, ...); repeatable")
-    p.add_argument("--benchmarks", "-b", default=None, metavar="LIST",
-                   help="comma-separated: init, latency, bw, allreduce, nccl, osu (the OSU/nccl-tests "
-                        "counterparts when the image has them), or program names (default: all)")
-    p.add_argument("--max-size", type=_size, default=None, metavar="BYTES",
-                   help=f"largest message of latency/bandwidth/all-reduce (default {DEFAULT_MAX_SIZE}; K/M suffix)")
-    p.add_argument("--nccl-max-size", type=_size, default=None, metavar="BYTES",
-                   help=f"largest NCCL all-reduce (default {DEFAULT_NCCL_MAX})")
-    gpu = p.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu", dest="gpu", action="store_true", default=None,
-                     help="run the GPU (NCCL) benchmarks (default: when the host has GPUs and the image CUDA)")
-    gpu.add_argument("--no-gpu", dest="gpu", action="store_false", help="skip the GPU benchmarks")
-    p.add_argument("--native", choices=("auto", "host", "rootfs"), default="auto",
-                   help="native side: the host's MPI and programs (host), or the image's root filesystem "
-                        "unpacked and run without a container (rootfs); auto: host where it has them")
-    p.add_argument("--native-root", type=Path, default=None, metavar="DIR",
-                   help="use this unpacked copy of the image as the native root (its benchmark binaries must be "
-                        "byte-identical to the image's)")
-    p.add_argument("--env-file", type=Path, default=None, metavar="ENV.yaml",
-                   help="environment file whose dedal.verify section gives ranks, repetitions, env, thresholds ...")
-    p.add_argument("--runtime", choices=("auto", "apptainer", "bwrap", "charliecloud"), default=None,
-                   help="container runtime (setting runtime)")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help=f"limit of one run (default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--output", "-o", type=Path, default=None, metavar="DIR",
-                   help="report directory (default: <reports_dir>/<image>)")
-    p.add_argument("--json", action="store_true", help="print verify.json (and the file paths) on stdout")
-
-
-def _size(text: str) -> int:
-    t = text.strip().upper().rstrip("B")
-    mult = 1
-    for suffix, factor in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        if t.endswith(suffix):
-            t, mult = t[:-1], factor
-    try:
-        value = int(float(t) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size in bytes (e.g. 65536, 64K, 4M), got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a size must be at least 1 byte, got {text!r}")
-    return value
-
-
-def _pairs(specs: Sequence[str], what: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for spec in specs:
-        key, sep, value = spec.partition("=")
-        key = key.strip()
-        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
-            raise UserError(f"{what} {spec!r}: expected KEY=VALUE with a valid name")
-        out[key] = value
-    return out
-
-
-def options_from_args(args: argparse.Namespace) -> Options:
-    settings = config.from_args(args, runtime=getattr(args, "runtime", None))
-    image = img.resolve_image(args.image, settings)
-    spec = None
-    if args.env_file is not None:
-        from dedal.model.envfile import load_env
-
-        spec = load_env(args.env_file).verify
-    thresholds: Dict[str, Any] = dict(spec.thresholds) if spec else {}
-    for key, value in _pairs(args.threshold, "--threshold").items():
-        try:
-            thresholds[key] = float(value)
-        except ValueError:
-            raise UserError(f"--threshold {key}={value}: expected a number") from None
-    env: Dict[str, str] = dict(spec.env) if spec else {}
-    env.update(_pairs(args.env, "--env"))
-    opts = Options(
-        image=image, output=args.output, reports_dir=Path(settings.reports_dir), cache_dir=Path(settings.cache_dir),
-        runtime=settings.runtime,
-        ranks=args.ranks if args.ranks is not None else (spec.ranks if spec else 2),
-        nodes=args.nodes if args.nodes is not None else (spec.nodes if spec and spec.nodes > 1 else None),
-        repetitions=args.repetitions if args.repetitions is not None else (spec.repetitions if spec else 5),
-        launcher=args.launcher or (spec.launcher if spec else "auto"),
-        benchmarks=_benchmark_list(args.benchmarks) if args.benchmarks else (
-            list(spec.benchmarks) if spec and spec.benchmarks else list(KEYS) + ["osu"]),
-        env=env, thresholds=thresholds,
-        gpu=args.gpu if args.gpu is not None else (True if spec and spec.gpu else None),
-        max_size=args.max_size or DEFAULT_MAX_SIZE, nccl_max_size=args.nccl_max_size or DEFAULT_NCCL_MAX,
-        native=args.native, native_root=args.native_root,
-        timeout=args.timeout if args.timeout is not None else DEFAULT_TIMEOUT,
-        images_dir=Path(settings.images_dir),
-    )
-    if opts.ranks < 2:
-        raise UserError(f"--ranks {opts.ranks}: at least 2 ranks are needed to measure communication")
-    if opts.repetitions < 1:
-        raise UserError(f"--repetitions {opts.repetitions}: at least 1")
-    if opts.nodes is not None and opts.nodes < 1:
-        raise UserError(f"--nodes {opts.nodes}: at least 1")
-    if opts.timeout <= 0:
-        raise UserError("--timeout must be positive")
-    if opts.launcher == "mpirun" and (opts.nodes or 1) > 1:
-        raise UserError(f"{opts.nodes} nodes need the srun launcher (inside a Slurm allocation); mpirun runs on "
-                        "this node")
-    Thresholds.from_mapping(opts.thresholds)  # unknown keys and bad values fail now, before anything runs
-    return opts
-
-
-def _benchmark_list(text: str) -> List[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    known = set(KEYS) | {"osu"} | {b.program for b in CATALOGUE}
-    bad = [n for n in names if n not in known]
-    if bad or not names:
-        raise UserError(f"--benchmarks {text!r}: unknown {', '.join(bad) or 'empty list'}; known: "
-                        f"{', '.join(KEYS)}, osu, or program names ({', '.join(b.program for b in CATALOGUE)})")
-    return names
-
-
-def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu: bool) -> Tuple[List[Bench], List[str]]:
-    """The benchmarks to run (in catalogue order) and notes on what was asked for but is
-    not in the image or not runnable here."""
-    keys = {w for w in wanted if w in KEYS}
-    explicit = {w for w in wanted if w not in KEYS and w != "osu"}
-    with_osu = "osu" in wanted
-    chosen: List[Bench] = []
-    notes: List[str] = []
-    for b in CATALOGUE:
-        asked = b.program in explicit or (b.key in keys and (b.suite == "dedal" or with_osu))
-        if not asked:
-            continue
-        if b.gpu and not gpu:
-            if b.program in programs and (b.program in explicit or b.suite == "dedal"):
-                notes.append(f"{b.program}: GPU benchmark skipped (no GPU verification on this host)")
-            continue
-        if b.program not in programs:
-            if b.suite == "dedal" or b.program in explicit:
-                notes.append(f"{b.program}: not in the image")
-            continue
-        chosen.append(b)
-    return chosen, notes
 
 
 # ---------------------------------------------------------------------------- runs
