@@ -12,7 +12,9 @@ from dedal.cli import build_parser
 from dedal.errors import UserError
 from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS, select_benchmarks
-from dedal.stages.verify.checks import HostFacts
+from dedal.stages.verify.checks import HostFacts, Thresholds
+from dedal.stages.verify.compare import compare_runs, log_findings, run_findings, transports
+from dedal.stages.verify.plan import Plan, Run
 from dedal.stages.verify.parsers import parse_file, parse_text
 
 DATA = Path(__file__).parent / "data"
@@ -85,7 +87,7 @@ def test_benchmark_selection() -> None:
 
 def test_interleaved_order_intra_and_inter_node() -> None:
     init, lat = CATALOGUE[0], CATALOGUE[1]
-    plan = R.Plan("srun", [("intra-node", 1), ("inter-node", 2)], [init, lat], 2, 4, 0)
+    plan = Plan("srun", [("intra-node", 1), ("inter-node", 2)], [init, lat], 2, 4, 0)
     order = [(s, b.program, r, side) for s, b, r, side in plan.order()]
     assert order[:4] == [("intra-node", "dedal_init", 0, "native"), ("intra-node", "dedal_init", 0, "container"),
                          ("inter-node", "dedal_init", 0, "native"), ("inter-node", "dedal_init", 0, "container")]
@@ -97,13 +99,13 @@ def test_interleaved_order_intra_and_inter_node() -> None:
     assert plan.ranks_for(lat, 2) == 2 and plan.ranks_for(init, 1) == 4 and plan.ranks_for(init, 2) == 8
 
 
-def _run(tmp_path: Path, side: str, rep: int, log: str, seconds: float = 1.0, bench=None) -> R.Run:
+def _run(tmp_path: Path, side: str, rep: int, log: str, seconds: float = 1.0, bench=None) -> Run:
     bench = bench or CATALOGUE[1]
     parsed = parse_file(DATA / log)
     rel = f"raw/intra-node/{bench.program}/{side}-{rep:02d}.log"
     parsed.update({"source": rel, "side": side, "scope": "intra-node", "program": bench.program,
                    "repetition": rep, "returncode": 0})
-    return R.Run(side, "intra-node", bench, rep, 2, 1, tmp_path / rel, rel, 0, seconds, False, parsed)
+    return Run(side, "intra-node", bench, rep, 2, 1, tmp_path / rel, rel, 0, seconds, False, parsed)
 
 
 def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
@@ -111,21 +113,21 @@ def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
     tcp = "mpirun_container_dedal_latency_UCX_TLS_tcp_BAD.log"
     runs = [_run(tmp_path, "native", 1, good), _run(tmp_path, "container", 1, tcp),
             _run(tmp_path, "native", 2, good), _run(tmp_path, "container", 2, tcp)]
-    plan = R.Plan("mpirun", [("intra-node", 1)], [CATALOGUE[1]], 2, 2, 0)
-    checks, measurements, summary = R._compare(runs, plan, R.Thresholds())
+    plan = Plan("mpirun", [("intra-node", 1)], [CATALOGUE[1]], 2, 2, 0)
+    checks, measurements, summary = compare_runs(runs, plan, Thresholds())
     (chk,) = checks
     assert chk.name == "dedal_latency intra-node" and chk.verdict == "bad"
     assert measurements[chk.name]["native"][1] == [0.2, 0.2] and measurements[chk.name]["container"][1] == [183.11] * 2
     assert summary[0]["native"] == 0.2 and summary[0]["container"] == 183.11
-    found = R._log_findings(runs, [], HostFacts())
+    found = log_findings(runs, [], HostFacts())
     tcp_f = [f for f in found if f.code == "ucx-tcp-intra-node"]
     assert len(tcp_f) == 1 and tcp_f[0].message.startswith("[container] UCX uses TCP within a node")
     assert "seen in 2 of 2 container run log(s)" in tcp_f[0].message
     assert any("tag(tcp/lo tcp/eth0)" in e for e in tcp_f[0].evidence)
     assert tcp_f[0].evidence[-1] == "log: raw/intra-node/dedal_latency/container-01.log"
     assert not [f for f in found if f.message.startswith("[native]") and f.severity != "info"]
-    assert R._transports(runs) == {"native": {"intra-node": ["cma/memory", "sysv/memory"]},
-                                   "container": {"intra-node": ["tcp/eth0", "tcp/lo"]}}
+    assert transports(runs) == {"native": {"intra-node": ["cma/memory", "sysv/memory"]},
+                                "container": {"intra-node": ["tcp/eth0", "tcp/lo"]}}
 
 
 def test_init_job_time_warns_but_never_fails(tmp_path: Path) -> None:
@@ -133,8 +135,8 @@ def test_init_job_time_warns_but_never_fails(tmp_path: Path) -> None:
     log = "mpirun_container_dedal_init_GOOD.log"
     runs = [_run(tmp_path, "native", r, log, 0.8, init) for r in (1, 2, 3)]
     runs += [_run(tmp_path, "container", r, log, 3.0, init) for r in (1, 2, 3)]
-    plan = R.Plan("mpirun", [("intra-node", 1)], [init], 3, 2, 0)
-    checks, measurements, _ = R._compare(runs, plan, R.Thresholds())
+    plan = Plan("mpirun", [("intra-node", 1)], [init], 3, 2, 0)
+    checks, measurements, _ = compare_runs(runs, plan, Thresholds())
     names = [c.name for c in checks]
     assert names == ["dedal_init intra-node", "dedal_init intra-node job wall time"]
     job = checks[1]
@@ -148,11 +150,11 @@ def test_failed_and_same_host_runs(tmp_path: Path) -> None:
     log.parent.mkdir(parents=True)
     log.write_text("#@ note\n$ mpirun ...\nsome output\n[vm:1] *** An error occurred in MPI_Init\n")
     bench = CATALOGUE[1]
-    bad = R.Run("container", "intra-node", bench, 1, 2, 1, log, "raw/x.log", 1, 0.5, False, parse_text("x"))
-    skipped = R.Run("container", "intra-node", bench, 2, 2, 1, log, "raw/y.log", skipped="not repeated")
+    bad = Run("container", "intra-node", bench, 1, 2, 1, log, "raw/x.log", 1, 0.5, False, parse_text("x"))
+    skipped = Run("container", "intra-node", bench, 2, 2, 1, log, "raw/y.log", skipped="not repeated")
     inter = _run(tmp_path, "native", 1, "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log")
     inter.scope = "inter-node"
-    found = {f.code: f for f in R._run_findings([bad, skipped, inter])}
+    found = {f.code: f for f in run_findings([bad, skipped, inter])}
     assert found["run-failed"].verdict == "failed" and "exited with code 1" in found["run-failed"].message
     assert "[vm:1] *** An error occurred in MPI_Init" in found["run-failed"].evidence
     assert found["runs-skipped"].severity == "warning"

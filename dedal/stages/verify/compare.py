@@ -1,0 +1,186 @@
+"""Judging the runs of a verification: native vs container per benchmark and scope, and
+the findings of the runs and their logs.
+
+The parsed runs are compared with :mod:`dedal.stages.verify.checks` (the OSU and NCCL
+tables; for init also the whole job's wall time, which includes the launcher and the
+container start: reported, never failing). Every failed or skipped run, every inter-node
+run whose ranks all shared one machine, and every finding of the transport rules or the
+parsers over the logs becomes a finding that quotes its log lines, merged per side and code.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from dedal.stages.verify import findings as F
+from dedal.stages.verify.checks import (CheckResult, HostFacts, Thresholds, check_transports, compare_init,
+                                        compare_nccl_runs, compare_osu_runs, series_from_nccl, series_from_osu)
+from dedal.stages.verify.findings import Finding, verdict_of
+from dedal.stages.verify.plan import SIDES, Plan, Run
+
+
+def _representative(check: CheckResult) -> Optional[Dict[str, Any]]:
+    """One number per side for the summary: latency at the smallest non-zero size,
+    bandwidth at the largest, init and bus bandwidth as measured."""
+    sizes = [s for s in check.sizes]
+    if not sizes:
+        return None
+    if check.metric == "latency":
+        pick = next((s for s in sizes if s.size and s.size > 0), sizes[0])
+    elif check.metric in ("bandwidth", "busbw"):
+        pick = sizes[-1]
+    else:
+        pick = sizes[0]
+    n, c = pick.native.median, pick.container.median
+    return {"check": check.name, "metric": check.metric, "unit": check.unit, "size": pick.size,
+            "native": n, "container": c, "ratio": (c / n) if n else None, "verdict": check.verdict}
+
+
+def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
+                 ) -> Tuple[List[CheckResult], Dict[str, Any], List[Dict[str, Any]]]:
+    """The checks, the measurements (every value per side and size) and the summary (one
+    representative number per side and check) of the measured runs (warm-ups left out)."""
+    checks: List[CheckResult] = []
+    measurements: Dict[str, Any] = {}
+    summary: List[Dict[str, Any]] = []
+    for scope, _nodes in plan.scopes:
+        for bench in plan.benches:
+            sel = [r for r in runs if r.scope == scope and r.bench == bench and r.rep > 0 and r.ok and r.parsed]
+            nat = [r.parsed for r in sel if r.side == "native"]
+            con = [r.parsed for r in sel if r.side == "container"]
+            name = f"{bench.program} {scope}"
+            if not nat or not con:
+                missing = " and ".join(s for s, v in (("native", nat), ("container", con)) if not v)
+                chk = CheckResult(name, bench.key, "", "failed", [F.error(
+                    "no-measurement", f"{name}: no successful {missing} run, nothing to compare", verdict="failed")])
+                checks.append(chk)
+                continue
+            if bench.gpu:
+                chk = compare_nccl_runs(nat, con, thresholds, name=name)  # type: ignore[arg-type]
+            else:
+                chk = compare_osu_runs(nat, con, bench.table, thresholds, name=name)  # type: ignore[arg-type]
+            checks.append(chk)
+            if bench.key == "init":
+                job = compare_init([r.seconds * 1000 for r in sel if r.side == "native"],
+                                   [r.seconds * 1000 for r in sel if r.side == "container"], thresholds,
+                                   name=f"{bench.program} {scope} job wall time")
+                # whole-job time includes the launcher and the container start: reported, never failing
+                for f in job.findings:
+                    if f.severity == "error":
+                        f.severity, f.verdict = "warning", None
+                        f.code = "startup-overhead"
+                job.verdict = verdict_of(job.findings, "good") if job.verdict in ("bad", "suboptimal") else job.verdict
+                checks.append(job)
+            for c in checks[-2:] if bench.key == "init" else checks[-1:]:
+                measurements[c.name] = {
+                    "unit": c.unit, "metric": c.metric,
+                    "native": {(s.size if s.size is not None else 0): list(_values(sel, "native", c, s.size))
+                               for s in c.sizes},
+                    "container": {(s.size if s.size is not None else 0): list(_values(sel, "container", c, s.size))
+                                  for s in c.sizes},
+                }
+                rep = _representative(c)
+                if rep:
+                    summary.append(rep)
+    return checks, measurements, summary
+
+
+def _values(sel: Sequence[Run], side: str, check: CheckResult, size: Optional[int]) -> List[float]:
+    runs = [r for r in sel if r.side == side]
+    if check.name.endswith("job wall time"):
+        return [round(r.seconds * 1000, 3) for r in runs]
+    if check.metric == "init":
+        return [r.parsed["init"]["avg_ms"] for r in runs if r.parsed and r.parsed.get("init")]
+    parsed = [r.parsed for r in runs if r.parsed]
+    series = series_from_nccl(parsed) if check.metric == "busbw" else series_from_osu(parsed, runs[0].bench.table)
+    return series.get(int(size or 0), [])
+
+
+def _tail(path: Path, n: int = 6) -> List[str]:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    keep = [ln for ln in lines if ln.strip() and not ln.startswith(("#@", "$ ")) and "|" not in ln
+            and "UCX  DIAG" not in ln]
+    return keep[-n:]
+
+
+def run_findings(runs: Sequence[Run]) -> List[Finding]:
+    """Failed runs (with the tail of their log), inter-node runs on one machine, skipped runs."""
+    out: List[Finding] = []
+    for r in runs:
+        if r.skipped or r.returncode is None or r.ok:
+            continue
+        what = "did not finish within the time limit" if r.timed_out else f"exited with code {r.returncode}"
+        warm = " (warm-up)" if r.rep == 0 else ""
+        out.append(F.error("run-failed", f"{r.side} {r.bench.program} ({r.scope}){warm} {what}; log {r.rel}",
+                           _tail(r.log) + [f"log: {r.rel}"], verdict="failed"))
+    same = [r for r in runs if r.scope == "inter-node" and r.ok and r.parsed
+            and len(set(r.parsed.get("hosts") or [])) == 1]
+    if same:
+        host = same[0].parsed["hosts"][0]  # type: ignore[index]
+        out.append(F.warning("inter-node-same-host", f"{len(same)} inter-node run(s) had every rank on one machine "
+                             f"({host}): Slurm's nodes share a host here, so these are not inter-node measurements",
+                             [f"log: {r.rel}" for r in same[:3]]))
+    skipped = [r for r in runs if r.skipped]
+    if skipped:
+        out.append(F.warning("runs-skipped", f"{len(skipped)} repetition(s) not run after a failure of the same "
+                             "benchmark on the same side", [f"{r.rel}: {r.skipped}" for r in skipped[:5]]))
+    return out
+
+
+def log_findings(runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host: HostFacts) -> List[Finding]:
+    """Transport rules and the parsers' own findings over every log, merged per side and
+    code: one finding that says in how many runs it was seen and quotes the first."""
+    groups: Dict[Tuple[str, str, str], Dict[str, Any]] = {}
+    order: List[Tuple[str, str, str]] = []
+    totals: Dict[str, int] = {}
+    sources: List[Tuple[str, Dict[str, Any]]] = [(p.get("side") or "image", p) for p in extra_logs]
+    sources += [(r.side, r.parsed) for r in runs if r.parsed is not None]
+    for side, parsed in sources:
+        totals[side] = totals.get(side, 0) + 1
+        rule = check_transports([parsed], host)
+        rule_codes = {f.code for f in rule}
+        own = [Finding.from_json(f) for f in parsed.get("findings") or []]
+        for f in rule + [f for f in own if f.code not in rule_codes]:
+            if f.code in ("truncated",) and not parsed.get("returncode", 0) == 0:
+                continue  # a failed run's cut output: run-failed says it already
+            key = (side, f.code, f.severity)
+            if key not in groups:
+                groups[key] = {"finding": f, "sources": [], "verdict": f.implied_verdict}
+                order.append(key)
+            groups[key]["sources"].append(parsed.get("source") or "?")
+    out: List[Finding] = []
+    for key in order:
+        g = groups[key]
+        f: Finding = g["finding"]
+        side = key[0]
+        srcs = g["sources"]
+        msg = f.message
+        first = srcs[0]
+        if msg.startswith(first + ": "):
+            msg = msg[len(first) + 2:]
+        if side in SIDES:
+            seen = f" (seen in {len(srcs)} of {totals.get(side, 0)} {side} run log(s), first {first})"
+        else:
+            seen = f" ({first})"
+        out.append(Finding(f.severity, f.code, f"[{side}] {msg}{seen}", list(f.evidence) + [f"log: {first}"],
+                           f.verdict))
+    return out
+
+
+def transports(runs: Sequence[Run]) -> Dict[str, Dict[str, List[str]]]:
+    """The UCX transports each side used per scope (``self`` left out), in order of first use."""
+    out: Dict[str, Dict[str, List[str]]] = {}
+    for r in runs:
+        if not r.parsed:
+            continue
+        for scope, tls in (r.parsed.get("transports_by_scope") or {}).items():
+            if scope == "self":
+                continue
+            lst = out.setdefault(r.side, {}).setdefault(scope, [])
+            for t in tls:
+                if t not in lst:
+                    lst.append(t)
+    return out

@@ -1,0 +1,114 @@
+"""The run plan of a verification: which runs, in which order, with which launcher and
+environment, and the record of each run.
+
+Every benchmark runs intra-node (always) and inter-node (``srun`` with 2+ nodes), natively
+and in the container, **interleaved** in one allocation: each repetition runs native and
+container back to back, alternating which goes first (N C, C N, N C ...), so that drift
+of the machine hits both sides alike; one unmeasured warm-up per side first. UCX
+(``UCX_LOG_LEVEL=info UCX_PROTO_INFO=y``), Open MPI (``pml_base_verbose``) and NCCL
+(``NCCL_DEBUG=INFO``) debug output is on for every run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from dedal.stages.verify.catalogue import Bench
+from dedal.stages.verify.options import Options
+
+SIDES = ("native", "container")
+
+#: debug output every run has on (the caller's --env can override each)
+DEBUG_ENV = {
+    "UCX_LOG_LEVEL": "info",          # UCX: version, selected transports per endpoint configuration
+    "UCX_PROTO_INFO": "y",            # UCX: protocol table per message size range
+    "OMPI_MCA_pml": "ucx",            # the UCX pml (ob1 hangs under Slurm's PMIx 4 server)
+    "OMPI_MCA_pml_ucx_tls": "any",    # Open MPI 5 defaults to Mellanox transports only
+    "OMPI_MCA_pml_ucx_devices": "any",
+    "OMPI_MCA_pml_base_verbose": "10",  # which pml was selected
+}
+NCCL_ENV = {"NCCL_DEBUG": "INFO"}
+
+
+@dataclass
+class Run:
+    side: str
+    scope: str
+    bench: Bench
+    rep: int               # 0: warm-up
+    ranks: int
+    nodes: int
+    log: Path
+    rel: str
+    returncode: Optional[int] = None
+    seconds: float = 0.0
+    timed_out: bool = False
+    parsed: Optional[Dict[str, Any]] = None
+    skipped: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+@dataclass
+class Plan:
+    launcher: str
+    scopes: List[Tuple[str, int]]        # (scope, nodes)
+    benches: List[Bench]
+    repetitions: int
+    ranks: int
+    gpus: int
+
+    def ranks_for(self, bench: Bench, nodes: int) -> int:
+        if bench.pt2pt:
+            return 2
+        if bench.gpu:
+            return max(1, self.gpus) * nodes
+        return self.ranks * nodes
+
+    def order(self) -> List[Tuple[str, Bench, int, str]]:
+        """(scope, bench, repetition, side) in run order: warm-up first, then each
+        repetition with native and container back to back, alternating who goes first."""
+        out: List[Tuple[str, Bench, int, str]] = []
+        warm = next((b for b in self.benches if b.key == "init"), self.benches[0] if self.benches else None)
+        for scope, _nodes in self.scopes:
+            if warm is not None:
+                for side in SIDES:
+                    out.append((scope, warm, 0, side))
+        for rep in range(1, self.repetitions + 1):
+            for scope, _nodes in self.scopes:
+                for bench in self.benches:
+                    sides = SIDES if rep % 2 == 1 else tuple(reversed(SIDES))
+                    for side in sides:
+                        out.append((scope, bench, rep, side))
+        return out
+
+
+def choose_launcher(choice: str) -> str:
+    """``auto``: srun inside a Slurm allocation (where srun is on PATH), else mpirun."""
+    if choice != "auto":
+        return choice
+    return "srun" if os.environ.get("SLURM_JOB_ID") and shutil.which("srun") else "mpirun"
+
+
+def allocation_nodes() -> Optional[int]:
+    """The nodes of the Slurm allocation this runs in (``SLURM_JOB_NUM_NODES``), if any."""
+    try:
+        return int(os.environ["SLURM_JOB_NUM_NODES"]) if os.environ.get("SLURM_JOB_ID") else None
+    except (KeyError, ValueError):
+        return None
+
+
+def run_env(opts: Options, bench: Bench) -> Dict[str, str]:
+    """The environment of one run: the debug output, NCCL's for GPU benchmarks, the caller's."""
+    env = dict(DEBUG_ENV)
+    if bench.gpu:
+        env.update(NCCL_ENV)
+    env.update(opts.env)
+    if env.get("OMPI_MCA_pml") == "ob1":
+        env.setdefault("OMPI_MCA_btl_base_verbose", "100")  # which BTL each peer uses
+    return env
