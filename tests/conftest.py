@@ -98,3 +98,14 @@ def run_dedal(isolated_env: Dict[str, str], tmp_path: Path):
                               capture_output=True, input=input, timeout=timeout)
 
     return _run
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Long real builds (marker ``slow``) stay out of a run that selects no markers (the
+    default CI run); ``-m slow`` or any ``-m`` expression that names them runs them."""
+    if config.getoption("markexpr", ""):
+        return
+    skip = pytest.mark.skip(reason="slow: a long real build, out of the default run (select it with -m slow)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

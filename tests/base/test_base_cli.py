@@ -9,7 +9,6 @@ import pytest
 from tests.base import helpers
 
 
-@pytest.mark.slow
 def test_base_build_cli(run_dedal, trixie_base):
     """Builds from scratch when the shared cache is empty (the trixie_base fixture did), else cached."""
     r = run_dedal("base", "build", "--json", timeout=900)
