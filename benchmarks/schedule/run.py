@@ -119,7 +119,7 @@ def markdown(result: dict) -> str:
         "# Schedule benchmark",
         "",
         "Written by `benchmarks/schedule/run.py` (see its docstring); every number is simulated in dedal's",
-        f"machine model (`dedal/schedule.py`): job overhead {result['overhead_s']:g} s, a package of work W on",
+        f"machine model (`dedal/model/cores.py`, used by `dedal/schedule/`): job overhead {result['overhead_s']:g} s, a package of work W on",
         f"c cores takes W/min(c, p) with p = clamp(d/{result['model']['unit_s']:g} s, 1, {result['model']['p_max']}), "
         f"d = its duration on {result['model']['ref_cores']} cores.",
         "Ratio = makespan / lower bound, LB = overhead + max(critical path, work / (nodes x cores)).",
