@@ -128,6 +128,7 @@ def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_en
     """The base's untouched top-level entries come from a squashfs of the base made once
     (kept in the cache); the image has exactly the content of one mksquashfs of its tree."""
     from dedal.stages import assemble as asm
+    from dedal.stages.assemble import stage
     from dedal.stages.workspace import resolve
     from tests.assemble.conftest import partition_file
 
@@ -138,7 +139,7 @@ def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_en
     listing = {e["path"] for e in squashfs.entries(parts[0])}
     assert "usr/bin/mpirun" in listing and not {p.split("/")[0] for p in listing} & {"opt", "etc", ".singularity.d"}
 
-    monkeypatch.setattr(asm, "base_part", lambda *a, **k: None)
+    monkeypatch.setattr(stage, "base_part", lambda *a, **k: None)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", SDE)
     whole = asm.assemble(resolve(str(trixie_env.env_file), settings), settings, output=tmp_path / "whole.sif",
                          force=True)

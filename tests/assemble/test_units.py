@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from dedal.stages import assemble as asm
+from dedal.stages.assemble import apptainer_files, metadata
 from dedal.model import sbom
 from dedal.errors import UserError
 from dedal.model.plan import make_plan
@@ -153,11 +154,11 @@ def test_versions_from_base_and_layers(tiny_plan, mpi_plan):
         versions = {"openmpi": "5.0.7-1", "pmix": "5.0.7-1", "ucx": "1.18.1+ds-2+b1", "gcc": "14.2.0"}
 
     _r, hashes = asm.select_packages(tiny_plan)
-    versions, sources = asm._versions(tiny_plan, hashes, Base())
+    versions, sources = metadata.image_versions(tiny_plan, hashes, Base())
     assert versions == {"openmpi": "5.0.7", "pmix": "5.0.7", "ucx": "1.18.1"}
     assert sources["openmpi"] == "base package 5.0.7-1"
     _r, hashes = asm.select_packages(mpi_plan)
-    versions, sources = asm._versions(mpi_plan, hashes, Base())
+    versions, sources = metadata.image_versions(mpi_plan, hashes, Base())
     spack_versions = {mpi_plan.nodes[h].name: mpi_plan.nodes[h].version for h in hashes}
     for comp in ("openmpi", "pmix", "ucx", "cuda"):
         if comp in spack_versions:  # a Spack package of the image wins over the base
@@ -166,8 +167,8 @@ def test_versions_from_base_and_layers(tiny_plan, mpi_plan):
 
 def test_user_labels_cannot_override_provenance(tiny_plan):
     with pytest.raises(UserError, match="provenance label"):
-        asm._labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {"dedal.env": "x"})
-    labels = asm._labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 1700000000, "d", {"team": "x"})
+        metadata.make_labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {"dedal.env": "x"})
+    labels = metadata.make_labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 1700000000, "d", {"team": "x"})
     assert labels["team"] == "x" and labels["org.label-schema.build-date"] == "2023-11-14T22:13:20Z"
     assert all(isinstance(v, str) for v in labels.values())  # Apptainer's labels are strings
 
@@ -245,10 +246,10 @@ def test_inherits_an_apptainer_built_base(tmp_path, tiny_plan):
     class Base:
         rootfs_dir = tmp_path / "rootfs"
 
-    found = asm._base_singularity(Base())
+    found = apptainer_files.base_singularity(Base())
     assert found["labels"]["site"] == "cscs"
     assert "export SITE=cscs" in found["90-environment.sh"]
     assert found["91-environment.sh"] == "" and found["runscript"] == ""  # Apptainer's empty placeholders
-    labels = asm._labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {},
-                         {"site": "cscs", "dedal.env": "spoofed"})
+    labels = metadata.make_labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {},
+                                  {"site": "cscs", "dedal.env": "spoofed"})
     assert labels["site"] == "cscs" and labels["dedal.env"] == "t"  # ours win over the base's

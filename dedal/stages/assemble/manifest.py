@@ -1,0 +1,114 @@
+"""The image's record beside the SIF: where the files go (:func:`image_paths`), the
+stage's result, the image manifest ``<tag>.image.json`` with the digest of the inputs, and
+the check that an existing image with the same inputs is intact (then it is kept)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from dedal import __version__
+from dedal.errors import UserError
+from dedal.model.layers import sha256_file
+from dedal.stages.assemble.audit import LayerInfo
+from dedal.stages.assemble.metadata import base_json, iso_date
+
+IMAGE_FORMAT = 1
+
+
+@dataclass
+class AssembleResult:
+    env: str
+    tag: str
+    status: str                 # assembled | present
+    image: str                  # the SIF
+    image_json: str
+    sbom: str
+    sha256: str
+    size: int
+    squashfs_size: int
+    created: int                # build date (seconds since 1970)
+    base_image: str
+    base_id: str
+    roots: List[str]
+    only: List[str]
+    keep_build_deps: bool
+    layers: List[Dict[str, Any]]
+    labels: Dict[str, str]
+    versions: Dict[str, str]
+    method: str                 # overlay (kernel|fuse), extract, none (host base)
+    seconds: float = 0.0
+    timings: Dict[str, float] = field(default_factory=dict)
+    log: str = ""
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def image_paths(settings: Any, plan: Any, output: Optional[Union[str, os.PathLike]],
+                only_names: Sequence[str]) -> Tuple[Path, Path, Path]:
+    """(SIF, image manifest, SBOM): ``output`` and its siblings, else
+    ``<images_dir>/<env>/<tag>[-only-<names>].sif``."""
+    if output:
+        sif_path = Path(output).expanduser().resolve()
+        if sif_path.is_dir():
+            raise UserError(f"-o {output}: is a directory; give the image file name (e.g. {output}/image.sif)")
+        stem = sif_path.name[:-4] if sif_path.name.endswith(".sif") else sif_path.name
+    else:
+        stem = plan.tag
+        if only_names:
+            joined = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in only_names)
+            if len(joined) > 60:
+                joined = hashlib.sha256(joined.encode()).hexdigest()[:12]
+            stem = f"{stem}-only-{joined}"
+        sif_path = Path(settings.images_dir) / plan.env_name / f"{stem}.sif"
+    return sif_path, sif_path.with_name(f"{stem}.image.json"), sif_path.with_name(f"{stem}.sbom.cdx.json")
+
+
+def inputs_digest(data: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def image_manifest(result: AssembleResult, digest: str, plan: Any, base: Any, infos: Sequence[LayerInfo],
+                    hashes: Sequence[str]) -> Dict[str, Any]:
+    return {
+        "format": IMAGE_FORMAT,
+        "path": result.image, "sha256": result.sha256, "size": result.size,
+        "squashfs_size": result.squashfs_size,
+        "env": result.env, "tag": result.tag, "created": iso_date(result.created), "created_epoch": result.created,
+        "base": base_json(plan, base), "base_id": plan.base_id,
+        "lock_sha256": plan.lock_sha256, "spack_commit": plan.spack_commit,
+        "install_root": plan.install_root, "view": plan.view,
+        "roots": result.roots, "only": result.only, "keep_build_deps": result.keep_build_deps,
+        "packages": [plan.nodes[h].label for h in hashes],
+        "layers": [{**i.label(), "prefix": i.prefix} for i in infos],
+        "labels": result.labels, "versions": result.versions,
+        "sbom": result.sbom, "inputs": digest, "dedal_version": __version__,
+    }
+
+
+def existing_image(sif_path: Path, json_path: Path, sbom_path: Path, digest: str) -> Optional[AssembleResult]:
+    """The result of an earlier assembly with the same inputs, if its files are intact."""
+    try:
+        data = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("inputs") != digest or not sbom_path.is_file():
+        return None
+    if not sif_path.is_file() or sif_path.stat().st_size != data.get("size") or sha256_file(sif_path) != data.get("sha256"):
+        return None
+    try:
+        return AssembleResult(
+            env=data["env"], tag=data["tag"], status="present", image=str(sif_path), image_json=str(json_path),
+            sbom=str(sbom_path), sha256=data["sha256"], size=data["size"], squashfs_size=data.get("squashfs_size", 0),
+            created=int(data.get("created_epoch", 0)), base_image=data["base"].get("name", ""),
+            base_id=data["base_id"], roots=data["roots"], only=data["only"],
+            keep_build_deps=data["keep_build_deps"], layers=[{k: v for k, v in l.items() if k != "prefix"}
+                                                             for l in data["layers"]],
+            labels=data["labels"], versions=data["versions"], method="none")
+    except (KeyError, TypeError, AttributeError):
+        return None

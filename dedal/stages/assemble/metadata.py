@@ -1,0 +1,134 @@
+"""What an image says about itself: the versions of its MPI stack, its labels (provenance
+first, the user's next, the base's under both), the definition object and
+inspect-metadata.json of the SIF."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime, timezone
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from dedal import __version__
+from dedal.errors import UserError
+from dedal.model.image import ENV_SCRIPT, SBOM_IN_IMAGE
+from dedal.stages.assemble.audit import LayerInfo
+
+VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda")
+_UPSTREAM = re.compile(r"\d+(?:\.\d+)+")
+
+
+def iso_date(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def image_versions(plan: Any, hashes: Sequence[str], base: Any) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """Versions of Open MPI, PMIx, UCX, CUDA in the image: a Spack package of the image
+    wins (its view comes first on PATH), else what the base recorded."""
+    versions: Dict[str, str] = {}
+    sources: Dict[str, str] = {}
+    names = {plan.nodes[h].name: plan.nodes[h] for h in hashes}
+    for comp in VERSION_COMPONENTS:
+        node = names.get(comp)
+        if node is not None:
+            versions[comp] = node.version
+            sources[comp] = "external" if node.external else "spack"
+        elif base is not None and base.versions.get(comp):
+            recorded = str(base.versions[comp])  # a distribution package version, e.g. 5.0.7-1, 1:2.3-4
+            m = _UPSTREAM.search(recorded.split(":", 1)[-1])
+            versions[comp] = m.group(0) if m else recorded
+            sources[comp] = "base" if versions[comp] == recorded else f"base package {recorded}"
+    return versions, sources
+
+
+def make_labels(plan: Any, base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
+            keep_build_deps: bool, versions: Mapping[str, str], sources: Mapping[str, str], created: int,
+            description: str, user: Mapping[str, str], inherited: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    date = iso_date(created)
+    labels: Dict[str, str] = {
+        "org.label-schema.schema-version": "1.0",
+        "org.label-schema.build-date": date,
+        "org.label-schema.name": plan.env_name,
+        "org.label-schema.version": plan.tag,
+        "org.opencontainers.image.created": date,
+        "org.opencontainers.image.title": plan.env_name,
+        "org.opencontainers.image.version": plan.tag,
+        "dedal.version": __version__,
+        "dedal.env": plan.env_name,
+        "dedal.tag": plan.tag,
+        "dedal.lock.sha256": plan.lock_sha256,
+        "dedal.spack.version": plan.spack_version,
+        "dedal.spack.commit": plan.spack_commit,
+        "dedal.base.image": plan.base_image,
+        "dedal.base.id": plan.base_id,
+        "dedal.install_root": plan.install_root,
+        "dedal.view": plan.view,
+        "dedal.roots": " ".join(plan.nodes[h].label for h in roots),
+        "dedal.layers": json.dumps([i.label() for i in infos], sort_keys=True, separators=(",", ":")),
+        "dedal.layers.count": str(len(infos)),
+        "dedal.layers.digest": hashlib.sha256("".join(i.sha256 for i in infos).encode()).hexdigest(),
+        "dedal.sbom": SBOM_IN_IMAGE,
+    }
+    if base is not None:
+        labels["dedal.base.os"] = base.os_release.get("PRETTY_NAME", base.os_id)
+    if description:
+        labels["org.label-schema.description"] = description
+        labels["org.opencontainers.image.description"] = description
+    if only_names:
+        labels["dedal.only"] = ",".join(only_names)
+    if keep_build_deps:
+        labels["dedal.keep_build_deps"] = "true"
+    for comp, version in versions.items():
+        labels[f"dedal.version.{comp}"] = version
+        labels[f"dedal.version.{comp}.source"] = sources[comp]
+    clash = sorted(k for k in user if k in labels or k.startswith("dedal."))
+    if clash:
+        raise UserError(f"dedal.labels: {clash[0]} is a provenance label dedal sets itself")
+    for k, v in user.items():
+        labels[k] = str(v)
+    for k, v in (inherited or {}).items():  # the base's labels, under ours
+        labels.setdefault(k, v)
+    return labels
+
+
+def definition_text(plan: Any, base: Any, labels: Mapping[str, str], env91: str, runscript: str) -> str:
+    """The definition object: not an Apptainer recipe (no `apptainer build` made this image),
+    a readable record of what went in, in the definition file's syntax."""
+    def indent(text: str) -> str:
+        return "".join(f"    {line}\n" for line in text.splitlines() if not line.startswith("#!"))
+
+    lines = [f"# Assembled by dedal {__version__} (`dedal assemble`), not by `apptainer build`:",
+             "# the base root filesystem, one squashfs layer per Spack package, spack reindex + view.",
+             "Bootstrap: dedal",
+             f"From: {plan.base_image}" + (f" ({base.id})" if base is not None else ""),
+             "", "%labels"]
+    lines += [f"    {k} {v}" for k, v in sorted(labels.items()) if k != "dedal.layers"]
+    text = "\n".join(lines) + "\n\n%environment\n" + indent(env91) + "\n%runscript\n" + indent(runscript)
+    return text
+
+
+def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str, env90: str, env91: str, plan: Any,
+              base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
+              keep_build_deps: bool, versions: Mapping[str, str]) -> Dict[str, Any]:
+    """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own section."""
+    return {
+        "data": {"attributes": {
+            "labels": dict(labels), "deffile": definition, "runscript": runscript,
+            "environment": {"/.singularity.d/env/90-environment.sh": env90, ENV_SCRIPT: env91},
+        }},
+        "type": "container",
+        "dedal": {
+            "env": plan.env_name, "tag": plan.tag, "lock_sha256": plan.lock_sha256,
+            "spack_commit": plan.spack_commit, "base": base_json(plan, base),
+            "roots": [plan.nodes[h].label for h in roots], "only": list(only_names),
+            "keep_build_deps": keep_build_deps, "versions": dict(versions),
+            "layers": [{**i.label(), "prefix": i.prefix, "files": i.files, "built_at": i.built_at} for i in infos],
+        },
+    }
+
+
+def base_json(plan: Any, base: Any) -> Dict[str, Any]:
+    if base is None:
+        return {"name": plan.base_image, "id": plan.base_id}
+    return {"name": base.name, "id": base.id, "os": base.os_release.get("PRETTY_NAME", ""),
+            "versions": dict(base.versions), "squashfs_bytes": base.squashfs_bytes}

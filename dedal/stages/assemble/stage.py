@@ -1,0 +1,334 @@
+"""The assemble stage: base root filesystem + the layers of the runtime closure -> one SIF.
+
+1. **Select** the packages: the runtime closure of the roots (build-only dependencies
+   dropped unless ``keep_build_deps``), or of the roots named by ``only``.
+2. **Audit** every layer before trusting it: its manifest names the package, the install
+   root and the key; the squashfs matches the manifest's size and sha256; every entry is
+   inside ``<prefix>/``; no device nodes; symlinks point into the install root (absolute
+   ones, as Spack makes, or relative ones that do not climb out of it). Anything else is
+   refused (UserError) before a byte of the image is written.
+3. **Tree** in a stage under ``stage_dir`` (/dev/shm): the base root filesystem as the
+   lower layer of an overlay mount (nothing copied; where no overlay can be mounted, the
+   base's squashfs is extracted instead), each layer extracted at the install root.
+4. **Spack** runs inside the tree (writable, the Spack checkout and its user cache bound):
+   ``reindex`` (the layers carry no database), ``env view regenerate`` at the view's
+   final path, and ``env activate --sh``, whose output becomes
+   ``/.singularity.d/env/91-environment.sh`` (PATH, MANPATH, ..., package run
+   environments; Spack's own variables dropped, inherited values kept as ``$VAR``). The
+   environment (spack.yaml, spack.lock) and the SBOM stay in the image under /opt/dedal.
+5. **Apptainer's layout**: ``/.singularity.d/{actions,env,libs}``, the env scripts, a
+   runscript, ``labels.json``, the mount points Apptainer expects.
+6. **Reproducible**: Spack's database install times are set to the layers' build times
+   and its verifier derived from the content; mksquashfs fixes times and owners; the build
+   date is ``SOURCE_DATE_EPOCH`` when set. Same inputs (with SOURCE_DATE_EPOCH), same bytes.
+7. **Pack** one squashfs (zstd, all cores) straight at its place in the SIF
+   (``mksquashfs -offset``): the base's squashfs without the few top-level entries an
+   image changes (``/opt``, ``/etc``, ``/.singularity.d``, ...; :func:`image_tops`),
+   packed once per base and cached, is copied in and those entries are compressed and
+   appended to it, so the base's bulk (the OS, CUDA) is not compressed again for every
+   image (same content as one mksquashfs of the tree; a host base, or an overlay-less
+   stage without the base's unpacked root, packs the whole tree). Then the rest of the
+   SIF with ``dedal.model.sif.write_sif``
+   (definition, inspect-metadata.json, labels, SBOM, primary system partition), and the
+   image manifest ``<tag>.image.json`` and ``<tag>.sbom.cdx.json`` beside it. All are
+   written under temporary names and renamed at the end; nothing is left on failure.
+
+An existing image whose manifest records the same inputs (and whose SIF still has its
+recorded sha256) is kept as it is (``status: present``) unless ``force``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from dedal import __version__
+from dedal.adapters import squashfs
+from dedal.errors import Signals, UserError
+from dedal.model import sbom as sbom_mod, sif as sif_mod
+from dedal.model.base import HOST_BASE, iter_cached
+from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
+from dedal.model.layers import LayerStore, sha256_file
+from dedal.model.plan import Plan
+from dedal.model.sif import source_date_epoch
+from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir
+from dedal.model.spack_lock import load_lock
+from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
+from dedal.stages.assemble.audit import audit_layers, inside
+from dedal.stages.assemble.envscript import env_lines
+from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths,
+                                            inputs_digest)
+from dedal.stages.assemble.metadata import definition_text, image_versions, inspect_metadata, iso_date, make_labels
+from dedal.stages.assemble.selection import select_packages
+from dedal.stages.assemble.spack_run import epoch_of, normalize_spack_db, run_spack
+from dedal.stages.assemble.tree import ImageTree, extract_layers, mkdirs, write_file
+from dedal.stages.base import base_part, base_sha256, ensure_base
+from dedal.stages.stage_dir import Stage
+from dedal.stages.workspace import Target, prepare
+
+Progress = Optional[Callable[[str], None]]
+
+
+def _say(progress: Progress, start: float) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        if progress:
+            progress(f"[{time.monotonic() - start:6.1f}s] {msg}")
+    return say
+
+
+def build_date() -> int:
+    sde = source_date_epoch()
+    return sde if sde is not None else int(time.time())
+
+
+def _find_base(plan: Any, settings: Any, say: Callable[[str], None]) -> Any:
+    """The built base the plan's layers were made for (None for the host)."""
+    if plan.base_image == HOST_BASE:
+        return None
+
+    for img in iter_cached(settings):
+        if img.id == plan.base_id:
+            return img
+    img = ensure_base(plan.base_image, settings, progress=say)
+    if img.id != plan.base_id:
+        raise UserError(f"the layers of {plan.env_name} were built on base {plan.base_id}, which is not in the base "
+                        f"cache {settings.base_cache}; the definition of {plan.base_image} is now {img.id}: "
+                        "run `dedal build` again (new layers for the new base)")
+    return img
+
+
+def _resolve_plan(target_or_plan: Any) -> Tuple[Any, Any]:
+    """(plan, env file or None) from a Target (env.yaml, lock, plan.json) or a Plan."""
+    if isinstance(target_or_plan, Plan):
+        return target_or_plan, None
+    if not isinstance(target_or_plan, Target):
+        raise TypeError("assemble() takes a workspace.Target or a plan.Plan")
+    target = target_or_plan
+    if target.given_plan is not None:
+        return target.given_plan, None
+
+    plan, _path = prepare(target)
+    return plan, target.env
+
+
+def assemble(
+    target_or_plan: Any,
+    settings: Any,
+    *,
+    output: Optional[Union[str, os.PathLike]] = None,
+    only: Optional[Sequence[str]] = None,
+    keep_build_deps: Optional[bool] = None,
+    progress: Progress = None,
+    force: bool = False,
+    runscript: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    description: Optional[str] = None,
+) -> AssembleResult:
+    """Assemble the image of an environment; see the module documentation."""
+    started = time.monotonic()
+    say = _say(progress, started)
+    timings: Dict[str, float] = {}
+    plan, env = _resolve_plan(target_or_plan)
+    if only is None and env is not None and env.only:
+        only = list(env.only)
+    if keep_build_deps is None:
+        keep_build_deps = bool(env.keep_build_deps) if env is not None else False
+    runscript = runscript if runscript is not None else (env.runscript if env is not None else "")
+    user_labels = dict(env.labels) if env is not None else {}
+    user_labels.update(labels or {})
+    description = description if description is not None else (env.description if env is not None else "")
+
+
+    envdir = Path(plan.env_dir) if plan.env_dir else None
+    if envdir is None or not (envdir / "spack.yaml").is_file() or not (envdir / "spack.lock").is_file():
+        raise UserError(f"plan of {plan.env_name}: its environment directory {plan.env_dir!r} lacks spack.yaml "
+                        "or spack.lock (run `dedal build` on the environment file)")
+    manifest = read_spack_yaml(envdir / "spack.yaml")
+    for p in (plan.view, plan.install_root):
+        if not p.startswith("/") or posixpath.normpath(p) in ("/",) or posixpath.normpath(p).startswith("/dev/"):
+            raise UserError(f"{p}: the install root and the view must be absolute paths outside /dev "
+                            "(Apptainer mounts the host's /dev over the image)")
+    if inside(posixpath.normpath(plan.view), posixpath.normpath(plan.install_root)):
+        raise UserError(f"view {plan.view} is inside the install root {plan.install_root}")
+
+    roots, hashes = select_packages(plan, only, keep_build_deps)
+    only_names = [plan.nodes[h].name for h in roots] if only else []
+    sif_path, json_path, sbom_path = image_paths(settings, plan, output, only_names)
+    store = LayerStore(Path(settings.layer_store))
+    say(f"{plan.env_name}: {len(hashes)} package(s) in the image"
+        + (f" (only {', '.join(plan.nodes[h].label for h in roots)})" if only else "")
+        + (", build dependencies kept" if keep_build_deps else ""))
+
+    t0 = time.monotonic()
+    infos = audit_layers(plan, hashes, store, say, memo=Path(settings.cache_dir) / "assemble" / "audited")
+    timings["audit"] = time.monotonic() - t0
+    base = _find_base(plan, settings, say)
+    base_digest = base_sha256(base, settings) if base is not None else ""
+    versions, version_sources = image_versions(plan, hashes, base)
+    created = build_date()
+    sde_set = bool(os.environ.get("SOURCE_DATE_EPOCH", "").strip())
+    inputs = {
+        "format": IMAGE_FORMAT, "dedal": __version__, "env": plan.env_name, "tag": plan.tag,
+        "install_root": plan.install_root, "view": plan.view, "lock_sha256": plan.lock_sha256,
+        "spack_commit": plan.spack_commit, "manifest": hashlib.sha256((envdir / "spack.yaml").read_bytes()).hexdigest(),
+        "base": {"id": base.id, "sha256": base_digest} if base else "host",
+        "layers": [[i.key, i.sha256] for i in infos], "roots": roots, "keep_build_deps": keep_build_deps,
+        "runscript": runscript, "labels": user_labels, "description": description,
+        "source_date_epoch": created if sde_set else None,
+    }
+    digest = inputs_digest(inputs)
+    if not force:
+        kept = existing_image(sif_path, json_path, sbom_path, digest)
+        if kept is not None:
+            say(f"{sif_path} is up to date (same inputs, sha256 ok)")
+            kept.status = "present"
+            kept.seconds = round(time.monotonic() - started, 3)
+            return kept
+
+    inherited = base_singularity(base)  # an Apptainer-built base keeps its labels, environment, runscript
+    labels_out = make_labels(plan, base, infos, roots, only_names, keep_build_deps, versions, version_sources,
+                         created, description, user_labels, inherited["labels"])
+    if base_digest:
+        labels_out["dedal.base.sha256"] = base_digest
+    runscript_sh = runscript_text(runscript) if runscript.strip() or not inherited["runscript"] \
+        else inherited["runscript"]
+    env90 = (inherited["90-environment.sh"].rstrip("\n") + "\n" if inherited["90-environment.sh"]
+             else "#!/bin/sh\n") + "# environment of the base image\n" + env_lines(
+        {k: v for k, v in (base.env if base else {}).items() if not k.startswith("SPACK")})
+    layer_map = {i.hash: {"key": i.key, "sha256": i.sha256, "size": i.size} for i in infos}
+
+    lock = load_lock(envdir / "spack.lock")
+    base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id,
+                  "dedal:base_sha256": base_digest}
+    if only_names:
+        base_props["dedal:only"] = ",".join(only_names)
+    sbom_doc = sbom_mod.make_sbom(plan, hashes, layers=layer_map, lock=lock, created=created, roots=roots,
+                                  properties=base_props)
+    sbom_bytes = sbom_mod.dumps(sbom_doc)
+
+    logs = Path(settings.work_dir) / plan.env_name / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"assemble-{re.sub(r'[^A-Za-z0-9._-]+', '_', sif_path.stem)}.log"
+    log.write_text(f"dedal assemble {plan.env_name} -> {sif_path} ({iso_date(int(time.time()))})\n")
+
+
+    sif_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_tag = f".{sif_path.name}.assemble-{os.getpid()}"
+    tmp_sqfs = sif_path.with_name(tmp_tag + ".sqfs")
+    tmp_sif = sif_path.with_name(tmp_tag + ".sif")
+    tmp_json = json_path.with_name(tmp_tag + ".image.json")
+    tmp_sbom = sbom_path.with_name(tmp_tag + ".sbom.cdx.json")
+    temps = [tmp_sqfs, tmp_sif, tmp_json, tmp_sbom]
+    method = "none"
+    with Signals("assemble"):  # SIGTERM/SIGINT: the stage and every temporary file go away
+        try:
+            with Stage(Path(settings.stage_dir), "assemble") as stage:
+                def fill(dest: Path) -> None:
+                    t1 = time.monotonic()
+                    extract_layers(store, infos, dest, log)
+                    os.chmod(dest, 0o755)
+                    timings["layers"] = time.monotonic() - t1
+
+                with ImageTree(stage, base, log, say, plan.install_root, fill) as tree:
+                    method = tree.method
+                    timings["tree"] = tree.seconds - timings["layers"]
+                    root = tree.path
+
+                    ir_dir = root / plan.install_root.lstrip("/")
+                    say(f"extracted {len(infos)} layer(s) at {plan.install_root} ({tree.method})")
+
+                    t0 = time.monotonic()
+                    env_dir_img = mkdirs(root, ENV_IN_IMAGE)
+
+                    img_manifest = stage_manifest(manifest, install_root=plan.install_root, stage=Path("/tmp/dedal-spack"),
+                                                  view=plan.view)
+                    write_env_dir(env_dir_img, img_manifest, envdir / "spack.lock")
+                    spack_yaml_bytes = (env_dir_img / "spack.yaml").read_bytes()
+                    env91 = run_spack(root, plan, settings, base, manifest, log, say)
+                    if inherited["91-environment.sh"]:
+                        env91 = inherited["91-environment.sh"].rstrip("\n") + "\n" + env91.split("\n", 1)[1]
+                    # what Spack leaves in the environment directory besides the two files is build-time state
+                    for entry in list(env_dir_img.iterdir()):
+                        if entry.name not in ("spack.yaml", "spack.lock"):
+                            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                    write_file(env_dir_img / "spack.yaml", spack_yaml_bytes)
+                    shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
+                    built_at = {i.hash: epoch_of(i.built_at, created) for i in infos}
+                    normalize_spack_db(ir_dir, built_at, created)
+                    timings["spack"] = time.monotonic() - t0
+
+                    t0 = time.monotonic()
+                    write_apptainer_files(root, env90=env90, env91=env91, runscript=runscript_sh, labels=labels_out)
+                    write_file(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
+                    timings["image_files"] = time.monotonic() - t0
+
+                    definition = definition_text(plan, base, labels_out, env91, runscript_sh)
+                    metadata = inspect_metadata(labels_out, definition, runscript_sh, env90, env91, plan, base, infos, roots,
+                                         only_names, keep_build_deps, versions)
+                    # mksquashfs writes the partition at its place in the SIF: no copy afterwards
+                    offset = sif_mod.partition_offset(definition=definition, labels=labels_out, metadata=metadata,
+                                                      sbom=sbom_bytes)
+                    t0 = time.monotonic()
+                    tops = image_tops(plan.install_root, plan.view)
+                    stray = sorted(set(tree.changed_tops() or ()) - set(tops))
+                    part = base_part(base, base_digest, tops, settings, log, say)
+                    if part is not None and stray:
+                        with open(log, "a") as fh:  # build-time leftovers, as with an extracted base
+                            fh.write(f"changed outside {tops}, not in the image: {stray}\n")
+                    timings["base_part"] = time.monotonic() - t0
+                    t0 = time.monotonic()
+                    if part is not None:
+                        # the base's untouched top-level entries come compressed already
+                        say(f"base without {', '.join('/' + t for t in tops)} + mksquashfs of those -> {tmp_sqfs.name}")
+                        squashfs.append(part, [root / t for t in tops if os.path.lexists(root / t)], tmp_sqfs,
+                                        offset=offset, root_mode=os.stat(root).st_mode, log=log,
+                                        what="mksquashfs (image, onto the base)")
+                        method += ", base reused"
+                    else:
+                        say(f"mksquashfs {tree.method} tree -> {tmp_sqfs.name}")
+                        squashfs.pack([root], tmp_sqfs, log=log, what="mksquashfs (image)", offset=offset)
+                    timings["squashfs"] = time.monotonic() - t0
+            squashfs_size = tmp_sqfs.stat().st_size - offset
+            t0 = time.monotonic()
+            # the image ID from everything that makes the bytes (saves hashing the squashfs again)
+            ident = uuid.UUID(bytes=hashlib.sha256(f"{digest}:{created}".encode()).digest()[:16], version=4)
+            sif_mod.write_sif(tmp_sif, tmp_sqfs, definition=definition, labels=labels_out, metadata=metadata,
+                              sbom=sbom_bytes, image_id=str(ident), in_place=True)
+            timings["sif"] = time.monotonic() - t0
+            t0 = time.monotonic()
+
+            sha = sha256_file(tmp_sif)
+            size = tmp_sif.stat().st_size
+            timings["digest"] = time.monotonic() - t0
+            write_file(tmp_sbom, sbom_bytes, 0o644)
+            result = AssembleResult(
+                env=plan.env_name, tag=plan.tag, status="assembled", image=str(sif_path), image_json=str(json_path),
+                sbom=str(sbom_path), sha256=sha, size=size, squashfs_size=squashfs_size, created=created,
+                base_image=plan.base_image, base_id=plan.base_id, roots=[plan.nodes[h].label for h in roots],
+                only=only_names, keep_build_deps=keep_build_deps, layers=[i.label() for i in infos],
+                labels=labels_out, versions=versions, method=method, log=str(log),
+            )
+            manifest_json = image_manifest(result, digest, plan, base, infos, hashes)
+            write_file(tmp_json, json.dumps(manifest_json, indent=1, sort_keys=True) + "\n", 0o644)
+            # the manifest last: an image exists when its manifest does
+            os.replace(tmp_sbom, sbom_path)
+            os.replace(tmp_sif, sif_path)
+            os.replace(tmp_json, json_path)
+        except BaseException:
+            for t in temps:
+                try:
+                    t.unlink()
+                except FileNotFoundError:
+                    pass
+            raise
+    result.seconds = round(time.monotonic() - started, 3)
+    result.timings = {k: round(v, 3) for k, v in timings.items()}
+    say(f"{sif_path}: {size / 1e6:.1f} MB, sha256 {sha[:16]}..., {len(infos)} layer(s), in {result.seconds:.1f} s")
+    return result
