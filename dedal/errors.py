@@ -40,7 +40,11 @@ class ToolMissing(DedalError):
 
 
 class ToolError(DedalError):
-    """An external command failed."""
+    """An external command failed.
+
+    ``output`` is what the command printed (its part of the log), kept out of the
+    message, so that an adapter can find the tool's own error lines in it; ``quote`` is
+    those lines: the message then leads with them, followed by the log path."""
 
     def __init__(
         self,
@@ -49,16 +53,27 @@ class ToolError(DedalError):
         returncode: int,
         log_path: Optional[Path] = None,
         detail: str = "",
+        *,
+        output: str = "",
+        quote: Sequence[str] = (),
     ) -> None:
         self.what = what
         self.cmd = list(cmd)
         self.returncode = returncode
         self.log_path = Path(log_path) if log_path else None
         self.detail = detail
+        self.output = output
+        self.quote = list(quote)
         super().__init__(self._format())
 
     def _format(self) -> str:
-        msg = f"{self.what}: command `{shlex.join(self.cmd)}` exited with code {self.returncode}"
+        ran = f"command `{shlex.join(self.cmd)}` exited with code {self.returncode}"
+        if self.quote:
+            msg = f"{self.what}: " + " | ".join(self.quote)
+            if self.log_path:
+                msg += f"; log: {self.log_path}"
+            return msg + f" ({ran})"
+        msg = f"{self.what}: {ran}"
         if self.log_path:
             msg += f"; log: {self.log_path}"
         if self.detail:

@@ -19,6 +19,7 @@ from typing import IO, Callable, Mapping, Optional, Sequence, Union
 from dedal.errors import ToolError, ToolMissing
 
 Cmd = Sequence[Union[str, os.PathLike]]
+OUTPUT_KEPT = 4 << 20  # bytes of a failed command's logged output that its ToolError carries
 
 
 @dataclass
@@ -97,12 +98,12 @@ def run(
     elapsed = time.monotonic() - start
     if check and proc.returncode != 0:
         if log is None:
-            detail = _tail(err or out)
+            text = "\n".join(t for t in (out, err) if t)
         else:
-            with open(log, "rb") as fh:
-                fh.seek(offset)
-                detail = _tail(fh.read().decode("utf-8", "replace"))
-        raise ToolError(label, named, proc.returncode, log, detail)
+            with open(log, "rb") as fh:  # this command's part, its last MiBs (where errors are)
+                fh.seek(max(offset, fh.seek(0, os.SEEK_END) - OUTPUT_KEPT))
+                text = fh.read().decode("utf-8", "replace")
+        raise ToolError(label, named, proc.returncode, log, _tail(text if log else err or out), output=text)
     return Result(argv, proc.returncode, out or "", err or "", elapsed)
 
 

@@ -58,7 +58,14 @@ class Spack:
         if envdir is not None:
             cmd += ["-e", str(envdir)]
         cmd += list(args)
-        return self.runner(cmd, env=self.env(), log=log, what=what, timeout=timeout)
+        try:
+            return self.runner(cmd, env=self.env(), log=log, what=what, timeout=timeout)
+        except ToolError as exc:
+            quote = error_lines(exc.output)
+            if not quote:
+                raise
+            raise ToolError(exc.what, exc.cmd, exc.returncode, exc.log_path, " | ".join(quote),
+                            output=exc.output, quote=quote) from None
 
     # -- queries -------------------------------------------------------------------
     def version(self) -> SpackVersion:
@@ -101,6 +108,89 @@ class Spack:
     def activate_sh(self, envdir: Path, log: Optional[Path] = None) -> str:
         """Shell code that sets up the environment's view (PATH, package run environments)."""
         return self._run(["env", "activate", "--sh", "-d", str(envdir)], what="spack env activate --sh").stdout
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ERROR = re.compile(r"^==> (?:\[[^\]]*\] )?Error: ?(.*)$")  # with -d, Spack adds a [timestamp]
+_NEXT = re.compile(r"^(?:==> |\[\+\] |\$ )")  # Spack's next message, an installed prefix, dedal's "$ cmd"
+_EXCERPT_HEAD = re.compile(r"^\d+ (?:errors?|warnings?) found in build log:$")
+_EXCERPT_HIT = re.compile(r"^\s*>>\s+\d+\s+(.*)$")
+_EXCERPT_CONTEXT = re.compile(r"^\s+\d+\s")
+_NUMBERED = re.compile(r"^\d+\.\s")
+
+
+def error_lines(text: str, limit: int = 10, width: int = 300) -> List[str]:
+    """Spack's own error report in ``text`` (a command's output): each ``==> Error:``
+    block, condensed to the lines a user needs. A failed command's tail is usually
+    Spack's generic advice ("Use 'spack create' ...") or a repeat of the error, while the
+    block says what is wrong: "Package 'zlibb' not found", the conflicts the concretizer
+    found (their "required because" chains left out), the lines of a build log Spack
+    marked as errors. Empty when there is no such block."""
+    blocks: List[List[str]] = []
+    current: Optional[List[str]] = None
+    for raw in _ANSI.sub("", text).splitlines():
+        line = raw.rstrip()
+        m = _ERROR.match(line)
+        if m:
+            current = [m.group(1).strip()]
+            blocks.append(current)
+        elif current is not None:
+            if _NEXT.match(line):
+                current = None
+            else:
+                current.append(line)
+    out: List[str] = []
+    firsts: List[str] = []
+    for block in blocks:
+        if any(block[0].endswith(f) for f in firsts if f):
+            continue  # "Terminating after first install failure: <the error above>"
+        firsts.append(block[0])
+        out += _condense(block)
+    seen, lines = set(), []
+    for line in out:
+        key = _NUMBERED.sub("", line)
+        if key not in seen:
+            seen.add(key)
+            lines.append(line if len(line) <= width else line[:width - 3] + "...")
+    if len(lines) > limit:
+        lines = lines[:limit - 1] + [f"... ({len(lines) - limit + 1} more lines in the log)"]
+    return lines
+
+
+def _condense(block: List[str]) -> List[str]:
+    """One ``==> Error:`` block as lines: its message, an indented list or value joined
+    to the line that introduces it ("...:", "...?"), build-log excerpts as the lines
+    Spack marked with ``>>`` (context lines left out)."""
+    lines = ["==> Error: " + block[0]] if block[0] else []
+    excerpt = hit = False
+    joining = " " if block[0].endswith((":", "?")) else ""  # joins the next indented line to the last
+    for raw in block[1:]:
+        text = raw.strip()
+        if not text:
+            excerpt = hit = False
+            joining = ""
+            continue
+        if text.startswith("required because"):
+            continue  # the concretizer's derivation of a conflict: long, and the conflict says it
+        if excerpt:
+            m = _EXCERPT_HIT.match(raw)
+            if m:
+                lines.append(">> " + m.group(1).strip())
+                hit = True
+            elif _EXCERPT_CONTEXT.match(raw):
+                hit = False
+            elif hit:
+                lines[-1] += text  # Spack wraps long log lines at a fixed column
+            continue
+        indented = raw[:1].isspace() and not _NUMBERED.match(text)
+        if indented and joining and lines:
+            lines[-1] += joining + text
+            joining = ", "
+            continue
+        lines.append(text)
+        excerpt = bool(_EXCERPT_HEAD.match(text))
+        joining = " " if text.endswith((":", "?")) else ""
+    return lines
 
 
 def user_cache(settings, spack_root: Path) -> Path:

@@ -77,6 +77,9 @@ def test_failing_package_stops_only_its_dependents(run_dedal, tmp_path):
     assert list(summary["failed"]) == [k for k in summary["failed"] if k.startswith("libdedal@")] and summary["failed"]
     error = next(iter(summary["failed"].values()))
     assert "libdedal" in error and "exited with code 1" in error and ".log" in error and "spack" in error
+    # Spack's own report (stand-in: its ProcessError and the log line it marked), before the log path
+    assert error.index("==> Error: ProcessError: Command exited with status 2") < error.index("; log: ")
+    assert ">> " in error and "fails on request" in error
     assert [b.split("@")[0] for b in summary["blocked"]] == ["dedal-app"]
     assert sorted(b.split("@")[0] for b in summary["built"]) == ["dedal-bootstrap", "dedal-tool", "gcc-runtime"]
     assert {m.name for m in LayerStore(tiny.store).manifests()} == {"dedal-bootstrap", "dedal-tool", "gcc-runtime"}

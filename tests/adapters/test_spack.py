@@ -1,0 +1,95 @@
+"""Spack's own error report, not the tail of its log, in the errors dedal raises."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dedal.adapters import proc
+from dedal.adapters.spack import Spack, error_lines
+from dedal.errors import BuildError, ToolError
+
+DATA = Path(__file__).parent / "data" / "spack"
+
+
+def test_unknown_package_quotes_spack_not_its_advice():
+    lines = error_lines((DATA / "concretize-unknown-package.out").read_text())
+    assert lines[0] == "==> Error: Package 'spack.pkg.builtin.zlibb' not found."
+    assert "Did you mean one of the following packages? zlib, libxcb, libusb" in lines
+
+
+def test_conflicts_listed_once_without_their_derivation():
+    lines = error_lines((DATA / "concretize-cuda-conflict.out").read_text())
+    assert lines[0] == "==> Error: concretization failed for the following reasons:"
+    assert lines[1] == "1. hwloc: '%gcc@12:' conflicts with '+cuda ^cuda@:11.8~allow-unsupported-compilers'"
+    assert len(lines) == 5  # reasons 5-8 repeat 1-4 with their "required because" chains
+    assert not any("required because" in line for line in lines)
+
+
+def test_build_failure_keeps_the_marked_log_lines():
+    text = (DATA / "install-compile-error.out").read_text()
+    lines = error_lines(text)
+    assert lines[0] == "==> Error: ProcessError: Command exited with status 2: 'make' '-j2'"
+    # the wrapped line rejoined; the context lines and the repeat ("Terminating after ...") left out
+    assert ">> broken.c:2:25: error: 'undefined_symbol' undeclared (first use in this function)" in lines
+    assert ">> make: *** [Makefile:2: all] Error 1" in lines
+    assert lines[-1].startswith("See build log for details: /tmp/") and lines[-1].endswith("spack-build-out.txt")
+    assert not any("Terminating" in line or "note:" in line for line in lines)
+    # the compiler's own "error:" lines in the verbose output before the block are not Spack's report
+    assert sum(1 for line in lines if "undefined_symbol" in line) == 1
+
+
+def test_no_error_block_gives_nothing():
+    assert error_lines("==> Warning: something\nmake: *** Error 1\n") == []
+    assert error_lines("") == []
+
+
+def test_long_reports_are_cut_with_a_pointer_to_the_log():
+    text = "==> Error: many\n" + "".join(f"  {i}. reason number {i}\n" for i in range(1, 40))
+    lines = error_lines(text, limit=6)
+    assert len(lines) == 6 and lines[-1] == "... (35 more lines in the log)"
+
+
+def _spack_root(tmp_path: Path, script: str) -> Path:
+    exe = tmp_path / "spack" / "bin" / "spack"
+    exe.parent.mkdir(parents=True)
+    exe.write_text(f"#!{sys.executable}\n{script}")
+    exe.chmod(0o755)
+    return exe.parent.parent
+
+
+@pytest.mark.parametrize("logged", [True, False])
+def test_tool_error_leads_with_spack_lines_then_the_log(tmp_path, logged):
+    output = (DATA / "concretize-unknown-package.out").read_text()
+    root = _spack_root(tmp_path, f"import sys\nsys.stderr.write({output!r})\nsys.exit(1)\n")
+    spack = Spack(root, tmp_path / "cache")
+    log = tmp_path / "logs" / "concretize.log" if logged else None
+    with pytest.raises(ToolError) as info:
+        if logged:
+            spack.concretize(tmp_path / "env", log)
+        else:
+            spack.activate_sh(tmp_path / "env")
+    exc = info.value
+    message = exc.one_line()
+    assert message.startswith(exc.what + ": ==> Error: Package 'spack.pkg.builtin.zlibb' not found. | ")
+    assert "Use 'spack create'" in message and "exited with code 1" in message
+    if logged:
+        assert message.index("not found") < message.index(f"log: {log}") < message.index("exited with code")
+    wrapped = BuildError("zlibb@1.0", exc).one_line()
+    assert "Package 'spack.pkg.builtin.zlibb' not found" in wrapped
+
+
+def test_without_a_report_the_tail_stays(tmp_path):
+    root = _spack_root(tmp_path, "import sys\nprint('Traceback (most recent call last):')\nprint('OSError: boom')\nsys.exit(3)\n")
+    with pytest.raises(ToolError) as info:
+        Spack(root, tmp_path / "cache").reindex(tmp_path / "env", tmp_path / "r.log")
+    assert info.value.quote == [] and "OSError: boom" in info.value.detail
+
+
+def test_proc_keeps_only_this_commands_output(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text("==> Error: from an earlier command\n")
+    with pytest.raises(ToolError) as info:
+        proc.run([sys.executable, "-c", "print('now'); raise SystemExit(2)"], log=log)
+    assert "earlier" not in info.value.output and "now" in info.value.output
