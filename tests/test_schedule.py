@@ -16,7 +16,7 @@ from dedal.model.config import load_settings
 from dedal.model.plan import make_plan
 from dedal.schedule import (CoreModel, Job, Workload, allot, anneal, dag_bound, group, improve, job_topo,
                             lower_bound, make_schedule, order_hints, package_cores, refine, schedule_plan,
-                            simulate, simulate_backfill, tighten, wants_order_hints)
+                            schedule_problems, simulate, simulate_backfill, tighten, wants_order_hints)
 from dedal.model.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
 
@@ -72,6 +72,7 @@ def check_schedule(wl: Workload, jobs: List[Job], nodes: int, cores: int) -> Non
             assert not any(a in waits_for(b) for b in j.after if b != a)
     job_topo(jobs)  # no cycle through the order hints either (it raises)
     sim = simulate(jobs, nodes=nodes, cores=cores)
+    assert schedule_problems(wl, jobs, sim.starts, nodes=nodes, cores=cores) == []  # the package's own checker agrees
     for j in jobs:
         start, end, node = sim.starts[j.id]
         assert 0 <= node < nodes

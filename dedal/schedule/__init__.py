@@ -45,7 +45,9 @@ The package, one concern a module, each importing only the ones above it:
 * :mod:`~dedal.schedule.hints`: fixed start times and order hints (:func:`tighten`,
   :func:`order_hints`);
 * :mod:`~dedal.schedule.make`: the entry point (:func:`make_schedule`,
-  :func:`schedule_plan`, :func:`wants_order_hints`).
+  :func:`schedule_plan`, :func:`wants_order_hints`);
+* :mod:`~dedal.schedule.validate`: is a schedule valid (:func:`validate`,
+  :func:`schedule_problems`): dependencies respected, no node over its cores.
 
 This module only re-exports the names used from outside the package. No module is
 named after a function it re-exports, so that ``dedal.schedule.simulate`` and the like
@@ -63,7 +65,9 @@ from dedal.schedule.search import improve, refine
 from dedal.schedule.annealing import anneal
 from dedal.schedule.hints import order_hints, tighten
 from dedal.schedule.make import make_schedule, schedule_plan, wants_order_hints
+from dedal.schedule.validate import InvalidSchedule, schedule_problems, validate
 
-__all__ = ["CoreModel", "DEFAULT_MODEL", "Job", "Schedule", "TimeLimits", "Workload", "allot", "anneal", "dag_bound",
-           "group", "improve", "job_topo", "lower_bound", "make_schedule", "order_hints", "package_cores", "refine",
-           "schedule_plan", "simulate", "simulate_backfill", "tighten", "wants_order_hints"]
+__all__ = ["CoreModel", "DEFAULT_MODEL", "InvalidSchedule", "Job", "Schedule", "TimeLimits", "Workload", "allot",
+           "anneal", "dag_bound", "group", "improve", "job_topo", "lower_bound", "make_schedule", "order_hints",
+           "package_cores", "refine", "schedule_plan", "schedule_problems", "simulate", "simulate_backfill", "tighten",
+           "validate", "wants_order_hints"]
