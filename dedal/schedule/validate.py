@@ -77,7 +77,7 @@ def schedule_problems(wl: Workload, jobs: Sequence[Job], starts: Mapping[str, Tu
         return out
     ancestors = _ancestors(jobs, by_id)
     if ancestors is None:
-        return [f"the jobs wait for each other in a cycle"]
+        return ["the jobs wait for each other in a cycle"]
     index = {j.id: i for i, j in enumerate(jobs)}
     for j in jobs:
         place = {h: i for i, h in enumerate(j.hashes)}
