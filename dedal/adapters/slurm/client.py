@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from dedal.adapters import proc
+from dedal.adapters.slurm import conf
 from dedal.adapters.slurm.reports import JobState, Node, State, clean_node, clean_reason, exit_pair, wait_status
 from dedal.errors import ToolError, ToolMissing
 
@@ -78,10 +79,22 @@ class Slurm:
 
     def _run(self, cmd: List[str], *, what: str, check: bool = True, input: Optional[str] = None,
              env: Optional[Mapping[str, str]] = None) -> proc.Result:
+        """Run one Slurm command; a missing or broken configuration and an unreachable
+        controller become one clear error (:mod:`~dedal.adapters.slurm.conf`) instead of
+        Slurm's own lines, whether or not the caller checks the exit code."""
+        environ = self.environ(env)
+        conf.before_use(environ)
         try:
-            return proc.run(cmd, what=what, env=self.environ(env), timeout=self.timeout, check=check, input=input)
+            res = proc.run(cmd, what=what, env=environ, timeout=self.timeout, check=check, input=input)
         except ToolMissing as exc:
             raise ToolMissing(exc.tool, HINT) from None
+        except ToolError as exc:
+            raise conf.explain(exc.output, environ) or exc from None
+        if res.returncode != 0:
+            problem = conf.explain(res.stderr + res.stdout, environ)
+            if problem:
+                raise problem
+        return res
 
     # -- submit -----------------------------------------------------------------------
     def submit(
