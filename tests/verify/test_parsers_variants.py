@@ -373,6 +373,23 @@ SIGNATURE_SAMPLES = {
     "nccl-duplicate-gpu": "[2026-11-22 11:45:40] vm:539:539 [0] init.cc:808 NCCL WARN Duplicate GPU detected : rank 1 "
                           "and rank 0 both on CUDA device 60",
     "nccl-failure": "h:1:1 [0] NCCL WARN Failed to initialize any NET plugin",
+    # issue 23: real lines, their logs under tests/verify/data/real/
+    "srun-pmix-plugin-broken": "srun: error:  mpi/pmix_v5: init: (null) [0]: mpi_pmix.c:193: pmi/pmix: can not load "
+                               "PMIx library",
+    "gpu-runtime-setup-failed": "nvidia-container-cli: initialization error: nvml error: driver not loaded",
+    "container-start-failed": "FATAL:   container creation failed: mount /proc/self/fd/3->/var/lib/singularity/mnt/session/"
+                              "rootfs error: while mounting image /proc/self/fd/3: failed to find loop device: could not "
+                              "attach image file to loop device: no loop devices available",
+    "nvml-driver-mismatch": "Failed to initialize NVML: Driver/library version mismatch",
+    "nv-tools-missing": "bash: nvidia-smi: command not found",
+    "nccl-net-failure": "ip-1:72593:73427 [7] create_nccl_ofi_component:459 NCCL WARN NET/OFI Couldn't open AV. RC: -22, "
+                        "ERROR: Invalid argument",
+    "ucx-worker-create-failed": "[ip-AC125814:62000] pml_ucx.c:291  Error: Failed to create UCP worker",
+    "ucx-endpoint-failed": "[cn0244:260472] pml_ucx.c:421  Error: ucp_ep_create(proc=47) failed: Input/output error",
+    "assertion-failed": "[x1004c6s4b1n0:114645:0:114645]  ucp_worker.c:783  Assertion `progress_count == 0' failed",
+    "crash-backtrace": "==== backtrace (tid:3549626) ====",
+    "shm-single-copy-failed": "[v4.radia.run:00192] Read -1, expected 10024, errno = 1",
+    "shm-single-copy-unavailable": "WARNING: Open MPI failed to open the /dev/knem device due to a local",
 }
 
 

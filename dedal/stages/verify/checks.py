@@ -424,8 +424,12 @@ def _ucx_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding]
                            "of shared memory", _evidence(p, "ucx-tcp-intra-node")))
     elif intra and not any(t.split("/")[0] in ("sysv", "posix", "cma", "knem", "xpmem", "mm", "cuda_ipc", "rocm_ipc")
                            for t in intra):
-        out.append(F.warning("ucx-no-shm-intra-node", f"{src}: UCX moves intra-node messages through "
-                             f"{', '.join(intra)}, not shared memory"))
+        if all(_is_rdma(t) for t in intra):  # the HCA's loopback (GPUDirect into GPU memory): a fast path
+            out.append(F.info("ucx-rdma-intra-node", f"{src}: UCX moves intra-node messages through the RDMA "
+                              f"adapter ({', '.join(intra)}), not shared memory"))
+        else:
+            out.append(F.warning("ucx-no-shm-intra-node", f"{src}: UCX moves intra-node messages through "
+                                 f"{', '.join(intra)}, not shared memory"))
     tcp_inter = [t for t in inter if _is_tcp(t)]
     if tcp_inter:
         ev = _evidence(p, "ucx-tcp-inter-node")
@@ -467,8 +471,21 @@ def _ompi_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding
     return out
 
 
+def _nccl_plugin_rule(p: Mapping[str, Any], src: str) -> List[Finding]:
+    """A NET plugin that failed: an error where the parser saw NCCL end up on TCP sockets, else a warning."""
+    plugins = p.get("plugins") or {}
+    if not isinstance(plugins, Mapping) or not plugins.get("failed"):
+        return []
+    own = next((f for f in p.get("findings") or [] if f.get("code") == "nccl-plugin-failure"), None)
+    if own and own.get("severity") == "error":
+        return [F.error("nccl-plugin-failure", f"{src}: {own.get('message')}", list(own.get("evidence") or []))]
+    return [F.warning("nccl-plugin-failure", f"{src}: an NCCL NET plugin failed to initialise; NCCL fell back "
+                      f"to {', '.join(plugins.get('assigned') or []) or p.get('network') or 'another transport'}",
+                      _evidence(p, "nccl-plugin-failure"))]
+
+
 def _nccl_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding]:
-    out: List[Finding] = []
+    out: List[Finding] = _nccl_plugin_rule(p, src)
     transports = p.get("transports")
     if not isinstance(transports, Mapping) or not transports:
         return out
@@ -502,11 +519,6 @@ def _nccl_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding
             out.append(F.warning("nccl-no-gdrdma", msg, lines))
         else:
             out.append(F.info("nccl-no-gdrdma", msg + " (not supported on this host)", lines))
-    plugins = p.get("plugins") or {}
-    if isinstance(plugins, Mapping) and plugins.get("failed"):
-        out.append(F.warning("nccl-plugin-failure", f"{src}: an NCCL NET plugin failed to initialise; NCCL fell back "
-                             f"to {', '.join(plugins.get('assigned') or []) or p.get('network') or 'another transport'}",
-                             _evidence(p, "nccl-plugin-failure")))
     return out
 
 

@@ -49,7 +49,7 @@ def sections(lines: Sequence[str]) -> List[str]:
             m = ompi_verbose.PREFIX.match(line)
             if m and m.group("msg").startswith(("mca: ", "mca:base:", "select: ")):
                 found["ompi-verbose"] = True
-        if not found["ucx-log"] and ucx_log.UCX_LINE.search(line):
+        if not found["ucx-log"] and (ucx_log.UCX_LINE.search(line) or ("|" in line and ucx_log.PROTO_LINE.search(line))):
             found["ucx-log"] = True
     found["ucx-info"] = ucx_info_hits >= 2
     return [k for k in PRIORITY if found[k]]

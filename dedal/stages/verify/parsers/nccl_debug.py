@@ -15,7 +15,8 @@ Lines look like ``host:pid:tid [dev] NCCL INFO <message>``. What is extracted:
 Rules a careful engineer applies: a socket transport between nodes is ``bad``; a GPU to
 GPU hop through host shared memory (``SHM``) or a network path without GPUDirect RDMA
 is ``suboptimal``; an external NET plugin that loads but fails, after which NCCL falls
-back to its own transport, is reported with the lines that prove it.
+back to its own transport, is reported with the lines that prove it (``bad`` when what is
+left between nodes is TCP sockets).
 """
 from __future__ import annotations
 
@@ -219,7 +220,12 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         to = plugins["assigned"][0] if plugins["assigned"] else network
         msg = f"NET plugin {ext} failed to initialise" + (f"; NCCL fell back to its internal {to} transport" if to else "")
         ev = _dedupe(fail_evidence)[:3] + [ln for ln in lines if "Assigned NET plugin" in ln][:1]
-        findings.append(F.warning("nccl-plugin-failure", msg, ev))
+        if to == "Socket" and nnodes != 1:
+            # the fabric's plugin is gone and what is left between nodes is TCP
+            ev += [ln.strip() for ln in lines if "Using network Socket" in ln][:1]
+            findings.append(F.error("nccl-plugin-failure", msg + ": traffic between nodes goes over TCP sockets", ev))
+        else:
+            findings.append(F.warning("nccl-plugin-failure", msg, ev))
     elif plugins["not_found"] and not external:
         findings.append(F.info("nccl-plugin-not-found", "no external NET plugin (libnccl-net.so) found; "
                                "NCCL uses its internal IB/Socket transports", plugin_missing_lines[:2]))

@@ -2,7 +2,9 @@
 
 Each signature is a regular expression over single lines, a stable finding code, and
 the verdict it implies. Matches are grouped per code: one finding per code, with the
-number of matching lines and the first few as evidence. Lines that start with ``#``
+number of matching lines and the first few as evidence. A signature may be
+``suppressed_by`` a more precise one (the generic "container creation failed" gives way
+to the GPU set-up failure that explains it). Lines that start with ``#``
 are comments of benchmark outputs (OSU, nccl-tests, ``ucx_info``) and never match, so
 a reference sheet that quotes a message does not count as the message itself.
 """
@@ -23,10 +25,12 @@ class Signature:
     severity: str = "error"
     verdict: str = "failed"
     keys: Tuple[str, ...] = ()  # lower-case literals, one of which a matching line contains (a fast pre-filter)
+    suppressed_by: Tuple[str, ...] = ()  # codes that explain the same lines better: when one is found, this one is dropped
 
 
-def _sig(code: str, regex: str, message: str, severity: str = "error", verdict: str = "failed") -> Signature:
-    return Signature(code, re.compile(regex, re.IGNORECASE), message, severity, verdict, _KEYS[code])
+def _sig(code: str, regex: str, message: str, severity: str = "error", verdict: str = "failed",
+         suppressed_by: Tuple[str, ...] = ()) -> Signature:
+    return Signature(code, re.compile(regex, re.IGNORECASE), message, severity, verdict, _KEYS[code], suppressed_by)
 
 
 _KEYS: Dict[str, Tuple[str, ...]] = {
@@ -47,8 +51,13 @@ _KEYS: Dict[str, Tuple[str, ...]] = {
     "pmix-error": ("pmix", "pmi2_init", "pmi_init"),
     "pmix-singletons": ("pmix server was reachable", "singletons"),
     "srun-pmix-plugin-missing": ("mpi/pmix", "mpi type"),
+    "srun-pmix-plugin-broken": ("can not load pmix", "init() callback failed", "cannot create context for mpi/pmix"),
     "direct-launch-without-pmi": ("direct launched", "pmi support"),
-    "cuda-driver-too-old": ("insufficient", "forward compatibility", "unsupported display driver"),
+    "cuda-driver-too-old": ("insufficient", "forward compatibility", "unsupported display driver", "unsatisfied condition"),
+    "gpu-runtime-setup-failed": ("nvidia-container-cli", "container creation failed"),
+    "container-start-failed": ("container creation failed",),
+    "nvml-driver-mismatch": ("version mismatch",),
+    "nv-tools-missing": ("nvidia-smi",),
     "nv-libraries-missing": ("nv libraries", "nv files", "nv binaries", "libcuda.so", "libnvidia-ml.so",
                              "nvidia-smi has failed", "no nvidia driver", "cuda-capable", "cuda driver initialization",
                              "cudaerrornodevice", "cuda_error_no_device"),
@@ -57,6 +66,13 @@ _KEYS: Dict[str, Tuple[str, ...]] = {
     "nccl-duplicate-gpu": ("duplicate gpu",),
     "nccl-failure": ("nccl failure", "nccl error", "any net plugin", "ncclinternal", "ncclsystem", "ncclunhandled",
                      "ncclinvalid", "ncclremote", "nccl warn"),
+    "nccl-net-failure": ("net/ofi", " -> "),
+    "ucx-worker-create-failed": ("ucp worker", "ucp_worker_create", "ucp_init", "uct_iface_open", "ucx context"),
+    "ucx-endpoint-failed": ("ucp_ep_create", "ucx endpoint"),
+    "assertion-failed": ("assertion",),
+    "crash-backtrace": ("==== backtrace",),
+    "shm-single-copy-failed": ("process_vm_", "read -1, expected", "write -1, expected"),
+    "shm-single-copy-unavailable": ("/dev/knem", "xpmem segment", "restrictive ptrace", "cma support is not available"),
 }
 
 
@@ -104,7 +120,7 @@ SIGNATURES: Sequence[Signature] = (
     # --- PMIx / PMI / Slurm MPI plugin ----------------------------------------------
     _sig("pmix-error",
          r"PMIX ERROR|PMIx_Init failed|PMIX_Init failed|OPAL ERROR: Unreachable in file .*(?:pmix|ext\dx_client)|"
-         r"OPAL ERROR: .*pmix|mpi/pmix(?:_v\d+)?: .*(?:ERROR|error)|pmi/pmix: can not load PMIx library|"
+         r"OPAL ERROR: .*pmix|mpi/pmix(?:_v\d+)?: .*(?:ERROR|error)|"
          r"PMI2?_Init failed|PMI_Init returned|pmix_init failed|PMIX_ERR_\w+",
          "PMIx/PMI error: the MPI library and the launcher's process manager do not talk"),
     _sig("pmix-singletons",
@@ -114,7 +130,13 @@ SIGNATURES: Sequence[Signature] = (
          r"Couldn't find the specified plugin name for mpi/pmix|cannot find mpi plugin for mpi/pmix|"
          r"cannot create mpi context for mpi/pmix|--mpi=pmix\S*\"? -- long invalid MPI type|"
          r"invalid MPI type.*pmix",
-         "Slurm has no PMIx plugin (srun --mpi=pmix cannot work; see `srun --mpi=list`)"),
+         "Slurm has no PMIx plugin (srun --mpi=pmix cannot work; see `srun --mpi=list`)",
+         suppressed_by=("srun-pmix-plugin-broken",)),
+    _sig("srun-pmix-plugin-broken",
+         r"pmi/pmix: can not load PMIx library|Couldn't load specified plugin name for mpi/pmix\S*: Plugin init\(\) "
+         r"callback failed|MPI: Cannot create context for mpi/pmix",
+         "Slurm's pmix plugin is installed but cannot load the PMIx library (libpmix missing on the node, or of "
+         "another version than Slurm was built with): srun --mpi=pmix fails"),
     _sig("direct-launch-without-pmi",
          r"appears to have been direct launched using \"?srun|was not built with SLURM'?s PMI support",
          "MPI application direct-launched by srun, but its MPI has no Slurm PMI/PMIx support"),
@@ -122,10 +144,24 @@ SIGNATURES: Sequence[Signature] = (
     _sig("cuda-driver-too-old",
          r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver|"
          r"CUDA_ERROR_INSUFFICIENT_DRIVER|forward compatibility was attempted on non supported HW|"
-         r"system has unsupported display driver / cuda driver combination",
+         r"system has unsupported display driver / cuda driver combination"
+         r"|nvidia-container-cli: requirement error: unsatisfied condition: cuda\s*>=",
          "the host GPU driver is older than the CUDA runtime in the image"),
+    _sig("gpu-runtime-setup-failed",
+         r"nvidia-container-cli(?:\.real)?: (?:initialization|mount|detection|ldcache|device|load library) error|"
+         r"container creation failed: .*nvidia",
+         "the container runtime's GPU set-up failed (nvidia-container-cli missing or unable to reach the driver): "
+         "the container did not start with the GPU"),
+    _sig("container-start-failed", r"FATAL:\s+container creation failed",
+         "the container runtime could not create the container", suppressed_by=("gpu-runtime-setup-failed",)),
+    _sig("nvml-driver-mismatch", r"Failed to initialize NVML: Driver/library version mismatch",
+         "the NVIDIA kernel driver and its user-space libraries have different versions (driver updated without a "
+         "reboot, or another version's libraries bound into the container): no GPU is usable"),
+    _sig("nv-tools-missing",
+         r"\bnvidia-smi: (?:command )?not found|\"nvidia-smi\": executable file not found",
+         "the NVIDIA tools are not inside the container (started without `--nv` / the NVIDIA runtime)"),
     _sig("nv-libraries-missing",
-         r"^(?:\s*(?:WARNING|WARN):?\s+)?Could not find any nv (?:libraries|files|binaries) on this host|"
+         r"^(?:\s*(?:WARNING|WARN|INFO):?\s+)?Could not find any nv (?:libraries|files|binaries) on this host|"
          r"libcuda\.so(?:\.1)?: cannot open shared object file|libnvidia-ml\.so(?:\.1)?: cannot open shared object file|"
          r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|"
          r"Found no NVIDIA driver on your system|no CUDA-capable device is detected|"
@@ -148,6 +184,34 @@ SIGNATURES: Sequence[Signature] = (
          r"NCCL WARN .*(?:unhandled (?:system|cuda) error|internal error|system error|remote process exited|"
          r"Connection closed|Call to \w+ failed|Cuda failure)",
          "an NCCL call failed"),
+    _sig("nccl-net-failure",
+         r"NET/OFI (?:Couldn't|Could not|Unable to) (?!find)|NET/OFI Request completed with error|"
+         r"NET/OFI Creating new endpoint .*failed|(?<![\w/])(?:transport/net\w*\.cc|include/net\.h|transport/coll_net\.cc)"
+         r":\d+ -> [1-9]",
+         "NCCL's network (NET plugin) failed while connecting or moving data: the multi-node run cannot complete"),
+    # --- UCX fatal errors at start-up -------------------------------------------------
+    _sig("ucx-worker-create-failed",
+         r"Failed to create UCP worker|ucp_worker_create\(\) failed|ucp_init\(\) failed|"
+         r"Failed to (?:create|initialize|init) UCX context|uct_iface_open\(.*\) failed",
+         "UCX could not create its worker (a transport failed to open): MPI start-up over UCX failed"),
+    _sig("ucx-endpoint-failed", r"ucp_ep_create\(.*\) failed|Failed to resolve UCX endpoint",
+         "UCX could not connect to a peer (endpoint creation failed)"),
+    _sig("assertion-failed", r"Assertion [`'].*' failed", "an internal assertion failed (the process aborted)"),
+    _sig("crash-backtrace", r"^==== backtrace \(tid:?\s*\d+\) ====",
+         "a process printed a fatal-error backtrace (UCX's error handler): it aborted"),
+    # --- shared-memory single copy (CMA/XPMEM/KNEM) ------------------------------------
+    _sig("shm-single-copy-failed",
+         r"process_vm_(?:readv|writev)\(.*\) returned -1|process_vm_(?:readv|writev) delivered \d+ instead of \d+|"
+         r"^(?:\[[^\]]+\]\s*)?(?:Read|Write) -1, expected \d+, errno = \d+",
+         "shared-memory single copy (CMA) between ranks failed: the kernel refused process_vm_readv/writev (ranks in "
+         "separate container namespaces, no CAP_SYS_PTRACE, or kernel.yama.ptrace_scope); run the ranks in one "
+         "container, or disable CMA (UCX_TLS=^cma, --mca btl_sm_single_copy_mechanism none)"),
+    _sig("shm-single-copy-unavailable",
+         r"failed to open the /dev/knem device|Could not generate an xpmem segment id|"
+         r"CMA support is not available due to restrictive ptrace settings",
+         "a shared-memory single-copy mechanism (KNEM/XPMEM/CMA) is unavailable: Open MPI falls back to another "
+         "or to copies through shared memory (large intra-node messages are slower)",
+         severity="warning", verdict="suboptimal"),
 )
 
 
@@ -176,6 +240,8 @@ def scan(lines: Sequence[str], signatures: Sequence[Signature] = SIGNATURES) -> 
     findings = []
     for code in order:
         sig = sig_by_code[code]
+        if any(c in counts for c in sig.suppressed_by):
+            continue
         n = counts[code]
         msg = sig.message + (f" ({n} matching lines)" if n > 1 else "")
         findings.append(Finding(sig.severity, code, msg, hits[code], sig.verdict))

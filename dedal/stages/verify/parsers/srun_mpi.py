@@ -9,7 +9,8 @@ Slurm 22 and later::
     specific pmix plugin versions available: pmix_v4,pmix_v5
 
 Slurm 20/21 prefix every line with ``srun: `` and list the versions as plugins
-(``srun: pmix_v3``). The image's Open MPI 5 is launched with ``srun --mpi=pmix``, so a
+(``srun: pmix_v3``); older Slurm (2.x) names them by plugin type (``srun: mpi/pmi2``), the
+``mpi/`` is dropped here. The image's Open MPI 5 is launched with ``srun --mpi=pmix``, so a
 list without ``pmix`` is ``bad``.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dedal.stages.verify.findings import Finding
 
 HEADER = re.compile(r"^(?:srun:\s*)?MPI (?:plugin )?types are\.*", re.IGNORECASE)
 VERSIONS = re.compile(r"specific pmix plugin versions? available:\s*(?P<v>.*)$", re.IGNORECASE)
-NAME = re.compile(r"^(?:srun:\s*)?(?P<name>[A-Za-z][\w.\-]*)$")
+NAME = re.compile(r"^(?:srun:\s*)?(?:mpi/)?(?P<name>[A-Za-z][\w.\-]*)$")
 
 
 def parse(lines: List[str]) -> Dict[str, Any]:
@@ -41,7 +42,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             in_list = True
             header = line
             rest = line[mh.end():]  # a list pasted on one line: "srun: MPI types are... srun: none srun: pmix"
-            for name in re.findall(r"srun:\s*([A-Za-z][\w.\-]*)", rest) or rest.split():
+            for name in re.findall(r"srun:\s*(?:mpi/)?([A-Za-z][\w.\-]*)", rest) or rest.split():
                 if re.match(r"^[A-Za-z][\w.\-]*$", name) and name not in plugins:
                     plugins.append(name)
                     if re.match(r"^pmix_v\d+", name) and name not in versions:

@@ -36,8 +36,13 @@ SELECTION = re.compile(r"^(?P<ctx>\S+)\s+(?P<scope>self|intra-node|inter-node|[\
 OLD_SELECTION = re.compile(r"^ep_cfg\[(?P<cfg>\d+)\]:\s*(?P<lanes>\w+\(.*)$")
 LANE = re.compile(r"(?P<op>[\w]+)\((?P<tls>[^)]*)\)")
 TL = re.compile(r"(?P<tl>[a-z][a-z0-9_]*)/(?P<dev>[\w:.\-]+)")
-TABLE_HEAD = re.compile(r"\|\s*(?P<ctx>\S+)\s+(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)\s*\|\s*(?P<op>[^|]*?)\s*\|")
+TABLE_HEAD = re.compile(r"\|\s*(?P<ctx>\S+)\s+(?:(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)|"
+                        r"ep_cfg\[(?P<epcfg>\d+)\])\s*\|\s*(?P<op>[^|]*?)\s*\|")
 TABLE_ROW = re.compile(r"\|\s*(?P<range>[\w.]+\.\.[\w.]+)\s*\|\s*(?P<proto>[^|]*?)\s*\|\s*(?P<tl>[^|]*?)\s*\|")
+#: a protocol table line, with or without the ``UCX INFO`` tag (UCX 1.17+ prints the rows bare;
+#: ``ucx_info -e`` comments them with ``#``): a header with cfg#/ep_cfg, or a size range with a transport
+PROTO_LINE = re.compile(r"\|\s*\S+\s+(?:(?:self|intra-node|inter-node)\s+cfg#\d+|ep_cfg\[\d+\])\s*\||"
+                        r"\|\s*[\w.]+\.\.[\w.]+\s*\|[^|]*\|[^|]*\b[a-z][a-z0-9_]*/[\w:.\-]+")
 DEVICE_UNAVAILABLE = re.compile(r"network device '(?P<dev>[^']+)' is not available(?:, please use one or more of: (?P<alt>.*))?")
 TL_UNAVAILABLE = re.compile(r"transports? (?P<tls>'[^']+'(?:\s*,\s*'[^']+')*) (?:is|are) not available"
                             r"(?:, please use one or more of: (?P<alt>.*))?")
@@ -85,18 +90,21 @@ def parse(lines: List[str]) -> Dict[str, Any]:
 
     for raw in lines:
         line = raw.strip()
+        if line.startswith("#") and "|" in line:
+            line = line.lstrip("# ")  # ucx_info -e comments its tables
         pm = PREFIX.search(line)
         pid = pm.group("pid") if pm else ""
-        if "|" in line and "cfg#" in line:
+        if "|" in line and ("cfg#" in line or "ep_cfg[" in line):
             m = TABLE_HEAD.search(line)
             if m:
-                current[pid] = (m.group("ctx"), m.group("scope"), int(m.group("cfg")), m.group("op"))
+                cfg = m.group("cfg") or m.group("epcfg")
+                current[pid] = (m.group("ctx"), m.group("scope") or "", int(cfg), m.group("op"))
                 ucx_lines += 1
                 continue
         if line.count("|") >= 4 and ".." in line:
             m = TABLE_ROW.search(line)
-            if m and pid in current:
-                ctx, scope, cfg, op = current[pid]
+            if m:  # rows before their header (a cut log) keep an unknown scope, inferred from the transports
+                ctx, scope, cfg, op = current.get(pid, ("?", "", -1, ""))
                 key = (ctx, scope, cfg, op, m.group("range"), m.group("proto"), m.group("tl"))
                 if key not in protocols:
                     protocols[key] = {"context": ctx, "scope": scope, "cfg": cfg, "operation": op,
@@ -163,6 +171,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 lst.append(t)
         evidence.setdefault(sel["scope"], []).append(sel["line"])
     for p in protocols.values():
+        p["scope"] = p["scope"] or _infer_scope(p["transports"])
         for t in p["transports"]:
             lst = by_scope.setdefault(p["scope"], [])
             if t not in lst:
@@ -214,6 +223,11 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     if error_lines:
         findings.append(F.warning("ucx-error", f"UCX printed {len(error_lines)} ERROR line(s) (the run may still "
                                   "have succeeded over other transports)", error_lines[:5]))
+    fast = {scope: [t for t in tls if transport_family(t.split("/")[0]) != "tcp"] for scope, tls in by_scope.items()}
+    if protocols and not any(tcp_in(scope) for scope in by_scope):
+        rows = [p["line"] for p in protocols.values()]
+        findings.append(F.info("ucx-protocols", "UCX protocol tables: " + "; ".join(
+            f"{scope}: {', '.join(tls)}" for scope, tls in fast.items() if tls), rows[:2] + rows[-1:]))
 
     recognized = ucx_lines > 0
     has_data = bool(selections or protocols)
