@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from typing import List, Optional
@@ -53,6 +54,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except (OSError, RecursionError, UnicodeError, ValueError, TypeError, KeyError) as exc:
+        # a defect of dedal's (every bad input is meant to be a UserError): one line, the
+        # traceback on request, and an exit code that tells it from a user's mistake (2)
+        if os.environ.get("DEDAL_DEBUG"):
+            raise
+        print(f"dedal: internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''} "
+              "(a bug; DEDAL_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":

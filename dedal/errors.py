@@ -143,8 +143,12 @@ def signals_held() -> Iterator[None]:
 def read_input(path: Path) -> str:
     """A user's input file as text, or one clear UserError line."""
     try:
-        return Path(path).read_text()
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read ({exc})") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a file") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise UserError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-import yaml
 
 from dedal import CHECKOUT
-from dedal.errors import UserError
+from dedal.errors import UserError, read_input
+from dedal.model.inputs import parse_yaml
 
 RECIPE_VERSION = "1"  # bump when the way bases are built changes (invalidates every cached base)
 HOST_BASE = "host"  # build on the host itself (private mount namespace), no base image
@@ -102,10 +102,7 @@ def _expect(path: Path, data: Dict[str, Any], key: str, kind: type, default: Any
 
 
 def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = parse_yaml(text, path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping (name, suite, packages, ...)")
     known = {"name", "description", "os", "suite", "variant", "arch", "mirror", "updates", "security",
@@ -175,10 +172,7 @@ def load_definition(name: str) -> BaseDefinition:
             names = ", ".join(sorted(known)) or f"none (no definitions in {definitions_dir()})"
             raise UserError(f"unknown base image {name!r}; known: {names}")
         path, stem = known[name], name
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    text = read_input(path)
     if path.suffix == ".def":
         return _parse_def(stem, path, text)
     return _parse_yaml(stem, path, text)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-import yaml
 
 from dedal.errors import UserError
+from dedal.model.inputs import parse_yaml, load_yaml
 
 PINNED_SPACK_REF = "e8f8cf8543b31ff6ba81a5ab0e515bc9a4856384"  # develop, 6 Jun 2024 (0.23.0.dev0)
 
@@ -118,7 +118,7 @@ def _convert(s: Setting, value: Any, from_text: bool) -> Any:
                 return False
             raise UserError(f"{s.key}: expected true or false, got {value!r}")
         if s.kind == "list":
-            loaded = yaml.safe_load(text) if text.startswith("[") else [t for t in text.split() if t]
+            loaded = parse_yaml(text, s.key) if text.startswith("[") else [t for t in text.split() if t]
             value = loaded
         if s.kind == "path" and text == "" and s.optional:
             return None
@@ -173,12 +173,7 @@ def default_config_files() -> List[Path]:
 
 
 def read_config_file(path: Path) -> Dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read configuration ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = load_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional
 import jsonschema
 import yaml
 
-from dedal.errors import UserError, read_input
+from dedal.errors import UserError
+from dedal.model.inputs import load_yaml
 
 _ABS_PATH = {"type": "string", "pattern": "^/"}
 
@@ -201,11 +202,4 @@ def load_env(path: Path) -> EnvFile:
             if (path / name).is_file():
                 path = path / name
                 break
-    text = read_input(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}: not valid YAML{where}") from None
-    return parse_env(data, path)
+    return parse_env(load_yaml(path), path)

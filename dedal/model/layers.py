@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dedal.errors import UserError
+from dedal.model.inputs import load_json
 
 LAYER_FORMAT = 1
 TMP_GRACE_S = 6 * 3600
@@ -124,11 +125,14 @@ class LayerStore:
 
     def manifest(self, key: str) -> LayerManifest:
         path = self.manifest_path(key)
+        if not path.is_file():
+            raise UserError(f"layer {key} is not in the store {self.root}")
+        data = load_json(path)
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: unreadable layer manifest (not an object)")
         try:
-            return LayerManifest.from_json(json.loads(path.read_text()))
-        except FileNotFoundError:
-            raise UserError(f"layer {key} is not in the store {self.root}") from None
-        except (json.JSONDecodeError, TypeError) as exc:
+            return LayerManifest.from_json(data)
+        except TypeError as exc:
             raise UserError(f"{path}: unreadable layer manifest ({exc})") from None
 
     def keys(self) -> List[str]:

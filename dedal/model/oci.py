@@ -138,6 +138,9 @@ def parse_reference(text: str, *, require_scheme: bool = True, repository_only: 
     shown = f"{SCHEME}{rest}"
     if not host or not _HOST.match(host):
         raise UserError(f"{shown}: {host!r} is not a registry host[:port]")
+    port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else ""
+    if port and not 0 < int(port) < 65536:
+        raise UserError(f"{shown}: port {port} is not a TCP port (1-65535)")
     if not slash or not path:
         raise UserError(f"{shown}: no repository after the host (expected oras://{host}/REPO:TAG)")
     digest: Optional[str] = None

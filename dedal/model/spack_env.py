@@ -17,17 +17,15 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import yaml
 
 from dedal.errors import UserError
+from dedal.model.inputs import load_yaml
 
 PROJECTION = "{name}-{version}-{hash}"
 
 
 def read_spack_yaml(path: Path) -> Dict[str, Any]:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such Spack manifest") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not Path(path).exists():
+        raise UserError(f"{path}: no such Spack manifest")
+    data = load_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("spack"), dict):
         raise UserError(f"{path}: not a Spack manifest (no 'spack:' section)")
     return data

@@ -1,0 +1,87 @@
+"""Reading a user's JSON and YAML files: every defect is one UserError line naming the file.
+
+Undecodable bytes, syntax errors, values the parsers refuse (a YAML timestamp
+``2024-13-45``, an integer of 5,000 digits) and nesting so deep that a parser or a
+later recursive walk would exhaust Python's stack all end here, not in a traceback."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from dedal.errors import UserError, read_input
+
+MAX_DEPTH = 64  # no dedal input nests deeper than about 10 levels
+
+
+def _depth_problem(data: Any) -> str:
+    """"" or why the nesting is refused: deeper than MAX_DEPTH, or a YAML alias that
+    contains itself. Iterative, and each container counted once (aliases share them):
+    the point is neither to recurse nor to expand "billion laughs" documents."""
+    def kids(value: Any) -> list:
+        items = list(value.values()) + list(value.keys()) if isinstance(value, dict) else list(value)
+        return [c for c in items if isinstance(c, (dict, list, tuple))]
+
+    if not isinstance(data, (dict, list, tuple)):
+        return ""
+    height: dict = {}
+    on_path: set = set()
+    stack = [(data, False)]
+    while stack:
+        value, leaving = stack.pop()
+        key = id(value)
+        if leaving:
+            height[key] = 1 + max((height[id(c)] for c in kids(value)), default=0)
+            on_path.discard(key)
+            if height[key] > MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels"
+            continue
+        if key in height:
+            continue
+        if key in on_path:
+            return "a YAML alias refers to a structure that contains it"
+        on_path.add(key)
+        stack.append((value, True))
+        stack.extend((c, False) for c in kids(value) if id(c) not in height)
+    return ""
+
+
+def parse_json(text: str, where: Union[str, Path]) -> Any:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = " (truncated?)" if exc.pos >= len(text.rstrip()) - 1 else ""
+        raise UserError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}){hint}") from None
+    except RecursionError:
+        raise UserError(f"{where}: not accepted: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # e.g. an integer longer than Python's int_max_str_digits
+        raise UserError(f"{where}: not valid JSON ({str(exc).splitlines()[0][:200]})") from None
+    problem = _depth_problem(data)
+    if problem:
+        raise UserError(f"{where}: not accepted: {problem}")
+    return data
+
+
+def parse_yaml(text: str, where: Union[str, Path]) -> Any:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise UserError(f"{where}: not accepted: nested deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a constructor refused a value (dates, ...)
+        raise UserError(f"{where}: not valid YAML ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
+    problem = _depth_problem(data)
+    if problem:
+        raise UserError(f"{where}: not accepted: {problem}")
+    return data
+
+
+def load_json(path: Union[str, Path]) -> Any:
+    return parse_json(read_input(Path(path)), path)
+
+
+def load_yaml(path: Union[str, Path]) -> Any:
+    return parse_yaml(read_input(Path(path)), path)
