@@ -4,6 +4,7 @@ every later stage reads it instead of the lock.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -12,6 +13,8 @@ from typing import Dict, List, Mapping, Optional, Set
 
 from dedal.model import durations
 from dedal.errors import UserError
+from dedal.model.inputs import load_json
+from dedal.model.names import safe_name
 from dedal.model.layers import LayerStore, layer_key
 from dedal.model.spack_lock import SpackLock
 
@@ -84,25 +87,83 @@ class Plan:
                 raise UserError(f"{where}: plan format {data.get('format')!r} is not {PLAN_FORMAT}; re-run `dedal plan`")
             nodes = {h: PlanNode(**n) for h, n in data["nodes"].items()}
             fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "nodes"}
-            return cls(nodes=nodes, **fields)
+            plan = cls(nodes=nodes, **fields)
         except (KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"{where}: not a dedal plan ({exc})") from None
+        plan.check(where)
+        return plan
+
+    def check(self, where: str = "plan.json") -> None:
+        """What later stages rely on: field types, names that become paths (env, tag, each
+        prefix and layer key, one rule set: dedal.model.names), hashes that name nodes."""
+        def expect(value: object, kind: object, what: str) -> None:
+            if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):  # type: ignore[arg-type]
+                shown = getattr(kind, "__name__", "number")
+                raise UserError(f"{where}: {what}: expected {shown}, got {type(value).__name__}")
+
+        for name in ("env_name", "tag", "install_root", "view", "base_image", "base_id", "lock_path",
+                     "lock_sha256", "spack_version", "spack_commit", "layer_store", "env_dir"):
+            expect(getattr(self, name), str, name)
+        safe_name(self.env_name, "env_name", where)
+        safe_name(self.tag, "tag", where)
+        for name in ("install_root", "view"):
+            value = getattr(self, name)
+            if not value.startswith("/") or ".." in value.split("/") or "\0" in value:
+                raise UserError(f"{where}: {name} {value!r}: expected an absolute path without '..'")
+        expect(self.critical_path_s, (int, float), "critical_path_s")  # type: ignore[arg-type]
+        expect(self.root_specs, dict, "root_specs")
+        expect(self.build_requirements, dict, "build_requirements")
+        hash_lists = {"roots": self.roots, "runtime_closure": self.runtime_closure, "build_only": self.build_only,
+                      "to_build": self.to_build, "cached": self.cached, "critical_path": self.critical_path}
+        hash_lists.update({f"build_requirements[{h!r}]": v for h, v in self.build_requirements.items()})
+        expect(self.waves, list, "waves")
+        hash_lists.update({f"waves[{i}]": w for i, w in enumerate(self.waves)})
+        for what, hashes in hash_lists.items():
+            expect(hashes, list, what)
+            unknown = [h for h in hashes if not isinstance(h, str) or h not in self.nodes]
+            if unknown:
+                raise UserError(f"{where}: {what} names {unknown[0]!r}, which is not a node of the plan")
+        for h, node in self.nodes.items():
+            label = f"nodes[{h[:12]!r}]"
+            for name in ("hash", "name", "version", "namespace", "status"):
+                expect(getattr(node, name), str, f"{label}.{name}")
+            for name in ("external", "build_only", "runtime", "measured"):
+                expect(getattr(node, name), bool, f"{label}.{name}")
+            expect(node.estimate_s, (int, float), f"{label}.estimate_s")  # type: ignore[arg-type]
+            if node.hash != h:
+                raise UserError(f"{where}: {label} holds hash {node.hash!r}")
+            safe_name(node.hash, f"{label} hash", where)
+            safe_name(node.name, f"{label} package name", where)
+            safe_name(node.version, f"{label} version", where)
+            if node.key is not None:
+                safe_name(node.key, f"{label} layer key", where)
+            expect(node.deps, dict, f"{label}.deps")
+            for child, types in node.deps.items():
+                if child not in self.nodes or not isinstance(types, list):
+                    raise UserError(f"{where}: {label}.deps names {child!r}, which is not a node of the plan")
 
     def write(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        """Write as ``path`` (a temporary name, then renamed); UserError for a path that
+        cannot be a plan file (a directory, ``/``, a name too long, no permission)."""
+        path = Path(path)
+        if not path.name or path.is_dir():
+            raise UserError(f"{path}: is a directory; give the plan's file name (e.g. {path / 'plan.json'})")
+        tmp = path.with_name(f".{path.name[:200]}.tmp{os.getpid()}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise UserError(f"{path}: cannot write the plan ({exc.strerror or exc})") from None
         return path
 
     @classmethod
     def read(cls, path: Path) -> "Plan":
-        try:
-            data = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise UserError(f"{path}: no such plan") from None
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if not Path(path).exists():
+            raise UserError(f"{path}: no such plan")
+        data = load_json(path)
         if not isinstance(data, dict):
             raise UserError(f"{path}: not a dedal plan")
         return cls.from_json(data, str(path))
@@ -178,6 +239,8 @@ def make_plan(
 ) -> Plan:
     """Derive the plan; a layer present in ``store`` counts as cached, and the build
     dependencies of a cached package are then not needed at all."""
+    safe_name(env_name, "environment name")
+    safe_name(tag, "tag")
     externals = lock.externals()
     runtime = lock.runtime_closure()
     build_only = lock.build_only()

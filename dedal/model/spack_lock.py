@@ -12,13 +12,14 @@ this model. The derived sets follow Spack's own rules (``../shared/notes/spack-o
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from dedal.errors import UserError, read_input
+from dedal.model.inputs import parse_json
+from dedal.model.names import safe_name
 
 SUPPORTED_LOCKFILE_VERSIONS = (4, 5, 6, 7)
 DEPTYPES = ("build", "link", "run", "test")
@@ -202,6 +203,10 @@ def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> N
     for req in ("name", "version"):
         if not isinstance(data.get(req), str):
             raise _fail(path, f"concrete spec {key!r} has no {req!r}")
+    where = str(path or "spack.lock")
+    safe_name(key, "concrete spec hash", where)  # the prefix <name>-<version>-<hash> becomes a directory
+    safe_name(data["name"], f"package name of {key[:7]}", where)
+    safe_name(data["version"], f"version of {data['name']}/{key[:7]}", where)
     edges: List[Edge] = []
     deps = data.get("dependencies", [])
     if isinstance(deps, dict):  # lockfile v1/v2 style nested mapping: not supported
@@ -220,9 +225,13 @@ def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> N
             virtuals = []
         if isinstance(deptypes, str):
             deptypes = [deptypes]
-        if not isinstance(deptypes, list) or not all(t in DEPTYPES for t in deptypes):
+        if not isinstance(deptypes, list) or not all(isinstance(t, str) and t in DEPTYPES for t in deptypes):
             raise _fail(path, f"concrete spec {key!r}: unknown dependency types {deptypes!r}")
-        edges.append(Edge(dep["hash"], str(dep.get("name", "")), tuple(deptypes), tuple(virtuals or ())))
+        if virtuals is None:
+            virtuals = []
+        if isinstance(virtuals, str) or not isinstance(virtuals, list) or not all(isinstance(v, str) for v in virtuals):
+            raise _fail(path, f"concrete spec {key!r}: 'virtuals' must be a list of names, got {virtuals!r}")
+        edges.append(Edge(dep["hash"], str(dep.get("name", "")), tuple(deptypes), tuple(virtuals)))
     arch = data.get("arch") if isinstance(data.get("arch"), dict) else {}
     target = arch.get("target", "")
     if isinstance(target, dict):
@@ -246,11 +255,7 @@ def parse_lock(text: str, path: Optional[Path] = None) -> SpackLock:
     """Parse the text of a spack.lock; every defect is a UserError naming the file."""
     if not text.strip():
         raise _fail(path, "empty file, not a Spack lock")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        hint = " (truncated?)" if exc.pos >= len(text.rstrip()) - 1 else ""
-        raise _fail(path, f"not valid JSON at line {exc.lineno} column {exc.colno}{hint}") from None
+    data = parse_json(text, path or "spack.lock")
     if not isinstance(data, dict) or not isinstance(data.get("_meta"), dict):
         raise _fail(path, "not a Spack lock file (no _meta section)")
     meta = data["_meta"]
@@ -286,7 +291,10 @@ def parse_lock(text: str, path: Optional[Path] = None) -> SpackLock:
     for env_path, sub in included.items():
         if not isinstance(sub, dict):
             raise _fail(path, f"include_concrete[{env_path!r}] is not an object")
-        add_section(sub.get("concrete_specs") or {}, sub.get("roots") or [], f" in include_concrete[{env_path!r}]")
+        sub_specs, sub_roots = sub.get("concrete_specs") or {}, sub.get("roots") or []
+        if not isinstance(sub_specs, dict) or not isinstance(sub_roots, list):
+            raise _fail(path, f"include_concrete[{env_path!r}]: 'concrete_specs' must be an object and 'roots' a list")
+        add_section(sub_specs, sub_roots, f" in include_concrete[{env_path!r}]")
     if not root_hashes:
         raise _fail(path, "no roots: the environment was never concretized")
     for h in root_hashes:

@@ -6,7 +6,6 @@ alone on the artifact of the stage before it.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from dedal.model import durations
 from dedal.model.base import base_identity
 from dedal.model.config import Settings
 from dedal.model.envfile import EnvFile, load_env
+from dedal.model.inputs import load_json
+from dedal.model.names import name_problem
 from dedal.model.layers import LayerStore
 from dedal.model.plan import Plan, make_plan
 from dedal.model.spack_env import carry_includes, minimal_manifest, write_env_dir
@@ -142,20 +143,29 @@ def check_lock_matches(env: EnvFile, lock: SpackLock) -> None:
                         "re-run `dedal fetch` to concretize again, or give the matching spack.lock")
 
 
+def _env_name(name: str, path: Path) -> str:
+    """The environment name a lock's file name gives (``<name>.lock``, ``<name>/spack.lock``)."""
+    if name_problem(name):
+        raise UserError(f"{path}: the environment name {name!r} this file name gives cannot be used as a "
+                        f"directory name ({name_problem(name)}); rename the file to <name>.lock")
+    return name
+
+
 def resolve(arg: str, settings: Settings) -> Target:
     path = Path(arg)
-    if not path.exists():
-        raise UserError(f"{arg}: no such file or directory")
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise UserError(f"{arg}: no such file or directory") from None
+    except (OSError, ValueError) as exc:  # a name too long, a NUL, no permission
+        raise UserError(f"{arg[:200]}: cannot use ({getattr(exc, 'strerror', None) or exc})") from None
     if path.is_file() and (path.suffix == ".lock" or path.name.endswith("spack.lock")):
-        return Target(settings, name=path.resolve().parent.name if path.name == "spack.lock" else path.name.split(".")[0],
-                      lock_path=path.resolve())
+        name = path.resolve().parent.name if path.name == "spack.lock" else path.name.split(".")[0]
+        return Target(settings, name=_env_name(name, path), lock_path=path.resolve())
     if path.is_file() and path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}: not valid JSON ({exc.msg})") from None
+        data = load_json(path)
         if isinstance(data, dict) and "concrete_specs" in data:
-            return Target(settings, name=path.name.split(".")[0], lock_path=path.resolve())
+            return Target(settings, name=_env_name(path.name.split(".")[0], path), lock_path=path.resolve())
         plan = Plan.from_json(data, str(path)) if isinstance(data, dict) else None
         if plan is None:
             raise UserError(f"{path}: neither a plan nor a Spack lock")
@@ -175,9 +185,9 @@ def prepare(target: Target) -> Tuple[Plan, Path]:
         fresh.write(target.plan_path)
         return fresh, target.plan_path
     work = target.workdir
-    work.mkdir(parents=True, exist_ok=True)
     lock_src = target.find_lock()
-    lock = target.lock()
+    lock = target.lock()  # read and checked before anything is written
+    work.mkdir(parents=True, exist_ok=True)
     manifest = carry_includes(target.env.spack_yaml() if target.env else minimal_manifest(lock.root_specs), work)
     dest_lock = work / "spack.lock"
     same = dest_lock.exists() and os.path.samefile(lock_src, dest_lock)
