@@ -20,10 +20,12 @@ from dedal.ui.progress import BuildProgress
 
 def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, quiet: bool = False) -> BuildSummary:
     settings = target.settings
-    plan, plan_path = prepare(target)
+    # every check on the input before the first write (bad input writes nothing)
     if not Path(settings.mirror).is_dir():
         raise UserError(f"source mirror {settings.mirror} does not exist; run `dedal fetch` first or set `mirror`")
+    target.lock()
     LayerStore(Path(settings.layer_store)).ensure_writable()
+    plan, plan_path = prepare(target)
     base_root(plan.base_image, settings)  # build the base once here, not in every job
     with BuildProgress(len(plan.to_build), title=f"build {plan.env_name}", quiet=quiet) as progress:
         if executor == "slurm":
