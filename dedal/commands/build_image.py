@@ -5,6 +5,7 @@ import argparse
 
 from rich.table import Table
 
+from dedal.commands._registry import add_insecure_option, insecure_override
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, human_size, out, print_json
 from dedal.stages.pipeline import STAGES, PipelineSummary, StageFailed, run_pipeline, stage_range
@@ -26,14 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="extra variable for every verification run (e.g. UCX_TLS=tcp); repeatable")
     p.add_argument("--reverify", action="store_true", help="verify again even if this image has a report")
     p.add_argument("--registry", metavar="oras://HOST/REPO", help="publish here (default: dedal.registry / setting)")
-    p.add_argument("--insecure", action="store_true", default=None, help="plain HTTP to the registry")
+    add_insecure_option(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
-                         registry=args.registry, registry_insecure=args.insecure)
+                         registry=args.registry, registry_insecure=insecure_override(args))
     target = resolve(args.target, settings)
     if target.env is None:
         from dedal.errors import UserError

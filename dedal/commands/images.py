@@ -6,7 +6,7 @@ import argparse
 
 from rich.table import Table
 
-from dedal.commands.publish import add_registry_options, registry_options
+from dedal.commands._registry import add_registry_options, registry_options
 from dedal.ui.console import human_size, out, print_json
 from dedal.errors import UserError
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
-from dedal.errors import UserError
+from dedal.commands._registry import add_registry_options, registry_options
+from dedal.ui.console import human_size as _size
+from dedal.model.oci import (ANN_ARCH, ANN_CREATED, ANN_DESCRIPTION, ANN_ENVIRONMENT, ANN_LOCK_HASH, ANN_REVISION,
+                             ANN_SOURCE, ANN_SPACK_COMMIT, ANN_TITLE, ANN_VERDICT)
 
 
 def register(sub: Any) -> None:
@@ -17,15 +20,8 @@ def register(sub: Any) -> None:
     p.add_argument("image", help="SIF file, or oras://registry/repo:tag")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--definition", action="store_true", help="also print the definition file")
+    add_registry_options(p)  # for oras:// references
     p.set_defaults(func=cmd_inspect)
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def _time(t: int) -> str:
@@ -35,20 +31,58 @@ def _time(t: int) -> str:
 
 
 def _remote(args: Any) -> int:
-    try:
-        from dedal.stages.publish import inspect_remote  # written alongside the publish stage
-    except ImportError:
-        raise UserError("remote inspect is unavailable in this dedal (dedal.stages.publish.inspect_remote is missing); "
-                        "pull the image and inspect the file") from None
-    from dedal.model import config
+    from dedal.stages.publish import inspect_remote
 
-    result = inspect_remote(args.image, config.from_args(args))
-    if args.json or not isinstance(result, dict):
+    opts = registry_options(args)
+    opts.pop("settings")
+    result = inspect_remote(args.image, **opts)
+    if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
-    else:
-        for k, v in result.items():
-            print(f"{k}: {v if not isinstance(v, (dict, list)) else json.dumps(v, sort_keys=True)}")
+        return 0
+    for line in remote_summary(result):
+        print(line)
     return 0
+
+
+_SHOWN = (("created", ANN_CREATED), ("title", ANN_TITLE), ("description", ANN_DESCRIPTION),
+          ("source", ANN_SOURCE), ("revision", ANN_REVISION), ("environment", ANN_ENVIRONMENT),
+          ("spack", ANN_SPACK_COMMIT), ("lock", ANN_LOCK_HASH), ("arch", ANN_ARCH))
+
+
+def remote_summary(info: Dict[str, Any]) -> List[str]:
+    """What ``inspect_remote`` found, as a reader wants it: the image, whether Apptainer can
+    pull it, its provenance, its verdict, and each attachment with its files."""
+    lines = [str(info["reference"])]
+    lines.append(f"  digest       {info['digest']} ({info.get('mediaType') or '?'}, {info.get('manifest_size', 0)} B)")
+    sif = info.get("sif")
+    if sif:
+        lines.append(f"  SIF          {sif.get('title') or '(untitled)'}, {_size(int(sif['size']))}, {sif['digest']}")
+    lines.append("  apptainer    " + ("`apptainer pull oras://...` accepts it" if info.get("apptainer_pullable")
+                                      else "not pullable as a SIF"))
+    for problem in info.get("problems") or []:
+        lines.append(f"    problem: {problem}")
+    ann = dict(info.get("annotations") or {})
+    for label, key in _SHOWN:
+        if ann.get(key):
+            lines.append(f"  {label:<12} {ann.pop(key)}")
+    lines.append(f"  verdict      {info.get('verdict') or 'unverified'}")
+    other = sorted(ann.items())
+    if other:
+        lines.append("  other annotations:")
+        lines += [f"    {k}: {v if len(str(v)) <= 100 else str(v)[:97] + '...'}" for k, v in other]
+    attachments = info.get("attachments") or []
+    how = {"api": "referrers API", "tag-schema": "referrers tag"}.get(str(info.get("referrers")), info.get("referrers"))
+    lines.append(f"  attachments  {len(attachments)}" + (f" (found through the {how})" if attachments and how else ""))
+    for a in attachments:
+        a_ann = a.get("annotations") or {}
+        extra = f", verdict {a_ann[ANN_VERDICT]}" if a_ann.get(ANN_VERDICT) else ""
+        lines.append(f"    {a.get('artifactType') or '?'} {str(a.get('digest'))[:19]}{extra}")
+        if a.get("error"):
+            lines.append(f"      unreadable: {a['error']}")
+        for f in a.get("files") or []:
+            size = _size(int(f["size"])) if f.get("size") is not None else "?"
+            lines.append(f"      {f.get('title') or f.get('digest')} ({size})")
+    return lines
 
 
 def cmd_inspect(args: Any) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from dedal.commands.publish import add_registry_options, progress_printer, registry_options
+from dedal.commands._registry import add_registry_options, progress_printer, registry_options
 from dedal.ui.console import out, print_json
 
 

@@ -236,6 +236,19 @@ def test_inspect_command_for_remote_references(run_dedal, registry, sifs, report
     assert "verify.json" in text.stdout and "sbom.cdx.json" in text.stdout
     refused = run_dedal("inspect", ref)
     assert refused.returncode == 1 and "--insecure" in refused.stderr
+    # the option the refusal suggests exists, and the text is a summary, not a key: json dump
+    summary = run_dedal("inspect", ref, "--insecure")
+    assert summary.returncode == 0, summary.stderr
+    lines = summary.stdout.splitlines()
+    assert lines[0] == ref
+    assert any(ln.split() == ["digest", info["digest"], "(application/vnd.oci.image.manifest.v1+json,",
+                              f"{info['manifest_size']}", "B)"] for ln in lines)
+    assert any(ln.strip().startswith("SIF") and "tiny-mpi.sif" in ln and info["sif"]["digest"] in ln for ln in lines)
+    assert "  apptainer    `apptainer pull oras://...` accepts it" in lines
+    assert "  verdict      good" in lines and "  attachments  2 (found through the referrers tag)" in lines
+    assert any(ln.strip().startswith("application/vnd.dedal.verify.v1+json sha256:") and "verdict good" in ln
+               for ln in lines)
+    assert "      verify.json (" in summary.stdout and "{" not in summary.stdout
 
 
 def test_publish_refuses_bad_input_before_any_upload(run_dedal, registry, proxy_for, sifs, tmp_path):
