@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -165,6 +166,13 @@ def python_venv(root: Path, venv: str, packages: Iterable[str], *, log: Optional
         runtime.run_in(root, [f"{venv}/bin/python3", "-m", "pip", "install", "-q", "--no-index", "--find-links",
                               "/opt/dedal-wheels", *pkgs], binds=[runtime.Bind(wheels, "/opt/dedal-wheels", readonly=True)],
                        log=log, what="pip install", runtime="bwrap", writable=True, timeout=timeout)
+    # pip (and ensurepip) compile timestamp-based bytecode: the source files' install times
+    # inside every .pyc make each build of the base different bytes. Hash-based bytecode
+    # that Python never re-checks (the image is read-only) is the same on every build
+    # (reproducible-builds.org, "Python bytecode"; PEP 552)
+    runtime.run_in(root, [f"{venv}/bin/python3", "-m", "compileall", "-q", "-f", "--invalidation-mode",
+                          "unchecked-hash", venv], log=log, what="python3 -m compileall", runtime="bwrap",
+                   writable=True, timeout=timeout)
 
 
 def clean_root(root: Path) -> None:
@@ -187,6 +195,25 @@ def clean_root(root: Path) -> None:
         p = root / f
         if p.is_file():
             p.write_text("") if f.endswith("machine-id") else p.unlink()
+
+
+def apt_releases(root: Path) -> Dict[str, Dict[str, str]]:
+    """What apt fetched from the live mirror (to be read before ``clean_root``): per
+    Release file, its ``Date:`` and sha256. A base rebuilt from the same definition is
+    the same only from the same Release files: these tell "the mirror moved on" from
+    "the build is not reproducible"."""
+    found: Dict[str, Dict[str, str]] = {}
+    lists = root / "var/lib/apt/lists"
+    if not lists.is_dir():
+        return found
+    for path in sorted(lists.iterdir()):
+        if not path.name.endswith(("_InRelease", "_Release")) or not path.is_file():
+            continue
+        data = path.read_bytes()
+        m = re.search(rb"^Date:\s*(.+)$", data, re.M)
+        found[path.name] = {"date": m.group(1).decode(errors="replace").strip() if m else "",
+                            "sha256": hashlib.sha256(data).hexdigest()}
+    return found
 
 
 def installed_packages(root: Path) -> Dict[str, str]:

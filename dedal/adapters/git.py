@@ -22,6 +22,15 @@ def head_commit(path: Path) -> str:
     return git.Repo(path).head.commit.hexsha
 
 
+def commit_time(path: Path, commit: str) -> Optional[int]:
+    """The committer time (seconds since 1970) of ``commit`` in the repository at ``path``;
+    None where ``path`` is no git repository or lacks that commit."""
+    try:
+        return int(git.Repo(path).commit(commit).committed_date)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.BadName, ValueError, git.GitCommandError):
+        return None
+
+
 def checkout(url: str, ref: str, dest: Path) -> str:
     """Make ``dest`` a checkout of ``url`` at ``ref`` (commit, tag or branch); return the
     commit. An existing checkout at that commit is left alone (no network needed); one at

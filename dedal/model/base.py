@@ -203,6 +203,7 @@ class BaseImage:
     rootfs_bytes: int = 0
     squashfs_bytes: int = 0
     definition_file: str = ""
+    apt_releases: Dict[str, Dict[str, str]] = field(default_factory=dict)  # Release file -> date, sha256
 
     @property
     def rootfs_dir(self) -> Path:
@@ -229,6 +230,21 @@ class BaseImage:
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         fields["path"] = Path(fields["path"])
         return cls(**fields)
+
+
+def input_labels(base: BaseImage) -> Dict[str, str]:
+    """Image labels naming the base's inputs that its definition does not pin (a live
+    mirror): its packages and versions (one digest), the mirror, the apt Release files'
+    dates. A rebuild whose base differs tells from these whether its inputs moved on."""
+    listing = "".join(f"{name}={version}\n" for name, version in sorted(base.packages.items()))
+    labels = {"dedal.base.packages.sha256": hashlib.sha256(listing.encode()).hexdigest(),
+              "dedal.base.packages.count": str(len(base.packages))}
+    if base.mirror:
+        labels["dedal.base.mirror"] = base.mirror
+    if base.apt_releases:
+        labels["dedal.base.apt_releases"] = json.dumps(
+            {name: r.get("date", "") for name, r in sorted(base.apt_releases.items())}, separators=(",", ":"))
+    return labels
 
 
 def read_base(path: Path) -> Optional[BaseImage]:

@@ -1,4 +1,5 @@
-"""The content-addressed layer store: one ``<key>.sqfs`` and one ``<key>.json`` per package.
+"""The content-addressed layer store: one ``<key>.sqfs`` and one ``<key>.json`` per package,
+and ``<key>.records/`` with Spack's build records of it (log, build environment, times).
 
 A layer exists when its manifest exists: the squashfs is renamed into place first and
 the manifest written (temp file + rename) last, so a reader never sees half a layer.
@@ -13,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set
 from dedal.errors import UserError
 from dedal.model.inputs import load_json
 
-LAYER_FORMAT = 1
+LAYER_FORMAT = 2  # 2: Spack's build records beside the layer (<key>.records/), not in it
 TMP_GRACE_S = 6 * 3600
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
@@ -64,6 +66,7 @@ class LayerManifest:
     dedal_version: str = ""
     spack_version: str = ""
     runtime_deps: List[str] = field(default_factory=list)  # DAG hashes of link/run dependencies
+    records: List[str] = field(default_factory=list)  # names in <key>.records/ (Spack's build log, ...)
     format: int = LAYER_FORMAT
 
     def to_json(self) -> dict:
@@ -99,6 +102,10 @@ class LayerStore:
 
     def manifest_path(self, key: str) -> Path:
         return self.root / f"{key}.json"
+
+    def records_dir(self, key: str) -> Path:
+        """Spack's build records of the layer (kept out of it: they differ on every build)."""
+        return self.root / f"{key}.records"
 
     @property
     def tmp_dir(self) -> Path:
@@ -155,8 +162,9 @@ class LayerStore:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def add(self, manifest: LayerManifest, packed: Path) -> LayerManifest:
-        """Move a packed squashfs (from ``temp_path``) into the store under its key.
+    def add(self, manifest: LayerManifest, packed: Path, records: Optional[Path] = None) -> LayerManifest:
+        """Move a packed squashfs (from ``temp_path``) into the store under its key, and
+        the directory ``records`` (on the same file system or not) to ``records_dir``.
 
         If another builder stored the same key meanwhile, its layer is kept (same key,
         same content) and ours is discarded."""
@@ -167,6 +175,12 @@ class LayerStore:
                 return self.manifest(key)
             manifest.size = packed.stat().st_size
             manifest.sha256 = sha256_file(packed)
+            if records is not None and records.is_dir():
+                final = self.records_dir(key)
+                if final.exists():
+                    shutil.rmtree(final)
+                shutil.move(str(records), str(final))
+                manifest.records = sorted(os.listdir(final))
             os.replace(packed, self.sqfs(key))
             tmp = self.tmp_dir / f"{key}.{os.getpid()}.json"
             tmp.write_text(json.dumps(manifest.to_json(), indent=1, sort_keys=True) + "\n")
@@ -177,6 +191,7 @@ class LayerStore:
         with self._key_lock(key):
             self.manifest_path(key).unlink(missing_ok=True)  # manifest first: the layer stops existing
             self.sqfs(key).unlink(missing_ok=True)
+            shutil.rmtree(self.records_dir(key), ignore_errors=True)
 
     # -- maintenance -------------------------------------------------------------
     def verify(self, keys: Optional[Iterable[str]] = None) -> StoreCheck:
@@ -229,6 +244,11 @@ class LayerStore:
                     removed.append(sqfs.name)
                     if not dry_run:
                         sqfs.unlink(missing_ok=True)
+            for records in sorted(self.root.glob("*.records")):
+                if not self.manifest_path(records.name[:-len(".records")]).is_file():
+                    removed.append(records.name)
+                    if not dry_run:
+                        shutil.rmtree(records, ignore_errors=True)
             if self.tmp_dir.is_dir():
                 cutoff = time.time() - TMP_GRACE_S  # younger ones may belong to a running build
                 for tmp in sorted(self.tmp_dir.iterdir()):

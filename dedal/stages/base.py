@@ -97,8 +97,9 @@ def _build(defn: BaseDefinition, bid: str, settings: Any, say: Callable[[str], N
     start = time.monotonic()
     mirrors = resolve_mirror(defn, settings)
     try:
+        releases: Dict[str, Dict[str, str]] = {}
         if defn.kind == "debian":
-            _build_debian(defn, root, mirrors, log, say, start)
+            releases = _build_debian(defn, root, mirrors, log, say, start)
             packages = debootstrap.installed_packages(root)
         else:
             packages = _build_apptainer(defn, root, log, say, start)
@@ -112,6 +113,7 @@ def _build(defn: BaseDefinition, bid: str, settings: Any, say: Callable[[str], N
             mirror=mirrors["archive"] if defn.kind == "debian" else "", built_at=time.time(),
             build_seconds=round(time.monotonic() - start, 1), rootfs_bytes=_dir_bytes(root),
             squashfs_bytes=(tmp / "rootfs.sqfs").stat().st_size, definition_file=defn.path.name,
+            apt_releases=releases,
         )
         shutil.copyfile(defn.path, tmp / defn.path.name)
         shutil.copyfile(log, tmp / "build.log")
@@ -150,7 +152,8 @@ def _probe_versions(defn: BaseDefinition, root: Path, log: Path) -> Dict[str, st
 
 
 def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log: Path,
-                  say: Callable[[str], None], start: float) -> None:
+                  say: Callable[[str], None], start: float) -> Dict[str, Dict[str, str]]:
+    """Build the root; returns the apt Release files it was built from (the live mirror's state)."""
     def stamp() -> str:
         return f"[{time.monotonic() - start:5.0f}s]"
 
@@ -164,7 +167,9 @@ def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log
     if defn.python_venv:
         say(f"{stamp()} python venv {defn.python_venv['path']}: pip install {' '.join(defn.python_venv['packages'])}")
         debootstrap.python_venv(root, defn.python_venv["path"], defn.python_venv["packages"], log=log)
+    releases = debootstrap.apt_releases(root)
     debootstrap.clean_root(root)
+    return releases
 
 
 def _build_apptainer(defn: BaseDefinition, root: Path, log: Path, say: Callable[[str], None],

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import pytest
 import yaml
@@ -35,6 +35,7 @@ class Built:
     data: Path
     stage: Path
     env: Dict[str, str]
+    wrap: Tuple[str, ...] = ()  # a command the dedal runs under (e.g. unshare -u, another host name)
 
     @property
     def store(self) -> Path:
@@ -48,7 +49,7 @@ class Built:
               timeout: float = 600) -> subprocess.CompletedProcess:
         full = dict(self.env)
         full.update(env or {})
-        return subprocess.run([dedal_exe(), *args], env=full, cwd=cwd or self.root, text=True,
+        return subprocess.run([*self.wrap, dedal_exe(), *args], env=full, cwd=cwd or self.root, text=True,
                               capture_output=True, timeout=timeout)
 
     def assemble_json(self, *args: str, env: Optional[Dict[str, str]] = None) -> dict:
@@ -72,7 +73,8 @@ def _base_env(tmp: Path) -> Dict[str, str]:
     return env
 
 
-def build_env(tmp: Path, name: str, base_image: str, extra: Optional[dict] = None) -> Built:
+def build_env(tmp: Path, name: str, base_image: str, extra: Optional[dict] = None,
+              wrap: Tuple[str, ...] = (), env_extra: Optional[Dict[str, str]] = None) -> Built:
     envdir = tmp / "env"
     envdir.mkdir(parents=True)
     env_file = envdir / "env.yaml"
@@ -95,7 +97,8 @@ def build_env(tmp: Path, name: str, base_image: str, extra: Optional[dict] = Non
     env = _base_env(tmp)
     env.update({"DEDAL_DATA_DIR": str(data), "DEDAL_MIRROR": str(mirror), "DEDAL_SPACK_ROOT": str(spack_root),
                 "DEDAL_STAGE_DIR": str(stage), "DEDAL_CACHE_DIR": str(tmp / "cache")})
-    built = Built(envdir, env_file, data, stage, env)
+    env.update(env_extra or {})
+    built = Built(envdir, env_file, data, stage, env, tuple(wrap))
     r = built.dedal("build", str(env_file))
     assert r.returncode == 0, f"dedal build failed:\n{r.stdout}\n{r.stderr}"
     return built

@@ -97,14 +97,22 @@ def test_image_tree(host_env, host_image):
     prefixes = sorted(p.name.rsplit("-", 2)[0] for p in (tree / IR).iterdir() if not p.name.startswith("."))
     assert prefixes == sorted(TINY_RUNTIME)
     assert not any(n in prefixes for n in TINY_BUILD_ONLY)
-    # Spack's database: every layer indexed, install times = the layers' build times
+    # Spack's database: every layer indexed, install times the image's SOURCE_DATE_EPOCH (when each
+    # layer was built is in its manifest); Spack's build records beside the layers, not in the image
     db = json.loads((tree / IR / ".spack-db/index.json").read_text())["database"]["installs"]
     store = LayerStore(host_env.store)
     for man in store.manifests():
         if man.name in TINY_RUNTIME:
-            from datetime import datetime
             assert db[man.hash]["installed"] is True
-            assert db[man.hash]["installation_time"] == datetime.fromisoformat(man.built_at).timestamp()
+            assert db[man.hash]["installation_time"] == float(SDE) and man.built_at
+            meta = tree / IR / man.prefix / ".spack"
+            assert (meta / "spec.json").is_file() and not (meta / "spack-build-out.txt.gz").exists()
+            assert {"spack-build-out.txt.gz", "spack-build-env.txt", "install_times.json"} <= set(man.records)
+            assert (store.records_dir(man.key) / "spack-build-out.txt.gz").is_file()
+            manifest = json.loads((meta / "install_manifest.json").read_text())
+            assert list(manifest) == sorted(manifest) and f"/{IR}/{man.prefix}/bin" in manifest
+            assert not any(k.endswith((".gz", "install_times.json")) for k in manifest)
+            assert {(e["owner"], e.get("time", 0)) for e in manifest.values()} == {(0, 0)}
     # provenance of the environment and the SBOM inside the image
     assert (tree / "opt/dedal/env/spack.lock").read_bytes() == (host_env.root / "spack.lock").read_bytes()
     assert "/opt/view" in (tree / "opt/dedal/env/spack.yaml").read_text()

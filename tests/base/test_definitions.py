@@ -142,3 +142,31 @@ def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
     assert "debootstrap" in str(exc.value)
     assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".") or p.is_dir()) == ["logs"]
     assert base.find_base("broken", s) is None
+
+
+def test_apt_releases_and_input_labels(tmp_path):
+    """What a base records of its live mirror (read before clean_root drops apt's lists), and
+    the image labels made of it: a rebuild tells "inputs changed" from "not reproducible"."""
+    lists = tmp_path / "var/lib/apt/lists"
+    lists.mkdir(parents=True)
+    (lists / "deb.debian.org_debian_dists_trixie_InRelease").write_text(
+        "-----BEGIN PGP SIGNED MESSAGE-----\nOrigin: Debian\nDate: Sat, 08 Nov 2025 09:39:58 UTC\nSuite: stable\n")
+    (lists / "deb.debian.org_debian_dists_trixie_main_binary-amd64_Packages").write_text("Package: a\n")
+    (lists / "lock").write_text("")
+    found = debootstrap.apt_releases(tmp_path)
+    assert list(found) == ["deb.debian.org_debian_dists_trixie_InRelease"]
+    assert found["deb.debian.org_debian_dists_trixie_InRelease"]["date"] == "Sat, 08 Nov 2025 09:39:58 UTC"
+    assert len(found["deb.debian.org_debian_dists_trixie_InRelease"]["sha256"]) == 64
+    assert debootstrap.apt_releases(tmp_path / "nothing") == {}
+
+    img = base.BaseImage(name="b", id="b-1", path=tmp_path, kind="debian", os_release={}, versions={},
+                         packages={"zlib1g": "1:1.3", "bash": "5.2"}, mirror="http://m/debian", apt_releases=found)
+    labels = base.input_labels(img)
+    assert labels["dedal.base.packages.count"] == "2" and labels["dedal.base.mirror"] == "http://m/debian"
+    assert "Sat, 08 Nov 2025" in labels["dedal.base.apt_releases"]
+    img.packages = {"bash": "5.2", "zlib1g": "1:1.3"}  # the order they were read in does not count
+    assert base.input_labels(img) == labels
+    img.packages["bash"] = "5.3"
+    assert base.input_labels(img)["dedal.base.packages.sha256"] != labels["dedal.base.packages.sha256"]
+    old = base.BaseImage.from_json({**img.to_json(), "apt_releases": None})  # a base.json from before
+    assert "dedal.base.apt_releases" not in base.input_labels(old)

@@ -122,7 +122,7 @@ def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str,
             "spack_commit": plan.spack_commit, "base": base_json(plan, base),
             "roots": [plan.nodes[h].label for h in roots], "only": list(only_names),
             "keep_build_deps": keep_build_deps, "versions": dict(versions),
-            "layers": [{**i.label(), "prefix": i.prefix, "files": i.files, "built_at": i.built_at} for i in infos],
+            "layers": [{**i.label(), "prefix": i.prefix, "files": i.files} for i in infos],
         },
     }
 

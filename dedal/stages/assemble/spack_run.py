@@ -10,7 +10,6 @@ import os
 import posixpath
 import shutil
 import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
@@ -90,17 +89,11 @@ def _remove_new(tree: Path, before: Mapping[str, set]) -> None:
                     q.unlink()
 
 
-def epoch_of(iso: str, default: float) -> float:
-    try:
-        return datetime.fromisoformat(iso).timestamp()
-    except (TypeError, ValueError):
-        return default
-
-
-def normalize_spack_db(install_root: Path, built_at: Mapping[str, float], default: float) -> None:
+def normalize_spack_db(install_root: Path, created: float) -> None:
     """Make ``<install_root>/.spack-db`` independent of when and where it was indexed:
-    installation times from the layers' build times (``default`` for records without a
-    layer), records in hash order, a content-derived index_verifier, no backups."""
+    every installation time the image's date (``SOURCE_DATE_EPOCH``: when each layer was
+    built is in the layer manifests, not in the image), records in hash order, a
+    content-derived index_verifier, no backups."""
     db = install_root / ".spack-db"
     index = db / "index.json"
     if not index.is_file():
@@ -112,7 +105,7 @@ def normalize_spack_db(install_root: Path, built_at: Mapping[str, float], defaul
         raise UserError(f"{index}: not a Spack database ({exc})") from None
     for h, rec in installs.items():
         if isinstance(rec, dict) and "installation_time" in rec:
-            rec["installation_time"] = float(built_at.get(h, default))
+            rec["installation_time"] = float(created)
     data["database"]["installs"] = {h: installs[h] for h in sorted(installs)}
     raw = json.dumps(data, separators=(",", ":")).encode()
     write_file(index, raw, 0o644)

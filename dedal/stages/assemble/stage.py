@@ -18,9 +18,10 @@
    environment (spack.yaml, spack.lock) and the SBOM stay in the image under /opt/dedal.
 5. **Apptainer's layout**: ``/.singularity.d/{actions,env,libs}``, the env scripts, a
    runscript, ``labels.json``, the mount points Apptainer expects.
-6. **Reproducible**: Spack's database install times are set to the layers' build times
-   and its verifier derived from the content; mksquashfs fixes times and owners; the build
-   date is ``SOURCE_DATE_EPOCH`` when set. Same inputs (with SOURCE_DATE_EPOCH), same bytes.
+6. **Reproducible**: one date for every time stamp (:mod:`dedal.stages.reproducible`:
+   ``SOURCE_DATE_EPOCH``, else the Spack commit's date, never the wall clock), Spack's
+   database install times included, its verifier derived from the content; mksquashfs
+   fixes times and owners; the layers hold no build records. Same inputs, same bytes.
 7. **Pack** one squashfs (zstd, all cores) straight at its place in the SIF
    (``mksquashfs -offset``): the base's squashfs without the few top-level entries an
    image changes (``/opt``, ``/etc``, ``/.singularity.d``, ...; :func:`image_tops`),
@@ -53,11 +54,10 @@ from dedal import __version__
 from dedal.adapters import squashfs
 from dedal.errors import Signals, UserError
 from dedal.model import sbom as sbom_mod, sif as sif_mod
-from dedal.model.base import HOST_BASE, iter_cached
+from dedal.model.base import HOST_BASE, input_labels as base_input_labels, iter_cached
 from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
 from dedal.model.layers import LayerStore, sha256_file
 from dedal.model.plan import Plan
-from dedal.model.sif import source_date_epoch
 from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import load_lock
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
@@ -67,9 +67,10 @@ from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existi
                                             inputs_digest)
 from dedal.stages.assemble.metadata import definition_text, image_versions, inspect_metadata, iso_date, make_labels
 from dedal.stages.assemble.selection import select_packages
-from dedal.stages.assemble.spack_run import epoch_of, normalize_spack_db, run_spack
+from dedal.stages.assemble.spack_run import normalize_spack_db, run_spack
 from dedal.stages.assemble.tree import ImageTree, extract_layers, mkdirs, write_file
 from dedal.stages.base import base_part, base_sha256, ensure_base
+from dedal.stages.reproducible import LABEL as SDE_LABEL, image_date
 from dedal.stages.stage_dir import Stage
 from dedal.stages.workspace import Target, prepare
 
@@ -81,11 +82,6 @@ def _say(progress: Progress, start: float) -> Callable[[str], None]:
         if progress:
             progress(f"[{time.monotonic() - start:6.1f}s] {msg}")
     return say
-
-
-def build_date() -> int:
-    sde = source_date_epoch()
-    return sde if sde is not None else int(time.time())
 
 
 def _find_base(plan: Any, settings: Any, say: Callable[[str], None]) -> Any:
@@ -172,8 +168,8 @@ def assemble(
     base = _find_base(plan, settings, say)
     base_digest = base_sha256(base, settings) if base is not None else ""
     versions, version_sources = image_versions(plan, hashes, base)
-    created = build_date()
-    sde_set = bool(os.environ.get("SOURCE_DATE_EPOCH", "").strip())
+    created, created_from = image_date(plan, settings)
+    say(f"image date {iso_date(created)}: {created_from}")
     inputs = {
         "format": IMAGE_FORMAT, "dedal": __version__, "env": plan.env_name, "tag": plan.tag,
         "install_root": plan.install_root, "view": plan.view, "lock_sha256": plan.lock_sha256,
@@ -181,7 +177,7 @@ def assemble(
         "base": {"id": base.id, "sha256": base_digest} if base else "host",
         "layers": [[i.key, i.sha256] for i in infos], "roots": roots, "keep_build_deps": keep_build_deps,
         "runscript": runscript, "labels": user_labels, "description": description,
-        "source_date_epoch": created if sde_set else None,
+        "source_date_epoch": created,
     }
     digest = inputs_digest(inputs)
     if not force:
@@ -197,6 +193,9 @@ def assemble(
                          created, description, user_labels, inherited["labels"])
     if base_digest:
         labels_out["dedal.base.sha256"] = base_digest
+    labels_out[SDE_LABEL] = str(created)
+    if base is not None:
+        labels_out.update(base_input_labels(base))
     runscript_sh = runscript_text(runscript) if runscript.strip() or not inherited["runscript"] \
         else inherited["runscript"]
     env90 = (inherited["90-environment.sh"].rstrip("\n") + "\n" if inherited["90-environment.sh"]
@@ -260,8 +259,7 @@ def assemble(
                             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
                     write_file(env_dir_img / "spack.yaml", spack_yaml_bytes)
                     shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
-                    built_at = {i.hash: epoch_of(i.built_at, created) for i in infos}
-                    normalize_spack_db(ir_dir, built_at, created)
+                    normalize_spack_db(ir_dir, created)
                     timings["spack"] = time.monotonic() - t0
 
                     t0 = time.monotonic()
@@ -300,7 +298,7 @@ def assemble(
             # the image ID from everything that makes the bytes (saves hashing the squashfs again)
             ident = uuid.UUID(bytes=hashlib.sha256(f"{digest}:{created}".encode()).digest()[:16], version=4)
             sif_mod.write_sif(tmp_sif, tmp_sqfs, definition=definition, labels=labels_out, metadata=metadata,
-                              sbom=sbom_bytes, image_id=str(ident), in_place=True)
+                              sbom=sbom_bytes, image_id=str(ident), created=created, in_place=True)
             timings["sif"] = time.monotonic() - t0
             t0 = time.monotonic()
 

@@ -9,12 +9,15 @@
 3. ``spack reindex``, then ``spack install --only package`` per package, offline, from
    the mirror, with a generated configuration;
 4. each new prefix packed with mksquashfs into the layer store (temp name + rename),
-   then its manifest written.
+   then its manifest written. Spack's build records (log, build environment, times,
+   host) go beside the layer (:mod:`.records`), not into it: a layer is the same bytes
+   whoever builds it, wherever and whenever.
 """
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import shutil
 import socket
@@ -33,6 +36,7 @@ from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
 from dedal.stages.base import sandbox_runner
+from dedal.stages.build.records import split_records
 from dedal.stages.stage_dir import Stage
 
 @dataclass
@@ -202,6 +206,9 @@ def run_job(
                     raise ToolError(f"spack install /{h[:7]}", ["spack", "install", f"/{h}"], 0, pkg_log,
                                     f"no prefix {node.prefix_name} with .spack/spec.json under the install root")
                 t1 = time.monotonic()
+                records = stage / "records" / h
+                # the layer: the same bytes on every build
+                split_records(prefix, records, posixpath.join(plan.install_root, node.prefix_name))
                 tmp = store.temp_path(node.key)  # type: ignore[arg-type]
                 try:
                     squashfs.pack([prefix], tmp, keep_as_directory=True, log=pkg_log, processors=build_jobs or None)
@@ -216,7 +223,7 @@ def run_job(
                         spack_version=plan.spack_version,
                         runtime_deps=sorted(c for c, t in node.deps.items() if {"link", "run"} & set(t)),
                     )
-                    store.add(man, tmp)
+                    store.add(man, tmp, records)
                 finally:
                     tmp.unlink(missing_ok=True)
                 result.pack_s += time.monotonic() - t1
