@@ -12,6 +12,7 @@ import pytest
 from dedal.model import sif
 from dedal.model.layers import LayerStore
 from dedal.stages.reproducible import LABEL, image_date
+from dedal.stages.sifdiff import diff_images, render
 from tests.assemble.conftest import build_env, require_root
 
 
@@ -64,7 +65,7 @@ def test_two_builds_give_the_same_bytes(tmp_path):
                        wrap=("unshare", "-u", "sh", "-c", 'hostname dedal-rebuilder && exec "$@"', "sh"),
                        env_extra={"USER": "rebuilder", "LOGNAME": "rebuilder"})
     images = [b.assemble_json("-o", str(tmp_path / f"{n}.sif")) for n, b in (("one", first), ("two", second))]
-    assert images[0]["sha256"] == images[1]["sha256"]
+    assert images[0]["sha256"] == images[1]["sha256"], render(diff_images(tmp_path / "one.sif", tmp_path / "two.sif"))
     assert (tmp_path / "one.sif").read_bytes() == (tmp_path / "two.sif").read_bytes()
     # the stand-in Spack is no git checkout: the documented default, not the wall clock
     labels = sif.read_json_object(tmp_path / "one.sif", sif.read_sif(tmp_path / "one.sif").by_name("labels.json"))

@@ -1,0 +1,120 @@
+"""`dedal diff A.sif B.sif`: SIFs written by the tests (real mksquashfs, dedal's SIF writer)
+that are identical, differ by one label, by one file, by an entry only one has."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dedal.adapters import squashfs
+from dedal.model import sif
+from dedal.stages.sifdiff import content_diff, diff_images, json_diff
+
+
+def _image(tmp: Path, name: str, files: dict, labels: dict) -> Path:
+    root = tmp / f"{name}-root"
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data if isinstance(data, bytes) else data.encode())
+    os.chmod(root, 0o755)
+    part = tmp / f"{name}.sqfs"
+    squashfs.pack([root], part)
+    out = tmp / f"{name}.sif"
+    sif.write_sif(out, part, definition="Bootstrap: dedal\n", labels=labels,
+                  metadata={"data": {"attributes": {"labels": labels}}}, created=1700000000)
+    return out
+
+
+FILES = {"opt/sw/pkg/bin/tool": b"\x7fELF\x00binary", "opt/sw/pkg/.spack/spec.json": '{"a": 1, "b": [1, 2]}',
+         "opt/sw/pkg/share/notes.txt": "one\ntwo\nthree\n", "opt/sw/pkg/log.txt.gz": gzip.compress(b"x\n", mtime=0)}
+LABELS = {"dedal.env": "t", "org.opencontainers.image.created": "2023-11-14T22:13:20Z"}
+
+
+@pytest.fixture
+def images(tmp_path):
+    if os.geteuid() != 0 and not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root or FUSE to mount the partitions")
+    a = _image(tmp_path, "a", FILES, LABELS)
+    same = _image(tmp_path, "same", FILES, LABELS)
+    label = _image(tmp_path, "label", FILES, {**LABELS, "dedal.env": "u"})
+    changed = dict(FILES)
+    changed["opt/sw/pkg/share/notes.txt"] = "one\nTWO\nthree\n"
+    changed["opt/sw/pkg/extra/new.txt"] = "new"
+    del changed["opt/sw/pkg/log.txt.gz"]
+    file = _image(tmp_path, "file", changed, LABELS)
+    return a, same, label, file
+
+
+def test_identical(images, run_dedal):
+    a, same, _label, _file = images
+    r = run_dedal("diff", str(a), str(same))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("identical: ") and len(r.stdout.splitlines()) == 1
+    data = json.loads(run_dedal("diff", str(a), str(same), "--json").stdout)
+    assert data["identical"] is True and data["differences"] == []
+
+
+def test_one_label(images, run_dedal):
+    a, _same, label, _file = images
+    r = run_dedal("diff", str(a), str(label))
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("differ: ") and "1 label" in lines[0]
+    assert "label dedal.env: changed: 't' -> 'u'" in lines
+    data = json.loads(run_dedal("diff", str(a), str(label), "--json").stdout)
+    labels = [d for d in data["differences"] if d["where"] == "label"]
+    assert labels == [{"where": "label", "name": "dedal.env", "what": "changed", "a": "t", "b": "u", "detail": []}]
+    files = [d["name"] for d in data["differences"] if d["where"] == "file"]
+    assert files == []  # the labels live outside the partition here: no file differs
+
+
+def test_one_file(images, run_dedal):
+    a, _same, _label, file = images
+    r = run_dedal("diff", str(a), str(file), "--json")
+    assert r.returncode == 1, r.stderr
+    data = json.loads(r.stdout)
+    found = {(d["name"], d["what"]) for d in data["differences"] if d["where"] == "file"}
+    assert found == {("/opt/sw/pkg/share/notes.txt", "content"), ("/opt/sw/pkg/extra", "only in B"),
+                     ("/opt/sw/pkg/log.txt.gz", "only in A")}
+    notes = next(d for d in data["differences"] if d["name"] == "/opt/sw/pkg/share/notes.txt")
+    assert "-two" in notes["detail"] and "+TWO" in notes["detail"]
+    assert not [d for d in data["differences"] if d["where"] == "label"]
+    text = run_dedal("diff", str(a), str(file)).stdout
+    assert "file /opt/sw/pkg/extra: only in B (directory with 1 entries)" in text
+    assert text.splitlines()[0].startswith("differ: ") and "3 files" in text.splitlines()[0]
+    quick = run_dedal("diff", str(a), str(file), "--no-files")
+    assert quick.returncode == 1 and "file " not in quick.stdout and "(files not compared)" in quick.stdout
+
+
+def test_bad_input(images, run_dedal, tmp_path):
+    a = images[0]
+    text = tmp_path / "not.sif"
+    text.write_text("hello\n")
+    for other, message in ((text, "not a SIF image"), (tmp_path / "missing.sif", "no such file"),
+                           (tmp_path, "is a directory")):
+        r = run_dedal("diff", str(a), str(other))
+        assert r.returncode == 2 and r.stdout == ""
+        assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
+
+
+def test_content_diffs():
+    assert json_diff({"a": 1, "b": {"c": "x"}}, {"a": 1, "b": {"c": "y"}, "d": []}) == [
+        'b.c: "x" -> "y"', "d: - -> []"]
+    assert json_diff({"l": json.dumps({"k": 1})}, {"l": json.dumps({"k": 2})}) == ["l.k: 1 -> 2"]  # JSON in a string
+    lines = content_diff("/x.txt.gz", gzip.compress(b"a\nb\n", mtime=0), gzip.compress(b"a\nc\n", mtime=0))
+    assert "-b" in lines and "+c" in lines
+    same_text = content_diff("/x.gz", gzip.compress(b"a\n", mtime=0), gzip.compress(b"a\n", mtime=1))
+    assert same_text == ["(same text; the gzip headers differ: time stamp or file name)"]
+    assert content_diff("/bin/x", b"\x00\x01", b"\x00\x02") == []  # binary: no text diff
+
+
+def test_api_sorts_and_counts(images):
+    a, _same, label, _file = images
+    res = diff_images(a, label)
+    assert not res.identical and res.counts()["label"] == 1
+    assert [d.where for d in res.differences] == sorted((d.where for d in res.differences),
+                                                        key=["header", "label", "object", "file"].index)
