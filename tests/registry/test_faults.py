@@ -167,3 +167,12 @@ def test_missing_tag_and_repository(run_dedal, registry, sifs, tmp_path):
     r = run_dedal("pull", registry.ref("esd/tiny-mpi:nope"), "-o", str(tmp_path / "x.sif"), "--insecure")
     assert r.returncode == 1 and "HTTP 404" in r.stderr and "MANIFEST_UNKNOWN" in r.stderr
     assert not (tmp_path / "x.sif").exists()
+
+
+def test_referrers_tag_is_not_pulled(run_dedal, tmp_path):
+    """sha256-<hex> tags list an image's attachments (referrers tag schema): refused with the
+    reason before anything is asked of the registry (port 9 is closed)."""
+    hexd = "ab" * 32
+    r = run_dedal("pull", f"oras://127.0.0.1:9/esd/x:sha256-{hexd}", "-o", str(tmp_path / "x.sif"))
+    assert r.returncode == 2 and f"@sha256:{hexd} instead" in r.stderr and "referrers" in r.stderr
+    assert list(tmp_path.glob("*.sif")) == []

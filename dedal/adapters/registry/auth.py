@@ -2,7 +2,7 @@
 
 Credentials come from ``resolve_credentials``: ``--password-stdin``,
 ``DEDAL_REGISTRY_USER`` / ``DEDAL_REGISTRY_PASSWORD``, ``$REGISTRY_AUTH_FILE``,
-Podman's and Docker's config files and the Docker credential helpers they name (run
+Podman's, Docker's and Apptainer's config files and the Docker credential helpers they name (run
 through ``dedal.adapters.proc``). ``RegistryAuth`` answers a registry's 401 the way it
 asks (HTTP Basic, or the bearer-token flow of ``WWW-Authenticate: Bearer
 realm=...,service=...,scope=...``) and remembers tokens per scope for the client.
@@ -52,7 +52,9 @@ class Credentials:
 def auth_files(environ: Optional[Mapping[str, str]] = None) -> List[Path]:
     """Container-tool credential files in the order they are consulted (like Podman):
     ``$REGISTRY_AUTH_FILE``, ``$XDG_RUNTIME_DIR/containers/auth.json``,
-    ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``)."""
+    ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``), then what
+    ``apptainer registry login`` wrote: ``$APPTAINER_CONFIGDIR/docker-config.json``
+    (default ``~/.apptainer/docker-config.json``, Docker's format)."""
     env = os.environ if environ is None else environ
     files: List[Path] = []
     if env.get("REGISTRY_AUTH_FILE"):
@@ -61,6 +63,8 @@ def auth_files(environ: Optional[Mapping[str, str]] = None) -> List[Path]:
         files.append(Path(env["XDG_RUNTIME_DIR"]) / "containers" / "auth.json")
     docker_dir = env.get("DOCKER_CONFIG") or str(Path(env.get("HOME") or Path.home()) / ".docker")
     files.append(Path(docker_dir).expanduser() / "config.json")
+    apptainer_dir = env.get("APPTAINER_CONFIGDIR") or str(Path(env.get("HOME") or Path.home()) / ".apptainer")
+    files.append(Path(apptainer_dir).expanduser() / "docker-config.json")
     return files
 
 
@@ -215,7 +219,7 @@ class RegistryAuth:
 
     def _who(self) -> str:
         if not self.creds:
-            return ("no credentials were found (docker/podman login, $REGISTRY_AUTH_FILE, "
+            return ("no credentials were found (docker/podman/apptainer registry login, $REGISTRY_AUTH_FILE, "
                     "DEDAL_REGISTRY_USER + DEDAL_REGISTRY_PASSWORD, or --password-stdin)")
         return f"user {self.creds.username!r} from {self.creds.origin or 'the command line'}"
 

@@ -7,7 +7,10 @@ downloads and URL building; ``RegistryClient.do_request`` underneath adds
 * retries with exponential backoff on 5xx/429 answers and broken connections (a
   body read from a file is rewound before every attempt);
 * ``https`` with certificate verification unless ``insecure`` is asked for, in which
-  case unverified https is tried first and plain http second;
+  case unverified https is tried first and plain http second; for a registry on this
+  machine or a private network (:func:`local_registry`) plain http is the fallback
+  without asking, as Apptainer (go-containerregistry) does: ``apptainer pull
+  oras://127.0.0.1:5000/...`` works without ``--no-https``, and so does dedal;
 * raw manifest bytes in and out (digests are over bytes, so dedal never lets a JSON
   library re-serialise a manifest it has to refer to), the OCI 1.1 referrers API and
   the tag listing.
@@ -17,6 +20,7 @@ Errors name the registry, the method and the path, never credentials.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -39,6 +43,7 @@ from dedal.ui.console import human_size
 log = logging.getLogger("dedal.registry")
 
 RETRY_STATUS = (429, 500, 502, 503, 504)
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 CHUNK = 1 << 20
 
 Progress = Optional[Callable[[str], None]]
@@ -111,14 +116,15 @@ class RegistryClient(oras.provider.Registry):
             self.session.get(url, verify=not self.insecure, timeout=min(self.timeout, 30))
             return "https"
         except requests.exceptions.SSLError as exc:
-            if self.insecure:
-                log.debug("TLS to %s failed, using plain http (--insecure)", self.host)
+            if self.insecure or local_registry(self.host):
+                log.debug("TLS to %s failed, using plain http (%s)", self.host,
+                          "--insecure" if self.insecure else "a local registry")
                 return "http"
             raise RegistryError(f"registry {self.host}: TLS connection failed ({short_reason(exc)}); if it serves "
                                 "plain HTTP or has a certificate you do not trust, pass --insecure "
                                 "(setting registry_insecure)") from None
         except TRANSIENT_ERRORS as exc:
-            if self.insecure:
+            if self.insecure or local_registry(self.host):
                 return "http"
             raise RegistryError(f"registry {self.host} unreachable over https ({short_reason(exc)}); if it serves "
                                 "plain HTTP, pass --insecure (setting registry_insecure)") from None
@@ -390,6 +396,27 @@ class RegistryClient(oras.provider.Registry):
         if sha256_digest(data) != digest:
             raise RegistryError(f"blob {repository}@{digest}: the registry sent bytes with another sha256")
         return data
+
+
+def local_registry(host: str) -> bool:
+    """A registry Apptainer reaches over plain http when https fails, without
+    ``--no-https`` (go-containerregistry's ``name.Registry.Scheme``): ``localhost:PORT``,
+    ``*.localhost``, a loopback address (127.0.0.0/8, ::1) or a private one (RFC 1918:
+    10/8, 172.16/12, 192.168/16). Certificates are still verified when https answers."""
+    if host.startswith("[") and "]" in host:  # [IPv6]:PORT
+        name = host[1:host.index("]")]
+    else:
+        name = host.split(":")[0] if host.count(":") == 1 else host
+    name = name.lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        addr = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if addr.is_loopback:
+        return True
+    return addr.version == 4 and any(addr in ipaddress.ip_network(n) for n in PRIVATE_NETWORKS)
 
 
 def make_client(host: str, *, insecure: bool = False, creds: Optional[Credentials] = None,

@@ -22,6 +22,7 @@ from dedal.model.oci import (
     ANN_CREATED,
     ANN_TITLE,
     DOCKER_MANIFEST_LIST,
+    FALLBACK_TAG,
     OCI_INDEX,
     Manifest,
     Reference,
@@ -91,6 +92,11 @@ def pull(
     r = ref if isinstance(ref, Reference) else parse_reference(ref)
     if not r.tag and not r.digest:
         r = r.with_tag("latest")
+    if r.tag and FALLBACK_TAG.match(r.tag):
+        image = "sha256:" + r.tag[len("sha256-"):]
+        raise UserError(f"{r}: {r.tag} is not an image but the list of the attachments (reports, SBOM) of the "
+                        f"image {image} (the OCI referrers tag schema, for registries without the referrers "
+                        f"API); pull oras://{r.host}/{r.repository}@{image} instead")
     want_arch = arch or sifmod.host_arch()
     client = make_client(r.host, insecure=insecure, creds=creds, repository=r.repository, username=username,
                          password=password, **(client_options or {}))

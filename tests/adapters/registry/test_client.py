@@ -1,0 +1,45 @@
+"""The registry client's choice of scheme: plain http without --insecure only for the
+registries Apptainer reaches that way too (this machine, a private network)."""
+from __future__ import annotations
+
+import pytest
+import requests
+
+from dedal.adapters.registry.client import RegistryClient, local_registry
+from dedal.model.oci import RegistryError
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:5000", "localhost:5000", "reg.localhost", "[::1]:5000", "::1",
+                                  "127.0.1.1:5000", "10.1.2.3:5000", "172.16.0.9", "192.168.1.1:443"])
+def test_local_registries(host):
+    assert local_registry(host)
+
+
+@pytest.mark.parametrize("host", ["ghcr.io", "registry.example.org:5000", "8.8.8.8:5000", "172.32.0.1:5000",
+                                  "localhost.example.org"])
+def test_remote_registries(host):
+    assert not local_registry(host)
+
+
+class _NoTLS:
+    """A session whose https probe fails the way a plain-HTTP server answers a TLS hello."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+        self.asked = []
+
+    def get(self, url, **kw):
+        self.asked.append((url, kw.get("verify")))
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [requests.exceptions.SSLError("wrong version number"),
+                                 requests.exceptions.ConnectionError("refused")])
+def test_scheme_fallback(exc):
+    local = RegistryClient("127.0.0.1:5000", session=_NoTLS(exc))
+    assert local.base == "http://127.0.0.1:5000"
+    assert local.session.asked == [("https://127.0.0.1:5000/v2/", True)]  # https tried first, certificate verified
+    remote = RegistryClient("registry.example.org:5000", session=_NoTLS(exc))
+    with pytest.raises(RegistryError, match="pass --insecure"):
+        _ = remote.base
+    assert RegistryClient("registry.example.org:5000", session=_NoTLS(exc), insecure=True).base.startswith("http://")
