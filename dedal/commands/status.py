@@ -8,8 +8,9 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
+from dedal.model.attempts import Attempts, age_text
 from dedal.model.config import from_args
-from dedal.ui.console import out, print_json
+from dedal.ui.console import human_seconds, out, print_json
 from dedal.errors import DedalError, UserError
 from dedal.stages.build.executors.slurm import RECORD, read_record, record_driver
 from dedal.model.layers import LayerStore
@@ -25,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Show the jobs of the latest build of an environment: for the Slurm executor "
                                    "the jobs recorded in <env dir>/slurm-jobs.json with their live state from "
                                    "squeue/sacct; for the local executor the job results in <env dir>/jobs/. "
-                                   "Every job and failed package comes with its log path.")
+                                   "Every job and failed package comes with its log path. Then the last build "
+                                   "attempt and the last successful one (<env dir>/builds/).")
     p.add_argument("target", metavar="PLAN_OR_ENV",
                    help="env.yaml (or its directory), plan.json, spack.lock, or the environment's work directory")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -168,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
     data = collect(env_dir) or {"executor": None, "jobs": [], "packages": {}, "errors": {}, "finished": True,
                                 "note": f"no build recorded in {env_dir}"}
     data.update(env=name, env_dir=str(env_dir))
+    attempts = Attempts(env_dir)
+    last, success = attempts.last(), attempts.last_success()
+    data["last_attempt"] = dict(last.to_json(), state=last.state()) if last else None
+    data["last_success"] = success.to_json() if success else None
     counts: Dict[str, int] = {}
     for st in data["packages"].values():
         counts[st] = counts.get(st, 0) + 1
@@ -183,14 +189,38 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def attempt_line(a: dict) -> str:
+    """One attempt as `dedal status` shows it: when, where, how it ended, what it built."""
+    state = a.get("state") or a.get("status", "?")
+    when = f"{a['started_at']} ({age_text(a['started_at'])})" if age_text(a["started_at"]) else a["started_at"]
+    text = f"{when}, {a['executor']}: {state}"
+    if state == "abandoned":
+        text += " (its dedal is gone)"
+    elif state == "running":
+        text += f" (dedal pid {a.get('driver', {}).get('pid', '?')} on {a.get('driver', {}).get('host', '?')})"
+    s = a.get("summary") or {}
+    if s:
+        parts = [f"{len(s.get(k) or [])} {word}" for k, word in (("built", "built"), ("reused", "reused"),
+                                                                 ("failed", "failed"), ("blocked", "not built"))
+                 if s.get(k)]
+        text += ": " + (", ".join(parts) or "nothing to build")
+    if a.get("seconds"):
+        text += f" in {human_seconds(float(a['seconds']))}"
+    return text
+
+
 def show(data: dict) -> None:
+    last, success = data.get("last_attempt"), data.get("last_success")
     if data["executor"] is None:
         out.print(f"{data['env']}: {data['note']}")
+        _show_attempts(last, success)
         return
     head = f"{data['env']}: {data['executor']} build"
     if data.get("started_at"):
         head += f" started {data['started_at']}"
     state = "interrupted" if data.get("interrupted") else ("finished" if data.get("finished") else "in progress")
+    if data["executor"] == "slurm" and not data["jobs"] and state == "finished":
+        state = "no jobs recorded"
     if data.get("submitting"):
         state = "planning and submitting its jobs"
     out.print(f"{head}, {state} ({data['env_dir']})")
@@ -227,3 +257,16 @@ def show(data: dict) -> None:
         out.print(f"  FAILED {label}: {e['error']}" + (f" (log: {e['log']})" if e.get("log") and e["log"] not in e["error"] else ""))
     if data.get("note"):
         out.print(data["note"])
+    _show_attempts(last, success)
+
+
+def _show_attempts(last: Optional[dict], success: Optional[dict]) -> None:
+    if last is None:
+        return
+    out.print(f"last attempt  {attempt_line(last)}", markup=False, highlight=False)
+    if last.get("error"):
+        out.print(f"              error: {last['error']}", markup=False, highlight=False)
+    if success is None:
+        out.print("last success  none recorded", markup=False, highlight=False)
+    elif success["id"] != last["id"]:
+        out.print(f"last success  {attempt_line(success)}", markup=False, highlight=False)

@@ -89,6 +89,35 @@ def test_failing_package_stops_only_its_dependents(run_dedal, tmp_path):
     assert res2.returncode == 1 and "FAILED libdedal" in res2.stdout and ".log" in res2.stdout
 
 
+def test_each_attempt_has_its_record_and_status_shows_the_last_success(run_dedal, tmp_path):
+    """A failed build never overwrites how the last one ended: one record per attempt under
+    <env dir>/builds/, and `dedal status` shows the last attempt and the last success."""
+    tiny = make_env(tmp_path, fail=["libdedal"])
+    assert build(run_dedal, tiny, "--keep-going").returncode == 1
+    status = json.loads(run_dedal("status", str(tiny.env_file), "--json", env=tiny.env).stdout)
+    first = status["last_attempt"]
+    assert first["status"] == "failed" and first["executor"] == "local" and status["last_success"] is None
+    assert list(first["summary"]["failed"]) and first["summary"]["failed"][next(iter(first["summary"]["failed"]))]
+    tiny.reconfigure(fail=[])
+    assert build(run_dedal, tiny).returncode == 0
+    status = json.loads(run_dedal("status", str(tiny.env_file), "--json", env=tiny.env).stdout)
+    ok = status["last_attempt"]
+    assert ok["status"] == "ok" and status["last_success"]["id"] == ok["id"] and ok["id"] != first["id"]
+    assert sorted(b.split("@")[0] for b in ok["summary"]["built"]) == ["dedal-app", "libdedal"]
+    # a layer lost, the package failing again: the failure is the last attempt, the success stays
+    store = LayerStore(tiny.store)
+    store.remove(next(m.key for m in store.manifests() if m.name == "libdedal"))
+    tiny.reconfigure(fail=["libdedal"])
+    assert build(run_dedal, tiny).returncode == 1
+    status = json.loads(run_dedal("status", str(tiny.env_file), "--json", env=tiny.env).stdout)
+    assert status["last_attempt"]["status"] == "failed" and status["last_success"]["id"] == ok["id"]
+    assert len(list((Path(status["env_dir"]) / "builds").glob("*.json"))) == 3
+    text = run_dedal("status", str(tiny.env_file), env=tiny.env).stdout
+    lines = [ln for ln in text.splitlines() if ln.startswith(("last attempt", "last success"))]
+    assert len(lines) == 2 and "local: failed" in lines[0] and "1 failed" in lines[0]
+    assert "local: ok" in lines[1] and "2 built" in lines[1]
+
+
 def test_interrupted_build_leaves_no_partial_layer_and_resumes(isolated_env, tmp_path):
     tiny = make_env(tmp_path, sleep={"dedal-tool": 60})
     env = dict(isolated_env, **tiny.env)

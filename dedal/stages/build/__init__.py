@@ -7,15 +7,16 @@ or Slurm), each one :func:`dedal.stages.build.node.run_job` on its node.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from dedal.errors import UserError
+from dedal.errors import DedalError, Interrupted, UserError
+from dedal.model.attempts import Attempts
 from dedal.model.layers import LayerStore
 from dedal.stages.base import base_root
 from dedal.stages.build.executors.common import BuildSummary
 from dedal.stages.workspace import Target, prepare
 from dedal.ui.progress import BuildProgress
-
 
 
 def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, quiet: bool = False) -> BuildSummary:
@@ -26,10 +27,42 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
     target.lock()
     LayerStore(Path(settings.layer_store)).ensure_writable()
     plan, plan_path = prepare(target)
-    base_root(plan.base_image, settings)  # build the base once here, not in every job
-    with BuildProgress(len(plan.to_build), title=f"build {plan.env_name}", quiet=quiet) as progress:
-        if executor == "slurm":
-            from dedal.stages.build.executors import slurm
-            return slurm.build(plan, plan_path, settings, keep_going=keep_going, progress=progress)
-        from dedal.stages.build.executors import local
-        return local.build(plan, plan_path, settings, jobs=jobs, keep_going=keep_going, progress=progress)
+    attempts = Attempts(Path(plan.env_dir or target.workdir))
+    attempt = attempts.start(executor)
+    started = time.monotonic()
+    try:
+        base_root(plan.base_image, settings)  # build the base once here, not in every job
+        with BuildProgress(len(plan.to_build), title=f"build {plan.env_name}", quiet=quiet) as progress:
+            if executor == "slurm":
+                from dedal.stages.build.executors import slurm
+                summary = slurm.build(plan, plan_path, settings, keep_going=keep_going, progress=progress)
+            else:
+                from dedal.stages.build.executors import local
+                summary = local.build(plan, plan_path, settings, jobs=jobs, keep_going=keep_going, progress=progress)
+    except UserError:
+        attempts.discard(attempt)  # refused (bad input, configuration, another dedal's build): no attempt
+        raise
+    except BaseException as exc:
+        interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted))
+        error = exc.one_line() if isinstance(exc, DedalError) else f"{type(exc).__name__}: {exc}"
+        attempts.finish(attempt, "interrupted" if interrupted else "failed", seconds=time.monotonic() - started,
+                        error=error, jobs=_slurm_jobs(plan, executor))
+        raise
+    status = ("interrupted" if summary.interrupted else "detached" if summary.detached
+              else "ok" if summary.ok else "failed")
+    attempts.finish(attempt, status, seconds=summary.seconds, summary=summary.to_json(),
+                    jobs=_slurm_jobs(plan, executor))
+    return summary
+
+
+def _slurm_jobs(plan, executor: str) -> list:  # noqa: ANN001
+    """The jobs the Slurm record holds at the end of an attempt (kept with the attempt: the
+    next attempt replaces the record)."""
+    if executor != "slurm" or not plan.env_dir:
+        return []
+    from dedal.stages.build.executors.slurm import read_record
+    try:
+        record = read_record(Path(plan.env_dir)) or {}
+    except DedalError:
+        return []
+    return [j for j in record.get("jobs", []) if isinstance(j, dict)]

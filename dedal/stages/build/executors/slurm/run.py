@@ -8,7 +8,8 @@ before planning (so no other dedal submits meanwhile); then it plans the jobs
 (:mod:`.submit`, :mod:`.follow`). ``slurm.detach`` (``dedal build --detach``) submits
 and returns, the record saying that no dedal follows the jobs, so the next build
 follows them at once. A failure while planning or submitting cancels what was
-submitted and releases the claim.
+submitted and releases the claim; when nothing was submitted, the record of the build
+before is put back (a failed attempt never hides how the last one ended).
 
 Ctrl-C / SIGTERM (and SIGHUP): ``scancel`` of every job of this build (a running node
 build removes its stage on the signal), ``summary.interrupted``.
@@ -28,6 +29,7 @@ from dedal.schedule import Schedule, schedule_plan
 from dedal.stages.build.executors.common import BuildSummary
 from dedal.stages.build.executors.slurm.adopt import Adopting
 from dedal.stages.build.executors.slurm.jobs import capacity
+from dedal.stages.build.executors.slurm.record import RECORD, read_record, save_record
 from dedal.ui.progress import BuildProgress
 
 
@@ -67,6 +69,7 @@ class _Build(Adopting):
         if not todo:
             self.summary.seconds = time.monotonic() - self.started
             return self.summary
+        previous = read_record(self.work)
         adopted = self.adopt()
         if not adopted:
             self.submitting = True  # the environment claimed, with this dedal's name, before planning
@@ -98,7 +101,12 @@ class _Build(Adopting):
                         self.client.cancel([t.slurm_id for t in submitted])
                         for t in submitted:
                             t.status, t.slurm_state = "cancelled", "CANCELLED"
-                    self.write_record()
+                    if adopted or any(t.slurm_id for t in self.tracked.values()):
+                        self.write_record()
+                    elif previous is not None:
+                        save_record(self.work, previous)  # nothing submitted: the last build's record stays
+                    else:
+                        (self.work / RECORD).unlink(missing_ok=True)
                     raise
                 if self.settings.get("slurm.detach"):
                     return self.detach()
