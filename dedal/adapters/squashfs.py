@@ -125,11 +125,14 @@ def extract(
     paths: Iterable[str] = (),
     processors: Optional[int] = None,
     log: Optional[Path] = None,
+    merge: bool = True,
 ) -> None:
-    """Extract ``image`` (or only ``paths`` of it) into ``dest``, merging with what is there."""
+    """Extract ``image`` (or only ``paths`` of it) into ``dest``, merging with what is there
+    (``-f``: note that unsquashfs then follows symlinks found there), or with ``merge=False``
+    into ``dest`` that must not exist yet (unsquashfs creates it and meets nothing else)."""
     proc.which("unsquashfs", HINT)
     Path(dest).parent.mkdir(parents=True, exist_ok=True)  # unsquashfs creates dest, not its parents
-    cmd = ["unsquashfs", "-f", "-no-progress", "-quiet", "-n", "-p", _threads(processors),
+    cmd = ["unsquashfs", *(["-f"] if merge else []), "-no-progress", "-quiet", "-n", "-p", _threads(processors),
            "-d", os.fspath(dest), os.fspath(image), *paths]
     proc.run(cmd, what="unsquashfs", log=log)
 
@@ -139,13 +142,19 @@ _LS = re.compile(r"^(?P<mode>\S{10})\s+(?P<owner>\S+)\s+(?P<size>\d+|\d+,\s*\d+)
 
 def entries(image: Path) -> List[Dict[str, str]]:
     """Every entry of an image: path (relative, without the squashfs-root prefix), mode string,
-    size and, for symlinks, the target. Used to audit layers before they are trusted."""
+    size and, for symlinks, the target. Used to audit layers before they are trusted.
+
+    A line that does not parse (a name holding a line break continues on the next line) is
+    returned as ``{"unparsed": line}``, for the audit to refuse: skipping it would let a
+    name hide the rest of its entry."""
     proc.which("unsquashfs", HINT)
     out = proc.run(["unsquashfs", "-lls", "-n", "-d", "", os.fspath(image)], what="unsquashfs -lls").stdout
-    result = []
+    result: List[Dict[str, str]] = []
     for line in out.splitlines():
         m = _LS.match(line)
         if not m:
+            if line.strip():
+                result.append({"path": "", "mode": "", "size": "", "target": "", "unparsed": line})
             continue
         path = m.group("path")
         target = ""

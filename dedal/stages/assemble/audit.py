@@ -1,15 +1,21 @@
-"""The layer audit: every layer is checked before a byte of an image is written.
+"""The layer audit: every layer is checked before it is unpacked anywhere, by the
+assembly (before a byte of an image is written) and by a build job (before its
+dependencies are materialized in the stage); one function, :func:`audit_layer`, for both.
 
 Its manifest names the package, the install root and the key; the squashfs matches the
-manifest's size and sha256; every entry is inside ``<prefix>/``; no device nodes;
-symlinks point into the install root (absolute ones, as Spack makes, or relative ones that
-do not climb out of it). Anything else is refused with a UserError. :func:`parallel` is the
+manifest's size and sha256; every entry is inside ``<prefix>/``, once; no device nodes;
+symlinks point into the install root (absolute ones, as Spack makes, or
+relative ones that do not climb out of it). Anything else is refused with a UserError
+naming the layer and the entry. :func:`unpack_layer` unpacks an audited layer so that
+nothing already in the destination can redirect it (see there). :func:`parallel` is the
 thread pool the audit and the extraction of the layers share."""
 from __future__ import annotations
 
 import json
 import os
 import posixpath
+import shutil
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,17 +48,33 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def mode_problem(path: str, mode: str) -> Optional[str]:
+    """What an entry's ``ls -l`` mode string (``-rwxr-xr-x``) says it may not be."""
+    if len(mode) != 10 or mode[0] not in "-dlcbps":
+        return f"{path!r} has an unreadable mode {mode!r}"
+    if mode[0] in "cb":
+        return f"{path!r} is a device node"
+    return None
+
+
 def entry_problem(entry: Mapping[str, str], prefix: str, install_root: str) -> Optional[str]:
-    """Why one entry of a layer may not go into an image (None: it may)."""
+    """Why one entry of a layer may not go into an image or a build stage (None: it may)."""
     path = entry["path"]
+    if "\n" in path or "\r" in path:
+        return f"the name {path!r} holds a line break"
     parts = path.split("/")
-    if ".." in parts or not (path == prefix or path.startswith(prefix + "/")):
+    if ".." in parts or "." in parts or "" in parts or not (path == prefix or path.startswith(prefix + "/")):
         return f"path {path!r} is outside its prefix {prefix}/"
     mode = entry.get("mode", "")
-    if mode[:1] in ("c", "b"):
-        return f"{path!r} is a device node"
+    problem = mode_problem(path, mode)
+    if problem:
+        return problem
+    if path == prefix and mode[:1] != "d":
+        return f"the prefix {prefix!r} is not a directory"
     if mode[:1] == "l":
         target = entry.get("target", "")
+        if not target:
+            return f"symlink {path!r} has no target"
         root = posixpath.normpath(install_root)
         if target.startswith("/"):
             if not inside(posixpath.normpath(target), root):
@@ -63,7 +85,39 @@ def entry_problem(entry: Mapping[str, str], prefix: str, install_root: str) -> O
                 return f"symlink {path} -> {target} escapes the install root {install_root}"
     return None
 
-AUDIT_RULES = 1  # bump when entry_problem changes: remembered audits are then redone
+AUDIT_RULES = 2  # bump when entry_problem changes: remembered audits are then redone
+
+
+def listing_problem(entries: Sequence[Mapping[str, str]], prefix: str, install_root: str) -> Optional[str]:
+    """The first entry of a layer's listing that may not be unpacked, or a path listed twice
+    (a symlink and a directory of one name: unsquashfs would write through the symlink)."""
+    if not entries:
+        return "the squashfs holds nothing"
+    seen = set()
+    for e in entries:
+        if e.get("unparsed"):
+            return f"an entry's name holds a line break (listing line {e['unparsed'][:80]!r})"
+        problem = entry_problem(e, prefix, install_root)
+        if problem:
+            return problem
+        if e["path"] in seen:
+            return f"path {e['path']!r} is listed twice"
+        seen.add(e["path"])
+    return None
+
+
+def tree_entries(top: Path) -> List[Dict[str, str]]:
+    """The entries of an unpacked layer as the filesystem has them (lstat, readlink), in the
+    form :func:`squashfs.entries` gives: what was written, whatever a listing showed."""
+    result: List[Dict[str, str]] = []
+    for dirpath, dirs, files in os.walk(top):
+        for name in dirs + files:
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            rel = os.path.relpath(full, top)
+            result.append({"path": rel, "mode": stat.filemode(st.st_mode), "size": str(st.st_size),
+                           "target": os.readlink(full) if stat.S_ISLNK(st.st_mode) else ""})
+    return result
 
 
 def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[str], None],
@@ -80,64 +134,91 @@ def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[st
         names = ", ".join(f"{plan.nodes[h].label} ({plan.nodes[h].key})" for h in missing)
         raise UserError(f"{len(missing)} layer(s) missing from the layer store {store.root}: {names}; "
                         f"run `dedal build` for {plan.env_name} first")
-    def audit_one(h: str) -> LayerInfo:
-        node = plan.nodes[h]
-        key = node.key
-        man = store.manifest(key)
-        sqfs = store.sqfs(key)
-        where = f"layer {key} ({node.label})"
-        if man.key != key or man.hash != h:
-            raise UserError(f"{where}: its manifest names {man.key} / {man.hash}, not this package")
-        if man.prefix != node.prefix_name:
-            raise UserError(f"{where}: its manifest names prefix {man.prefix!r}, expected {node.prefix_name!r}")
-        if posixpath.normpath(man.install_root) != posixpath.normpath(plan.install_root):
-            raise UserError(f"{where}: built for install root {man.install_root}, the image uses {plan.install_root}")
-        size = sqfs.stat().st_size
-        if man.size and size != man.size:
-            raise UserError(f"{where}: corrupt: {sqfs} has {size} bytes, its manifest says {man.size}; "
-                            "remove the layer and run `dedal build` again")
-        digest = sha256_file(sqfs)
-        if digest != man.sha256:
-            raise UserError(f"{where}: corrupt: sha256 of {sqfs} is {digest[:16]}..., its manifest says "
-                            f"{man.sha256[:16]}...; remove the layer and run `dedal build` again")
-        passed = {"rules": AUDIT_RULES, "sha256": digest, "prefix": node.prefix_name,
-                  "install_root": posixpath.normpath(plan.install_root)}
-        memo_file = memo / f"{digest}.json" if memo is not None else None
-        if memo_file is not None:
-            try:
-                known = json.loads(memo_file.read_text())
-                if {k: known.get(k) for k in passed} == passed and isinstance(known.get("files"), int):
-                    return LayerInfo(hash=h, key=key, name=node.name, version=node.version,
-                                     prefix=node.prefix_name, sha256=digest, size=size, files=known["files"],
-                                     built_at=man.built_at)
-            except (OSError, ValueError):
-                pass
-        try:
-            entries = squashfs.entries(sqfs)
-        except DedalError as exc:
-            raise UserError(f"{where}: unreadable squashfs ({exc.one_line()})") from None
-        if not entries:
-            raise UserError(f"{where}: the squashfs holds nothing")
-        for e in entries:
-            problem = entry_problem(e, node.prefix_name, plan.install_root)
-            if problem:
-                raise UserError(f"{where}: refused: {problem}")
-        if memo_file is not None:
-            try:
-                memo_file.parent.mkdir(parents=True, exist_ok=True)
-                tmp = memo_file.with_name(f".{memo_file.name}.{os.getpid()}.{threading.get_ident()}")
-                tmp.write_text(json.dumps({**passed, "files": len(entries)}) + "\n")
-                os.replace(tmp, memo_file)
-            except OSError:
-                pass  # not remembered: listed again next time
-        return LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
-                         sha256=digest, size=size, files=len(entries), built_at=man.built_at)
-
     # hashing and listing run in parallel (threads: hashlib and the unsquashfs processes do
     # the work); the first problem in layer order is the one reported
-    infos = parallel(audit_one, built)
+    infos = parallel(lambda h: audit_layer(plan.nodes[h], store, plan.install_root, memo), built)
     say(f"audited {len(infos)} layer(s): sha256, paths and symlinks ok")
     return infos
+
+
+def audit_layer(node: Any, store: Any, install_root: str, memo: Optional[Path] = None) -> LayerInfo:
+    """Check one layer (of plan node ``node``) against its manifest and the entry rules;
+    UserError for the first problem. See :func:`audit_layers` for ``memo``."""
+    h = node.hash
+    key = node.key
+    man = store.manifest(key)
+    sqfs = store.sqfs(key)
+    where = f"layer {key} ({node.label})"
+    if man.key != key or man.hash != h:
+        raise UserError(f"{where}: its manifest names {man.key} / {man.hash}, not this package")
+    if man.prefix != node.prefix_name:
+        raise UserError(f"{where}: its manifest names prefix {man.prefix!r}, expected {node.prefix_name!r}")
+    if posixpath.normpath(man.install_root) != posixpath.normpath(install_root):
+        raise UserError(f"{where}: built for install root {man.install_root}, the image uses {install_root}")
+    size = sqfs.stat().st_size
+    if man.size and size != man.size:
+        raise UserError(f"{where}: corrupt: {sqfs} has {size} bytes, its manifest says {man.size}; "
+                        "remove the layer and run `dedal build` again")
+    digest = sha256_file(sqfs)
+    if digest != man.sha256:
+        raise UserError(f"{where}: corrupt: sha256 of {sqfs} is {digest[:16]}..., its manifest says "
+                        f"{man.sha256[:16]}...; remove the layer and run `dedal build` again")
+    passed = {"rules": AUDIT_RULES, "sha256": digest, "prefix": node.prefix_name,
+              "install_root": posixpath.normpath(install_root)}
+    memo_file = memo / f"{digest}.json" if memo is not None else None
+    if memo_file is not None:
+        try:
+            known = json.loads(memo_file.read_text())
+            if {k: known.get(k) for k in passed} == passed and isinstance(known.get("files"), int):
+                return LayerInfo(hash=h, key=key, name=node.name, version=node.version,
+                                 prefix=node.prefix_name, sha256=digest, size=size, files=known["files"],
+                                 built_at=man.built_at)
+        except (OSError, ValueError):
+            pass
+    try:
+        entries = squashfs.entries(sqfs)
+    except DedalError as exc:
+        raise UserError(f"{where}: unreadable squashfs ({exc.one_line()})") from None
+    problem = listing_problem(entries, node.prefix_name, install_root)
+    if problem:
+        raise UserError(f"{where}: refused: {problem}")
+    if memo_file is not None:
+        try:
+            memo_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = memo_file.with_name(f".{memo_file.name}.{os.getpid()}.{threading.get_ident()}")
+            tmp.write_text(json.dumps({**passed, "files": len(entries)}) + "\n")
+            os.replace(tmp, memo_file)
+        except OSError:
+            pass  # not remembered: listed again next time
+    return LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
+                     sha256=digest, size=size, files=len(entries), built_at=man.built_at)
+
+
+def unpack_layer(sqfs: Path, prefix: str, root: Path, scratch: Path, install_root: str, where: str,
+                 log: Optional[Path] = None, processors: Optional[int] = None) -> None:
+    """Unpack one audited layer (its single top directory ``prefix``) into ``root``, so that
+    nothing already under ``root`` can redirect it.
+
+    ``unsquashfs -f`` into a shared directory follows a symlink an earlier layer left there
+    (a ``<prefix> -> /tmp/elsewhere`` put the next package's files outside the stage, as
+    root). Here unsquashfs writes into a fresh directory of its own under ``scratch`` (same
+    filesystem as ``root``), so it meets no path it did not create; the unpacked tree is
+    audited again as the filesystem has it (lstat and readlink: whatever the listing showed);
+    then the prefix directory is renamed into ``root``, where nothing of that name may exist
+    yet. No entry of an earlier layer can lie on a later layer's path."""
+    fresh = Path(scratch) / f".unpack-{prefix}-{os.getpid()}-{threading.get_ident()}"
+    try:
+        squashfs.extract(sqfs, fresh, merge=False, processors=processors, log=log)
+        problem = listing_problem(tree_entries(fresh), prefix, install_root)
+        if problem:
+            raise UserError(f"{where}: refused after unpacking: {problem}")
+        dest = Path(root) / prefix
+        if os.path.lexists(dest):
+            raise UserError(f"{where}: refused: {dest} exists already (two layers of one prefix?)")
+        os.rename(fresh / prefix, dest)
+    finally:
+        if os.path.lexists(fresh):
+            shutil.rmtree(fresh)
 
 
 def _workers() -> int:

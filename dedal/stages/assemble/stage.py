@@ -231,7 +231,7 @@ def assemble(
             with Stage(Path(settings.stage_dir), "assemble") as stage:
                 def fill(dest: Path) -> None:
                     t1 = time.monotonic()
-                    extract_layers(store, infos, dest, log)
+                    extract_layers(store, infos, dest, log, plan.install_root)
                     os.chmod(dest, 0o755)
                     timings["layers"] = time.monotonic() - t1
 

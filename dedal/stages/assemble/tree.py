@@ -11,19 +11,24 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from dedal.adapters import overlay, squashfs
-from dedal.stages.assemble.audit import LayerInfo, parallel
+from dedal.stages.assemble.audit import LayerInfo, parallel, unpack_layer
 
 BIG_LAYER = 64 << 20  # bytes of squashfs: extracted alone, with every core
 
 
-def extract_layers(store: Any, infos: Sequence[LayerInfo], dest: Path, log: Path) -> None:
-    """Unpack the layers into ``dest`` (the install root in the tree): big layers one after
-    the other with every core, the many small ones side by side, one core each."""
+def extract_layers(store: Any, infos: Sequence[LayerInfo], dest: Path, log: Path, install_root: str) -> None:
+    """Unpack the audited layers into ``dest`` (the install root in the tree), each through
+    :func:`unpack_layer` (a fresh directory, audited as written, renamed into place): big
+    layers one after the other with every core, the many small ones side by side, one core each."""
+    def one(info: LayerInfo, processors: Optional[int]) -> None:
+        unpack_layer(store.sqfs(info.key), info.prefix, dest, dest, install_root,
+                     f"layer {info.key} ({info.name}@{info.version})", log=log, processors=processors)
+
     big = [i for i in infos if i.size >= BIG_LAYER]
     small = [i for i in infos if i.size < BIG_LAYER]
     for info in big:
-        squashfs.extract(store.sqfs(info.key), dest, log=log)
-    parallel(lambda i: squashfs.extract(store.sqfs(i.key), dest, processors=1, log=log), small)
+        one(info, None)
+    parallel(lambda i: one(i, 1), small)
 
 
 def write_file(path: Path, text: Union[str, bytes], mode: int = 0o644) -> None:

@@ -35,6 +35,7 @@ from dedal.errors import BuildError, Signals, ToolError, UserError
 from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
+from dedal.stages.assemble.audit import audit_layer, parallel, unpack_layer
 from dedal.stages.base import sandbox_runner
 from dedal.stages.build.records import split_records
 from dedal.stages.stage_dir import Stage
@@ -162,8 +163,15 @@ def run_job(
             root = stage / "root"
             root.mkdir()
             t0 = time.monotonic()
-            for r in needed:
-                squashfs.extract(store.sqfs(plan.nodes[r].key), root, log=job_log)  # type: ignore[arg-type]
+            # each dependency layer checked as the assembly checks it (sha256 against its
+            # manifest, every entry), then unpacked so that no earlier layer can redirect it
+            infos = parallel(lambda r: audit_layer(plan.nodes[r], store, plan.install_root), needed)
+            for info in infos:
+                unpack_layer(store.sqfs(info.key), info.prefix, root, stage, plan.install_root,
+                             f"layer {info.key} ({info.name}@{info.version})", log=job_log)
+            for h in todo:
+                if os.path.lexists(root / plan.nodes[h].prefix_name):
+                    raise UserError(f"job {job_id}: {plan.nodes[h].prefix_name} exists in the stage before its build")
             result.materialize_s = time.monotonic() - t0
             envdir = stage / "env"
             write_env_dir(envdir, stage_manifest(manifest, install_root=plan.install_root, stage=stage,

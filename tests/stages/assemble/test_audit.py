@@ -1,0 +1,101 @@
+"""The layer audit on real squashfs layers (issue 22, item 1): a swapped squashfs, device
+nodes and names that break the listing are refused, in one line naming the entry; the
+unpacking of an audited layer cannot be redirected by what lies in the destination."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pytest
+
+from dedal.errors import UserError
+from dedal.model.layers import LayerManifest, LayerStore
+from dedal.model.plan import PlanNode
+from dedal.stages.assemble.audit import audit_layer, tree_entries, unpack_layer
+
+pytestmark = pytest.mark.reliability
+
+IR = "/opt/esd/software"
+NODE = PlanNode(hash="h" * 32, name="pkg", version="1.0", namespace="builtin", external=False, build_only=False,
+                runtime=True, status="cached", key="pkg-1.0-hhhhhhh-0123456789abcdef")
+PREFIX = NODE.prefix_name
+
+
+def make_layer(tmp: Path, shape: Callable[[Path], None], pseudo: Sequence[str] = ()) -> LayerStore:
+    """A store holding NODE's layer: a prefix with bin/tool, shaped further by ``shape``."""
+    src = tmp / "src" / PREFIX
+    (src / "bin").mkdir(parents=True)
+    (src / "bin" / "tool").write_text("#!/bin/sh\n")
+    shape(src)
+    store = LayerStore(tmp / "layers")
+    store.ensure_writable()
+    packed = store.temp_path(NODE.key)
+    cmd = ["mksquashfs", str(src), str(packed), "-keep-as-directory", "-noappend", "-all-root", "-quiet", "-no-progress"]
+    for p in pseudo:
+        cmd += ["-p", p]
+    subprocess.run(cmd, check=True, capture_output=True)
+    man = LayerManifest(key=NODE.key, name=NODE.name, version=NODE.version, hash=NODE.hash, namespace="builtin",
+                        prefix=PREFIX, install_root=IR, base_id="b")
+    store.add(man, packed)
+    return store
+
+
+def refused(store: LayerStore) -> str:
+    with pytest.raises(UserError) as err:
+        audit_layer(NODE, store, IR)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(f"layer {NODE.key} (pkg@1.0/hhhhhhh): refused: "), text
+    return text
+
+
+def test_device_node_is_refused(tmp_path: Path) -> None:
+    store = make_layer(tmp_path, lambda src: None, pseudo=[f"{PREFIX}/null c 666 root root 1 3"])
+    assert "is a device node" in refused(store)
+
+
+def test_a_name_with_a_line_break_cannot_hide_an_entry(tmp_path: Path) -> None:
+    """``unsquashfs -lls`` prints one line per entry: a name holding a line break would leave
+    its second half unparsed (and its symlink target hidden); the audit refuses it."""
+    store = make_layer(tmp_path, lambda src: os.symlink("/etc", src / "bin" / "n -> ok\nrest"))
+    assert "line break" in refused(store)
+
+
+def test_a_swapped_squashfs_is_corrupt(tmp_path: Path) -> None:
+    store = make_layer(tmp_path, lambda src: None)
+    sqfs = store.sqfs(NODE.key)
+    data = bytearray(sqfs.read_bytes())
+    data[-1] ^= 0xFF
+    sqfs.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="corrupt: sha256"):
+        audit_layer(NODE, store, IR)
+
+
+# ----------------------------------------------------------------------------- unpacking
+
+
+def test_unpack_cannot_be_redirected_by_a_symlink_in_place(tmp_path: Path) -> None:
+    """An earlier layer (or anything) left ``<prefix> -> elsewhere`` in the destination:
+    ``unsquashfs -f`` wrote through it; the unpacking refuses and writes nothing there."""
+    store = make_layer(tmp_path, lambda src: None)
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    os.symlink(elsewhere, root / PREFIX)
+    with pytest.raises(UserError, match="exists already"):
+        unpack_layer(store.sqfs(NODE.key), PREFIX, root, tmp_path, IR, "layer x")
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".unpack")) == []
+
+
+def test_unpack_writes_the_prefix_and_leaves_the_rest(tmp_path: Path) -> None:
+    store = make_layer(tmp_path, lambda src: os.symlink("tool", src / "bin" / "alias"))
+    root = tmp_path / "root"
+    (root / "other-1-x").mkdir(parents=True)
+    os.chmod(root, 0o755)
+    unpack_layer(store.sqfs(NODE.key), PREFIX, root, root, IR, "layer x")
+    assert sorted(os.listdir(root)) == sorted(["other-1-x", PREFIX])
+    assert oct(root.stat().st_mode & 0o777) == "0o755", "the destination's mode is not the image root's 0777"
+    assert os.readlink(root / PREFIX / "bin" / "alias") == "tool"
+    assert {e["path"] for e in tree_entries(root / PREFIX)} == {"bin", "bin/tool", "bin/alias"}

@@ -1,0 +1,84 @@
+"""A build job checks every dependency layer before unpacking it and unpacks it so that no
+earlier layer can redirect it (issue 22, item 1): a squashfs swapped behind its manifest
+and a layer holding a symlink where the next package's prefix goes are both refused
+before anything is built, and nothing lands outside the stage."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dedal.model.layers import LayerStore, sha256_file
+from tests.build.conftest import make_env
+
+pytestmark = pytest.mark.reliability
+
+
+@pytest.fixture
+def built(tmp_path: Path, run_dedal):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mount namespaces for the fixed install root)")
+    tiny = make_env(tmp_path)
+    res = run_dedal("build", str(tiny.env_file), "--json", env=tiny.env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return tiny
+
+
+def _layers(tiny) -> dict:
+    store = LayerStore(tiny.store)
+    return {m.name: m for m in store.manifests()}
+
+
+def _rebuild_app(run_dedal, tiny):
+    """Remove the root package's layer and build again: its job unpacks the others."""
+    LayerStore(tiny.store).remove(_layers(tiny)["dedal-app"].key)
+    return run_dedal("build", str(tiny.env_file), "--json", env=tiny.env, timeout=300)
+
+
+def _resign(store: LayerStore, key: str) -> None:
+    """What someone with write access to the store can do: make the manifest match."""
+    path = store.manifest_path(key)
+    data = json.loads(path.read_text())
+    data["sha256"], data["size"] = sha256_file(store.sqfs(key)), store.sqfs(key).stat().st_size
+    path.write_text(json.dumps(data))
+
+
+def _failure(res) -> str:
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.returncode != 0, res.stdout
+    return res.stderr + res.stdout
+
+
+def test_a_squashfs_swapped_behind_its_manifest_is_not_unpacked(built, run_dedal) -> None:
+    layers = _layers(built)
+    store = LayerStore(built.store)
+    shutil.copyfile(store.sqfs(layers["dedal-tool"].key), store.sqfs(layers["libdedal"].key))
+    res = _rebuild_app(run_dedal, built)
+    text = _failure(res)
+    assert "corrupt: sha256" in text and layers["libdedal"].key in text
+    assert "dedal-app" not in _layers(built), "nothing built on a corrupt dependency"
+
+
+def test_a_symlink_at_the_next_prefix_cannot_send_files_outside_the_stage(built, run_dedal, tmp_path) -> None:
+    layers = _layers(built)
+    store = LayerStore(built.store)
+    dep, app = layers["libdedal"], layers["dedal-app"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    src = tmp_path / "evil"
+    subprocess.run(["unsquashfs", "-q", "-n", "-d", str(src), str(store.sqfs(dep.key))], check=True, capture_output=True)
+    os.symlink(elsewhere, src / app.prefix)  # the prefix dedal-app will be installed into
+    os.unlink(store.sqfs(dep.key))
+    subprocess.run(["mksquashfs", str(src / dep.prefix), str(src / app.prefix), str(store.sqfs(dep.key)),
+                    "-noappend", "-all-root", "-quiet", "-no-progress"], check=True, capture_output=True)
+    _resign(store, dep.key)
+    res = _rebuild_app(run_dedal, built)
+    text = _failure(res)
+    assert f"refused: path '{app.prefix}' is outside its prefix {dep.prefix}/" in text
+    assert list(elsewhere.iterdir()) == [], "nothing written through the symlink"
+    assert "dedal-app" not in _layers(built)
+    assert sorted(os.listdir(built.stage)) == [], "the stage is removed"
