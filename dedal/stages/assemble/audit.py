@@ -3,8 +3,9 @@ assembly (before a byte of an image is written) and by a build job (before its
 dependencies are materialized in the stage); one function, :func:`audit_layer`, for both.
 
 Its manifest names the package, the install root and the key; the squashfs matches the
-manifest's size and sha256; every entry is inside ``<prefix>/``, once; no device nodes;
-symlinks point into the install root (absolute ones, as Spack makes, or
+manifest's size and sha256; every entry is inside ``<prefix>/``, once; no device nodes,
+FIFOs or sockets, no setuid or setgid file, no world-writable directory without the
+sticky bit; symlinks point into the install root (absolute ones, as Spack makes, or
 relative ones that do not climb out of it). Anything else is refused with a UserError
 naming the layer and the entry. :func:`unpack_layer` unpacks an audited layer so that
 nothing already in the destination can redirect it (see there). :func:`parallel` is the
@@ -48,12 +49,22 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+_KINDS = {"c": "a device node", "b": "a device node", "p": "a FIFO", "s": "a socket"}
+
+
 def mode_problem(path: str, mode: str) -> Optional[str]:
-    """What an entry's ``ls -l`` mode string (``-rwxr-xr-x``) says it may not be."""
+    """What an entry's ``ls -l`` mode string (``-rwsr-xr-x``) says it may not be."""
     if len(mode) != 10 or mode[0] not in "-dlcbps":
         return f"{path!r} has an unreadable mode {mode!r}"
-    if mode[0] in "cb":
-        return f"{path!r} is a device node"
+    if mode[0] in _KINDS:
+        return f"{path!r} is {_KINDS[mode[0]]}"
+    if mode[0] != "d":
+        if mode[3] in "sS":
+            return f"{path!r} is setuid ({mode})"
+        if mode[6] in "sS":
+            return f"{path!r} is setgid ({mode})"
+    elif mode[8] == "w" and mode[9] not in "tT":
+        return f"directory {path!r} is world-writable without the sticky bit ({mode})"
     return None
 
 

@@ -1,9 +1,11 @@
-"""The layer audit on real squashfs layers (issue 22, item 1): a swapped squashfs, device
+"""The layer audit's rules on real squashfs layers (issue 22, items 1 and 3): setuid and
+setgid files, world-writable directories without the sticky bit, FIFOs, sockets, device
 nodes and names that break the listing are refused, in one line naming the entry; the
 unpacking of an audited layer cannot be redirected by what lies in the destination."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Callable, Sequence
@@ -50,9 +52,49 @@ def refused(store: LayerStore) -> str:
     return text
 
 
+def _chmod(rel: str, mode: int, make_dir: bool = False) -> Callable[[Path], None]:
+    def shape(src: Path) -> None:
+        p = src / rel
+        if make_dir:
+            p.mkdir()
+        else:
+            p.write_text("x")
+        os.chmod(p, mode)
+    return shape
+
+
+@pytest.mark.parametrize("shape,expect", [
+    (_chmod("bin/su", 0o4755), "is setuid"),
+    (_chmod("bin/sg", 0o2755), "is setgid"),
+    (_chmod("shared", 0o777, make_dir=True), "world-writable without the sticky bit"),
+    (lambda src: os.mkfifo(src / "fifo"), "is a FIFO"),
+])
+def test_refused_entries(tmp_path: Path, shape: Callable[[Path], None], expect: str) -> None:
+    assert expect in refused(make_layer(tmp_path, shape))
+
+
+def test_socket_is_refused(tmp_path: Path) -> None:
+    def shape(src: Path) -> None:
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(src / "sock"))
+        s.close()
+    assert "is a socket" in refused(make_layer(tmp_path, shape))
+
+
 def test_device_node_is_refused(tmp_path: Path) -> None:
     store = make_layer(tmp_path, lambda src: None, pseudo=[f"{PREFIX}/null c 666 root root 1 3"])
     assert "is a device node" in refused(store)
+
+
+def test_sticky_world_writable_dir_and_setgid_dir_pass(tmp_path: Path) -> None:
+    def shape(src: Path) -> None:
+        (src / "tmp").mkdir()
+        os.chmod(src / "tmp", 0o1777)
+        (src / "share").mkdir()
+        os.chmod(src / "share", 0o2755)  # group inheritance, as a setgid build directory gives
+    store = make_layer(tmp_path, shape)
+    info = audit_layer(NODE, store, IR)
+    assert info.files >= 5 and info.sha256 == store.manifest(NODE.key).sha256
 
 
 def test_a_name_with_a_line_break_cannot_hide_an_entry(tmp_path: Path) -> None:
@@ -99,3 +141,13 @@ def test_unpack_writes_the_prefix_and_leaves_the_rest(tmp_path: Path) -> None:
     assert oct(root.stat().st_mode & 0o777) == "0o755", "the destination's mode is not the image root's 0777"
     assert os.readlink(root / PREFIX / "bin" / "alias") == "tool"
     assert {e["path"] for e in tree_entries(root / PREFIX)} == {"bin", "bin/tool", "bin/alias"}
+
+
+def test_unpack_audits_what_was_written(tmp_path: Path) -> None:
+    """The tree is audited as the filesystem has it, whatever a listing showed."""
+    store = make_layer(tmp_path, _chmod("bin/su", 0o4755))
+    root = tmp_path / "root"
+    root.mkdir()
+    with pytest.raises(UserError, match="refused after unpacking: .*setuid"):
+        unpack_layer(store.sqfs(NODE.key), PREFIX, root, tmp_path, IR, "layer x")
+    assert list(root.iterdir()) == []
