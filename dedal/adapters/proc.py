@@ -56,8 +56,12 @@ def run(
     input: Optional[str] = None,
     stdout: Optional[IO] = None,
     shown: Optional[Cmd] = None,
+    watch: Optional[Callable[[int], None]] = None,
 ) -> Result:
     """Run a command to completion.
+
+    ``watch`` is called with the child's pid about four times a second while it runs
+    (progress displays read /proc/PID from it).
 
     ``shown`` is the command as errors name it, when ``cmd`` wraps it (a sandbox
     launcher's long command line stays in the log, the error names what ran inside).
@@ -79,16 +83,12 @@ def run(
             with open(log, "a", encoding="utf-8", errors="replace") as fh:
                 fh.write(f"$ {shlex.join(argv)}\n")
                 fh.flush()
-                proc = subprocess.run(
-                    argv, stdout=stdout or fh, stderr=fh, env=env, cwd=cwd,
-                    timeout=timeout, input=input, text=stdout is None,
-                )
+                proc = _run(argv, watch, stdout=stdout or fh, stderr=fh, env=env, cwd=cwd,
+                            timeout=timeout, input=input, text=stdout is None)
             out, err = "", ""
         else:
-            proc = subprocess.run(
-                argv, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                cwd=cwd, timeout=timeout, input=input, text=stdout is None,
-            )
+            proc = _run(argv, watch, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                        cwd=cwd, timeout=timeout, input=input, text=stdout is None)
             out = proc.stdout if stdout is None else ""
             err = proc.stderr if stdout is None else proc.stderr.decode("utf-8", "replace")
     except FileNotFoundError:
@@ -105,6 +105,34 @@ def run(
                 text = fh.read().decode("utf-8", "replace")
         raise ToolError(label, named, proc.returncode, log, _tail(text if log else err or out), output=text)
     return Result(argv, proc.returncode, out or "", err or "", elapsed)
+
+
+WATCH_S = 0.25
+
+
+def _run(argv: list, watch: Optional[Callable[[int], None]], *, timeout: Optional[float], input: Optional[str],
+         **popen: object) -> subprocess.CompletedProcess:
+    """``subprocess.run``, calling ``watch(pid)`` every WATCH_S while the child runs."""
+    if watch is None:
+        return subprocess.run(argv, timeout=timeout, input=input, **popen)  # type: ignore[call-overload]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else None,
+                          **popen) as p:  # type: ignore[call-overload]
+        while True:
+            step = WATCH_S if deadline is None else max(0.0, min(WATCH_S, deadline - time.monotonic()))
+            try:
+                out, err = p.communicate(input, timeout=step)  # input is sent once, output never lost
+                break
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    p.kill()
+                    p.communicate()
+                    raise subprocess.TimeoutExpired(argv, timeout or 0.0) from None
+                watch(p.pid)
+            except BaseException:
+                p.kill()
+                raise
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

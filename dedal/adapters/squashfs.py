@@ -12,6 +12,7 @@ from typing import Dict, Iterable, List, Optional
 
 from dedal.adapters import proc
 from dedal.errors import ToolError
+from dedal.ui.progress import Transfers, meter
 
 HINT = "install squashfs-tools (apt-get install squashfs-tools)"
 
@@ -30,6 +31,43 @@ def version() -> str:
         out = proc.run(["mksquashfs", "-version"], what="mksquashfs -version", check=False).stdout
         _VERSION["mksquashfs"] = (out.strip().splitlines() or ["unknown"])[0]
     return _VERSION["mksquashfs"]
+
+
+def input_bytes(sources: Iterable[Path]) -> int:
+    """Bytes of the regular files under ``sources``: what mksquashfs will read."""
+    total = 0
+    for src in sources:
+        for top, _dirs, files in os.walk(src):
+            for name in files:
+                try:
+                    st = os.lstat(os.path.join(top, name))
+                except OSError:
+                    continue
+                if st.st_mode & 0o170000 == 0o100000:
+                    total += st.st_size
+    return total
+
+
+def _read_bytes(pid: int) -> int:
+    """Bytes process ``pid`` (all its threads) has read so far (``rchar`` of /proc/PID/io)."""
+    try:
+        with open(f"/proc/{pid}/io") as fh:
+            for line in fh:
+                if line.startswith("rchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _run_metered(cmd: List[str], sources: List[Path], *, what: str, log: Optional[Path], env: Dict[str, str]) -> None:
+    """Run mksquashfs; on a live display, a bar of the input bytes it has read."""
+    if not Transfers.showing():
+        proc.run(cmd, what=what, log=log, env=env)
+        return
+    total = input_bytes(sources)
+    with meter(what, total) as m:
+        proc.run(cmd, what=what, log=log, env=env, watch=lambda pid: m.update(min(total, _read_bytes(pid))))
 
 
 def pack(
@@ -53,6 +91,7 @@ def pack(
     at a SIF partition's place, so that the SIF need not copy it.
     """
     proc.which("mksquashfs", HINT)
+    sources = [Path(s) for s in sources]
     cmd: List[str] = ["mksquashfs", *[os.fspath(s) for s in sources], os.fspath(out),
                       "-noappend", "-all-root", "-comp", "zstd", "-Xcompression-level", str(level),
                       "-mkfs-time", "0", "-all-time", "0", "-processors", _threads(processors),
@@ -67,7 +106,7 @@ def pack(
     # mksquashfs refuses SOURCE_DATE_EPOCH together with -mkfs-time/-all-time ("can't be used
     # at the same time"); the fixed times above already make the image reproducible
     env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
-    proc.run(cmd, what=what, log=log, env=env)
+    _run_metered(cmd, sources, what=what, log=log, env=env)
 
 
 def append(
@@ -88,6 +127,7 @@ def append(
     times and owners are fixed as in :func:`pack`."""
     proc.which("mksquashfs", HINT)
     out = Path(out)
+    sources = [Path(s) for s in sources]
     with open(image, "rb") as src, open(out, "wb") as dst:
         if offset:
             dst.truncate(int(offset))
@@ -104,7 +144,7 @@ def append(
     if offset:
         cmd += ["-offset", str(int(offset))]
     env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
-    proc.run(cmd, what=what, log=log, env=env)
+    _run_metered(cmd, sources, what=what, log=log, env=env)
 
 
 def diff(old: Path, new: Path) -> str:

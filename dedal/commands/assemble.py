@@ -5,6 +5,7 @@ import argparse
 
 from dedal.model.config import from_args
 from dedal.ui.console import err, human_seconds, human_size, out, print_json
+from dedal.ui.progress import Transfers
 from dedal.errors import UserError
 from dedal.stages.workspace import resolve
 
@@ -43,8 +44,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--only: no package named")
     target = resolve(args.target, settings)
     progress = None if args.json else (lambda line: err.print(line, markup=False, highlight=False))
-    result = assemble(target, settings, output=args.output, only=only, keep_build_deps=args.keep_build_deps,
-                      progress=progress, force=args.force)
+    with Transfers(quiet=args.json):
+        result = assemble(target, settings, output=args.output, only=only, keep_build_deps=args.keep_build_deps,
+                          progress=progress, force=args.force)
     if args.json:
         print_json(result.to_json())
         return 0

@@ -8,6 +8,7 @@ from rich.table import Table
 from dedal.commands._registry import add_insecure_option, insecure_override
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, human_size, out, print_json
+from dedal.ui.progress import Transfers
 from dedal.stages.pipeline import STAGES, PipelineSummary, StageFailed, run_pipeline, stage_range
 from dedal.stages.workspace import resolve
 
@@ -46,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
             from dedal.errors import UserError
             raise UserError(f"--verify-env {pair!r}: expected KEY=VALUE")
         verify_env[key] = value
-    summary = run_pipeline(target, stages=stage_range(args.start, args.until), executor=settings.executor,
-                           jobs=max(1, settings.jobs), keep_going=settings.keep_going, quiet=args.json,
-                           verify_env=verify_env, reverify=args.reverify)
+    with Transfers(quiet=args.json):
+        summary = run_pipeline(target, stages=stage_range(args.start, args.until), executor=settings.executor,
+                               jobs=max(1, settings.jobs), keep_going=settings.keep_going, quiet=args.json,
+                               verify_env=verify_env, reverify=args.reverify)
     if args.json:
         print_json(summary.to_json())
     else:

@@ -7,6 +7,7 @@ from typing import Dict, List
 
 from dedal.commands._registry import add_registry_options, progress_printer, registry_options
 from dedal.ui.console import out, print_json
+from dedal.ui.progress import Transfers
 from dedal.errors import UserError
 
 
@@ -57,11 +58,12 @@ def run(args: argparse.Namespace) -> int:
         # `--attach a b oras://...` takes the reference into --attach: give it back
         if not f.startswith("oras://"):
             attachments.append(f)
-    result = pub.publish(
-        args.image, refs, description=args.description, source=args.source, environment=args.environment,
-        lock_hash=args.lock_hash, spack_commit=args.spack_commit, annotations=annotations,
-        attachments=attachments, progress=progress_printer(), **opts,
-    )
+    with Transfers(quiet=args.json):
+        result = pub.publish(
+            args.image, refs, description=args.description, source=args.source, environment=args.environment,
+            lock_hash=args.lock_hash, spack_commit=args.spack_commit, annotations=annotations,
+            attachments=attachments, progress=progress_printer(), **opts,
+        )
     if args.json:
         print_json(result.to_json())
         return 0

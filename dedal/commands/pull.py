@@ -5,6 +5,7 @@ import argparse
 
 from dedal.commands._registry import add_registry_options, progress_printer, registry_options
 from dedal.ui.console import out, print_json
+from dedal.ui.progress import Transfers
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,8 +26,9 @@ def run(args: argparse.Namespace) -> int:
 
     opts = registry_options(args)
     opts.pop("settings")
-    result = pub.pull(args.ref, args.output, arch=args.arch, force=args.force,
-                      progress=progress_printer(), **opts)
+    with Transfers(quiet=args.json):
+        result = pub.pull(args.ref, args.output, arch=args.arch, force=args.force,
+                          progress=progress_printer(), **opts)
     if args.json:
         print_json(result.to_json())
         return 0

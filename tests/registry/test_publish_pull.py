@@ -281,3 +281,24 @@ def test_verdict_of_report_shapes():
     assert pub.verdict_of({"ok": True}) == "pass"
     assert pub.verdict_of({"checks": []}) == "unknown"
     assert pub.verdict_of([1, 2]) == "unknown"
+
+
+def test_uploads_and_downloads_count_their_bytes_on_a_live_display(registry, sifs, tmp_path, monkeypatch):
+    """On a terminal (here a rich console forced to be one) each blob's transfer is a byte
+    count: the SIF's upload and download reach its size."""
+    import io
+
+    from rich.console import Console
+
+    from dedal.ui import progress as pg
+
+    counts: dict = {}
+    monkeypatch.setattr(pg.Meter, "advance", lambda self, n: counts.__setitem__(id(self), counts.get(id(self), 0) + n))
+    monkeypatch.setattr(pg.Meter, "update", lambda self, done: counts.__setitem__(id(self), done))
+    size = sifs["good"].stat().st_size
+    with pg.Transfers(live=True, console=Console(file=io.StringIO(), force_terminal=True)):
+        pub.publish(sifs["good"], [registry.ref("esd/meter:v1")], insecure=True)
+        assert size in counts.values()
+        counts.clear()
+        pulled = pub.pull(registry.ref("esd/meter:v1"), tmp_path / "x.sif", insecure=True)
+    assert list(counts.values()) == [size] and sha256_file(tmp_path / "x.sif") == pulled.sif_digest

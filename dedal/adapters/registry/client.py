@@ -28,7 +28,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import IO, Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union
 
 import oras.container
 import oras.provider
@@ -39,6 +39,7 @@ from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_cred
 from dedal.adapters.registry.errors import TRANSIENT_ERRORS, NotFound, RegistryAuthError, redact_url, short_reason
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
 from dedal.ui.console import human_size
+from dedal.ui.progress import meter
 
 log = logging.getLogger("dedal.registry")
 
@@ -293,8 +294,8 @@ class RegistryClient(oras.provider.Registry):
             location = self.url(location)
         sep = "&" if "?" in location else "?"
         put_url = f"{location}{sep}digest={digest}"
-        with open(path, "rb") as fh:
-            r = self.do_request(put_url, "PUT", data=fh,  # type: ignore[arg-type]
+        with open(path, "rb") as fh, meter(f"upload {digest[7:19]}", size) as m:
+            r = self.do_request(put_url, "PUT", data=_Counted(fh, size, m.advance),  # type: ignore[arg-type]
                                 headers={"Content-Type": "application/octet-stream",
                                          "Content-Length": str(size)}, retry=False)
         if r.status_code != 201:
@@ -395,6 +396,23 @@ class RegistryClient(oras.provider.Registry):
                     raise RegistryError(f"blob {digest} is larger than {human_size(limit)}")
         if sha256_digest(data) != digest:
             raise RegistryError(f"blob {repository}@{digest}: the registry sent bytes with another sha256")
+        return data
+
+
+class _Counted:
+    """A file to upload that tells ``seen`` how many bytes were read from it (the live
+    display's byte count); its length is the blob's, so requests sends it as it is."""
+
+    def __init__(self, fh: BinaryIO, size: int, seen: Callable[[int], None]) -> None:
+        self._fh, self._size, self._seen = fh, size, seen
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._fh.read(n)
+        if data:
+            self._seen(len(data))
         return data
 
 

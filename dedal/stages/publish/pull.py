@@ -18,6 +18,7 @@ from dedal.adapters import registry as reg
 from dedal.adapters.registry import Credentials, Progress, RegistryClient, RegistryError, make_client
 from dedal.errors import UserError
 from dedal.model import sif as sifmod
+from dedal.ui.progress import meter
 from dedal.model.oci import (
     ANN_CREATED,
     ANN_TITLE,
@@ -149,9 +150,11 @@ def _download(client: RegistryClient, repository: str, digest: str, size: int, t
         h = hashlib.sha256()
         got = 0
         try:
-            with client.get_blob_stream(repository, digest) as response, open(tmp, "wb") as fh:
+            with client.get_blob_stream(repository, digest) as response, open(tmp, "wb") as fh, \
+                    meter(f"download {digest[7:19]}", size) as m:
                 for chunk in response.iter_content(reg.CHUNK):
                     got += len(chunk)
+                    m.update(got)
                     if got > size:
                         raise IntegrityError(f"{what}: the registry sent more than the {size} bytes the "
                                              "manifest states; refusing the download")

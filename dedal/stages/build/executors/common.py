@@ -39,6 +39,20 @@ def bottom_levels(plan: Plan) -> Dict[str, float]:
     return level
 
 
+def remaining_s(plan: Plan, unfinished: Set[str], running_for: Dict[str, float], slots: int) -> float:
+    """Seconds until the packages ``unfinished`` are built, from the plan's estimates: the
+    longer of the critical path through them and their work spread over ``slots``
+    parallel builds (``running_for``: seconds each running one has run so far). What the
+    live display shows as the ETA of a local build."""
+    dependents = plan.dependents()
+    left = {h: max(0.0, plan.nodes[h].estimate_s - running_for.get(h, 0.0)) for h in unfinished}
+    level: Dict[str, float] = {}
+    for h in reversed(plan.to_build):  # dependencies first: reversed, dependents are done before
+        if h in left:
+            level[h] = left[h] + max((level[d] for d in dependents.get(h, ()) if d in level), default=0.0)
+    return max(max(level.values(), default=0.0), sum(left.values()) / max(1, slots))
+
+
 def blocked_by_failure(plan: Plan, failed: Set[str]) -> Set[str]:
     """Every to-build package that needs (transitively) one of ``failed``."""
     dependents = plan.dependents()

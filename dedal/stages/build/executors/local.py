@@ -19,7 +19,7 @@ from typing import Dict, Set, Tuple
 from dedal.adapters import proc
 from dedal.model.config import Settings
 from dedal.stages.build.executors.common import (BuildSummary, blocked_by_failure, bottom_levels, node_build_command,
-                                    read_result)
+                                                 read_result, remaining_s)
 from dedal.model.layers import LayerStore
 from dedal.model.plan import Plan
 from dedal.ui.progress import BuildProgress
@@ -76,6 +76,9 @@ def build(plan: Plan, plan_path: Path, settings: Settings, *, jobs: int, keep_go
     failed: Set[str] = set()
     running: Dict[str, Tuple[subprocess.Popen, float]] = {}
     stop_new = False
+    progress.estimates.update({plan.nodes[h].label: plan.nodes[h].estimate_s for h in pending})
+    progress.eta = lambda: remaining_s(plan, pending | set(running),
+                                       {h: time.monotonic() - t0 for h, (_, t0) in running.items()}, jobs)
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         while pending or running:

@@ -54,7 +54,11 @@ class _Build(Adopting):
 
     def plan_jobs(self, todo: Sequence[str]) -> Schedule:
         nodes, cores = capacity(self.settings, self.client)
-        return schedule_plan(self.plan, self.settings, nodes=nodes, cores=cores, hashes=todo)
+        schedule = schedule_plan(self.plan, self.settings, nodes=nodes, cores=cores, hashes=todo)
+        # the live display: each package's estimate, and the ETA the schedule's simulation gives
+        self.progress.estimates.update({self.label(h): self.plan.nodes[h].estimate_s for h in todo})
+        self.progress.eta = lambda: schedule.makespan_s - (time.monotonic() - self.submitted)
+        return schedule
 
     def run(self) -> BuildSummary:
         plan = self.plan
