@@ -22,6 +22,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dedal.errors import UserError
 from dedal.model.inputs import load_json
+from dedal.model.owner import ALIVE, GONE, UNKNOWN, Owner
 
 LAYER_FORMAT = 2  # 2: Spack's build records beside the layer (<key>.records/), not in it
 TMP_GRACE_S = 6 * 3600
@@ -42,6 +43,21 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         for block in iter(lambda: fh.read(chunk), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def temp_owner(name: str) -> str:
+    """ALIVE, GONE or UNKNOWN: the state of the process a :meth:`LayerStore.temp_path`
+    name records (UNKNOWN for other names, and where this host cannot tell)."""
+    stem = name.rsplit(".", 1)[0]
+    parts = stem.rsplit("~", 6)
+    if len(parts) != 7:
+        return UNKNOWN
+    _key, host, boot, ns, pid, start, _ns = parts
+    try:
+        owner = Owner(host, boot, f"pid:[{ns}]" if ns else "", int(pid), None if start == "None" else int(start))
+    except ValueError:
+        return UNKNOWN
+    return owner.state()
 
 
 @dataclass
@@ -121,10 +137,30 @@ class LayerStore:
         except OSError as exc:
             raise UserError(f"layer store {self.root} is not writable ({exc.strerror or exc})") from None
 
-    def temp_path(self, key: str) -> Path:
-        """A unique name inside the store (same filesystem: the final rename is atomic)."""
+    def temp_path(self, key: str, suffix: str = ".sqfs") -> Path:
+        """A unique name inside the store (same filesystem: the final rename is atomic) that
+        names its owner (:func:`temp_owner`), so that the temporaries of a killed process
+        are known as such and removed by the next build (:meth:`reap_temporaries`)."""
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        return self.tmp_dir / f"{key}.{os.getpid()}.{time.monotonic_ns()}.sqfs"
+        me = Owner.me()
+        ns = "".join(c for c in me.pidns if c.isdigit())
+        return self.tmp_dir / f"{key[:100]}~{me.host}~{me.boot}~{ns}~{me.pid}~{me.start}~{time.monotonic_ns()}{suffix}"
+
+    def reap_temporaries(self) -> List[str]:
+        """Remove the temporaries of dedal processes that are gone (killed during mksquashfs,
+        say); those of live processes, of other hosts, and unnamed ones stay (``gc``
+        removes the last after a grace period). Returns the names removed."""
+        removed: List[str] = []
+        if not self.tmp_dir.is_dir():
+            return removed
+        for tmp in sorted(self.tmp_dir.iterdir()):
+            if temp_owner(tmp.name) == GONE:
+                try:
+                    tmp.unlink()
+                    removed.append(tmp.name)
+                except FileNotFoundError:
+                    pass  # another builder reaped it first
+        return removed
 
     # -- queries ---------------------------------------------------------------
     def has(self, key: str) -> bool:
@@ -182,7 +218,7 @@ class LayerStore:
                 shutil.move(str(records), str(final))
                 manifest.records = sorted(os.listdir(final))
             os.replace(packed, self.sqfs(key))
-            tmp = self.tmp_dir / f"{key}.{os.getpid()}.json"
+            tmp = self.temp_path(key, ".json")
             tmp.write_text(json.dumps(manifest.to_json(), indent=1, sort_keys=True) + "\n")
             os.replace(tmp, self.manifest_path(key))
         return manifest
@@ -227,7 +263,11 @@ class LayerStore:
                     check.orphaned.append(f"{sqfs.name}: squashfs without manifest")
             if self.tmp_dir.is_dir():
                 for tmp in sorted(self.tmp_dir.iterdir()):
-                    check.orphaned.append(f".tmp/{tmp.name}: leftover temporary file")
+                    state = temp_owner(tmp.name)
+                    if state == ALIVE:
+                        continue  # a build is writing it
+                    note = " of a dedal process that is gone (the next build removes it)" if state == GONE else ""
+                    check.orphaned.append(f".tmp/{tmp.name}: leftover temporary file{note}")
         return check
 
     def gc(self, referenced: Set[str], dry_run: bool = False) -> List[str]:
@@ -252,7 +292,8 @@ class LayerStore:
             if self.tmp_dir.is_dir():
                 cutoff = time.time() - TMP_GRACE_S  # younger ones may belong to a running build
                 for tmp in sorted(self.tmp_dir.iterdir()):
-                    if tmp.stat().st_mtime < cutoff:
+                    state = temp_owner(tmp.name)
+                    if state == GONE or (state == UNKNOWN and tmp.stat().st_mtime < cutoff):
                         removed.append(f".tmp/{tmp.name}")
                         if not dry_run:
                             tmp.unlink(missing_ok=True)

@@ -25,7 +25,9 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
     if not Path(settings.mirror).is_dir():
         raise UserError(f"source mirror {settings.mirror} does not exist; run `dedal fetch` first or set `mirror`")
     target.lock()
-    LayerStore(Path(settings.layer_store)).ensure_writable()
+    store = LayerStore(Path(settings.layer_store))
+    store.ensure_writable()
+    store.reap_temporaries()  # of builds killed on this host (kill -9 during mksquashfs)
     plan, plan_path = prepare(target)
     attempts = Attempts(Path(plan.env_dir or target.workdir))
     attempt = attempts.start(executor)

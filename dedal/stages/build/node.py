@@ -134,6 +134,7 @@ def run_job(
     if not Path(mirror).is_dir():
         raise UserError(f"source mirror {mirror} does not exist; run `dedal fetch` first or set `mirror`")
     store.ensure_writable()
+    store.reap_temporaries()  # a Slurm job reaps those of killed builds on its node
     log_dir.mkdir(parents=True, exist_ok=True)
     todo = [h for h in order if not store.has(plan.nodes[h].key or "")]
     for h in order:

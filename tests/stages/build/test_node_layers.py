@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,22 @@ def test_a_symlink_at_the_next_prefix_cannot_send_files_outside_the_stage(built,
     assert list(elsewhere.iterdir()) == [], "nothing written through the symlink"
     assert "dedal-app" not in _layers(built)
     assert sorted(os.listdir(built.stage)) == [], "the stage is removed"
+
+
+def test_the_next_build_removes_a_killed_builds_temporaries(built, run_dedal, tmp_path) -> None:
+    """kill -9 during mksquashfs leaves .tmp/<key>~<owner>...sqfs; `layers verify` calls it
+    a leftover of a process that is gone, and the next build removes it."""
+    store = LayerStore(built.store)
+    writer = ("import sys, time; from dedal.model.layers import LayerStore; "
+              "p = LayerStore(sys.argv[1]).temp_path('dedal-app-1.0-jqiwi5f-0'); p.write_bytes(b'half'); "
+              "print(p, flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(store.root)], stdout=subprocess.PIPE, text=True)
+    dead = Path(proc.stdout.readline().strip())  # type: ignore[union-attr]
+    proc.kill()
+    proc.wait(timeout=30)
+    check = run_dedal("layers", "verify", "--json", env=built.env)
+    assert check.returncode == 1 and any("gone" in o for o in json.loads(check.stdout)["orphaned"])
+    again = run_dedal("build", str(built.env_file), "--json", env=built.env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert not dead.exists()
+    assert run_dedal("layers", "verify", "--json", env=built.env).returncode == 0
