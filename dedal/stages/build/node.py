@@ -95,6 +95,11 @@ def count_entries(path: Path) -> int:
     return total
 
 
+def package_log(log_dir: Path, name: str, h: str) -> Path:
+    """The build log of package ``h`` (named ``name``): the node build writes it, the executors point at it."""
+    return log_dir / f"{name}-{h[:7]}.log"
+
+
 def _full_hint(stage: Path) -> str:
     try:
         usage = shutil.disk_usage(stage)
@@ -200,7 +205,7 @@ def run_job(
         failed = False
         for h in todo:
             node = plan.nodes[h]
-            pkg_log = log_dir / f"{node.name}-{h[:7]}.log"
+            pkg_log = package_log(log_dir, node.name, h)
             if failed:
                 pr = PackageResult(h, node.name, node.key or "", "skipped", log=str(pkg_log), error="an earlier package of this job failed")
                 result.packages.append(pr)

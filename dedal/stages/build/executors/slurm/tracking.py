@@ -26,6 +26,7 @@ from dedal.model.plan import Plan
 from dedal.schedule import Schedule
 from dedal.stages.build.executors.common import BuildSummary
 from dedal.stages.build.executors.slurm.record import RECORD_FORMAT, Tracked, job_entry, now, save_record
+from dedal.stages.build.node import package_log
 from dedal.ui.progress import BuildProgress
 
 
@@ -74,8 +75,8 @@ class Tracking:
         return [h for h in self.plan.to_build if h in want] + [h for h in hashes if h not in self.plan.to_build]
 
     def pkg_log(self, h: str) -> str:
-        """The build log ``dedal node-build`` writes for package ``h`` (as node.py names it)."""
-        return str(self.log_dir / f"{self.plan.nodes[h].name}-{h[:7]}.log")
+        """The build log ``dedal node-build`` writes for package ``h``."""
+        return str(package_log(self.log_dir, self.plan.nodes[h].name, h))
 
     def write_record(self) -> None:
         jobs = [job_entry(self.tracked[jid], self.label, self.pkg_status) for jid in self.order]
