@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from dedal.adapters import proc, runtime
+from dedal.adapters import proc, runtime, slurm
 from dedal.errors import ToolError, ToolMissing
 
 RANK_ENV_TOKEN = "@DEDAL_RANK_ENV@"
@@ -68,7 +68,6 @@ set +e
     "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@TOKEN@", RANK_ENV_TOKEN)
 _LOADER = 'set -a; . "$1"; set +a; rm -f "$1"; shift; exec "$@"'
 MPIRUN_HINT = "no mpirun on the host: install Open MPI, load its module, or verify with --native rootfs"
-SRUN_HINT = "install Slurm's client commands (apt-get install slurm-client) or load the site's Slurm module"
 
 
 @dataclass
@@ -187,7 +186,7 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
     this process's); ``env`` is added to it and given to the ranks. ``script_dir`` must
     be visible on every node (the rank script is written there). A timeout is returned
     as exit code 124, not raised."""
-    proc.which("srun", SRUN_HINT)
+    proc.which("srun", slurm.HINT)
     outer = dict(slurm_env if slurm_env is not None else os.environ)
     outer.update(env)
     shown = srun_command(program, ranks, nodes=nodes)
