@@ -38,7 +38,7 @@ def which(tool: str, hint: str = "") -> str:
     return path
 
 
-def _tail(text: str, lines: int = 5) -> str:
+def output_tail(text: str, lines: int = 5) -> str:
     """The last lines of a command's output (without dedal's own "$ command" headers)."""
     rows = [r.strip() for r in text.strip().splitlines() if r.strip() and not r.startswith("$ ")]
     return " | ".join(r if len(r) <= 300 else r[:297] + "..." for r in rows[-lines:])
@@ -103,7 +103,7 @@ def run(
             with open(log, "rb") as fh:  # this command's part, its last MiBs (where errors are)
                 fh.seek(max(offset, fh.seek(0, os.SEEK_END) - OUTPUT_KEPT))
                 text = fh.read().decode("utf-8", "replace")
-        raise ToolError(label, named, proc.returncode, log, _tail(text if log else err or out), output=text)
+        raise ToolError(label, named, proc.returncode, log, output_tail(text if log else err or out), output=text)
     return Result(argv, proc.returncode, out or "", err or "", elapsed)
 
 

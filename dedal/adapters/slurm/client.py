@@ -183,7 +183,7 @@ class Slurm:
         text = res.stderr + res.stdout
         if any(m in text for m in ("no longer pending", "already finished", "Invalid job id")):
             return False
-        raise ToolError(f"scontrol update (job {job_id})", res.cmd, res.returncode, None, proc._tail(text))
+        raise ToolError(f"scontrol update (job {job_id})", res.cmd, res.returncode, None, proc.output_tail(text))
 
     # -- state ------------------------------------------------------------------------
     def states(self, job_ids: Iterable[Union[str, int]]) -> Dict[str, JobState]:
@@ -217,14 +217,14 @@ class Slurm:
             if self._invalid_ids(res):
                 return {}
             if self._squeue_json is True:
-                raise ToolError("squeue", res.cmd, res.returncode, None, proc._tail(res.stderr or res.stdout))
+                raise ToolError("squeue", res.cmd, res.returncode, None, proc.output_tail(res.stderr or res.stdout))
             self._squeue_json = False
         res = self._run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r|%B|%N"],
                         what="squeue", check=False)
         if res.returncode != 0:
             if self._invalid_ids(res):
                 return {}
-            raise ToolError("squeue", res.cmd, res.returncode, None, proc._tail(res.stderr or res.stdout))
+            raise ToolError("squeue", res.cmd, res.returncode, None, proc.output_tail(res.stderr or res.stdout))
         out: Dict[str, JobState] = {}
         for line in res.stdout.splitlines():
             parts = line.strip().split("|")
@@ -270,7 +270,7 @@ class Slurm:
                 self._sacct_mode = ["sacct"]
                 return res.stdout, "sacct"
             else:
-                raise ToolError("sacct", res.cmd, res.returncode, None, proc._tail(text))
+                raise ToolError("sacct", res.cmd, res.returncode, None, proc.output_tail(text))
         cmd = [*self._sacct_mode, "-X", "-n", "-P", "-j", ",".join(ids), fmt]
         res = self._run(cmd, what=" ".join(self._sacct_mode))
         return res.stdout, " ".join(self._sacct_mode)
@@ -318,7 +318,7 @@ class Slurm:
         bad = [ln for ln in (res.stderr + res.stdout).splitlines() if ln.strip()
                and "already completing or completed" not in ln and "Invalid job id" not in ln]
         if bad:
-            raise ToolError("scancel", res.cmd, res.returncode, None, proc._tail("\n".join(bad)))
+            raise ToolError("scancel", res.cmd, res.returncode, None, proc.output_tail("\n".join(bad)))
 
     # -- cluster ----------------------------------------------------------------------
     def nodes(self, partition: str = "") -> List[Node]:
