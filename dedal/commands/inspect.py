@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 from dedal.commands._registry import add_registry_options, registry_options
 from dedal.ui.console import human_size as _size
 from dedal.model.oci import (ANN_ARCH, ANN_CREATED, ANN_DESCRIPTION, ANN_ENVIRONMENT, ANN_LOCK_HASH, ANN_REVISION,
-                             ANN_SOURCE, ANN_SPACK_COMMIT, ANN_TITLE, ANN_VERDICT)
+                             ANN_SOURCE, ANN_SPACK_COMMIT, ANN_TITLE, ANN_VERDICT, is_remote)
 
 
 def register(sub: Any) -> None:
@@ -86,7 +86,7 @@ def remote_summary(info: Dict[str, Any]) -> List[str]:
 
 
 def cmd_inspect(args: Any) -> int:
-    if args.image.startswith("oras://"):
+    if is_remote(args.image):
         return _remote(args)
     from dedal.model import sif
 
