@@ -8,6 +8,7 @@ host or inside a sandbox (base image, fixed install root): the caller passes a
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -195,7 +196,6 @@ def _condense(block: List[str]) -> List[str]:
 
 def user_cache(settings, spack_root: Path) -> Path:
     """A persistent Spack user cache per Spack checkout (repository index, misc cache)."""
-    import hashlib
     digest = hashlib.sha256(str(Path(spack_root).resolve()).encode()).hexdigest()[:12]
     return Path(settings.cache_dir) / "spack-user-cache" / digest
 

@@ -34,8 +34,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import yaml
 
-from dedal.model.envfile import EnvFile, load_env
+from dedal.adapters import git as gitad
 from dedal.errors import UserError
+from dedal.model.envfile import EnvFile, load_env
+from dedal.model.plan import Plan
+from dedal.stages.assemble import image_paths, select_packages
 
 STAGES = ("fetch", "build", "assemble", "verify", "publish")
 DEFAULT_ENVS_DIR = "spack-envs"
@@ -202,8 +205,6 @@ def select(root: Path, *, envs: Sequence[str] = (), envs_dir: str = DEFAULT_ENVS
     if changed_since is None and not all_envs and not envs:
         raise UserError("say which environments: ENV..., --all, or --changed-since REF")
     if changed_since is not None:
-        from dedal.adapters import git as gitad
-
         changed = gitad.changed_paths(root, changed_since)
         if changed is None:
             shown = changed_since[:12] if changed_since and set(changed_since) != {"0"} else (changed_since or "''")
@@ -342,8 +343,6 @@ class Collected:
 
 
 def _plan_of(target: Any) -> Any:
-    from dedal.model.plan import Plan
-
     path = target.workdir / "plan.json"
     if path.is_file():
         try:
@@ -355,8 +354,6 @@ def _plan_of(target: Any) -> Any:
 
 def image_path(target: Any) -> Path:
     """Where ``dedal assemble ENV`` (no -o) writes the environment's SIF."""
-    from dedal.stages.assemble import image_paths, select_packages
-
     plan = _plan_of(target)
     env = target.env
     only = list(env.only) if env is not None and env.only else None

@@ -7,6 +7,7 @@ from dedal.model.config import from_args
 from dedal.ui.console import err, human_seconds, human_size, out, print_json
 from dedal.ui.progress import Transfers
 from dedal.errors import UserError
+from dedal.stages.assemble import assemble
 from dedal.stages.workspace import resolve
 
 
@@ -34,8 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dedal.stages.assemble import assemble
-
     settings = from_args(args, layer_store=args.layers, stage_dir=args.stage_dir)
     only = None
     if args.only:

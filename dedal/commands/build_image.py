@@ -6,6 +6,7 @@ import argparse
 from rich.table import Table
 
 from dedal.commands._registry import add_insecure_option, insecure_override
+from dedal.errors import UserError
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, human_size, out, print_json
 from dedal.ui.progress import Transfers
@@ -38,13 +39,11 @@ def run(args: argparse.Namespace) -> int:
                          registry=args.registry, registry_insecure=insecure_override(args))
     target = resolve(args.target, settings)
     if target.env is None:
-        from dedal.errors import UserError
         raise UserError(f"{args.target}: build-image takes an environment file (env.yaml)")
     verify_env = {}
     for pair in args.verify_env:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            from dedal.errors import UserError
             raise UserError(f"--verify-env {pair!r}: expected KEY=VALUE")
         verify_env[key] = value
     with Transfers(quiet=args.json):

@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from dedal.model import config
+from dedal.adapters import runtime
+from dedal.adapters.runtime import Bind
+from dedal.model import base, config
 from dedal.errors import UserError
 
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys",
@@ -46,8 +48,6 @@ def register(sub: Any) -> None:
 
 
 def parse_binds(specs: List[str]) -> List[Any]:
-    from dedal.adapters.runtime import Bind
-
     binds = []
     for spec in specs:
         parts = spec.split(":")
@@ -79,8 +79,6 @@ def resolve_image(image: str, settings: Any) -> Path:
     p = Path(image)
     if p.exists():
         return p
-    from dedal.model import base
-
     if "/" not in image and image in base.known_names():
         img = base.find_base(image, settings)
         if img is None:
@@ -90,8 +88,6 @@ def resolve_image(image: str, settings: Any) -> Path:
 
 
 def _prepare(args: Any) -> Dict[str, Any]:
-    from dedal.adapters import runtime
-
     settings = config.from_args(args, runtime=args.runtime)
     image = resolve_image(args.image, settings)
     binds = parse_binds(args.bind)
@@ -108,8 +104,6 @@ def _prepare(args: Any) -> Dict[str, Any]:
 
 
 def cmd_exec(args: Any) -> int:
-    from dedal.adapters import runtime
-
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -120,8 +114,6 @@ def cmd_exec(args: Any) -> int:
 
 
 def cmd_shell(args: Any) -> int:
-    from dedal.adapters import runtime
-
     spec = _prepare(args)
     spec["env"].setdefault("PS1", "dedal> ")
     shell = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash --norc; else exec /bin/sh; fi']

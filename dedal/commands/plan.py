@@ -10,6 +10,7 @@ from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.errors import UserError
 from dedal.model.layers import LayerStore
+from dedal.schedule import schedule_plan
 from dedal.stages.workspace import resolve
 
 
@@ -70,7 +71,6 @@ def show(plan) -> None:
 
 
 def simulate(plan, settings, args: argparse.Namespace) -> int:
-    from dedal.schedule import schedule_plan
     for flag, value in (("--nodes", args.nodes), ("--cores", args.cores)):
         if value is not None and value < 1:
             raise UserError(f"{flag}: expected a positive number, got {value}")

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
+from dedal.adapters.slurm import Slurm
 from dedal.model.attempts import Attempts, age_text
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
@@ -58,7 +59,6 @@ def _live_states(jobs: List[dict]) -> Tuple[Dict[str, dict], str]:
     ids = [j["slurm_id"] for j in jobs if j.get("slurm_id") and j.get("status") not in FINAL]
     if not ids:
         return {}, ""
-    from dedal.adapters.slurm import Slurm
     try:
         return {k: v.to_json() for k, v in Slurm().states(ids).items()}, ""
     except DedalError as exc:

@@ -14,10 +14,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from dedal.model.config import Settings
 from dedal.errors import DedalError, UserError
-from dedal.ui.progress import BuildProgress
+from dedal.model.config import Settings
+from dedal.model.layers import sha256_file
+from dedal.stages.assemble import assemble as do_assemble, image_paths
+from dedal.stages.build import run_build
+from dedal.stages.fetch import run_fetch
+from dedal.stages.verify.runner import Options, verify as run_verify
 from dedal.stages.workspace import Target
+from dedal.ui.progress import BuildProgress
 
 STAGES = ("fetch", "build", "assemble", "verify", "publish")
 
@@ -83,7 +88,6 @@ def _registry(target: Target) -> str:
 
 def _image_path(target: Target) -> Path:
     """Where `dedal assemble` puts this environment's image by default."""
-    from dedal.stages.assemble import image_paths
     return image_paths(target.settings, target.plan(), None, [])[0]
 
 
@@ -139,7 +143,6 @@ def run_pipeline(
             record.status = "done"
 
     def fetch(record: StageRecord) -> None:
-        from dedal.stages.fetch import run_fetch
         result = run_fetch(target, progress=progress)
         sources = f"{result.sources} sources ({result.fetched} fetched)"
         record.detail = f"{sources}, {'concretized' if result.concretized else 'lock reused'}"
@@ -147,7 +150,6 @@ def run_pipeline(
             record.status = "current"
 
     def build(record: StageRecord) -> None:
-        from dedal.stages.build import run_build
         result = run_build(target, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
         summary.layers_built = len(result.built)
         summary.layers_reused = len(result.reused)
@@ -165,7 +167,6 @@ def run_pipeline(
             raise StageFailed(f"{len(result.failed)} package(s) failed: {failed}")
 
     def assemble(record: StageRecord) -> None:
-        from dedal.stages.assemble import assemble as do_assemble
         result = do_assemble(target, settings, progress=note)
         summary.image, summary.image_size, summary.image_sha256 = result.image, result.size, result.sha256
         record.detail = f"{result.image} ({result.size / 2**20:.1f} MiB, {len(result.layers)} layers)"
@@ -178,7 +179,6 @@ def run_pipeline(
         path = _image_path(target)
         if not path.is_file():
             raise UserError(f"no image {path} yet: run the assemble stage first (--from assemble)")
-        from dedal.model.layers import sha256_file
         summary.image, summary.image_size, summary.image_sha256 = str(path), path.stat().st_size, sha256_file(path)
 
     def verify(record: StageRecord) -> None:
@@ -187,7 +187,6 @@ def run_pipeline(
         if spec is not None and not spec.enabled:
             record.status, record.detail = "skipped", "verification disabled in the environment file"
             return
-        from dedal.stages.verify.runner import Options, verify as run_verify
         outdir = Path(settings.reports_dir) / Path(summary.image).stem
         if target.env is not None:
             outdir = Path(settings.reports_dir) / target.name / target.tag
@@ -222,6 +221,7 @@ def run_pipeline(
             record.status, record.detail = "skipped", "no registry configured (dedal.registry or setting registry)"
             return
         need_image()
+        # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start, --help included
         from dedal.stages.publish import publish as do_publish
         attachments = []
         outdir = Path(summary.report).parent if summary.report else None

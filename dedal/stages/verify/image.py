@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from dedal import CHECKOUT
-from dedal.adapters import runtime
+from dedal.adapters import runtime, squashfs
 from dedal.errors import UserError
+from dedal.model import sif
 
 #: programs looked for in the image (and, for native host runs, on the host)
 PROGRAMS = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_nccl_allreduce",
@@ -158,8 +159,6 @@ _DISCOVER = 'for p in "$@"; do c=$(command -v "$p" 2>/dev/null) && echo "found $
 
 def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress = None) -> ImageInfo:
     """Read everything the runner needs to know about an image (see the module notes)."""
-    from dedal.model import sif
-
     kind = runtime.root_kind(path)
     if kind == "host":
         raise UserError("no image given")
@@ -310,8 +309,6 @@ def native_binds() -> List[runtime.Bind]:
 def _copy_partition(sif_path: Path, out: Path) -> None:
     """The SIF's squashfs partition as a file of its own (unsquashfs has no offset option
     in dedal's squashfs adapter)."""
-    from dedal.model import sif
-
     part = sif.primary_partition(sif.read_sif(sif_path))
     with open(sif_path, "rb") as src, open(out, "wb") as dst:
         src.seek(part.offset)
@@ -327,8 +324,6 @@ def _copy_partition(sif_path: Path, out: Path) -> None:
 def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> tuple:
     """The image's root filesystem unpacked under ``cache`` (reused when present);
     returns (directory, reused)."""
-    from dedal.adapters import squashfs
-
     final = cache / f"{info.name}-{hashlib.sha256(info.identity.encode()).hexdigest()[:16]}"
     if (final / ".dedal-unpacked").is_file():
         return final, True

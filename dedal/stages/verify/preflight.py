@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.errors import DedalError
+from dedal.model import sif
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.checks import HostFacts
 from dedal.stages.verify.findings import Finding
+from dedal.stages.verify.parsers import parse_text
 
 
 class PreflightFailed(DedalError):
@@ -312,9 +314,6 @@ def run_preflight(*, image_target: Optional[str], image_cuda: Optional[str], ima
                   machine: Optional[str] = None) -> Preflight:
     """Every check; ``srun_mpi_list`` returns ``srun --mpi=list``'s output (called only
     under Slurm). ``want_gpu`` None means: GPU benchmarks if the host has GPUs."""
-    from dedal.model import sif
-    from dedal.stages.verify.parsers import parse_text
-
     machine = machine or os.uname().machine
     multi = nodes >= 2
     ib = infiniband(infiniband_dir)
