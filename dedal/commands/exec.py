@@ -31,7 +31,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="set a variable inside (after the image's own environment; repeatable)")
     p.add_argument("--pwd", default=None, help="working directory inside (default: the current directory)")
     p.add_argument("--no-cwd", action="store_true", help="do not bind the current directory")
-    p.add_argument("--runtime", default=None, choices=("auto", "apptainer", "bwrap", "charliecloud"),
+    p.add_argument("--runtime", default=None, choices=config.RUNTIMES,
                    help="container runtime (setting runtime)")
     p.add_argument("--nv", action="store_true", help="NVIDIA GPU support (apptainer --nv; bwrap binds /dev/nvidia*)")
 

@@ -15,6 +15,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from dedal.errors import UserError
 from dedal.model.inputs import parse_yaml, load_yaml
 
+#: the container runtimes a setting or ``--runtime`` may name: auto, then the backends of
+#: dedal.adapters.runtime in the order auto tries them
+RUNTIMES = ("auto", "apptainer", "bwrap", "charliecloud")
 PINNED_SPACK_REF = "e8f8cf8543b31ff6ba81a5ab0e515bc9a4856384"  # develop, 6 Jun 2024 (0.23.0.dev0)
 
 
@@ -65,7 +68,7 @@ SETTINGS: List[Setting] = [
     Setting("envs_url", "str", _const(""), "git URL (or path) of a spack-envs repository; ENV arguments are paths inside it"),
     Setting("envs_ref", "str", _const("main"), "commit, tag or branch of the spack-envs repository"),
     Setting("debian_mirror", "str", _const(""), "Debian mirror for base images (default: the host's apt sources, else deb.debian.org)"),
-    Setting("runtime", "choice", _const("auto"), "container runtime for builds and `dedal exec`", choices=("auto", "apptainer", "charliecloud", "bwrap")),
+    Setting("runtime", "choice", _const("auto"), "container runtime for builds and `dedal exec`", choices=RUNTIMES),
     Setting("executor", "choice", _const("local"), "where build jobs run", choices=("local", "slurm")),
     Setting("jobs", "int", lambda v: os.cpu_count() or 1, "parallel build jobs for the local executor"),
     Setting("build_jobs", "int", _const(0), "make -j inside one package build (0: cores of the job)"),

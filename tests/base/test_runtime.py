@@ -11,6 +11,7 @@ import pytest
 from dedal.adapters import runtime
 from dedal.adapters.runtime import Bind
 from dedal.errors import ToolError, UserError
+from dedal.model.config import SETTINGS
 from tests.base import helpers
 
 UCX = ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"]
@@ -233,6 +234,13 @@ def test_apptainer_command_line(monkeypatch, tmp_path):
     assert runtime.resolve_runtime("auto") == "charliecloud"
     with pytest.raises(UserError, match="runtime: expected one of"):
         runtime.resolve_runtime("docker")
+
+
+def test_the_runtime_names_the_settings_accept_are_the_backends():
+    """model.config.RUNTIMES is the one list of runtimes (the setting, `dedal exec --runtime`,
+    `dedal verify --runtime`); it must name every backend, in the order auto tries them."""
+    assert runtime.RUNTIMES == ("auto", *runtime.BACKENDS)
+    assert next(s for s in SETTINGS if s.key == "runtime").choices == runtime.RUNTIMES
 
 
 def test_apptainer_build_sandbox_command(monkeypatch, tmp_path):

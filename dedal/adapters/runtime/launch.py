@@ -19,11 +19,11 @@ from dedal.adapters import proc
 from dedal.adapters.runtime import apptainer, bwrap, charliecloud
 from dedal.adapters.runtime.common import Backend, Bind, Prepared, RootArg, check_bind_sources, root_kind
 from dedal.errors import ToolMissing, UserError
+from dedal.model.config import RUNTIMES
 
 #: the backends by name, in the order ``auto`` tries them
 BACKENDS: Dict[str, Backend] = {  # type: ignore[dict-item]
     "apptainer": apptainer, "bwrap": bwrap, "charliecloud": charliecloud}
-RUNTIMES = ("auto", *BACKENDS)
 
 
 def _have(tool: str) -> bool:
