@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import git
 
@@ -20,6 +20,24 @@ def _error(what: str, exc: git.GitCommandError, log: Path = None) -> ToolError:
 
 def head_commit(path: Path) -> str:
     return git.Repo(path).head.commit.hexsha
+
+
+def origin(path: Path) -> Tuple[Optional[str], Optional[str]]:
+    """(URL of the ``origin`` remote, HEAD commit) of the repository that holds ``path``;
+    None for what is unknown (no repository, no origin, no commit yet)."""
+    try:
+        repo = git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None, None
+    try:
+        url: Optional[str] = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
+    except (git.GitCommandError, ValueError):
+        url = None
+    try:
+        commit: Optional[str] = repo.head.commit.hexsha
+    except (ValueError, git.GitCommandError):
+        commit = None
+    return url, commit
 
 
 def commit_time(path: Path, commit: str) -> Optional[int]:

@@ -21,7 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="oras://HOST[:PORT]/REPO[:TAG] (default: setting `registry`; the tag defaults to the "
                         "file name without .sif)")
     p.add_argument("--description", help="org.opencontainers.image.description (default: from the SIF labels)")
-    p.add_argument("--source", help="org.opencontainers.image.source (default: environment and Spack commit)")
+    p.add_argument("--source", metavar="URL",
+                   help="org.opencontainers.image.source: the URL of the environment's repository (default: the "
+                        "SIF label, else the CI project: CI_PROJECT_URL, GITHUB_REPOSITORY)")
+    p.add_argument("--revision", metavar="COMMIT",
+                   help="org.opencontainers.image.revision: the commit of those sources (default: the SIF label, "
+                        "else CI_COMMIT_SHA, GITHUB_SHA)")
     p.add_argument("--env", dest="environment", metavar="NAME", help="environment name (default: from the SIF labels)")
     p.add_argument("--lock-hash", help="hash of spack.lock (default: from the SIF labels)")
     p.add_argument("--spack-commit", help="Spack commit (default: from the SIF labels)")
@@ -61,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
             attachments.append(f)
     with Transfers(quiet=args.json):
         result = pub.publish(
-            args.image, refs, description=args.description, source=args.source, environment=args.environment,
+            args.image, refs, description=args.description, source=args.source, revision=args.revision,
+            environment=args.environment,
             lock_hash=args.lock_hash, spack_commit=args.spack_commit, annotations=annotations,
             attachments=attachments, progress=progress_printer(), **opts,
         )

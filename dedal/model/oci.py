@@ -60,6 +60,7 @@ ARTIFACT_VERIFY = "application/vnd.dedal.verify.v1+json"
 ARTIFACT_CYCLONEDX = "application/vnd.cyclonedx+json"
 ARTIFACT_SPDX = "application/spdx+json"
 ARTIFACT_FILE = "application/vnd.dedal.file.v1"
+ARTIFACT_LOGS = "application/vnd.dedal.logs.v1.tar+gzip"  # the other files of an attached directory
 
 FALLBACK_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
 

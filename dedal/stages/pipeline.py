@@ -221,17 +221,21 @@ def run_pipeline(
             record.status, record.detail = "skipped", "no registry configured (dedal.registry or setting registry)"
             return
         need_image()
-        # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start, --help included
+        # imported here: the registry client (requests) and GitPython would add ~0.25 s to every `dedal` start, --help included
+        from dedal.adapters import git
         from dedal.stages.publish import publish as do_publish
+        from dedal.stages.publish.push import source_url
         attachments = []
         outdir = Path(summary.report).parent if summary.report else None
-        if outdir is not None:
-            attachments += [p for p in (outdir / "verify.json", outdir / "report.md") if p.is_file()]
+        if outdir is not None and outdir.is_dir():
+            attachments.append(outdir)  # as CI attaches it: report, plots, verify.json, the logs as one archive
         sbom = Path(summary.image).with_name(Path(summary.image).name.replace(".sif", ".sbom.cdx.json"))
         if sbom.is_file():
             attachments.append(sbom)
         ref = registry if ":" in registry.split("/", 3)[-1] else f"{registry}:{target.tag}"
+        source, revision = git.origin(target.env.directory) if target.env else (None, None)
         result = do_publish(summary.image, [ref], description=target.env.description if target.env else None,
+                            source=source_url(source, strict=False) if source else None, revision=revision,
                             attachments=attachments, insecure=settings.registry_insecure, progress=note)
         summary.published = list(result.references)
         record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"

@@ -30,7 +30,8 @@ def _publish(run_dedal, sif, *refs, extra=()):
 def test_manifest_is_exactly_what_apptainer_pulls(run_dedal, registry, sifs):
     sif = sifs["good"]
     res = _publish(run_dedal, sif, registry.ref("esd/tiny-mpi:v1"), registry.ref("esd/tiny-mpi:latest"),
-                   extra=("--description", "tiny MPI test image"))
+                   extra=("--description", "tiny MPI test image", "--source", "git@git.example.org:esd/spack-envs",
+                          "--revision", "0123456789abcdef0123456789abcdef01234567"))
 
     r = registry.manifest("esd/tiny-mpi", "v1")
     assert r.status_code == 200
@@ -57,8 +58,9 @@ def test_manifest_is_exactly_what_apptainer_pulls(run_dedal, registry, sifs):
     assert ann["org.dedal.environment"] == LABELS["org.dedal.environment"]
     assert ann["org.dedal.lock-hash"] == LABELS["org.dedal.lock-hash"]
     assert ann["org.dedal.spack-commit"] == LABELS["org.dedal.spack-commit"]
-    assert LABELS["org.dedal.environment"] in ann["org.opencontainers.image.source"]
-    assert LABELS["org.dedal.spack-commit"] in ann["org.opencontainers.image.source"]
+    # OCI: source is a URL (here given), revision the commit of those sources, not Spack's
+    assert ann["org.opencontainers.image.source"] == "https://git.example.org/esd/spack-envs"
+    assert ann["org.opencontainers.image.revision"] == "0123456789abcdef0123456789abcdef01234567"
 
     # the config blob is the two bytes {}
     cfg = registry.api("GET", f"/v2/esd/tiny-mpi/blobs/{EMPTY}")
@@ -302,3 +304,49 @@ def test_uploads_and_downloads_count_their_bytes_on_a_live_display(registry, sif
         counts.clear()
         pulled = pub.pull(registry.ref("esd/meter:v1"), tmp_path / "x.sif", insecure=True)
     assert list(counts.values()) == [size] and sha256_file(tmp_path / "x.sif") == pulled.sif_digest
+
+
+def test_source_and_revision_of_a_ci_job_and_a_refused_source(run_dedal, registry, sifs):
+    ci = {"CI_PROJECT_URL": "https://gitlab.example.org/esd/spack-envs", "CI_COMMIT_SHA": "f" * 40,
+          "GITHUB_REPOSITORY": ""}
+    r = run_dedal("publish", str(sifs["good"]), registry.ref("esd/ci:v1"), "--insecure", "--json", env=ci)
+    assert r.returncode == 0, r.stderr
+    ann = json.loads(r.stdout)["annotations"]
+    assert ann["org.opencontainers.image.source"] == ci["CI_PROJECT_URL"]
+    assert ann["org.opencontainers.image.revision"] == "f" * 40
+    assert ann["org.dedal.spack-commit"] == LABELS["org.dedal.spack-commit"]
+    bad = run_dedal("publish", str(sifs["good"]), registry.ref("esd/ci:v2"), "--insecure", "--source", "demo spack@abc")
+    assert bad.returncode == 2 and "--source 'demo spack@abc': expected the URL" in bad.stderr
+    assert registry.manifest("esd/ci", "v2").status_code == 404
+
+
+def test_a_report_directory_is_three_referrers_with_the_logs_in_one_archive(run_dedal, registry, sifs, reports,
+                                                                         tmp_path):
+    """What CI and build-image attach: the report directory (verify.json, report.md, plots and
+    raw logs) and the SBOM: the report, the SBOM and one archive of the logs."""
+    import shutil
+    import tarfile
+
+    report = tmp_path / "report"
+    shutil.copytree(reports["dir"], report)
+    (report / "runs").mkdir()
+    for i in range(12):
+        (report / "runs" / f"osu_latency-{i}.log").write_text(f"# OSU MPI Latency Test run {i}\n")
+    (report / "preflight.json").write_text("{}")
+    (report / "latency.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    res = _publish(run_dedal, sifs["good"], registry.ref("esd/att:v1"),
+                   extra=("--attach", str(report), str(reports["sbom"])))
+    kinds = sorted(a["artifact_type"] for a in res["attachments"])
+    assert kinds == ["application/vnd.cyclonedx+json", "application/vnd.dedal.logs.v1.tar+gzip",
+                     "application/vnd.dedal.verify.v1+json"]
+    verify = next(a for a in res["attachments"] if a["artifact_type"].startswith("application/vnd.dedal.verify"))
+    assert "latency.png" in verify["files"] and "verify.json" in verify["files"]
+    logs = next(a for a in res["attachments"] if a["artifact_type"].endswith("tar+gzip"))
+    assert logs["files"] == ["report-logs.tar.gz"]
+    art = registry.manifest("esd/att", logs["digest"]).json()
+    blob = registry.api("GET", f"/v2/esd/att/blobs/{art['layers'][0]['digest']}")
+    archive = tmp_path / "logs.tar.gz"
+    archive.write_bytes(blob.content)
+    with tarfile.open(archive) as tar:
+        names = sorted(tar.getnames())
+    assert names == ["preflight.json"] + sorted(f"runs/osu_latency-{i}.log" for i in range(12))

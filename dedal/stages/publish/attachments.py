@@ -2,7 +2,8 @@
 anything else) as OCI 1.1 artifacts whose ``subject`` is the image manifest.
 
 Files are classified and grouped here (one verification report artifact with
-verify.json, report.md and plots; one artifact per SBOM; one per other file), pushed,
+verify.json, report.md and plots; one artifact per SBOM; the other files of an attached
+directory as one archive; one per other file named on its own), pushed,
 and found again: through the registry's referrers API, or, where the registry has none
 (no ``OCI-Subject`` header in the answer), through the ``sha256-<hex>`` index of the
 referrers tag schema that dedal maintains and ``oras discover`` reads too. Both the
@@ -10,9 +11,11 @@ push (``push``) and the listing and inspection (``remote``) use it.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import mimetypes
 import os
+import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
@@ -26,6 +29,7 @@ from dedal.model.oci import (
     ANN_VERDICT,
     ARTIFACT_CYCLONEDX,
     ARTIFACT_FILE,
+    ARTIFACT_LOGS,
     ARTIFACT_SPDX,
     ARTIFACT_VERIFY,
     EMPTY_JSON,
@@ -78,9 +82,26 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def logs_archive(top: Path, files: Sequence[Path], out: Path) -> Path:
+    """``files`` (under ``top``) as a gzipped tar at ``out``, by their paths relative to
+    ``top``, sorted, owned by root: the same files give the same bytes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(files, key=lambda q: q.relative_to(top).as_posix()):
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(top).as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+    return out
+
+
 def classify_attachment(path: Path) -> Tuple[str, str]:
     """(group artifact type, layer media type) of one attached file."""
     name = path.name.lower()
+    if name.endswith("-logs.tar.gz"):
+        return ARTIFACT_LOGS, ARTIFACT_LOGS
     if name == "verify.json" or name.endswith(".verify.json"):
         return ARTIFACT_VERIFY, ARTIFACT_VERIFY
     if name.endswith(".json"):
@@ -96,9 +117,12 @@ def classify_attachment(path: Path) -> Tuple[str, str]:
     return ARTIFACT_FILE, mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
-def group_attachments(paths: Iterable[Union[str, os.PathLike]]) -> List[AttachmentGroup]:
+def group_attachments(paths: Iterable[Union[str, os.PathLike]], scratch: Path) -> List[AttachmentGroup]:
     """Files (directories are expanded) grouped into artifacts: one verification report
-    (verify.json, report.md, plots), one per SBOM, one per other file."""
+    (verify.json, report.md, plots), one per SBOM, one per other file named on its own,
+    and the other files of each directory (raw benchmark outputs, logs) as one archive,
+    ``<directory>-logs.tar.gz``, made in ``scratch``: a report directory is three or four
+    referrers, not one per log."""
     files: List[Tuple[Path, str]] = []
     for raw in paths:
         p = Path(raw)
@@ -106,7 +130,11 @@ def group_attachments(paths: Iterable[Union[str, os.PathLike]]) -> List[Attachme
             found = sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith("."))
             if not found:
                 raise UserError(f"--attach {p}: the directory holds no files")
-            files += [(q, q.relative_to(p).as_posix()) for q in found]
+            loose = [q for q in found if classify_attachment(q)[0] == ARTIFACT_FILE]
+            files += [(q, q.relative_to(p).as_posix()) for q in found if q not in loose]
+            if loose:
+                name = f"{p.resolve().name or 'attached'}-logs.tar.gz"
+                files.append((logs_archive(p, loose, Path(scratch) / name), name))
         elif p.is_file():
             files.append((p, p.name))
         else:

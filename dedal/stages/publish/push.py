@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -52,6 +53,7 @@ _LABEL_SUFFIXES = {
     "lock_hash": ("lock_hash", "lock_sha256", "lockhash"),
     "spack_commit": ("spack_commit", "spack_ref", "spack_revision"),
     "source": ("image_source",),
+    "revision": ("image_revision",),
     "description": ("image_description",),
 }
 
@@ -79,6 +81,37 @@ def sif_labels(path: Path, info: sifmod.SifInfo) -> Dict[str, Any]:
             return {}
         return data if isinstance(data, dict) else {}
     return {}
+
+
+def source_url(text: str, strict: bool = True) -> Optional[str]:
+    """``text`` as the URL ``org.opencontainers.image.source`` holds: a URL as it is, an
+    scp-like git remote (``git@host:group/repo.git``) as https. Anything else: a
+    UserError (``strict``), else None (an old label such as "env spack@commit")."""
+    text = text.strip()
+    if re.match(r"^[a-z][a-z0-9+.-]*://[^\s/]+", text, re.I):
+        return re.sub(r"^(\w+://)[^/@\s]*@", r"\1", text)  # no user (or token) in the URL
+    m = re.match(r"^(?:[^@\s/]+@)?([^:\s/]+\.[^:\s/]+):(?!//)(\S+)$", text)
+    if m:
+        return f"https://{m.group(1)}/{m.group(2)}"
+    if strict:
+        raise UserError(f"--source {text!r}: expected the URL of the sources (e.g. https://host/group/repo)")
+    return None
+
+
+def ci_source() -> Optional[str]:
+    """The repository URL a CI job builds from (GitLab CI_PROJECT_URL, GitHub's server and
+    repository), None outside CI."""
+    if os.environ.get("CI_PROJECT_URL"):
+        return source_url(os.environ["CI_PROJECT_URL"], strict=False)
+    if os.environ.get("GITHUB_REPOSITORY"):
+        server = os.environ.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
+        return f"{server}/{os.environ['GITHUB_REPOSITORY']}"
+    return None
+
+
+def ci_revision() -> Optional[str]:
+    """The commit a CI job builds (CI_COMMIT_SHA, GITHUB_SHA), None outside CI."""
+    return os.environ.get("CI_COMMIT_SHA") or os.environ.get("GITHUB_SHA") or None
 
 
 @dataclass
@@ -110,6 +143,7 @@ def publish(
     *,
     description: Optional[str] = None,
     source: Optional[str] = None,
+    revision: Optional[str] = None,
     environment: Optional[str] = None,
     lock_hash: Optional[str] = None,
     spack_commit: Optional[str] = None,
@@ -144,73 +178,75 @@ def publish(
                 raise UserError(f"{ref}: no tag given and the file name {path.name!r} is not a valid tag")
             ref = ref.with_tag(stem)
         parsed.append(ref)
-    groups = group_attachments(attachments)  # validate before any network traffic
+    with tempfile.TemporaryDirectory(prefix="dedal-attach-") as scratch:  # a directory's logs archive
+        groups = group_attachments(attachments, Path(scratch))  # validate before any network traffic
 
-    labels = sif_labels(path, info)
-    prov = provenance_from_labels(labels)
-    environment = environment or prov.get("environment")
-    lock_hash = lock_hash or prov.get("lock_hash")
-    spack_commit = spack_commit or prov.get("spack_commit")
-    description = description or prov.get("description")
-    if not source:
-        source = prov.get("source")
-    if not source and environment:
-        source = environment + (f" spack@{spack_commit}" if spack_commit else "")
-    if created is None:
-        created = float(info.created) if info.created > 0 else path.stat().st_mtime
-    ann: Dict[str, str] = {ANN_CREATED: rfc3339(created)}
-    for key, value in ((ANN_DESCRIPTION, description), (ANN_SOURCE, source), (ANN_ENVIRONMENT, environment),
-                       (ANN_LOCK_HASH, lock_hash), (ANN_SPACK_COMMIT, spack_commit), (ANN_REVISION, spack_commit),
-                       (ANN_ARCH, info.primary_arch)):
-        if value:
-            ann[key] = str(value)
-    ann.update(annotations or {})
+        labels = sif_labels(path, info)
+        prov = provenance_from_labels(labels)
+        environment = environment or prov.get("environment")
+        lock_hash = lock_hash or prov.get("lock_hash")
+        spack_commit = spack_commit or prov.get("spack_commit")
+        description = description or prov.get("description")
+        # OCI: source is the URL of the sources the image is built from (the environment's
+        # repository), revision their commit; the Spack commit has an annotation of its own
+        source = source_url(source) if source else (source_url(prov["source"], strict=False) if prov.get("source")
+                                                    else ci_source())
+        revision = revision or prov.get("revision") or ci_revision()
+        if created is None:
+            created = float(info.created) if info.created > 0 else path.stat().st_mtime
+        ann: Dict[str, str] = {ANN_CREATED: rfc3339(created)}
+        for key, value in ((ANN_DESCRIPTION, description), (ANN_SOURCE, source), (ANN_ENVIRONMENT, environment),
+                           (ANN_LOCK_HASH, lock_hash), (ANN_SPACK_COMMIT, spack_commit), (ANN_REVISION, revision),
+                           (ANN_ARCH, info.primary_arch)):
+            if value:
+                ann[key] = str(value)
+        ann.update(annotations or {})
 
-    if progress:
-        progress(f"hashing {path} ({human_size(info.file_size)})")
-    sif_digest, sif_size = reg.file_digest(path)
-    manifest = sif_manifest(sif_digest=sif_digest, sif_size=sif_size, title=path.name, annotations=ann)
-    raw = canonical_json(manifest)
-    digest = sha256_digest(raw)
-    result = PublishResult(references=[str(r) for r in parsed], digest=digest, manifest_size=len(raw),
-                           sif=str(path), sif_digest=sif_digest, sif_size=sif_size, arch=info.primary_arch,
-                           created=ann[ANN_CREATED], annotations=ann)
-    subject = {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw)}
+        if progress:
+            progress(f"hashing {path} ({human_size(info.file_size)})")
+        sif_digest, sif_size = reg.file_digest(path)
+        manifest = sif_manifest(sif_digest=sif_digest, sif_size=sif_size, title=path.name, annotations=ann)
+        raw = canonical_json(manifest)
+        digest = sha256_digest(raw)
+        result = PublishResult(references=[str(r) for r in parsed], digest=digest, manifest_size=len(raw),
+                               sif=str(path), sif_digest=sif_digest, sif_size=sif_size, arch=info.primary_arch,
+                               created=ann[ANN_CREATED], annotations=ann)
+        subject = {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw)}
 
-    clients: Dict[str, RegistryClient] = {}
-    by_repo: Dict[Tuple[str, str], List[Reference]] = {}
-    for ref in parsed:
-        by_repo.setdefault((ref.host, ref.repository), []).append(ref)
-    modes = set()
-    for (host, repository), repo_refs in by_repo.items():
-        client = clients.get(host)
-        if client is None:
-            client = make_client(host, insecure=insecure, creds=creds, repository=repository, username=username,
-                                 password=password, **(client_options or {}))
-            clients[host] = client
-        _, _, sent = client.push_bytes(repository, EMPTY_JSON, None)
-        (result.blobs_uploaded if sent else result.blobs_skipped).append(EMPTY_JSON_DIGEST)
-        sent = client.push_blob(repository, path, sif_digest, sif_size, progress)
-        (result.blobs_uploaded if sent else result.blobs_skipped).append(sif_digest)
-        for ref in repo_refs:
-            client.put_manifest(repository, ref.tag or "latest", raw, OCI_MANIFEST)
-            if progress:
-                progress(f"tagged {ref} -> {digest}")
-        if groups:
-            pushed: List[Attachment] = []
-            indexed_all = True
-            for group in groups:
-                att, indexed = push_attachment(client, repository, subject, group, progress,
-                                               result.blobs_uploaded, result.blobs_skipped)
-                indexed_all = indexed_all and indexed
-                pushed.append(att)
+        clients: Dict[str, RegistryClient] = {}
+        by_repo: Dict[Tuple[str, str], List[Reference]] = {}
+        for ref in parsed:
+            by_repo.setdefault((ref.host, ref.repository), []).append(ref)
+        modes = set()
+        for (host, repository), repo_refs in by_repo.items():
+            client = clients.get(host)
+            if client is None:
+                client = make_client(host, insecure=insecure, creds=creds, repository=repository, username=username,
+                                     password=password, **(client_options or {}))
+                clients[host] = client
+            _, _, sent = client.push_bytes(repository, EMPTY_JSON, None)
+            (result.blobs_uploaded if sent else result.blobs_skipped).append(EMPTY_JSON_DIGEST)
+            sent = client.push_blob(repository, path, sif_digest, sif_size, progress)
+            (result.blobs_uploaded if sent else result.blobs_skipped).append(sif_digest)
+            for ref in repo_refs:
+                client.put_manifest(repository, ref.tag or "latest", raw, OCI_MANIFEST)
                 if progress:
-                    progress(f"attached {', '.join(att.files)} ({att.artifact_type}) -> {att.digest}")
-            if not indexed_all:
-                add_to_fallback_index(client, repository, digest, pushed)
-            modes.add("api" if indexed_all else "tag-schema")
-            if not result.attachments:
-                result.attachments = pushed
+                    progress(f"tagged {ref} -> {digest}")
+            if groups:
+                pushed: List[Attachment] = []
+                indexed_all = True
+                for group in groups:
+                    att, indexed = push_attachment(client, repository, subject, group, progress,
+                                                   result.blobs_uploaded, result.blobs_skipped)
+                    indexed_all = indexed_all and indexed
+                    pushed.append(att)
+                    if progress:
+                        progress(f"attached {', '.join(att.files)} ({att.artifact_type}) -> {att.digest}")
+                if not indexed_all:
+                    add_to_fallback_index(client, repository, digest, pushed)
+                modes.add("api" if indexed_all else "tag-schema")
+                if not result.attachments:
+                    result.attachments = pushed
     result.referrers = "/".join(sorted(modes)) if modes else "none"
     result.blobs_uploaded = list(dict.fromkeys(result.blobs_uploaded))
     result.blobs_skipped = [d for d in dict.fromkeys(result.blobs_skipped) if d not in result.blobs_uploaded]
