@@ -118,7 +118,9 @@ def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
     (chk,) = checks
     assert chk.name == "dedal_latency intra-node" and chk.verdict == "bad"
     assert measurements[chk.name]["native"][1] == [0.2, 0.2] and measurements[chk.name]["container"][1] == [183.11] * 2
-    assert summary[0]["native"] == 0.2 and summary[0]["container"] == 183.11
+    # the summary shows the size that decided the verdict (issue 23), here the worst excess: 64 KiB
+    assert summary[0]["size"] == 65536 and summary[0]["state"] == "fail"
+    assert summary[0]["native"] == 3.35 and summary[0]["container"] == 5246.88
     found = log_findings(runs, [], HostFacts())
     tcp_f = [f for f in found if f.code == "ucx-tcp-intra-node"]
     assert len(tcp_f) == 1 and tcp_f[0].message.startswith("[container] UCX uses TCP within a node")

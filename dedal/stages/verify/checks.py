@@ -19,11 +19,15 @@ minima would let a container that is slower in four repetitions out of five pass
 one lucky run. So the checks compare median against median, and the report shows min
 and max next to them, so that a reader sees the spread.
 
-**Noise.** When a difference exceeds its threshold but the two ranges of repetitions
-overlap (the container's best is not worse than the native's worst), the difference
-is within the run-to-run noise: that is a ``warning`` (suboptimal: rerun with more
-repetitions), not an ``error``. With fewer than 3 repetitions there is no spread to
-judge, and an exceeded threshold is an error.
+**Noise.** Whether an exceeded threshold is run-to-run noise is decided from the
+repetitions themselves. The spread of each side is its interquartile range scaled to a
+standard deviation (IQR / 1.349: robust to the one slow repetition interference makes);
+the two combine as sqrt(s_native^2 + s_container^2). A difference whose excess over the
+limit is at most ``noise_sigmas`` (3) such deviations, and whose ranges of repetitions
+overlap, is noise: a ``warning`` (suboptimal: rerun with more repetitions). A difference
+far beyond the spread (+229 % at 256 KiB with repetitions within a few %) is an ``error``
+even when one outlying repetition makes the ranges touch. With fewer than 3
+repetitions there is no spread to judge, and an exceeded threshold is an error.
 
 **Thresholds** (defaults from the published measurements, see ``shared/notes/papers.md``):
 small-message latency overhead 0.5 us (the container stayed within 0.5 us for
@@ -55,6 +59,7 @@ class Thresholds:
     small_message_max: int = 128 * 1024    # latency is compared in us up to here, in % above (bandwidth_pct)
     bandwidth_min_size: int = 64 * 1024    # smaller messages are latency-bound: bandwidth not checked there
     busbw_min_size: int = 1 << 20          # NCCL bus bandwidth is checked from 1 MiB on
+    noise_sigmas: float = 3.0              # an excess within this many deviations of the repetitions is noise
 
     @classmethod
     def from_mapping(cls, data: Optional[Mapping[str, Any]]) -> "Thresholds":
@@ -132,12 +137,21 @@ class SizeComparison:
     checked: bool
     ok: bool
     within_noise: bool
+    spread: Optional[float] = None  # deviation of the difference from the repetitions' spread (unit of the benchmark)
+
+    @property
+    def state(self) -> str:
+        """``not checked``, ``ok``, ``noise`` (over the limit within the spread) or ``fail``."""
+        if not self.checked:
+            return "not checked"
+        return "ok" if self.ok else ("noise" if self.within_noise else "fail")
 
     def to_json(self) -> Dict[str, Any]:
         d = asdict(self)
         d["native"] = self.native.to_json()
         d["container"] = self.container.to_json()
-        for k in ("delta", "delta_pct", "penalty"):
+        d["state"] = self.state
+        for k in ("delta", "delta_pct", "penalty", "spread"):
             if isinstance(d[k], float):
                 d[k] = round(d[k], 6)
         return d
@@ -179,8 +193,25 @@ def _get(series: Series, size: int) -> Sequence[float]:
     return series[size] if size in series else series[str(size)]  # type: ignore[index]
 
 
+def _robust_sd(values: Sequence[float]) -> Optional[float]:
+    """Interquartile range / 1.349 (the standard deviation of a normal sample with that IQR); None under 3 values."""
+    vals = sorted(float(v) for v in values)
+    if len(vals) < 3:
+        return None
+    q1, _, q3 = statistics.quantiles(vals, n=4, method="inclusive")
+    return (q3 - q1) / 1.349
+
+
+def _spread(native: Sequence[float], container: Sequence[float]) -> Optional[float]:
+    """Deviation of the difference of the two sides from their repetitions (None: too few to say)."""
+    sn, sc = _robust_sd(native), _robust_sd(container)
+    if sn is None or sc is None:
+        return None
+    return (sn * sn + sc * sc) ** 0.5
+
+
 def _compare(name: str, metric: str, unit: str, native: Series, container: Series, *, higher_is_better: bool,
-             limit_for) -> CheckResult:
+             limit_for, noise_sigmas: float = 3.0) -> CheckResult:
     """Shared engine: ``limit_for(size) -> (limit, "us"|"%") or None`` says what applies at a size."""
     result = CheckResult(name, metric, unit, "good", higher_is_better=higher_is_better)
     sizes = _common_sizes(native, container)
@@ -207,12 +238,15 @@ def _compare(name: str, metric: str, unit: str, native: Series, container: Serie
         within_noise = False
         limit, limit_unit = (rule if rule else (None, "%"))
         penalty = worse if limit_unit == "us" else worse_pct
+        spread = _spread(_get(native, size), _get(container, size))
         if checked and penalty is not None and penalty > limit:
             ok = False
             separated = (c.max < n.min) if higher_is_better else (c.min > n.max)
-            within_noise = not separated and min(n.n, c.n) >= 3
+            beyond = worse - (limit if limit_unit == "us" else limit / 100 * n.median)  # excess, in the unit
+            within_noise = (not separated and min(n.n, c.n) >= 3 and spread is not None
+                            and beyond <= noise_sigmas * spread)
         comp = SizeComparison(size, n, c, c.median - n.median, pct, penalty, limit, limit_unit, checked, ok,
-                              within_noise)
+                              within_noise, spread)
         result.sizes.append(comp)
         if not ok:
             (noisy if within_noise else failures).append(comp)
@@ -244,6 +278,19 @@ def excess(s: SizeComparison) -> float:
     return s.penalty / s.limit if s.limit else float("inf")
 
 
+def deciding_size(check: CheckResult) -> Optional[SizeComparison]:
+    """The size that decided the check: the worst failure, else the worst noise, else the checked size nearest
+    its limit, else (nothing checked) the size where the container is relatively worst. The report's worst
+    difference, the console summary and the plot all show this one size."""
+    for group in ([s for s in check.sizes if s.state == "fail"], [s for s in check.sizes if s.state == "noise"],
+                  [s for s in check.sizes if s.checked]):
+        if group:
+            return max(group, key=excess)
+    sign = -1.0 if check.higher_is_better else 1.0
+    rel = [s for s in check.sizes if s.delta_pct is not None]
+    return max(rel, key=lambda s: sign * (s.delta_pct or 0.0)) if rel else (check.sizes[0] if check.sizes else None)
+
+
 def _describe(s: SizeComparison, unit: str, metric: str = "") -> str:
     where = f"{s.size} B: " if s.size is not None and metric != "init" else ""
     pct = f" ({s.delta_pct:+.2f} %)" if s.delta_pct is not None else ""
@@ -262,7 +309,7 @@ def compare_latency(native: Series, container: Series, thresholds: Optional[Thre
     th = thresholds or Thresholds()
     return _compare(name, "latency", "us", native, container, higher_is_better=False,
                     limit_for=lambda size: (th.latency_overhead_us, "us") if size <= th.small_message_max
-                    else (th.bandwidth_pct, "%"))
+                    else (th.bandwidth_pct, "%"), noise_sigmas=th.noise_sigmas)
 
 
 def compare_bandwidth(native: Series, container: Series, thresholds: Optional[Thresholds] = None,
@@ -271,7 +318,8 @@ def compare_bandwidth(native: Series, container: Series, thresholds: Optional[Th
     ``bandwidth_pct`` % (smaller messages are latency-bound and covered by the latency check)."""
     th = thresholds or Thresholds()
     return _compare(name, "bandwidth", unit, native, container, higher_is_better=True,
-                    limit_for=lambda size: (th.bandwidth_pct, "%") if size >= th.bandwidth_min_size else None)
+                    limit_for=lambda size: (th.bandwidth_pct, "%") if size >= th.bandwidth_min_size else None,
+                    noise_sigmas=th.noise_sigmas)
 
 
 def compare_busbw(native: Series, container: Series, thresholds: Optional[Thresholds] = None,
@@ -280,7 +328,8 @@ def compare_busbw(native: Series, container: Series, thresholds: Optional[Thresh
     lose at most ``busbw_pct`` %. All-zero native values (a one-rank run) are ``degenerate``."""
     th = thresholds or Thresholds()
     return _compare(name, "busbw", "GB/s", native, container, higher_is_better=True,
-                    limit_for=lambda size: (th.busbw_pct, "%") if size >= th.busbw_min_size else None)
+                    limit_for=lambda size: (th.busbw_pct, "%") if size >= th.busbw_min_size else None,
+                    noise_sigmas=th.noise_sigmas)
 
 
 def compare_init(native: Sequence[float], container: Sequence[float], thresholds: Optional[Thresholds] = None,
@@ -290,7 +339,8 @@ def compare_init(native: Sequence[float], container: Sequence[float], thresholds
     the runner should also run one unmeasured warm-up."""
     th = thresholds or Thresholds()
     res = _compare(name, "init", "ms", {0: list(native)} if native else {}, {0: list(container)} if container else {},
-                   higher_is_better=False, limit_for=lambda size: (th.init_overhead_pct, "%"))
+                   higher_is_better=False, limit_for=lambda size: (th.init_overhead_pct, "%"),
+                   noise_sigmas=th.noise_sigmas)
     for s in res.sizes:
         s.size = None
     return res

@@ -14,26 +14,23 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.checks import (CheckResult, HostFacts, Thresholds, check_transports, compare_init,
-                                        compare_nccl_runs, compare_osu_runs, series_from_nccl, series_from_osu)
+                                        compare_nccl_runs, compare_osu_runs, deciding_size, series_from_nccl,
+                                        series_from_osu)
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.plan import SIDES, Plan, Run
 
 
 def _representative(check: CheckResult) -> Optional[Dict[str, Any]]:
-    """One number per side for the summary: latency at the smallest non-zero size,
-    bandwidth at the largest, init and bus bandwidth as measured."""
-    sizes = [s for s in check.sizes]
-    if not sizes:
+    """One row per check for the summary: the size that decided the check (the worst failure, else the
+    worst noise, else the checked size nearest its limit; :func:`checks.deciding_size`), so that the
+    numbers shown are the ones the verdict rests on."""
+    pick = deciding_size(check)
+    if pick is None:
         return None
-    if check.metric == "latency":
-        pick = next((s for s in sizes if s.size and s.size > 0), sizes[0])
-    elif check.metric in ("bandwidth", "busbw"):
-        pick = sizes[-1]
-    else:
-        pick = sizes[0]
     n, c = pick.native.median, pick.container.median
     return {"check": check.name, "metric": check.metric, "unit": check.unit, "size": pick.size,
-            "native": n, "container": c, "ratio": (c / n) if n else None, "verdict": check.verdict}
+            "native": n, "container": c, "ratio": (c / n) if n else None, "state": pick.state,
+            "verdict": check.verdict}
 
 
 def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds

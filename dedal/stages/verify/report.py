@@ -8,7 +8,14 @@
 - ``report.md``: the verdict first, then a summary table of the checks, the findings
   with their evidence, and one table (and plot) per check.
 - ``<check>.png``: latency or bandwidth against message size, native and container,
-  the median as a line and the min..max of the repetitions as a band.
+  the median as a line and the min..max of the repetitions as a band; below it the
+  container/native ratio per size with the band the threshold allows, the failing sizes
+  marked (red crosses) and the sizes within noise (orange triangles).
+
+The counts (checks, checks not passed, errors, warnings, notes) come from one place,
+:func:`counts` over :func:`all_findings` (the report's findings and every check's): the
+headline of ``report.md``, its Findings section, ``verify.json`` (``counts``) and the
+console summary of ``dedal verify`` show the same numbers.
 
 Every file is written to a temporary name in the same directory and renamed, so a file
 exists whole or not at all. Plots are drawn with matplotlib's Agg canvas directly (no
@@ -23,9 +30,10 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dedal.stages.verify.checks import CheckResult, HostFacts, Thresholds, excess, exit_code, overall_verdict
+from dedal.stages.verify.checks import (CheckResult, HostFacts, SizeComparison, Thresholds, deciding_size, exit_code,
+                                        overall_verdict)
 from dedal.stages.verify.findings import Finding, as_finding
 
 SCHEMA_VERSION = 1
@@ -68,6 +76,8 @@ class VerifyReport:
             "image": self.image,
             "verdict": self.overall,
             "exit_code": self.exit_code,
+            "counts": counts(self),
+            "headline": headline(self),
             "checks": [c.to_json() for c in self.checks],
             "findings": [f.to_json() for f in self.findings],
             "measurements": _jsonable(self.measurements),
@@ -76,6 +86,36 @@ class VerifyReport:
             "host": self.host.to_json() if self.host else None,
             "meta": _jsonable(self.meta),
         }
+
+
+def all_findings(report: VerifyReport) -> List[Tuple[Optional[str], Finding]]:
+    """Every finding of the report: its own (check None), then each check's (with the check's name)."""
+    return [(None, f) for f in report.findings] + [(c.name, f) for c in report.checks for f in c.findings]
+
+
+def counts(report: VerifyReport) -> Dict[str, int]:
+    """The numbers every view of the report shows (one source of truth)."""
+    every = [f for _, f in all_findings(report)]
+    return {
+        "checks": len(report.checks),
+        "checks_not_passed": sum(1 for c in report.checks if not c.passed),
+        "errors": sum(1 for f in every if f.severity == "error"),
+        "warnings": sum(1 for f in every if f.severity == "warning"),
+        "notes": sum(1 for f in every if f.severity == "info"),
+    }
+
+
+def headline(report: VerifyReport) -> str:
+    n = counts(report)
+    return (f"{n['checks']} check(s), {n['checks_not_passed']} not passed; {n['errors']} error(s), "
+            f"{n['warnings']} warning(s), {n['notes']} note(s)")
+
+
+def shown_findings(report: VerifyReport) -> List[Tuple[Optional[str], Finding]]:
+    """The errors and warnings, errors first: the Findings of report.md and of the console."""
+    order = {"error": 0, "warning": 1}
+    return sorted([(n, f) for n, f in all_findings(report) if f.severity in order],
+                  key=lambda nf: order[nf[1].severity])
 
 
 def _jsonable(obj: Any) -> Any:
@@ -153,15 +193,17 @@ def write_report(report: VerifyReport, outdir: Path) -> Dict[str, Path]:
 # ---- plots ---------------------------------------------------------------------------
 
 def plot_png(check: CheckResult) -> bytes:
-    """PNG of one check: median per size (line), min..max of the repetitions (band), native and
-    container; log-2 message sizes; latency and bandwidth on a log scale, bus bandwidth linear."""
+    """PNG of one check. Top: median per size (line), min..max of the repetitions (band), native and
+    container; latency and bandwidth on a log scale, bus bandwidth linear. Bottom: container/native ratio
+    of the medians per size, the region the threshold allows shaded green (no shading where a size is not
+    checked), failing sizes as red crosses, sizes within noise as orange triangles. Log-2 message sizes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    fig = Figure(figsize=(7.5, 4.6), dpi=100)
+    fig = Figure(figsize=(7.5, 6.8), dpi=100)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    ax, rx = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     log_y = check.metric in ("latency", "bandwidth")
     pts = [s for s in check.sizes if s.size is not None and s.size > 0]
     for side, color, marker in (("native", "#1f77b4", "o"), ("container", "#d62728", "s")):
@@ -179,19 +221,65 @@ def plot_png(check: CheckResult) -> bytes:
         ax.plot(xs, med, marker=marker, markersize=3.5, linewidth=1.4, color=color, label=f"{side} (median)")
         ax.fill_between(xs, lo, hi, color=color, alpha=0.18, linewidth=0, label=f"{side} (min..max)")
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: _size_label(x)))
     if log_y:
         ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
     label = {"latency": "latency", "bandwidth": "bandwidth", "busbw": "bus bandwidth"}.get(check.metric, check.metric)
     ax.set_ylabel(f"{label} ({check.unit})")
     ax.set_title(f"{check.name}: {check.verdict}")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
+    _plot_ratio(rx, check, pts)
+    rx.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: _size_label(x)))
+    rx.set_xlabel("message size (bytes)")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def ratio_limit(s: SizeComparison, higher_is_better: bool) -> Optional[float]:
+    """The container/native ratio of medians the threshold allows at a size (None: not checked)."""
+    if not s.checked or s.limit is None or not s.native.median:
+        return None
+    if s.limit_unit == "us":
+        return (s.native.median + s.limit) / s.native.median
+    return 1 - s.limit / 100 if higher_is_better else 1 + s.limit / 100
+
+
+def _plot_ratio(rx, check: CheckResult, pts: List[SizeComparison]) -> None:
+    rated = [(s, s.container.median / s.native.median) for s in pts if s.native.median]
+    if not rated:
+        rx.text(0.5, 0.5, "no ratio (native values are 0)", ha="center", va="center", transform=rx.transAxes)
+        return
+    xs = [s.size for s, _ in rated]
+    ratios = [r for _, r in rated]
+    rx.plot(xs, ratios, color="#444444", linewidth=1.0, marker="o", markersize=3, label="container / native")
+    rx.axhline(1.0, color="#888888", linewidth=0.8)
+    for state, style in (("fail", dict(marker="x", color="#d62728", s=60, linewidths=2, label="fails the threshold")),
+                         ("noise", dict(marker="^", color="#ff7f0e", s=40, label="over, within noise"))):
+        sel = [(s.size, r) for s, r in rated if s.state == state]
+        if sel:
+            rx.scatter([x for x, _ in sel], [r for _, r in sel], zorder=3, **style)
+    limits = [ratio_limit(s, check.higher_is_better) for s, _ in rated]
+    top = max(ratios + [lim for lim in limits if lim is not None] + [1.0])
+    bottom = min(ratios + [lim for lim in limits if lim is not None] + [1.0])
+    log_r = top / max(bottom, 1e-9) > 20
+    if log_r:
+        rx.set_yscale("log")
+    margin = 0.1 * (top - bottom + 0.1)
+    pad_hi, pad_lo = (top * 1.5, bottom / 1.5) if log_r else (top + margin, bottom - margin)
+    bound = [lim if lim is not None else float("nan") for lim in limits]
+    # the allowed side of the limit: above it for bandwidth (higher is better), below it for latency
+    allowed_lo = [b if check.higher_is_better else pad_lo for b in bound]
+    allowed_hi = [pad_hi if check.higher_is_better else b for b in bound]
+    checked = [lim is not None for lim in limits]
+    rx.fill_between(xs, allowed_lo, allowed_hi, where=checked, color="#2ca02c", alpha=0.15, linewidth=0,
+                    step="mid", label="allowed by the threshold")
+    rx.plot(xs, bound, color="#2ca02c", linewidth=1.0, linestyle="--", drawstyle="steps-mid")
+    rx.set_ylim(pad_lo, pad_hi)
+    rx.set_ylabel("container / native")
+    rx.grid(True, which="major", alpha=0.3)
+    rx.legend(loc="best", fontsize=7)
 
 
 def _size_label(x: float) -> str:
@@ -220,23 +308,17 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
     plots = plots or {}
     v = report.overall
     lines: List[str] = [f"# Verdict: {v.upper()}", "", f"**{_VERDICT_WORD.get(v, v)}**: image `{report.image}`.", ""]
-    failed = [c for c in report.checks if not c.passed]
-    warn = [f for f in report.findings if f.severity == "warning"]
-    errs = [f for f in report.findings if f.severity == "error"]
-    lines.append(f"{len(report.checks)} check(s), {len(failed)} not passed; {len(errs)} error(s) and {len(warn)} "
-                 f"warning(s) in the logs.")
+    lines.append(headline(report) + ".")
     lines.append("")
     if report.checks:
-        lines += ["| check | metric | verdict | worst difference |", "| --- | --- | --- | --- |"]
+        lines += ["| check | metric | verdict | deciding size: difference |", "| --- | --- | --- | --- |"]
         for c in report.checks:
             lines.append(f"| {_md_escape(c.name)} | {c.metric} ({c.unit}) | {c.verdict} | {_worst_text(c)} |")
         lines.append("")
-    all_findings = [(None, f) for f in report.findings] + [(c.name, f) for c in report.checks for f in c.findings]
-    shown = [(n, f) for n, f in all_findings if f.severity != "info"]
+    shown = shown_findings(report)
     if shown:
         lines += ["## Findings", ""]
-        order = {"error": 0, "warning": 1}
-        for name, f in sorted(shown, key=lambda nf: order.get(nf[1].severity, 2)):
+        for name, f in shown:
             lines.append(f"- **{f.severity}** `{f.code}`: {f.message}")
             if f.evidence:
                 lines.append("")
@@ -256,12 +338,12 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
                 size = "-" if s.size is None else str(s.size)
                 diff = f"{s.delta:+.3g} {c.unit}" + (f" ({s.delta_pct:+.2f} %)" if s.delta_pct is not None else "")
                 lim = f"{s.limit:g} {s.limit_unit}" if s.limit is not None and s.checked else "not checked"
-                ok = "yes" if s.ok else ("noise" if s.within_noise else "**no**")
+                ok = {"ok": "yes", "noise": "noise", "fail": "**no**"}.get(s.state, "-")
                 lines.append(f"| {size} | {_fmt(s.native.median)} [{_fmt(s.native.min)}..{_fmt(s.native.max)}] | "
                              f"{_fmt(s.container.median)} [{_fmt(s.container.min)}..{_fmt(s.container.max)}] | "
                              f"{diff} | {lim} | {ok} |")
             lines.append("")
-    infos = [f for _, f in all_findings if f.severity == "info"]
+    infos = [f for _, f in all_findings(report) if f.severity == "info"]
     if infos:
         lines += ["## Notes", ""] + [f"- `{f.code}`: {f.message}" for f in infos] + [""]
     if report.logs:
@@ -275,8 +357,9 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
               f"- bandwidth loss (from {th.bandwidth_min_size} B) and large-message latency growth: {th.bandwidth_pct:g} %",
               f"- NCCL bus bandwidth loss (from {th.busbw_min_size} B): {th.busbw_pct:g} %",
               f"- MPI init overhead: {th.init_overhead_pct:g} %",
-              "- statistics: median of the repetitions; min..max shown; an exceeded threshold whose ranges overlap "
-              "is reported as noise (warning)", ""]
+              f"- statistics: median of the repetitions; min..max shown; an exceeded threshold is noise (warning) "
+              f"only when the ranges overlap and the excess is within {th.noise_sigmas:g} deviations of the "
+              f"repetitions (interquartile range / 1.349 of each side); otherwise it fails the check", ""]
     if report.host:
         lines += ["## Host", ""] + [f"- {k}: {val}" for k, val in report.host.to_json().items()] + [""]
     if report.meta:
@@ -285,13 +368,12 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
 
 
 def _worst_text(c: CheckResult) -> str:
-    bad = [s for s in c.sizes if s.checked]
-    if not bad:
+    s = deciding_size(c)
+    if s is None:
         return "-"
-    s = max(bad, key=excess)
     where = f"{s.size} B: " if s.size is not None else ""
     pct = f" ({s.delta_pct:+.2f} %)" if s.delta_pct is not None else ""
-    return f"{where}{s.delta:+.3g} {c.unit}{pct}"
+    return f"{where}{s.delta:+.3g} {c.unit}{pct}, {s.state}"
 
 
 def load_report(path: Path) -> Dict[str, Any]:
@@ -299,4 +381,5 @@ def load_report(path: Path) -> Dict[str, Any]:
     return json.loads(Path(path).read_text())
 
 
-__all__: Sequence[str] = ["VerifyReport", "write_report", "render_markdown", "plot_png", "load_report"]
+__all__: Sequence[str] = ["VerifyReport", "write_report", "render_markdown", "plot_png", "load_report", "counts",
+                          "headline", "all_findings", "shown_findings"]
