@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attach", action="append", nargs="+", default=[], metavar="FILE",
                    help="attach files or a report directory (verify.json, report.md, plots, SBOM) as artifacts "
                         "referring to the image")
+    p.add_argument("--force", action="store_true",
+                   help="publish even when the attached verify.json has a verdict the setting verify_gate refuses "
+                        "(default gate: passed, i.e. good or suboptimal)")
     add_registry_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
@@ -69,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
             args.image, refs, description=args.description, source=args.source, revision=args.revision,
             environment=args.environment,
             lock_hash=args.lock_hash, spack_commit=args.spack_commit, annotations=annotations,
-            attachments=attachments, progress=progress_printer(), **opts,
+            attachments=attachments, progress=progress_printer(), gate="off" if args.force else settings.verify_gate,
+            **opts,
         )
     if args.json:
         print_json(result.to_json())

@@ -20,6 +20,7 @@ from dedal.model.layers import sha256_file
 from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.build import run_build
 from dedal.stages.fetch import run_fetch
+from dedal.stages.verify.findings import gate_allows
 from dedal.stages.verify.runner import Options, verify as run_verify
 from dedal.stages.workspace import Target
 from dedal.ui.progress import BuildProgress
@@ -211,9 +212,12 @@ def run_pipeline(
             summary.verdict = outcome.report.overall
             summary.report = str(outcome.paths.get("report.md", outdir / "report.md"))
             record.detail = f"verdict {summary.verdict}; report {summary.report}"
-        if summary.verdict not in ("good", "suboptimal"):
-            raise StageFailed(f"verification verdict {summary.verdict}: the image is not published; "
-                              f"see {summary.report}")
+        gate = settings.verify_gate
+        if not gate_allows(summary.verdict, gate):
+            raise StageFailed(f"verification verdict {summary.verdict}: the image is not published (verify_gate "
+                              f"{gate}; `dedal -s verify_gate=off build-image ...` publishes it anyway); see {summary.report}")
+        if gate == "off" and not gate_allows(summary.verdict):
+            note(f"verification verdict {summary.verdict}, published anyway (verify_gate off)")
 
     def publish(record: StageRecord) -> None:
         registry = _registry(target)
@@ -236,7 +240,8 @@ def run_pipeline(
         source, revision = git.origin(target.env.directory) if target.env else (None, None)
         result = do_publish(summary.image, [ref], description=target.env.description if target.env else None,
                             source=source_url(source, strict=False) if source else None, revision=revision,
-                            attachments=attachments, insecure=settings.registry_insecure, progress=note)
+                            attachments=attachments, insecure=settings.registry_insecure, progress=note,
+                            gate=settings.verify_gate)
         summary.published = list(result.references)
         record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"
 

@@ -198,7 +198,8 @@ def test_images_lists_tags_with_size_created_and_verdict(run_dedal, registry, si
     failing = tmp_path / "failing"
     failing.mkdir()
     write_report(VerifyReport(image="other.sif", verdict="bad"), failing)
-    _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:failed"), extra=("--attach", str(failing / "verify.json")))
+    _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:failed"),
+             extra=("--attach", str(failing / "verify.json"), "--force"))  # a failed verification needs --force
     _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:plain"))  # same manifest as :failed
     _publish(run_dedal, sifs["wrong_arch"], registry.ref(f"{repo}:unverified"))
 
@@ -219,6 +220,28 @@ def test_images_lists_tags_with_size_created_and_verdict(run_dedal, registry, si
 
     missing = run_dedal("images", registry.ref("esd/nothing-here"), "--insecure")
     assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def test_publish_refuses_a_failed_verification_unless_forced(run_dedal, registry, sifs, tmp_path):
+    """The publish gate (setting verify_gate, default passed: good or suboptimal) reads the verdict of an
+    attached verify.json; a refused one uploads nothing and says how to force it."""
+    from dedal.stages.verify.report import VerifyReport, write_report
+
+    bad, suboptimal = tmp_path / "bad", tmp_path / "suboptimal"
+    write_report(VerifyReport(image="other.sif", verdict="bad"), bad)
+    write_report(VerifyReport(image="other.sif", verdict="suboptimal"), suboptimal)
+    ref = registry.ref("esd/gate:v1")
+    refused = run_dedal("publish", str(sifs["other"]), ref, "--insecure", "--attach", str(bad))
+    assert refused.returncode == 2 and "verification verdict bad" in refused.stderr and "--force" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert registry.manifest("esd/gate", "v1").status_code == 404
+    strict = run_dedal("publish", str(sifs["other"]), ref, "--insecure", "--attach", str(suboptimal),
+                       env={"DEDAL_VERIFY_GATE": "good"})
+    assert strict.returncode == 2 and "verify_gate good" in strict.stderr
+    assert registry.manifest("esd/gate", "v1").status_code == 404
+    _publish(run_dedal, sifs["other"], ref, extra=("--attach", str(suboptimal)))  # passed: published
+    forced = _publish(run_dedal, sifs["other"], registry.ref("esd/gate:forced"), extra=("--attach", str(bad), "--force"))
+    assert forced["digest"] and registry.manifest("esd/gate", "forced").status_code == 200
 
 
 def test_inspect_command_for_remote_references(run_dedal, registry, sifs, reports):

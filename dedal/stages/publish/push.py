@@ -29,6 +29,8 @@ from dedal.model.oci import (
     ANN_REVISION,
     ANN_SOURCE,
     ANN_SPACK_COMMIT,
+    ANN_VERDICT,
+    ARTIFACT_VERIFY,
     EMPTY_JSON,
     EMPTY_JSON_DIGEST,
     OCI_MANIFEST,
@@ -41,6 +43,7 @@ from dedal.model.oci import (
     valid_tag,
 )
 from dedal.stages.publish.attachments import Attachment, add_to_fallback_index, group_attachments, push_attachment
+from dedal.stages.verify.findings import gate_allows
 from dedal.ui.console import human_size
 
 
@@ -156,9 +159,14 @@ def publish(
     password: Optional[str] = None,
     progress: Progress = None,
     client_options: Optional[Dict[str, Any]] = None,
+    gate: str = "passed",
 ) -> PublishResult:
     """Push ``sif`` under every reference in ``refs`` (a reference without a tag gets the
     SIF's file stem), then the attachments. Blobs the registry has are not sent again.
+
+    An attached verification report (verify.json) whose verdict the ``gate`` (setting
+    ``verify_gate``: passed, good, off) does not let through is refused before anything is
+    sent: a failed verification is not published unless forced (``gate="off"``).
 
     Provenance not given explicitly is read from the SIF's JSON.Labels object.
     """
@@ -180,6 +188,12 @@ def publish(
         parsed.append(ref)
     with tempfile.TemporaryDirectory(prefix="dedal-attach-") as scratch:  # a directory's logs archive
         groups = group_attachments(attachments, Path(scratch))  # validate before any network traffic
+        for group in groups:
+            verdict = group.annotations.get(ANN_VERDICT)
+            if verdict is not None and not gate_allows(verdict, gate):
+                report = next((str(f.path) for f in group.files if f.media_type == ARTIFACT_VERIFY), "the report")
+                raise UserError(f"{report}: verification verdict {verdict}, so the image is not published (verify_gate "
+                                f"{gate}); pass --force (or set verify_gate=off) to publish it with this report")
 
         labels = sif_labels(path, info)
         prov = provenance_from_labels(labels)

@@ -111,3 +111,17 @@ def as_finding(obj: Any) -> Finding:
     if isinstance(obj, Finding):
         return obj
     return Finding.from_json(obj)
+
+
+#: ``verify_gate`` values: which verification verdicts let an image be published
+GATES = ("passed", "good", "off")
+_PASSING = {"passed": ("good", "suboptimal", "pass"), "good": ("good",)}
+
+
+def gate_allows(verdict: str, gate: str = "passed") -> bool:
+    """Whether an image with this verification verdict may be published: ``passed`` (the default)
+    lets good and suboptimal through, ``good`` only good, ``off`` everything (the report is still
+    attached and shows the verdict)."""
+    if gate not in GATES:
+        raise ValueError(f"unknown verify_gate {gate!r} (one of {', '.join(GATES)})")
+    return gate == "off" or verdict in _PASSING[gate]
