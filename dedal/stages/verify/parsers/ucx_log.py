@@ -10,7 +10,11 @@ table of protocols per message-size range::
     |    5423..inf | (?) rendezvous zero-copy read from remote | cma/memory  |
 
 Older UCX prints ``ep_cfg[1]: tag(posix/memory knem/memory); rma(...)`` instead. Rows of
-several processes interleave; they are attributed by the ``[host:pid:...]`` prefix.
+several processes interleave; they are attributed by the ``[host:pid:...]`` prefix. The
+tables also come with a ``| mpi ep_cfg[3] | ...`` header (UCX 1.13), as bare rows without
+the ``UCX INFO`` tag (UCX 1.17+), commented with ``#`` (``ucx_info -e``), or cut from their
+header: such rows take the scope their transports imply (shared memory: intra-node, RDMA:
+inter-node). A ``ucx-protocols`` note quotes the rows when no TCP is among them.
 
 Rules: within a node UCX must use shared memory (sysv, posix, cma, knem, xpmem, or
 cuda_ipc between GPUs); between nodes an RDMA transport (rc, dc, ud, ...). TCP in a
@@ -227,7 +231,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     if protocols and not any(tcp_in(scope) for scope in by_scope):
         rows = [p["line"] for p in protocols.values()]
         findings.append(F.info("ucx-protocols", "UCX protocol tables: " + "; ".join(
-            f"{scope}: {', '.join(tls)}" for scope, tls in fast.items() if tls), rows[:2] + rows[-1:]))
+            f"{scope}: {', '.join(tls)}" for scope, tls in fast.items() if tls), rows[:2] + rows[2:][-1:]))
 
     recognized = ucx_lines > 0
     has_data = bool(selections or protocols)
