@@ -13,7 +13,11 @@
   ``dedal.verify.gpu`` is true, no verify job when ``dedal.verify.enabled`` is false,
   and a publish job that runs only on the default branch or a tag, and only where a
   registry is configured (the environment's ``dedal.registry`` or the CI variable
-  ``DEDAL_REGISTRY``). The output is deterministic: same inputs, same bytes.
+  ``DEDAL_REGISTRY``); for an environment with ``dedal.rebuild: true``, a rebuild job
+  after it (stage ``rebuild``, in the pipeline only then) that rebuilds the published
+  image from what it carries (``dedal rebuild``) and fails on any difference, the way
+  distributions' rebuilders check packages. The output is deterministic: same inputs,
+  same bytes.
 * :func:`collect` copies a stage's small outputs (plan, lock, logs, layer manifests,
   image manifest and SBOM, verification reports) from the work directories into
   ``ci-artifacts/<name>/<stage>/`` for GitLab's ``artifacts:``, and after assembly
@@ -68,6 +72,7 @@ class CiEnv:
     verify: bool
     gpu: bool
     verify_nodes: int
+    rebuild: bool = False
     watched: List[str] = field(default_factory=list)  # repository paths whose changes touch it
 
     def to_json(self) -> Dict[str, Any]:
@@ -156,7 +161,7 @@ def describe(root: Path, env_file: Path) -> CiEnv:
     return CiEnv(
         name=env.name, env_file=_rel(env.path, root), directory=_rel(env.directory, root), tag=env.tag,
         registry=env.registry, verify=env.verify.enabled, gpu=env.verify.gpu, verify_nodes=env.verify.nodes,
-        watched=watched_paths(root, env.path),
+        rebuild=env.rebuild, watched=watched_paths(root, env.path),
     )
 
 
@@ -268,15 +273,17 @@ def env_jobs(env: CiEnv) -> Dict[str, Dict[str, Any]]:
         last.append(verify)
     publish_vars = {"DEDAL_CI_REGISTRY_REPO": env.registry} if env.registry else {}
     when_registry = "" if env.registry else "$DEDAL_REGISTRY && "
-    job("publish", ".dedal-publish", last, publish_vars,
-        rules=[{"if": f"{when_registry}$CI_COMMIT_TAG"},
-               {"if": f"{when_registry}$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}])
+    rules = [{"if": f"{when_registry}$CI_COMMIT_TAG"}, {"if": f"{when_registry}$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}]
+    publish = job("publish", ".dedal-publish", last, publish_vars, rules=rules)
+    if env.rebuild:
+        job("rebuild", ".dedal-rebuild", [publish], publish_vars, rules=rules)
     return jobs
 
 
 def child_pipeline(selection: Selection, templates: str = DEFAULT_TEMPLATES) -> Dict[str, Any]:
     """The child pipeline (a dict in GitLab's YAML shape) for the selected environments."""
-    doc: Dict[str, Any] = {"include": [{"local": templates}], "stages": list(STAGES)}
+    stages = list(STAGES) + (["rebuild"] if any(e.rebuild for e in selection.envs) else [])
+    doc: Dict[str, Any] = {"include": [{"local": templates}], "stages": stages}
     if not selection.envs:
         doc["dedal-nothing-to-build"] = {"extends": ".dedal-nothing", "stage": "fetch"}
         return doc

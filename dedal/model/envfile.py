@@ -44,6 +44,7 @@ DEDAL_SCHEMA: Dict[str, Any] = {
         "registry": {"type": "string", "pattern": "^oras://"},
         "lock": {"type": "string"},
         "keep_build_deps": {"type": "boolean"},
+        "rebuild": {"type": "boolean"},  # CI: a job rebuilds the published image, fails on a difference
         "only": {"type": "array", "items": {"type": "string"}},
         "runscript": {"type": "string"},
         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -99,6 +100,7 @@ class EnvFile:
     registry: str = ""
     lock: Optional[Path] = None
     keep_build_deps: bool = False
+    rebuild: bool = False  # CI: rebuild the published image (dedal rebuild) and fail on a difference
     only: List[str] = field(default_factory=list)
     runscript: str = ""
     labels: Dict[str, str] = field(default_factory=dict)
@@ -185,6 +187,7 @@ def parse_env(data: Any, path: Path) -> EnvFile:
         registry=ded.get("registry", ""),
         lock=(path.parent / lock).resolve() if lock else None,
         keep_build_deps=ded.get("keep_build_deps", False),
+        rebuild=ded.get("rebuild", False),
         only=list(ded.get("only", [])),
         runscript=ded.get("runscript", ""),
         labels=dict(ded.get("labels", {})),

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dedal.model import sif
 from dedal.adapters import siftool, squashfs
@@ -116,7 +117,15 @@ def test_image_tree(host_env, host_image):
     # provenance of the environment and the SBOM inside the image
     assert (tree / "opt/dedal/env/spack.lock").read_bytes() == (host_env.root / "spack.lock").read_bytes()
     assert "/opt/view" in (tree / "opt/dedal/env/spack.yaml").read_text()
-    assert sorted(p.name for p in (tree / "opt/dedal/env").iterdir()) == ["spack.lock", "spack.yaml"]
+    assert sorted(p.name for p in (tree / "opt/dedal/env").iterdir()) == ["env.yaml", "spack.lock", "spack.yaml"]
+    # what `dedal rebuild` builds from: the environment file, every value that decides the image explicit
+    rebuild = yaml.safe_load((tree / "opt/dedal/env/env.yaml").read_text())
+    assert rebuild["spack"]["specs"] == ["dedal-app"]
+    assert {k: rebuild["dedal"][k] for k in ("name", "tag", "base_image", "install_root", "view", "runscript")} == {
+        "name": "tiny", "tag": "latest", "base_image": "host", "install_root": "/opt/esd/software",
+        "view": "/opt/view", "runscript": 'exec dedal-app "$@"'}
+    assert rebuild["dedal"]["labels"] == {"maintainer": "dedal tests"}
+    assert str(host_env.root) not in (tree / "opt/dedal/env/env.yaml").read_text()
     assert sorted(p.name for p in (tree / "tmp").iterdir()) == []
 
 

@@ -65,7 +65,7 @@ class EnvsRepo:
 
 @pytest.fixture
 def envs_repo(tmp_path: Path) -> EnvsRepo:
-    """Environments cpu (defaults), gpu (GPU verify, own registry, tag), quiet (no verify)
+    """Environments cpu (defaults), gpu (GPU verify, own registry, tag, CI rebuild), quiet (no verify)
     and neuro (uses the recipes in recipes/repo), one commit."""
     root = tmp_path / "envs-repo"
     root.mkdir()
@@ -77,7 +77,7 @@ def envs_repo(tmp_path: Path) -> EnvsRepo:
     write_env(envs / "cpu", {"specs": ["openmpi@5"]}, {"name": "cpu"})
     write_env(envs / "gpu", {"specs": ["openmpi@5 +cuda", "nccl-tests"]},
               {"name": "esd-gpu", "tag": "2025.1", "registry": "oras://registry.example.org/esd/esd-gpu",
-               "verify": {"gpu": True, "nodes": 2}})
+               "verify": {"gpu": True, "nodes": 2}, "rebuild": True})
     write_env(envs / "quiet", {"specs": ["zlib"]}, {"name": "quiet", "verify": {"enabled": False}})
     write_env(envs / "neuro", {"specs": ["arbor"], "repos": ["../../recipes/repo"],
                                "include": ["packages.yaml"]}, {"name": "neuro"})

@@ -49,7 +49,7 @@ def test_child_pipeline_of_every_environment_matches_the_golden_file(envs_repo: 
 def test_child_pipeline_shape(envs_repo: EnvsRepo):
     doc = yaml.safe_load(ci.render(ci.select(envs_repo.root, all_envs=True)))
     assert doc["include"] == [{"local": "ci/templates.yml"}]
-    assert doc["stages"] == ["fetch", "build", "assemble", "verify", "publish"]
+    assert doc["stages"] == ["fetch", "build", "assemble", "verify", "publish", "rebuild"]  # esd-gpu rebuilds
     jobs = {k: v for k, v in doc.items() if k not in ("include", "stages")}
     # per environment: fetch -> build -> assemble -> verify -> publish, chained by needs
     assert [k for k in jobs if k.startswith("cpu:")] == [f"cpu:{s}" for s in ci.STAGES]
@@ -77,6 +77,13 @@ def test_child_pipeline_shape(envs_repo: EnvsRepo):
     assert "DEDAL_CI_REGISTRY_REPO" not in jobs["cpu:publish"]["variables"]
     # verification off: no verify job, publish needs only the image
     assert "quiet:verify" not in jobs and jobs["quiet:publish"]["needs"] == ["quiet:assemble"]
+    # dedal.rebuild: true: the published image rebuilt after publishing, on the same rules; others none
+    assert jobs["esd-gpu:rebuild"]["needs"] == ["esd-gpu:publish"]
+    assert jobs["esd-gpu:rebuild"]["rules"] == jobs["esd-gpu:publish"]["rules"]
+    assert jobs["esd-gpu:rebuild"]["variables"] == jobs["esd-gpu:publish"]["variables"]
+    assert [k for k in jobs if k.endswith(":rebuild")] == ["esd-gpu:rebuild"]
+    quiet_only = yaml.safe_load(ci.render(ci.select(envs_repo.root, envs=["spack-envs/quiet"])))
+    assert quiet_only["stages"] == list(ci.STAGES)  # no rebuild stage where no environment asks for one
 
 
 def test_nothing_to_build_gives_a_pipeline_with_one_job_saying_so(envs_repo: EnvsRepo, run_dedal):

@@ -60,6 +60,7 @@ from dedal.model.layers import LayerStore, sha256_file
 from dedal.model.plan import Plan
 from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import load_lock
+from dedal.stages.assemble import provenance
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
 from dedal.stages.assemble.audit import audit_layers, inside
 from dedal.stages.assemble.envscript import env_lines
@@ -173,7 +174,7 @@ def assemble(
     inputs = {
         "format": IMAGE_FORMAT, "dedal": __version__, "env": plan.env_name, "tag": plan.tag,
         "install_root": plan.install_root, "view": plan.view, "lock_sha256": plan.lock_sha256,
-        "spack_commit": plan.spack_commit, "manifest": hashlib.sha256((envdir / "spack.yaml").read_bytes()).hexdigest(),
+        "spack_commit": plan.spack_commit, "manifest": provenance.inputs_digest(manifest),  # no host path
         "base": {"id": base.id, "sha256": base_digest} if base else "host",
         "layers": [[i.key, i.sha256] for i in infos], "roots": roots, "keep_build_deps": keep_build_deps,
         "runscript": runscript, "labels": user_labels, "description": description,
@@ -246,19 +247,25 @@ def assemble(
                     t0 = time.monotonic()
                     env_dir_img = mkdirs(root, ENV_IN_IMAGE)
 
-                    img_manifest = stage_manifest(manifest, install_root=plan.install_root, stage=Path("/tmp/dedal-spack"),
-                                                  view=plan.view)
+                    # the local repositories and includes travel in the image, named there
+                    provenance.copy_inputs(manifest, env_dir_img)
+                    img_manifest = stage_manifest(provenance.in_image(manifest), install_root=plan.install_root,
+                                                  stage=Path("/tmp/dedal-spack"), view=plan.view)
                     write_env_dir(env_dir_img, img_manifest, envdir / "spack.lock")
                     spack_yaml_bytes = (env_dir_img / "spack.yaml").read_bytes()
                     env91 = run_spack(root, plan, settings, base, manifest, log, say)
                     if inherited["91-environment.sh"]:
                         env91 = inherited["91-environment.sh"].rstrip("\n") + "\n" + env91.split("\n", 1)[1]
-                    # what Spack leaves in the environment directory besides the two files is build-time state
+                    # what Spack leaves in the environment directory besides ours is build-time state
                     for entry in list(env_dir_img.iterdir()):
-                        if entry.name not in ("spack.yaml", "spack.lock"):
+                        if entry.name not in provenance.KEEP:
                             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
                     write_file(env_dir_img / "spack.yaml", spack_yaml_bytes)
                     shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
+                    provenance.write_rebuild_inputs(env_dir_img, manifest, provenance.dedal_section(
+                        plan, env, only=only_names, keep_build_deps=keep_build_deps, runscript=runscript,
+                        labels=user_labels, description=description),
+                        Path(base.path) / base.definition_file if base is not None and base.definition_file else None)
                     normalize_spack_db(ir_dir, created)
                     timings["spack"] = time.monotonic() - t0
 
