@@ -54,7 +54,7 @@ _KEYS: Dict[str, Tuple[str, ...]] = {
     "srun-pmix-plugin-broken": ("can not load pmix", "init() callback failed", "cannot create context for mpi/pmix"),
     "direct-launch-without-pmi": ("direct launched", "pmi support"),
     "cuda-driver-too-old": ("insufficient", "forward compatibility", "unsupported display driver", "unsatisfied condition"),
-    "gpu-runtime-setup-failed": ("nvidia-container-cli", "container creation failed"),
+    "gpu-runtime-setup-failed": ("nvidia-container-cli", "container creation failed", "failed to initialize nvml"),
     "container-start-failed": ("container creation failed",),
     "nvml-driver-mismatch": ("version mismatch",),
     "nv-tools-missing": ("nvidia-smi",),
@@ -66,7 +66,7 @@ _KEYS: Dict[str, Tuple[str, ...]] = {
     "nccl-duplicate-gpu": ("duplicate gpu",),
     "nccl-failure": ("nccl failure", "nccl error", "any net plugin", "ncclinternal", "ncclsystem", "ncclunhandled",
                      "ncclinvalid", "ncclremote", "nccl warn"),
-    "nccl-net-failure": ("net/ofi", " -> "),
+    "nccl-net-failure": ("net/ofi", " -> ", "got completion from peer"),
     "ucx-worker-create-failed": ("ucp worker", "ucp_worker_create", "ucp_init", "uct_iface_open", "ucx context"),
     "ucx-endpoint-failed": ("ucp_ep_create", "ucx endpoint"),
     "assertion-failed": ("assertion",),
@@ -149,9 +149,9 @@ SIGNATURES: Sequence[Signature] = (
          "the host GPU driver is older than the CUDA runtime in the image"),
     _sig("gpu-runtime-setup-failed",
          r"nvidia-container-cli(?:\.real)?: (?:initialization|mount|detection|ldcache|device|load library) error|"
-         r"container creation failed: .*nvidia",
-         "the container runtime's GPU set-up failed (nvidia-container-cli missing or unable to reach the driver): "
-         "the container did not start with the GPU"),
+         r"container creation failed: .*nvidia|Failed to initialize NVML: (?:Unknown Error|Insufficient Permissions)",
+         "the container runtime's GPU set-up failed (nvidia-container-cli missing or unable to reach the driver, or "
+         "the GPU device nodes refused inside the container): the GPU is not usable in the container"),
     _sig("container-start-failed", r"FATAL:\s+container creation failed",
          "the container runtime could not create the container", suppressed_by=("gpu-runtime-setup-failed",)),
     _sig("nvml-driver-mismatch", r"Failed to initialize NVML: Driver/library version mismatch",
@@ -186,7 +186,8 @@ SIGNATURES: Sequence[Signature] = (
          "an NCCL call failed"),
     _sig("nccl-net-failure",
          r"NET/OFI (?:Couldn't|Could not|Unable to) (?!find)|NET/OFI Request completed with error|"
-         r"NET/OFI Creating new endpoint .*failed|(?<![\w/])(?:transport/net\w*\.cc|include/net\.h|transport/coll_net\.cc)"
+         r"NET/OFI Creating new endpoint .*failed|NET/IB\s*: ?Got completion from peer .* with (?:status=|error )[1-9]|"
+         r"(?<![\w/])(?:transport/net\w*\.cc|include/net\.h|transport/coll_net\.cc)"
          r":\d+ -> [1-9]",
          "NCCL's network (NET plugin) failed while connecting or moving data: the multi-node run cannot complete"),
     # --- UCX fatal errors at start-up -------------------------------------------------

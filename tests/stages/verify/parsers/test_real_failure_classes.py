@@ -28,6 +28,7 @@ EXPECTED = {
     "gpu_runtime/nvccli_requirement_cuda_driver_too_old_FAILED.log": "cuda-driver-too-old",
     "gpu_runtime/nvidia_smi_not_in_container_FAILED.log": "nv-tools-missing",
     "gpu_runtime/nvml_driver_library_mismatch_FAILED.log": "nvml-driver-mismatch",
+    "gpu_runtime/nvml_unknown_error_device_cgroup_FAILED.log": "gpu-runtime-setup-failed",
     "gpu_runtime/singularity_info_no_nv_files_FAILED.log": "nv-libraries-missing",
     "gpu_runtime/singularity_nv_container_creation_failed_FAILED.log": "gpu-runtime-setup-failed",
     "gpu_runtime/singularity_nvccli_missing_FAILED.log": "gpu-runtime-setup-failed",
@@ -36,6 +37,9 @@ EXPECTED = {
     "nccl_plugin/nccl_ofi_couldnt_open_av_multinode_FAILED.log": "nccl-net-failure",
     "nccl_plugin/nccl_ofi_init_failed_socket_fallback_BAD.log": "nccl-plugin-failure",
     "nccl_plugin/nccl_ofi_register_memory_system_error_FAILED.log": "nccl-net-failure",
+    "nccl_plugin/nccl_ib_plugin_completion_error_status12_FAILED.log": "nccl-net-failure",
+    "nccl_plugin/nccl_ib_plugin_completion_error_app_crash_FAILED.log": "nccl-net-failure",
+    "nccl_plugin/nccl_net_ib_completion_error4_all_reduce_5nodes_FAILED.log": "nccl-net-failure",
     # srun --mpi=list, every format
     "srun_mpi_list/srun_mpi_list_charliecloud_faq_mpi_prefix_BAD.txt": "pmix-missing",
     "srun_mpi_list/srun_mpi_list_one_line_pmix_v2_GOOD.txt": "pmix-available",
@@ -126,6 +130,12 @@ def test_fast_protocol_tables_pass_the_transport_rules_on_an_infiniband_host() -
         if rel.startswith("ucx_proto_fast/"):
             found = check_transports([parse_file(REAL / rel)], host)
             assert all(f.severity == "info" for f in found), (rel, [(f.code, f.severity) for f in found])
+
+
+def test_error_completions_are_quoted_before_the_error_chain() -> None:
+    result = parse_file(REAL / "nccl_plugin/nccl_ib_plugin_completion_error_status12_FAILED.log")
+    (proof,) = [f for f in result["findings"] if f["code"] == "nccl-net-failure"]
+    assert "Got completion from peer" in proof["evidence"][0] and proof["verdict"] == "failed"
 
 
 def test_a_plugin_that_falls_back_to_sockets_stays_an_error_in_the_transport_rules() -> None:
