@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from dedal.commands._registry import add_insecure_option, insecure_override
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.stages.build import run_build
@@ -24,13 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--detach", action="store_true", default=None,
                    help="Slurm: submit the jobs and exit; `dedal status` shows them, a later `dedal build` follows "
                         "them (setting `slurm.detach`)")
+    p.add_argument("--cache", metavar="oras://HOST/REPO",
+                   help="a remote layer cache: pull the layers it has before building, push the ones built "
+                        "(setting `layer_cache`)")
+    add_insecure_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
-                         layer_store=args.layers, stage_dir=args.stage_dir, **{"slurm.detach": args.detach})
+                         layer_store=args.layers, stage_dir=args.stage_dir, layer_cache=args.cache,
+                         registry_insecure=insecure_override(args), **{"slurm.detach": args.detach})
     if settings.get("slurm.detach") and settings.executor != "slurm":
         raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")
     target = resolve(args.target, settings)
@@ -43,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(summary.failed)} failed, {len(summary.blocked)} not built, in {human_seconds(summary.seconds)}")
         for label, error in summary.failed.items():
             out.print(f"  FAILED {label}: {error}")
+        if summary.cache:
+            c = summary.cache
+            out.print(f"layer cache {c['ref']}: {len(c['pulled'])} pulled, {len(c['pushed'])} pushed"
+                      + (f", {len(c['problems'])} problem(s): {'; '.join(c['problems'])}" if c["problems"] else ""),
+                      markup=False)
         if summary.detached:
             out.print(f"detached: {summary.jobs + summary.adopted} Slurm job(s) go on without dedal; `dedal status` "
                       f"shows them, `dedal build` follows them and builds what they leave")

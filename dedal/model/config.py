@@ -95,6 +95,8 @@ SETTINGS: List[Setting] = [
     Setting("slurm.order_hints", "choice", _const("auto"), "plan fixed start times and have Slurm follow them by afterany hints that expire at their planned time; pays off only with accurate durations, so auto: when every package to build has a measured duration (benchmarks/schedule/cluster.md)", choices=("auto", "true", "false")),
     Setting("registry", "str", _const(""), "default oras:// repository to publish to (empty: do not publish)"),
     Setting("registry_insecure", "bool", _const(False), "plain HTTP / unverified TLS for the registry"),
+    Setting("layer_cache", "str", _const(""), "oras://HOST[:PORT]/REPO of a remote layer cache: layers the store lacks are pulled from it before building, the ones built are pushed to it (empty: none)"),
+    Setting("layer_cache_push", "bool", _const(True), "push the layers a build made to the layer cache (off: only pull, e.g. in merge-request pipelines)"),
 ]
 
 BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}

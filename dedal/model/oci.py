@@ -61,6 +61,9 @@ ARTIFACT_CYCLONEDX = "application/vnd.cyclonedx+json"
 ARTIFACT_SPDX = "application/spdx+json"
 ARTIFACT_FILE = "application/vnd.dedal.file.v1"
 ARTIFACT_LOGS = "application/vnd.dedal.logs.v1.tar+gzip"  # the other files of an attached directory
+ARTIFACT_LAYER = "application/vnd.dedal.layer.v1"  # a layer in a remote layer cache
+LAYER_SQUASHFS = "application/vnd.dedal.layer.v1.squashfs"
+LAYER_MANIFEST = "application/vnd.dedal.layer.manifest.v1+json"
 
 FALLBACK_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
 
@@ -242,6 +245,19 @@ def artifact_manifest(*, artifact_type: str, layers: List[Dict[str, Any]], subje
         "config": {"mediaType": OCI_EMPTY_MEDIA_TYPE, "digest": EMPTY_JSON_DIGEST, "size": 2, "data": "e30="},
         "layers": layers,
         "subject": subject,
+        "annotations": dict(annotations),
+    }
+
+
+def layer_artifact(*, squashfs: Dict[str, Any], manifest: Dict[str, Any], annotations: Dict[str, str]) -> Dict[str, Any]:
+    """The OCI 1.1 artifact of one layer in a remote layer cache: its squashfs and its
+    layer manifest (dedal.model.layers) as blobs, found by a tag derived from the key."""
+    return {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": ARTIFACT_LAYER,
+        "config": {"mediaType": OCI_EMPTY_MEDIA_TYPE, "digest": EMPTY_JSON_DIGEST, "size": 2, "data": "e30="},
+        "layers": [dict(squashfs, mediaType=LAYER_SQUASHFS), dict(manifest, mediaType=LAYER_MANIFEST)],
         "annotations": dict(annotations),
     }
 

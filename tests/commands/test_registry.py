@@ -8,7 +8,7 @@ import pytest
 from dedal.cli import build_parser
 from dedal.commands import _registry
 
-REGISTRY_COMMANDS = ("publish", "pull", "images", "inspect", "build-image")
+REGISTRY_COMMANDS = ("publish", "pull", "images", "inspect", "build-image", "build")
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict:

@@ -3,7 +3,9 @@
 :func:`~dedal.stages.workspace.prepare` writes the environment's artifacts into its work
 directory (spack.yaml, spack.lock, plan.json): every job, local or on Slurm, reads those
 and nothing else. The jobs run through an executor (``executors/``: local process pool
-or Slurm), each one :func:`dedal.stages.build.node.run_job` on its node.
+or Slurm), each one :func:`dedal.stages.build.node.run_job` on its node. With a remote
+layer cache (:mod:`~dedal.stages.build.cache`) the layers it has are pulled first and
+the ones built pushed after. Each attempt is recorded (:mod:`dedal.model.attempts`).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dedal.errors import DedalError, Interrupted, UserError
 from dedal.model.attempts import Attempts
 from dedal.model.layers import LayerStore
 from dedal.stages.base import base_root
+from dedal.stages.build.cache import CacheReport, LayerCache
 from dedal.stages.build.executors.common import BuildSummary
 from dedal.stages.workspace import Target, prepare
 from dedal.ui.progress import BuildProgress
@@ -28,6 +31,8 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
     store = LayerStore(Path(settings.layer_store))
     store.ensure_writable()
     store.reap_temporaries()  # of builds killed on this host (kill -9 during mksquashfs)
+    cache = (LayerCache(str(settings.get("layer_cache")), insecure=bool(settings.registry_insecure))
+             if settings.get("layer_cache") else None)  # a bad reference is refused here
     plan, plan_path = prepare(target)
     attempts = Attempts(Path(plan.env_dir or target.workdir))
     attempt = attempts.start(executor)
@@ -35,12 +40,21 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
     try:
         base_root(plan.base_image, settings)  # build the base once here, not in every job
         with BuildProgress(len(plan.to_build), title=f"build {plan.env_name}", quiet=quiet) as progress:
+            report = CacheReport()
+            if cache is not None:
+                cache.say = progress.note
+                cache.pull(plan, plan.to_build, store, report)
             if executor == "slurm":
                 from dedal.stages.build.executors import slurm
                 summary = slurm.build(plan, plan_path, settings, keep_going=keep_going, progress=progress)
             else:
                 from dedal.stages.build.executors import local
                 summary = local.build(plan, plan_path, settings, jobs=jobs, keep_going=keep_going, progress=progress)
+            if cache is not None:
+                built = {plan.nodes[h].label: h for h in plan.to_build}
+                if settings.get("layer_cache_push"):
+                    cache.push(plan, [built[label] for label in summary.built if label in built], store, report)
+                summary.cache = dict(report.to_json(), ref=cache.ref)
     except UserError:
         attempts.discard(attempt)  # refused (bad input, configuration, another dedal's build): no attempt
         raise

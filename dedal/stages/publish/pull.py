@@ -120,7 +120,7 @@ def pull(
         progress(f"downloading {r} ({human_size(expected_size)}) to {target}")
     tmp = target.parent / f".{target.name}.part-{os.getpid()}"
     try:
-        _download(client, r.repository, expected_digest, expected_size, tmp, str(r))
+        download_blob(client, r.repository, expected_digest, expected_size, tmp, str(r))
         try:
             info = sifmod.read_sif(tmp)
             sifmod.primary_partition(info)
@@ -143,7 +143,7 @@ def pull(
                       created=ann.get(ANN_CREATED), title=title)
 
 
-def _download(client: RegistryClient, repository: str, digest: str, size: int, tmp: Path, what: str) -> None:
+def download_blob(client: RegistryClient, repository: str, digest: str, size: int, tmp: Path, what: str) -> None:
     """Stream a blob into ``tmp`` checking length and sha256; broken transfers restart."""
     attempt = 0
     while True:

@@ -81,6 +81,7 @@ class BuildSummary:
     adopted: int = 0  # Slurm jobs of an earlier build whose dedal was gone, followed to their end
     detached: bool = False  # Slurm jobs left queued and running for a later dedal build to follow
     interrupted: bool = False
+    cache: Dict[str, object] = field(default_factory=dict)  # the layer cache's report (pulled, pushed, problems)
 
     @property
     def ok(self) -> bool:

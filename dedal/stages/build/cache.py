@@ -1,0 +1,180 @@
+"""A remote layer cache in an OCI registry: layers shared by machines without shared storage.
+
+``layer_cache: oras://HOST[:PORT]/REPO`` (``dedal build --cache``) names a registry
+repository that holds layers as Spack's OCI build caches hold binaries: each layer is an
+OCI artifact (:func:`dedal.model.oci.layer_artifact`) whose blobs are the layer's squashfs
+and its manifest, tagged with the layer key (which pins the DAG hash, install root and
+base, so a tag never names two contents). Before building, each layer the plan needs and
+the store lacks is looked up there and pulled: the squashfs's bytes are checked against
+the digest the artifact names, which is the sha256 its manifest records, and the manifest
+against the plan (key, install root, base) before the layer enters the store. After the
+build, the layers it built are pushed (unless ``layer_cache_push`` is off), blobs the
+registry has being skipped.
+
+The cache only saves work: a registry that cannot be reached, or a layer that fails its
+checks, is reported and the layer built here instead; a push that fails is reported
+without failing the build.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from dedal.adapters import registry as reg
+from dedal.adapters.registry import RegistryClient, make_client
+from dedal.errors import DedalError
+from dedal.model.layers import LayerManifest, LayerStore
+from dedal.model.oci import (ARTIFACT_LAYER, EMPTY_JSON, LAYER_MANIFEST, LAYER_SQUASHFS, OCI_MANIFEST, RegistryError,
+                             canonical_json, layer_artifact, parse_reference)
+from dedal.model.plan import Plan
+from dedal.stages.publish.pull import IntegrityError, download_blob
+from dedal.ui.console import human_size
+
+ANN_KEY = "org.dedal.layer.key"
+ANN_SPEC = "org.dedal.layer.spec"
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def cache_tag(key: str) -> str:
+    """The tag of a layer key: the key where it is a valid tag (``+`` becomes ``_``), else
+    its start and a digest of it (tags have at most 128 characters)."""
+    tag = _TAG_UNSAFE.sub("_", key)
+    if len(tag) > 128:
+        tag = tag[:100] + "-" + hashlib.sha256(key.encode()).hexdigest()[:27]
+    return tag
+
+
+@dataclass
+class CacheReport:
+    """What a build got from and gave to the layer cache (package labels)."""
+
+    pulled: List[str] = field(default_factory=list)
+    pushed: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)
+    bytes_pulled: int = 0
+    bytes_pushed: int = 0
+
+    def to_json(self) -> Dict[str, object]:
+        return {"pulled": self.pulled, "pushed": self.pushed, "problems": self.problems,
+                "bytes_pulled": self.bytes_pulled, "bytes_pushed": self.bytes_pushed}
+
+
+class LayerCache:
+    """One registry repository used as a layer cache."""
+
+    def __init__(self, ref: str, *, insecure: bool = False, say: Callable[[str], None] = lambda line: None,
+                 client: Optional[RegistryClient] = None) -> None:
+        r = parse_reference(ref, require_scheme=False, repository_only=True)
+        self.ref = f"oras://{r.host}/{r.repository}"
+        self.repository = r.repository
+        self.client = client or make_client(r.host, insecure=insecure, repository=r.repository)
+        self.say = say
+
+    # -- pull --------------------------------------------------------------------------
+    def pull(self, plan: Plan, hashes: Sequence[str], store: LayerStore, report: CacheReport) -> None:
+        """Bring the layers of ``hashes`` the store lacks from the cache, where it has them."""
+        wanted = [h for h in hashes if plan.nodes[h].key and not store.has(plan.nodes[h].key or "")]
+        for h in wanted:
+            node = plan.nodes[h]
+            try:
+                size = self._pull_one(plan, h, store)
+            except reg.NotFound:
+                continue
+            except (RegistryError, DedalError, OSError, ValueError, TypeError) as exc:
+                report.problems.append(f"{node.label}: {_reason(exc)}")
+                self.say(f"layer cache {self.ref}: {node.label} not taken ({_reason(exc)}); building it here")
+                if _unreachable(exc):
+                    return  # one answer is enough: the rest would wait for the same timeouts
+                continue
+            report.pulled.append(node.label)
+            report.bytes_pulled += size
+            self.say(f"layer cache: pulled {node.label} ({human_size(size)})")
+
+    def _pull_one(self, plan: Plan, h: str, store: LayerStore) -> int:
+        node = plan.nodes[h]
+        key = node.key or ""
+        where = f"{self.ref}:{cache_tag(key)}"
+        art = self.client.get_manifest_raw(self.repository, cache_tag(key), (OCI_MANIFEST,)).json()
+        if art.get("artifactType") != ARTIFACT_LAYER:
+            raise Refused(f"{where}: not a dedal layer (artifactType {art.get('artifactType')!r})")
+        blobs = {d.get("mediaType"): d for d in art.get("layers") or [] if isinstance(d, dict)}
+        sqfs, meta = blobs.get(LAYER_SQUASHFS), blobs.get(LAYER_MANIFEST)
+        if not sqfs or not meta:
+            raise Refused(f"{where}: the artifact lacks its squashfs or its manifest")
+        try:
+            data = json.loads(self.client.get_blob_bytes(self.repository, str(meta["digest"])))
+        except RegistryError as exc:  # the bytes do not match their digest, among others
+            raise Refused(f"{where}: its manifest blob: {_reason(exc)}") from None
+        man = LayerManifest.from_json(data) if isinstance(data, dict) else None
+        if man is None or man.key != key:
+            raise Refused(f"{where}: its manifest is for {getattr(man, 'key', None)!r}, not {key}")
+        if man.install_root != plan.install_root or man.base_id != plan.base_id or man.hash != h:
+            raise Refused(f"{where}: built for install root {man.install_root} on base {man.base_id}, "
+                                f"this plan needs {plan.install_root} on {plan.base_id}")
+        if sqfs.get("digest") != f"sha256:{man.sha256}" or int(sqfs.get("size", -1)) != man.size:
+            raise Refused(f"{where}: the squashfs descriptor ({sqfs.get('digest')}, {sqfs.get('size')} bytes) "
+                                f"is not the one its manifest records (sha256:{man.sha256}, {man.size} bytes)")
+        tmp = store.temp_path(key)
+        try:
+            download_blob(self.client, self.repository, str(sqfs["digest"]), man.size, tmp, where)  # length, sha256
+            man.log = f"{where} (pulled; built on {man.host or 'another host'})"
+            store.add(man, tmp)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return man.size
+
+    # -- push --------------------------------------------------------------------------
+    def push(self, plan: Plan, hashes: Sequence[str], store: LayerStore, report: CacheReport) -> None:
+        """Offer the layers of ``hashes`` (built here) to the cache; those it has stay."""
+        for h in hashes:
+            node = plan.nodes[h]
+            key = node.key or ""
+            if not key or not store.has(key):
+                continue
+            try:
+                sent = self._push_one(store.manifest(key), store)
+            except (RegistryError, DedalError, OSError, ValueError, TypeError) as exc:
+                report.problems.append(f"{node.label}: push failed ({_reason(exc)})")
+                self.say(f"layer cache {self.ref}: pushing {node.label} failed ({_reason(exc)})")
+                if _unreachable(exc):
+                    return
+                continue
+            if sent is not None:
+                report.pushed.append(node.label)
+                report.bytes_pushed += sent
+                self.say(f"layer cache: pushed {node.label} ({human_size(sent)})")
+
+    def _push_one(self, man: LayerManifest, store: LayerStore) -> Optional[int]:
+        """Bytes sent for the layer (0 when the registry had its blobs), None when the
+        cache already had it."""
+        tag = cache_tag(man.key)
+        if self.client.head_manifest(self.repository, tag):
+            return None
+        digest = f"sha256:{man.sha256}"
+        sent = self.client.push_blob(self.repository, store.sqfs(man.key), digest, man.size)
+        meta = canonical_json(man.to_json())
+        meta_digest, meta_size, _ = self.client.push_bytes(self.repository, meta)
+        self.client.push_bytes(self.repository, EMPTY_JSON)
+        art = layer_artifact(squashfs={"digest": digest, "size": man.size},
+                             manifest={"digest": meta_digest, "size": meta_size},
+                             annotations={ANN_KEY: man.key, ANN_SPEC: f"{man.name}@{man.version}/{man.hash[:7]}"})
+        raw = canonical_json(art)
+        self.client.put_manifest(self.repository, tag, raw, OCI_MANIFEST)
+        return man.size if sent else 0
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.one_line() if isinstance(exc, DedalError) else f"{type(exc).__name__}: {exc}"
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is about the registry (unreachable, refusing us) rather than one
+    layer's content: then the other layers are not asked for."""
+    return not isinstance(exc, (Refused, IntegrityError, ValueError, TypeError))
+
+
+class Refused(RegistryError):
+    """A cached layer that fails its checks (not a layer, another key, another root)."""

@@ -1,0 +1,99 @@
+"""The remote layer cache against a real local registry: a build on a machine with an empty
+store (here: another store) pulls what an earlier build pushed, each blob checked against its
+digest, and builds only what the cache lacks or what fails the checks."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dedal.model.layers import LayerStore
+from dedal.stages.build.cache import cache_tag
+from tests.build.conftest import make_env
+from tests.registry.conftest import registry  # noqa: F401  (the local docker-registry fixture)
+
+pytestmark = pytest.mark.registry
+TINY = ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
+
+
+@pytest.fixture(autouse=True)
+def _root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mount namespaces for the fixed install root)")
+
+
+def _build(run_dedal, tiny, cache, **env):
+    res = run_dedal("build", str(tiny.env_file), "--cache", cache, "--insecure", "--json", env=dict(tiny.env, **env))
+    return res, (json.loads(res.stdout) if res.stdout.strip() else {})
+
+
+def names(labels):
+    return sorted(label.split("@")[0] for label in labels)
+
+
+def test_a_second_machine_pulls_what_the_first_pushed(run_dedal, registry, tmp_path):  # noqa: F811
+    cache = registry.ref("esd/layers")
+    first = make_env(tmp_path / "a")
+    res, summary = _build(run_dedal, first, cache)
+    assert res.returncode == 0, res.stderr
+    assert names(summary["built"]) == TINY and names(summary["cache"]["pushed"]) == TINY
+    assert summary["cache"]["pulled"] == [] and summary["cache"]["problems"] == []
+    a_store = LayerStore(first.store)
+    for m in a_store.manifests():
+        art = registry.manifest("esd/layers", cache_tag(m.key)).json()
+        assert art["artifactType"] == "application/vnd.dedal.layer.v1"
+        assert art["layers"][0]["digest"] == f"sha256:{m.sha256}" and art["layers"][0]["size"] == m.size
+
+    # another machine, its own store, a Spack that would fail every build: all comes from the cache
+    second = make_env(tmp_path / "b", fail=TINY)
+    res, summary = _build(run_dedal, second, cache)
+    assert res.returncode == 0, res.stderr
+    assert summary["built"] == [] and names(summary["cache"]["pulled"]) == TINY
+    assert summary["cache"]["pushed"] == [] and summary["cache"]["bytes_pulled"] == sum(
+        m.size for m in a_store.manifests())
+    b_store = LayerStore(second.store)
+    assert {m.key: m.sha256 for m in b_store.manifests()} == {m.key: m.sha256 for m in a_store.manifests()}
+    assert b_store.verify().clean
+    # a rerun asks nothing: the layers are in the store now
+    res, summary = _build(run_dedal, second, cache)
+    assert res.returncode == 0 and summary["cache"]["pulled"] == [] and summary["built"] == []
+
+
+def test_a_blob_that_does_not_match_its_digest_is_refused_and_built_here(run_dedal, registry, tmp_path):  # noqa: F811
+    cache = registry.ref("esd/layers")
+    first = make_env(tmp_path / "a")
+    res, _ = _build(run_dedal, first, cache)
+    assert res.returncode == 0, res.stderr
+    victim = next(m for m in LayerStore(first.store).manifests() if m.name == "libdedal")
+    data = registry.root / "docker/registry/v2/blobs/sha256" / victim.sha256[:2] / victim.sha256 / "data"
+    good = data.read_bytes()
+    data.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))  # same size, other bytes
+    assert hashlib.sha256(data.read_bytes()).hexdigest() != victim.sha256
+
+    second = make_env(tmp_path / "b")
+    res, summary = _build(run_dedal, second, cache, DEDAL_LAYER_CACHE_PUSH="false")
+    assert res.returncode == 0, res.stderr
+    assert names(summary["built"]) == ["libdedal"]
+    assert names(summary["cache"]["pulled"]) == ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime"]
+    problem = " ".join(summary["cache"]["problems"])
+    assert "libdedal" in problem and "sha256" in problem
+    assert LayerStore(second.store).verify().clean
+    assert summary["cache"]["pushed"] == []  # layer_cache_push=false
+
+
+def test_an_unreachable_cache_is_reported_and_the_build_goes_on(run_dedal, tmp_path):
+    tiny = make_env(tmp_path)
+    res, summary = _build(run_dedal, tiny, "oras://127.0.0.1:9/esd/layers")
+    assert res.returncode == 0, res.stderr
+    assert names(summary["built"]) == TINY
+    assert len(summary["cache"]["problems"]) == 2  # one lookup and one push: the registry is not asked again
+
+
+def test_a_bad_cache_reference_is_refused_before_anything_is_written(run_dedal, tmp_path):
+    tiny = make_env(tmp_path)
+    res = run_dedal("build", str(tiny.env_file), "--cache", "https://host/repo", env=tiny.env)
+    assert res.returncode == 2 and "https:// references are not supported" in res.stderr
+    assert not (Path(tiny.env["DEDAL_DATA_DIR"]) / "work").exists()
