@@ -118,3 +118,28 @@ def test_layers_cli(run_dedal, tmp_path):
     gone = json.loads(run_dedal("layers", "gc", "--dry-run", "--json", env=env).stdout)
     assert gone == {"removed": [key], "dry_run": True} and store.has(key)
     assert run_dedal("layers", "gc", env=env).returncode == 0 and not store.has(key)
+
+
+def test_build_records_beside_the_layer(tmp_path):
+    """Spack's build records move in with the layer, go with it, and an orphan is collected."""
+    store = LayerStore(tmp_path / "store")
+    key = "zlib-1.3-aaaaaaa-0001"
+    records = tmp_path / "stage" / "records"
+    (records / "archived-files").mkdir(parents=True)
+    (records / "spack-build-out.txt.gz").write_bytes(b"log")
+    (records / "archived-files" / "config.log").write_text("x")
+    man = store.add(_manifest(key), _pack(tmp_path, store, key, "one"), records)
+    assert man.records == ["archived-files", "spack-build-out.txt.gz"] and not records.exists()
+    assert (store.records_dir(key) / "spack-build-out.txt.gz").read_bytes() == b"log"
+    assert store.manifest(key).records == man.records and store.verify().clean
+    loser = tmp_path / "stage" / "loser"
+    loser.mkdir()
+    (loser / "install_times.json").write_text("{}")
+    store.add(_manifest(key), _pack(tmp_path, store, key, "two"), loser)  # the key is there: ours are dropped
+    assert sorted(os.listdir(store.records_dir(key))) == man.records
+    store.remove(key)
+    assert not store.records_dir(key).exists()
+    orphan = store.records_dir("gone-1.0-bbbbbbb-0002")
+    orphan.mkdir()
+    assert store.gc(set(), dry_run=True) == [orphan.name] and orphan.exists()
+    assert store.gc(set()) == [orphan.name] and not orphan.exists()
