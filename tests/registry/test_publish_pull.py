@@ -373,3 +373,9 @@ def test_a_report_directory_is_three_referrers_with_the_logs_in_one_archive(run_
     with tarfile.open(archive) as tar:
         names = sorted(tar.getnames())
     assert names == ["preflight.json"] + sorted(f"runs/osu_latency-{i}.log" for i in range(12))
+    # published again: the same artifacts, no referrer added
+    again = _publish(run_dedal, sifs["good"], registry.ref("esd/att:v1"),
+                     extra=("--attach", str(report), str(reports["sbom"])))
+    assert sorted(a["digest"] for a in again["attachments"]) == sorted(a["digest"] for a in res["attachments"])
+    index = registry.manifest("esd/att", res["digest"].replace(":", "-")).json()
+    assert len(index["manifests"]) == 3

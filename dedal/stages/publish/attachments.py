@@ -84,7 +84,8 @@ def _read_json(path: Path) -> Any:
 
 def logs_archive(top: Path, files: Sequence[Path], out: Path) -> Path:
     """``files`` (under ``top``) as a gzipped tar at ``out``, by their paths relative to
-    ``top``, sorted, owned by root: the same files give the same bytes."""
+    ``top``, sorted, owned by root, dated like the newest of them: the same files give
+    the same bytes and the same artifact."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -94,6 +95,8 @@ def logs_archive(top: Path, files: Sequence[Path], out: Path) -> Path:
             info.uname = info.gname = ""
             with open(path, "rb") as fh:
                 tar.addfile(info, fh)
+    newest = max(p.stat().st_mtime for p in files)
+    os.utime(out, (newest, newest))  # its created annotation: the logs' date, so a republish adds no referrer
     return out
 
 
