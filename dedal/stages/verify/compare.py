@@ -14,23 +14,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.checks import (CheckResult, HostFacts, Thresholds, check_transports, compare_init,
-                                        compare_nccl_runs, compare_osu_runs, deciding_size, series_from_nccl,
-                                        series_from_osu)
+                                        compare_nccl_runs, compare_osu_runs, series_from_nccl, series_from_osu)
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.plan import SIDES, Plan, Run
-
-
-def _representative(check: CheckResult) -> Optional[Dict[str, Any]]:
-    """One row per check for the summary: the size that decided the check (the worst failure, else the
-    worst noise, else the checked size nearest its limit; :func:`checks.deciding_size`), so that the
-    numbers shown are the ones the verdict rests on."""
-    pick = deciding_size(check)
-    if pick is None:
-        return None
-    n, c = pick.native.median, pick.container.median
-    return {"check": check.name, "metric": check.metric, "unit": check.unit, "size": pick.size,
-            "native": n, "container": c, "ratio": (c / n) if n else None, "state": pick.state,
-            "verdict": check.verdict}
+from dedal.stages.verify.report import summary_row
 
 
 def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
@@ -76,7 +63,7 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
                     "container": {(s.size if s.size is not None else 0): list(_values(sel, "container", c, s.size))
                                   for s in c.sizes},
                 }
-                rep = _representative(c)
+                rep = summary_row(c)
                 if rep:
                     summary.append(rep)
     return checks, measurements, summary

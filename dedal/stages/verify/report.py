@@ -118,6 +118,44 @@ def shown_findings(report: VerifyReport) -> List[Tuple[Optional[str], Finding]]:
                   key=lambda nf: order[nf[1].severity])
 
 
+def summary_row(check: CheckResult) -> Optional[Dict[str, Any]]:
+    """One row per check for the summary: the size that decided the check (the worst failure, else the
+    worst noise, else the checked size nearest its limit; :func:`checks.deciding_size`), so that the
+    numbers shown are the ones the verdict rests on."""
+    pick = deciding_size(check)
+    if pick is None:
+        return None
+    n, c = pick.native.median, pick.container.median
+    return {"check": check.name, "metric": check.metric, "unit": check.unit, "size": pick.size,
+            "native": n, "container": c, "ratio": (c / n) if n else None, "state": pick.state,
+            "verdict": check.verdict}
+
+
+def console_lines(report: VerifyReport, limit: int = 20) -> List[str]:
+    """What `dedal verify` prints: the verdict, the headline, one row per check at its deciding size,
+    the checks not passed and the errors and warnings (the first ``limit``, with their evidence)."""
+    out = [f"verdict: {report.overall.upper()}  ({report.image}; exit code {report.exit_code})", headline(report)]
+    rows = [r for r in (summary_row(c) for c in report.checks) if r]
+    if rows:
+        width = max(len(r["check"]) for r in rows)
+        out.append(f"{'check':<{width}}  {'size (B)':>9}  {'native':>12}  {'container':>12}  {'ratio':>7}  "
+                   f"{'size is':<11}  verdict")
+        for r in rows:
+            unit = r["unit"]
+            ratio = f"{r['ratio']:.3f}" if r.get("ratio") is not None else "-"
+            size = "-" if r.get("size") is None else str(r["size"])
+            out.append(f"{r['check']:<{width}}  {size:>9}  {r['native']:>9.4g} {unit:<2}  {r['container']:>9.4g} "
+                       f"{unit:<2}  {ratio:>7}  {r['state']:<11}  {r['verdict']}")
+    out += [f"check {c.name}: {c.verdict}" for c in report.checks if not c.passed]
+    shown = [f for _, f in shown_findings(report)]
+    for f in shown[:limit]:
+        out.append(f"[{f.severity}] {f.code}: {f.message}")
+        out += [f"    | {ev}" for ev in f.evidence[:3]]
+    if len(shown) > limit:
+        out.append(f"... and {len(shown) - limit} more error(s)/warning(s) in the report")
+    return out
+
+
 def _jsonable(obj: Any) -> Any:
     """Series keyed by int sizes become JSON objects keyed by strings (sorted numerically)."""
     if isinstance(obj, Mapping):
@@ -382,4 +420,4 @@ def load_report(path: Path) -> Dict[str, Any]:
 
 
 __all__: Sequence[str] = ["VerifyReport", "write_report", "render_markdown", "plot_png", "load_report", "counts",
-                          "headline", "all_findings", "shown_findings"]
+                          "headline", "all_findings", "shown_findings", "summary_row", "console_lines"]

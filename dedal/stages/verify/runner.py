@@ -62,7 +62,7 @@ from dedal.stages.verify.meta import container_text, report_meta
 from dedal.stages.verify.options import Options, add_arguments, options_from_args
 from dedal.stages.verify.parsers import parse_file
 from dedal.stages.verify.plan import SIDES, Plan, Run, allocation_nodes, choose_launcher, run_env
-from dedal.stages.verify.report import VerifyReport, headline, shown_findings, slug, write_report
+from dedal.stages.verify.report import VerifyReport, console_lines, slug, write_report
 from dedal.ui.console import err, print_json
 
 __all__ = ["Options", "Outcome", "add_arguments", "main", "options_from_args", "verify"]
@@ -277,28 +277,8 @@ def main(args: argparse.Namespace) -> int:
         data["files"] = {k: str(v) for k, v in outcome.paths.items()}
         print_json(data)
         return rep.exit_code
-    print(f"verdict: {rep.overall.upper()}  ({rep.image}; exit code {rep.exit_code})")
-    print(headline(rep))
-    if outcome.summary:
-        width = max(len(s["check"]) for s in outcome.summary)
-        print(f"{'check':<{width}}  {'size (B)':>9}  {'native':>12}  {'container':>12}  {'ratio':>7}  {'size is':<11}  "
-              "verdict")
-        for s in outcome.summary:
-            unit = s["unit"]
-            ratio = f"{s['ratio']:.3f}" if s.get("ratio") is not None else "-"
-            size = "-" if s.get("size") is None else str(s["size"])
-            print(f"{s['check']:<{width}}  {size:>9}  {s['native']:>9.4g} {unit:<2}  {s['container']:>9.4g} {unit:<2}  "
-                  f"{ratio:>7}  {s.get('state', '-'):<11}  {s['verdict']}")
-    for c in rep.checks:
-        if not c.passed:
-            print(f"check {c.name}: {c.verdict}")
-    shown = [f for _, f in shown_findings(rep)]
-    for f in shown[:20]:
-        print(f"[{f.severity}] {f.code}: {f.message}")
-        for ev in f.evidence[:3]:
-            print(f"    | {ev}")
-    if len(shown) > 20:
-        print(f"... and {len(shown) - 20} more error(s)/warning(s) in the report")
+    for line in console_lines(rep):
+        print(line)
     print(f"report: {outcome.paths['report.md']} (verify.json, "
           f"{sum(1 for k in outcome.paths if k.startswith('plot:'))} plot(s)); raw logs: {outcome.outdir / 'raw'}")
     return rep.exit_code

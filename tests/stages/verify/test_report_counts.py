@@ -8,8 +8,8 @@ from pathlib import Path
 
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.checks import compare_bandwidth, compare_latency
-from dedal.stages.verify.report import (VerifyReport, counts, headline, plot_png, ratio_limit, render_markdown,
-                                        shown_findings, write_report)
+from dedal.stages.verify.report import (VerifyReport, console_lines, counts, headline, plot_png, ratio_limit,
+                                        render_markdown, shown_findings, write_report)
 
 SIZES = [1 << i for i in range(0, 21)]
 
@@ -24,8 +24,9 @@ def _report() -> VerifyReport:
     container[1] = [v + 0.7 for v in native[1]]                     # over the 0.5 us limit at 1 B as well
     latency = compare_latency(native, container)
     bw = {s: [min(s / lat(s), 20000.0)] * 5 for s in SIZES}
-    bandwidth = compare_bandwidth(bw, {s: [v * 1.2 for v in vals] for s, vals in bw.items()})
-    bandwidth.findings.append(F.warning("sizes-differ", "osu_bw: sizes measured on one side only: 4194304"))
+    faster = {s: [v * 1.2 for v in vals] for s, vals in bw.items()}
+    faster[1 << 22] = [24000.0] * 5                                 # measured in the container only: a note
+    bandwidth = compare_bandwidth(bw, faster)
     return VerifyReport("demo", checks=[latency, bandwidth],
                         findings=[F.warning("loader-warning", "libnl: no version information", ["a line"]),
                                   F.info("ucx-transports", "native, intra-node: UCX moved messages over sysv/memory")])
@@ -34,7 +35,7 @@ def _report() -> VerifyReport:
 def test_headline_findings_and_verify_json_agree(tmp_path: Path) -> None:
     rep = _report()
     n = counts(rep)
-    assert n == {"checks": 2, "checks_not_passed": 1, "errors": 1, "warnings": 2, "notes": 1}
+    assert n == {"checks": 2, "checks_not_passed": 1, "errors": 1, "warnings": 1, "notes": 2}
     md = render_markdown(rep)
     assert headline(rep) in md.splitlines()[4]
     findings_section = md.split("## Findings", 1)[1].split("\n## ", 1)[0]
@@ -93,3 +94,20 @@ def test_the_plot_has_a_ratio_panel_with_the_band_and_the_failing_sizes(monkeypa
     failing = [c for c in ratio.collections if c.get_label() == "fails the threshold"][0]
     assert sorted(x for x, _ in failing.get_offsets()) == [1, 262144]
     assert io.BytesIO(png).getbuffer().nbytes > 1000
+
+
+def test_the_console_shows_the_same_counts_and_the_deciding_sizes() -> None:
+    rep = _report()
+    n = counts(rep)
+    lines = console_lines(rep)
+    assert lines[0].startswith("verdict: BAD") and lines[1] == headline(rep)
+    assert sum(ln.startswith("[error] ") for ln in lines) == n["errors"]
+    assert sum(ln.startswith("[warning] ") for ln in lines) == n["warnings"]
+    latency_row = next(ln for ln in lines if ln.startswith("osu_latency "))
+    assert " 262144 " in latency_row and " fail " in latency_row
+    bandwidth_row = next(ln for ln in lines if ln.startswith("osu_bw "))
+    # the container is faster everywhere: the row shows the checked size nearest the limit, and a size measured on
+    # one side only (a note) does not make it suboptimal
+    assert " ok " in bandwidth_row and "1.200" in bandwidth_row and bandwidth_row.endswith(" good")
+    few = console_lines(rep, limit=1)
+    assert few[-1] == f"... and {n['errors'] + n['warnings'] - 1} more error(s)/warning(s) in the report"
