@@ -103,12 +103,15 @@ def bootstrap(
              what=f"debootstrap {suite}", log=log, timeout=timeout, env={**os.environ, "LC_ALL": "C"})
 
 
-def write_sources(root: Path, suite: str, mirror: str, *, updates: bool, security: Optional[str]) -> None:
-    """The root's own apt sources (deb822), as the image will keep them."""
+def write_sources(root: Path, suite: str, mirror: str, *, updates: bool, security: Optional[str],
+                  components: Sequence[str] = ("main",)) -> None:
+    """The root's own apt sources (deb822), as the image will keep them: the archive areas
+    ``components`` (main, contrib, non-free, ...) of the suite, its updates and security."""
+    areas = " ".join(components)
     lines = ["Types: deb", f"URIs: {mirror}", f"Suites: {suite}" + (f" {suite}-updates" if updates else ""),
-             "Components: main", "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg", ""]
+             f"Components: {areas}", "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg", ""]
     if security:
-        lines += ["Types: deb", f"URIs: {security}", f"Suites: {suite}-security", "Components: main",
+        lines += ["Types: deb", f"URIs: {security}", f"Suites: {suite}-security", f"Components: {areas}",
                   "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg", ""]
     d = root / "etc/apt/sources.list.d"
     d.mkdir(parents=True, exist_ok=True)

@@ -92,7 +92,8 @@ def cmd_show(args: Any) -> int:
     print(f"  id:         {d['id']}")
     if d["kind"] == "debian":
         print(f"  debian:     {d['suite']} --variant={d['variant']} {d['arch']}"
-              f"{' +updates' if d['updates'] else ''}{' +security' if d['security'] else ''}")
+              f"{' +updates' if d['updates'] else ''}{' +security' if d['security'] else ''}"
+              f" ({' '.join(d.get('components') or ['main'])})")
         for group, pkgs in d["packages"].items():
             print(f"  {group + ':':<11} {' '.join(pkgs)}")
     b = info["base"]

@@ -30,6 +30,9 @@ from dedal import CHECKOUT
 from dedal.errors import UserError, read_input
 from dedal.model.inputs import parse_yaml
 
+#: Debian's archive areas a definition may enable (``components:``); main is always needed
+#: (debootstrap builds the root from it)
+COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
 RECIPE_VERSION = "1"  # bump when the way bases are built changes (invalidates every cached base)
 HOST_BASE = "host"  # build on the host itself (private mount namespace), no base image
 
@@ -55,6 +58,7 @@ class BaseDefinition:
     mirror: str = ""
     updates: bool = False
     security: bool = False
+    components: List[str] = field(default_factory=lambda: ["main"])  # apt archive areas (COMPONENTS)
     packages: Dict[str, List[str]] = field(default_factory=dict)
     record_versions: Dict[str, str] = field(default_factory=dict)
     probe_versions: Dict[str, str] = field(default_factory=dict)
@@ -106,7 +110,7 @@ def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping (name, suite, packages, ...)")
     known = {"name", "description", "os", "suite", "variant", "arch", "mirror", "updates", "security",
-             "packages", "record_versions", "probe_versions", "env", "python_venv"}
+             "components", "packages", "record_versions", "probe_versions", "env", "python_venv"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -121,6 +125,7 @@ def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
     for group, items in packages.items():
         if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
             raise UserError(f"{path}: packages.{group}: expected a list of package names")
+    components = _components(path, _expect(path, data, "components", list, ["main"]))
     record = _expect(path, data, "record_versions", dict, {})
     probes = _expect(path, data, "probe_versions", dict, {})
     env = _expect(path, data, "env", dict, {})
@@ -133,13 +138,26 @@ def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
         description=_expect(path, data, "description", str, ""), suite=suite,
         variant=_expect(path, data, "variant", str, "minbase"), arch=_expect(path, data, "arch", str, "amd64"),
         mirror=_expect(path, data, "mirror", str, ""), updates=_expect(path, data, "updates", bool, False),
-        security=_expect(path, data, "security", bool, False),
+        security=_expect(path, data, "security", bool, False), components=components,
         packages={str(k): list(v) for k, v in packages.items()},
         record_versions={str(k): str(v) for k, v in record.items()},
         probe_versions={str(k): str(v) for k, v in probes.items()},
         env={str(k): str(v) for k, v in env.items()},
         python_venv={"path": venv["path"], "packages": [str(p) for p in venv.get("packages", [])]} if venv else {},
     )
+
+
+def _components(path: Path, value: List[Any]) -> List[str]:
+    """``components:`` checked: Debian archive areas, main among them, each once."""
+    bad = [c for c in value if c not in COMPONENTS]
+    if bad:
+        raise UserError(f"{path}: components: unknown {', '.join(map(repr, bad))} "
+                        f"(Debian's are {', '.join(COMPONENTS)})")
+    if "main" not in value:
+        raise UserError(f"{path}: components: must include main (debootstrap builds the root from it)")
+    if len(set(value)) != len(value):
+        raise UserError(f"{path}: components: {', '.join(value)} names one twice")
+    return [str(c) for c in value]
 
 
 def _parse_def(name: str, path: Path, text: str) -> BaseDefinition:

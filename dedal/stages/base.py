@@ -160,7 +160,8 @@ def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log
     say(f"{stamp()} debootstrap --variant={defn.variant} {defn.suite} from {mirrors['archive']} (log: {log})")
     debootstrap.bootstrap(root, defn.suite, mirrors["archive"], variant=defn.variant, arch=defn.arch, log=log)
     debootstrap.write_sources(root, defn.suite, mirrors["archive"], updates=defn.updates,
-                              security=mirrors["security"] if defn.security else None)
+                              security=mirrors["security"] if defn.security else None,
+                              components=defn.components)
     pkgs = defn.all_packages
     say(f"{stamp()} apt-get install {len(pkgs)} packages (and their dependencies)")
     debootstrap.apt_install(root, pkgs, log=log)

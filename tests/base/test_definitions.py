@@ -170,3 +170,54 @@ def test_apt_releases_and_input_labels(tmp_path):
     assert base.input_labels(img)["dedal.base.packages.sha256"] != labels["dedal.base.packages.sha256"]
     old = base.BaseImage.from_json({**img.to_json(), "apt_releases": None})  # a base.json from before
     assert "dedal.base.apt_releases" not in base.input_labels(old)
+
+
+def test_components_default_and_identity(tmp_path):
+    d = base.load_definition("debian-trixie")
+    assert d.components == ["main"] and d.to_json()["components"] == ["main"]
+    more = tmp_path / "debian-trixie.yaml"
+    more.write_text(d.text + "components: [main, contrib, non-free, non-free-firmware]\n")
+    m = base.load_definition(str(more))
+    assert m.components == ["main", "contrib", "non-free", "non-free-firmware"]
+    # another component list is another base (its packages may come from the new areas)
+    assert base.definition_id(m) != base.definition_id(d)
+    fewer = tmp_path / "fewer" / "debian-trixie.yaml"
+    fewer.parent.mkdir()
+    fewer.write_text(d.text + "components: [main, contrib]\n")
+    assert base.definition_id(base.load_definition(str(fewer))) not in (base.definition_id(d), base.definition_id(m))
+
+
+@pytest.mark.parametrize("value, message", [
+    ("[main, universe]", "components: unknown 'universe' (Debian's are main, contrib, non-free, non-free-firmware)"),
+    ("[contrib, non-free]", "components: must include main"),
+    ("[main, contrib, main]", "names one twice"),
+    ("main contrib", "components: expected list"),
+    ("[main, 3]", "components: unknown 3"),
+])
+def test_bad_components(tmp_path, value, message):
+    p = tmp_path / "bad.yaml"
+    p.write_text(f"suite: trixie\ncomponents: {value}\n")
+    with pytest.raises(UserError) as exc:
+        base.load_definition(str(p))
+    assert message in str(exc.value)
+
+
+def test_write_sources_components(tmp_path):
+    (tmp_path / "etc/apt").mkdir(parents=True)
+    (tmp_path / "etc/apt/sources.list").write_text("deb http://old.example/debian trixie main\n")
+    debootstrap.write_sources(tmp_path, "trixie", "http://mirror.example/debian", updates=True,
+                              security="http://mirror.example/debian-security",
+                              components=["main", "contrib", "non-free"])
+    text = (tmp_path / "etc/apt/sources.list.d/debian.sources").read_text()
+    stanzas = [dict(line.split(": ", 1) for line in s.splitlines()) for s in text.strip().split("\n\n")]
+    assert stanzas == [
+        {"Types": "deb", "URIs": "http://mirror.example/debian", "Suites": "trixie trixie-updates",
+         "Components": "main contrib non-free", "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"},
+        {"Types": "deb", "URIs": "http://mirror.example/debian-security", "Suites": "trixie-security",
+         "Components": "main contrib non-free", "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"}]
+    assert not (tmp_path / "etc/apt/sources.list").exists()
+    # what apt reads back is what was written (the host-sources parser is the same deb822 reader)
+    assert debootstrap.host_sources(tmp_path / "etc/apt")[0]["suites"] == ["trixie", "trixie-updates"]
+    debootstrap.write_sources(tmp_path, "trixie", "http://mirror.example/debian", updates=False, security=None)
+    assert "Components: main\n" in (tmp_path / "etc/apt/sources.list.d/debian.sources").read_text()
+    assert text.count("Types: deb") == 2
