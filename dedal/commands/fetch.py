@@ -19,6 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mirror", metavar="DIR", help="source mirror (default: setting `mirror`)")
     p.add_argument("--envs-url", metavar="URL", help="git repository of environments; ENV is a path inside it")
     p.add_argument("--envs-ref", metavar="REF", help="commit, tag or branch of --envs-url (default: main)")
+    p.add_argument("--lock-only", action="store_true",
+                   help="only concretize (in the base image) and write the plan; leave the mirror alone "
+                        "(does the environment concretize? works offline)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
@@ -31,9 +34,12 @@ def run(args: argparse.Namespace) -> int:
         env_arg = str(checkout / args.target)
     target = resolve(env_arg, settings)
     with BuildProgress(0, title=f"fetch {target.name}", quiet=args.json) as progress:
-        result = run_fetch(target, progress=progress)
+        result = run_fetch(target, progress=progress, sources_too=not args.lock_only)
     if args.json:
         print_json(result.to_json())
+    elif not result.mirrored:
+        out.print(f"{result.env}: lock {result.lock}{' (concretized)' if result.concretized else ' (unchanged)'}; "
+                  f"plan {result.plan}; mirror not filled (--lock-only); {human_seconds(result.seconds)}")
     else:
         sources = f"{result.sources} sources ({result.already_present} already in the mirror, {result.fetched} fetched" + \
             (")" if result.listed else ", as counted by spack mirror create)")

@@ -51,6 +51,7 @@ class FetchResult:
     plan: str
     seconds: float
     listed: bool = True      # sources listed per package (else checked by `spack mirror create` alone)
+    mirrored: bool = True    # False: --lock-only, the mirror was left alone
     missing: List[MissingSource] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -147,7 +148,44 @@ def _failed_downloads(log: Path) -> List[str]:
     return failed
 
 
-def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
+def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
+                 note) -> Tuple[int, int, List[MissingSource], bool]:  # noqa: ANN001
+    """Every source of the concrete environment into ``mirror``: (sources, missing before,
+    still missing, listed per package); DedalError naming what could not be fetched."""
+    sources = _list_sources(spack, fenv, work, logs, note)
+    offline_hint = ("Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
+                    f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}")
+    if sources is None:
+        # no per-source listing: Spack's own mirror creation decides, and its report names the failures
+        note(f"filling the mirror {mirror} with spack mirror create")
+        try:
+            spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
+        except ToolError as exc:
+            failed = _failed_downloads(logs / "mirror-create.log")
+            raise DedalError(f"sources missing from the mirror {mirror} could not be fetched (no network?): "
+                             f"{', '.join(failed) or exc.detail}. {offline_hint}") from None
+        present, added = _archive_stats(logs / "mirror-create.log")
+        return present + added, added, [], False
+    missing, total = _missing(sources, mirror)
+    before = len(missing)
+    if missing:
+        note(f"fetching {len(missing)} of {total} sources into {mirror}")
+        try:
+            spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
+        except ToolError:
+            pass  # what is still missing is reported below, precisely
+        missing, total = _missing(sources, mirror)
+    if missing:
+        lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise DedalError(f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could "
+                         f"not be fetched (no network?): {lines}. {offline_hint}")
+    return total, before, missing, True
+
+
+def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> FetchResult:  # noqa: ANN001
+    """Concretize (unless a lock is given), fill the mirror, write the plan; with
+    ``sources_too`` False only the lock and the plan (whether an environment
+    concretizes on its base, offline: sources are a separate matter)."""
     started = time.monotonic()
     settings = target.settings
     note = progress.note if progress else (lambda line: None)
@@ -191,36 +229,13 @@ def run_fetch(target: Target, *, progress=None) -> FetchResult:  # noqa: ANN001
         shutil.copyfile(fenv / "spack.lock", work / "spack.lock")
         stamp.write_text(manifest_digest)
         concretized = True
-    sources = _list_sources(spack, fenv, work, logs, note)
-    offline_hint = ("Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
-                    f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}")
-    if sources is None:
-        # no per-source listing: Spack's own mirror creation decides, and its report names the failures
-        note(f"filling the mirror {mirror} with spack mirror create")
-        try:
-            spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
-        except ToolError as exc:
-            failed = _failed_downloads(logs / "mirror-create.log")
-            raise DedalError(f"sources missing from the mirror {mirror} could not be fetched (no network?): "
-                             f"{', '.join(failed) or exc.detail}. {offline_hint}") from None
-        present, added = _archive_stats(logs / "mirror-create.log")
-        total, before, missing = present + added, added, []
-    else:
-        missing, total = _missing(sources, mirror)
-        before = len(missing)
-        if missing:
-            note(f"fetching {len(missing)} of {total} sources into {mirror}")
-            try:
-                spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
-            except ToolError:
-                pass  # what is still missing is reported below, precisely
-            missing, total = _missing(sources, mirror)
-        if missing:
-            lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
-            raise DedalError(f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could "
-                             f"not be fetched (no network?): {lines}. {offline_hint}")
+    total = before = 0
+    missing: List[MissingSource] = []
+    listed = False
+    if sources_too:
+        total, before, missing, listed = _fill_mirror(spack, fenv, work, logs, mirror, note)
     plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock"))
     return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
                        concretized=concretized, sources=total, already_present=total - before,
                        fetched=before - len(missing), plan=str(plan_path), seconds=time.monotonic() - started,
-                       listed=sources is not None)
+                       listed=listed, mirrored=sources_too)

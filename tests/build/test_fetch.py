@@ -140,6 +140,27 @@ def test_fetch_offline_names_the_missing_sources(run_dedal, tmp_path):
     assert not (tmp_path / "data" / "work" / "tiny" / "plan.json").exists()
 
 
+def test_fetch_lock_only_concretizes_and_plans_without_touching_the_mirror(run_dedal, tmp_path):
+    """--lock-only: does the environment concretize (offline)? The sources a full fetch
+    would miss (libdedal unreachable) do not matter, and the mirror stays empty."""
+    spack = install_standin(tmp_path / "spack", unreachable=["libdedal"])
+    env_file = tiny_env_file(tmp_path / "env", with_lock=False)
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack)}
+    res = run_dedal("fetch", str(env_file), "--lock-only", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    result = json.loads(res.stdout)
+    assert result["concretized"] is True and result["mirrored"] is False and result["sources"] == 0
+    assert json.loads(Path(result["lock"]).read_text()) == json.loads((SPACK_DATA / "tiny-dedal.spack.lock").read_text())
+    assert len(json.loads(Path(result["plan"]).read_text())["to_build"]) == 5
+    mirror = tmp_path / "data" / "mirror"
+    assert not mirror.exists() or not any(mirror.iterdir())
+    text = run_dedal("fetch", str(env_file), "--lock-only", env=env)
+    assert text.returncode == 0 and "(unchanged)" in text.stdout and "mirror not filled" in text.stdout
+    # the full fetch still names the source it cannot get
+    full = run_dedal("fetch", str(env_file), env=env)
+    assert full.returncode == 1 and "libdedal@1.0" in full.stderr
+
+
 def test_fetch_without_spack_says_how_to_provide_one(run_dedal, tmp_path):
     env_file = tiny_env_file(tmp_path / "env", with_lock=True)
     env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_URL": str(tmp_path / "nowhere.git")}
