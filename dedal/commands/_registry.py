@@ -48,8 +48,11 @@ def registry_options(args: argparse.Namespace) -> Dict[str, Any]:
         password = sys.stdin.read().rstrip("\r\n")
         if not password:
             raise UserError("--password-stdin: standard input was empty")
+    from dedal.adapters.registry import client_options  # requests and oras-py: only when used
+
     return {"insecure": bool(settings.registry_insecure), "username": getattr(args, "username", None),
-            "password": password, "settings": settings}
+            "password": password, "settings": settings, "client_options": client_options(settings)}
+
 
 
 class _ToPrinter(logging.Handler):

@@ -227,6 +227,7 @@ def run_pipeline(
         need_image()
         # imported here: the registry client (requests) and GitPython would add ~0.25 s to every `dedal` start, --help included
         from dedal.adapters import git
+        from dedal.adapters.registry import client_options
         from dedal.stages.publish import publish as do_publish
         from dedal.stages.publish.push import source_url
         attachments = []
@@ -241,7 +242,7 @@ def run_pipeline(
         result = do_publish(summary.image, [ref], description=target.env.description if target.env else None,
                             source=source_url(source, strict=False) if source else None, revision=revision,
                             attachments=attachments, insecure=settings.registry_insecure, progress=note,
-                            gate=settings.verify_gate)
+                            gate=settings.verify_gate, client_options=client_options(settings))
         summary.published = list(result.references)
         record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"
 

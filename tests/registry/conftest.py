@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -278,8 +279,10 @@ class Seen:
 class FaultProxy:
     """Relays HTTP to a registry. ``faults`` are (method, path-substring, action, times):
     action "drop" closes the connection half way through (request or response body),
-    an int answers that status. With ``referrers_api`` it adds what an OCI 1.1 registry
-    does: the OCI-Subject header and GET /v2/<name>/referrers/<digest>."""
+    "reset" does so with a TCP reset (RST), "hang" reads the request and never answers
+    (until the proxy stops), an int answers that status, a (status, headers) tuple that
+    status with those headers (e.g. Retry-After). With ``referrers_api`` it adds what an
+    OCI 1.1 registry does: the OCI-Subject header and GET /v2/<name>/referrers/<digest>."""
 
     upstream: str
     faults: List[list] = field(default_factory=list)
@@ -287,6 +290,7 @@ class FaultProxy:
     seen: List[Seen] = field(default_factory=list)
     referrers: Dict[str, List[dict]] = field(default_factory=dict)
     host: str = ""
+    stopped: threading.Event = field(default_factory=threading.Event)
 
     def fault(self, method: str, needle: str, action, times: int = 1) -> None:
         self.faults.append([method, needle, action, times])
@@ -326,16 +330,21 @@ def _make_proxy(upstream: str, referrers_api: bool = False) -> Tuple[FaultProxy,
             length = int(self.headers.get("Content-Length") or 0)
             with lock:
                 action = proxy._take(method, path)
-            if action == "drop" and method in ("PUT", "PATCH", "POST") and length:
+            if action in ("drop", "reset") and method in ("PUT", "PATCH", "POST") and length:
                 self.rfile.read(max(1, length // 2))
                 proxy.seen.append(Seen(method, path, 0))
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
+                self._break(action)
                 return
             body = self.rfile.read(length) if length else None
-            if isinstance(action, int):
-                proxy.seen.append(Seen(method, path, action))
-                self._answer(action, {"Content-Type": "application/json"},
+            if action == "hang":
+                proxy.seen.append(Seen(method, path, 0))
+                proxy.stopped.wait(120)  # the client's stall timeout ends it first
+                self.close_connection = True
+                return
+            if isinstance(action, int) or isinstance(action, tuple):
+                status, extra_headers = action if isinstance(action, tuple) else (action, {})
+                proxy.seen.append(Seen(method, path, status))
+                self._answer(status, {"Content-Type": "application/json", **extra_headers},
                              b'{"errors":[{"code":"UNAVAILABLE","message":"injected by the test proxy"}]}')
                 return
             if proxy.referrers_api and method == "GET" and "/referrers/" in path:
@@ -368,7 +377,7 @@ def _make_proxy(upstream: str, referrers_api: bool = False) -> Tuple[FaultProxy,
             hdrs = {k: v for k, v in resp.getheaders() if k.lower() not in ("connection", "transfer-encoding",
                                                                                "content-length")}
             hdrs.update(extra)
-            if action == "drop" and method == "GET" and len(data) > 1:
+            if action in ("drop", "reset") and method == "GET" and len(data) > 1:
                 proxy.seen[-1].status = 0
                 self.send_response(resp.status)
                 for k, v in hdrs.items():
@@ -377,10 +386,18 @@ def _make_proxy(upstream: str, referrers_api: bool = False) -> Tuple[FaultProxy,
                 self.end_headers()
                 self.wfile.write(data[: len(data) // 2])
                 self.wfile.flush()
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
+                self._break(action)
                 return
             self._answer(resp.status, hdrs, data, head=method == "HEAD", length=resp.getheader("Content-Length"))
+
+        def _break(self, action):
+            """End the connection half way: FIN ("drop") or RST ("reset")."""
+            self.close_connection = True
+            if action == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+            else:
+                self.connection.shutdown(socket.SHUT_RDWR)
 
         def _answer(self, status, headers, data, head=False, length=None):
             self.send_response(status)
@@ -407,11 +424,13 @@ def proxy_for():
 
     def _make(reg: Registry, referrers_api: bool = False) -> FaultProxy:
         proxy, httpd = _make_proxy(reg.host, referrers_api)
+        httpd.proxy = proxy  # type: ignore[attr-defined]
         servers.append(httpd)
         return proxy
 
     yield _make
     for httpd in servers:
+        httpd.proxy.stopped.set()  # type: ignore[attr-defined]
         httpd.shutdown()
         httpd.server_close()
 

@@ -176,3 +176,80 @@ def test_referrers_tag_is_not_pulled(run_dedal, tmp_path):
     r = run_dedal("pull", f"oras://127.0.0.1:9/esd/x:sha256-{hexd}", "-o", str(tmp_path / "x.sif"))
     assert r.returncode == 2 and f"@sha256:{hexd} instead" in r.stderr and "referrers" in r.stderr
     assert list(tmp_path.glob("*.sif")) == []
+
+
+# ----------------------------------------------------------------------------- bounds of an operation
+# (issue 22, point 7): a stalled registry, a persistent 5xx and a long Retry-After end the
+# operation within its deadline and retry budget, with one warning per kind of failure.
+
+
+def _recorder():
+    slept = []
+    return slept, slept.append
+
+
+@pytest.mark.reliability
+def test_a_registry_that_stops_answering_ends_at_the_deadline(registry, proxy_for, sifs):
+    proxy = proxy_for(registry)
+    proxy.fault("HEAD", "/blobs/", "hang", times=1000)       # answers /v2/, then nothing more
+    with pytest.raises(pub.RegistryError, match=r"deadline of 3 s"):
+        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
+                    client_options={"timeout": 1, "deadline": 3, "backoff": 0.01})
+    stalled = proxy.count("HEAD", "/blobs/", status=0)
+    assert 1 <= stalled <= 3, "each attempt waits at most the stall timeout, and none starts after the deadline"
+
+
+@pytest.mark.reliability
+def test_persistent_5xx_is_bounded_for_the_whole_operation(registry, proxy_for, sifs, caplog):
+    """Retries of an upload session nest in retries of the upload: without a budget for
+    the whole client that was 5 x 5 requests and as many warning lines."""
+    proxy = proxy_for(registry)
+    proxy.fault("POST", "/blobs/uploads/", 500, times=1000)
+    slept, sleep = _recorder()
+    caplog.set_level("DEBUG", logger="dedal.registry")
+    with pytest.raises(pub.RegistryError, match="gave up after 8 retries"):
+        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
+                    client_options={"retries": 4, "backoff": 0.5, "sleep": sleep})
+    assert proxy.count("POST", "/blobs/uploads/") <= 9
+    warnings = [r for r in caplog.records if r.name == "dedal.registry" and r.levelname == "WARNING"]
+    kinds = {("HTTP 500" in r.getMessage(), "upload of" in r.getMessage()) for r in warnings}
+    assert len(warnings) == len(kinds) <= 2, [r.getMessage() for r in warnings]
+    assert len(slept) == 8 and all(0 < d <= 30 for d in slept)
+    assert len(set(slept)) > 1, "backoff grows, with jitter"
+
+
+@pytest.mark.reliability
+def test_a_long_retry_after_ends_the_operation_at_once(registry, proxy_for, sifs):
+    proxy = proxy_for(registry)
+    proxy.fault("PUT", "/manifests/", (503, {"Retry-After": "3600"}), times=1000)
+    slept, sleep = _recorder()
+    with pytest.raises(pub.RegistryError, match=r"asks to retry after 3600 s \(Retry-After\); giving up now"):
+        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
+                    client_options={"backoff": 0.01, "sleep": sleep})
+    assert proxy.count("PUT", "/manifests/") == 1 and slept == []
+
+
+@pytest.mark.reliability
+def test_a_short_retry_after_is_honoured(registry, proxy_for, sifs):
+    proxy = proxy_for(registry)
+    proxy.fault("PUT", "/manifests/v1", (503, {"Retry-After": "7"}))
+    slept, sleep = _recorder()
+    res = pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
+                      client_options={"backoff": 0.01, "sleep": sleep})
+    assert res.references and slept == [7.0]
+    assert proxy.count("PUT", "/manifests/v1", status=201) == 1
+
+
+@pytest.mark.reliability
+def test_a_connection_reset_mid_blob_is_retried(registry, proxy_for, sifs, tmp_path):
+    proxy = proxy_for(registry)
+    sif_digest = sha256_file(sifs["good"])
+    proxy.fault("PUT", f"digest={sif_digest}", "reset")
+    ref = f"oras://{proxy.host}/esd/x:v1"
+    pub.publish(sifs["good"], [ref], insecure=True, client_options={"backoff": 0.01})
+    assert proxy.count("PUT", f"digest={sif_digest}", status=0) == 1
+    assert registry.blob_file(sif_digest).read_bytes() == sifs["good"].read_bytes()
+    proxy.fault("GET", f"/blobs/{sif_digest}", "reset")
+    pub.pull(ref, tmp_path / "x.sif", insecure=True, client_options={"backoff": 0.01})
+    assert proxy.count("GET", f"/blobs/{sif_digest}", status=0) == 1
+    assert (tmp_path / "x.sif").read_bytes() == sifs["good"].read_bytes()

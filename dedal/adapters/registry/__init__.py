@@ -33,6 +33,7 @@ from dedal.adapters.registry.client import (
     Progress,
     RegistryClient,
     file_digest,
+    client_options,
     make_client,
 )
 from dedal.adapters.registry.errors import TRANSIENT_ERRORS, NotFound, RegistryAuthError, redact_url, short_reason
@@ -50,7 +51,7 @@ from dedal.model.oci import (
 __all__ = [
     "DOCKER_MANIFEST", "DOCKER_MANIFEST_LIST", "MANIFEST_TYPES", "OCI_INDEX", "OCI_MANIFEST", "Manifest",
     "RegistryError", "RegistryAuthError", "NotFound", "Credentials", "RegistryAuth", "auth_files",
-    "credentials_from_file", "resolve_credentials", "parse_challenge", "RegistryClient", "make_client", "Progress",
+    "credentials_from_file", "resolve_credentials", "parse_challenge", "RegistryClient", "client_options", "make_client", "Progress",
     "sha256_digest", "file_digest", "redact_url", "short_reason", "CHUNK", "RETRY_STATUS",
     "TRANSIENT_ERRORS",
 ]

@@ -4,8 +4,13 @@ oras-py supplies blob existence checks, chunked uploads, paginated tag lists, bl
 downloads and URL building; ``RegistryClient.do_request`` underneath adds
 
 * authentication through ``RegistryAuth``, answered only when the registry asks;
-* retries with exponential backoff on 5xx/429 answers and broken connections (a
-  body read from a file is rewound before every attempt);
+* retries with exponential backoff and jitter on 5xx/429 answers and broken
+  connections (a body read from a file is rewound before every attempt), bounded three
+  ways: ``retries`` per request, ``2 * retries`` for the whole client, and its total
+  ``deadline`` (one client serves one operation: a publish, a pull); a stall is a
+  read ``timeout`` (no byte for that long); a ``Retry-After`` longer than
+  ``MAX_RETRY_AFTER`` ends the operation at once instead of being waited out; each
+  kind of failure is one warning line, however often it repeats;
 * ``https`` with certificate verification unless ``insecure`` is asked for, in which
   case unverified https is tried first and plain http second; for a registry on this
   machine or a private network (:func:`local_registry`) plain http is the fallback
@@ -44,6 +49,9 @@ from dedal.ui.progress import meter
 log = logging.getLogger("dedal.registry")
 
 RETRY_STATUS = (429, 500, 502, 503, 504)
+MAX_RETRY_AFTER = 60.0   # seconds a Retry-After may ask for; longer: give up now, with the reason
+MAX_BACKOFF = 30.0
+CONNECT_TIMEOUT = 30.0
 PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 CHUNK = 1 << 20
 
@@ -65,8 +73,10 @@ class RegistryClient(oras.provider.Registry):
     """One registry host (``host[:port]``); oras-py's Registry with dedal's transport.
 
     ``retries``: extra attempts after a transient failure; ``backoff``: first delay in
-    seconds, doubled each time (with jitter). ``insecure``: unverified https, then plain
-    http. ``timeout``: seconds to wait for a response to start.
+    seconds, doubled each time (with jitter), at most MAX_BACKOFF. ``insecure``: unverified
+    https, then plain http. ``timeout``: seconds without a byte (a response to start, the
+    next part of a body) before the attempt counts as failed. ``deadline``: seconds from
+    the client's creation after which no request is started or retried.
     """
 
     def __init__(
@@ -77,7 +87,8 @@ class RegistryClient(oras.provider.Registry):
         insecure: bool = False,
         retries: int = 4,
         backoff: float = 0.5,
-        timeout: float = 300.0,
+        timeout: float = 60.0,
+        deadline: float = 3600.0,
         session: Optional[requests.Session] = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -88,7 +99,10 @@ class RegistryClient(oras.provider.Registry):
         self.insecure = insecure
         self.retries = max(0, int(retries))
         self.backoff = float(backoff)
-        self.timeout = timeout
+        self.timeout = float(timeout)
+        self.deadline = float(deadline)
+        self._ends = time.monotonic() + self.deadline
+        self._warned: set = set()
         self._sleep = sleep
         self._auth = RegistryAuth(host, creds)
         self._scheme: Optional[str] = None
@@ -114,7 +128,7 @@ class RegistryClient(oras.provider.Registry):
     def _probe_scheme(self) -> str:
         url = f"https://{self.host}/v2/"
         try:
-            self.session.get(url, verify=not self.insecure, timeout=min(self.timeout, 30))
+            self.session.get(url, verify=not self.insecure, timeout=self._timeouts(f"GET {url}"))
             return "https"
         except requests.exceptions.SSLError as exc:
             if self.insecure or local_registry(self.host):
@@ -132,6 +146,18 @@ class RegistryClient(oras.provider.Registry):
 
     def url(self, path: str) -> str:
         return f"{self.base}{path}"
+
+    def remaining(self) -> float:
+        """Seconds left of this client's deadline."""
+        return self._ends - time.monotonic()
+
+    def _timeouts(self, what: str) -> Tuple[float, float]:
+        """(connect, read) timeouts of the next attempt, within the deadline."""
+        left = self.remaining()
+        if left <= 0:
+            raise RegistryError(f"{what}: gave up: the registry operation's deadline of {self.deadline:.0f} s "
+                                f"passed ({self.stats['requests']} request(s), {self.stats['retries']} retries)")
+        return min(CONNECT_TIMEOUT, self.timeout, left), min(self.timeout, left)
 
     def do_request(  # type: ignore[override]
         self,
@@ -164,10 +190,11 @@ class RegistryClient(oras.provider.Registry):
             hdrs.update(self._auth.header())
             if hasattr(data, "seek"):
                 data.seek(0)  # type: ignore[union-attr]
+            timeouts = self._timeouts(f"{method} {redact_url(url)}")
             self.stats["requests"] += 1
             try:
                 response = self.session.request(method, url, data=data, json=json, headers=hdrs, stream=stream,
-                                                verify=not self.insecure, timeout=self.timeout,
+                                                verify=not self.insecure, timeout=timeouts,
                                                 allow_redirects=True)
             except requests.exceptions.SSLError as exc:
                 raise RegistryError(f"{method} {redact_url(url)}: TLS error ({short_reason(exc)}); pass --insecure "
@@ -177,7 +204,8 @@ class RegistryClient(oras.provider.Registry):
                 if attempt >= attempts:
                     raise RegistryError(f"{method} {redact_url(url)}: connection failed after {attempt} "
                                         f"attempt(s) ({short_reason(exc)})") from None
-                self.wait_before_retry(attempt, f"{method} {redact_url(url)}: {short_reason(exc)}")
+                self.wait_before_retry(attempt, f"{method} {redact_url(url)}: {short_reason(exc)}",
+                                       kind=type(exc).__name__)
                 continue
             if response.status_code == 401 and auth_rounds < 3:
                 self._auth.answer(response, self.session, not self.insecure,
@@ -190,18 +218,34 @@ class RegistryClient(oras.provider.Registry):
                 if attempt < attempts:
                     delay = _retry_after(response)
                     response.close()
-                    self.wait_before_retry(attempt, f"{method} {redact_url(url)}: HTTP {response.status_code}", delay)
+                    why = f"{method} {redact_url(url)}: HTTP {response.status_code}"
+                    if delay is not None and delay > MAX_RETRY_AFTER:
+                        raise RegistryError(f"{why}: the registry asks to retry after {delay:.0f} s (Retry-After); "
+                                            "giving up now, try again later")
+                    self.wait_before_retry(attempt, why, delay, kind=f"HTTP {response.status_code}")
                     continue
             if ok and response.status_code not in ok:
                 raise self.error(response, method, url)
             return response
 
-    def wait_before_retry(self, attempt: int, why: str, delay: Optional[float] = None) -> None:
-        self.stats["retries"] += 1
+    def wait_before_retry(self, attempt: int, why: str, delay: Optional[float] = None, kind: str = "") -> None:
+        """Sleep before retry ``attempt`` (backoff with jitter, or the registry's
+        Retry-After); RegistryError instead when the client's retries or its deadline are
+        spent. The first failure of each ``kind`` is a warning, the rest debug lines."""
+        if self.stats["retries"] >= 2 * self.retries:
+            raise RegistryError(f"{why}: gave up after {self.stats['retries']} retries of this registry operation")
         if delay is None:
-            delay = self.backoff * (2 ** (attempt - 1))
-            delay += random.uniform(0, delay / 4)
-        log.warning("registry %s: %s; retry %d/%d in %.1f s", self.host, why, attempt, self.retries, delay)
+            ceiling = min(MAX_BACKOFF, self.backoff * (2 ** (attempt - 1)))
+            delay = ceiling / 2 + random.uniform(0, ceiling / 2)
+        if delay >= self.remaining():
+            raise RegistryError(f"{why}: gave up: the registry operation's deadline of {self.deadline:.0f} s "
+                                f"leaves no time for retry {attempt}")
+        self.stats["retries"] += 1
+        kind = kind or why
+        level = logging.DEBUG if kind in self._warned else logging.WARNING
+        self._warned.add(kind)
+        log.log(level, "registry %s: %s; retry %d/%d in %.1f s%s", self.host, why, attempt, self.retries, delay,
+                "" if level == logging.DEBUG else " (further failures of this kind are not shown)")
         self._sleep(delay)
 
     def error(self, response: requests.Response, method: str, url: str) -> RegistryError:
@@ -279,7 +323,7 @@ class RegistryClient(oras.provider.Registry):
                     raise
                 if self.blob_exists_digest(repository, digest):  # finished server-side after all
                     break
-                self.wait_before_retry(attempt, f"upload of {digest[:19]} failed: {exc.one_line()}")
+                self.wait_before_retry(attempt, f"upload of {digest[:19]} failed: {exc.one_line()}", kind="upload")
         self.stats["blobs_uploaded"] += 1
         self.stats["bytes_uploaded"] += size
         return True
@@ -437,6 +481,12 @@ def local_registry(host: str) -> bool:
     return addr.version == 4 and any(addr in ipaddress.ip_network(n) for n in PRIVATE_NETWORKS)
 
 
+def client_options(settings: Any) -> Dict[str, Any]:
+    """RegistryClient keyword arguments from dedal's settings (registry_deadline_s,
+    registry_timeout_s): the bounds of every registry operation."""
+    return {"deadline": float(settings.registry_deadline_s), "timeout": float(settings.registry_timeout_s)}
+
+
 def make_client(host: str, *, insecure: bool = False, creds: Optional[Credentials] = None,
                 repository: str = "", username: Optional[str] = None, password: Optional[str] = None,
                 **options: Any) -> RegistryClient:
@@ -449,6 +499,6 @@ def make_client(host: str, *, insecure: bool = False, creds: Optional[Credential
 def _retry_after(response: requests.Response) -> Optional[float]:
     value = response.headers.get("Retry-After", "")
     try:
-        return min(float(value), 60.0) if value else None
+        return max(0.0, float(value)) if value else None
     except ValueError:
-        return None
+        return None  # an HTTP date: backoff as usual

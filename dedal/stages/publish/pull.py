@@ -168,7 +168,8 @@ def download_blob(client: RegistryClient, repository: str, digest: str, size: in
             if attempt > client.retries:
                 raise RegistryError(f"{what}: download of {digest} broke off after {attempt} attempt(s) "
                                     f"({reg.short_reason(exc)})") from None
-            client.wait_before_retry(attempt, f"download of {digest[:19]} broke off ({reg.short_reason(exc)})")
+            client.wait_before_retry(attempt, f"download of {digest[:19]} broke off ({reg.short_reason(exc)})",
+                                     kind="download")
     if got != size:
         raise IntegrityError(f"{what}: size mismatch: the manifest states {size} bytes, the registry sent {got}; "
                              "refusing the download")
