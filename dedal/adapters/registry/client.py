@@ -147,6 +147,13 @@ class RegistryClient(oras.provider.Registry):
     def url(self, path: str) -> str:
         return f"{self.base}{path}"
 
+    def begin(self) -> None:
+        """Start a new operation on a client kept for several (a layer cache's pulls, then
+        its pushes hours later): a fresh deadline and retry budget."""
+        self._ends = time.monotonic() + self.deadline
+        self.stats["retries"] = 0
+        self._warned.clear()
+
     def remaining(self) -> float:
         """Seconds left of this client's deadline."""
         return self._ends - time.monotonic()

@@ -16,6 +16,7 @@ from dedal.errors import DedalError, Interrupted, UserError
 from dedal.model.attempts import Attempts
 from dedal.model.layers import LayerStore
 from dedal.stages.base import base_root
+from dedal.adapters.registry import client_options
 from dedal.stages.build.cache import CacheReport, LayerCache
 from dedal.stages.build.executors.common import BuildSummary
 from dedal.stages.workspace import Target, prepare
@@ -31,7 +32,8 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
     store = LayerStore(Path(settings.layer_store))
     store.ensure_writable()
     store.reap_temporaries()  # of builds killed on this host (kill -9 during mksquashfs)
-    cache = (LayerCache(str(settings.get("layer_cache")), insecure=bool(settings.registry_insecure))
+    cache = (LayerCache(str(settings.get("layer_cache")), insecure=bool(settings.registry_insecure),
+                        client_options=client_options(settings))
              if settings.get("layer_cache") else None)  # a bad reference is refused here
     plan, plan_path = prepare(target)
     attempts = Attempts(Path(plan.env_dir or target.workdir))

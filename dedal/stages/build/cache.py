@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import RegistryClient, make_client
@@ -66,11 +66,11 @@ class LayerCache:
     """One registry repository used as a layer cache."""
 
     def __init__(self, ref: str, *, insecure: bool = False, say: Callable[[str], None] = lambda line: None,
-                 client: Optional[RegistryClient] = None) -> None:
+                 client: Optional[RegistryClient] = None, client_options: Optional[Dict[str, Any]] = None) -> None:
         r = parse_reference(ref, require_scheme=False, repository_only=True)
         self.ref = f"oras://{r.host}/{r.repository}"
         self.repository = r.repository
-        self.client = client or make_client(r.host, insecure=insecure, repository=r.repository)
+        self.client = client or make_client(r.host, insecure=insecure, repository=r.repository, **(client_options or {}))
         self.say = say
 
     # -- pull --------------------------------------------------------------------------
@@ -79,6 +79,7 @@ class LayerCache:
         wanted = [h for h in hashes if plan.nodes[h].key and not store.has(plan.nodes[h].key or "")]
         for h in wanted:
             node = plan.nodes[h]
+            self.client.begin()  # each layer one registry operation, with its own deadline
             try:
                 size = self._pull_one(plan, h, store)
             except reg.NotFound:
@@ -134,6 +135,7 @@ class LayerCache:
             key = node.key or ""
             if not key or not store.has(key):
                 continue
+            self.client.begin()
             try:
                 sent = self._push_one(store.manifest(key), store)
             except (RegistryError, DedalError, OSError, ValueError, TypeError) as exc:
