@@ -75,6 +75,13 @@ def test_config_show_cli(run_dedal, tmp_path):
     assert data["stage_dir"]["source"] == "env DEDAL_STAGE_DIR"
     human = run_dedal("config", "show")
     assert "layer_store" in human.stdout and "default" in human.stdout
+    # which runtime `auto` stands for here, and why (the first backend found on PATH)
+    from dedal.adapters import runtime
+    backend, why = runtime.choose_runtime("auto")
+    assert f"runtime: {backend} ({why})" in human.stdout
+    assert data["runtime"]["resolved"] == backend and data["runtime"]["why"] == why
+    asked = json.loads(run_dedal("-s", "runtime=bwrap", "config", "show", "--json").stdout)["runtime"]
+    assert asked["resolved"] == "bwrap" and asked["why"] == "runtime bwrap was asked for"
     bad = run_dedal("-s", "jobs=x", "config", "show")
     assert bad.returncode == 2 and bad.stderr.strip() == "dedal: error: jobs: expected an integer, got 'x'"
 

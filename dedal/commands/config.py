@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Optional, Tuple
 
 from rich.table import Table
 
@@ -17,11 +18,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.set_defaults(func=run_show)
 
 
+def _runtime_choice(setting: str) -> Tuple[Optional[str], str]:
+    """The backend the ``runtime`` setting stands for here and why (None: none usable)."""
+    from dedal.adapters import runtime
+    from dedal.errors import DedalError
+
+    try:
+        return runtime.choose_runtime(setting)
+    except DedalError as exc:
+        return None, str(exc)
+
+
 def run_show(args: argparse.Namespace) -> int:
     settings = from_args(args)
     rows = settings.as_rows()
+    backend, why = _runtime_choice(settings.runtime)
     if args.json:
-        print_json({key: {"value": value, "source": source, "env": BY_KEY[key].env_var} for key, value, source in rows})
+        shown = {key: {"value": value, "source": source, "env": BY_KEY[key].env_var} for key, value, source in rows}
+        shown["runtime"].update(resolved=backend, why=why)
+        print_json(shown)
         return 0
     table = Table(title="dedal settings", show_lines=False)
     for col in ("setting", "value", "source", "environment variable"):
@@ -29,4 +44,5 @@ def run_show(args: argparse.Namespace) -> int:
     for key, value, source in rows:
         table.add_row(key, "" if value is None else str(value), source, BY_KEY[key].env_var)
     out.print(table)
+    out.print(f"runtime: {backend or 'none'} ({why})", highlight=False, markup=False)
     return 0

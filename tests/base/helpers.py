@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -78,8 +79,12 @@ def mounts_under(prefix: str) -> list:
 
 
 def _root_mounts() -> list:
+    """dedal's image mounts in this process's temporary directory (a run with its own TMPDIR
+    does not see those of other runs on the same machine)."""
+    tmp = tempfile.gettempdir()
     with open("/proc/self/mounts") as fh:
-        return [line.split()[1] for line in fh if "dedal-root-" in line.split()[1]]
+        return [m for m in (line.split()[1] for line in fh)
+                if "dedal-root-" in m and os.path.dirname(m) == tmp]
 
 
 _BEFORE_TESTS = set(_root_mounts())  # a dedal killed earlier on this machine may have left one

@@ -11,7 +11,8 @@ root may be
 
 Backends (``runtime``): ``apptainer`` (``apptainer exec``), ``bwrap`` (bubblewrap, the
 default where Apptainer is absent) and ``charliecloud`` (``ch-run``). ``auto`` picks
-apptainer if on PATH, else bwrap, else ch-run.
+apptainer if on PATH and able to run containers, else bwrap, else ch-run
+(``choose_runtime`` says which and why).
 
 Every backend gives the same environment inside: a clean environment (``PATH``,
 ``HOME``, ``LANG``, ``TERM``, ``USER``), then the image's own ``/.singularity.d/env/*.sh``
@@ -37,12 +38,13 @@ from dedal.adapters.runtime.bwrap import command as bwrap_command
 from dedal.adapters.runtime.charliecloud import command as charliecloud_command
 from dedal.adapters.runtime.common import (Bind, Prepared, RootArg, base_env, image_env_scripts, mounted, root_kind,
                                            wrap_with_image_env)
-from dedal.adapters.runtime.launch import (BACKENDS, RUNTIMES, Running, prepared, resolve_runtime, rpm_packages,
-                                           run_in, run_interactive, start_in)
+from dedal.adapters.runtime.launch import (BACKENDS, RUNTIMES, Running, choose_runtime, prepared, resolve_runtime,
+                                           rpm_packages, run_in, run_interactive, start_in)
 
 __all__ = [
     "BACKENDS", "RUNTIMES", "Bind", "Prepared", "RootArg", "Running",
     "apptainer_build_sandbox", "apptainer_command", "base_env", "bwrap_command", "charliecloud_command",
+    "choose_runtime",
     "image_env_scripts", "mounted", "prepared", "resolve_runtime", "root_kind", "rpm_packages", "run_in",
     "run_interactive", "start_in", "wrap_with_image_env",
 ]

@@ -1,21 +1,87 @@
 """The Apptainer backend (``apptainer exec``), and Apptainer's builds of base images.
 
 Apptainer opens every kind of root itself (a directory, a squashfs file, a SIF), so nothing
-is mounted here; it sources the image's ``/.singularity.d/env`` scripts itself.
-``--cleanenv`` drops the host environment and ``--env`` sets ours on top; the image's PATH
-(from its env scripts) applies instead of :func:`.common.base_env`'s.
+is mounted here. What it does differently from bwrap by default is undone, so that a
+command sees the same sandbox with every backend:
+
+* the environment: Apptainer's ``--env`` shell-expands values (``a b $c`` arrives as
+  ``a b ``), is applied only where the image has ``99-base.sh``, and refuses ``HOME``.
+  So nothing goes through ``--env``: ``--cleanenv`` drops the host's environment and a
+  ``/bin/sh`` wrapper inside exports :func:`.common.base_env` (single-quoted: verbatim),
+  sources the image's ``/.singularity.d/env/*.sh`` again (Apptainer sourced them before
+  the wrapper, over its own PATH) and exports the caller's ``env`` last. Apptainer's own
+  additions (``APPTAINER_*``, ``LD_LIBRARY_PATH`` for ``--nv``'s libraries) stay.
+  ``APPTAINERENV_*`` of the host (which pass ``--cleanenv``) are left out;
+* ``HOME``: ``--no-home`` (the host's home is not mounted), the value exported by the
+  wrapper, as with bwrap (``/root`` for root, ``/tmp`` otherwise);
+* ``/tmp``: private, as bwrap's tmpfs: ``--no-mount tmp`` and a fresh directory (mode
+  1777) bound there, removed afterwards; a bind onto a path below it gets its mount point
+  made in that directory. A caller's bind of ``/tmp`` itself replaces the private one. A
+  writable root keeps its own ``/tmp`` (as with bwrap: apt's ``_apt`` user needs it while
+  building a base);
+* ``/dev/shm`` is the host's (Apptainer's rule: ranks started by ``srun``, one container
+  each, share memory through it), except where a bind names a path below it that the host
+  lacks: Apptainer cannot create that mount point in the host's ``/dev``, so such a run
+  gets a private ``/dev/shm`` too (a fresh directory in the temporary directory: Apptainer
+  refuses to bind a ``/dev`` path anywhere but onto itself), as bwrap always has;
+* a writable directory root (``--writable``) cannot get new mount points from Apptainer:
+  missing ones (binds, ``/etc/hosts``, ``/etc/resolv.conf``, ``/etc/localtime``,
+  ``/etc/passwd``, ``/etc/group``, ``/proc``, ``/sys``, ``/dev``) are made in the root
+  first and removed afterwards, as bwrap does;
+* the working directory: ``cwd``, else (``--pwd /`` and ``--no-mount cwd``, then the
+  wrapper) the host's working directory where the image has it, else ``HOME``, else
+  ``/``: bwrap's rule, without Apptainer's warning when it falls back;
+* GPUs: ``--nv`` (the host's driver libraries and device nodes);
+* as root without ``CAP_SYS_RESOURCE`` (containers, some CI runners) Apptainer refuses to
+  start unless told to drop it: ``APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE`` is set for it
+  (:func:`process_env`); a non-root user who cannot open ``/dev/fuse`` gets ``--unsquash``
+  for a SIF or squashfs root.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 from dedal.adapters import proc
-from dedal.adapters.runtime.common import HINTS, Bind, Prepared, RootArg, base_env
+from dedal.adapters.runtime.common import (ENV_DIR, HINTS, Bind, Prepared, RootArg, base_env, make_mount_points,
+                                           norm, remove_mount_points, wrap_with_image_env)
+from dedal.errors import UserError
 
 TOOL = "apptainer"
+SHM = "/dev/shm"
+#: what Apptainer binds over these in every container: in a writable root they must exist
+WRITABLE_FILES = ("/etc/hosts", "/etc/resolv.conf", "/etc/localtime", "/etc/passwd", "/etc/group")
+WRITABLE_DIRS = ("/proc", "/sys", "/dev")
+CAP_SYS_RESOURCE = 24  # bit in /proc/self/status CapPrm
+ALL_IMAGE_SCRIPTS = f"{ENV_DIR}/*.sh"
+
+
+def lacks_capability(bit: int, status: str = "/proc/self/status") -> bool:
+    """Whether this process's permitted capability set lacks ``bit`` (False where unknown)."""
+    try:
+        with open(status) as fh:
+            for line in fh:
+                if line.startswith("CapPrm:"):
+                    return not (int(line.split()[1], 16) >> bit) & 1
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def process_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment of the ``apptainer`` process itself: the caller's, less the
+    ``APPTAINERENV_*``/``SINGULARITYENV_*`` variables (Apptainer would set them inside
+    despite ``--cleanenv``), plus ``APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE`` when running as
+    root without that capability (unless the caller set APPTAINER_DROP_CAPS)."""
+    env = {k: v for k, v in (os.environ if environ is None else environ).items()
+           if not k.startswith(("APPTAINERENV_", "SINGULARITYENV_"))}
+    if os.geteuid() == 0 and "APPTAINER_DROP_CAPS" not in env and lacks_capability(CAP_SYS_RESOURCE):
+        env["APPTAINER_DROP_CAPS"] = "CAP_SYS_RESOURCE"
+    return env
 
 
 def command(
@@ -28,34 +94,99 @@ def command(
     writable: bool = False,
     nv: bool = False,
     scripts: Sequence[str] = (),
+    private: Optional[Mapping[str, Path]] = None,
+    unsquash: bool = False,
 ) -> Prepared:
-    """The ``apptainer exec`` command line. Apptainer sources ``/.singularity.d/env`` itself
-    (``scripts`` is not used); ``--cleanenv`` drops the host environment, ``--env`` sets ours
-    on top."""
+    """The ``apptainer exec`` command line (see the module notes). ``private``: container
+    path -> host directory bound there first (the private ``/tmp``, maybe ``/dev/shm``);
+    ``scripts`` is not used: the wrapper sources every ``/.singularity.d/env/*.sh`` the
+    image has, as Apptainer does."""
     apptainer = proc.which("apptainer", HINTS["apptainer"])
-    args = [apptainer, "exec", "--cleanenv", "--no-home"]
+    args = [apptainer, "exec", "--cleanenv", "--no-home", "--no-mount", "tmp,cwd"]
     if writable:
         args.append("--writable")
     if nv:
         args.append("--nv")
+    if unsquash:
+        args.append("--unsquash")
+    for dst, src in (private or {}).items():
+        args += ["--bind", f"{src}:{dst}"]
     for b in binds:
         src = os.fspath(Path(b.src).resolve())
         args += ["--bind", f"{src}:{b.target}" + (":ro" if b.readonly else "")]
-    inner_env = base_env(env)
-    inner_env.pop("PATH", None)  # the image's PATH (from its env scripts) applies
-    for k, v in inner_env.items():
-        args += ["--env", f"{k}={v}"]
-    if cwd:
-        args += ["--pwd", cwd]
-    args += [os.fspath(image), *cmd]
-    return Prepared(args, dict(os.environ))
+    args += ["--pwd", cwd or "/"]
+    inner = base_env(env)
+    args += [os.fspath(image), *wrap_with_image_env(cmd, [ALL_IMAGE_SCRIPTS], env or {}, first=inner,
+                                                   start=None if cwd else os.getcwd())]
+    return Prepared(args, process_env())
+
+
+def _private_targets(binds: Sequence[Bind], writable: bool) -> List[str]:
+    """The container paths that get a private directory (see the module notes)."""
+    targets = {b.target for b in binds}
+    private = []
+    if not writable and "/tmp" not in targets:
+        private.append("/tmp")
+    if SHM not in targets and any(t.startswith(SHM + "/") and not os.path.exists(t) for t in targets):
+        private.append(SHM)
+    return private
+
+
+@contextlib.contextmanager
+def _private_dirs(targets: Sequence[str], binds: Sequence[Bind]) -> Iterator[Dict[str, Path]]:
+    """A fresh host directory (mode 1777) for each of ``targets``, with the mount points of
+    ``binds`` below them made inside; removed when the block ends."""
+    made: Dict[str, Path] = {}
+    try:
+        for dst in targets:
+            d = Path(tempfile.mkdtemp(prefix="dedal-" + dst.strip("/").replace("/", "-") + "-"))
+            made[dst] = d
+            d.chmod(0o1777)
+            make_mount_points(d, [(norm(b.target[len(dst):]), Path(b.src).is_file()) for b in binds
+                                  if b.target.startswith(dst + "/")])
+        yield made
+    finally:
+        for d in made.values():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _check_dev_binds(binds: Sequence[Bind]) -> None:
+    """Apptainer binds a host path under /dev only onto itself (it skips any other, with a
+    warning): refused up front instead."""
+    for b in binds:
+        src = os.path.abspath(os.fspath(b.src))
+        if src.startswith("/dev/") and b.target.startswith("/dev/") and src != b.target:
+            raise UserError(f"apptainer binds a path under /dev only onto itself, not {src} onto {b.target}; "
+                            "use runtime bwrap")
+
+
+def _needs_unsquash(kind: str) -> bool:
+    """A non-root user who cannot open /dev/fuse cannot have a SIF or squashfs mounted."""
+    return kind in ("sif", "squashfs") and os.geteuid() != 0 and not os.access("/dev/fuse", os.R_OK | os.W_OK)
 
 
 @contextlib.contextmanager
 def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
             env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool, nv: bool) -> Iterator[Prepared]:
-    """Apptainer is given the root as it is."""
-    yield command(Path(root), cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv)  # type: ignore[arg-type]
+    """Apptainer is given the root as it is, with the private directories it needs; in a
+    writable directory root the missing mount points are made first (and removed
+    afterwards)."""
+    image = Path(root)  # type: ignore[arg-type]
+    _check_dev_binds(binds)
+    with _private_dirs(_private_targets(binds, writable), binds) as private:
+        below = tuple(p + "/" for p in private)
+        created: List[Path] = []
+        if writable and kind == "dir":
+            wanted = [(b.target, Path(b.src).is_file()) for b in binds if not b.target.startswith(below)]
+            wanted += [(f, True) for f in WRITABLE_FILES if os.path.exists(f)] + [(d, False) for d in WRITABLE_DIRS]
+            created = make_mount_points(image, wanted)
+        try:
+            prep = command(image, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv, private=private,
+                           unsquash=_needs_unsquash(kind))
+            prep.created = created
+            yield prep
+        finally:
+            remove_mount_points(created)
 
 
 def apptainer_build_sandbox(definition: Path, target: Path, *, log: Optional[Path] = None,
@@ -68,4 +199,4 @@ def apptainer_build_sandbox(definition: Path, target: Path, *, log: Optional[Pat
     if fakeroot:
         cmd.append("--fakeroot")
     cmd += ["--sandbox", os.fspath(target), os.fspath(definition)]
-    proc.run(cmd, what=f"apptainer build {Path(definition).name}", log=log, timeout=timeout)
+    proc.run(cmd, what=f"apptainer build {Path(definition).name}", log=log, timeout=timeout, env=process_env())

@@ -21,11 +21,12 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from dedal.adapters import proc
 from dedal.adapters.runtime.common import (HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, in_root,
-                                           mounted, norm, resolve_in_image, with_image_env)
+                                           make_mount_points, mounted, norm, remove_mount_points,
+                                           resolve_in_image, with_image_env)
 from dedal.model.image import STD_PATH
 
 TOOL = "bwrap"
@@ -107,38 +108,6 @@ def _host_devices() -> List[str]:
     return found
 
 
-def _make_mount_points(rootdir: Path, dests: Sequence[Tuple[str, bool]]) -> List[Path]:
-    """In a writable directory root: create missing mount points (dirs, or files for file
-    binds); returns what was created, deepest last, for removal afterwards."""
-    created: List[Path] = []
-    for dst, is_file in dests:
-        existing, missing = resolve_in_image(rootdir, dst)
-        if not missing:
-            continue
-        parts = missing.split("/")
-        cur = existing
-        for i, part in enumerate(parts):
-            cur = norm(f"{cur}/{part}")
-            host = in_root(rootdir, cur)
-            if i == len(parts) - 1 and is_file:
-                host.touch()
-            else:
-                host.mkdir()
-            created.append(host)
-    return created
-
-
-def _remove_mount_points(created: List[Path]) -> None:
-    for path in reversed(created):
-        try:
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            elif path.is_file() and path.stat().st_size == 0:
-                path.unlink()
-        except OSError:
-            pass  # something was written there: keep it rather than lose data
-
-
 def command(
     rootdir: Optional[Path],
     cmd: Sequence[str],
@@ -169,7 +138,7 @@ def command(
     if writable and not host:
         wanted = ([(d, False) for d in standard] + [(f, True) for f in extra_files]
                   + [(b.target, Path(b.src).is_file()) for b in binds])
-        created = _make_mount_points(viewroot, [(d, f) for d, f in wanted
+        created = make_mount_points(viewroot, [(d, f) for d, f in wanted
                                                 if not d.startswith(("/dev/", "/run/"))])
         view = _split_view(viewroot, standard + extra_files + devs + user_dsts, writable=True, host=False,
                            fresh=["/dev", "/run"])
@@ -212,4 +181,4 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
         try:
             yield prep
         finally:
-            _remove_mount_points(prep.created)
+            remove_mount_points(prep.created)

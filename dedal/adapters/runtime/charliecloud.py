@@ -4,7 +4,9 @@ ch-run opens a directory or a squashfs file itself; a SIF it cannot open, so it 
 the SIF's primary partition mounted (:func:`.common.mounted`) for as long as the command
 runs. ch-run cannot create mount points in a read-only image: a ``Bind`` onto a path the
 image lacks is refused before anything runs (bwrap or Apptainer can do it). The image's
-``/.singularity.d/env`` scripts are sourced by a ``/bin/sh`` wrapper inside, as with bwrap.
+``/.singularity.d/env`` scripts are sourced by a ``/bin/sh`` wrapper inside, as with bwrap;
+``/tmp`` is private (``--private-tmp``) unless the caller binds it or the root is writable.
+ch-run (0.31) has no read-only binds: a ``Bind(readonly=True)`` is writable inside.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Iterator, List, Mapping, Optional, Sequence
 
 from dedal.adapters import proc
 from dedal.adapters.runtime.common import (HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, mounted,
-                                           resolve_in_image, with_image_env)
+                                           resolve_in_image, with_image_env, wrap_with_image_env)
 from dedal.errors import UserError
 
 TOOL = "ch-run"
@@ -38,6 +40,8 @@ def command(
     args = [chrun, "--unset-env=*", "--env-no-expand"]
     if writable:
         args.append("--write")
+    elif "/tmp" not in {b.target for b in binds}:
+        args.append("--private-tmp")  # ch-run shares the host's /tmp unless told otherwise
     for b in binds:
         src = os.fspath(Path(b.src).resolve())
         args.append(f"--bind={src}:{b.target}")
@@ -46,7 +50,9 @@ def command(
         args.append(f"--set-env={k}={v}")
     if cwd:
         args.append(f"--cd={cwd}")
-    args += [os.fspath(image), "--", *with_image_env(cmd, scripts, env)]
+    # without cwd, bwrap's rule (the caller's directory where the image has it, else HOME): ch-run starts in /
+    args += [os.fspath(image), "--", *(with_image_env(cmd, scripts, env) if cwd
+                                       else wrap_with_image_env(cmd, scripts, env or {}, start=os.getcwd()))]
     outer = dict(os.environ)
     outer.setdefault("USER", inner_env["USER"])  # ch-run refuses to start without USER
     return Prepared(args, outer)

@@ -87,7 +87,7 @@ class Backend(Protocol):
     ``command``: the command line for ``cmd`` in ``root`` (as that runtime takes the root)
     with ``binds``, ``env`` (the caller's, over :func:`base_env`), ``cwd``, ``writable``,
     ``nv`` (GPU passthrough) and ``scripts`` (image env scripts the command must source
-    itself; Apptainer sources them on its own);
+    itself; the Apptainer backend sources every ``/.singularity.d/env/*.sh`` inside);
     ``prepare``: how that runtime gets at a root of ``kind`` (mounting a squashfs/SIF where
     it cannot open it itself) around ``command``; what it mounted or created is undone
     when the block ends."""
@@ -194,6 +194,38 @@ def resolve_in_image(rootdir: Path, cpath: str, depth: int = 0) -> Tuple[str, st
     return cur, ""
 
 
+def make_mount_points(rootdir: Path, dests: Sequence[Tuple[str, bool]]) -> List[Path]:
+    """In a writable directory root: create missing mount points (dirs, or files for file
+    binds); returns what was created, deepest last, for removal afterwards."""
+    created: List[Path] = []
+    for dst, is_file in dests:
+        existing, missing = resolve_in_image(rootdir, dst)
+        if not missing:
+            continue
+        parts = missing.split("/")
+        cur = existing
+        for i, part in enumerate(parts):
+            cur = norm(f"{cur}/{part}")
+            host = in_root(rootdir, cur)
+            if i == len(parts) - 1 and is_file:
+                host.touch()
+            else:
+                host.mkdir()
+            created.append(host)
+    return created
+
+
+def remove_mount_points(created: List[Path]) -> None:
+    for path in reversed(created):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            elif path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass  # something was written there: keep it rather than lose data
+
+
 # ---------------------------------------------------------------------------- environment
 
 
@@ -226,13 +258,28 @@ def image_env_scripts(rootdir: Optional[Path]) -> List[str]:
     return [f"{ENV_DIR}/{p.name}" for p in sorted(d.iterdir()) if p.name.endswith(".sh")]
 
 
-def wrap_with_image_env(cmd: Sequence[str], scripts: Sequence[str], env: Mapping[str, str]) -> List[str]:
-    """``/bin/sh -c`` that sources the image's env scripts, re-exports the caller's variables
-    (which win, like Apptainer's ``--env``) and execs ``cmd``."""
-    lines = [f'[ -f {shlex.quote(s)} ] && . {shlex.quote(s)}' for s in scripts]
+def wrap_with_image_env(cmd: Sequence[str], scripts: Sequence[str], env: Mapping[str, str],
+                        first: Optional[Mapping[str, str]] = None, start: Optional[str] = None) -> List[str]:
+    """``/bin/sh -c`` that exports ``first`` (the clean environment, where the runtime could
+    not set it itself), changes to ``start`` if given (else to ``HOME``, else ``/``, as
+    bwrap does), sources the image's env scripts, re-exports the caller's variables (which
+    win, like Apptainer's ``--env``) and execs ``cmd``. Values are single-quoted: they
+    arrive verbatim, never expanded."""
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in (first or {}).items()]
+    if start is not None:
+        lines.append(f'{{ cd {shlex.quote(start)} || cd "$HOME" || cd /; }} 2>/dev/null; unset OLDPWD')
+    lines += [_source(s) for s in scripts]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     lines.append('exec "$@"')
-    return ["/bin/sh", "-c", "\n".join(lines), "dedal-env", *cmd]
+    return ["/bin/sh", "-c", "; ".join(lines), "dedal-env", *cmd]  # one line: logs show it on the "$ " line
+
+
+def _source(script: str) -> str:
+    """The shell line that sources ``script`` if present; a pattern (``*.sh``) sources
+    every match in order, as Apptainer's own action scripts do."""
+    if "*" in script:
+        return (f'for _dedal_s in {script}; do [ -f "$_dedal_s" ] && . "$_dedal_s"; done; unset _dedal_s')
+    return f"[ -f {shlex.quote(script)} ] && . {shlex.quote(script)}"
 
 
 def with_image_env(cmd: Sequence[str], scripts: Sequence[str], env: Optional[Mapping[str, str]]) -> List[str]:

@@ -3,17 +3,20 @@
 
 :data:`BACKENDS` is the one table of the runtimes: name -> module with the
 :class:`.common.Backend` interface, in the order ``auto`` tries them (Apptainer if on
-PATH, else bwrap, else ch-run). The host's own root (``None``) always runs with bwrap,
-the only backend that runs it in a private mount namespace.
+PATH and able to run containers, else bwrap, else ch-run; :func:`choose_runtime` says
+which and why). The host's own root (``None``) always runs with bwrap, the only backend
+that runs it in a private mount namespace.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from dedal.adapters import proc
 from dedal.adapters.runtime import apptainer, bwrap, charliecloud
@@ -24,26 +27,59 @@ from dedal.model.config import RUNTIMES
 #: the backends by name, in the order ``auto`` tries them
 BACKENDS: Dict[str, Backend] = {  # type: ignore[dict-item]
     "apptainer": apptainer, "bwrap": bwrap, "charliecloud": charliecloud}
+log = logging.getLogger("dedal.runtime")
 
 
-def _have(tool: str) -> bool:
-    try:
-        proc.which(tool)
-        return True
-    except ToolMissing:
-        return False
+@functools.lru_cache(maxsize=None)
+def apptainer_probe(path: str) -> Tuple[str, str]:
+    """``(version, problem)`` of the Apptainer at ``path``; ``problem`` says why it cannot
+    run containers here ("" when it can): it must answer ``--version``, and without root
+    it needs user namespaces (dedal's builds of Apptainer are not setuid)."""
+    res = proc.run([path, "--version"], what="apptainer --version", check=False, timeout=30)
+    if res.returncode != 0:
+        return "", f"`{path} --version` failed ({(res.stdout + res.stderr).strip()[:200]})"
+    version = res.stdout.strip().replace("apptainer version ", "")
+    if os.geteuid() != 0:
+        try:
+            if int(Path("/proc/sys/user/max_user_namespaces").read_text()) == 0:
+                return version, "user namespaces are disabled (/proc/sys/user/max_user_namespaces is 0)"
+        except (OSError, ValueError):
+            pass
+    return version, ""
+
+
+def choose_runtime(runtime: str = "auto") -> Tuple[str, str]:
+    """``(backend, why)``: the backend ``runtime`` stands for and the reason, in words, for
+    ``auto``: Apptainer where it is on PATH and works, else bwrap, else ch-run."""
+    if runtime not in RUNTIMES:
+        raise UserError(f"runtime: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if runtime != "auto":
+        return runtime, f"runtime {runtime} was asked for"
+    passed: List[str] = []
+    for name, backend in BACKENDS.items():
+        try:
+            path = proc.which(backend.TOOL)
+        except ToolMissing:
+            passed.append(f"{backend.TOOL} is not on PATH")
+            continue
+        if name == "apptainer":
+            version, problem = apptainer_probe(path)
+            if problem:
+                passed.append(f"apptainer at {path} cannot run containers: {problem}")
+                continue
+            found = f"apptainer {version} at {path}"
+        else:
+            found = f"{backend.TOOL} at {path}"
+        why = "; ".join([f"auto: {found}", *passed])
+        log.info("runtime %s", why)
+        return name, why
+    raise ToolMissing("bwrap", "no container runtime found: install bubblewrap, Charliecloud or Apptainer ("
+                      + "; ".join(passed) + ")")
 
 
 def resolve_runtime(runtime: str = "auto") -> str:
     """The backend ``runtime`` stands for: apptainer, bwrap or charliecloud."""
-    if runtime not in RUNTIMES:
-        raise UserError(f"runtime: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")
-    if runtime != "auto":
-        return runtime
-    for name, backend in BACKENDS.items():
-        if _have(backend.TOOL):
-            return name
-    raise ToolMissing("bwrap", "no container runtime found: install bubblewrap, Charliecloud or Apptainer")
+    return choose_runtime(runtime)[0]
 
 
 @contextlib.contextmanager

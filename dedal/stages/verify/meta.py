@@ -24,7 +24,7 @@ from dedal.stages.verify.plan import DEBUG_ENV, SIDES, Plan
 def container_text(backend: str, launcher: str) -> str:
     """How the container side runs, in words (the report and each run log's header)."""
     tmp = "/tmp" if launcher == "mpirun" else "the host's /tmp (PMIx rendezvous)"
-    how = {"apptainer": "apptainer exec", "bwrap": f"bubblewrap sandbox of the mounted image (private /dev and /run, "
+    how = {"apptainer": f"apptainer exec (private /dev/shm, {tmp}; the image's environment scripts)", "bwrap": f"bubblewrap sandbox of the mounted image (private /dev and /run, "
            f"{tmp}; the image's environment scripts)", "charliecloud": "ch-run (own user namespace per process)"}
     where = ("the image's own mpirun and its ranks in one container" if launcher == "mpirun"
              else "srun --mpi=pmix with one container per rank (Slurm's PMIx server on the host)")

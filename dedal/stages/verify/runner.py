@@ -90,7 +90,8 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     anything runs when the host cannot run the image meaningfully."""
     started = time.time()
     t0 = time.monotonic()
-    backend = runtime.resolve_runtime(opts.runtime)
+    backend, runtime_why = runtime.choose_runtime(opts.runtime)
+    _say(progress, f"runtime {backend} ({runtime_why})")
     _say(progress, f"image {opts.image}: looking for the benchmarks")
     info = img.inspect_image(opts.image, runtime_name=opts.runtime, progress=progress)
     launcher = choose_launcher(opts.launcher)
@@ -239,6 +240,7 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     logs += [r.parsed for r in runs if r.parsed is not None]
 
     meta = report_meta(opts, info, native, launcher, backend, nodes, plan, started, t0, transports, summary, pf)
+    meta["runtime_choice"] = runtime_why
     report = VerifyReport(image=info.name, checks=checks, findings=findings, logs=logs, measurements=measurements,
                           host=pf.host, thresholds=thresholds, meta=meta)
     paths = write_report(report, outdir)
