@@ -221,3 +221,22 @@ def test_write_sources_components(tmp_path):
     debootstrap.write_sources(tmp_path, "trixie", "http://mirror.example/debian", updates=False, security=None)
     assert "Components: main\n" in (tmp_path / "etc/apt/sources.list.d/debian.sources").read_text()
     assert text.count("Types: deb") == 2
+
+
+def test_cuda_base_definition():
+    """The GPU build base: trixie with contrib/non-free for CUDA 12.4 and NCCL, GCC 13 next
+    to GCC 14 (nvcc 12.4 takes GCC up to 13), Spack's prerequisites and clingo as the
+    default base has them."""
+    d = base.load_definition("debian-trixie-cuda")
+    default = base.load_definition("debian-trixie")
+    assert (d.kind, d.suite, d.variant, d.updates, d.security) == ("debian", "trixie", "minbase", True, True)
+    assert d.components == ["main", "contrib", "non-free"]
+    assert d.packages["cuda"] == ["nvidia-cuda-toolkit", "nvidia-cuda-toolkit-gcc", "nvidia-cuda-dev", "libcudart12",
+                                  "libnccl2", "libnccl-dev"]
+    assert d.packages["cuda_compiler"] == ["gcc-13", "g++-13", "gfortran-13"]
+    assert d.packages["build"] == default.packages["build"]
+    assert d.packages["spack_externals"] == default.packages["spack_externals"]
+    assert d.python_venv == default.python_venv and d.env == default.env
+    assert (d.record_versions["cuda"], d.record_versions["nccl"]) == ("nvidia-cuda-toolkit", "libnccl2")
+    assert {"nvcc", "gcc13"} <= set(d.probe_versions)
+    assert base.definition_id(d).startswith("debian-trixie-cuda-")
