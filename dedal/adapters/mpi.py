@@ -37,7 +37,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.adapters import proc, runtime, slurm
 from dedal.errors import ToolError, ToolMissing
@@ -45,27 +45,57 @@ from dedal.errors import ToolError, ToolMissing
 RANK_ENV_TOKEN = "@DEDAL_RANK_ENV@"
 #: variables of a rank that the launcher sets and the program needs inside the sandbox
 RANK_PREFIXES = ("PMIX", "PMI", "SLURM")
+IMAGE_TOKEN = "@DEDAL_IMAGE@"
 RANK_SCRIPT = r"""#!/bin/sh
 # dedal: start one rank of an MPI step in a sandbox (run by srun on each node).
 # The sandbox starts from a clean environment, so this rank's launcher variables
 # (@NAMES@) go through a private file that the command inside loads and deletes
 # (and this script, should the command die before it got there). The exit status is
 # the command's.
+# Called as `dedal-rank.sh @IMAGE@ MOUNTDIR IMAGE OFFSET CMD...` where CMD names an
+# image mounted at MOUNTDIR on the node dedal runs on: a node that does not have that
+# mount (another node of the step) mounts IMAGE itself, read-only, for this rank alone,
+# as Apptainer does on every node, and unmounts it when the rank ends.
 set -e
 umask 077
+mnt= here= how=
+if [ "${1:-}" = "@IMAGE@" ]; then
+  mnt=$2 img=$3 off=$4
+  shift 4
+  if [ -z "$(ls -A "$mnt" 2>/dev/null)" ]; then
+    here=$(mktemp -d /tmp/dedal-rank-root.XXXXXX)
+    if [ "$(id -u)" = 0 ] && mount -t squashfs -o "loop,ro,offset=$off" "$img" "$here" 2>/dev/null; then
+      how="umount -l"
+    elif squashfuse -o "offset=$off" "$img" "$here"; then
+      how="fusermount3 -u -z"
+    else
+      rmdir "$here"
+      echo "dedal-rank: cannot mount the image $img on $(hostname)" >&2
+      exit 1
+    fi
+  fi
+fi
 f=$(mktemp /tmp/dedal-rank.XXXXXX)
-trap 'rm -f "$f"' EXIT
-trap 'rm -f "$f"; exit 143' TERM
+cleanup() {
+  rm -f "$f"
+  if [ -n "$here" ]; then $how "$here" 2>/dev/null; rmdir "$here" 2>/dev/null; fi
+  return 0
+}
+trap cleanup EXIT
+trap 'cleanup; trap - EXIT; exit 143' TERM
 export -p | sed -n -e 's/^declare -x /export /' -e '/^export \(@ALTERNATIVES@\)_[A-Za-z0-9_]*=/p' > "$f"
 for a do
   shift
   [ "$a" = "@TOKEN@" ] && a=$f
+  if [ -n "$here" ]; then
+    case $a in "$mnt"|"$mnt"/*) a=$here${a#"$mnt"} ;; esac
+  fi
   set -- "$@" "$a"
 done
 set +e
 "$@"
 """.replace("@NAMES@", ", ".join(p + "_*" for p in RANK_PREFIXES)).replace(
-    "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@TOKEN@", RANK_ENV_TOKEN)
+    "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@TOKEN@", RANK_ENV_TOKEN).replace("@IMAGE@", IMAGE_TOKEN)
 _LOADER = 'set -a; . "$1"; set +a; rm -f "$1"; shift; exec "$@"'
 MPIRUN_HINT = "no mpirun on the host: install Open MPI, load its module, or verify with --native rootfs"
 
@@ -179,13 +209,15 @@ def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env
 def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: Mapping[str, str], log: Path,
              script_dir: Path, nodes: int = 1, timeout: Optional[float] = None, runtime_name: str = "auto",
              binds: Sequence[runtime.Bind] = (), nv: bool = False, slurm_env: Optional[Mapping[str, str]] = None,
-             note: Sequence[str] = ()) -> StepResult:
+             note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None) -> StepResult:
     """``srun --mpi=pmix`` with one sandbox of ``root`` per rank (see the module notes on
     the rank environment), or the host's program directly when ``root`` is None.
     ``slurm_env``: the environment Slurm's commands run in (``SLURM_CONF``...; default
     this process's); ``env`` is added to it and given to the ranks. ``script_dir`` must
-    be visible on every node (the rank script is written there). A timeout is returned
-    as exit code 124, not raised."""
+    be visible on every node (the rank script is written there). ``image_mount``: (mount
+    directory, image file, offset) when ``root`` is an image the caller mounted: a rank on
+    a node without that mount mounts the image there itself (so does a ``root`` that
+    ``prepared`` mounts). A timeout is returned as exit code 124, not raised."""
     proc.which("srun", slurm.HINT)
     outer = dict(slurm_env if slurm_env is not None else os.environ)
     outer.update(env)
@@ -200,7 +232,9 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
         all_binds = [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
         with runtime.prepared(root, rank_command(program), binds=all_binds, env=env, runtime=runtime_name,
                               nv=nv) as prep:
-            cmd = srun_command(["/bin/sh", os.fspath(script), *prep.argv], ranks, nodes=nodes)
+            mount = prep.mount or image_mount
+            image = [IMAGE_TOKEN, mount[0], mount[1], str(mount[2])] if mount else []
+            cmd = srun_command(["/bin/sh", os.fspath(script), *image, *prep.argv], ranks, nodes=nodes)
             res = proc.run(cmd, what="srun", log=log, env=outer, timeout=timeout, check=False, shown=shown)
         return StepResult(res.returncode, res.seconds, shown)
     except ToolError as exc:

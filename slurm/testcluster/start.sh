@@ -5,6 +5,11 @@
 #
 # Brings up a private munged (own key, socket, pid, log, seed under STATE_DIR), slurmctld
 # and one slurmd per node (node1..nodeN), each slurmd on 127.0.0.1 with its own Port=.
+# With DEDAL_TC_NETNS=1 the nodes are separate as far as Slurm, PMIx, UCX and Open MPI can
+# tell: each slurmd runs in its own network namespace (a veth on a private bridge, its own
+# address, traffic only among the cluster's namespaces), its own mount namespace (private
+# /dev/shm, /tmp, /run; the DEDAL_TC_SHARED paths shared like a parallel file system) and
+# its own hostname (node-ns.sh); slurmctld listens on the bridge.
 # Waits until every node is idle. Writes STATE_DIR/cluster.env (SLURM_CONF=..., node
 # names, ports) and STATE_DIR/pids ("name pid" per daemon, in start order). Stop with
 # stop.sh STATE_DIR, which kills exactly those PIDs.
@@ -15,6 +20,9 @@
 #   DEDAL_TC_PORT      first port (slurmctld; slurmds take the next NODES ports); default: a free range
 #   DEDAL_TC_TIMEOUT   seconds to wait for the nodes to become idle (default 60)
 #   DEDAL_TC_CLUSTER   ClusterName (default dedaltc)
+#   DEDAL_TC_NETNS     1: one network, mount and UTS namespace per node (default 0)
+#   DEDAL_TC_SHARED    netns mode: colon-separated paths the nodes share with the host (the
+#                      layer store, the mirror, ...); STATE_DIR is always shared
 # Needs root (slurmd launches jobs as their users), munge and Slurm (Debian: munge slurm-wlm).
 set -euo pipefail
 
@@ -32,6 +40,12 @@ CLUSTER=${DEDAL_TC_CLUSTER:-dedaltc}
 for tool in munged munge unmunge slurmctld slurmd sinfo scontrol scancel squeue srun; do
   command -v "$tool" >/dev/null || die "$tool not found (apt-get install munge slurm-wlm)"
 done
+NETNS=${DEDAL_TC_NETNS:-0}
+case $NETNS in 0|1) ;; *) die "DEDAL_TC_NETNS must be 0 or 1, got '$NETNS'" ;; esac
+if [ "$NETNS" = 1 ]; then
+  for tool in ip unshare nsenter; do command -v "$tool" >/dev/null || die "$tool not found (apt-get install iproute2 util-linux)"; done
+  [ "$NODES" -le 200 ] || die "netns mode takes at most 200 nodes"
+fi
 
 mkdir -p "$1"
 STATE_DIR=$(cd "$1" && pwd)
@@ -65,6 +79,7 @@ fail() {
 }
 trap 'fail "command failed at line $LINENO: $BASH_COMMAND"' ERR
 
+[ ! -f "$STATE_DIR/net" ] || die "namespaces of an earlier cluster are recorded in $STATE_DIR/net; run $HERE/stop.sh $STATE_DIR first"
 rm -rf "$STATE_DIR/run" "$STATE_DIR/ctld" "$STATE_DIR/spool"
 mkdir -p "$STATE_DIR/run" "$STATE_DIR/ctld" "$STATE_DIR/log"
 # munged wants its socket directory writable by root only and searchable by all; --force
@@ -97,6 +112,21 @@ else
   [ -n "$PORT" ] || fail "no free range of $((NODES + 1)) ports found"
 fi
 
+# --- netns mode: a /24 of its own per cluster (from PORT), the host (slurmctld) at .254,
+# node i at .i; the names carry PORT so that clusters side by side never meet
+CTLD_HOST=localhost
+SELECT_PARAMS=CR_Core_Memory
+NODE_ADDR=()
+if [ "$NETNS" = 1 ]; then
+  NET="10.$((PORT / 256 % 256)).$((PORT % 256))"
+  HOST_ADDR=$NET.254
+  BRIDGE=dtcb$PORT
+  CTLD_HOST="$(hostname -s 2>/dev/null || hostname)($HOST_ADDR)"
+  # separate machines: least-loaded placement, as a site spreading jobs over its nodes
+  SELECT_PARAMS=CR_Core_Memory,CR_LLN
+  for i in $(seq 1 "$NODES"); do NODE_ADDR[i]=$NET.$i; done
+fi
+
 # --- memory per node (bookkeeping only: nothing is enforced without cgroups)
 if [ -n "${DEDAL_TC_MEM:-}" ]; then
   MEM=$DEDAL_TC_MEM
@@ -112,7 +142,11 @@ MEM_PER_CPU=$((MEM / CPUS))
 HOST=$(hostname -s 2>/dev/null || hostname)
 NODE_LINES=""
 for i in $(seq 1 "$NODES"); do
-  NODE_LINES+="NodeName=node$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((PORT + i)) CPUs=$CPUS RealMemory=$MEM State=UNKNOWN"$'\n'
+  if [ "$NETNS" = 1 ]; then
+    NODE_LINES+="NodeName=node$i NodeHostname=node$i NodeAddr=${NODE_ADDR[i]} Port=$((PORT + i)) CPUs=$CPUS RealMemory=$MEM State=UNKNOWN"$'\n'
+  else
+    NODE_LINES+="NodeName=node$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((PORT + i)) CPUs=$CPUS RealMemory=$MEM State=UNKNOWN"$'\n'
+  fi
 done
 PART_LINES="PartitionName=debug Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP"
 [ "$NODES" = 1 ] && PART_LINES="PartitionName=debug Nodes=node1 Default=YES MaxTime=INFINITE State=UP"
@@ -126,6 +160,8 @@ CONF=$STATE_DIR/slurm.conf
         line=${line//@STATE_DIR@/$STATE_DIR}
         line=${line//@CLUSTER@/$CLUSTER}
         line=${line//@CTLD_PORT@/$PORT}
+        line=${line//@CTLD_HOST@/$CTLD_HOST}
+        line=${line//@SELECT_PARAMS@/$SELECT_PARAMS}
         line=${line//@MEM_PER_CPU@/$MEM_PER_CPU}
         printf '%s\n' "$line" ;;
     esac
@@ -169,11 +205,41 @@ launch munged munged munged --foreground --force --socket="$SOCK" --key-file="$K
   --seed-file="$STATE_DIR/run/munged.seed"
 wait_for 15 "munged socket $SOCK" bash -c "munge -S '$SOCK' -n | unmunge -S '$SOCK'"
 
+# --- netns mode: the bridge, one namespace per node with its veth; each object is recorded
+# in STATE_DIR/net before it exists, so that stop.sh removes whatever was made
+if [ "$NETNS" = 1 ]; then
+  NETREC=$STATE_DIR/net
+  started=1
+  echo "bridge $BRIDGE" >> "$NETREC"
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$HOST_ADDR/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  HOSTS=$STATE_DIR/hosts
+  { echo "127.0.0.1 localhost"; echo "$HOST_ADDR $(hostname -s 2>/dev/null || hostname) ctld"
+    for i in $(seq 1 "$NODES"); do echo "${NODE_ADDR[i]} node$i"; done; } > "$HOSTS"
+  for i in $(seq 1 "$NODES"); do
+    ns=dtc$PORT-node$i
+    echo "netns $ns" >> "$NETREC"
+    ip netns add "$ns"
+    ip link add "dtcv${PORT}n$i" type veth peer name eth0 netns "$ns"
+    ip link set "dtcv${PORT}n$i" master "$BRIDGE" up
+    ip -n "$ns" addr add "${NODE_ADDR[i]}/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+  done
+fi
+
 launch slurmctld slurmctld slurmctld -D -i
 wait_for 30 "slurmctld answering on port $PORT" scontrol ping
 
 for i in $(seq 1 "$NODES"); do
-  launch slurmd "slurmd-node$i" slurmd -D -N "node$i"
+  if [ "$NETNS" = 1 ]; then
+    DEDAL_TC_SHARED="$STATE_DIR${DEDAL_TC_SHARED:+:$DEDAL_TC_SHARED}" DEDAL_TC_HOSTS=$HOSTS \
+      launch slurmd "slurmd-node$i" nsenter --net="/run/netns/dtc$PORT-node$i" \
+      unshare --mount --uts --propagation private -- "$HERE/node-ns.sh" "node$i" -- slurmd -D -N "node$i"
+  else
+    launch slurmd "slurmd-node$i" slurmd -D -N "node$i"
+  fi
 done
 
 # --- all nodes idle (bounded)
@@ -204,7 +270,11 @@ DEDAL_TC_MEM=$MEM
 DEDAL_TC_PORT=$PORT
 DEDAL_TC_PARTITION=debug
 DEDAL_TC_MUNGE_SOCKET=$SOCK
+DEDAL_TC_NETNS=$NETNS
+DEDAL_TC_ADDRS=${NODE_ADDR[*]:-}
 EOF
 mv "$STATE_DIR/cluster.env.tmp" "$STATE_DIR/cluster.env"
-echo "testcluster: $NODES nodes idle (node1..node$NODES, $CPUS CPUs, $MEM MB each), slurmctld on 127.0.0.1:$PORT, after $((SECONDS)) s"
+where=127.0.0.1
+[ "$NETNS" = 1 ] && where="$HOST_ADDR (nodes in network namespaces dtc$PORT-node1..$NODES on bridge $BRIDGE)"
+echo "testcluster: $NODES nodes idle (node1..node$NODES, $CPUS CPUs, $MEM MB each), slurmctld on $where:$PORT, after $((SECONDS)) s"
 echo "export SLURM_CONF=$CONF"

@@ -6,7 +6,9 @@
 # Cancels the cluster's jobs, then stops the daemons recorded in STATE_DIR/pids by PID,
 # in the reverse order of their start (slurmd, slurmctld, munged): SIGTERM, wait up to
 # 10 s, then SIGKILL. A PID is only signalled while its command line still names the
-# daemon, so a recycled PID is never hit. Logs and configuration stay in STATE_DIR.
+# daemon, so a recycled PID is never hit. In netns mode it then kills what still runs in
+# the nodes' namespaces and removes the namespaces and the bridge recorded in STATE_DIR/net.
+# Logs and configuration stay in STATE_DIR.
 # Safe to run twice, and on a directory where nothing runs.
 set -uo pipefail
 
@@ -15,7 +17,25 @@ die() { echo "testcluster: error: $*" >&2; exit 1; }
 [ -d "$1" ] || { echo "testcluster: $1 does not exist; nothing to stop"; exit 0; }
 STATE_DIR=$(cd "$1" && pwd)
 PIDS=$STATE_DIR/pids
-[ -f "$PIDS" ] || { echo "testcluster: nothing running in $STATE_DIR"; exit 0; }
+NETREC=$STATE_DIR/net
+
+remove_net() {  # the namespaces (and whatever still runs in them), then the bridge
+  [ -f "$NETREC" ] || return 0
+  local kind name pids
+  while read -r kind name; do
+    [ "$kind" = netns ] || continue
+    pids=$(ip netns pids "$name" 2>/dev/null | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    [ -z "${pids// /}" ] || kill -KILL $pids 2>/dev/null || true
+    ip netns del "$name" 2>/dev/null || true
+  done < "$NETREC"
+  while read -r kind name; do
+    [ "$kind" = bridge ] && { ip link del "$name" 2>/dev/null || true; }
+  done < "$NETREC"
+  rm -f "$NETREC"
+}
+
+[ -f "$PIDS" ] || { remove_net; echo "testcluster: nothing running in $STATE_DIR"; exit 0; }
 
 ours() {  # ours NAME PID: the PID is alive and still runs NAME
   kill -0 "$2" 2>/dev/null && grep -qa "$1" "/proc/$2/cmdline" 2>/dev/null
@@ -61,5 +81,6 @@ for entry in "${entries[@]}"; do
   [ -n "${pid:-}" ] && ours "$name" "$pid" && left+=" $name($pid)"
 done
 [ -z "$left" ] || die "still running after SIGKILL:$left"
+remove_net
 rm -f "$PIDS" "$STATE_DIR/cluster.env"
 echo "testcluster: stopped (logs in $STATE_DIR/log)"

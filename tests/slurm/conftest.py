@@ -13,7 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, Iterator, List, Optional
 
 import pytest
 
@@ -76,18 +76,20 @@ def _read_env_file(path: Path) -> Dict[str, str]:
     return facts
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
+def _cluster(tmp_path_factory: pytest.TempPathFactory, name: str, nodes: int,
+             extra: Optional[Dict[str, str]] = None) -> Iterator[SlurmCluster]:
+    """start.sh under a fresh temporary directory, and stop.sh after, whatever happened."""
     if os.geteuid() != 0:
         pytest.skip("the Slurm test cluster needs root (slurmd launches jobs as their users)")
     missing = [t for t in TOOLS if not shutil.which(t)]
     if missing:
         pytest.skip(f"Slurm/munge not installed ({', '.join(missing)} missing); run ./setup.sh")
-    state_dir = tmp_path_factory.mktemp("slurm")
+    state_dir = tmp_path_factory.mktemp(name)
     started = time.monotonic()
+    env = dict(os.environ, **(extra or {}))
     try:
-        proc = subprocess.run([str(TESTCLUSTER / "start.sh"), str(state_dir), str(NODES)], text=True,
-                              capture_output=True, timeout=START_TIMEOUT_S)
+        proc = subprocess.run([str(TESTCLUSTER / "start.sh"), str(state_dir), str(nodes)], text=True,
+                              capture_output=True, timeout=START_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired as exc:
         subprocess.run([str(TESTCLUSTER / "stop.sh"), str(state_dir)], timeout=60)
         pytest.fail(f"start.sh did not finish within {START_TIMEOUT_S} s: {exc.stderr}")
@@ -111,3 +113,20 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
                               capture_output=True, timeout=120)
         if stop.returncode != 0:  # daemons left behind: say so loudly
             raise RuntimeError(f"stop.sh {state_dir} failed (exit {stop.returncode}): {stop.stdout}{stop.stderr}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    yield from _cluster(tmp_path_factory, "slurm", NODES)
+
+
+@pytest.fixture(scope="session")
+def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """Three nodes, each in its own network, mount and UTS namespace (start.sh with
+    DEDAL_TC_NETNS=1): private /dev/shm, /tmp and /run, own address and hostname. The
+    session's temporary directory is shared by all, as a parallel file system would be."""
+    for tool in ("ip", "unshare", "nsenter"):
+        if not shutil.which(tool):
+            pytest.skip(f"the namespaced test cluster needs {tool} (iproute2, util-linux)")
+    shared = str(tmp_path_factory.getbasetemp())
+    yield from _cluster(tmp_path_factory, "netns", NODES, {"DEDAL_TC_NETNS": "1", "DEDAL_TC_SHARED": shared})

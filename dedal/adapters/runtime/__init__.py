@@ -36,7 +36,8 @@ from dedal.adapters.runtime.apptainer import apptainer_build_sandbox
 from dedal.adapters.runtime.apptainer import command as apptainer_command
 from dedal.adapters.runtime.bwrap import command as bwrap_command
 from dedal.adapters.runtime.charliecloud import command as charliecloud_command
-from dedal.adapters.runtime.common import (Bind, Prepared, RootArg, base_env, image_env_scripts, mounted, root_kind,
+from dedal.adapters.runtime.common import (Bind, Prepared, RootArg, base_env, image_env_scripts, mount_source, mounted,
+                                           root_kind,
                                            wrap_with_image_env)
 from dedal.adapters.runtime.launch import (BACKENDS, RUNTIMES, Running, choose_runtime, prepared, resolve_runtime,
                                            rpm_packages, run_in, run_interactive, start_in)
@@ -45,6 +46,7 @@ __all__ = [
     "BACKENDS", "RUNTIMES", "Bind", "Prepared", "RootArg", "Running",
     "apptainer_build_sandbox", "apptainer_command", "base_env", "bwrap_command", "charliecloud_command",
     "choose_runtime",
-    "image_env_scripts", "mounted", "prepared", "resolve_runtime", "root_kind", "rpm_packages", "run_in",
+    "image_env_scripts", "mount_source", "mounted", "prepared", "resolve_runtime", "root_kind", "rpm_packages",
+    "run_in",
     "run_interactive", "start_in", "wrap_with_image_env",
 ]

@@ -25,7 +25,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from dedal.adapters import proc
 from dedal.adapters.runtime.common import (HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, in_root,
-                                           make_mount_points, mounted, norm, remove_mount_points,
+                                           make_mount_points, mounted, norm, note_mount, remove_mount_points,
                                            resolve_in_image, with_image_env)
 from dedal.model.image import STD_PATH
 
@@ -176,8 +176,8 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
     """bwrap sees a directory: a squashfs/SIF stays mounted while the command runs; mount
     points made in a writable root are removed afterwards."""
     with mounted(root) as rootdir:
-        prep = command(rootdir, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv,
-                       scripts=image_env_scripts(rootdir))
+        prep = note_mount(command(rootdir, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv,
+                                  scripts=image_env_scripts(rootdir)), root, rootdir)
         try:
             yield prep
         finally:

@@ -17,7 +17,7 @@ from typing import Iterator, List, Mapping, Optional, Sequence
 
 from dedal.adapters import proc
 from dedal.adapters.runtime.common import (HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, mounted,
-                                           resolve_in_image, with_image_env, wrap_with_image_env)
+                                           note_mount, resolve_in_image, with_image_env, wrap_with_image_env)
 from dedal.errors import UserError
 
 TOOL = "ch-run"
@@ -72,8 +72,8 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
     if kind == "sif":  # ch-run cannot open it: give it the mounted partition
         with mounted(root) as rootdir:
             assert rootdir is not None
-            yield command(rootdir, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv,
-                          scripts=image_env_scripts(rootdir))
+            yield note_mount(command(rootdir, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv,
+                                     scripts=image_env_scripts(rootdir)), root, rootdir)
         return
     scripts: List[str]
     if kind == "dir":

@@ -78,6 +78,9 @@ class Prepared:
     argv: List[str]
     env: Dict[str, str]  # environment of the runtime process itself
     created: List[Path] = field(default_factory=list)  # mount points made in a writable root
+    #: where ``argv`` names an image mounted on this host: (mount directory, image file,
+    #: offset of its squashfs); a process on another node mounts it there itself
+    mount: Optional[Tuple[str, str, int]] = None
 
 
 class Backend(Protocol):
@@ -124,21 +127,38 @@ def root_kind(root: RootArg) -> str:
     raise UserError(f"{p}: not an image (expected a directory, a squashfs file or a SIF)")
 
 
-@contextlib.contextmanager
-def mounted(root: RootArg) -> Iterator[Optional[Path]]:
-    """The root as a directory for the duration of the block (squashfs/SIF mounted read-only
-    with squashfuse in a temporary directory, unmounted afterwards); ``None`` for the host."""
+def mount_source(root: RootArg) -> Optional[Tuple[Path, int]]:
+    """The file and the offset of the squashfs to mount for ``root`` (a SIF's primary
+    partition, a squashfs file at 0); None for a directory or the host."""
     kind = root_kind(root)
     if kind in ("host", "dir"):
-        yield None if root is None else Path(root)
-        return
-    offset = 0
+        return None
     if kind == "sif":
         info = sif.read_sif(root)  # type: ignore[arg-type]
         part = sif.primary_partition(info)
         if part.fstype != "Squashfs":
             raise UserError(f"{root}: primary partition is {part.fstype}, only squashfs can be mounted")
-        offset = part.offset
+        return Path(root), part.offset  # type: ignore[arg-type]
+    return Path(root), 0  # type: ignore[arg-type]
+
+
+def note_mount(prep: Prepared, root: RootArg, rootdir: Optional[Path]) -> Prepared:
+    """Record in ``prep`` that its command line names ``root`` mounted at ``rootdir``."""
+    source = mount_source(root)
+    if source is not None and rootdir is not None:
+        prep.mount = (os.fspath(rootdir), os.fspath(source[0]), source[1])
+    return prep
+
+
+@contextlib.contextmanager
+def mounted(root: RootArg) -> Iterator[Optional[Path]]:
+    """The root as a directory for the duration of the block (squashfs/SIF mounted read-only
+    with squashfuse in a temporary directory, unmounted afterwards); ``None`` for the host."""
+    source = mount_source(root)
+    if source is None:
+        yield None if root is None else Path(root)
+        return
+    offset = source[1]
     mnt = Path(tempfile.mkdtemp(prefix="dedal-root-"))
     try:
         method = squashfs.mount(Path(root), mnt, offset=offset)  # type: ignore[arg-type]

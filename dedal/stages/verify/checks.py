@@ -583,3 +583,25 @@ def exit_code(verdict: str) -> int:
     """Process exit code for a verification verdict: 0 when it passed (good, or suboptimal with
     warnings), 1 when a check failed or nothing could be verified."""
     return 0 if verdict in ("good", "suboptimal") else 1
+
+
+#: a run log's findings that say "TCP between nodes": a fallback where the nodes have an
+#: RDMA network, what the network is where they have none
+FABRIC_CODES = ("ucx-tcp-inter-node", "ompi-tcp-inter-node", "latency-tcp-like", "bandwidth-tcp-like")
+
+
+def judge_fabric(parsed: Dict[str, Any], host: HostFacts, scope: str) -> Dict[str, Any]:
+    """Judge an inter-node run log against the nodes' network: on nodes without InfiniBand
+    or RoCE, TCP between nodes is expected, so its findings become information and the
+    log's verdict is what the rest of it says. The parser alone cannot know the fabric."""
+    if scope != "inter-node" or host.has_infiniband:
+        return parsed
+    found = [F.as_finding(f) for f in parsed.get("findings") or []]
+    if not any(f.code in FABRIC_CODES and f.severity != "info" for f in found):
+        return parsed
+    regraded = [F.info(f.code, f"{f.message} (expected here: no RDMA network between the nodes)", f.evidence)
+                if f.code in FABRIC_CODES else f for f in found]
+    parsed["findings"] = [f.to_json() for f in regraded]
+    if parsed.get("verdict") == "bad":
+        parsed["verdict"] = verdict_of(regraded, "good" if parsed.get("tables") else "unknown")
+    return parsed

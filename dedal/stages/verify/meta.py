@@ -27,7 +27,8 @@ def container_text(backend: str, launcher: str) -> str:
     how = {"apptainer": f"apptainer exec (private /dev/shm, {tmp}; the image's environment scripts)", "bwrap": f"bubblewrap sandbox of the mounted image (private /dev and /run, "
            f"{tmp}; the image's environment scripts)", "charliecloud": "ch-run (own user namespace per process)"}
     where = ("the image's own mpirun and its ranks in one container" if launcher == "mpirun"
-             else "srun --mpi=pmix with one container per rank (Slurm's PMIx server on the host)")
+             else "srun --mpi=pmix with one container per rank (Slurm's PMIx server on the host; a node other "
+             "than this one mounts the image itself for each rank)")
     return f"{how.get(backend, backend)}; {where}"
 
 

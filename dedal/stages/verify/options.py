@@ -51,7 +51,7 @@ class Options:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, default=None, metavar="N",
                    help="ranks per node for init and all-reduce (default: env file, else 2; latency and bandwidth "
-                        "always use 2 ranks)")
+                        "always use 2 ranks; 1 only with 2+ nodes, and then the runs within a node use 2)")
     p.add_argument("--nodes", type=int, default=None, metavar="N",
                    help="nodes for the inter-node runs (srun; default: the allocation's SLURM_JOB_NUM_NODES, else 1)")
     p.add_argument("--repetitions", "-r", type=int, default=None, metavar="N",
@@ -147,8 +147,9 @@ def options_from_args(args: argparse.Namespace) -> Options:
         timeout=args.timeout if args.timeout is not None else DEFAULT_TIMEOUT,
         images_dir=Path(settings.images_dir),
     )
-    if opts.ranks < 2:
-        raise UserError(f"--ranks {opts.ranks}: at least 2 ranks are needed to measure communication")
+    if opts.ranks < 1 or (opts.ranks < 2 and (opts.nodes or 1) < 2):
+        raise UserError(f"--ranks {opts.ranks}: at least 2 ranks are needed to measure communication "
+                        "(1 rank per node only with --nodes 2 or more)")
     if opts.repetitions < 1:
         raise UserError(f"--repetitions {opts.repetitions}: at least 1")
     if opts.nodes is not None and opts.nodes < 1:

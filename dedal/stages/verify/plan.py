@@ -68,6 +68,8 @@ class Plan:
             return 2
         if bench.gpu:
             return max(1, self.gpus) * nodes
+        if nodes == 1:  # within one node communication needs two ranks, also at 1 rank per node
+            return max(2, self.ranks)
         return self.ranks * nodes
 
     def order(self) -> List[Tuple[str, Bench, int, str]]:

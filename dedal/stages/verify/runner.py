@@ -42,7 +42,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +55,7 @@ from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
 from dedal.stages.verify.catalogue import select_benchmarks
-from dedal.stages.verify.checks import Thresholds
+from dedal.stages.verify.checks import Thresholds, judge_fabric
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.meta import container_text, report_meta
 from dedal.stages.verify.options import Options, add_arguments, options_from_args
@@ -174,8 +173,12 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     # state, not a cold mount each time (the whole-job wall time still shows start-up).
     mounts = contextlib.ExitStack()
     container_root: Any = opts.image
+    image_mount: Optional[Tuple[str, str, int]] = None  # for ranks on nodes that lack this mount
     if backend != "apptainer" and runtime.root_kind(opts.image) in ("sif", "squashfs"):
+        source = runtime.mount_source(opts.image)
         container_root = mounts.enter_context(runtime.mounted(opts.image))
+        if source is not None:
+            image_mount = (str(container_root), str(source[0]), source[1])
     try:
         runs: List[Run] = []
         failed_series: Dict[Tuple[str, str, str], Run] = {}
@@ -203,7 +206,8 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
             if launcher == "srun":
                 res = mpi.run_srun(root, argv, ranks, env=env, log=run.log, script_dir=rawdir / ".launch", nodes=nnodes,
                                    timeout=opts.timeout, runtime_name=rt, binds=binds,
-                                   nv=bench.gpu and side == "container", note=note)
+                                   nv=bench.gpu and side == "container", note=note,
+                                   image_mount=image_mount if side == "container" else None)
             else:
                 res = mpi.run_mpirun(root, argv, ranks, env=env, log=run.log, timeout=opts.timeout,
                                      runtime_name=rt, binds=binds, nv=bench.gpu and side == "container",
@@ -213,6 +217,7 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
                                     "dedal_nccl_allreduce" else "osu")
             run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
                                "repetition": rep, "returncode": run.returncode, "seconds": round(run.seconds, 3)})
+            judge_fabric(run.parsed, pf.host, scope)
             if not run.ok and rep > 0:
                 failed_series[key] = run
             state = "ok" if run.ok else ("TIMED OUT" if run.timed_out else f"FAILED (exit {run.returncode})")
@@ -224,10 +229,6 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
         mounts.close()
     checks, measurements, summary = compare.compare_runs(runs, plan, thresholds)
     findings: List[Finding] = list(pf.findings)
-    if launcher == "srun" and nodes >= 2 and backend != "apptainer":
-        findings.append(F.warning("sandbox-mount-local", f"the {backend} sandboxes run the image mounted on this node "
-                                  f"({socket.gethostname()}); ranks on other nodes find it only where that path is "
-                                  "shared: on a cluster, verify with Apptainer"))
     findings += [F.info("not-run", n) for n in notes]
     if bundled_note:
         findings.append(F.info("bundled-benchmarks", bundled_note))

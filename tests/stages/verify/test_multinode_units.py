@@ -1,0 +1,103 @@
+"""Multi-node verification without a cluster: one rank per node, the fabric a run log is
+judged against, and the rank script that mounts the image on nodes that lack it."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dedal.adapters import mpi
+from dedal.cli import build_parser
+from dedal.errors import UserError
+from dedal.stages.verify import runner as R
+from dedal.stages.verify.catalogue import CATALOGUE
+from dedal.stages.verify.checks import HostFacts, judge_fabric
+from dedal.stages.verify.findings import error, info
+from dedal.stages.verify.plan import Plan
+
+
+def options(tmp_path: Path, *args: str) -> R.Options:
+    image = tmp_path / "x.sif"
+    image.write_bytes(b"")
+    return R.options_from_args(build_parser().parse_args(["verify", str(image), *args]))
+
+
+def test_one_rank_per_node_needs_two_nodes(tmp_path: Path) -> None:
+    assert options(tmp_path, "--ranks", "1", "--nodes", "2", "--launcher", "srun").ranks == 1
+    with pytest.raises(UserError, match="1 rank per node only with --nodes 2"):
+        options(tmp_path, "--ranks", "1")
+    with pytest.raises(UserError, match="at least 2 ranks"):
+        options(tmp_path, "--ranks", "0", "--nodes", "2", "--launcher", "srun")
+
+
+def test_runs_within_a_node_keep_two_ranks_at_one_rank_per_node() -> None:
+    init = next(b for b in CATALOGUE if b.key == "init")
+    lat = next(b for b in CATALOGUE if b.key == "latency")
+    plan = Plan("srun", [("intra-node", 1), ("inter-node", 2)], [init, lat], 1, 1, 0)
+    assert plan.ranks_for(init, 1) == 2 and plan.ranks_for(init, 2) == 2 and plan.ranks_for(lat, 2) == 2
+    assert Plan("srun", [], [init], 1, 3, 0).ranks_for(init, 1) == 3
+
+
+def _log(*findings) -> dict:
+    return {"verdict": "bad", "tables": [{"rows": [[0, 70.0]]}], "findings": [f.to_json() for f in findings]}
+
+
+def test_tcp_between_nodes_is_expected_without_rdma() -> None:
+    tcp = error("ucx-tcp-inter-node", "UCX uses TCP between nodes (an RDMA transport expected): tcp/eth0", ["line"])
+    lat = error("latency-tcp-like", "small-message latency 72 us is what TCP sockets give", ["0 72.0"])
+    judged = judge_fabric(_log(tcp, lat), HostFacts(has_infiniband=False, multi_node=True), "inter-node")
+    assert judged["verdict"] == "good"
+    assert {f["code"]: f["severity"] for f in judged["findings"]} == {"ucx-tcp-inter-node": "info",
+                                                                     "latency-tcp-like": "info"}
+    assert all("no RDMA network" in f["message"] and f["evidence"] for f in judged["findings"])
+
+
+def test_tcp_between_nodes_stays_a_fallback_with_infiniband_or_within_a_node() -> None:
+    tcp = error("ucx-tcp-inter-node", "UCX uses TCP between nodes", ["line"])
+    assert judge_fabric(_log(tcp), HostFacts(has_infiniband=True), "inter-node")["verdict"] == "bad"
+    assert judge_fabric(_log(tcp), HostFacts(), "intra-node")["verdict"] == "bad"
+    other = error("run-failed", "exited with code 1")
+    judged = judge_fabric(_log(tcp, other), HostFacts(), "inter-node")
+    assert judged["verdict"] == "bad"  # what else the log says still counts
+    assert judge_fabric(_log(info("x", "y")), HostFacts(), "inter-node")["verdict"] == "bad"  # nothing to regrade
+
+
+def test_rank_script_mounts_the_image_where_it_is_missing(tmp_path: Path) -> None:
+    """Where the mount directory holds the image (the node dedal runs on) the command runs as
+    given; where it is empty (another node) the script mounts the image for this rank,
+    rewrites every argument under the mount directory to its own mount, and unmounts it
+    after; an image it cannot mount is one line naming it."""
+    script = mpi.write_rank_script(tmp_path)
+    mounted = tmp_path / "root"
+    (mounted / "etc").mkdir(parents=True)
+    (mounted / "etc" / "hello").write_text("from the mount\n")
+    out = subprocess.run(["/bin/sh", str(script), mpi.IMAGE_TOKEN, str(mounted), "/nonexistent.sif", "0",
+                          "/bin/sh", "-c", 'cat "$1"; echo "$2"', "sh", f"{mounted}/etc/hello", mpi.RANK_ENV_TOKEN],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "from the mount" and out.stdout.splitlines()[1].startswith("/tmp/dedal-rank.")
+
+    if os.geteuid() != 0 or not shutil.which("mksquashfs"):
+        pytest.skip("mounting a squashfs needs root and squashfs-tools")
+    image = tmp_path / "image.sqfs"
+    src = tmp_path / "src"
+    (src / "etc").mkdir(parents=True)
+    (src / "etc" / "hello").write_text("from the image\n")
+    subprocess.run(["mksquashfs", str(src), str(image), "-quiet", "-noappend"], check=True, timeout=60)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    before = set(Path("/tmp").glob("dedal-rank-root.*"))
+    out = subprocess.run(["/bin/sh", str(script), mpi.IMAGE_TOKEN, str(empty), str(image), "0",
+                          "/bin/sh", "-c", 'cat "$1"; echo "$1"', "sh", f"{empty}/etc/hello"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    text, path = out.stdout.splitlines()
+    assert text == "from the image" and path.startswith("/tmp/dedal-rank-root.") and path.endswith("/etc/hello")
+    assert set(Path("/tmp").glob("dedal-rank-root.*")) == before  # unmounted and removed
+    out = subprocess.run(["/bin/sh", str(script), mpi.IMAGE_TOKEN, str(empty), str(tmp_path / "missing.sif"), "0",
+                          "/bin/true"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and f"cannot mount the image {tmp_path / 'missing.sif'}" in out.stderr
+    assert set(Path("/tmp").glob("dedal-rank-root.*")) == before
