@@ -6,10 +6,9 @@ from pathlib import Path
 import pytest
 
 from dedal.errors import UserError
-from dedal.stages.verify.checks import (
-    HostFacts, Thresholds, check_transports, compare_bandwidth, compare_busbw, compare_init, compare_latency,
-    exit_code, overall_verdict, series_from_nccl, series_from_osu,
-)
+from dedal.stages.verify.checks import (Thresholds, compare_bandwidth, compare_busbw, compare_init, compare_latency,
+                                        exit_code, overall_verdict, series_from_nccl, series_from_osu)
+from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.parsers import parse_file
 
 SIZES = [1 << i for i in range(23)]

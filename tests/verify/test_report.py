@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dedal.stages.verify.checks import HostFacts, check_transports, compare_bandwidth, compare_init, compare_latency
+from dedal.stages.verify.checks import compare_bandwidth, compare_init, compare_latency
+from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.parsers import parse_file
 from dedal.stages.verify.report import VerifyReport, load_report, write_report
 

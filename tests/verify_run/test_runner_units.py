@@ -12,7 +12,8 @@ from dedal.cli import build_parser
 from dedal.errors import UserError
 from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS, select_benchmarks
-from dedal.stages.verify.checks import HostFacts, Thresholds
+from dedal.stages.verify.checks import Thresholds
+from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.compare import compare_runs, log_findings, run_findings, transports
 from dedal.stages.verify.plan import Plan, Run
 from dedal.stages.verify.parsers import parse_file, parse_text

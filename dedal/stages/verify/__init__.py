@@ -4,7 +4,8 @@ container measurements, check the transports, write the report.
 - :mod:`dedal.stages.verify.parsers`: ``parse_text`` / ``parse_file`` for OSU, nccl-tests, NCCL,
   UCX, Open MPI and Slurm outputs, with failure signatures detected in any log;
 - :mod:`dedal.stages.verify.findings`: the ``Finding`` record and the verdict ordering;
-- :mod:`dedal.stages.verify.checks`: thresholds and transport rules (pure functions);
+- :mod:`dedal.stages.verify.checks`: measurements against thresholds (pure functions);
+- :mod:`dedal.stages.verify.transports`: transport rules over the runtime's logs, judged against the host (pure functions);
 - :mod:`dedal.stages.verify.report`: ``verify.json``, ``report.md`` and PNG plots.
 """
 from __future__ import annotations

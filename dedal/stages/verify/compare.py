@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.stages.verify import findings as F
-from dedal.stages.verify.checks import (CheckResult, HostFacts, Thresholds, check_transports, compare_init,
-                                        compare_nccl_runs, compare_osu_runs, series_from_nccl, series_from_osu)
+from dedal.stages.verify.checks import (CheckResult, Thresholds, compare_init, compare_nccl_runs, compare_osu_runs,
+                                        series_from_nccl, series_from_osu)
+from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.plan import SIDES, Plan, Run
 from dedal.stages.verify.report import summary_row

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from dedal.errors import DedalError
 from dedal.model import sif
 from dedal.stages.verify import findings as F
-from dedal.stages.verify.checks import HostFacts
+from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.parsers import parse_text
 

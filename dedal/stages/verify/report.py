@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dedal.stages.verify.checks import (CheckResult, HostFacts, SizeComparison, Thresholds, deciding_size, exit_code,
+from dedal.stages.verify.checks import (CheckResult, SizeComparison, Thresholds, deciding_size, exit_code,
                                         overall_verdict)
+from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.findings import Finding, as_finding
 
 SCHEMA_VERSION = 1

@@ -55,7 +55,8 @@ from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
 from dedal.stages.verify.catalogue import select_benchmarks
-from dedal.stages.verify.checks import Thresholds, judge_fabric
+from dedal.stages.verify.checks import Thresholds
+from dedal.stages.verify.transports import judge_fabric
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.meta import container_text, report_meta
 from dedal.stages.verify.options import Options, add_arguments, options_from_args

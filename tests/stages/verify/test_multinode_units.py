@@ -14,7 +14,7 @@ from dedal.cli import build_parser
 from dedal.errors import UserError
 from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE
-from dedal.stages.verify.checks import HostFacts, judge_fabric
+from dedal.stages.verify.transports import HostFacts, judge_fabric
 from dedal.stages.verify.findings import error, info
 from dedal.stages.verify.plan import Plan
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal.stages.verify.checks import HostFacts, check_transports
+from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.parsers import parse_file
 
 _HERE = Path(__file__).resolve()
