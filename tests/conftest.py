@@ -18,6 +18,17 @@ SHARED_DATA = SHARED / "data"
 SPACK_DATA = SHARED_DATA / "spack"
 LOGS_DATA = SHARED_DATA / "logs"
 
+# shared fixtures, one module per subject (helpers in them are imported from there)
+pytest_plugins = [
+    "tests.fixtures.base",      # the debian-trixie base, a SIF and an MPI program from it, as_root
+    "tests.fixtures.bench",     # bench_image: the base with dedal's microbenchmarks, as a SIF
+    "tests.fixtures.images",    # host_env, trixie_env, trixie_image: environments built for assembly
+    "tests.fixtures.recorded",  # logs, local_data: recorded outputs for the parsers
+    "tests.fixtures.registry",  # local docker-registry servers, a fault proxy, real SIF files
+    "tests.fixtures.slurm",     # slurm_cluster: the local Slurm test cluster
+    "tests.fixtures.tiny",      # tiny: the recorded tiny lock with the Spack stand-in
+]
+
 
 def dedal_exe() -> str:
     """The installed console script (next to the running interpreter), else on PATH."""

@@ -14,8 +14,8 @@ import yaml
 from dedal.model import sif
 from dedal.adapters import siftool, squashfs
 from dedal.model.layers import LayerStore, sha256_file
-from tests.assemble.conftest import SDE, TINY_BUILD_ONLY, TINY_RUNTIME, partition_tree
-from tests.base import helpers
+from tests.fixtures.images import SDE, TINY_BUILD_ONLY, TINY_RUNTIME, partition_tree
+from tests.fixtures import base as helpers
 
 IR = "opt/esd/software"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from dedal.model import sif
 from dedal.adapters import siftool, squashfs
-from tests.assemble.conftest import SDE, TINY_RUNTIME
-from tests.base import helpers
+from tests.fixtures.images import SDE, TINY_RUNTIME
+from tests.fixtures import base as helpers
 
 UCX = ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"]
 
@@ -130,7 +130,7 @@ def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_en
     from dedal.stages import assemble as asm
     from dedal.stages.assemble import stage
     from dedal.stages.workspace import resolve
-    from tests.assemble.conftest import partition_file
+    from tests.fixtures.images import partition_file
 
     assert trixie_image["method"].endswith("base reused")
     settings = trixie_env.settings()

@@ -6,7 +6,7 @@ import os
 import shutil
 
 
-from tests.base import helpers
+from tests.fixtures import base as helpers
 
 
 def test_base_build_cli(run_dedal, trixie_base):

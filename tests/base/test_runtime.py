@@ -13,7 +13,7 @@ from dedal.adapters import runtime
 from dedal.adapters.runtime import Bind
 from dedal.errors import ToolError, UserError
 from dedal.model.config import SETTINGS
-from tests.base import helpers
+from tests.fixtures import base as helpers
 
 UCX = ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"]
 

@@ -14,7 +14,7 @@ import pytest
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.model.layers import LayerStore
-from tests.build.conftest import make_env, node_builds_of, stage_leftovers
+from tests.fixtures.tiny import make_env, node_builds_of, stage_leftovers
 from tests.conftest import dedal_exe, interruptible
 
 pytestmark = pytest.mark.usefixtures("as_root")

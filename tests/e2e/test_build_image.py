@@ -15,7 +15,6 @@ import yaml
 
 from dedal.model.layers import sha256_file
 from tests.conftest import SPACK_DATA, fill_tiny_mirror, is_real_spack
-from tests.registry.conftest import registry  # noqa: F401  (the local docker-registry fixture)
 from tests.standin import install_standin
 
 pytestmark = [pytest.mark.e2e, pytest.mark.registry]

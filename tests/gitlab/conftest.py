@@ -26,10 +26,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, SPACK_DATA
-from tests.registry.conftest import Registry, start_registry
-from tests.slurm.conftest import slurm_cluster  # noqa: F401  (the session fixture, re-exported)
+from tests.fixtures.registry import Registry, start_registry
 from tests.standin import install_standin
-from tests.verify_run.conftest import bench_image, native_cache  # noqa: F401  (an image with the benchmarks)
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GCL_TIMEOUT_S = 600
@@ -248,8 +246,3 @@ def ci_registry(tmp_path: Path):
     yield reg
     reg.stop()
 
-
-@pytest.fixture
-def as_root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespaces for the fixed install root, slurmd)")

@@ -14,7 +14,7 @@ import pytest
 from dedal.stages import publish as pub
 from dedal.adapters import registry as reg
 from dedal.errors import UserError
-from tests.registry.conftest import PASSWORD, USER
+from tests.fixtures.registry import PASSWORD, USER
 
 pytestmark = pytest.mark.registry
 

@@ -9,7 +9,7 @@ import pytest
 
 from dedal.stages import publish as pub
 from dedal.model.sif import host_arch
-from tests.registry.conftest import sha256_file
+from tests.fixtures.registry import sha256_file
 
 pytestmark = pytest.mark.registry
 

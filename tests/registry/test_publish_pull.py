@@ -14,7 +14,7 @@ import re
 import pytest
 
 from dedal.stages import publish as pub
-from tests.registry.conftest import LABELS, sha256_file
+from tests.fixtures.registry import LABELS, sha256_file
 
 pytestmark = pytest.mark.registry
 

@@ -19,7 +19,7 @@ from dedal.adapters import slurm
 from dedal.adapters.slurm import JobState, Slurm, State
 from dedal.errors import ToolError
 
-from .conftest import TESTCLUSTER, SlurmCluster
+from tests.fixtures.slurm import TESTCLUSTER, SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -22,9 +22,9 @@ from dedal.stages.build.executors.slurm import record as slurm_record, run as sl
 from dedal.model.layers import LayerStore
 from dedal.stages.stage_dir import STAGE_OWNER
 from dedal.model.owner import Owner
-from tests.build.conftest import TinyEnv, make_env, node_builds_of, stage_leftovers
+from tests.fixtures.tiny import TinyEnv, make_env, node_builds_of, stage_leftovers
 from tests.conftest import dedal_exe, interruptible
-from tests.slurm.conftest import SlurmCluster
+from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("as_root")]
 
@@ -32,11 +32,6 @@ TINY = ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
 MPI_CUDA_SPECS = ["openmpi@5 fabrics=ucx schedulers=slurm +cuda", "ucx +cuda", "pmix", "osu-micro-benchmarks +cuda",
                   "nccl-tests", "hwloc +cuda", "cuda@12.2"]
 
-
-@pytest.fixture
-def as_root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespaces for the fixed install root, slurmd)")
 
 
 def build_env(env: TinyEnv, cluster: SlurmCluster, **extra: str) -> Dict[str, str]:

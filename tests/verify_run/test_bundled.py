@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.base import helpers
+from tests.fixtures import base as helpers
 
 
 def test_image_without_benchmarks_gets_the_bundled_ones(run_dedal, tmp_path: Path) -> None:
