@@ -19,6 +19,7 @@ from dedal.model import owner as owner_module
 from dedal.errors import Interrupted, Signals
 from dedal.stages.stage_dir import STAGE_OWNER, Stage, remove_stage, stale_stages
 from dedal.model.owner import boot_id as _boot_id, pid_namespace as _pid_namespace, process_start as _process_start
+from tests.conftest import ROOT
 
 HOLD = ("import sys, time; from pathlib import Path; from dedal.stages.stage_dir import Stage; "
         "print(Stage(Path(sys.argv[1]), 'build').__enter__(), flush=True); time.sleep(300)")
@@ -27,7 +28,7 @@ HOLD = ("import sys, time; from pathlib import Path; from dedal.stages.stage_dir
 def stage_in_child(parent: Path) -> Tuple[subprocess.Popen, Path]:
     """A process that made a stage under ``parent`` and holds it."""
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(parent)], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[2])
+                            cwd=ROOT)
     assert proc.stdout is not None
     path = Path(proc.stdout.readline().strip())
     assert path.parent == parent and (path / STAGE_OWNER).is_file()

@@ -23,7 +23,7 @@ from dedal.model.layers import LayerStore
 from dedal.stages.stage_dir import STAGE_OWNER
 from dedal.model.owner import Owner
 from tests.fixtures.tiny import TinyEnv, make_env, node_builds_of, stage_leftovers
-from tests.conftest import dedal_exe, interruptible
+from tests.conftest import ROOT, dedal_exe, interruptible
 from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("as_root")]
@@ -201,7 +201,7 @@ def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, run_d
     piddir = tmp_path / "pids"
     piddir.mkdir()
     template = tmp_path / "job.sh.in"
-    default = (Path(__file__).resolve().parents[2] / "slurm" / "build-job.sh.in").read_text()
+    default = (ROOT / "slurm" / "build-job.sh.in").read_text()
     # a site template (slurm.template) that records the batch script's PID
     template.write_text(default.replace("set -euo pipefail\n",
                                         'set -euo pipefail\necho $$ > "$DEDAL_TEST_PIDDIR/$SLURM_JOB_ID.pid"\n', 1))

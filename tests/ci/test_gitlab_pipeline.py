@@ -46,7 +46,7 @@ import requests
 import yaml
 
 from tests.conftest import dedal_exe
-from tests.gitlab.conftest import CiRepo, make_ci_repo, need_gitlab_ci_local
+from tests.ci.conftest import CiRepo, make_ci_repo, need_gitlab_ci_local
 
 pytestmark = [pytest.mark.gitlab, pytest.mark.slurm, pytest.mark.registry, pytest.mark.e2e,
               pytest.mark.usefixtures("as_root")]

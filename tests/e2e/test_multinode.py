@@ -19,10 +19,9 @@ from typing import Dict, List
 
 import pytest
 
-from tests.build.conftest import make_env
+from tests.fixtures.tiny import make_env
 from tests.conftest import dedal_exe, interruptible
-from tests.slurm.conftest import SlurmCluster
-from tests.verify_run.conftest import bench_image, native_cache  # noqa: F401 (fixtures)
+from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm]
 NODE_STAGE = "/dev/shm/dedal-multinode"  # on each node its own (private /dev/shm)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from dedal.model import sif
-from tests.sif.test_sif_format import DEFINITION, LABELS, METADATA, SBOM
+from tests.model.test_sif import DEFINITION, LABELS, METADATA, SBOM
 
 
 def make(tmp_path, small_sqfs, **kw):

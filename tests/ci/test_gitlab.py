@@ -18,7 +18,7 @@ from dedal.ci import gitlab as ci
 from dedal.adapters import git as gitad
 from dedal.errors import UserError
 from tests.conftest import SPACK_DATA
-from tests.gitlab.conftest import GOLDEN, EnvsRepo, write_env
+from tests.ci.conftest import GOLDEN, EnvsRepo, write_env
 
 ALL = ["cpu", "esd-gpu", "neuro", "quiet"]
 
