@@ -2,7 +2,7 @@
 and the child pipeline for them (golden files); `dedal ci collect`.
 
 These need neither GitLab nor gitlab-ci-local. Regenerate the golden files after an
-intended change with ``DEDAL_UPDATE_GOLDEN=1 pytest tests/gitlab/test_generate.py``.
+intended change with ``DEDAL_UPDATE_GOLDEN=1 pytest tests/ci/test_gitlab.py``.
 """
 from __future__ import annotations
 

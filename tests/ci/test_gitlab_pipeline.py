@@ -31,7 +31,7 @@ The test environment ``tiny`` is built on base ``host`` (no operating system in 
 image: nothing to run benchmarks with), so its ``dedal.verify.enabled`` is false and its
 pipeline has no verify job. The verify job (and publish with the report attached) is run
 on its own on an image that has Open MPI and the benchmarks (``bench_image`` of
-tests/verify_run: the debian-trixie base with dedal's microbenchmarks), with ``mpirun``
+tests/fixtures/bench.py: the debian-trixie base with dedal's microbenchmarks), with ``mpirun``
 on this machine; the GPU verify job is only listed (no GPU here).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The parsers against every recorded log in ../shared/data/logs and tests/verify/data.
+"""The parsers against every recorded log in ../shared/data/logs and tests/stages/verify/data.
 
 Expected values were read from the files by hand (table rows at given sizes, bus
 bandwidths, counts of `via` transports, plugin lists, PMIx versions, verdicts).
@@ -38,7 +38,7 @@ EXPECTED = {
     "ucx/ucx_info_-d_azure_hbv_connectx6_vf_ib_full.txt": ("ucx-info", "good"),
 }
 
-# logs recorded here (tests/verify/data): real Open MPI 5.0.7 + UCX 1.18.1 runs
+# logs recorded here (tests/stages/verify/data): real Open MPI 5.0.7 + UCX 1.18.1 runs
 LOCAL_EXPECTED = {
     "ompi5_ucx_info_proto_intranode_sysv_cma_GOOD.log": ("osu", "good"),
     "ompi5_ucx_posix_intranode_GOOD.log": ("osu", "good"),
