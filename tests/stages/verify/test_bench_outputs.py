@@ -1,7 +1,7 @@
 """The bundled microbenchmarks (recipes/repo/packages/dedal-benchmarks): the recipe's source
 checksum, and the parsers on their real outputs.
 
-The logs in ``data/`` are whole raw logs of ``dedal verify`` runs on this machine (2-core VM,
+The logs in ``data/runs/`` are whole raw logs of ``dedal verify`` runs on this machine (2-core VM,
 debian-trixie base: Open MPI 5.0.7, UCX 1.18.1), benchmark output and UCX/Open MPI debug
 output together, as the runner saves them. The NCCL benchmark cannot run here (no GPU): its
 output is rebuilt from the ``printf`` formats of ``dedal_nccl_allreduce.cu`` itself, so the
@@ -19,7 +19,7 @@ from dedal.stages.verify.checks import compare_osu_runs
 from dedal.stages.verify.parsers import parse_file, parse_text
 from tests.conftest import ROOT
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent / "data" / "runs"
 RECIPE = ROOT / "recipes" / "repo" / "packages" / "dedal-benchmarks"
 SRC = RECIPE / "src"
 

@@ -18,7 +18,7 @@ from dedal.stages.verify.compare import compare_runs, log_findings, run_findings
 from dedal.stages.verify.plan import Plan, Run
 from dedal.stages.verify.parsers import parse_file, parse_text
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent / "data" / "runs"
 
 
 def options(tmp_path: Path, *args: str) -> R.Options:
