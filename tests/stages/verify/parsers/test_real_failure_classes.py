@@ -15,10 +15,7 @@ import pytest
 from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.parsers import parse_file
 
-_HERE = Path(__file__).resolve()
-#: tests/verify/data/real today; tests/stages/verify/data/real once the tests mirror the package
-REAL = next((p for p in (_HERE.parents[1] / "data" / "real", _HERE.parents[3] / "verify" / "data" / "real")
-             if p.is_dir()), _HERE.parents[1] / "data" / "real")
+REAL = Path(__file__).resolve().parents[1] / "data" / "real"  # tests/stages/verify/data/real
 
 # file -> the finding code that proves the verdict (the verdict is in the file name)
 EXPECTED = {

@@ -373,7 +373,7 @@ SIGNATURE_SAMPLES = {
     "nccl-duplicate-gpu": "[2026-11-22 11:45:40] vm:539:539 [0] init.cc:808 NCCL WARN Duplicate GPU detected : rank 1 "
                           "and rank 0 both on CUDA device 60",
     "nccl-failure": "h:1:1 [0] NCCL WARN Failed to initialize any NET plugin",
-    # issue 23: real lines, their logs under tests/verify/data/real/
+    # issue 23: real lines, their logs under tests/stages/verify/data/real/
     "srun-pmix-plugin-broken": "srun: error:  mpi/pmix_v5: init: (null) [0]: mpi_pmix.c:193: pmi/pmix: can not load "
                                "PMIx library",
     "gpu-runtime-setup-failed": "nvidia-container-cli: initialization error: nvml error: driver not loaded",

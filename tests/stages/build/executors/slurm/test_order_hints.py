@@ -1,7 +1,7 @@
 """The Slurm executor's order hints (``slurm.order_hints``): which hints a job is
 submitted with and when they are dropped. Pure Python with a recording client; the
 real ``afterany`` / ``scontrol update`` behaviour is tested against the test cluster in
-tests/adapters/test_slurm_cluster.py."""
+tests/adapters/slurm/test_cluster.py."""
 from __future__ import annotations
 
 import time
