@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dedal.model import sif
-from tests.assemble.conftest import build_env, require_root
+from tests.fixtures.images import build_env, require_root
 
 
 @pytest.fixture(scope="module")

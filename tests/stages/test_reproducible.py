@@ -13,7 +13,7 @@ from dedal.model import sif
 from dedal.model.layers import LayerStore
 from dedal.stages.reproducible import LABEL, image_date
 from dedal.stages.sifdiff import diff_images, render
-from tests.assemble.conftest import build_env, require_root
+from tests.fixtures.images import build_env, require_root
 
 
 class _Plan:

@@ -12,8 +12,7 @@ import pytest
 
 from dedal.model.layers import LayerStore
 from dedal.stages.build.cache import cache_tag
-from tests.build.conftest import make_env
-from tests.registry.conftest import registry  # noqa: F401  (the local docker-registry fixture)
+from tests.fixtures.tiny import make_env
 
 pytestmark = pytest.mark.registry
 TINY = ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]

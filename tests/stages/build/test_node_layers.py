@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dedal.model.layers import LayerStore, sha256_file
-from tests.build.conftest import make_env
+from tests.fixtures.tiny import make_env
 
 pytestmark = pytest.mark.reliability
 

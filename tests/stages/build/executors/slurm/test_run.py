@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.build.conftest import make_env
+from tests.fixtures.tiny import make_env
 
 
 def test_failed_claim_puts_the_last_record_back(run_dedal, tmp_path):
