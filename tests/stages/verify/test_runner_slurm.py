@@ -5,7 +5,7 @@ per rank, native and container, intra-node.
 Only intra-node: the plain test cluster's nodes are slurmds on this one machine, and Slurm's
 PMIx plugin gives every node of a step the same directory (``/tmp/spmix_appdir_<uid>_<job>.<step>``),
 so a two-node PMIx step fails here with "File exists" on the second node; across nodes
-verification runs on the namespaced cluster (tests/slurm/test_multinode.py, marker multinode).
+verification runs on the namespaced cluster (tests/e2e/test_multinode.py, marker multinode).
 
 With Slurm 22.05's PMIx 4 server Open MPI 5's ob1 pml hangs (../shared/notes/real-components.md
 section 5); the runner uses the UCX pml, which works.
