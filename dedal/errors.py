@@ -18,7 +18,9 @@ class DedalError(Exception):
     exit_code = 1
 
     def one_line(self) -> str:
-        return str(self).replace("\n", " ").strip()
+        """The message on one line: every line break joined (\\n, \\r, and those a file name
+        or value from the input may hold, such as U+0085 or U+2028)."""
+        return " ".join(part.strip() for part in str(self).splitlines() if part.strip())
 
 
 class UserError(DedalError):
