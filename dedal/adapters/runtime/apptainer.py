@@ -33,8 +33,8 @@ command sees the same sandbox with every backend:
   ``/``: bwrap's rule, without Apptainer's warning when it falls back;
 * GPUs: ``--nv`` (the host's driver libraries and device nodes);
 * as root without ``CAP_SYS_RESOURCE`` (containers, some CI runners) Apptainer refuses to
-  start unless told to drop it: ``APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE`` is set for it
-  (:func:`process_env`); a non-root user who cannot open ``/dev/fuse`` gets ``--unsquash``
+  start unless told to drop it: ``--drop-caps CAP_SYS_RESOURCE`` (and
+  ``APPTAINER_DROP_CAPS`` for ``apptainer build``, :func:`process_env`); a non-root user who cannot open ``/dev/fuse`` gets ``--unsquash``
   for a SIF or squashfs root.
 """
 from __future__ import annotations
@@ -79,9 +79,15 @@ def process_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     root without that capability (unless the caller set APPTAINER_DROP_CAPS)."""
     env = {k: v for k, v in (os.environ if environ is None else environ).items()
            if not k.startswith(("APPTAINERENV_", "SINGULARITYENV_"))}
-    if os.geteuid() == 0 and "APPTAINER_DROP_CAPS" not in env and lacks_capability(CAP_SYS_RESOURCE):
+    if must_drop_sys_resource(env):
         env["APPTAINER_DROP_CAPS"] = "CAP_SYS_RESOURCE"
     return env
+
+
+def must_drop_sys_resource(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Root without CAP_SYS_RESOURCE, and APPTAINER_DROP_CAPS not set by the caller."""
+    env = os.environ if environ is None else environ
+    return os.geteuid() == 0 and "APPTAINER_DROP_CAPS" not in env and lacks_capability(CAP_SYS_RESOURCE)
 
 
 def command(
@@ -103,6 +109,8 @@ def command(
     image has, as Apptainer does."""
     apptainer = proc.which("apptainer", HINTS["apptainer"])
     args = [apptainer, "exec", "--cleanenv", "--no-home", "--no-mount", "tmp,cwd"]
+    if must_drop_sys_resource():  # on the command line: it holds where srun starts it with another environment
+        args += ["--drop-caps", "CAP_SYS_RESOURCE"]
     if writable:
         args.append("--writable")
     if nv:
