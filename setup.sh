@@ -2,6 +2,11 @@
 # Install everything dedal and its test suite use, on a fresh Debian (bookworm) machine.
 # Idempotent: re-running skips what is already there. Needs root (apt) or sudo.
 #   ./setup.sh            system packages, siftool, gitlab-ci-local, .venv with dedal[test]
+#   DEDAL_APPTAINER_SRC=GITDIR ./setup.sh
+#                         also builds Apptainer (no Debian package exists) from GITDIR, a git
+#                         checkout of github.com/apptainer/apptainer (its newest vX.Y.Z tag, or
+#                         DEDAL_APPTAINER_REF), into DEDAL_APPTAINER_PREFIX (default /opt/apptainer),
+#                         linked as /usr/local/bin/apptainer; skipped when that version is there
 # Tools land in ~/.cache/dedal/bin (siftool) and /usr/local/bin (dedal, gitlab-ci-local).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -45,6 +50,37 @@ fi
 if [ ! -x "$BIN/siftool" ]; then
   echo "setup: building siftool"
   GOPATH=$CACHE/go GOBIN=$BIN GOFLAGS=-modcacherw go install github.com/sylabs/sif/v2/cmd/siftool@v2.24.2
+fi
+
+# Apptainer (optional, only with DEDAL_APPTAINER_SRC): a non-setuid build from source, the
+# way ../shared/tools/build-apptainer.sh does it (that script is used when present: it also
+# installs the Debian build dependencies and keeps Go's build cache apart). Only Go modules
+# and Debian packages are downloaded, here and never at test time.
+if [ -n "${DEDAL_APPTAINER_SRC:-}" ]; then
+  prefix=${DEDAL_APPTAINER_PREFIX:-/opt/apptainer}
+  src=$DEDAL_APPTAINER_SRC
+  ref=${DEDAL_APPTAINER_REF:-$(git -C "$src" tag --list 'v[0-9]*' | grep -E '^v[0-9]+\.[0-9]+\.[0-9]+$' | sort -V | tail -1)}
+  builder=${DEDAL_APPTAINER_BUILDER:-$REPO/../shared/tools/build-apptainer.sh}
+  if [ "$("$prefix/bin/apptainer" --version 2>/dev/null)" = "apptainer version ${ref#v}" ]; then
+    echo "setup: apptainer ${ref#v} already in $prefix"
+  elif [ -x "$builder" ]; then
+    echo "setup: building apptainer $ref with $builder"
+    $SUDO "$builder" "$src" "$prefix" "$ref"
+  else
+    echo "setup: building apptainer $ref from $src into $prefix"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      libseccomp-dev libtalloc-dev libattr1-dev libprotobuf-c-dev libsubid-dev uidmap fakeroot cryptsetup \
+      libfuse3-dev fuse2fs pkg-config tzdata
+    work=$CACHE/apptainer-build
+    rm -rf "$work" && git clone -q "$src" "$work" && git -C "$work" checkout -q "$ref"
+    # the Makefile runs `go clean -cache`: its own build cache keeps the user's
+    (cd "$work" && export GOCACHE=$work/.gocache && ./mconfig --without-suid -b builddir -p "$prefix" \
+      && make -C builddir -j"$(nproc)" && $SUDO make -C builddir install)
+    rm -rf "$work"
+  fi
+  if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then
+    $SUDO ln -sf "$prefix/bin/apptainer" /usr/local/bin/apptainer
+  fi
 fi
 
 # gitlab-ci-local: 4.73.0 is the newest that runs on Node 20

@@ -111,6 +111,34 @@ def run_dedal(isolated_env: Dict[str, str], tmp_path: Path):
     return _run
 
 
+APPTAINER_MISSING = ("apptainer is not on PATH (no Debian package: build it from source with "
+                     "DEDAL_APPTAINER_SRC=GITDIR ./setup.sh, see the README)")
+
+
+@pytest.fixture
+def apptainer(isolated_env: Dict[str, str], tmp_path: Path):
+    """Run the real ``apptainer`` (from PATH; the test is skipped without one) with the same
+    HOME as ``run_dedal`` (keys, registry logins, cache under tmp_path) and the environment
+    dedal's runtime adapter gives it (APPTAINER_DROP_CAPS as root without CAP_SYS_RESOURCE)."""
+    exe = shutil.which("apptainer")
+    if exe is None:
+        pytest.skip(APPTAINER_MISSING)
+    from dedal.adapters.runtime.apptainer import process_env
+
+    env = process_env(isolated_env)
+    env["APPTAINER_CACHEDIR"] = str(tmp_path / "apptainer-cache")
+
+    def _run(*args: str, input: Optional[str] = None, check: bool = True,
+             timeout: float = 300) -> subprocess.CompletedProcess:
+        r = subprocess.run([exe, *args], env=env, text=True, capture_output=True, input=input, timeout=timeout,
+                           cwd=tmp_path)
+        if check and r.returncode != 0:
+            pytest.fail(f"apptainer {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+        return r
+
+    return _run
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """Long real builds (marker ``slow``) stay out of a run that selects no markers (the
     default CI run); ``-m slow`` or any ``-m`` expression that names them runs them."""

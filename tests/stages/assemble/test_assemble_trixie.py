@@ -5,9 +5,11 @@ bubblewrap where Apptainer is absent)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 
 from dedal.model import sif
 from dedal.adapters import siftool, squashfs
@@ -152,3 +154,22 @@ def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_en
     (tmp_path / "x" / "extra").write_text("x")
     squashfs.append(b, [tmp_path / "x" / "extra"], tmp_path / "more.sqfs")
     assert "extra" in squashfs.diff(a, tmp_path / "more.sqfs")
+
+
+@pytest.mark.apptainer
+def test_apptainer_runs_inspects_signs_and_verifies_the_image(trixie_image, apptainer, tmp_path):
+    """What a user does with the image and the real Apptainer (skipped without one)."""
+    image = tmp_path / "image.sif"
+    shutil.copyfile(trixie_image["image"], image)
+    assert apptainer("exec", str(image), "dedal-app").stdout.strip() == "dedal-app 1.0 ok 4"
+    assert apptainer("run", str(image), "dedal-app").stdout.strip() == "dedal-app 1.0 ok 4"
+    labels = json.loads(apptainer("inspect", "--labels", "--json", str(image)).stdout)
+    assert labels["data"]["attributes"]["labels"] == trixie_image["labels"]
+    apptainer("key", "newpair", "--name", "dedal test", "--email", "test@example.org", "--comment", "test",
+              "--password", "", "--push=false")
+    apptainer("sign", str(image))
+    r = apptainer("verify", str(image))
+    assert "Verified signature" in r.stdout + r.stderr
+    # dedal reads the signed image as before (the signature is one more SIF object)
+    assert sif.primary_partition(sif.read_sif(image)).size == sif.primary_partition(
+        sif.read_sif(trixie_image["image"])).size
