@@ -7,6 +7,7 @@ line on stderr and its exit code; argparse errors exit with 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import pkgutil
@@ -54,14 +55,31 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except (OSError, RecursionError, UnicodeError, ValueError, TypeError, KeyError) as exc:
-        # a defect of dedal's (every bad input is meant to be a UserError): one line, the
-        # traceback on request, and an exit code that tells it from a user's mistake (2)
-        if os.environ.get("DEDAL_DEBUG"):
-            raise
-        print(f"dedal: internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''} "
-              "(a bug; DEDAL_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return 70
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            return _internal(exc)
+        # only a path from the input can be too long: a user's mistake, wherever it is noticed
+        name = str(exc.filename or "")
+        print(f"dedal: error: {name[:60] + '...' if len(name) > 60 else name}: file name too long", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        if "embedded null byte" not in str(exc):
+            return _internal(exc)
+        print("dedal: error: a path given holds a NUL character", file=sys.stderr)
+        return 2
+    except (RecursionError, UnicodeError, TypeError, KeyError) as exc:
+        return _internal(exc)
+
+
+def _internal(exc: BaseException) -> int:
+    """A defect of dedal's (every bad input is meant to be a UserError): one line, the
+    traceback on request, and an exit code that tells it from a user's mistake (2)."""
+    if os.environ.get("DEDAL_DEBUG"):
+        raise exc
+    text = " ".join(str(exc).split())[:300]
+    print(f"dedal: internal error: {type(exc).__name__}: {text} (a bug; DEDAL_DEBUG=1 shows the traceback)",
+          file=sys.stderr)
+    return 70
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from dedal import CHECKOUT
 from dedal.adapters import runtime, squashfs
 from dedal.errors import UserError
+from dedal.model.names import name_problem
 from dedal.model import sif
 
 #: programs looked for in the image (and, for native host runs, on the host)
@@ -72,13 +73,18 @@ class ImageInfo:
 def resolve_image(image: str, settings: Any) -> Path:
     """A path as given, or ``ENV[:TAG]`` of this workspace (``<images_dir>/ENV/TAG.sif``)."""
     p = Path(image)
-    if p.exists():
-        return p
+    try:
+        if p.exists():
+            return p
+    except (OSError, ValueError):  # a name too long, a NUL
+        pass
     if "/" not in image:
         env, _, tag = image.partition(":")
-        cand = Path(settings.images_dir) / env / f"{tag or 'latest'}.sif"
-        if cand.is_file():
-            return cand
+        tag = tag or "latest"
+        if not name_problem(env) and not name_problem(tag):  # "..:x" is not an environment
+            cand = Path(settings.images_dir) / env / f"{tag}.sif"
+            if cand.is_file():
+                return cand
     raise UserError(f"{image}: no such image (a SIF, squashfs file or root directory, or ENV[:TAG] of "
                     f"{settings.images_dir})")
 
