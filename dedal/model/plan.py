@@ -248,7 +248,7 @@ def make_plan(
     keys = {h: layer_key(n.name, n.version, h, install_root, base_id)
             for h, n in lock.nodes.items() if not n.external}
     present = {h for h, k in keys.items() if store is not None and store.has(k)}
-    requirements = {h: sorted(lock.build_requirements(h)) for h in keys}
+    requirements = {h: sorted(r) for h, r in lock.all_build_requirements(keys).items()}
 
     needed: Set[str] = set()
     queue = [h for h in runtime if h not in externals]

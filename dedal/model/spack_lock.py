@@ -15,7 +15,7 @@ import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 from dedal.errors import UserError, read_input
 from dedal.model.inputs import parse_json
@@ -127,6 +127,25 @@ class SpackLock:
         direct = set(self.children(h))
         needed = self.closure(direct, RUNTIME_DEPTYPES)
         return {d for d in needed if not self.nodes[d].external}
+
+    def all_build_requirements(self, hashes: Iterable[str]) -> Dict[str, Set[str]]:
+        """:meth:`build_requirements` of each of ``hashes``, in one pass over the DAG: the
+        link/run closure of every node is its own plus its link/run children's, each
+        computed once (not a walk per node, which costs the DAG's size per node)."""
+        runtime: Dict[str, FrozenSet[str]] = {}
+        for h in self._postorder(set(self.nodes)):
+            acc: Set[str] = {h}
+            for e in self.nodes[h].edges:
+                if e.runtime:
+                    acc |= runtime[e.child]
+            runtime[h] = frozenset(acc)
+        out: Dict[str, Set[str]] = {}
+        for h in hashes:
+            needed: Set[str] = set()
+            for c in {e.child for e in self.nodes[h].edges}:
+                needed |= runtime[c]
+            out[h] = {d for d in needed if not self.nodes[d].external}
+        return out
 
     def topological_order(self, subset: Optional[Iterable[str]] = None) -> List[str]:
         """Dependencies before dependents; ties broken by name then hash (deterministic)."""

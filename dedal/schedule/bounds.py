@@ -18,6 +18,7 @@ that narrows in its middle (a chain every later package waits for).
 """
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
@@ -116,22 +117,31 @@ def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: Co
     heads = sorted(set(head.values()))
     if len(heads) > samples:
         heads = [heads[int(i * (len(heads) - 1) / (samples - 1))] for i in range(samples)]
-    by_tail = sorted(order, key=lambda h: -tail[h])
+    by_tail = [(head[h], need[h] * t[h], tail[h]) for h in sorted(order, key=lambda h: -tail[h])]
     for a in heads:
-        acc = 0.0
-        for h in by_tail:
-            if head[h] < a:
-                continue
-            acc += need[h] * t[h]
-            best = max(best, a + acc / cap + tail[h])
+        # S = {h: head(h) >= a, tail(h) >= b} for every b: packages by falling tail, work summed
+        picked = [(w, tl) for hd, w, tl in by_tail if hd >= a]
+        if picked:
+            acc = accumulate(w for w, _ in picked)
+            best = max(best, max(a + s / cap + tl for s, (_, tl) in zip(acc, picked)))
     total = sum(need[h] * t[h] for h in order)
 
     def done_by(start: Mapping[str, float]) -> List[Tuple[float, float]]:
         xs = sorted(set(start.values()) | {start[h] + t[h] for h in order})
         if len(xs) > samples:
             xs = [xs[int(i * (len(xs) - 1) / (samples - 1))] for i in range(samples)]
-        return [(x, min(cap * x, sum(min(need[h] * t[h], need[h] * max(0.0, x - start[h])) for h in order)))
-                for x in xs]
+        # each package does need x (x - start) of its work from its start on, until done: the
+        # work done by x is piecewise linear, summed in one sweep over the starts and ends
+        steps = sorted([(start[h], need[h]) for h in order] + [(start[h] + t[h], -need[h]) for h in order])
+        out: List[Tuple[float, float]] = []
+        done, rate, last, i = 0.0, 0, 0.0, 0
+        for x in xs:
+            while i < len(steps) and steps[i][0] <= x:
+                done += rate * (steps[i][0] - last)
+                last, rate = steps[i][0], rate + steps[i][1]
+                i += 1
+            out.append((x, min(cap * x, done + rate * (x - last))))
+        return out
 
     ends = done_by(tail)
     for x, a in done_by(head):

@@ -25,6 +25,7 @@ not past a reservation of its node. Then, per mode:
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
@@ -75,32 +76,41 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     pool = Nodes(nodes, cores)
     pending: Set[str] = set(order)
     nmiss = {h: len(wl.requires[h]) for h in order}
+    keyof = {h: (-prio[h], pos[h]) for h in order}
+    # the packages ready to start, and the same kept sorted by key (highest priority first)
     avail: Set[str] = {h for h in order if nmiss[h] == 0}
+    ready: List[Tuple[Tuple[float, int], str]] = sorted((keyof[h], h) for h in avail)
     completed_at: Dict[str, float] = {}
     run_of: Dict[str, int] = {}
     runs: List[_Run] = []
     heap: List[Tuple[float, int, int]] = []
-
-    def key(h: str) -> Tuple[float, int]:
-        return (-prio[h], pos[h])
 
     def dur(h: str, c: int) -> float:
         return model.seconds(wl.duration[h], c)
 
     def take(h: str) -> None:
         pending.discard(h)
-        avail.discard(h)
+        if h in avail:
+            avail.discard(h)
+            del ready[bisect.bisect_left(ready, (keyof[h], h))]
+
+    def make_ready(h: str) -> None:
+        avail.add(h)
+        bisect.insort(ready, (keyof[h], h))
 
     def start_new(now: float) -> None:
         pool.reset()
-        if not avail or max(pool.free) == 0:
+        most = max(pool.free)
+        if not ready or most == 0:
             return
-        for h in sorted(avail, key=key):
-            if max(pool.free) == 0:
-                break
+        placed: List[str] = []
+        fits, on_res, until = pool.limits()
+        for _, h in ready:  # left as it is until the loop ends
             c = need[h]
-            n = pool.fit(c, now, o + t[h])
-            if n is None and mold:
+            n = None
+            if c <= fits or (c <= on_res and now + (o + t[h]) <= until):
+                n = pool.fit(c, now, o + t[h])
+            elif mold:
                 # fewer cores now rather than all of them later (below p the model is
                 # work-conserving): down to half of what the package could use
                 for c in range(need[h] - 1, (need[h] + 1) // 2 - 1, -1):
@@ -108,15 +118,23 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
                     if n is not None:
                         break
             if n is None:
-                pool.reserve(need[h], now, h)
+                if pool.reservation is None:
+                    pool.reserve(need[h], now, h)
+                    fits, on_res, until = pool.limits()
                 continue
-            take(h)
+            placed.append(h)
             r = _Run(len(runs), n, c, now, [h])
             r.end = now + o + dur(h, c)
             pool.place(r.idx, c, r.end, n)
             runs.append(r)
             run_of[h] = r.idx
             heapq.heappush(heap, (r.end, r.idx, r.idx))
+            most = max(pool.free)
+            if most == 0:
+                break
+            fits, on_res, until = pool.limits()
+        for h in placed:
+            take(h)
 
     def can_run(r: _Run, y: str, inrun: Set[str], now: float) -> Optional[int]:
         """The job's cores after taking ``y``, or None."""
@@ -151,17 +169,19 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         # only the package the job's cores would go to next anyway (no queue jumping)
         usable = r.cores + pool.free[r.node]
         choice: Optional[Tuple[str, int]] = None
-        for y in sorted(avail.union(released), key=key):
-            if need[y] > usable:
-                continue
-            c = can_run(r, y, inrun, now)
-            if c is None:
-                return None
-            choice = (y, c)
-            break
-        if choice is None:
+        first = next((y for _, y in ready if need[y] <= usable), None)
+        for y in sorted(released, key=keyof.__getitem__):
+            if need[y] <= usable:
+                if first is None or keyof[y] < keyof[first]:
+                    first = y
+                break
+        if first is None:
             return None
-        y, c = choice
+        c = can_run(r, first, inrun, now)
+        if c is None:
+            return None
+        y = first
+        choice = (y, c)
         res = pool.reservation
         if res is not None and pool.reserved_for != y and res[0] == r.node and now + dur(y, c) > res[1] and c > res[2]:
             return None  # would delay the job the cores of this node are reserved for
@@ -200,7 +220,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
                 if d in pending:
                     nmiss[d] -= 1
                     if nmiss[d] == 0:
-                        avail.add(d)
+                        make_ready(d)
         start_new(now)
     if pending:  # cannot happen for a DAG; a bug if it does
         raise RuntimeError(f"scheduler left {len(pending)} packages unscheduled")

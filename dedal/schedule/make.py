@@ -7,6 +7,7 @@ The one module that knows the whole pipeline, so none of the others needs to.
 """
 from __future__ import annotations
 
+import gc
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
@@ -14,7 +15,8 @@ from dedal.schedule.workload import Job, Schedule, Simulation, Workload, job_sec
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import simulate
 from dedal.schedule.grouping import group
-from dedal.schedule.search import REFINE_ALL, REFINE_MAX, REFINE_MIN, REFINE_WORK, improve, refine
+from dedal.schedule.search import (IMPROVE_WORK, LARGE_BUILD, REFINE_ALL, REFINE_MAX, REFINE_MIN, REFINE_WORK,
+                                   REFINE_WORK_LARGE, improve, refine)
 from dedal.schedule.hints import TIGHTEN_CHAINS, TIGHTEN_MAX, TIGHTEN_MIN, TIGHTEN_WORK, tighten
 
 MERGE_MODES = ("safe", "backlog", "none")
@@ -33,10 +35,33 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
     improved by :func:`improve`, the best then with fixed start times and, with ``hints``,
     order hints, :func:`tighten`), ``per-package`` (one job per package in
     submission order, like ``spack ci``), ``single-node`` (one job, one package at a
-    time with ``make -j C`` on one node, like ``spack install -j C``)."""
+    time with ``make -j C`` on one node, like ``spack install -j C``). Beyond
+    ``LARGE_BUILD`` packages ``dedal`` starts from critical-path groupings with and without
+    merging only, and its searches stop after fixed amounts of work (see
+    :mod:`~dedal.schedule.search`), so that 10,000 packages take seconds, not hours."""
+    # the searches make and drop many small objects and no cycles: a collection now would
+    # walk every object the caller holds (a lock of 20,000 specs is millions) again and again
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                              cpus_per_job=cpus_per_job, strategy=strategy, hints=hints)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel,
+                   cpus_per_job: int, strategy: str, hints: bool) -> Schedule:
     nodes, cores = max(1, int(nodes)), max(1, int(cores))
     lb, cp, consumed = lower_bound(wl, nodes, cores, overhead_s, model, cpus_per_job)
-    if strategy == "dedal":
+    large = len(wl.order) > LARGE_BUILD
+    if strategy == "dedal" and large:
+        # beyond LARGE_BUILD packages: the two groupings that win there (critical path with
+        # and without merging), each search after a fixed amount of work
+        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                            cpus_per_job=cpus_per_job, merge=m) for m in ("safe", "none")]
+    elif strategy == "dedal":
         candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                             cpus_per_job=cpus_per_job, merge=m) for m in MERGE_MODES]
         # list scheduling by critical path is a heuristic: where plain submission order
@@ -65,7 +90,8 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
     done: List[Tuple[List[Job], Simulation]] = []
     for jobs in candidates:
         if strategy == "dedal":
-            jobs, sim = improve(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model)
+            jobs, sim = improve(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                work=IMPROVE_WORK if large else None)
         else:
             sim = simulate(jobs, nodes=nodes, cores=cores)
         done.append((jobs, sim))
@@ -75,9 +101,10 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         done.sort(key=lambda js: js[1].makespan_s)
         n = len(wl.order)
         starts = done if n <= REFINE_ALL else done[:1]
-        evaluations = max(REFINE_MIN, min(REFINE_MAX, REFINE_WORK // n))
-        done = [refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                       evaluations=evaluations, cpus_per_job=cpus_per_job) for jobs, _ in starts]
+        evaluations = REFINE_WORK_LARGE // n if large else max(REFINE_MIN, min(REFINE_MAX, REFINE_WORK // n))
+        if evaluations > 0:
+            done = [refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                           evaluations=evaluations, cpus_per_job=cpus_per_job) for jobs, _ in starts]
     for jobs, sim in done:
         if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
             best = (jobs, sim)
@@ -85,14 +112,15 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
     if strategy == "dedal" and hints:
         # fixed start times with order hints, from the best schedule: a few independent
         # searches (a search stalls on its own plateau), the best kept
-        rounds = max(TIGHTEN_MIN, min(TIGHTEN_MAX, TIGHTEN_WORK // max(1, len(best[0])) ** 2))
+        rounds = min(TIGHTEN_MAX, TIGHTEN_WORK // max(1, len(best[0])) ** 2)
+        rounds = rounds if large else max(TIGHTEN_MIN, rounds)
         first = best
         for seed in range(TIGHTEN_CHAINS):
             jobs, sim = tighten(wl, *first, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                                 rounds=rounds, cpus_per_job=cpus_per_job, seed=seed)
             if sim.makespan_s < best[1].makespan_s - 1e-9:
                 best = (jobs, sim)
-    jobs, sim = _renumber(*best, nodes=nodes, cores=cores)
+    jobs, sim = _renumber(*best, nodes=nodes, cores=cores, again=not large)
     util = consumed / (nodes * cores * sim.makespan_s) if sim.makespan_s > 0 else 0.0
     return Schedule(jobs=jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, makespan_s=sim.makespan_s,
                     lower_bound_s=lb, critical_path_s=cp, work_core_s=consumed, utilization=util,
@@ -117,11 +145,13 @@ def _one_job(wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus
                 est_s=job_seconds(wl, order, c, model, overhead_s))]
 
 
-def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int) -> Tuple[List[Job], Simulation]:
+def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int,
+              again: bool = True) -> Tuple[List[Job], Simulation]:
     """Ids j001, j002, ... in the order the simulation started the jobs, listed (= submitted)
     in that order where that simulates as well, else in the order that was simulated. The
     simulation is redone on the list returned: equal priorities go by submission order,
-    so the makespan reported is the one of the jobs as Slurm gets them."""
+    so the makespan reported is the one of the jobs as Slurm gets them. Without ``again``
+    (large builds: one simulation less) the jobs keep the order that was simulated."""
     ordered = sorted(jobs, key=lambda j: (sim.starts[j.id][0], -j.priority, j.id))
     width = max(3, len(str(len(jobs))))
     new = {j.id: f"j{i + 1:0{width}d}" for i, j in enumerate(ordered)}
@@ -132,14 +162,16 @@ def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int) -> Tu
                     order={new[a]: t for a, t in sorted(j.order.items(), key=lambda at: new[at[0]])})
                 for j in order]
 
-    best: Optional[Tuple[List[Job], Simulation]] = None
-    for order in (ordered, jobs):
-        out = renamed(order)
-        osim = simulate(out, nodes=nodes, cores=cores)
-        if best is None or osim.makespan_s < best[1].makespan_s - 1e-9:
-            best = (out, osim)
-    assert best is not None
-    return best
+    # ``sim`` is the simulation of ``jobs`` as listed; a simulation does not depend on the ids
+    same = Simulation(makespan_s=sim.makespan_s, starts={new[k]: v for k, v in sim.starts.items()},
+                      busy_core_s=sim.busy_core_s)
+    if not again:
+        return renamed(jobs), same
+    out = renamed(ordered)
+    osim = simulate(out, nodes=nodes, cores=cores)
+    if sim.makespan_s < osim.makespan_s - 1e-9:
+        return renamed(jobs), same
+    return out, osim
 
 
 def schedule_plan(plan, settings, *, nodes: Optional[int] = None, cores: Optional[int] = None,

@@ -20,20 +20,41 @@ class Nodes:
     def __init__(self, nodes: int, cores: int) -> None:
         self.free = [cores] * max(1, nodes)
         self.running: List[Dict[object, Tuple[float, int]]] = [dict() for _ in self.free]
+        # the same (end, cores) pairs per node, kept sorted: a reservation walks them in order
+        self.ends: List[List[Tuple[float, int]]] = [[] for _ in self.free]
         self.reservation: Optional[Tuple[int, float, int]] = None  # node, time, spare cores then
         self.reserved_for: object = None
 
     def place(self, who: object, need: int, end: float, node: int) -> None:
         self.free[node] -= need
         self.running[node][who] = (end, need)
+        bisect.insort(self.ends[node], (end, need))
 
     def update(self, who: object, node: int, end: float, need: int) -> None:
-        self.free[node] -= need - self.running[node][who][1]
+        old = self.running[node][who]
+        self.free[node] -= need - old[1]
         self.running[node][who] = (end, need)
+        ends = self.ends[node]
+        del ends[bisect.bisect_left(ends, old)]
+        bisect.insort(ends, (end, need))
 
     def release(self, who: object, node: int) -> None:
-        _, need = self.running[node].pop(who)
-        self.free[node] += need
+        old = self.running[node].pop(who)
+        self.free[node] += old[1]
+        ends = self.ends[node]
+        del ends[bisect.bisect_left(ends, old)]
+
+    def limits(self) -> Tuple[int, int, float]:
+        """(a, r, t): a job of ``need`` cores and ``seconds`` fits now (:meth:`fit` finds it a
+        node) exactly when ``need <= a``, or ``need <= r`` and it ends by ``t`` (``now +
+        seconds <= t``). Three numbers for every job tried until the next placement: once
+        many jobs wait, most of them are tried on every event."""
+        res = self.reservation
+        if res is None:
+            return max(self.free), -1, 0.0
+        other = max((f for i, f in enumerate(self.free) if i != res[0]), default=-1)
+        on_res = self.free[res[0]]
+        return max(other, min(on_res, res[2])), on_res, res[1]
 
     def fit(self, need: int, now: float, seconds: float) -> Optional[int]:
         """The node for a job of ``need`` cores and ``seconds`` starting now, or None; a job
@@ -62,7 +83,7 @@ class Nodes:
         best: Optional[Tuple[float, int, int]] = None
         for i, f in enumerate(self.free):
             when, free = now, f
-            for end, c in sorted(self.running[i].values()):
+            for end, c in self.ends[i]:
                 if free >= need:
                     break
                 when, free = max(now, end), free + c
@@ -71,7 +92,7 @@ class Nodes:
         if best is not None:
             self.reservation = (best[1], best[0], best[2])
             self.reserved_for = who
-
+    
 
 class Profile:
     """Cores in use on one node over time, a step function: ``used[i]`` on

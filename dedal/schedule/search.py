@@ -17,10 +17,17 @@ what the search added), so a job always outranks the jobs waiting for it and Slu
 ``--nice`` order is the simulated one. One job per package in submission order (the
 ``spack ci`` baseline) is among the starting points, so the result is never worse in
 the model than that baseline.
+
+Beyond ``LARGE_BUILD`` packages (facility stacks of thousands; the largest case before
+was 805) every search stops after a fixed amount of work counted in jobs simulated
+(``IMPROVE_WORK``, ``REFINE_WORK_LARGE``), never after a time, so the same workload gives
+the same schedule on every machine, and the cost grows like a few simulations
+(n log n) instead of n^2 (benchmarks/schedule/scale.md).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+import bisect
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import Job, Simulation, Workload, job_seconds, top_cores
@@ -28,6 +35,12 @@ from dedal.schedule.simulation import critical_links, simulate
 from dedal.schedule.grouping import reduce_after, set_priorities
 
 SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into one it waits for
+# packages: beyond this, every search stops after a fixed amount of work, counted in jobs
+# simulated (a simulation of J jobs costs J), so that its cost grows like one simulation
+# (n log n) rather than n^2; the same count gives the same schedule on every machine
+LARGE_BUILD = 900
+IMPROVE_WORK = 10_000        # per starting point
+REFINE_WORK_LARGE = 20_000   # refine(): simulations = this // packages
 # refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
 # every starting point up to REFINE_ALL packages, the best one beyond
 REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
@@ -81,17 +94,29 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
 
 
 def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
-            model: CoreModel = DEFAULT_MODEL, rounds: int = 200) -> Tuple[List[Job], Simulation]:
+            model: CoreModel = DEFAULT_MODEL, rounds: int = 200,
+            work: Optional[int] = None) -> Tuple[List[Job], Simulation]:
     """Merge consecutive jobs of the critical chain while the simulated makespan shrinks;
     then merge pure chains (B waits only for A, nobody else waits for A) wherever that
-    does not lengthen the makespan: one overhead less, no parallelism lost."""
+    does not lengthen the makespan: one overhead less, no parallelism lost. ``work``: stop
+    once that many jobs were simulated (None: no limit but ``rounds``)."""
     sim = simulate(jobs, nodes=nodes, cores=cores)
     pos = {h: i for i, h in enumerate(wl.topo())}
+    spent = 0
+
+    def over() -> bool:  # would one more simulation go past ``work``?
+        return work is not None and spent + len(jobs) > work
+
     for _ in range(rounds):
+        if over():
+            break
         for a, b in critical_links(jobs, sim):
+            if over():
+                break
             cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores, pos)
             if cand is None:
                 continue
+            spent += len(cand)
             csim = simulate(cand, nodes=nodes, cores=cores)
             if csim.makespan_s < sim.makespan_s - 1e-6:
                 jobs, sim = cand, csim
@@ -100,6 +125,8 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
             break
     tried: Set[Tuple[str, str]] = set()
     for _ in range(rounds):
+        if over():
+            break
         dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
         for j in jobs:
             for x in j.after:
@@ -109,10 +136,13 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
         if not pairs and len(jobs) <= SMALL_BUILD:  # small builds: any job with one it waits for
             pairs = [(a, j.id) for j in jobs for a in j.after if (a, j.id) not in tried]
         for a, b in pairs:
+            if over():
+                break
             tried.add((a, b))
             cand = merge_jobs(jobs, a, b, wl, model, overhead_s, cores, pos)
             if cand is None:
                 continue
+            spent += len(cand)
             csim = simulate(cand, nodes=nodes, cores=cores)
             if csim.makespan_s <= sim.makespan_s + 1e-6:
                 jobs, sim = cand, csim
@@ -201,51 +231,57 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
             cuts = sorted({1 + (len(hs) - 2) * k // 6 for k in range(7)})
         for k in cuts:
             fresh += 1
-            np = dict(parts)
-            np[x] = (hs[:k], min(c, top(hs[:k])))
-            np[f"{x}.{fresh}"] = (hs[k:], min(c, top(hs[k:])))
-            moves.append((np, bonus))
+            moves.append(lambda x=x, hs=hs, c=c, k=k, new=f"{x}.{fresh}", ps=parts, b=bonus:
+                         (dict(ps, **{x: (hs[:k], min(c, top(hs[:k]))), new: (hs[k:], min(c, top(hs[k:])))}), b))
         for nc in (c - 1, c + 1) if not cpus_per_job else ():
             if 1 <= nc <= top(hs):
-                np = dict(parts)
-                np[x] = (hs, nc)
-                moves.append((np, bonus))
+                moves.append(lambda x=x, hs=hs, nc=nc, ps=parts, b=bonus: (dict(ps, **{x: (hs, nc)}), b))
 
     while spent < evaluations:
         by_id = {j.id: j for j in cur}
         chain = _chain(cur, sim)
-        moves: List[Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]] = []
+        # moves, each made only when tried: (new parts, new bonus)
+        moves: List[Callable[[], Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]]] = []
+        by_start = sorted((s0, y) for y, (s0, _, _) in sim.starts.items())
+        first_start = [s0 for s0, _ in by_start]
+        on_node: Dict[int, List[Tuple[str, Tuple[float, float, int]]]] = {}
+        for y, st in sorted(sim.starts.items(), key=lambda kv: -by_id[kv[0]].priority):
+            on_node.setdefault(st[2], []).append((y, st))
         for i, (x, ready) in enumerate(chain):
             j = by_id[x]
             start = sim.starts[x][0]
             if start > ready + 1e-6:
-                ahead = [by_id[y].priority for y, (s0, _, _) in sim.starts.items() if ready - 1e-6 <= s0 < start - 1e-6]
+                lo, hi = bisect.bisect_left(first_start, ready - 1e-6), bisect.bisect_left(first_start, start - 1e-6)
+                ahead = [by_id[y].priority for _, y in by_start[lo:hi]]
                 if ahead and max(ahead) >= j.priority:
                     nb = dict(bonus)
                     nb[x] = nb.get(x, 0.0) + max(ahead) - j.priority + 1.0
-                    moves.append((parts, nb))
+                    moves.append(lambda nb=nb, ps=parts: (ps, nb))
             if i + 1 < len(chain):
                 prev = chain[i + 1][0]
-                hs = sorted(parts[prev][0] + parts[x][0], key=pos.__getitem__)
-                np = dict(parts)
-                del np[x]
-                np[prev] = (hs, max(parts[prev][1], parts[x][1]))
-                nb = dict(bonus)
-                nb.pop(x, None)
-                moves.append((np, nb))
+
+                def merged(prev: str = prev, x: str = x, ps: Dict[str, Tuple[List[str], int]] = parts,
+                           b: Dict[str, float] = bonus) -> Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]:
+                    np = dict(ps)
+                    del np[x]
+                    np[prev] = (sorted(ps[prev][0] + ps[x][0], key=pos.__getitem__), max(ps[prev][1], ps[x][1]))
+                    nb = dict(b)
+                    nb.pop(x, None)
+                    return np, nb
+                moves.append(merged)
             shape(x)
             if start > ready + 1e-6:  # the jobs that held its node's cores meanwhile
-                node = sim.starts[x][2]
-                for y, (s0, e0, n0) in sorted(sim.starts.items(), key=lambda kv: -by_id[kv[0]].priority):
-                    if n0 == node and s0 < start - 1e-6 and e0 > ready + 1e-6 and y != x:
+                for y, (s0, e0, n0) in on_node.get(sim.starts[x][2], []):
+                    if s0 < start - 1e-6 and e0 > ready + 1e-6 and y != x:
                         shape(y)
                         if s0 >= ready - 1e-6 and bonus.get(y, 0.0) > -0.5 * by_id[y].est_s:
                             nb = dict(bonus)
                             nb[y] = nb.get(y, 0.0) - 0.5 * by_id[y].est_s
-                            moves.append((parts, nb))
-        for np, nb in moves:
+                            moves.append(lambda nb=nb, ps=parts: (ps, nb))
+        for move in moves:
             if spent >= evaluations:
                 break
+            np, nb = move()
             cand = build_jobs(wl, [(k, hs, c) for k, (hs, c) in np.items()], nb, model, overhead_s)
             if cand is None:
                 continue

@@ -80,32 +80,37 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
                                                     if nmiss[j.id] == 0)
     starts: Dict[str, Tuple[float, float, int]] = {}
     busy = 0.0
+    cores_of = [j.cores for j in jobs]
+    est_of = [j.est_s for j in jobs]
 
     def start(now: float) -> None:
         nonlocal busy
         pool.reset()
         most = max(pool.free)
-        started: Set[str] = set()
-        for _, _, jid in eligible:
+        fits, on_res, until = pool.limits()
+        started: List[Tuple[float, int, str]] = []
+        for e in eligible:
             if most == 0:
                 break
-            j = by_id[jid]
-            if j.cores > most:
+            i = e[1]
+            c, s = cores_of[i], est_of[i]
+            if c > fits and (c > on_res or now + s > until):  # fit() would find no node
                 if pool.reservation is None:
-                    pool.reserve(j.cores, now)
+                    pool.reserve(c, now)
+                    fits, on_res, until = pool.limits()
                 continue
-            n = pool.fit(j.cores, now, j.est_s)
-            if n is None:
-                pool.reserve(j.cores, now)
-                continue
-            started.add(jid)
-            pool.place(jid, j.cores, now + j.est_s, n)
+            jid = e[2]
+            n = pool.fit(c, now, s)
+            assert n is not None
+            started.append(e)
+            pool.place(jid, c, now + s, n)
             most = max(pool.free)
-            starts[jid] = (now, now + j.est_s, n)
-            busy += j.cores * j.est_s
-            heapq.heappush(heap, (now + j.est_s, 0, index[jid], jid, None))
-        if started:
-            eligible[:] = [e for e in eligible if e[2] not in started]
+            fits, on_res, until = pool.limits()
+            starts[jid] = (now, now + s, n)
+            busy += c * s
+            heapq.heappush(heap, (now + s, 0, i, jid, None))
+        for e in started:
+            del eligible[bisect.bisect_left(eligible, e)]
 
     def one_less(d: str) -> None:
         nmiss[d] -= 1

@@ -202,9 +202,22 @@ def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cp
     return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
 
 
+_SECONDS: Dict[Tuple[CoreModel, float, int], float] = {}
+
+
 def job_seconds(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel, overhead_s: float) -> float:
-    """A job's estimate: its overhead, then its packages one after the other on ``cores``."""
-    return overhead_s + sum(model.seconds(wl.duration[h], cores) for h in hashes)
+    """A job's estimate: its overhead, then its packages one after the other on ``cores``
+    (the seconds of a duration on c cores remembered: the searches ask again and again)."""
+    total = overhead_s
+    for h in hashes:
+        d = wl.duration[h]
+        s = _SECONDS.get((model, d, cores))
+        if s is None:
+            if len(_SECONDS) > 100_000:
+                _SECONDS.clear()
+            s = _SECONDS[(model, d, cores)] = model.seconds(d, cores)
+        total += s
+    return total
 
 
 def top_cores(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel) -> int:
