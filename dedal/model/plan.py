@@ -17,6 +17,7 @@ from dedal.model.inputs import load_json
 from dedal.model.names import safe_name
 from dedal.model.layers import LayerStore, layer_key
 from dedal.model.spack_lock import SpackLock
+from dedal.model.gcpause import collector_paused
 
 PLAN_FORMAT = 1
 
@@ -225,6 +226,7 @@ def _levels(plan: Plan, subset: Set[str]) -> List[List[str]]:
     return [sorted(w, key=lambda x: (plan.nodes[x].name, x)) for w in waves]
 
 
+@collector_paused()  # large locks (dedal.model.gcpause)
 def make_plan(
     lock: SpackLock,
     *,

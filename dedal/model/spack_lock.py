@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 from dedal.errors import UserError, read_input
+from dedal.model.gcpause import collector_paused
 from dedal.model.inputs import parse_json
 from dedal.model.names import safe_name
 
@@ -270,6 +271,7 @@ def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> N
     )
 
 
+@collector_paused()  # millions of small objects, no cycles (dedal.model.gcpause)
 def parse_lock(text: str, path: Optional[Path] = None) -> SpackLock:
     """Parse the text of a spack.lock; every defect is a UserError naming the file."""
     if not text.strip():
@@ -299,7 +301,7 @@ def parse_lock(text: str, path: Optional[Path] = None) -> SpackLock:
         for r in section_roots:
             if not isinstance(r, dict) or not isinstance(r.get("hash"), str):
                 raise _fail(path, f"malformed root entry {r!r}{where}")
-            if r["hash"] not in root_hashes:
+            if r["hash"] not in root_specs:  # a dict: thousands of roots in a facility stack
                 root_hashes.append(r["hash"])
                 root_specs[r["hash"]] = str(r.get("spec", ""))
 

@@ -7,10 +7,10 @@ The one module that knows the whole pipeline, so none of the others needs to.
 """
 from __future__ import annotations
 
-import gc
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
+from dedal.model.gcpause import collector_paused
 from dedal.schedule.workload import Job, Schedule, Simulation, Workload, job_seconds, package_cores
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import simulate
@@ -26,6 +26,7 @@ ALLOT_VARIANTS = ((0.5, False), (0.9, False), (0.5, True))
 DEFAULT_CORES = 64  # cores of a build node when neither --cores nor slurm.cores_per_node says
 
 
+@collector_paused()  # many small objects, no cycles (dedal.model.gcpause)
 def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
                   cpus_per_job: int = 0, strategy: str = "dedal", hints: bool = False) -> Schedule:
     """Group and simulate. ``strategy``: ``dedal`` (the best by simulated makespan of:
@@ -39,20 +40,6 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
     ``LARGE_BUILD`` packages ``dedal`` starts from critical-path groupings with and without
     merging only, and its searches stop after fixed amounts of work (see
     :mod:`~dedal.schedule.search`), so that 10,000 packages take seconds, not hours."""
-    # the searches make and drop many small objects and no cycles: a collection now would
-    # walk every object the caller holds (a lock of 20,000 specs is millions) again and again
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                              cpus_per_job=cpus_per_job, strategy=strategy, hints=hints)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel,
-                   cpus_per_job: int, strategy: str, hints: bool) -> Schedule:
     nodes, cores = max(1, int(nodes)), max(1, int(cores))
     lb, cp, consumed = lower_bound(wl, nodes, cores, overhead_s, model, cpus_per_job)
     large = len(wl.order) > LARGE_BUILD
