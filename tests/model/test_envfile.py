@@ -17,6 +17,8 @@ def test_project_environments_are_valid(path):
     assert env.spack["specs"]
     for repo in env.spack_yaml()["spack"].get("repos", []):
         assert Path(repo).is_absolute() and (Path(repo) / "repo.yaml").is_file()
+    for include in env.spack_yaml()["spack"].get("include", []):  # e.g. ../debian-trixie-externals.yaml
+        assert Path(include).is_absolute() and "packages" in yaml.safe_load(Path(include).read_text())
 
 
 def test_spack_section_is_passed_untouched_and_written(tmp_path):

@@ -1,0 +1,111 @@
+"""With a real Spack (DEDAL_SPACK_ROOT): the ESD environments concretize on their default
+bases (esd-cpu and esd-neuro on debian-trixie) through
+`dedal fetch --lock-only`, offline, and the locks hold what the environments are for.
+
+Concretization is CPU-heavy (about a minute each on an idle core, several on a shared
+machine); the bases come from the shared base cache (built on first use: debian-trixie
+in minutes, debian-trixie-cuda downloads ≈2.5 GB)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from dedal.model.base import base_identity
+from dedal.model.spack_lock import Node, SpackLock, load_lock
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.spack
+
+ENVS = ROOT / "spack-envs"
+
+
+@pytest.fixture
+def concretize(run_dedal, real_spack, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the base image's root filesystem through bubblewrap)")
+
+    def _concretize(name: str) -> SpackLock:
+        env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(real_spack),
+               "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
+        res = run_dedal("fetch", str(ENVS / name / "env.yaml"), "--lock-only", "--json", env=env, timeout=3600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        result = json.loads(res.stdout)
+        assert result["concretized"] is True and result["mirrored"] is False
+        plan = json.loads(Path(result["plan"]).read_text())
+        assert plan["base_id"] == base_identity(plan["base_image"])
+        return load_lock(Path(result["lock"]))
+
+    return _concretize
+
+
+def by_name(lock: SpackLock) -> Dict[str, List[Node]]:
+    found: Dict[str, List[Node]] = {}
+    for node in lock.nodes.values():
+        found.setdefault(node.name, []).append(node)
+    return found
+
+
+def one(lock: SpackLock, name: str) -> Node:
+    nodes = by_name(lock).get(name, [])
+    assert len(nodes) == 1, f"{name}: {[n.label for n in nodes]}"
+    return nodes[0]
+
+
+def params(node: Node) -> dict:
+    return node.raw.get("parameters", {})
+
+
+def deps(lock: SpackLock, node: Node) -> Dict[str, Node]:
+    return {e.name: lock.nodes[e.child] for e in node.edges}
+
+
+def compiler_majors(lock: SpackLock) -> set:
+    """Major versions of the compilers the built (non-external) nodes use."""
+    return {n.raw["compiler"]["version"].split(".")[0] for n in lock.nodes.values() if not n.external}
+
+
+def check_mpi_stack(lock: SpackLock, os_id: str) -> None:
+    """Open MPI 5 over UCX with Slurm's PMI and a standalone PMIx; UCX with its
+    InfiniBand/RoCE transports; the OSU benchmarks against that Open MPI; Slurm the site's."""
+    ompi = one(lock, "openmpi")
+    assert ompi.version.startswith("5.")
+    p = params(ompi)
+    assert "slurm" in p["schedulers"] and "ucx" in p["fabrics"] and p.get("internal-pmix") is False
+    d = deps(lock, ompi)
+    assert d["pmix"] is one(lock, "pmix") and d["ucx"] is one(lock, "ucx") and d["slurm"] is one(lock, "slurm")
+    ucx = params(one(lock, "ucx"))
+    for variant in ("verbs", "rdmacm", "rc", "ud", "dc", "mlx5_dv", "cma"):
+        assert ucx[variant] is True, variant
+    assert "rdma-core" in deps(lock, one(lock, "ucx"))
+    osu = one(lock, "osu-micro-benchmarks")
+    assert deps(lock, osu)["openmpi"] is ompi
+    slurm = one(lock, "slurm")
+    assert slurm.external and slurm.external_path == "/usr"
+    built = [n for n in lock.nodes.values() if not n.external]
+    assert {n.target for n in built} == {"x86_64_v3"} and {n.platform_os for n in built} == {os_id}
+
+
+def test_esd_cpu_concretizes_on_trixie(concretize):
+    lock = concretize("esd-cpu")
+    check_mpi_stack(lock, "debian13")
+    assert one(lock, "dedal-benchmarks").namespace == "dedal"
+    assert compiler_majors(lock) == {"14"}
+
+
+def test_esd_neuro_concretizes_on_trixie(concretize):
+    lock = concretize("esd-neuro")
+    check_mpi_stack(lock, "debian13")
+    ompi = one(lock, "openmpi")
+    for name in ("arbor", "neuron"):
+        node = one(lock, name)
+        assert params(node)["mpi"] is True and params(node)["python"] is True, name
+        assert deps(lock, node)["openmpi"] is ompi, name
+    python = one(lock, "python")
+    assert python.version.startswith("3.11.") and not python.external
+    numpy = one(lock, "py-numpy")
+    assert deps(lock, numpy)["python"] is python and "openblas" in by_name(lock)
+
