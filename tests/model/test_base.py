@@ -8,6 +8,8 @@ from dedal.stages.base import ensure_base, resolve_mirror
 from dedal.model import config
 from dedal.adapters import debootstrap
 from dedal.errors import UserError
+from dedal.model.envfile import load_env
+from tests.conftest import ROOT
 
 
 def test_known_definitions():
@@ -240,3 +242,8 @@ def test_cuda_base_definition():
     assert (d.record_versions["cuda"], d.record_versions["nccl"]) == ("nvidia-cuda-toolkit", "libnccl2")
     assert {"nvcc", "gcc13"} <= set(d.probe_versions)
     assert base.definition_id(d).startswith("debian-trixie-cuda-")
+    # the GPU environment builds on it, with its CUDA as an external
+    gpu = load_env(ROOT / "spack-envs" / "esd-gpu" / "env.yaml")
+    assert gpu.base_image == "debian-trixie-cuda"
+    cuda = gpu.spack_yaml()["spack"]["packages"]["cuda"]
+    assert cuda["buildable"] is False and cuda["externals"] == [{"spec": "cuda@12.4.131", "prefix": "/usr"}]

@@ -1,5 +1,5 @@
 """With a real Spack (DEDAL_SPACK_ROOT): the ESD environments concretize on their default
-bases (esd-cpu and esd-neuro on debian-trixie) through
+bases (esd-cpu and esd-neuro on debian-trixie, esd-gpu on debian-trixie-cuda) through
 `dedal fetch --lock-only`, offline, and the locks hold what the environments are for.
 
 Concretization is CPU-heavy (about a minute each on an idle core, several on a shared
@@ -109,3 +109,17 @@ def test_esd_neuro_concretizes_on_trixie(concretize):
     numpy = one(lock, "py-numpy")
     assert deps(lock, numpy)["python"] is python and "openblas" in by_name(lock)
 
+
+def test_esd_gpu_concretizes_on_trixie_cuda(concretize):
+    lock = concretize("esd-gpu")
+    check_mpi_stack(lock, "debian13")
+    cuda = one(lock, "cuda")
+    assert cuda.external and cuda.version == "12.4.131" and cuda.external_path == "/usr"
+    nccl = one(lock, "nccl")
+    assert nccl.external and nccl.version.startswith("2.22.")
+    for name in ("openmpi", "ucx", "hwloc", "osu-micro-benchmarks", "dedal-benchmarks"):
+        node = one(lock, name)
+        assert params(node)["cuda"] is True and deps(lock, node)["cuda"] is cuda, name
+    assert deps(lock, one(lock, "nccl-tests"))["nccl"] is nccl
+    # CUDA 12.4's nvcc takes GCC up to 13: every compiled node is gcc 13's
+    assert compiler_majors(lock) == {"13"}
