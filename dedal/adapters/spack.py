@@ -118,6 +118,9 @@ _EXCERPT_HEAD = re.compile(r"^\d+ (?:errors?|warnings?) found in build log:$")
 _EXCERPT_HIT = re.compile(r"^\s*>>\s+\d+\s+(.*)$")
 _EXCERPT_CONTEXT = re.compile(r"^\s+\d+\s")
 _NUMBERED = re.compile(r"^\d+\.\s")
+# the concretizer's reason for every package an unsatisfiable requirement touches (e.g. a
+# `require: '%gcc@13'` on a base without GCC 13: one per package, the cause elsewhere)
+_UNSATISFIED = re.compile(r"^\d+\.\s+cannot satisfy a requirement for package '([^']+)'\.?$")
 
 
 def error_lines(text: str, limit: int = 10, width: int = 300) -> List[str]:
@@ -125,7 +128,8 @@ def error_lines(text: str, limit: int = 10, width: int = 300) -> List[str]:
     block, condensed to the lines a user needs. A failed command's tail is usually
     Spack's generic advice ("Use 'spack create' ...") or a repeat of the error, while the
     block says what is wrong: "Package 'zlibb' not found", the conflicts the concretizer
-    found (their "required because" chains left out), the lines of a build log Spack
+    found (their "required because" chains left out; its one-per-package "cannot satisfy
+    a requirement" reasons as one line after them), the lines of a build log Spack
     marked as errors. Empty when there is no such block."""
     blocks: List[List[str]] = []
     current: Optional[List[str]] = None
@@ -163,6 +167,7 @@ def _condense(block: List[str]) -> List[str]:
     to the line that introduces it ("...:", "...?"), build-log excerpts as the lines
     Spack marked with ``>>`` (context lines left out)."""
     lines = ["==> Error: " + block[0]] if block[0] else []
+    unsatisfied: List[str] = []  # packages the generic "cannot satisfy a requirement" names
     excerpt = hit = False
     joining = " " if block[0].endswith((":", "?")) else ""  # joins the next indented line to the last
     for raw in block[1:]:
@@ -183,6 +188,10 @@ def _condense(block: List[str]) -> List[str]:
             elif hit:
                 lines[-1] += text  # Spack wraps long log lines at a fixed column
             continue
+        m = _UNSATISFIED.match(text)
+        if m:
+            unsatisfied.append(m.group(1))
+            continue
         indented = raw[:1].isspace() and not _NUMBERED.match(text)
         if indented and joining and lines:
             lines[-1] += joining + text
@@ -191,6 +200,9 @@ def _condense(block: List[str]) -> List[str]:
         lines.append(text)
         excerpt = bool(_EXCERPT_HEAD.match(text))
         joining = " " if text.endswith((":", "?")) else ""
+    if unsatisfied:  # after the specific reasons (the conflicts), which say why
+        shown = ", ".join(unsatisfied[:8]) + (f" and {len(unsatisfied) - 8} more" if len(unsatisfied) > 8 else "")
+        lines.append(f"cannot satisfy a requirement for {len(unsatisfied)} package(s): {shown}")
     return lines
 
 

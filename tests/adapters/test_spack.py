@@ -27,6 +27,20 @@ def test_conflicts_listed_once_without_their_derivation():
     assert not any("required because" in line for line in lines)
 
 
+def test_unsatisfiable_requirements_come_after_the_conflict_that_causes_them():
+    """esd-gpu (CUDA 12.4, `require: '%gcc@13'`) concretized on debian-trixie, which has
+    GCC 14 only (real Spack e8f8cf85): Spack lists 29 "cannot satisfy a requirement for
+    package" reasons first and the conflict naming the cause after them. The error says
+    the conflict within its first lines and the 29 as one line."""
+    lines = error_lines((DATA / "concretize-cuda-gcc14-requirements.out").read_text())
+    assert lines[0] == "==> Error: concretization failed for the following reasons:"
+    assert "31. ucx: '%gcc@14:' conflicts with '+cuda ^cuda@:12.4~allow-unsupported-compilers'" in lines[:4]
+    assert lines[-1] == ("cannot satisfy a requirement for 29 package(s): zlib-ng, ucx, slurm, rdma-core, pmix, "
+                         "pkgconf, perl, osu-micro-benchmarks and 21 more")
+    assert len(lines) == 8 and not any("required because" in line or "cannot satisfy a requirement for package"
+                                       in line for line in lines)
+
+
 def test_build_failure_keeps_the_marked_log_lines():
     text = (DATA / "install-compile-error.out").read_text()
     lines = error_lines(text)
