@@ -139,10 +139,24 @@ class RegistryClient(oras.provider.Registry):
                                 "plain HTTP or has a certificate you do not trust, pass --insecure "
                                 "(setting registry_insecure)") from None
         except TRANSIENT_ERRORS as exc:
-            if self.insecure or local_registry(self.host):
+            if self.insecure:
                 return "http"
+            if local_registry(self.host):
+                return self._plain_http_answers(exc)
             raise RegistryError(f"registry {self.host} unreachable over https ({short_reason(exc)}); if it serves "
                                 "plain HTTP, pass --insecure (setting registry_insecure)") from None
+
+    def _plain_http_answers(self, https_failure: Exception) -> str:
+        """``http`` where a local registry answers over plain HTTP after https could not
+        connect at all; otherwise one error at once (as Apptainer, which tries both), not
+        retries of a registry that is not there."""
+        url = f"http://{self.host}/v2/"
+        try:
+            self.session.get(url, timeout=self._timeouts(f"GET {url}"))
+            return "http"
+        except TRANSIENT_ERRORS as exc:
+            raise RegistryError(f"registry {self.host} unreachable over https ({short_reason(https_failure)}) "
+                                f"and http ({short_reason(exc)})") from None
 
     def url(self, path: str) -> str:
         return f"{self.base}{path}"

@@ -22,15 +22,20 @@ def test_remote_registries(host):
 
 
 class _NoTLS:
-    """A session whose https probe fails the way a plain-HTTP server answers a TLS hello."""
+    """A session whose https probe fails with ``exc`` (a plain-HTTP server answering a TLS
+    hello: SSLError; nothing listening: ConnectionError); plain http answers unless
+    ``http_down``."""
 
-    def __init__(self, exc: Exception) -> None:
+    def __init__(self, exc: Exception, http_down: bool = False) -> None:
         self.exc = exc
+        self.http_down = http_down
         self.asked = []
 
     def get(self, url, **kw):
         self.asked.append((url, kw.get("verify")))
-        raise self.exc
+        if url.startswith("https://") or self.http_down:
+            raise self.exc if url.startswith("https://") else requests.exceptions.ConnectionError("refused")
+        return None
 
 
 @pytest.mark.parametrize("exc", [requests.exceptions.SSLError("wrong version number"),
@@ -38,8 +43,18 @@ class _NoTLS:
 def test_scheme_fallback(exc):
     local = RegistryClient("127.0.0.1:5000", session=_NoTLS(exc))
     assert local.base == "http://127.0.0.1:5000"
-    assert local.session.asked == [("https://127.0.0.1:5000/v2/", True)]  # https tried first, certificate verified
+    assert local.session.asked[0] == ("https://127.0.0.1:5000/v2/", True)  # https first, certificate verified
     remote = RegistryClient("registry.example.org:5000", session=_NoTLS(exc))
     with pytest.raises(RegistryError, match="pass --insecure"):
         _ = remote.base
+    assert remote.session.asked == [("https://registry.example.org:5000/v2/", True)]  # never plain http unasked
     assert RegistryClient("registry.example.org:5000", session=_NoTLS(exc), insecure=True).base.startswith("http://")
+
+
+def test_local_registry_not_there_is_one_error():
+    """Nothing listening on either scheme: one error at once, no retries (as Apptainer)."""
+    gone = RegistryClient("127.0.0.1:9", session=_NoTLS(requests.exceptions.ConnectionError("refused"),
+                                                         http_down=True))
+    with pytest.raises(RegistryError, match=r"unreachable over https \(.*\) and http"):
+        _ = gone.base
+    assert [u for u, _ in gone.session.asked] == ["https://127.0.0.1:9/v2/", "http://127.0.0.1:9/v2/"]
