@@ -22,7 +22,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dedal.errors import UserError
 from dedal.model.inputs import load_json
-from dedal.model.owner import ALIVE, GONE, UNKNOWN, Owner
+from dedal.model.owner import ALIVE, GONE, UNKNOWN, owner_tag, tag_state
 
 LAYER_FORMAT = 2  # 2: Spack's build records beside the layer (<key>.records/), not in it
 TMP_GRACE_S = 6 * 3600
@@ -48,16 +48,8 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 def temp_owner(name: str) -> str:
     """ALIVE, GONE or UNKNOWN: the state of the process a :meth:`LayerStore.temp_path`
     name records (UNKNOWN for other names, and where this host cannot tell)."""
-    stem = name.rsplit(".", 1)[0]
-    parts = stem.rsplit("~", 6)
-    if len(parts) != 7:
-        return UNKNOWN
-    _key, host, boot, ns, pid, start, _ns = parts
-    try:
-        owner = Owner(host, boot, f"pid:[{ns}]" if ns else "", int(pid), None if start == "None" else int(start))
-    except ValueError:
-        return UNKNOWN
-    return owner.state()
+    key, sep, _rest = name.partition("~")
+    return tag_state(name, key + sep) if sep else UNKNOWN
 
 
 @dataclass
@@ -142,9 +134,7 @@ class LayerStore:
         names its owner (:func:`temp_owner`), so that the temporaries of a killed process
         are known as such and removed by the next build (:meth:`reap_temporaries`)."""
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        me = Owner.me()
-        ns = "".join(c for c in me.pidns if c.isdigit())
-        return self.tmp_dir / f"{key[:100]}~{me.host}~{me.boot}~{ns}~{me.pid}~{me.start}~{time.monotonic_ns()}{suffix}"
+        return self.tmp_dir / f"{key[:100]}~{owner_tag()}~{time.monotonic_ns()}{suffix}"
 
     def reap_temporaries(self) -> List[str]:
         """Remove the temporaries of dedal processes that are gone (killed during mksquashfs,

@@ -8,6 +8,7 @@ namespace, pid and the pid's start time, and judged only where those make sense.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,3 +76,28 @@ class Owner:
         if self.pidns != pid_namespace():  # its pid means nothing here
             return UNKNOWN
         return ALIVE if process_start(self.pid) == self.start else GONE
+
+
+def owner_tag() -> str:
+    """This process as part of a file name (``host~boot id~pid namespace~pid~start``), so
+    that a temporary file says whose it is: :func:`tag_state` judges it later."""
+    me = Owner.me()
+    ns = "".join(c for c in me.pidns if c.isdigit())
+    return f"{me.host}~{me.boot}~{ns}~{me.pid}~{me.start}"
+
+
+def tag_state(name: str, prefix: str = "") -> str:
+    """ALIVE, GONE or UNKNOWN for the owner a file name records: the :func:`owner_tag`
+    right after ``prefix`` (UNKNOWN for names without one, and where this host cannot tell)."""
+    if not name.startswith(prefix):
+        return UNKNOWN
+    parts = name[len(prefix):].split("~")
+    if len(parts) < 5:
+        return UNKNOWN
+    host, boot, ns, pid, start = parts[:5]
+    start = re.match(r"(None|\d*)", start).group(1)  # type: ignore[union-attr]  # a suffix may follow
+    try:
+        owner = Owner(host, boot, f"pid:[{ns}]" if ns else "", int(pid), None if start == "None" else int(start))
+    except ValueError:
+        return UNKNOWN
+    return owner.state()

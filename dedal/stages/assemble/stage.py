@@ -48,7 +48,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from dedal import __version__
 from dedal.adapters import squashfs
@@ -57,6 +57,7 @@ from dedal.model import sbom as sbom_mod, sif as sif_mod
 from dedal.model.base import HOST_BASE, input_labels as base_input_labels, iter_cached
 from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
 from dedal.model.layers import LayerStore, sha256_file
+from dedal.model.owner import GONE, owner_tag, tag_state
 from dedal.model.plan import Plan
 from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import load_lock
@@ -113,6 +114,27 @@ def _resolve_plan(target_or_plan: Any) -> Tuple[Any, Any]:
 
     plan, _path = prepare(target)
     return plan, target.env
+
+
+def reap_temporaries(*outputs: Path) -> List[str]:
+    """Remove what an assembly of these outputs killed outright (kill -9, a node lost)
+    left: ``.<name>.assemble~<owner>...`` files whose owner is gone (on this host).
+    SIGTERM and SIGINT clean up themselves (Signals); other hosts' files are left alone."""
+    removed: List[str] = []
+    for out in outputs:
+        prefix = f".{out.name}.assemble~"
+        try:
+            names = os.listdir(out.parent)
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(prefix) and tag_state(name, prefix) == GONE:
+                try:
+                    os.unlink(out.parent / name)
+                    removed.append(name)
+                except FileNotFoundError:
+                    pass
+    return removed
 
 
 def assemble(
@@ -220,7 +242,8 @@ def assemble(
 
 
     sif_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_tag = f".{sif_path.name}.assemble-{os.getpid()}"
+    reap_temporaries(sif_path)  # every temporary of this output is named after the SIF
+    tmp_tag = f".{sif_path.name}.assemble~{owner_tag()}"
     tmp_sqfs = sif_path.with_name(tmp_tag + ".sqfs")
     tmp_sif = sif_path.with_name(tmp_tag + ".sif")
     tmp_json = json_path.with_name(tmp_tag + ".image.json")

@@ -151,3 +151,27 @@ def test_unpack_audits_what_was_written(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="refused after unpacking: .*setuid"):
         unpack_layer(store.sqfs(NODE.key), PREFIX, root, tmp_path, IR, "layer x")
     assert list(root.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- temporaries
+
+
+def test_a_killed_assemblys_temporaries_are_reaped(tmp_path: Path) -> None:
+    """kill -9 during an assembly leaves .<image>.assemble~<owner>...; the next assembly of
+    that image removes the files of owners that are gone, not those of live ones."""
+    import sys
+
+    from dedal.model.owner import owner_tag
+    from dedal.stages.assemble.stage import reap_temporaries
+
+    sif = tmp_path / "images" / "env" / "latest.sif"
+    sif.parent.mkdir(parents=True)
+    child = subprocess.run([sys.executable, "-c", "from dedal.model.owner import owner_tag; print(owner_tag())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    dead = [sif.with_name(f".{sif.name}.assemble~{child}{ext}") for ext in (".sqfs", ".image.json")]
+    live = sif.with_name(f".{sif.name}.assemble~{owner_tag()}.sif")
+    other = sif.with_name(f".{sif.name}.assemble-12345.sqfs")  # an older dedal's name: no owner
+    for p in (*dead, live, other):
+        p.write_bytes(b"partial")
+    assert sorted(reap_temporaries(sif)) == sorted(p.name for p in dead)
+    assert not any(p.exists() for p in dead) and live.exists() and other.exists()
