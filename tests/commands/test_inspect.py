@@ -73,7 +73,9 @@ def test_inspect_bad_files_one_line_error(run_dedal, tmp_path, small_sqfs):
 
 def test_inspect_remote_goes_to_publish(run_dedal):
     """oras:// references are handed to dedal.stages.publish.inspect_remote (an unreachable registry
-    is a one-line error, not a traceback)."""
+    is a one-line error, not a traceback; the retries before it are said as they happen)."""
     r = run_dedal("inspect", "oras://127.0.0.1:9/esd/none:latest", timeout=120)
-    assert r.returncode != 0
-    assert r.stderr.startswith("dedal: error: ") and "Traceback" not in r.stderr
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    *retries, last = r.stderr.strip().splitlines()
+    assert last.startswith("dedal: error: ") and "127.0.0.1:9" in last and "connection" in last
+    assert all(line.startswith("registry 127.0.0.1:9: ") and "retry" in line for line in retries), retries
