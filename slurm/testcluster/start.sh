@@ -189,10 +189,13 @@ wait_for() {  # wait_for SECONDS DESCRIPTION CMD...
   done
 }
 alive() {
-  local name pid
+  local name pid state
   while read -r name pid; do
-    # a zombie has an empty command line
-    grep -qa "$name" "/proc/$pid/cmdline" 2>/dev/null || fail "$name (pid $pid) exited early"
+    # by the process state, not the command line: a slurmd of a namespaced node passes
+    # through nsenter, unshare and node-ns.sh, and a command line read during an exec can
+    # come back empty
+    state=$(sed -e 's/.*) //' -e 's/ .*//' "/proc/$pid/stat" 2>/dev/null || true)
+    case $state in ''|Z|X|x) fail "$name (pid $pid) exited early" ;; esac
   done < "$PIDS"
 }
 
