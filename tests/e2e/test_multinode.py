@@ -9,6 +9,7 @@ every build job lands on node1; here neither happens.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -191,6 +192,17 @@ def test_node_killed_mid_build_is_built_elsewhere(netns_cluster: SlurmCluster, t
     assert "NODE_FAIL" in state, state
     assert len(json.loads(out)["built"]) == 5
     assert len(_layers(tiny)) == 5
+    # the same lock built undisturbed (locally, another store): the same layers, byte for byte
+    clean = make_env(tmp_path / "clean")
+    env = dict(os.environ, **clean.env)
+    p = subprocess.run([dedal_exe(), "build", str(clean.env_file), "--json", "--executor", "local"], env=env,
+                       text=True, capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert _digests(tiny) == _digests(clean) and len(_digests(clean)) == 5
+
+
+def _digests(env) -> Dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (env.data / "layers").glob("*.sqfs")}
 
 
 def _restart_node(cluster: SlurmCluster, node: str) -> None:
