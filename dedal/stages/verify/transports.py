@@ -200,7 +200,7 @@ def _nccl_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding
 
 #: a run log's findings that say "TCP between nodes": a fallback where the nodes have an
 #: RDMA network, what the network is where they have none
-FABRIC_CODES = ("ucx-tcp-inter-node", "ompi-tcp-inter-node", "latency-tcp-like", "bandwidth-tcp-like")
+FABRIC_CODES = ("ucx-tcp-inter-node", "ompi-tcp-inter-node", "latency-tcp-like", "latency-high", "bandwidth-tcp-like")
 
 
 def judge_fabric(parsed: Dict[str, Any], host: HostFacts, scope: str) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ from dedal.errors import UserError
 from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE
 from dedal.stages.verify.transports import HostFacts, judge_fabric
-from dedal.stages.verify.findings import error, info
+from dedal.stages.verify.findings import error, info, warning
 from dedal.stages.verify.plan import Plan
 
 
@@ -48,10 +48,13 @@ def _log(*findings) -> dict:
 def test_tcp_between_nodes_is_expected_without_rdma() -> None:
     tcp = error("ucx-tcp-inter-node", "UCX uses TCP between nodes (an RDMA transport expected): tcp/eth0", ["line"])
     lat = error("latency-tcp-like", "small-message latency 72 us is what TCP sockets give", ["0 72.0"])
-    judged = judge_fabric(_log(tcp, lat), HostFacts(has_infiniband=False, multi_node=True), "inter-node")
+    high = warning("latency-high", "small-message latency 18 us is high for shared memory or an RDMA fabric",
+                   ["0 18.0"])
+    judged = judge_fabric(_log(tcp, lat, high), HostFacts(has_infiniband=False, multi_node=True), "inter-node")
     assert judged["verdict"] == "good"
     assert {f["code"]: f["severity"] for f in judged["findings"]} == {"ucx-tcp-inter-node": "info",
-                                                                     "latency-tcp-like": "info"}
+                                                                     "latency-tcp-like": "info",
+                                                                     "latency-high": "info"}
     assert all("no RDMA network" in f["message"] and f["evidence"] for f in judged["findings"])
 
 
