@@ -27,6 +27,9 @@ The modules, one concern each:
   with ``TOOL``, ``command(root, cmd, *, binds, env, cwd, writable, nv, scripts)`` and
   ``prepare(root, kind, cmd, ...)`` (how it gets at the root), plus that runtime's own
   extras (the bwrap split view, Apptainer's sandbox builds);
+* :mod:`.nvidia`: the host's NVIDIA driver (libraries, binaries, files, ``/dev/nvidia*``)
+  found as Apptainer's ``--nv`` finds it (nvliblist.conf names, the ld cache), for the
+  GPU passthrough (``nv``) of bwrap and Charliecloud; Apptainer does its own (``--nv``);
 * :mod:`.launch`: the table of backends by name, ``resolve_runtime``, ``prepared``,
   ``run_in``, ``run_interactive``, ``start_in``/``Running``, ``rpm_packages``.
 
@@ -39,13 +42,14 @@ from dedal.adapters.runtime.charliecloud import command as charliecloud_command
 from dedal.adapters.runtime.common import (Bind, Prepared, RootArg, base_env, image_env_scripts, mount_source, mounted,
                                            root_kind,
                                            wrap_with_image_env)
+from dedal.adapters.runtime.nvidia import HostDriver, find_driver, host_driver
 from dedal.adapters.runtime.launch import (BACKENDS, RUNTIMES, Running, choose_runtime, prepared, resolve_runtime,
                                            rpm_packages, run_in, run_interactive, start_in)
 
 __all__ = [
-    "BACKENDS", "RUNTIMES", "Bind", "Prepared", "RootArg", "Running",
+    "BACKENDS", "RUNTIMES", "Bind", "HostDriver", "Prepared", "RootArg", "Running",
     "apptainer_build_sandbox", "apptainer_command", "base_env", "bwrap_command", "charliecloud_command",
-    "choose_runtime",
+    "choose_runtime", "find_driver", "host_driver",
     "image_env_scripts", "mount_source", "mounted", "prepared", "resolve_runtime", "root_kind", "rpm_packages",
     "run_in",
     "run_interactive", "start_in", "wrap_with_image_env",

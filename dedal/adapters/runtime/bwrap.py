@@ -7,6 +7,13 @@ the host's ``/etc/hosts`` and ``/etc/resolv.conf`` (a debootstrap minbase root h
 or IPC namespace (shared memory and CMA between ranks keep working). A squashfs or SIF
 root is mounted (:func:`.common.mounted`) for as long as the command runs.
 
+GPU passthrough (``nv``): the host driver's libraries, binaries and files as Apptainer's
+``--nv`` binds them (found by :mod:`.nvidia`: libraries read-only in
+``/.singularity.d/libs``, binaries in ``/usr/bin``), and its ``/dev/nvidia*`` nodes. The
+image's ``99-base.sh`` puts ``/.singularity.d/libs`` on ``LD_LIBRARY_PATH``; an image
+without it gets ``LD_LIBRARY_PATH=/.singularity.d/libs`` set before its env scripts run.
+A host without driver binds nothing (one note). The host's own root needs none of it.
+
 A ``Bind`` may name a ``dst`` that does not exist in the root (e.g. the fixed install
 root ``/opt/esd/software``). A read-only root cannot get a new mount point, so bwrap is
 given a *split* view: the missing path's existing ancestors become tmpfs directories whose
@@ -21,18 +28,18 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.adapters import proc
-from dedal.adapters.runtime.common import (HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, in_root,
+from dedal.adapters.runtime import nvidia
+from dedal.adapters.runtime.common import (ENV_DIR, HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, in_root,
                                            make_mount_points, mounted, norm, note_mount, remove_mount_points,
                                            resolve_in_image, with_image_env)
 from dedal.model.image import STD_PATH
 
 TOOL = "bwrap"
 HOST_FILES = ("/etc/hosts", "/etc/resolv.conf")
-HOST_DEVICES = ("/dev/infiniband", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                "/dev/nvidia-modeset", "/dev/nvidia-caps", "/dev/dri")
+HOST_DEVICES = ("/dev/infiniband", "/dev/dri")  # and every /dev/nvidia* (nvidia.device_nodes)
 
 
 @dataclass
@@ -95,17 +102,27 @@ def _split_view(rootdir: Path, dests: Sequence[str], *, writable: bool, host: bo
     return view
 
 
-def _host_devices() -> List[str]:
-    found = []
-    for dev in HOST_DEVICES:
-        if os.path.exists(dev):
-            found.append(dev)
-    try:
-        found += sorted(f"/dev/{n}" for n in os.listdir("/dev")
-                        if n.startswith("nvidia") and n[6:].isdigit())
-    except OSError:
-        pass
+def _host_devices(driver: Optional[nvidia.HostDriver] = None) -> Dict[str, str]:
+    """Container path -> host path of the device nodes bound: InfiniBand, DRI and the
+    NVIDIA nodes (``driver``'s, below its root, where one is given)."""
+    found = {dev: dev for dev in HOST_DEVICES if os.path.exists(dev)}
+    if driver is None:
+        found.update((dev, dev) for dev in nvidia.device_nodes())
+    else:
+        found.update((dev, driver.host(dev)) for dev in driver.devices)
     return found
+
+
+def gpu_binds(driver: nvidia.HostDriver, binds: Sequence[Bind], scripts: Sequence[str]
+              ) -> Tuple[List[Bind], Dict[str, str]]:
+    """The driver's binds (less any the caller binds itself) and the environment they need:
+    ``LD_LIBRARY_PATH`` where the image has no ``99-base.sh`` to add the libraries' directory."""
+    taken = {b.target for b in binds}
+    extra = [b for b in driver.binds() if b.target not in taken]
+    env = {}
+    if driver.libraries and f"{ENV_DIR}/99-base.sh" not in scripts:
+        env["LD_LIBRARY_PATH"] = nvidia.LIBS_DIR
+    return extra, env
 
 
 def command(
@@ -120,19 +137,27 @@ def command(
     scripts: Sequence[str] = (),
     host_files: bool = True,
     devices: bool = True,
+    driver: Optional[nvidia.HostDriver] = None,
 ) -> Prepared:
     """The bwrap command line for ``cmd`` in ``rootdir`` (None: the host root), sourcing the
-    image env ``scripts`` first. ``nv`` changes nothing: the host's NVIDIA device nodes are
-    bound whenever present (``devices``). In a writable root, missing mount points are
-    created now (``created``: for the caller to remove afterwards)."""
+    image env ``scripts`` first. The host's NVIDIA device nodes are bound whenever present
+    (``devices``); ``nv`` adds the driver's libraries, binaries and files (``driver``: the one
+    found on this host unless given). In a writable root, missing mount points are created
+    now (``created``: for the caller to remove afterwards)."""
     bwrap = proc.which("bwrap", HINTS["bwrap"])
     host = rootdir is None
     viewroot = Path("/") if host else rootdir
     assert viewroot is not None
-    inner_env = base_env(env)
+    gpu_env: Dict[str, str] = {}
+    if nv and not host:
+        driver = driver or nvidia.host_driver()
+        extra, gpu_env = gpu_binds(driver, binds, scripts)
+        binds = [*binds, *extra]
+    inner_env = base_env({**gpu_env, **(env or {})})
     standard = ["/dev", "/proc", "/sys", "/tmp", "/run"]
     extra_files = [] if host or not host_files else [f for f in HOST_FILES if os.path.exists(f)]
-    devs = _host_devices() if devices and not host else []
+    dev_src = _host_devices(driver if nv else None) if devices and not host else {}
+    devs = list(dev_src)
     user_dsts = [b.target for b in binds]
     created: List[Path] = []
     if writable and not host:
@@ -153,7 +178,7 @@ def command(
         args += ["--dev", view.targets["/dev"], "--proc", view.targets["/proc"],
                  "--ro-bind", "/sys", view.targets["/sys"]]
         for dev in devs:
-            args += ["--dev-bind", dev, view.targets[dev]]
+            args += ["--dev-bind", dev_src[dev], view.targets[dev]]
         if not writable:  # apt's _apt user needs the root's own /tmp while building a base
             args += ["--perms", "1777", "--tmpfs", view.targets["/tmp"]]
         args += ["--tmpfs", view.targets["/run"]]
