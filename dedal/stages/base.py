@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from dedal.adapters import debootstrap, squashfs
 from dedal.adapters import runtime as rt
-from dedal.errors import ToolError, UserError
+from dedal.errors import Signals, ToolError, UserError
 from dedal.model.base import (HOST_BASE, BaseDefinition, BaseImage, definition_id, iter_cached, load_definition,
                               parse_os_release, read_base)
 from dedal.model.image import STD_PATH, image_tops
@@ -75,7 +75,9 @@ def ensure_base(name: str, settings: Any, progress: Progress = None, *, rebuild:
         found = read_base(final)
         if found:
             return found
-    with _Lock(cache / f".{bid}.lock"):
+    # SIGTERM (scancel, a CI timeout) like Ctrl-C: debootstrap is killed and the half-made
+    # root filesystem removed on the way out, not left running and lying in the cache
+    with Signals(f"base {name}"), _Lock(cache / f".{bid}.lock"):
         if not rebuild:
             found = read_base(final)  # another process may have built it while we waited
             if found:

@@ -1,6 +1,12 @@
 """Base definitions, ids and mirror resolution (no build)."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
 import pytest
 
 from dedal.model import base
@@ -9,7 +15,7 @@ from dedal.model import config
 from dedal.adapters import debootstrap
 from dedal.errors import UserError
 from dedal.model.envfile import load_env
-from tests.conftest import ROOT
+from tests.conftest import ROOT, dedal_exe
 
 
 def test_known_definitions():
@@ -247,3 +253,42 @@ def test_cuda_base_definition():
     assert gpu.base_image == "debian-trixie-cuda"
     cuda = gpu.spack_yaml()["spack"]["packages"]["cuda"]
     assert cuda["buildable"] is False and cuda["externals"] == [{"spec": "cuda@12.4.131", "prefix": "/usr"}]
+
+
+@pytest.mark.reliability
+def test_sigterm_during_a_base_build_stops_debootstrap_and_leaves_nothing(tmp_path, isolated_env):
+    """scancel or a CI timeout (SIGTERM) while debootstrap runs: dedal exits 143, its
+    debootstrap is gone and no half-made root filesystem stays in the base cache (before,
+    debootstrap went on downloading and its `.build-*` directory stayed)."""
+    if os.geteuid() != 0:
+        pytest.skip("building a base needs root")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    pidfile = tmp_path / "debootstrap.pid"
+    stand_in = bindir / "debootstrap"  # stand-in: a debootstrap that never finishes
+    stand_in.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 300\n")
+    stand_in.chmod(0o755)
+    defs = tmp_path / "defs"
+    defs.mkdir()
+    (defs / "slow.yaml").write_text("suite: trixie\nmirror: http://127.0.0.1:9/debian\npackages: [gcc]\n")
+    cache = tmp_path / "cache"
+    env = dict(isolated_env, PATH=f"{bindir}:{os.environ['PATH']}", DEDAL_BASE_IMAGES_DIR=str(defs),
+               DEDAL_BASE_CACHE=str(cache))
+    dedal = subprocess.Popen([dedal_exe(), "base", "build", "slow"], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert dedal.poll() is None and time.monotonic() < deadline, dedal.communicate()
+        time.sleep(0.1)
+    child = int(pidfile.read_text())
+    assert list(cache.glob(".build-*"))
+    dedal.send_signal(signal.SIGTERM)
+    out, err = dedal.communicate(timeout=60)
+    assert dedal.returncode == 143, out + err
+    errors = [line for line in err.splitlines() if line.startswith("dedal: error:")]
+    assert errors == ["dedal: error: base slow interrupted by signal SIGTERM"] and "Traceback" not in err, err
+    gone = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < gone:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists(), "debootstrap outlived dedal"
+    assert not list(cache.glob(".build-*")) and not (cache / "slow").exists()
