@@ -194,7 +194,8 @@ def run_pipeline(
         current = None if reverify else _verify_report_current(outdir, summary.image_sha256)
         if current is not None:
             summary.verdict, summary.report = current["verdict"], str(outdir / "report.md")
-            record.status, record.detail = "current", f"verdict {summary.verdict} (report of this image)"
+            record.status, record.detail = "current", (f"verdict {current.get('verdict_text') or summary.verdict} "
+                                                       "(report of this image)")
         else:
             env = dict(spec.env) if spec else {}
             env.update(verify_env or {})
@@ -211,7 +212,7 @@ def run_pipeline(
             outcome = run_verify(opts, progress=note)
             summary.verdict = outcome.report.overall
             summary.report = str(outcome.paths.get("report.md", outdir / "report.md"))
-            record.detail = f"verdict {summary.verdict}; report {summary.report}"
+            record.detail = f"verdict {outcome.report.verdict_text}; report {summary.report}"
         gate = settings.verify_gate
         if not gate_allows(summary.verdict, gate):
             raise StageFailed(f"verification verdict {summary.verdict}: the image is not published (verify_gate "

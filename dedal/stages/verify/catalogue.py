@@ -5,23 +5,42 @@ dedal-benchmarks package or built by ``dedal verify`` with the image's ``mpicc``
 micro-benchmarks (``osu_*``) and nccl-tests (``all_reduce_perf``). A benchmark is asked
 for by its key (init, latency, bw, allreduce, nccl: dedal's program, plus the OSU or
 nccl-tests counterpart with ``osu``) or by program name.
+
+A GPU image (one that carries CUDA) also plans the GPU checks: the NCCL all-reduce
+(``nccl``) and, where its OSU micro-benchmarks are built ``+cuda``, OSU latency and
+bandwidth between device buffers (``osu_latency -d cuda D D``, ``osu_bw -d cuda D D``,
+named ``osu_latency-cuda``, ``osu_bw-cuda``; with ``latency``/``bw`` and ``osu``). On a
+host without GPU they are not run: :func:`gpu_planned` names them for the report, which
+lists each as ``skipped: no GPU``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Mapping, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
 class Bench:
     """One benchmark program: ``key`` (init, latency, bw, allreduce, nccl), the program
-    name, how its output is parsed/compared (``osu`` tables or ``nccl`` tables)."""
+    name, how its output is parsed/compared (``osu`` tables or ``nccl`` tables);
+    ``device``: the GPU API of OSU's device buffers (``cuda``: both sides' buffers on the GPU)."""
 
     key: str
     program: str
     suite: str          # dedal | osu | nccl-tests
     pt2pt: bool = False
     gpu: bool = False
+    device: str = ""
+
+    @property
+    def name(self) -> str:
+        """What the runs, logs and checks are named: the program, with its device (``osu_bw-cuda``)."""
+        return f"{self.program}-{self.device}" if self.device else self.program
+
+    @property
+    def parser(self) -> str:
+        """The parser of its output: ``nccl-tests`` tables or ``osu`` tables."""
+        return "nccl-tests" if self.suite == "nccl-tests" or self.program == "dedal_nccl_allreduce" else "osu"
 
     @property
     def table(self) -> str:
@@ -40,6 +59,8 @@ class Bench:
             return ["-b", "8", "-e", str(nccl_max), "-f", "2", "-g", "1"]
         if self.key == "allreduce":
             return ["-m", str(min(max_size, 1 << 20))]
+        if self.device:  # OSU: options, then the buffer of each side (D: device)
+            return ["-d", self.device, "-m", str(max_size), "D", "D"]
         return ["-m", str(max_size)]
 
 
@@ -54,29 +75,48 @@ CATALOGUE: Tuple[Bench, ...] = (
     Bench("bw", "osu_bw", "osu", pt2pt=True),
     Bench("allreduce", "osu_allreduce", "osu"),
     Bench("nccl", "all_reduce_perf", "nccl-tests", gpu=True),
+    Bench("latency", "osu_latency", "osu", pt2pt=True, gpu=True, device="cuda"),
+    Bench("bw", "osu_bw", "osu", pt2pt=True, gpu=True, device="cuda"),
 )
 KEYS = ("init", "latency", "bw", "allreduce", "nccl")
+#: what each key's check measures, and in what unit (a skipped check is named by it)
+METRICS = {"init": ("init", "ms"), "latency": ("latency", "us"), "bw": ("bandwidth", "MB/s"),
+           "allreduce": ("latency", "us"), "nccl": ("busbw", "GB/s")}
 
 
-def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu: bool) -> Tuple[List[Bench], List[str]]:
+def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu: bool,
+                      osu_cuda: Optional[bool] = None) -> Tuple[List[Bench], List[str]]:
     """The benchmarks to run (in catalogue order) and notes on what was asked for but is
-    not in the image or not runnable here."""
+    not in the image or not runnable here. GPU benchmarks only with ``gpu`` (the runner
+    reports those left out as skipped checks, :func:`gpu_planned`); OSU's device-buffer
+    runs only where the image's OSU is built with CUDA (``osu_cuda``)."""
     keys = {w for w in wanted if w in KEYS}
     explicit = {w for w in wanted if w not in KEYS and w != "osu"}
     with_osu = "osu" in wanted
     chosen: List[Bench] = []
     notes: List[str] = []
     for b in CATALOGUE:
-        asked = b.program in explicit or (b.key in keys and (b.suite == "dedal" or with_osu))
+        named = b.name in explicit or (b.program in explicit and not b.device)
+        asked = named or (b.key in keys and (b.suite == "dedal" or with_osu))
         if not asked:
             continue
         if b.gpu and not gpu:
-            if b.program in programs and (b.program in explicit or b.suite == "dedal"):
-                notes.append(f"{b.program}: GPU benchmark skipped (no GPU verification on this host)")
             continue
         if b.program not in programs:
-            if b.suite == "dedal" or b.program in explicit:
+            if (b.suite == "dedal" or named) and not b.device:
                 notes.append(f"{b.program}: not in the image")
+            continue
+        if b.device and not osu_cuda:
+            if gpu:
+                notes.append(f"{b.name}: the image's OSU micro-benchmarks are "
+                             f"{'not built with' if osu_cuda is False else 'not known to be built with'} CUDA "
+                             f"(osu-micro-benchmarks +cuda): no device-buffer runs")
             continue
         chosen.append(b)
     return chosen, notes
+
+
+def gpu_planned(wanted: Sequence[str], programs: Mapping[str, str], *, osu_cuda: Optional[bool] = None
+                ) -> List[Bench]:
+    """The GPU benchmarks a verification of this image plans where the host has a GPU."""
+    return [b for b in select_benchmarks(wanted, programs, gpu=True, osu_cuda=osu_cuda)[0] if b.gpu]

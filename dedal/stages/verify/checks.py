@@ -136,9 +136,15 @@ class SizeComparison:
         return d
 
 
+#: the verdict of a check that was planned but not run (e.g. a GPU check on a host without GPU):
+#: it neither passes nor fails, and the overall verdict, taken over what ran, says it is partial
+SKIPPED = "skipped"
+
+
 @dataclass
 class CheckResult:
-    """The outcome of one native vs container comparison."""
+    """The outcome of one native vs container comparison (or, verdict :data:`SKIPPED`, why
+    it was not made: ``skip_reason``; ``gpu``: a GPU check)."""
 
     name: str
     metric: str               # latency | bandwidth | busbw | init
@@ -147,13 +153,19 @@ class CheckResult:
     findings: List[Finding] = field(default_factory=list)
     sizes: List[SizeComparison] = field(default_factory=list)
     higher_is_better: bool = False
+    skip_reason: str = ""
+    gpu: bool = False
 
     @property
     def passed(self) -> bool:
         return self.verdict in ("good", "suboptimal")
 
+    @property
+    def skipped(self) -> bool:
+        return self.verdict == SKIPPED
+
     def to_json(self) -> Dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "metric": self.metric,
             "unit": self.unit,
@@ -162,6 +174,17 @@ class CheckResult:
             "findings": [f.to_json() for f in self.findings],
             "sizes": [s.to_json() for s in self.sizes],
         }
+        if self.skipped:
+            out["skip_reason"] = self.skip_reason
+        if self.gpu:
+            out["gpu"] = True
+        return out
+
+
+def skipped_check(name: str, metric: str, unit: str, reason: str, *, gpu: bool = False) -> CheckResult:
+    """A check that was planned but not run, with one note saying ``skipped: <reason>``."""
+    return CheckResult(name, metric, unit, SKIPPED, [F.info("check-skipped", f"{name}: skipped: {reason}")],
+                       higher_is_better=metric in ("bandwidth", "busbw"), skip_reason=reason, gpu=gpu)
 
 
 def _common_sizes(native: Series, container: Series) -> List[int]:
@@ -394,8 +417,27 @@ def compare_nccl_runs(native_runs: Sequence[Mapping[str, Any]], container_runs: 
 
 
 def overall_verdict(checks: Iterable[CheckResult] = (), findings: Iterable[Finding] = ()) -> str:
-    """The worst of the checks' verdicts and the findings' implied verdicts."""
-    return worst(*(c.verdict for c in checks), *(f.implied_verdict for f in findings))
+    """The worst of the verdicts of the checks that ran and the findings' implied verdicts
+    (a skipped check's note says nothing about the image: :func:`verdict_text` names it)."""
+    return worst(*(c.verdict for c in checks if not c.skipped), *(f.implied_verdict for f in findings))
+
+
+def skipped_text(checks: Iterable[CheckResult]) -> str:
+    """What was planned and not run, for the verdict: ``GPU checks skipped: no GPU`` ("" when
+    everything ran)."""
+    skipped = [c for c in checks if c.skipped]
+    if not skipped:
+        return ""
+    what = "GPU checks" if all(c.gpu for c in skipped) else "checks"
+    reasons = sorted({c.skip_reason for c in skipped if c.skip_reason})
+    return f"{what} skipped: {'; '.join(reasons) or 'not run'}"
+
+
+def verdict_text(verdict: str, checks: Iterable[CheckResult]) -> str:
+    """The verdict as people read it: ``good (GPU checks skipped: no GPU)`` where planned checks
+    did not run, so that it never reads "good" for what was not measured."""
+    skipped = skipped_text(checks)
+    return f"{verdict} ({skipped})" if skipped else verdict
 
 
 def exit_code(verdict: str) -> int:

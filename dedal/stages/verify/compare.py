@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.stages.verify import findings as F
+from dedal.stages.verify.catalogue import METRICS, Bench
 from dedal.stages.verify.checks import (CheckResult, Thresholds, compare_init, compare_nccl_runs, compare_osu_runs,
-                                        series_from_nccl, series_from_osu)
+                                        series_from_nccl, series_from_osu, skipped_check)
 from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.plan import SIDES, Plan, Run
@@ -33,14 +34,14 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
             sel = [r for r in runs if r.scope == scope and r.bench == bench and r.rep > 0 and r.ok and r.parsed]
             nat = [r.parsed for r in sel if r.side == "native"]
             con = [r.parsed for r in sel if r.side == "container"]
-            name = f"{bench.program} {scope}"
+            name = f"{bench.name} {scope}"
             if not nat or not con:
                 missing = " and ".join(s for s, v in (("native", nat), ("container", con)) if not v)
                 chk = CheckResult(name, bench.key, "", "failed", [F.error(
                     "no-measurement", f"{name}: no successful {missing} run, nothing to compare", verdict="failed")])
                 checks.append(chk)
                 continue
-            if bench.gpu:
+            if bench.parser == "nccl-tests":
                 chk = compare_nccl_runs(nat, con, thresholds, name=name)  # type: ignore[arg-type]
             else:
                 chk = compare_osu_runs(nat, con, bench.table, thresholds, name=name)  # type: ignore[arg-type]
@@ -48,7 +49,7 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
             if bench.key == "init":
                 job = compare_init([r.seconds * 1000 for r in sel if r.side == "native"],
                                    [r.seconds * 1000 for r in sel if r.side == "container"], thresholds,
-                                   name=f"{bench.program} {scope} job wall time")
+                                   name=f"{bench.name} {scope} job wall time")
                 # whole-job time includes the launcher and the container start: reported, never failing
                 for f in job.findings:
                     if f.severity == "error":
@@ -68,6 +69,17 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
                 if rep:
                     summary.append(rep)
     return checks, measurements, summary
+
+
+def skipped_checks(benches: Sequence[Bench], scopes: Sequence[Tuple[str, int]], reason: str) -> List[CheckResult]:
+    """One skipped check per benchmark and scope that was planned and could not run here
+    (GPU checks on a host without GPU), each saying ``skipped: <reason>``."""
+    out = []
+    for scope, _nodes in scopes:
+        for bench in benches:
+            metric, unit = METRICS[bench.key]
+            out.append(skipped_check(f"{bench.name} {scope}", metric, unit, reason, gpu=bench.gpu))
+    return out
 
 
 def _values(sel: Sequence[Run], side: str, check: CheckResult, size: Optional[int]) -> List[float]:
@@ -99,7 +111,7 @@ def run_findings(runs: Sequence[Run]) -> List[Finding]:
             continue
         what = "did not finish within the time limit" if r.timed_out else f"exited with code {r.returncode}"
         warm = " (warm-up)" if r.rep == 0 else ""
-        out.append(F.error("run-failed", f"{r.side} {r.bench.program} ({r.scope}){warm} {what}; log {r.rel}",
+        out.append(F.error("run-failed", f"{r.side} {r.bench.name} ({r.scope}){warm} {what}; log {r.rel}",
                            _tail(r.log) + [f"log: {r.rel}"], verdict="failed"))
     same = [r for r in runs if r.scope == "inter-node" and r.ok and r.parsed
             and len(set(r.parsed.get("hosts") or [])) == 1]

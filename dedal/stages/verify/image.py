@@ -55,6 +55,7 @@ class ImageInfo:
     target: Optional[str] = None
     target_source: str = ""
     cuda: Optional[str] = None
+    osu_cuda: Optional[bool] = None  # the image's osu-micro-benchmarks built +cuda (None: unknown)
     versions: Dict[str, str] = field(default_factory=dict)
     programs: Dict[str, str] = field(default_factory=dict)   # name -> path inside the image
     digests: Dict[str, str] = field(default_factory=dict)    # name -> sha256 of the program file
@@ -67,7 +68,7 @@ class ImageInfo:
                                  "dedal.target", "org.opencontainers.image.created"))}
         return {"path": str(self.path), "kind": self.kind, "name": self.name, "arch": self.arch, "view": self.view,
                 "install_root": self.install_root, "target": self.target, "target_source": self.target_source,
-                "cuda": self.cuda, "versions": self.versions, "programs": self.programs, "labels": keep}
+                "cuda": self.cuda, "osu_cuda": self.osu_cuda, "versions": self.versions, "programs": self.programs, "labels": keep}
 
 
 def resolve_image(image: str, settings: Any) -> Path:
@@ -160,6 +161,24 @@ def _spec_facts(root: Path, install_root: str) -> Dict[str, Any]:
     return out
 
 
+def _osu_cuda(root: Path, install_root: str) -> Optional[bool]:
+    """Whether the image's osu-micro-benchmarks were built ``+cuda`` (their Spack spec.json),
+    None when the image has no OSU from Spack."""
+    base = root / install_root.lstrip("/") if install_root else None
+    if base is None or not base.is_dir():
+        return None
+    for depth in ("osu-micro-benchmarks-*", "*/osu-micro-benchmarks-*", "*/*/osu-micro-benchmarks-*"):
+        for prefix in sorted(base.glob(depth)):
+            try:
+                nodes = json.loads((prefix / ".spack/spec.json").read_text()).get("spec", {}).get("nodes", [])
+            except (OSError, ValueError, AttributeError):
+                continue
+            for node in nodes:
+                if isinstance(node, dict) and node.get("name") == "osu-micro-benchmarks":
+                    return bool((node.get("parameters") or {}).get("cuda"))
+    return None
+
+
 _DISCOVER = 'for p in "$@"; do c=$(command -v "$p" 2>/dev/null) && echo "found $p $c"; done; echo "path $PATH"'
 
 
@@ -201,6 +220,7 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
                 info.target, info.target_source = facts["target"], facts["target_source"]
             if info.cuda is None and facts.get("cuda"):
                 info.cuda = facts["cuda"]
+        info.osu_cuda = _osu_cuda(root, info.install_root or "/opt/esd/software")
         res = runtime.run_in(path, ["/bin/sh", "-c", _DISCOVER, "dedal-find", *PROGRAMS],
                              what="find the benchmarks in the image", runtime=runtime_name, timeout=120)
         for line in res.stdout.splitlines():

@@ -41,7 +41,8 @@ def report_meta(opts: Options, info: img.ImageInfo, native: img.Native, launcher
         "image_kind": info.kind,
         "image_target": f"{info.target or 'unknown'}" + (f" ({info.target_source})" if info.target_source else ""),
         "image_versions": ", ".join(f"{k} {v}" for k, v in sorted(info.versions.items())) or "not labelled",
-        "benchmarks": ", ".join(f"{b.program} ({info.programs[b.program]})" for b in plan.benches),
+        "benchmarks": ", ".join(f"{b.name} ({info.programs[b.program]}"
+                                + (f" {' '.join(b.args(0, 0)[:2])} D D)" if b.device else ")") for b in plan.benches),
         "native": native.description,
         "native_mode": native.mode,
         "container": container_text(backend, launcher),

@@ -65,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "init_overhead_pct, ...); repeatable")
     p.add_argument("--benchmarks", "-b", default=None, metavar="LIST",
                    help="comma-separated: init, latency, bw, allreduce, nccl, osu (the OSU/nccl-tests "
-                        "counterparts when the image has them), or program names (default: all)")
+                        "counterparts when the image has them; on GPUs also OSU between device buffers), or "
+                        "program names (osu_bw-cuda: OSU's -d cuda D D) (default: all)")
     p.add_argument("--max-size", type=_size, default=None, metavar="BYTES",
                    help=f"largest message of latency/bandwidth/all-reduce (default {DEFAULT_MAX_SIZE}; K/M suffix)")
     p.add_argument("--nccl-max-size", type=_size, default=None, metavar="BYTES",
@@ -165,9 +166,9 @@ def options_from_args(args: argparse.Namespace) -> Options:
 
 def _benchmark_list(text: str) -> List[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    known = set(KEYS) | {"osu"} | {b.program for b in CATALOGUE}
+    known = set(KEYS) | {"osu"} | {b.name for b in CATALOGUE}
     bad = [n for n in names if n not in known]
     if bad or not names:
         raise UserError(f"--benchmarks {text!r}: unknown {', '.join(bad) or 'empty list'}; known: "
-                        f"{', '.join(KEYS)}, osu, or program names ({', '.join(b.program for b in CATALOGUE)})")
+                        f"{', '.join(KEYS)}, osu, or program names ({', '.join(b.name for b in CATALOGUE)})")
     return names

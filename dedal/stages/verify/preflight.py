@@ -11,7 +11,8 @@ line) because nothing measured afterwards would mean anything:
   without it TCP between nodes is all there is, and is not called a fallback;
 - **gpu-driver**: the NVIDIA kernel driver version (``/proc/driver/nvidia/version``)
   against the image's CUDA (the minimum driver of each CUDA release, and CUDA's minor
-  version compatibility within a major release);
+  version compatibility within a major release); **gpu-passthrough**: the runtime can
+  pass the driver's libraries into the container (:func:`check_passthrough`);
 - **cpu-target**: the host CPU's flags (``/proc/cpuinfo``) against the image's Spack
   ``target`` (``x86_64_v3`` needs avx2, fma, bmi2 ...): binaries built for a newer CPU
   die with ``Illegal instruction``;
@@ -223,6 +224,22 @@ def check_gpu(cuda: Optional[str], driver: Optional[str], gpus: int, *, want_gpu
     return [F.info("gpu-driver", f"NVIDIA driver {driver} supports the image's CUDA {cuda} ({gpus} GPU(s))", ev)]
 
 
+def check_passthrough(backend: str, libraries: Sequence[str], note: str, *, use_gpu: bool) -> List[Finding]:
+    """Whether the container runtime passes the host's driver into the image for the GPU
+    runs: Apptainer's ``--nv`` does; bwrap and ch-run bind the ``libraries`` dedal found
+    (their ld cache names; ``note``: what was missing). No libcuda: the GPU runs cannot work."""
+    if not use_gpu:
+        return []
+    if backend == "apptainer":
+        return [F.info("gpu-passthrough", "apptainer --nv binds the host's NVIDIA driver into the container")]
+    if not any(name.startswith("libcuda.so") for name in libraries):
+        return [F.error("gpu-passthrough-missing", f"runtime {backend} finds no libcuda.so of the host's NVIDIA driver "
+                        f"to bind into the container ({note or 'none in the ld cache'}): the GPU runs cannot start",
+                        [f"driver libraries found: {', '.join(libraries) or 'none'}"])]
+    return [F.info("gpu-passthrough", f"runtime {backend} binds the host's NVIDIA driver into the container "
+                   f"({len(libraries)} libraries, e.g. {', '.join(libraries[:3])}, in /.singularity.d/libs)")]
+
+
 # ---------------------------------------------------------------------------- network, PMIx
 
 
@@ -282,7 +299,8 @@ class Preflight:
         return "preflight: " + "; ".join(f"{f.message}" for f in self.fatal)
 
 
-FATAL = ("cpu-arch-mismatch", "cpu-target", "gpu-driver-too-old", "gpu-driver-missing", "gpu-no-cuda", "pmix-missing",
+FATAL = ("cpu-arch-mismatch", "cpu-target", "gpu-driver-too-old", "gpu-driver-missing", "gpu-no-cuda",
+         "gpu-passthrough-missing", "pmix-missing",
          "sif-arch", "runtime-missing", "nodes")
 
 

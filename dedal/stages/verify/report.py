@@ -12,7 +12,11 @@
   container/native ratio per size with the band the threshold allows, the failing sizes
   marked (red crosses) and the sizes within noise (orange triangles).
 
-The counts (checks, checks not passed, errors, warnings, notes) come from one place,
+A check planned but not run (a GPU check on a host without GPU) has the verdict
+``skipped`` and its reason; the overall verdict is taken over what ran, and every view
+shows it with what did not run (``verdict_text``: ``good (GPU checks skipped: no GPU)``).
+
+The counts (checks, checks not passed, skipped, errors, warnings, notes) come from one place,
 :func:`counts` over :func:`all_findings` (the report's findings and every check's): the
 headline of ``report.md``, its Findings section, ``verify.json`` (``counts``) and the
 console summary of ``dedal verify`` show the same numbers.
@@ -33,7 +37,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.stages.verify.checks import (CheckResult, SizeComparison, Thresholds, deciding_size, exit_code,
-                                        overall_verdict)
+                                        overall_verdict, skipped_text, verdict_text)
 from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.findings import Finding, as_finding
 
@@ -68,6 +72,11 @@ class VerifyReport:
         return self.verdict or overall_verdict(self.checks, self.findings)
 
     @property
+    def verdict_text(self) -> str:
+        """The verdict with what did not run: ``good (GPU checks skipped: no GPU)``."""
+        return verdict_text(self.overall, self.checks)
+
+    @property
     def exit_code(self) -> int:
         return exit_code(self.overall)
 
@@ -76,6 +85,7 @@ class VerifyReport:
             "schema": SCHEMA_VERSION,
             "image": self.image,
             "verdict": self.overall,
+            "verdict_text": self.verdict_text,
             "exit_code": self.exit_code,
             "counts": counts(self),
             "headline": headline(self),
@@ -99,7 +109,8 @@ def counts(report: VerifyReport) -> Dict[str, int]:
     every = [f for _, f in all_findings(report)]
     return {
         "checks": len(report.checks),
-        "checks_not_passed": sum(1 for c in report.checks if not c.passed),
+        "checks_not_passed": sum(1 for c in report.checks if not c.passed and not c.skipped),
+        "checks_skipped": sum(1 for c in report.checks if c.skipped),
         "errors": sum(1 for f in every if f.severity == "error"),
         "warnings": sum(1 for f in every if f.severity == "warning"),
         "notes": sum(1 for f in every if f.severity == "info"),
@@ -108,7 +119,8 @@ def counts(report: VerifyReport) -> Dict[str, int]:
 
 def headline(report: VerifyReport) -> str:
     n = counts(report)
-    return (f"{n['checks']} check(s), {n['checks_not_passed']} not passed; {n['errors']} error(s), "
+    skipped = f", {n['checks_skipped']} skipped" if n["checks_skipped"] else ""
+    return (f"{n['checks']} check(s), {n['checks_not_passed']} not passed{skipped}; {n['errors']} error(s), "
             f"{n['warnings']} warning(s), {n['notes']} note(s)")
 
 
@@ -135,7 +147,7 @@ def summary_row(check: CheckResult) -> Optional[Dict[str, Any]]:
 def console_lines(report: VerifyReport, limit: int = 20) -> List[str]:
     """What `dedal verify` prints: the verdict, the headline, one row per check at its deciding size,
     the checks not passed and the errors and warnings (the first ``limit``, with their evidence)."""
-    out = [f"verdict: {report.overall.upper()}  ({report.image}; exit code {report.exit_code})", headline(report)]
+    out = [f"verdict: {_upper_verdict(report)}  ({report.image}; exit code {report.exit_code})", headline(report)]
     rows = [r for r in (summary_row(c) for c in report.checks) if r]
     if rows:
         width = max(len(r["check"]) for r in rows)
@@ -147,7 +159,8 @@ def console_lines(report: VerifyReport, limit: int = 20) -> List[str]:
             size = "-" if r.get("size") is None else str(r["size"])
             out.append(f"{r['check']:<{width}}  {size:>9}  {r['native']:>9.4g} {unit:<2}  {r['container']:>9.4g} "
                        f"{unit:<2}  {ratio:>7}  {r['state']:<11}  {r['verdict']}")
-    out += [f"check {c.name}: {c.verdict}" for c in report.checks if not c.passed]
+    out += [f"check {c.name}: {c.verdict}" + (f": {c.skip_reason}" if c.skipped else "")
+            for c in report.checks if not c.passed]
     shown = [f for _, f in shown_findings(report)]
     for f in shown[:limit]:
         out.append(f"[{f.severity}] {f.code}: {f.message}")
@@ -346,13 +359,18 @@ def _md_escape(text: str) -> str:
 def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = None) -> str:
     plots = plots or {}
     v = report.overall
-    lines: List[str] = [f"# Verdict: {v.upper()}", "", f"**{_VERDICT_WORD.get(v, v)}**: image `{report.image}`.", ""]
+    lines: List[str] = [f"# Verdict: {_upper_verdict(report)}", "",
+                        f"**{_VERDICT_WORD.get(v, v)}**: image `{report.image}`.", ""]
+    skipped = skipped_text(report.checks)
+    if skipped:
+        lines += [f"Not everything planned ran ({skipped}): the verdict is about what ran.", ""]
     lines.append(headline(report) + ".")
     lines.append("")
     if report.checks:
         lines += ["| check | metric | verdict | deciding size: difference |", "| --- | --- | --- | --- |"]
         for c in report.checks:
-            lines.append(f"| {_md_escape(c.name)} | {c.metric} ({c.unit}) | {c.verdict} | {_worst_text(c)} |")
+            verdict = f"skipped: {c.skip_reason}" if c.skipped else c.verdict
+            lines.append(f"| {_md_escape(c.name)} | {c.metric} ({c.unit}) | {verdict} | {_worst_text(c)} |")
         lines.append("")
     shown = shown_findings(report)
     if shown:
@@ -366,6 +384,8 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
                 lines.append("  ```")
         lines.append("")
     for c in report.checks:
+        if c.skipped:
+            continue  # its row in the table and its note say all there is
         lines += [f"## {c.name}: {c.verdict}", ""]
         if c.name in plots:
             lines += [f"![{c.name}]({plots[c.name]})", ""]
@@ -404,6 +424,12 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
     if report.meta:
         lines += ["## Provenance", ""] + [f"- {k}: {val}" for k, val in report.meta.items()] + [""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _upper_verdict(report: VerifyReport) -> str:
+    """``GOOD (GPU checks skipped: no GPU)``: the verdict word in capitals, the rest as written."""
+    text = report.verdict_text
+    return report.overall.upper() + text[len(report.overall):]
 
 
 def _worst_text(c: CheckResult) -> str:

@@ -23,7 +23,10 @@ The steps, each a function of its own:
 5. **checks** (:mod:`dedal.stages.verify.compare` with :mod:`dedal.stages.verify.checks`): the
    parsed runs compared native vs container per benchmark and scope, the transport rules
    applied to every log with the preflight's host facts; every TCP fallback, failed run
-   or failure signature becomes a finding that quotes its log lines;
+   or failure signature becomes a finding that quotes its log lines. A GPU image on a host
+   without GPU plans its GPU checks all the same (OSU between device buffers, ``-d cuda D
+   D``, and the NCCL all-reduce) and reports each as ``skipped: no GPU``; the verdict names
+   them (``good (GPU checks skipped: no GPU)``), never plain "good" for what did not run;
 6. **report** (:func:`dedal.stages.verify.report.write_report`): ``verify.json``, ``report.md``
    and plots in ``reports/<image>/``, with the provenance of :mod:`dedal.stages.verify.meta`;
    exit code 0 (good, suboptimal) or 1.
@@ -54,7 +57,7 @@ from dedal.stages.verify import compare
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
-from dedal.stages.verify.catalogue import select_benchmarks
+from dedal.stages.verify.catalogue import gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.stages.verify.transports import judge_fabric
 from dedal.stages.verify.findings import Finding
@@ -114,6 +117,10 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     pf = pre.run_preflight(image_target=info.target, image_cuda=info.cuda, image_arch=info.arch, launcher=launcher,
                            nodes=nodes, want_gpu=opts.gpu, srun_mpi_list=(lambda: Slurm().mpi_plugins()),
                            allocation_nodes=alloc)
+    if pf.facts.get("gpu_benchmarks"):
+        driver = runtime.host_driver() if backend != "apptainer" else None
+        pf.add(pre.check_passthrough(backend, [n for _, n in driver.libraries] if driver else [],
+                                     driver.note if driver else "", use_gpu=True), fatal_codes=pre.FATAL)
     for f in pf.findings:
         _say(progress, f"preflight [{f.severity}] {f.code}: {f.message}")
     if pf.fatal:
@@ -130,7 +137,14 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
         bundled_note = (f"the image does not carry dedal-benchmarks: dedal verify built them with the image's own "
                         f"mpicc ({built}) and runs those same binaries natively and in the container")
         _say(progress, bundled_note)
-    benches, notes = select_benchmarks(opts.benchmarks, info.programs, gpu=use_gpu)
+    benches, notes = select_benchmarks(opts.benchmarks, info.programs, gpu=use_gpu, osu_cuda=info.osu_cuda)
+    # a GPU image on a host without GPU: its GPU checks are reported as skipped, never as passed
+    skipped = [] if use_gpu or not info.cuda else gpu_planned(opts.benchmarks, info.programs,
+                                                                osu_cuda=info.osu_cuda)
+    skip_reason = "GPU checks turned off (--no-gpu)" if opts.gpu is False else "no GPU"
+    if not benches and skipped:
+        raise UserError(f"{opts.image}: only GPU benchmarks were asked for ({', '.join(b.name for b in skipped)}) and "
+                        f"they cannot run here: {skip_reason}")
     if not benches:
         have = ", ".join(p for p in info.programs if p.startswith(("dedal_", "osu_", "all_reduce"))) or "none"
         raise UserError(f"{opts.image}: none of the requested benchmarks ({', '.join(opts.benchmarks)}) is in the "
@@ -187,10 +201,10 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
             nnodes = dict(scopes)[scope]
             ranks = plan.ranks_for(bench, nnodes)
             name = "warmup" if rep == 0 else f"{rep:02d}"
-            rel = f"raw/{scope}/{bench.program}/{side}-{name}.log"
+            rel = f"raw/{scope}/{bench.name}/{side}-{name}.log"
             run = Run(side, scope, bench, rep, ranks, nnodes, outdir / rel, rel)
             runs.append(run)
-            key = (scope, bench.program, side)
+            key = (scope, bench.name, side)
             if key in failed_series:
                 run.skipped = f"not repeated: {failed_series[key].rel} failed"
                 continue
@@ -199,36 +213,40 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
             env = run_env(opts, bench)
             root = native.root if side == "native" else container_root
             binds = (img.native_binds() if side == "native" and native.root is not None else []) + extra_binds
-            # the native side never goes through a container runtime: a plain bubblewrap chroot
+            # the native side never goes through a container runtime: a plain bubblewrap chroot (a GPU run
+            # gets the host's driver there too, as a program of the host finds it; the host itself needs none)
             rt = "bwrap" if side == "native" else opts.runtime
             note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {opts.repetitions}'} of "
-                    f"{bench.program} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
+                    f"{bench.name} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
                     f"{side}: " + (native.description if side == "native" else container_text(backend, launcher))]
             if launcher == "srun":
                 res = mpi.run_srun(root, argv, ranks, env=env, log=run.log, script_dir=rawdir / ".launch", nodes=nnodes,
                                    timeout=opts.timeout, runtime_name=rt, binds=binds,
-                                   nv=bench.gpu and side == "container", note=note,
+                                   nv=bench.gpu, note=note,
                                    image_mount=image_mount if side == "container" else None)
             else:
                 res = mpi.run_mpirun(root, argv, ranks, env=env, log=run.log, timeout=opts.timeout,
-                                     runtime_name=rt, binds=binds, nv=bench.gpu and side == "container",
+                                     runtime_name=rt, binds=binds, nv=bench.gpu,
                                      oversubscribe=ranks > (os.cpu_count() or 1), note=note)
             run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
-            run.parsed = parse_file(run.log, "nccl-tests" if bench.suite == "nccl-tests" or bench.program ==
-                                    "dedal_nccl_allreduce" else "osu")
+            run.parsed = parse_file(run.log, bench.parser)
             run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
+                               "benchmark": bench.name,
                                "repetition": rep, "returncode": run.returncode, "seconds": round(run.seconds, 3)})
             judge_fabric(run.parsed, pf.host, scope)
             if not run.ok and rep > 0:
                 failed_series[key] = run
             state = "ok" if run.ok else ("TIMED OUT" if run.timed_out else f"FAILED (exit {run.returncode})")
-            _say(progress, f"[{i}/{len(order)}] {side:9s} {bench.program} {scope} "
+            _say(progress, f"[{i}/{len(order)}] {side:9s} {bench.name} {scope} "
                            f"{'warm-up' if rep == 0 else f'rep {rep}/{opts.repetitions}'}: {run.seconds:.1f} s {state}"
                            f" ({run.parsed['verdict']})")
 
     finally:
         mounts.close()
     checks, measurements, summary = compare.compare_runs(runs, plan, thresholds)
+    checks += compare.skipped_checks(skipped, scopes, skip_reason)
+    if skipped:
+        _say(progress, f"{len(skipped) * len(scopes)} GPU check(s) skipped: {skip_reason}")
     findings: List[Finding] = list(pf.findings)
     findings += [F.info("not-run", n) for n in notes]
     if bundled_note:

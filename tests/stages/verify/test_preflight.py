@@ -153,3 +153,55 @@ def test_busy_host_is_reported_with_the_numbers(tmp_path):
     [g] = check_load(idle, cpus=2)
     assert g.severity == "info" and g.code == "host-load"
     assert check_load(tmp_path / "missing", cpus=2) == []
+
+
+def test_cuda_12_4_image_against_the_host_driver(tmp_path: Path) -> None:
+    """The image of issue 19 carries CUDA 12.4 (Debian trixie's toolkit 12.4.131), whose own driver is
+    550.54.14: a newer driver passes, a 12.x driver below it runs through minor version compatibility
+    (a warning naming both versions), a driver older than CUDA 12's floor stops the verification."""
+    cpu = cpuinfo(tmp_path, HASWELL_FLAGS)
+    gpus = tmp_path / "gpus"
+    (gpus / "0000:3b:00.0").mkdir(parents=True)
+    nv = tmp_path / "version"
+    load = tmp_path / "loadavg"
+    load.write_text("0.00 0.00 0.00 1/100 1\n")
+
+    def preflight(driver: str) -> pre.Preflight:
+        nv.write_text(NVRM_535.replace("535.104.05", driver))
+        return pre.run_preflight(image_target="x86_64_v3", image_cuda="12.4.131", image_arch=None,
+                                 launcher="mpirun", nodes=1, want_gpu=None, cpuinfo=cpu, nvidia_version=nv,
+                                 nvidia_gpus=gpus, infiniband_dir=tmp_path / "no-ib", loadavg=load,
+                                 machine="x86_64")
+
+    def gpu_findings(pf: pre.Preflight):
+        return [(f.severity, f.code) for f in pf.findings if f.code.startswith("gpu")]
+
+    new = preflight("550.54.15")
+    assert gpu_findings(new) == [("info", "gpu-driver")] and not new.fatal
+    assert new.facts["gpu_benchmarks"] is True and new.host.gpus == 1
+    compat = preflight("535.104.05")
+    assert gpu_findings(compat) == [("warning", "gpu-driver-minor-compat")] and not compat.fatal
+    (f,) = [f for f in compat.findings if f.code == "gpu-driver-minor-compat"]
+    assert "535.104.05" in f.message and "12.4.131" in f.message and "550.54.14" in f.message
+    old = preflight("470.199.02")
+    assert [f.code for f in old.fatal] == ["gpu-driver-too-old"]
+    line = old.fatal_line()
+    assert "470.199.02" in line and "525.60.13" in line and "CUDA driver version is insufficient" in line
+    # without a driver (no GPU) nothing is fatal: the GPU checks are skipped
+    nv.unlink()
+    none = pre.run_preflight(image_target="x86_64_v3", image_cuda="12.4.131", image_arch=None, launcher="mpirun",
+                             nodes=1, want_gpu=None, cpuinfo=cpu, nvidia_version=nv, nvidia_gpus=tmp_path / "none",
+                             infiniband_dir=tmp_path / "no-ib", loadavg=load, machine="x86_64")
+    assert not none.fatal and none.facts["gpu_benchmarks"] is False
+    assert gpu_findings(none) == [("info", "gpu-driver-missing")]
+
+
+def test_gpu_passthrough_of_the_runtime() -> None:
+    assert pre.check_passthrough("bwrap", [], "", use_gpu=False) == []
+    (ok,) = pre.check_passthrough("apptainer", [], "", use_gpu=True)
+    assert ok.code == "gpu-passthrough" and "--nv" in ok.message
+    (ok,) = pre.check_passthrough("bwrap", ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"], "", use_gpu=True)
+    assert ok.severity == "info" and "3 libraries" in ok.message
+    (bad,) = pre.check_passthrough("charliecloud", ["libGL.so.1"], "no NVIDIA driver on this host", use_gpu=True)
+    assert bad.severity == "error" and bad.code in pre.FATAL and "no NVIDIA driver on this host" in bad.message
+    assert bad.evidence == ["driver libraries found: libGL.so.1"]

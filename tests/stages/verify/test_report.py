@@ -4,10 +4,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dedal.stages.verify.catalogue import gpu_planned
 from dedal.stages.verify.checks import compare_bandwidth, compare_init, compare_latency
+from dedal.stages.verify.compare import skipped_checks
 from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.parsers import parse_file
-from dedal.stages.verify.report import VerifyReport, load_report, write_report
+from dedal.stages.verify.report import VerifyReport, console_lines, counts, headline, load_report, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIZES = [0] + [1 << i for i in range(23)]
@@ -85,3 +87,41 @@ def test_rewrite_replaces_files(tmp_path: Path, local_data: Path) -> None:
     write_report(make_report(local_data, slow=1.0), tmp_path)
     write_report(make_report(local_data), tmp_path)
     assert load_report(tmp_path / "verify.json")["verdict"] == "good"
+
+
+def test_gpu_checks_skipped_without_gpu_are_never_good(tmp_path: Path, local_data: Path) -> None:
+    """A GPU image verified on a host without GPU: the device-buffer OSU runs and the NCCL all-reduce are
+    planned, reported as 'skipped: no GPU', and the verdict says what did not run."""
+    planned = gpu_planned(["latency", "bw", "nccl", "osu"],
+                          {p: f"/opt/view/bin/{p}" for p in ("osu_latency", "osu_bw", "all_reduce_perf",
+                                                              "dedal_nccl_allreduce")}, osu_cuda=True)
+    assert [b.name for b in planned] == ["dedal_nccl_allreduce", "all_reduce_perf", "osu_latency-cuda",
+                                         "osu_bw-cuda"]
+    rep = make_report(local_data)
+    rep.checks += skipped_checks(planned, [("intra-node", 1)], "no GPU")
+    assert rep.overall == "good" and rep.exit_code == 0  # what ran is good ...
+    assert rep.verdict_text == "good (GPU checks skipped: no GPU)"  # ... and it says what did not run
+    n = counts(rep)
+    assert (n["checks"], n["checks_skipped"], n["checks_not_passed"]) == (7, 4, 0)
+    assert headline(rep).startswith("7 check(s), 0 not passed, 4 skipped;")
+    lines = console_lines(rep)
+    assert lines[0].startswith("verdict: GOOD (GPU checks skipped: no GPU)  (esd-gpu_latest.sif; exit code 0)")
+    assert "check osu_bw-cuda intra-node: skipped: no GPU" in lines
+    write_report(rep, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Verdict: GOOD (GPU checks skipped: no GPU)\n")
+    assert "| osu_latency-cuda intra-node | latency (us) | skipped: no GPU | - |" in md
+    assert "| all_reduce_perf intra-node | busbw (GB/s) | skipped: no GPU | - |" in md
+    assert "`check-skipped`: dedal_nccl_allreduce intra-node: skipped: no GPU" in md
+    data = json.loads((tmp_path / "verify.json").read_text())
+    assert data["verdict"] == "good" and data["verdict_text"] == "good (GPU checks skipped: no GPU)"
+    skipped = [c for c in data["checks"] if c["verdict"] == "skipped"]
+    assert [(c["name"], c["skip_reason"], c["gpu"]) for c in skipped][0] == (
+        "dedal_nccl_allreduce intra-node", "no GPU", True)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["osu_bw_intra-node.png", "osu_latency_intra-node.png"]
+    # a failed check stays bad; the skipped ones are named next to it
+    bad = make_report(local_data, slow=1.0)
+    bad.checks += skipped_checks(planned[:1], [("intra-node", 1)], "no GPU")
+    assert bad.verdict_text == "bad (GPU checks skipped: no GPU)" and bad.exit_code == 1
+    # everything ran: the verdict reads as before
+    assert make_report(local_data).verdict_text == "good"

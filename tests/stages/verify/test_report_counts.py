@@ -35,7 +35,7 @@ def _report() -> VerifyReport:
 def test_headline_findings_and_verify_json_agree(tmp_path: Path) -> None:
     rep = _report()
     n = counts(rep)
-    assert n == {"checks": 2, "checks_not_passed": 1, "errors": 1, "warnings": 1, "notes": 2}
+    assert n == {"checks": 2, "checks_not_passed": 1, "checks_skipped": 0, "errors": 1, "warnings": 1, "notes": 2}
     md = render_markdown(rep)
     assert headline(rep) in md.splitlines()[4]
     findings_section = md.split("## Findings", 1)[1].split("\n## ", 1)[0]

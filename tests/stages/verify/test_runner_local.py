@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 
 SHM = {"sysv/memory", "posix/memory", "cma/memory", "xpmem/memory", "knem/memory"}
 WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "init_overhead_pct=1000000"]
@@ -136,3 +138,38 @@ def test_preflight_stops_before_anything_runs(run_dedal, bench_image, tmp_path: 
         assert not out.exists()
     finally:
         shutil.rmtree(tree, ignore_errors=True)
+
+
+def test_gpu_image_without_gpu_says_what_was_skipped(run_dedal, bench_image, tmp_path: Path) -> None:
+    """A GPU image (CUDA label, an NCCL benchmark) on this machine, which has no GPU: the MPI checks run,
+    the NCCL all-reduce is planned and reported as 'skipped: no GPU' (never run: its stand-in fails
+    loudly), and the verdict says so."""
+    from dedal.adapters.runtime import find_driver
+    from dedal.stages.verify.preflight import gpu_driver
+    from tests.fixtures.bench import _unlink_write
+
+    if gpu_driver()["driver"] or find_driver().found:
+        pytest.skip("this machine has an NVIDIA driver: the GPU checks would run")
+    tree = tmp_path / "gpu-image"
+    subprocess.run(["cp", "-al", str(bench_image.root), str(tree)], check=True)
+    labels = {**bench_image.labels, "dedal.tag": "gpu", "dedal.version.cuda": "12.4.131"}
+    _unlink_write(tree / ".singularity.d/labels.json", json.dumps(labels))
+    nccl = tree / "opt/view/bin/dedal_nccl_allreduce"
+    _unlink_write(nccl, "#!/bin/sh\necho 'dedal_nccl_allreduce must not run without a GPU' >&2\nexit 99\n")
+    nccl.chmod(0o755)
+    out = tmp_path / "report"
+    p = run_dedal("verify", str(tree), "-o", str(out), "--repetitions", "1", "--max-size", "1K", *WIDE,
+                  "--benchmarks", "latency,nccl", timeout=400)
+    assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
+    data = json.loads((out / "verify.json").read_text())
+    assert data["verdict"] in ("good", "suboptimal")
+    assert data["verdict_text"] == f"{data['verdict']} (GPU checks skipped: no GPU)"
+    checks = {c["name"]: c["verdict"] for c in data["checks"]}
+    assert checks["dedal_nccl_allreduce intra-node"] == "skipped"
+    assert checks["dedal_latency intra-node"] in ("good", "suboptimal")
+    assert data["counts"]["checks_skipped"] == 1
+    assert not (out / "raw/intra-node/dedal_nccl_allreduce").exists()
+    assert "gpu-driver-missing" in {f["code"] for f in data["findings"]}
+    assert f"verdict: {data['verdict'].upper()} (GPU checks skipped: no GPU)" in p.stdout
+    assert (out / "report.md").read_text().startswith(
+        f"# Verdict: {data['verdict'].upper()} (GPU checks skipped: no GPU)\n")

@@ -11,7 +11,7 @@ import yaml
 from dedal.cli import build_parser
 from dedal.errors import UserError
 from dedal.stages.verify import runner as R
-from dedal.stages.verify.catalogue import CATALOGUE, KEYS, select_benchmarks
+from dedal.stages.verify.catalogue import CATALOGUE, KEYS, gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.compare import compare_runs, log_findings, run_findings, transports
@@ -73,9 +73,24 @@ def test_benchmark_selection() -> None:
     chosen, notes = select_benchmarks(list(KEYS) + ["osu"], programs, gpu=False)
     assert [b.program for b in chosen] == ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce",
                                            "osu_latency"]
-    assert any("dedal_nccl_allreduce: GPU benchmark skipped" in n for n in notes)
+    assert not any("nccl" in n or "all_reduce" in n for n in notes)  # GPU checks left out are skipped checks
+    # a GPU image plans the NCCL all-reduce, and OSU between device buffers where its OSU is built +cuda
+    assert [b.name for b in gpu_planned(list(KEYS) + ["osu"], programs, osu_cuda=True)] == [
+        "dedal_nccl_allreduce", "all_reduce_perf", "osu_latency-cuda"]  # no osu_bw in this image
+    assert [b.name for b in gpu_planned(list(KEYS) + ["osu"], programs, osu_cuda=False)] == [
+        "dedal_nccl_allreduce", "all_reduce_perf"]
+    chosen, notes = select_benchmarks(["latency", "osu"], programs, gpu=True, osu_cuda=False)
+    assert [b.name for b in chosen] == ["dedal_latency", "osu_latency"]
+    assert notes == ["osu_latency-cuda: the image's OSU micro-benchmarks are not built with CUDA "
+                     "(osu-micro-benchmarks +cuda): no device-buffer runs"]
+    chosen, notes = select_benchmarks(["osu_latency-cuda"], programs, gpu=True, osu_cuda=True)
+    assert [b.name for b in chosen] == ["osu_latency-cuda"] and notes == []
+    dev = chosen[0]
+    assert dev.program == "osu_latency" and dev.parser == "osu" and dev.table == "osu_latency"
+    assert dev.args(4 << 20, 1) == ["-d", "cuda", "-m", str(4 << 20), "D", "D"]
     chosen, notes = select_benchmarks(["latency", "nccl"], programs, gpu=True)
     assert [b.program for b in chosen] == ["dedal_latency", "dedal_nccl_allreduce"]
+    assert chosen[1].parser == "nccl-tests"
     chosen, notes = select_benchmarks(["init", "osu_bw"], {"dedal_init": "/x"}, gpu=False)
     assert [b.program for b in chosen] == ["dedal_init"] and notes == ["osu_bw: not in the image"]
     lat = next(b for b in CATALOGUE if b.program == "dedal_latency")
@@ -223,3 +238,24 @@ def test_what_native_means(tmp_path: Path) -> None:
     (copy / "opt/view/bin/dedal_latency").write_bytes(b"\x7fELF the image's binary")
     ok = prepare_native(info, mode="auto", wanted=wanted, cache=tmp_path / "c", native_root=copy)
     assert ok.mode == "rootfs" and ok.root == copy and "byte-identical" in ok.description
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_osu_built_with_cuda_read_from_its_spec(tmp_path: Path, cuda: bool) -> None:
+    """Device-buffer runs need osu-micro-benchmarks +cuda: read from the prefix's .spack/spec.json, here
+    made of the real node of the mpi-cuda lock (the _meta of a real installed spec.json)."""
+    import json
+
+    from dedal.stages.verify.image import _osu_cuda
+    from tests.conftest import SPACK_DATA
+
+    lock = json.loads((SPACK_DATA / "mpi-cuda.spack.lock").read_text())
+    node = next(n for n in lock["concrete_specs"].values() if n["name"] == "osu-micro-benchmarks")
+    node = {**node, "parameters": {**node["parameters"], "cuda": cuda}}
+    meta = json.loads((SPACK_DATA / "fixtures/dedal-app.prefix.spec.json").read_text())["spec"]["_meta"]
+    root = tmp_path / "img"
+    assert _osu_cuda(root, "/opt/esd/software") is None  # no install root: unknown
+    prefix = root / f"opt/esd/software/linux-x86_64_v3/osu-micro-benchmarks-{node['version']}-{node['hash']}"
+    (prefix / ".spack").mkdir(parents=True)
+    (prefix / ".spack/spec.json").write_text(json.dumps({"spec": {"_meta": meta, "nodes": [node]}}))
+    assert _osu_cuda(root, "/opt/esd/software") is cuda
