@@ -33,7 +33,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cwd", action="store_true", help="do not bind the current directory")
     p.add_argument("--runtime", default=None, choices=config.RUNTIMES,
                    help="container runtime (setting runtime)")
-    p.add_argument("--nv", action="store_true", help="NVIDIA GPU support (apptainer --nv; bwrap binds /dev/nvidia*)")
+    p.add_argument("--nv", action="store_true", help="NVIDIA GPU support: the host driver's libraries, binaries and /dev/nvidia* "
+                        "(apptainer --nv; bwrap and ch-run bind the same, found as Apptainer finds them)")
 
 
 def register(sub: Any) -> None:
