@@ -15,7 +15,11 @@ across file systems, copied) into a fresh host directory under their ld cache na
 is bound at ``/.singularity.d/libs`` (every image dedal assembles has it, and its
 ``99-base.sh`` puts it on ``LD_LIBRARY_PATH``) and removed afterwards. The driver's
 binaries and files are bound where the image has a file to bind onto, and left out (named
-in one note) where it has none. A host without driver binds nothing (one note).
+in one note) where it has none. A host without driver binds nothing (one note). ch-run
+binds are writable: a hard-linked library is the host's own file, so nothing in the
+container should write there. The staged directory is on this node: ranks that ``srun``
+starts with ch-run on other nodes do not see it (bwrap's binds name the driver's own paths,
+the same on every node of a homogeneous cluster).
 """
 from __future__ import annotations
 
