@@ -10,26 +10,27 @@ ch-run (0.31) has no read-only binds: a ``Bind(readonly=True)`` is writable insi
 
 GPU passthrough (``nv``): ch-run shows the host's whole ``/dev`` (the ``/dev/nvidia*``
 nodes included). The driver's libraries (found by :mod:`.nvidia`, as Apptainer's ``--nv``
-finds them) cannot be bound one by one onto files the image lacks, so they are linked (or,
-across file systems, copied) into a fresh host directory under their ld cache names, which
-is bound at ``/.singularity.d/libs`` (every image dedal assembles has it, and its
-``99-base.sh`` puts it on ``LD_LIBRARY_PATH``) and removed afterwards. The driver's
-binaries and files are bound where the image has a file to bind onto, and left out (named
-in one note) where it has none. A host without driver binds nothing (one note). ch-run
-binds are writable: a hard-linked library is the host's own file, so nothing in the
-container should write there. The staged directory is on this node: ranks that ``srun``
-starts with ch-run on other nodes do not see it (bwrap's binds name the driver's own paths,
-the same on every node of a homogeneous cluster).
+finds them) cannot be bound one by one onto files the image lacks, so they are copied, once
+per process, into a host directory under their ld cache names, which is bound at
+``/.singularity.d/libs`` (every image dedal assembles has it, and its ``99-base.sh`` puts it
+on ``LD_LIBRARY_PATH``) and removed when the process exits. Copies, not hard links: ch-run
+(0.31) binds are writable, and the host's own driver files must stay out of reach. The
+driver's binaries and files (copies too) are bound where the image has a file to bind onto, and left
+out (named in one note) where it has none. A host without driver binds nothing (one note).
+The copied directory is on this node: ranks that ``srun`` starts with ch-run on other nodes
+do not see it (bwrap's binds name the driver's own paths, the same on every node of a
+homogeneous cluster).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator, List, Mapping, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from dedal.adapters import proc
 from dedal.adapters.runtime import nvidia
@@ -76,46 +77,69 @@ def command(
     return Prepared(args, outer)
 
 
-def stage_libraries(driver: nvidia.HostDriver, dest: Path) -> None:
-    """The driver's libraries in ``dest`` under their ld cache names: hard links where the
-    file system allows, else copies (ch-run binds the directory, not each file)."""
-    for src, name in driver.libraries:
-        real = Path(driver.host(src)).resolve()
-        try:
-            os.link(real, dest / name)
-        except OSError:
-            shutil.copy2(real, dest / name)
+_STAGED: Dict[nvidia.HostDriver, Path] = {}
+_NOTED: Set[str] = set()
 
 
-@contextlib.contextmanager
-def gpu_binds(driver: nvidia.HostDriver, rootdir: Path, binds: Sequence[Bind]) -> Iterator[List[Bind]]:
-    """The binds that pass ``driver`` into the image at ``rootdir``: its libraries staged in a
-    temporary directory bound at /.singularity.d/libs (removed when the block ends), its
-    binaries and files where the image has a place for them (the others named in a note)."""
-    taken = {b.target for b in binds}
-    out: List[Bind] = []
-    stage: Optional[Path] = None
+def staged(driver: nvidia.HostDriver) -> Path:
+    """A host directory with copies of the driver's files: ``libs/<ld cache name>`` and
+    ``files/<n>/<name>`` for the n-th other bind of ``driver.binds()`` (a socket is not
+    copied), made once per process and removed at its exit (:func:`remove_staged`). ch-run
+    binds the libraries' directory, not each file, and its binds are writable (0.31): so
+    these are copies, never the host's own files, which a program inside could overwrite."""
+    stage = _STAGED.get(driver)
+    if stage is not None and stage.is_dir():
+        return stage
+    stage = Path(tempfile.mkdtemp(prefix="dedal-nvlibs-"))
     try:
-        if driver.libraries and nvidia.LIBS_DIR not in taken:
-            stage = Path(tempfile.mkdtemp(prefix="dedal-nvlibs-"))
-            stage.chmod(0o755)
-            stage_libraries(driver, stage)
-            out.append(Bind(stage, nvidia.LIBS_DIR, readonly=True))
-        left = []
-        for b in driver.binds():
-            if b.target.startswith(nvidia.LIBS_DIR + "/") or b.target in taken:
-                continue
-            if resolve_in_image(rootdir, b.target)[1]:
-                left.append(b.target)
-            else:
-                out.append(b)
-        if left:
-            log.warning("note: ch-run cannot create mount points in a read-only image: the NVIDIA driver's %s not "
-                        "bound (the image lacks them; runtime bwrap or apptainer binds them)", ", ".join(left))
-        yield out
-    finally:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
+        stage.chmod(0o755)
+        (stage / "libs").mkdir()
+        for src, name in driver.libraries:
+            shutil.copy2(Path(driver.host(src)).resolve(), stage / "libs" / name)
+        for i, b in enumerate(driver.binds()):
+            if not b.target.startswith(nvidia.LIBS_DIR + "/") and Path(b.src).is_file():
+                (stage / "files" / str(i)).mkdir(parents=True)
+                shutil.copy2(Path(b.src).resolve(), stage / "files" / str(i) / os.path.basename(b.target))
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if not _STAGED:
+        atexit.register(remove_staged)
+    _STAGED[driver] = stage
+    return stage
+
+
+def remove_staged() -> None:
+    """Remove the directories :func:`staged` made."""
+    for stage in _STAGED.values():
+        shutil.rmtree(stage, ignore_errors=True)
+    _STAGED.clear()
+
+
+def gpu_binds(driver: nvidia.HostDriver, rootdir: Path, binds: Sequence[Bind]) -> List[Bind]:
+    """The binds that pass ``driver`` into the image at ``rootdir``: its libraries (staged,
+    :func:`staged`) at /.singularity.d/libs, its binaries and files where the image
+    has a place for them (the others named in one note)."""
+    taken = {b.target for b in binds}
+    stage = staged(driver)
+    out: List[Bind] = []
+    if driver.libraries and nvidia.LIBS_DIR not in taken:
+        out.append(Bind(stage / "libs", nvidia.LIBS_DIR, readonly=True))
+    left = []
+    for i, b in enumerate(driver.binds()):
+        if b.target.startswith(nvidia.LIBS_DIR + "/") or b.target in taken:
+            continue
+        if resolve_in_image(rootdir, b.target)[1]:
+            left.append(b.target)
+        else:
+            copy = stage / "files" / str(i) / os.path.basename(b.target)
+            out.append(Bind(copy, b.target, readonly=True) if copy.is_file() else b)
+    note = (f"note: ch-run cannot create mount points in a read-only image: the NVIDIA driver's {', '.join(left)} "
+            "not bound (the image lacks them; runtime bwrap or apptainer binds them)")
+    if left and note not in _NOTED:
+        _NOTED.add(note)
+        log.warning("%s", note)
+    return out
 
 
 @contextlib.contextmanager
@@ -124,20 +148,18 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
     """Refuse binds onto missing paths; then a directory or squashfs as it is (a squashfs
     mounted briefly to read its env scripts: ch-run mounts it again itself), a SIF mounted.
     ``nv``: the host driver's binds added (see the module notes)."""
-    with contextlib.ExitStack() as stack:
-        if nv:
-            driver = nvidia.host_driver()
-            if driver.found:
-                with mounted(root) as rootdir:
-                    assert rootdir is not None
-                    if driver.libraries and resolve_in_image(rootdir, nvidia.LIBS_DIR)[1]:
-                        raise UserError(f"ch-run cannot bind the NVIDIA driver's libraries: {root} has no "
-                                        f"{nvidia.LIBS_DIR} (images dedal assembles have it); use runtime bwrap "
-                                        "(or apptainer)")
-                    extra = stack.enter_context(gpu_binds(driver, rootdir, binds))
-                binds = [*binds, *extra]
-        with _prepare(root, kind, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv) as prep:
-            yield prep
+    if nv:
+        driver = nvidia.host_driver()
+        if driver.found:
+            with mounted(root) as rootdir:
+                assert rootdir is not None
+                if driver.libraries and resolve_in_image(rootdir, nvidia.LIBS_DIR)[1]:
+                    raise UserError(f"ch-run cannot bind the NVIDIA driver's libraries: {root} has no "
+                                    f"{nvidia.LIBS_DIR} (images dedal assembles have it); use runtime bwrap "
+                                    "(or apptainer)")
+                binds = [*binds, *gpu_binds(driver, rootdir, binds)]
+    with _prepare(root, kind, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv) as prep:
+        yield prep
 
 
 @contextlib.contextmanager

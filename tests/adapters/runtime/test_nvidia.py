@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal.adapters.runtime import Bind, bwrap, nvidia, run_in
+from dedal.adapters.runtime import Bind, bwrap, charliecloud, nvidia, run_in
 from dedal.errors import UserError
 from dedal.stages.assemble.apptainer_files import ENV_99_BASE
 from tests.fixtures import base as helpers
@@ -237,7 +237,6 @@ def test_a_cuda_program_finds_the_driver_in_the_image(backend, driver_tree, tiny
     helpers.require_tools({"bwrap": "bwrap", "charliecloud": "ch-run"}[backend])
     d = nvidia.find_driver(str(driver_tree), search_path="/usr/bin")
     monkeypatch.setattr(nvidia, "host_driver", lambda: d)
-    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("dedal-nvlibs-*"))
     out = run_in(tiny_image, ["/bin/sh", "-c", "/bin/probe; echo LD_LIBRARY_PATH=$LD_LIBRARY_PATH"],
                  runtime=backend, nv=True).stdout
     assert "cuDriverGetVersion 12040" in out
@@ -245,7 +244,29 @@ def test_a_cuda_program_finds_the_driver_in_the_image(backend, driver_tree, tiny
     # without nv the same program finds no driver
     res = run_in(tiny_image, ["/bin/probe"], runtime=backend, check=False)
     assert res.returncode == 1 and "dlopen failed: libcuda.so.1" in res.stdout
-    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("dedal-nvlibs-*")) == before  # ch-run's stage removed
+
+
+def test_charliecloud_binds_copies_made_once(driver_tree, tiny_image, monkeypatch):
+    """ch-run's binds are writable: it gets copies of the driver's files, made once per process and
+    removed at its exit, never the host's own files."""
+    helpers.require_tools("ch-run")
+    d = nvidia.find_driver(str(driver_tree), search_path="/usr/bin")
+    monkeypatch.setattr(nvidia, "host_driver", lambda: d)
+    charliecloud.remove_staged()
+    for _ in range(2):
+        run_in(tiny_image, ["/bin/probe"], runtime="charliecloud", nv=True)
+    assert len(charliecloud._STAGED) == 1
+    stage = charliecloud._STAGED[d]
+    host = driver_tree / X64.lstrip("/") / f"libcuda.so.{DRIVER}"
+    copy = stage / "libs" / "libcuda.so.1"
+    assert copy.read_bytes() == host.read_bytes() and copy.stat().st_ino != host.stat().st_ino
+    # a write from inside lands in the copy
+    run_in(tiny_image, ["/bin/sh", "-c", "echo x > /.singularity.d/libs/libnvidia-ml.so.1"], runtime="charliecloud",
+           nv=True)
+    assert (stage / "libs/libnvidia-ml.so.1").read_text() == "x\n"
+    assert (driver_tree / X64.lstrip("/") / f"libnvidia-ml.so.{DRIVER}").read_bytes()[:4] == b"\x7fELF"
+    charliecloud.remove_staged()
+    assert not stage.exists() and charliecloud._STAGED == {}
 
 
 def test_charliecloud_needs_the_libs_directory(driver_tree, tmp_path, monkeypatch):
@@ -263,9 +284,11 @@ def test_charliecloud_leaves_out_what_the_image_has_no_place_for(driver_tree, ti
     helpers.require_tools("ch-run")
     d = nvidia.find_driver(str(driver_tree), search_path="/usr/bin")
     monkeypatch.setattr(nvidia, "host_driver", lambda: d)
+    monkeypatch.setattr(charliecloud, "_NOTED", set())  # the note is logged once per process
     with caplog.at_level(logging.WARNING, logger="dedal.runtime"):
-        out = run_in(tiny_image, ["/bin/sh", "-c", "echo /.singularity.d/libs/*"], runtime="charliecloud",
-                     nv=True).stdout
+        for _ in range(2):
+            out = run_in(tiny_image, ["/bin/sh", "-c", "echo /.singularity.d/libs/*"], runtime="charliecloud",
+                         nv=True).stdout
     names = sorted(os.path.basename(p) for p in out.split())
     assert names == sorted(name for _, name in d.libraries)
     notes = [r.getMessage() for r in caplog.records]
@@ -276,3 +299,18 @@ def test_ldconfig_of_this_host_is_read():
     """The host's own cache through the same path (whatever it holds, the C library is in it)."""
     text, problem = nvidia.ldconfig_listing("/")
     assert problem == "" and "libc.so.6" in nvidia.parse_ldconfig(text)
+
+
+def test_charliecloud_binds_a_copy_of_a_binary_where_the_image_has_a_place(driver_tree, tiny_image, tmp_path,
+                                                                            monkeypatch):
+    helpers.require_tools("ch-run")
+    image = tmp_path / "img"
+    shutil.copytree(tiny_image, image, symlinks=True)
+    (image / "usr/bin/nvidia-smi").write_text("")  # a mount point for it
+    d = nvidia.find_driver(str(driver_tree), search_path="/usr/bin")
+    monkeypatch.setattr(nvidia, "host_driver", lambda: d)
+    out = run_in(image, ["/bin/sh", "-c", "/usr/bin/nvidia-smi; echo y > /usr/bin/nvidia-smi"],
+                 runtime="charliecloud", nv=True).stdout
+    assert out.strip() == "NVIDIA-SMI fake"
+    assert (driver_tree / "usr/bin/nvidia-smi").read_text().startswith("#!/bin/sh")  # the host's own is untouched
+    charliecloud.remove_staged()
