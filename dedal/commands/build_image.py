@@ -70,7 +70,7 @@ def show(summary: PipelineSummary) -> None:
         out.print(f"image    {summary.image} ({human_size(summary.image_size)}, sha256 {summary.image_sha256[:16]})")
     out.print(f"layers   {summary.layers_built} built, {summary.layers_reused} reused")
     if summary.verdict:
-        out.print(f"verdict  {summary.verdict} ({summary.report})")
+        out.print(f"verdict  {summary.verdict_text} ({summary.report})")
     if summary.published:
         out.print(f"published {', '.join(summary.published)}")
     out.print(f"total    {human_seconds(summary.seconds)}")

@@ -13,7 +13,7 @@ from dedal.commands._registry import add_registry_options, registry_options
 from dedal.model import sif
 from dedal.ui.console import human_size as _size
 from dedal.model.oci import (ANN_ARCH, ANN_CREATED, ANN_DESCRIPTION, ANN_ENVIRONMENT, ANN_LOCK_HASH, ANN_REVISION,
-                             ANN_SOURCE, ANN_SPACK_COMMIT, ANN_TITLE, ANN_VERDICT, is_remote)
+                             ANN_SKIPPED, ANN_SOURCE, ANN_SPACK_COMMIT, ANN_TITLE, ANN_VERDICT, is_remote)
 
 
 def register(sub: Any) -> None:
@@ -78,6 +78,7 @@ def remote_summary(info: Dict[str, Any]) -> List[str]:
     for a in attachments:
         a_ann = a.get("annotations") or {}
         extra = f", verdict {a_ann[ANN_VERDICT]}" if a_ann.get(ANN_VERDICT) else ""
+        extra += f" ({a_ann[ANN_SKIPPED]})" if extra and a_ann.get(ANN_SKIPPED) else ""
         lines.append(f"    {a.get('artifactType') or '?'} {str(a.get('digest'))[:19]}{extra}")
         if a.get("error"):
             lines.append(f"      unreadable: {a['error']}")

@@ -71,7 +71,8 @@ SETTINGS: List[Setting] = [
     Setting("runtime", "choice", _const("auto"), "container runtime for builds and `dedal exec`", choices=RUNTIMES),
     Setting("executor", "choice", _const("local"), "where build jobs run", choices=("local", "slurm")),
     Setting("verify_gate", "choice", _const("passed"), "which verification verdicts let an image be published "
-            "(build-image, and dedal publish with a verify.json attached): passed (good or suboptimal), good, off "
+            "(build-image, and dedal publish with a verify.json attached): passed (good or suboptimal), good (good "
+            "with every planned check run, no GPU check skipped), off "
             "(publish whatever the verdict; the report is attached and shows it)", choices=("passed", "good", "off")),
     Setting("jobs", "int", lambda v: os.cpu_count() or 1, "parallel build jobs for the local executor"),
     Setting("build_jobs", "int", _const(0), "make -j inside one package build (0: cores of the job)"),

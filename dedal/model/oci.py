@@ -55,6 +55,8 @@ ANN_LOCK_HASH = "org.dedal.lock-hash"
 ANN_SPACK_COMMIT = "org.dedal.spack-commit"
 ANN_ARCH = "org.dedal.arch"
 ANN_VERDICT = "org.dedal.verdict"
+#: what the verification planned and did not run ("GPU checks skipped: no GPU"); absent when everything ran
+ANN_SKIPPED = "org.dedal.verdict.skipped"
 
 ARTIFACT_VERIFY = "application/vnd.dedal.verify.v1+json"
 ARTIFACT_CYCLONEDX = "application/vnd.cyclonedx+json"

@@ -20,7 +20,8 @@ from dedal.model.layers import sha256_file
 from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.build import run_build
 from dedal.stages.fetch import run_fetch
-from dedal.stages.verify.findings import gate_allows
+from dedal.stages.verify.checks import skipped_of, skipped_text
+from dedal.stages.verify.findings import gate_allows, gate_refusal
 from dedal.stages.verify.runner import Options, verify as run_verify
 from dedal.stages.workspace import Target
 from dedal.ui.progress import BuildProgress
@@ -54,11 +55,17 @@ class PipelineSummary:
     layers_built: int = 0
     layers_reused: int = 0
     verdict: str = ""
+    skipped: str = ""  # planned checks that did not run ("GPU checks skipped: no GPU")
     report: str = ""
     published: List[str] = field(default_factory=list)
     seconds: float = 0.0
     error: str = ""
     failure: Optional[DedalError] = field(default=None, repr=False)
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict with what did not run, as the report says it: ``good (GPU checks skipped: no GPU)``."""
+        return f"{self.verdict} ({self.skipped})" if self.skipped else self.verdict
 
     @property
     def ok(self) -> bool:
@@ -194,6 +201,7 @@ def run_pipeline(
         current = None if reverify else _verify_report_current(outdir, summary.image_sha256)
         if current is not None:
             summary.verdict, summary.report = current["verdict"], str(outdir / "report.md")
+            summary.skipped = skipped_of(current)
             record.status, record.detail = "current", (f"verdict {current.get('verdict_text') or summary.verdict} "
                                                        "(report of this image)")
         else:
@@ -211,12 +219,14 @@ def run_pipeline(
                 opts.benchmarks = list(spec.benchmarks)
             outcome = run_verify(opts, progress=note)
             summary.verdict = outcome.report.overall
+            summary.skipped = skipped_text(outcome.report.checks)
             summary.report = str(outcome.paths.get("report.md", outdir / "report.md"))
             record.detail = f"verdict {outcome.report.verdict_text}; report {summary.report}"
         gate = settings.verify_gate
-        if not gate_allows(summary.verdict, gate):
-            raise StageFailed(f"verification verdict {summary.verdict}: the image is not published (verify_gate "
-                              f"{gate}; `dedal -s verify_gate=off build-image ...` publishes it anyway); see {summary.report}")
+        reason, overrides = gate_refusal(summary.verdict, gate, summary.skipped)
+        if reason:
+            anyway = " or ".join(f"`dedal -s {o} build-image ...`" for o in overrides)
+            raise StageFailed(f"{reason}: the image is not published ({anyway} publishes it anyway); see {summary.report}")
         if gate == "off" and not gate_allows(summary.verdict):
             note(f"verification verdict {summary.verdict}, published anyway (verify_gate off)")
 

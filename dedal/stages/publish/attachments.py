@@ -23,8 +23,10 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import Progress, RegistryClient
 from dedal.errors import UserError
+from dedal.stages.verify.checks import skipped_of
 from dedal.model.oci import (
     ANN_CREATED,
+    ANN_SKIPPED,
     ANN_TITLE,
     ANN_VERDICT,
     ARTIFACT_CYCLONEDX,
@@ -161,6 +163,9 @@ def group_attachments(paths: Iterable[Union[str, os.PathLike]], scratch: Path) -
                 if data is None:
                     raise UserError(f"--attach {report.path}: not valid JSON")
                 group.annotations[ANN_VERDICT] = verdict_of(data)
+                skipped = skipped_of(data)
+                if skipped:  # the gate of `dedal publish` and who pulls it see what was never measured
+                    group.annotations[ANN_SKIPPED] = skipped
     return result
 
 

@@ -27,6 +27,7 @@ from dedal.model.oci import (
     ANN_ENVIRONMENT,
     ANN_LOCK_HASH,
     ANN_REVISION,
+    ANN_SKIPPED,
     ANN_SOURCE,
     ANN_SPACK_COMMIT,
     ANN_VERDICT,
@@ -43,7 +44,7 @@ from dedal.model.oci import (
     valid_tag,
 )
 from dedal.stages.publish.attachments import Attachment, add_to_fallback_index, group_attachments, push_attachment
-from dedal.stages.verify.findings import gate_allows
+from dedal.stages.verify.findings import gate_refusal
 from dedal.ui.console import human_size
 
 
@@ -166,7 +167,8 @@ def publish(
 
     An attached verification report (verify.json) whose verdict the ``gate`` (setting
     ``verify_gate``: passed, good, off) does not let through is refused before anything is
-    sent: a failed verification is not published unless forced (``gate="off"``).
+    sent: a failed verification is not published unless forced (``gate="off"``), nor, with the
+    strict gate ``good``, one whose planned checks did not all run (annotation ANN_SKIPPED).
 
     Provenance not given explicitly is read from the SIF's JSON.Labels object.
     """
@@ -190,10 +192,13 @@ def publish(
         groups = group_attachments(attachments, Path(scratch))  # validate before any network traffic
         for group in groups:
             verdict = group.annotations.get(ANN_VERDICT)
-            if verdict is not None and not gate_allows(verdict, gate):
+            if verdict is None:
+                continue
+            reason, overrides = gate_refusal(verdict, gate, group.annotations.get(ANN_SKIPPED, ""))
+            if reason:
                 report = next((str(f.path) for f in group.files if f.media_type == ARTIFACT_VERIFY), "the report")
-                raise UserError(f"{report}: verification verdict {verdict}, so the image is not published (verify_gate "
-                                f"{gate}); pass --force (or set verify_gate=off) to publish it with this report")
+                raise UserError(f"{report}: {reason}, so the image is not published; pass --force (or set "
+                                f"{' or '.join(overrides)}) to publish it with this report")
 
         labels = sif_labels(path, info)
         prov = provenance_from_labels(labels)

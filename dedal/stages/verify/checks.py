@@ -433,6 +433,18 @@ def skipped_text(checks: Iterable[CheckResult]) -> str:
     return f"{what} skipped: {'; '.join(reasons) or 'not run'}"
 
 
+def skipped_of(report: Any) -> str:
+    """:func:`skipped_text` of a ``verify.json`` read back (its dict): what the gate and the
+    registry annotation need to know; "" for a report without skipped checks (older reports,
+    written before checks could be skipped, included)."""
+    checks = report.get("checks") if isinstance(report, dict) else None
+    if not isinstance(checks, list):
+        return ""
+    return skipped_text(CheckResult(str(c.get("name", "")), str(c.get("metric", "")), str(c.get("unit", "")), SKIPPED,
+                                    skip_reason=str(c.get("skip_reason") or ""), gpu=bool(c.get("gpu")))
+                        for c in checks if isinstance(c, dict) and c.get("verdict") == SKIPPED)
+
+
 def verdict_text(verdict: str, checks: Iterable[CheckResult]) -> str:
     """The verdict as people read it: ``good (GPU checks skipped: no GPU)`` where planned checks
     did not run, so that it never reads "good" for what was not measured."""

@@ -18,7 +18,7 @@ aborted or was truncated). Combining verdicts always keeps the worst one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 SEVERITIES = ("info", "warning", "error")
 VERDICTS = ("good", "suboptimal", "bad", "failed", "degenerate", "unknown")
@@ -118,10 +118,25 @@ GATES = ("passed", "good", "off")
 _PASSING = {"passed": ("good", "suboptimal", "pass"), "good": ("good",)}
 
 
-def gate_allows(verdict: str, gate: str = "passed") -> bool:
+def gate_allows(verdict: str, gate: str = "passed", skipped: str = "") -> bool:
     """Whether an image with this verification verdict may be published: ``passed`` (the default)
-    lets good and suboptimal through, ``good`` only good, ``off`` everything (the report is still
-    attached and shows the verdict)."""
+    lets good and suboptimal through, ``good`` only good with every planned check run (``skipped``:
+    what did not run, as :func:`~dedal.stages.verify.checks.skipped_text` says it: a GPU image
+    verified without GPU is not "good" for what was never measured), ``off`` everything (the
+    report is still attached and shows the verdict)."""
     if gate not in GATES:
         raise ValueError(f"unknown verify_gate {gate!r} (one of {', '.join(GATES)})")
-    return gate == "off" or verdict in _PASSING[gate]
+    if gate == "off":
+        return True
+    return verdict in _PASSING[gate] and not (gate == "good" and skipped)
+
+
+def gate_refusal(verdict: str, gate: str, skipped: str = "") -> Tuple[str, List[str]]:
+    """Why the gate refuses this verification, naming what did not run, and the settings that
+    would publish it anyway (("", []) when it lets it through); the caller says how to set them."""
+    if gate_allows(verdict, gate, skipped):
+        return "", []
+    reason = f"verification verdict {verdict}" + (f" ({skipped})" if skipped else "") + f", refused by verify_gate {gate}"
+    if gate_allows(verdict, "passed"):  # only what did not run stops it
+        return f"{reason} (it publishes only what was measured in full)", ["verify_gate=passed", "verify_gate=off"]
+    return reason, ["verify_gate=off"]

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.registry
 EMPTY = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
 
 
-def _publish(run_dedal, sif, *refs, extra=()):
-    r = run_dedal("publish", str(sif), *refs, "--insecure", "--json", *extra)
+def _publish(run_dedal, sif, *refs, extra=(), env=None):
+    r = run_dedal("publish", str(sif), *refs, "--insecure", "--json", *extra, env=env)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -242,6 +242,41 @@ def test_publish_refuses_a_failed_verification_unless_forced(run_dedal, registry
     _publish(run_dedal, sifs["other"], ref, extra=("--attach", str(suboptimal)))  # passed: published
     forced = _publish(run_dedal, sifs["other"], registry.ref("esd/gate:forced"), extra=("--attach", str(bad), "--force"))
     assert forced["digest"] and registry.manifest("esd/gate", "forced").status_code == 200
+
+
+def test_publish_gates_skipped_gpu_checks_as_build_image_does(run_dedal, registry, sifs, tmp_path):
+    """A report whose GPU checks were skipped (a GPU image verified without GPU) carries what was skipped in
+    its attachment's annotations; the strict gate (verify_gate good) refuses it, naming what was skipped and
+    how to publish anyway; the default gate publishes it; an older report without skipped checks passes."""
+    from dedal.stages.verify.checks import CheckResult, skipped_check
+    from dedal.stages.verify.report import VerifyReport, write_report
+
+    ran = CheckResult("osu_latency", "latency", "us", "good")
+    gpu, old = tmp_path / "gpu", tmp_path / "old"
+    write_report(VerifyReport(image="other.sif", checks=[ran, skipped_check("osu_latency D D", "latency", "us",
+                                                                            "no GPU", gpu=True)]), gpu)
+    write_report(VerifyReport(image="other.sif", checks=[ran]), old)
+    strict = {"DEDAL_VERIFY_GATE": "good"}
+    ref = registry.ref("esd/gpu:v1")
+    refused = run_dedal("publish", str(sifs["other"]), ref, "--insecure", "--attach", str(gpu), env=strict)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    for said in ("verification verdict good (GPU checks skipped: no GPU)", "verify_gate good", "--force",
+                 "verify_gate=passed", "verify_gate=off"):
+        assert said in refused.stderr, (said, refused.stderr)
+    assert registry.manifest("esd/gpu", "v1").status_code == 404
+
+    res = _publish(run_dedal, sifs["other"], ref, extra=("--attach", str(gpu)))  # default gate: passed
+    verify = next(a for a in res["attachments"] if a["artifact_type"] == "application/vnd.dedal.verify.v1+json")
+    assert verify["annotations"]["org.dedal.verdict"] == "good"
+    assert verify["annotations"]["org.dedal.verdict.skipped"] == "GPU checks skipped: no GPU"
+    art = registry.manifest("esd/gpu", verify["digest"]).json()
+    assert art["annotations"]["org.dedal.verdict.skipped"] == "GPU checks skipped: no GPU"
+    shown = run_dedal("inspect", ref, "--insecure")
+    assert shown.returncode == 0 and "verdict good (GPU checks skipped: no GPU)" in shown.stdout, shown.stdout
+
+    plain = _publish(run_dedal, sifs["other"], registry.ref("esd/gpu:old"), extra=("--attach", str(old)), env=strict)
+    verify = next(a for a in plain["attachments"] if a["artifact_type"] == "application/vnd.dedal.verify.v1+json")
+    assert "org.dedal.verdict.skipped" not in verify["annotations"]
 
 
 def test_inspect_command_for_remote_references(run_dedal, registry, sifs, reports):

@@ -1,0 +1,78 @@
+"""build-image's verify stage and the publish gate (setting verify_gate) when planned checks did
+not run: a GPU image verified on a host without GPU is never "good" enough for the strict gate."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dedal.errors import DedalError
+from dedal.model.config import load_settings
+from dedal.model.layers import sha256_file
+from dedal.stages import pipeline
+from dedal.stages.verify.checks import CheckResult, skipped_check
+from dedal.stages.verify.report import VerifyReport, write_report
+from dedal.stages.workspace import Target
+
+
+def _gpu_report(image: Path, sha256: str) -> VerifyReport:
+    """What `dedal verify` of a GPU image says on a host without GPU: good, GPU checks skipped."""
+    checks = [CheckResult("osu_latency", "latency", "us", "good"),
+              skipped_check("osu_latency D D", "latency", "us", "no GPU", gpu=True)]
+    return VerifyReport(image=str(image), checks=checks, meta={"image_sha256": sha256})
+
+
+def _target(tmp_path: Path, monkeypatch, gate: str):
+    image = tmp_path / "images" / "gpu.sif"
+    image.parent.mkdir()
+    image.write_bytes(b"not really a SIF: the verify stage only hashes it here")
+    monkeypatch.setattr(pipeline, "_image_path", lambda target: image)
+    settings = load_settings(config_file=None, environ={}, overrides={
+        "data_dir": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache"), "verify_gate": gate})
+    return Target(settings=settings, name="gpu"), image
+
+
+def _run(target: Target, **kw) -> pipeline.PipelineSummary:
+    return pipeline.run_pipeline(target, stages=["verify", "publish"], executor="local", jobs=1, keep_going=False,
+                                 quiet=True, **kw)
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["report-of-this-image", "verified-now"])
+def test_the_strict_gate_refuses_skipped_gpu_checks(tmp_path, monkeypatch, fresh):
+    target, image = _target(tmp_path, monkeypatch, "good")
+    report = _gpu_report(image, sha256_file(image))
+    outdir = Path(target.settings.reports_dir) / image.stem
+    if fresh:  # the verify stage runs: its outcome carries the report
+        monkeypatch.setattr(pipeline, "run_verify", lambda opts, progress=None: SimpleNamespace(
+            report=report, paths=write_report(report, opts.output)))
+    else:  # a finished verification of the same image is read back from its verify.json
+        write_report(report, outdir)
+    summary = _run(target, reverify=fresh)
+    stages = {s.name: s for s in summary.stages}
+    assert stages["verify"].status == "failed" and not summary.ok
+    assert isinstance(summary.failure, DedalError)
+    assert summary.verdict == "good" and summary.verdict_text == "good (GPU checks skipped: no GPU)"
+    detail = stages["verify"].detail
+    assert "verdict good (GPU checks skipped: no GPU)" in detail and "not published" in detail
+    assert "verify_gate=passed" in detail and "verify_gate=off" in detail
+    assert stages["publish"].status == "pending" and "not run" in stages["publish"].detail
+
+
+def test_the_default_gate_lets_skipped_gpu_checks_through(tmp_path, monkeypatch):
+    target, image = _target(tmp_path, monkeypatch, "passed")
+    write_report(_gpu_report(image, sha256_file(image)), Path(target.settings.reports_dir) / image.stem)
+    summary = _run(target)
+    stages = {s.name: s for s in summary.stages}
+    assert summary.ok and stages["verify"].status == "current", stages["verify"].detail
+    assert summary.skipped == "GPU checks skipped: no GPU" and summary.to_json()["skipped"] == summary.skipped
+    assert stages["publish"].status == "skipped"  # no registry configured
+
+
+def test_an_older_report_without_skipped_checks_passes_the_strict_gate(tmp_path, monkeypatch):
+    target, image = _target(tmp_path, monkeypatch, "good")
+    report = _gpu_report(image, sha256_file(image))
+    report.checks = report.checks[:1]  # as written before checks could be skipped
+    write_report(report, Path(target.settings.reports_dir) / image.stem)
+    summary = _run(target)
+    assert summary.ok and summary.verdict_text == "good", summary.error
