@@ -68,30 +68,46 @@ def compiler_majors(lock: SpackLock) -> set:
     return {n.raw["compiler"]["version"].split(".")[0] for n in lock.nodes.values() if not n.external}
 
 
-def check_mpi_stack(lock: SpackLock, os_id: str) -> None:
-    """Open MPI 5 over UCX with Slurm's PMI and a standalone PMIx; UCX with its
-    InfiniBand/RoCE transports; the OSU benchmarks against that Open MPI; Slurm the site's."""
+def check_mpi_stack(lock: SpackLock, os_id: str, internal_pmix: bool = True, osu: bool = False) -> None:
+    """Open MPI 5 over UCX with Slurm support and PMIx (its bundled one, where the sources
+    come from Debian, or a standalone node); UCX with its InfiniBand/RoCE transports over
+    rdma-core; the OSU benchmarks against that Open MPI where the env has them; Slurm the site's."""
     ompi = one(lock, "openmpi")
     assert ompi.version.startswith("5.")
     p = params(ompi)
-    assert "slurm" in p["schedulers"] and "ucx" in p["fabrics"] and p.get("internal-pmix") is False
+    assert "slurm" in p["schedulers"] and "ucx" in p["fabrics"] and p.get("internal-pmix") is internal_pmix
     d = deps(lock, ompi)
-    assert d["pmix"] is one(lock, "pmix") and d["ucx"] is one(lock, "ucx") and d["slurm"] is one(lock, "slurm")
+    assert d["ucx"] is one(lock, "ucx") and d["slurm"] is one(lock, "slurm")
+    if internal_pmix:
+        assert "pmix" not in by_name(lock)
+    else:
+        assert d["pmix"] is one(lock, "pmix")
     ucx = params(one(lock, "ucx"))
     for variant in ("verbs", "rdmacm", "rc", "ud", "dc", "mlx5_dv", "cma"):
         assert ucx[variant] is True, variant
     assert "rdma-core" in deps(lock, one(lock, "ucx"))
-    osu = one(lock, "osu-micro-benchmarks")
-    assert deps(lock, osu)["openmpi"] is ompi
+    if osu:
+        assert deps(lock, one(lock, "osu-micro-benchmarks"))["openmpi"] is ompi
     slurm = one(lock, "slurm")
     assert slurm.external and slurm.external_path == "/usr"
     built = [n for n in lock.nodes.values() if not n.external]
     assert {n.target for n in built} == {"x86_64_v3"} and {n.platform_os for n in built} == {os_id}
 
 
+def check_offline_sources(lock: SpackLock) -> None:
+    """Everything Spack builds has its source in Debian's archive (debsrc) or in this
+    repository (dedal-benchmarks): rdma-core is Debian's, an external."""
+    rdma = one(lock, "rdma-core")
+    assert rdma.external and rdma.external_path == "/usr"
+    built = {n.name: n.namespace for n in lock.nodes.values() if not n.external}
+    foreign = {name: ns for name, ns in built.items() if ns not in ("debsrc", "dedal") and name != "gcc-runtime"}
+    assert not foreign, f"built from upstream sources (unreachable here): {foreign}"
+
+
 def test_esd_cpu_concretizes_on_trixie(concretize):
     lock = concretize("esd-cpu")
     check_mpi_stack(lock, "debian13")
+    check_offline_sources(lock)
     assert one(lock, "dedal-benchmarks").namespace == "dedal"
     assert compiler_majors(lock) == {"14"}
 
@@ -113,13 +129,14 @@ def test_esd_neuro_concretizes_on_trixie(concretize):
 def test_esd_gpu_concretizes_on_trixie_cuda(concretize):
     lock = concretize("esd-gpu")
     check_mpi_stack(lock, "debian13")
+    check_offline_sources(lock)
     cuda = one(lock, "cuda")
     assert cuda.external and cuda.version == "12.4.131" and cuda.external_path == "/usr"
     nccl = one(lock, "nccl")
     assert nccl.external and nccl.version.startswith("2.22.")
-    for name in ("openmpi", "ucx", "hwloc", "osu-micro-benchmarks", "dedal-benchmarks"):
+    for name in ("openmpi", "ucx", "hwloc", "dedal-benchmarks"):
         node = one(lock, name)
         assert params(node)["cuda"] is True and deps(lock, node)["cuda"] is cuda, name
-    assert deps(lock, one(lock, "nccl-tests"))["nccl"] is nccl
+    assert deps(lock, one(lock, "dedal-benchmarks"))["nccl"] is nccl
     # CUDA 12.4's nvcc takes GCC up to 13: every compiled node is gcc 13's
     assert compiler_majors(lock) == {"13"}
