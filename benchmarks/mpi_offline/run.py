@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The real MPI stack (spack-envs/mpi-offline) through dedal, against one plain
-`spack install` of the same environment in one install tree, same machine, same
+"""The real MPI stack (spack-envs/mpi-offline, or another environment with --env, e.g.
+esd-cpu) through dedal, against one plain `spack install` of the same environment in one install tree, same machine, same
 Spack, same base image (debian-trixie: gcc 14), same source mirror, one after the other.
 
 dedal side: `dedal fetch` (concretize in the base image + fill the mirror from the
@@ -20,6 +20,8 @@ Needs root, a real Spack in DEDAL_SPACK_ROOT and the Debian archive reachable (f
 Writes results.json and results.md next to this script (or --out).
 
     sudo DEDAL_SPACK_ROOT=/path/to/spack .venv/bin/python benchmarks/mpi_offline/run.py
+    sudo DEDAL_SPACK_ROOT=/path/to/spack .venv/bin/python benchmarks/mpi_offline/run.py \
+        --env spack-envs/esd-cpu/env.yaml --out benchmarks/mpi_offline/esd-cpu
 """
 from __future__ import annotations
 
@@ -44,12 +46,13 @@ from dedal.adapters import runtime as rt  # noqa: E402
 from dedal.adapters.spack import user_cache  # noqa: E402
 from dedal.stages.base import base_root  # noqa: E402
 from dedal.model.config import load_settings  # noqa: E402
+from dedal.model.envfile import load_env  # noqa: E402
 from dedal.model.image import STD_PATH  # noqa: E402
 from dedal.model.layers import LayerStore  # noqa: E402
 from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir  # noqa: E402
 from tests.conftest import dedal_exe, is_real_spack  # noqa: E402
 
-ENV_FILE = ROOT / "spack-envs" / "mpi-offline" / "env.yaml"
+DEFAULT_ENV = ROOT / "spack-envs" / "mpi-offline" / "env.yaml"
 INSTALL_ROOT = "/opt/esd/software"
 
 
@@ -99,7 +102,10 @@ def main() -> int:
     ap.add_argument("--work", help="work directory (default: a new one under /var/tmp, removed at the end)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--out", default=str(HERE))
+    ap.add_argument("--env", default=str(DEFAULT_ENV), help="environment file (default: spack-envs/mpi-offline)")
     args = ap.parse_args()
+    env_file = Path(args.env).resolve()
+    env_name = load_env(env_file).name
     spack_root = Path(os.environ.get("DEDAL_SPACK_ROOT", ""))
     if not is_real_spack(spack_root):
         raise SystemExit("needs a real Spack checkout in DEDAL_SPACK_ROOT")
@@ -117,16 +123,17 @@ def main() -> int:
             env[key] = os.environ[key]
     result: Dict[str, object] = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
-        "cpus": os.cpu_count(), "spack_root": str(spack_root), "env": str(ENV_FILE.relative_to(ROOT)),
+        "cpus": os.cpu_count(), "spack_root": str(spack_root), "env": str(env_file.relative_to(ROOT)),
+        "description": load_env(env_file).description,
         "work": str(work),
     }
 
     # -- dedal --------------------------------------------------------------------------------
     exe = dedal_exe()
     dedal: Dict[str, object] = {}
-    dedal["fetch"] = timed("dedal fetch", [exe, "fetch", str(ENV_FILE), "--json"], env, logs / "fetch.log")
-    dedal["build"] = timed("dedal build", [exe, "build", str(ENV_FILE), "--json"], env, logs / "build.log")
-    dedal["assemble"] = timed("dedal assemble", [exe, "assemble", str(ENV_FILE), "--json"], env, logs / "assemble.log")
+    dedal["fetch"] = timed("dedal fetch", [exe, "fetch", str(env_file), "--json"], env, logs / "fetch.log")
+    dedal["build"] = timed("dedal build", [exe, "build", str(env_file), "--json"], env, logs / "build.log")
+    dedal["assemble"] = timed("dedal assemble", [exe, "assemble", str(env_file), "--json"], env, logs / "assemble.log")
     out = dedal["assemble"]["output"]  # type: ignore[index]
     sif = Path(out.get("image") or out.get("sif") or out.get("path"))  # type: ignore[union-attr]
     t0 = time.monotonic()
@@ -153,7 +160,7 @@ def main() -> int:
     }
 
     # -- plain spack install, same manifest, config, base, mirror --------------------------------
-    workdir = data / "work" / "mpi-offline"
+    workdir = data / "work" / env_name
     mirror = Path(settings.mirror)
     plain_dir = Path(tempfile.mkdtemp(prefix="dedal-bench-plain-", dir=settings.stage_dir))
     tree = plain_dir / "tree"
@@ -217,8 +224,7 @@ def report(r: dict) -> str:
     lines = [
         "# The real MPI stack: dedal vs one plain `spack install`", "",
         f"Measured {r['date']} on `{r['host']}` ({r['cpus']} cores), Spack {r['spack_root']}, environment "
-        f"`{r['env']}` (Open MPI 5.0.7 + bundled PMIx/PRRTE, UCX 1.13.1, hwloc 2.9.0, libevent, numactl, zlib, "
-        "ncurses, libpciaccess, dedal-benchmarks; sources: Debian's pool through recipes/debsrc), base image "
+        f"`{r['env']}` ({r.get('description', '')}; sources: Debian's pool through recipes/debsrc), base image "
         "debian-trixie (gcc 14), one after the other in one run of `benchmarks/mpi_offline/run.py`.", "",
         "## Wall time", "",
         "| step | dedal (s) | plain spack (s) | ratio |", "|---|---|---|---|",
