@@ -46,12 +46,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(plan.to_json())
         return 0
-    show(plan)
+    unrecorded = target.lock_path is not None and target.base_source == "setting base_image"
+    show(plan, base_note=": setting base_image, not recorded next to the lock" if unrecorded else "")
     return 0
 
 
-def show(plan) -> None:
-    table = Table(title=f"plan for {plan.env_name} (install root {plan.install_root}, base {plan.base_image})")
+def show(plan, base_note: str = "") -> None:
+    """The plan as a table; ``base_note`` says where the base comes from when the plan's input does
+    not (a bare lock: Spack's lock names no base image)."""
+    table = Table(title=f"plan for {plan.env_name} (install root {plan.install_root}, base {plan.base_image}{base_note})")
     for col in ("wave", "package", "hash", "status", "build-only", "in image", "needs"):
         table.add_column(col)
     wave_of = {h: i + 1 for i, wave in enumerate(plan.waves) for h in wave}

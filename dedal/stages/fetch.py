@@ -234,7 +234,8 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     listed = False
     if sources_too:
         total, before, missing, listed = _fill_mirror(spack, fenv, work, logs, mirror, note)
-    plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock"))
+    plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock",
+                                     lock_base=target.lock_base))
     return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
                        concretized=concretized, sources=total, already_present=total - before,
                        fetched=before - len(missing), plan=str(plan_path), seconds=time.monotonic() - started,

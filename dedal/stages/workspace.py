@@ -2,7 +2,9 @@
 
 Commands accept an environment file (or its directory), a ``spack.lock`` or a
 ``plan.json``; all resolve to a Target with the same fields, so every stage can be run
-alone on the artifact of the stage before it.
+alone on the artifact of the stage before it. Spack's lock names no base image: a bare
+lock's comes from the plan.json (or env.yaml) of the same environment next to it, else
+from the setting ``base_image``, and :attr:`Target.base_source` says which.
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ class Target:
     lock_path: Optional[Path] = None
     plan_path: Optional[Path] = None
     given_plan: Optional[Plan] = None
+    # a bare lock's base image as recorded next to it (plan.json of `dedal fetch`, env.yaml), and that file
+    lock_base: Optional[Tuple[str, str]] = None
 
     # -- effective image settings: a given plan fixes them; otherwise the environment
     # -- file wins over site defaults
@@ -52,7 +56,19 @@ class Target:
     def base_image(self) -> str:
         if self.given_plan:
             return self.given_plan.base_image
-        return (self.env.base_image if self.env and self.env.base_image else None) or self.settings.base_image
+        if self.env and self.env.base_image:
+            return self.env.base_image
+        return self.lock_base[0] if self.lock_base else self.settings.base_image
+
+    @property
+    def base_source(self) -> str:
+        """Where :attr:`base_image` comes from: the plan, the environment file, the file next to a
+        bare lock that records its base, else ``setting base_image`` (a lock alone does not say)."""
+        if self.given_plan:
+            return str(self.plan_path or "the plan")
+        if self.env and self.env.base_image:
+            return str(self.env.path)
+        return self.lock_base[1] if self.lock_base else "setting base_image"
 
     @property
     def tag(self) -> str:
@@ -151,6 +167,30 @@ def _env_name(name: str, path: Path) -> str:
     return name
 
 
+def recorded_base(lock: Path, name: str) -> Optional[Tuple[str, str]]:
+    """The base image a bare lock was concretized on, where a file of the same environment next
+    to it records it: the plan.json `dedal fetch` writes beside its lock (naming this lock, or one
+    with the same content), else an env.yaml (naming no other lock) that sets one. (base, file) or
+    None; what cannot be read there is passed over: the lock is what was asked for."""
+    plan_file, env_file = lock.parent / "plan.json", lock.parent / "env.yaml"
+    if plan_file.is_file():
+        try:
+            plan = Plan.from_json(load_json(plan_file), str(plan_file))
+            same = plan.lock_path and Path(plan.lock_path).is_file() and os.path.samefile(plan.lock_path, lock)
+            if plan.env_name == name and (same or plan.lock_sha256 == load_lock(lock).sha256):
+                return plan.base_image, str(plan_file)
+        except (UserError, OSError, AttributeError):
+            pass
+    if env_file.is_file():
+        try:
+            env = load_env(env_file)
+            if env.name == name and env.base_image and (env.lock is None or os.path.samefile(env.lock, lock)):
+                return env.base_image, str(env_file)
+        except (UserError, OSError):
+            pass
+    return None
+
+
 def resolve(arg: str, settings: Settings) -> Target:
     path = Path(arg)
     try:
@@ -161,11 +201,13 @@ def resolve(arg: str, settings: Settings) -> Target:
         raise UserError(f"{arg[:200]}: cannot use ({getattr(exc, 'strerror', None) or exc})") from None
     if path.is_file() and (path.suffix == ".lock" or path.name.endswith("spack.lock")):
         name = path.resolve().parent.name if path.name == "spack.lock" else path.name.split(".")[0]
-        return Target(settings, name=_env_name(name, path), lock_path=path.resolve())
+        name = _env_name(name, path)
+        return Target(settings, name=name, lock_path=path.resolve(), lock_base=recorded_base(path.resolve(), name))
     if path.is_file() and path.suffix == ".json":
         data = load_json(path)
         if isinstance(data, dict) and "concrete_specs" in data:
-            return Target(settings, name=_env_name(path.name.split(".")[0], path), lock_path=path.resolve())
+            name = _env_name(path.name.split(".")[0], path)
+            return Target(settings, name=name, lock_path=path.resolve(), lock_base=recorded_base(path.resolve(), name))
         plan = Plan.from_json(data, str(path)) if isinstance(data, dict) else None
         if plan is None:
             raise UserError(f"{path}: neither a plan nor a Spack lock")
@@ -192,7 +234,7 @@ def prepare(target: Target) -> Tuple[Plan, Path]:
     dest_lock = work / "spack.lock"
     same = dest_lock.exists() and os.path.samefile(lock_src, dest_lock)
     write_env_dir(work, manifest, None if same else lock_src)
-    target_lock = Target(target.settings, target.name, env=target.env, lock_path=dest_lock)
+    target_lock = Target(target.settings, target.name, env=target.env, lock_path=dest_lock, lock_base=target.lock_base)
     plan = target_lock.make_plan()
     plan.env_dir = str(work)
     plan.lock_path = str(dest_lock)

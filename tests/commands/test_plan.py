@@ -98,3 +98,23 @@ def test_help_lists_only_real_subcommands(run_dedal):
     assert res.returncode == 0
     for cmd in ("plan", "build", "fetch", "layers", "config", "base", "inspect", "publish", "pull", "verify"):
         assert cmd in res.stdout
+
+
+def test_a_bare_lock_takes_its_base_from_the_plan_json_beside_it(run_dedal, tmp_path):
+    """Spack's lock names no base image: `dedal plan LOCK` takes it from the plan.json that `dedal fetch`
+    (here `plan -o`) wrote next to the lock, and says when it falls back to the setting."""
+    lock = tmp_path / "gpu" / "spack.lock"
+    lock.parent.mkdir()
+    lock.write_bytes((SPACK_DATA / "tiny-dedal.spack.lock").read_bytes())
+    bare = run_dedal("plan", str(lock))
+    assert bare.returncode == 0, bare.stderr
+    title = " ".join(bare.stdout.split("┏")[0].split())  # the title above the table, unwrapped
+    assert title == ("plan for gpu (install root /opt/esd/software, base debian-trixie: setting base_image, "
+                     "not recorded next to the lock)")
+    cuda = {"DEDAL_BASE_IMAGE": "debian-trixie-cuda"}
+    recorded = json.loads(run_dedal("plan", str(lock), "-o", str(lock.parent / "plan.json"), "--json", env=cuda).stdout)
+    assert recorded["base_image"] == "debian-trixie-cuda" and recorded["lock_path"] == str(lock)
+    again = run_dedal("plan", str(lock))
+    assert "base debian-trixie-cuda)" in " ".join(again.stdout.split()) and "setting base_image" not in again.stdout
+    plan = json.loads(run_dedal("plan", str(lock), "--json").stdout)
+    assert (plan["base_image"], plan["base_id"]) == (recorded["base_image"], recorded["base_id"])
