@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from dedal.adapters import proc
 from dedal.adapters.runtime.common import Bind
 from dedal.errors import ToolMissing
+from dedal.model.elf import elf_id
 from dedal.model.image import STD_PATH
 
 #: binaries of Apptainer's etc/nvliblist.conf, bound at /usr/bin/<name>
@@ -121,18 +122,6 @@ def parse_ldconfig(text: str) -> Dict[str, List[str]]:
         if path not in paths:
             paths.append(path)
     return cache
-
-
-def elf_id(path: os.PathLike) -> Optional[Tuple[int, int]]:
-    """(ELF class, machine) of a file (after symlinks), None when it is no ELF file."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(20)
-    except OSError:
-        return None
-    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] not in (1, 2):
-        return None
-    return head[4], int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
 
 
 @functools.lru_cache(maxsize=None)
