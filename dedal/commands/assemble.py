@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "link/run dependencies (repeatable)")
     p.add_argument("--keep-build-deps", action="store_true", default=None,
                    help="also put build-only dependencies into the image")
+    p.add_argument("--runtime-base", metavar="NAME", default=None,
+                   help="assemble on this base instead of the one the layers were built on (default: the "
+                        "environment's dedal.runtime_base, else its base_image): its runtime twin, e.g. "
+                        "debian-trixie-cuda-runtime for debian-trixie-cuda")
     p.add_argument("--force", action="store_true", help="assemble even if an identical image is there")
     p.add_argument("--layers", metavar="DIR", help="layer store (default: setting `layer_store`)")
     p.add_argument("--stage-dir", metavar="DIR", help="where the image tree is put together (default: /dev/shm)")
@@ -45,13 +49,15 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.json else (lambda line: err.print(line, markup=False, highlight=False))
     with Transfers(quiet=args.json):
         result = assemble(target, settings, output=args.output, only=only, keep_build_deps=args.keep_build_deps,
-                          progress=progress, force=args.force)
+                          progress=progress, force=args.force, runtime_base=args.runtime_base)
     if args.json:
         print_json(result.to_json())
         return 0
     verb = "up to date" if result.status == "present" else f"assembled in {human_seconds(result.seconds)}"
     out.print(f"{result.image}: {verb}, {human_size(result.size)}, {len(result.layers)} layer(s)", markup=False)
     out.print(f"  sha256 {result.sha256}", markup=False)
+    if result.runtime_base:
+        out.print(f"  on runtime base {result.runtime_base_id} (layers built on {result.base_id})", markup=False)
     if result.versions:
         out.print("  " + ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items())), markup=False)
     out.print(f"  manifest {result.image_json}", markup=False)

@@ -23,7 +23,7 @@ import platform
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 
 from dedal import CHECKOUT
@@ -250,19 +250,64 @@ class BaseImage:
         return cls(**fields)
 
 
-def input_labels(base: BaseImage) -> Dict[str, str]:
+def input_labels(base: BaseImage, prefix: str = "dedal.base") -> Dict[str, str]:
     """Image labels naming the base's inputs that its definition does not pin (a live
     mirror): its packages and versions (one digest), the mirror, the apt Release files'
-    dates. A rebuild whose base differs tells from these whether its inputs moved on."""
+    dates. A rebuild whose base differs tells from these whether its inputs moved on.
+    ``prefix``: ``dedal.runtime_base`` for the base an image is assembled on when it is
+    not its build base."""
     listing = "".join(f"{name}={version}\n" for name, version in sorted(base.packages.items()))
-    labels = {"dedal.base.packages.sha256": hashlib.sha256(listing.encode()).hexdigest(),
-              "dedal.base.packages.count": str(len(base.packages))}
+    labels = {f"{prefix}.packages.sha256": hashlib.sha256(listing.encode()).hexdigest(),
+              f"{prefix}.packages.count": str(len(base.packages))}
     if base.mirror:
-        labels["dedal.base.mirror"] = base.mirror
+        labels[f"{prefix}.mirror"] = base.mirror
     if base.apt_releases:
-        labels["dedal.base.apt_releases"] = json.dumps(
+        labels[f"{prefix}.apt_releases"] = json.dumps(
             {name: r.get("date", "") for name, r in sorted(base.apt_releases.items())}, separators=(",", ":"))
     return labels
+
+
+def runtime_base_name(build: str, runtime: Optional[str]) -> str:
+    """The base an image is assembled on: ``runtime`` (an environment's ``runtime_base``)
+    when given, else the build base. UserError for an unknown definition, or ``host`` on
+    either side (a host build has no base to have a twin of)."""
+    if not runtime or runtime == build:
+        return build
+    if HOST_BASE in (build, runtime):
+        raise UserError(f"runtime_base {runtime}: a runtime base goes with a base image, not with base {HOST_BASE} "
+                        f"(base_image is {build})")
+    load_definition(runtime)
+    return runtime
+
+
+def package_mismatches(build: Mapping[str, str], runtime: Mapping[str, str]) -> List[Tuple[str, str, str]]:
+    """(package, build version, runtime version) of every package both bases hold in
+    different versions, sorted. A runtime base must match its build base here: a layer
+    linked against one version of a library must run against that same version."""
+    return [(name, build[name], runtime[name]) for name in sorted(set(build) & set(runtime))
+            if build[name] != runtime[name]]
+
+
+def check_runtime_base(build: BaseImage, runtime: BaseImage) -> int:
+    """Refuse (one UserError) a runtime base that is not the build base's twin: another OS
+    release or architecture, or a package the two share in another version (built from
+    different mirror states). Returns how many shared packages were compared."""
+    what = f"runtime base {runtime.name} ({runtime.id}) and build base {build.name} ({build.id})"
+    if build.arch != runtime.arch or build.os_id != runtime.os_id:
+        raise UserError(f"{what} differ: {runtime.os_id}/{runtime.arch} vs {build.os_id}/{build.arch}; "
+                        "a runtime base must have its build base's OS release and architecture")
+    shared = set(build.packages) & set(runtime.packages)
+    if not shared:
+        raise UserError(f"{what} share no package: no way to tell that they come from one distribution "
+                        "release and mirror state")
+    bad = package_mismatches(build.packages, runtime.packages)
+    if bad:
+        shown = ", ".join(f"{n} {b} (build) vs {r} (runtime)" for n, b, r in bad[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise UserError(f"{what}: {len(bad)} of the {len(shared)} packages they share differ in version: {shown}{more}; "
+                        f"rebuild the runtime base (`dedal base build {runtime.name} --rebuild`), or both bases "
+                        "where the mirror has moved on since the build base was made")
+    return len(shared)
 
 
 def read_base(path: Path) -> Optional[BaseImage]:

@@ -39,6 +39,9 @@ DEDAL_SCHEMA: Dict[str, Any] = {
         "tag": {"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"},
         "description": {"type": "string"},
         "base_image": {"type": "string"},
+        # the base the image is assembled on (default: base_image, the build base): a smaller
+        # twin of the build base with only the runtime libraries (e.g. debian-trixie-cuda-runtime)
+        "runtime_base": {"type": "string", "minLength": 1},
         "install_root": _ABS_PATH,
         "view": _ABS_PATH,
         "registry": {"type": "string", "pattern": "^oras://"},
@@ -95,6 +98,7 @@ class EnvFile:
     tag: str = "latest"
     description: str = ""
     base_image: Optional[str] = None
+    runtime_base: Optional[str] = None  # assemble on this base instead of base_image (layers stay keyed on it)
     install_root: Optional[str] = None
     view: Optional[str] = None
     registry: str = ""
@@ -160,6 +164,8 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"{where}: invalid value {_describe(err.instance)} (must match {err.validator_value})"
     if validator == "enum":
         return f"{where}: expected one of {', '.join(map(str, err.validator_value))}, got {_describe(err.instance)}"
+    if validator == "minLength":
+        return f"{where}: must not be empty"
     if validator == "minimum":
         return f"{where}: must be at least {err.validator_value}, got {_describe(err.instance)}"
     return f"{where}: {err.message}"
@@ -182,6 +188,7 @@ def parse_env(data: Any, path: Path) -> EnvFile:
         tag=ded.get("tag", "latest"),
         description=ded.get("description", ""),
         base_image=ded.get("base_image"),
+        runtime_base=ded.get("runtime_base"),
         install_root=ded.get("install_root"),
         view=ded.get("view"),
         registry=ded.get("registry", ""),

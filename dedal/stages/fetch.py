@@ -189,6 +189,8 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     started = time.monotonic()
     settings = target.settings
     note = progress.note if progress else (lambda line: None)
+    if target.runtime_base != target.base_image:  # an unknown runtime base is said now, not after the build
+        note(f"layers built on base {target.base_image}, the image assembled on base {target.runtime_base}")
     spack_root, commit = obtain_spack(settings)
     note(f"spack {commit[:12] or spack_root}")
     work = target.workdir

@@ -32,7 +32,7 @@ from dedal.errors import UserError
 from dedal.model import sif as sif_mod
 from dedal.model.base import load_definition
 from dedal.model.image import ENV_IN_IMAGE
-from dedal.stages.assemble.provenance import BASE_FILE, ENV_FILE
+from dedal.stages.assemble.provenance import BASE_FILE, ENV_FILE, RUNTIME_BASE_FILE
 from dedal.stages.reproducible import LABEL as SDE_LABEL
 from dedal.stages.sifdiff import DiffResult, diff_images
 
@@ -91,13 +91,15 @@ def extract_env(path: Path, dest: Path) -> Path:
 def check_inputs(env_dir: Path, labels: Dict[str, str], settings: Any) -> Dict[str, Any]:
     """The overrides that make this dedal use the image's inputs; UserError where it cannot."""
     overrides: Dict[str, Any] = {}
-    base_file = env_dir / BASE_FILE
-    if base_file.is_file():
-        name = str((yaml.safe_load(base_file.read_text()) or {}).get("name", labels.get("dedal.base.image", "")))
+    for carried, label in ((BASE_FILE, "dedal.base.image"), (RUNTIME_BASE_FILE, "dedal.runtime_base.image")):
+        base_file = env_dir / carried
+        if not base_file.is_file():
+            continue
+        name = str((yaml.safe_load(base_file.read_text()) or {}).get("name", labels.get(label, "")))
         local = load_definition(name)
         if local.text != base_file.read_text():
             raise UserError(f"base image {name}: its definition here ({local.path}) is not the one the image was built "
-                            f"from (carried in {ENV_IN_IMAGE}/{BASE_FILE}); the rebuild would use another base")
+                            f"from (carried in {ENV_IN_IMAGE}/{carried}); the rebuild would use another base")
     commit = labels.get("dedal.spack.commit", "")
     if settings.spack_root:
         root = Path(settings.spack_root)

@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 
 from dedal.errors import UserError
 from dedal.model import durations
-from dedal.model.base import base_identity
+from dedal.model.base import base_identity, runtime_base_name
 from dedal.model.config import Settings
 from dedal.model.envfile import EnvFile, load_env
 from dedal.model.inputs import load_json
@@ -69,6 +69,12 @@ class Target:
         if self.env and self.env.base_image:
             return str(self.env.path)
         return self.lock_base[1] if self.lock_base else "setting base_image"
+
+    @property
+    def runtime_base(self) -> str:
+        """The base the image is assembled on: the environment file's ``runtime_base`` (a
+        known definition; UserError otherwise), else the build base."""
+        return runtime_base_name(self.base_image, self.env.runtime_base if self.env else None)
 
     @property
     def tag(self) -> str:

@@ -292,3 +292,84 @@ def test_sigterm_during_a_base_build_stops_debootstrap_and_leaves_nothing(tmp_pa
         time.sleep(0.1)
     assert not Path(f"/proc/{child}").exists(), "debootstrap outlived dedal"
     assert not list(cache.glob(".build-*")) and not (cache / "slow").exists()
+
+
+def _fake_base(root: Path, name: str, status: str, *, os_version: str = "13", arch: str = "amd64") -> base.BaseImage:
+    """A built base as base.json has it, its packages read from a fake dpkg status file."""
+    (root / "var/lib/dpkg").mkdir(parents=True)
+    (root / "var/lib/dpkg/status").write_text(status)
+    return base.BaseImage(name=name, id=f"{name}-0", path=root, kind="debian", arch=arch,
+                          os_release={"ID": "debian", "VERSION_ID": os_version},
+                          versions={}, packages=debootstrap.installed_packages(root))
+
+
+def _stanza(name: str, version: str) -> str:
+    return f"Package: {name}\nStatus: install ok installed\nArchitecture: amd64\nVersion: {version}\n\n"
+
+
+BUILD_STATUS = "".join(_stanza(n, v) for n, v in (
+    ("libc6", "2.41-12+deb13u5"), ("libzstd1", "1.5.7+dfsg-1+deb13u1"), ("nvidia-cuda-dev", "12.4.127~12.4.1-2"),
+    ("libcudart12", "12.4.127~12.4.1-2"), ("libcuda1", "550.163.01-2")))
+
+
+def test_runtime_base_must_share_the_build_bases_versions(tmp_path):
+    """A runtime base is its build base's twin: every package both hold in one version (from
+    the fake dpkg databases), the same OS release and architecture; else one UserError that
+    names the packages and both versions."""
+    build = _fake_base(tmp_path / "build", "cuda", BUILD_STATUS)
+    twin = _fake_base(tmp_path / "twin", "cuda-runtime", "".join(_stanza(n, v) for n, v in (
+        ("libc6", "2.41-12+deb13u5"), ("libzstd1", "1.5.7+dfsg-1+deb13u1"), ("libcudart12", "12.4.127~12.4.1-2"),
+        ("python3", "3.13.5-1"))))
+    assert base.package_mismatches(build.packages, twin.packages) == []
+    assert base.check_runtime_base(build, twin) == 3  # libc6, libzstd1, libcudart12 compared
+
+    # debootstrap's libzstd1 where the build base got trixie-updates' (the real case that made
+    # debian-trixie-cuda-runtime name libzstd1)
+    older = _fake_base(tmp_path / "older", "cuda-runtime", BUILD_STATUS.replace("1.5.7+dfsg-1+deb13u1", "1.5.7+dfsg-1"))
+    assert base.package_mismatches(build.packages, older.packages) == [
+        ("libzstd1", "1.5.7+dfsg-1+deb13u1", "1.5.7+dfsg-1")]
+    with pytest.raises(UserError) as exc:
+        base.check_runtime_base(build, older)
+    msg = exc.value.one_line()
+    assert "1 of the 5 packages they share differ in version: libzstd1 1.5.7+dfsg-1+deb13u1 (build) vs " \
+           "1.5.7+dfsg-1 (runtime)" in msg
+    assert "dedal base build cuda-runtime --rebuild" in msg and "\n" not in msg
+
+    other_os = _fake_base(tmp_path / "bookworm", "cuda-runtime", BUILD_STATUS, os_version="12")
+    with pytest.raises(UserError, match="debian12/amd64 vs debian13/amd64"):
+        base.check_runtime_base(build, other_os)
+    strangers = _fake_base(tmp_path / "none", "cuda-runtime", _stanza("busybox", "1"))
+    with pytest.raises(UserError, match="share no package"):
+        base.check_runtime_base(build, strangers)
+
+
+def test_runtime_base_name():
+    """No runtime_base (or the build base itself): the build base; a known definition: it;
+    an unknown one, or host on either side: one UserError."""
+    assert base.runtime_base_name("debian-trixie-cuda", None) == "debian-trixie-cuda"
+    assert base.runtime_base_name("debian-trixie-cuda", "debian-trixie-cuda") == "debian-trixie-cuda"
+    assert base.runtime_base_name("debian-trixie-cuda", "debian-trixie-cuda-runtime") == "debian-trixie-cuda-runtime"
+    with pytest.raises(UserError, match="unknown base image 'nope'; known: .*debian-trixie-cuda-runtime"):
+        base.runtime_base_name("debian-trixie-cuda", "nope")
+    for build, runtime in (("host", "debian-trixie"), ("debian-trixie", "host")):
+        with pytest.raises(UserError, match="a runtime base goes with a base image, not with base host"):
+            base.runtime_base_name(build, runtime)
+
+
+def test_cuda_runtime_base_definition():
+    """The GPU runtime base: the build base's suite, mirror and archive areas, the CUDA
+    runtime and math libraries, NCCL, the compilers' and rdma-core's runtime libraries;
+    neither the toolkit nor the development tree nor the driver's own libraries."""
+    rt = base.load_definition("debian-trixie-cuda-runtime")
+    build = base.load_definition("debian-trixie-cuda")
+    for key in ("suite", "variant", "arch", "mirror", "updates", "security", "components"):
+        assert getattr(rt, key) == getattr(build, key), key
+    pkgs = rt.all_packages
+    for p in ("libcudart12", "libnccl2", "libcublas12", "libcublaslt12", "libcufft11", "libcurand10", "libcusolver11",
+              "libcusparse12", "libstdc++6", "libgcc-s1", "libgfortran5", "libibverbs1", "librdmacm1t64",
+              "ibverbs-providers", "python3", "hwloc-nox", "numactl"):
+        assert p in pkgs, p
+    for p in ("nvidia-cuda-toolkit", "nvidia-cuda-dev", "libnccl-dev", "libcuda1", "libnvidia-ml1", "gcc", "gcc-13"):
+        assert p not in pkgs, p
+    assert not rt.python_venv and "SPACK_PYTHON" not in rt.env  # no concretizing in an image
+    assert rt.record_versions["cudart"] == build.record_versions["cudart"] == "libcudart12"

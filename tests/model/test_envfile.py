@@ -44,6 +44,8 @@ def test_spack_section_is_passed_untouched_and_written(tmp_path):
     ({"spack": {}, "dedal": {"verify": {"thresholds": {"latency_overhead_us": -1}}}}, "must be at least 0"),
     ({"spack": {}, "dedal": {"registry": "docker://x"}}, "dedal.registry: invalid value"),
     ({"spack": []}, "spack: expected object"),
+    ({"spack": {}, "dedal": {"runtime_base": ""}}, "dedal.runtime_base: must not be empty"),
+    ({"spack": {}, "dedal": {"runtime_base": ["a"]}}, "dedal.runtime_base: expected string, got ['a']"),
 ])
 def test_bad_environment_files(tmp_path, doc, message):
     (tmp_path / "env.yaml").write_text(yaml.safe_dump(doc))
@@ -65,3 +67,14 @@ def test_bad_environment_cli_exit_2_nothing_written(run_dedal, tmp_path):
     env_file.write_text("spack: {specs: [zlib]\n")
     res = run_dedal("fetch", str(env_file), env={"DEDAL_DATA_DIR": str(data)})
     assert res.returncode == 2 and "not valid YAML" in res.stderr and not data.exists()
+
+
+def test_runtime_base_key(tmp_path):
+    """dedal.runtime_base: the base the image is assembled on; absent, nothing changes (None:
+    the build base, base_image or the setting)."""
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {
+        "base_image": "debian-trixie-cuda", "runtime_base": "debian-trixie-cuda-runtime"}}))
+    env = load_env(tmp_path)
+    assert (env.base_image, env.runtime_base) == ("debian-trixie-cuda", "debian-trixie-cuda-runtime")
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}}))
+    assert load_env(tmp_path).runtime_base is None

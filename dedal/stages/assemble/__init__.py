@@ -8,6 +8,7 @@ The modules, in the order the stage uses them (each imports only those above it)
 * :mod:`.envscript`: ``spack env activate --sh`` as the image's environment script;
 * :mod:`.apptainer_files`: ``/.singularity.d`` (actions, env scripts, runscript, labels);
 * :mod:`.spack_run`: Spack inside the tree (reindex, view, activation, its database);
+* :mod:`.closure`: every ELF file finds its libraries in the image (``check_closure``);
 * :mod:`.metadata`: versions, labels, the definition and inspect metadata of the SIF;
 * :mod:`.manifest`: file names, the result, the image manifest, the up-to-date check;
 * :mod:`.stage`: :func:`assemble`, the stage itself (its documentation tells the steps).
@@ -16,12 +17,14 @@ This package is the public face: callers use the names below.
 """
 from dedal.stages.assemble.apptainer_files import DEFAULT_RUNSCRIPT, runscript_text
 from dedal.stages.assemble.audit import LayerInfo, audit_layers, entry_problem
+from dedal.stages.assemble.closure import ClosureReport, check_closure
 from dedal.stages.assemble.envscript import activation_script
 from dedal.stages.assemble.manifest import AssembleResult, image_paths
 from dedal.stages.assemble.selection import select_packages
 from dedal.stages.assemble.stage import assemble
 
 __all__ = [
-    "AssembleResult", "DEFAULT_RUNSCRIPT", "LayerInfo", "activation_script", "assemble", "audit_layers",
+    "AssembleResult", "ClosureReport", "DEFAULT_RUNSCRIPT", "LayerInfo", "activation_script", "assemble",
+    "audit_layers", "check_closure",
     "entry_problem", "image_paths", "runscript_text", "select_packages",
 ]

@@ -44,6 +44,9 @@ class AssembleResult:
     seconds: float = 0.0
     timings: Dict[str, float] = field(default_factory=dict)
     log: str = ""
+    runtime_base: str = ""      # the base the image was assembled on, where not base_image
+    runtime_base_id: str = ""
+    elf_closure: Dict[str, Any] = field(default_factory=dict)  # closure.ClosureReport.to_json()
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)
@@ -74,8 +77,13 @@ def inputs_digest(data: Mapping[str, Any]) -> str:
 
 
 def image_manifest(result: AssembleResult, digest: str, plan: Any, base: Any, infos: Sequence[LayerInfo],
-                    hashes: Sequence[str]) -> Dict[str, Any]:
-    return {
+                    hashes: Sequence[str], runtime: Any = None) -> Dict[str, Any]:
+    """The manifest: ``base`` is the build base (the layers' key), ``runtime`` the base the
+    image was assembled on where it is another."""
+    extra: Dict[str, Any] = {"elf_closure": result.elf_closure} if result.elf_closure else {}
+    if runtime is not None:
+        extra["runtime_base"] = base_json(plan, runtime)
+    return {**extra,
         "format": IMAGE_FORMAT,
         "path": result.image, "sha256": result.sha256, "size": result.size,
         "squashfs_size": result.squashfs_size,
@@ -109,6 +117,8 @@ def existing_image(sif_path: Path, json_path: Path, sbom_path: Path, digest: str
             base_id=data["base_id"], roots=data["roots"], only=data["only"],
             keep_build_deps=data["keep_build_deps"], layers=[{k: v for k, v in l.items() if k != "prefix"}
                                                              for l in data["layers"]],
-            labels=data["labels"], versions=data["versions"], method="none")
+            labels=data["labels"], versions=data["versions"], method="none",
+            runtime_base=(data.get("runtime_base") or {}).get("name", ""),
+            runtime_base_id=(data.get("runtime_base") or {}).get("id", ""), elf_closure=data.get("elf_closure", {}))
     except (KeyError, TypeError, AttributeError):
         return None

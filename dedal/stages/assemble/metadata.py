@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from dedal import __version__
 from dedal.errors import UserError
+from dedal.model.base import input_labels
 from dedal.model.image import ENV_SCRIPT, SBOM_IN_IMAGE
 from dedal.stages.assemble.audit import LayerInfo
 
@@ -91,7 +92,24 @@ def make_labels(plan: Any, base: Any, infos: Sequence[LayerInfo], roots: Sequenc
     return labels
 
 
-def definition_text(plan: Any, base: Any, labels: Mapping[str, str], env91: str, runscript: str) -> str:
+def runtime_base_labels(build: Any, runtime: Any, digest: str, shared: int) -> Dict[str, str]:
+    """Labels of the base an image is assembled on when it is not its build base: its name,
+    id, content, OS and recorded versions, its inputs (:func:`input_labels`), and how many
+    Debian packages it shares with the build base (all in the same version, checked). The
+    build base's recorded versions come along, so both sets are read side by side."""
+    compact = {"sort_keys": True, "separators": (",", ":")}
+    labels = {"dedal.runtime_base.image": runtime.name, "dedal.runtime_base.id": runtime.id,
+              "dedal.runtime_base.sha256": digest,
+              "dedal.runtime_base.os": runtime.os_release.get("PRETTY_NAME", runtime.os_id),
+              "dedal.runtime_base.versions": json.dumps(dict(runtime.versions), **compact),
+              "dedal.runtime_base.shared_packages": str(shared),
+              "dedal.base.versions": json.dumps(dict(build.versions), **compact)}
+    labels.update(input_labels(runtime, prefix="dedal.runtime_base"))
+    return labels
+
+
+def definition_text(plan: Any, base: Any, labels: Mapping[str, str], env91: str, runscript: str,
+                    runtime: Any = None) -> str:
     """The definition object: not an Apptainer recipe (no `apptainer build` made this image),
     a readable record of what went in, in the definition file's syntax."""
     def indent(text: str) -> str:
@@ -100,8 +118,12 @@ def definition_text(plan: Any, base: Any, labels: Mapping[str, str], env91: str,
     lines = [f"# Assembled by dedal {__version__} (`dedal assemble`), not by `apptainer build`:",
              "# the base root filesystem, one squashfs layer per Spack package, spack reindex + view.",
              "Bootstrap: dedal",
-             f"From: {plan.base_image}" + (f" ({base.id})" if base is not None else ""),
-             "", "%labels"]
+             f"From: {plan.base_image}" + (f" ({base.id})" if base is not None else "")]
+    if runtime is not None:
+        lines[-1] = f"From: {runtime.name} ({runtime.id})"
+        lines.append(f"# the layers were built on {plan.base_image} ({plan.base_id}); the image carries "
+                     f"{runtime.name}, its runtime twin")
+    lines += ["", "%labels"]
     lines += [f"    {k} {v}" for k, v in sorted(labels.items()) if k != "dedal.layers"]
     text = "\n".join(lines) + "\n\n%environment\n" + indent(env91) + "\n%runscript\n" + indent(runscript)
     return text
@@ -109,7 +131,7 @@ def definition_text(plan: Any, base: Any, labels: Mapping[str, str], env91: str,
 
 def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str, env90: str, env91: str, plan: Any,
               base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
-              keep_build_deps: bool, versions: Mapping[str, str]) -> Dict[str, Any]:
+              keep_build_deps: bool, versions: Mapping[str, str], runtime: Any = None) -> Dict[str, Any]:
     """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own section."""
     return {
         "data": {"attributes": {
@@ -123,6 +145,7 @@ def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str,
             "roots": [plan.nodes[h].label for h in roots], "only": list(only_names),
             "keep_build_deps": keep_build_deps, "versions": dict(versions),
             "layers": [{**i.label(), "prefix": i.prefix, "files": i.files} for i in infos],
+            **({"runtime_base": base_json(plan, runtime)} if runtime is not None else {}),
         },
     }
 

@@ -10,7 +10,9 @@ Besides ``spack.yaml`` (the manifest Spack uses inside the image) and ``spack.lo
   relative to it, and a ``dedal:`` section with everything that decides the image
   (name, tag, base image, install root and view made explicit, description, labels,
   runscript, selection);
-* ``base.yaml``: the base image's definition, as it was built.
+* ``base.yaml``: the base image's definition, as it was built; ``runtime-base.yaml``
+  likewise for the base the image was assembled on where that is another
+  (``runtime_base``).
 
 `dedal rebuild` extracts this directory and builds ``env.yaml`` with ``spack.lock``
 beside it. The copies are made the same way on every machine (sorted, no
@@ -34,7 +36,8 @@ from dedal.model.image import ENV_IN_IMAGE
 
 ENV_FILE = "env.yaml"
 BASE_FILE = "base.yaml"
-KEEP = ("spack.yaml", "spack.lock", ENV_FILE, BASE_FILE, "repos", "includes")
+RUNTIME_BASE_FILE = "runtime-base.yaml"
+KEEP = ("spack.yaml", "spack.lock", ENV_FILE, BASE_FILE, RUNTIME_BASE_FILE, "repos", "includes")
 _IGNORED = ("__pycache__",)
 
 
@@ -94,7 +97,7 @@ def copy_inputs(manifest: Mapping[str, Any], env_dir: Path) -> None:
 
 
 def dedal_section(plan: Any, env: Any, *, only: List[str], keep_build_deps: bool, runscript: str,
-                  labels: Mapping[str, str], description: str) -> Dict[str, Any]:
+                  labels: Mapping[str, str], description: str, runtime_base: str = "") -> Dict[str, Any]:
     """The ``dedal:`` section of ``env.yaml``: the environment file's own (verify and
     registry settings kept), with every value that decides the image made explicit."""
     raw: Dict[str, Any] = {}
@@ -107,8 +110,9 @@ def dedal_section(plan: Any, env: Any, *, only: List[str], keep_build_deps: bool
     raw.pop("lock", None)  # spack.lock lies beside env.yaml
     raw.update({"name": plan.env_name, "tag": plan.tag, "base_image": plan.base_image,
                 "install_root": plan.install_root, "view": plan.view})
+    runtime_base = "" if runtime_base == plan.base_image else runtime_base
     for key, value in (("description", description), ("runscript", runscript), ("labels", dict(labels)),
-                       ("only", list(only)), ("keep_build_deps", keep_build_deps)):
+                       ("only", list(only)), ("keep_build_deps", keep_build_deps), ("runtime_base", runtime_base)):
         if value:
             raw[key] = value
         else:
@@ -116,15 +120,22 @@ def dedal_section(plan: Any, env: Any, *, only: List[str], keep_build_deps: bool
     return raw
 
 
+def definition_of(base: Any) -> Optional[Path]:
+    """The definition file a built base keeps beside its root (None: host, or none kept)."""
+    return Path(base.path) / base.definition_file if base is not None and base.definition_file else None
+
+
 def write_rebuild_inputs(env_dir: Path, manifest: Mapping[str, Any], dedal: Mapping[str, Any],
-                         base_definition: Optional[Path]) -> None:
-    """``env.yaml`` and ``base.yaml`` (see the module documentation) into ``env_dir``."""
+                         base_definition: Optional[Path], runtime_definition: Optional[Path] = None) -> None:
+    """``env.yaml``, ``base.yaml`` and ``runtime-base.yaml`` (see the module documentation)
+    into ``env_dir``."""
     text = yaml.safe_dump({"spack": relocated(manifest, "")["spack"], "dedal": dict(dedal)}, sort_keys=False)
     (env_dir / ENV_FILE).write_text("# The environment this image was built from (dedal rebuild uses it)\n" + text)
     (env_dir / ENV_FILE).chmod(0o644)
-    if base_definition is not None and base_definition.is_file():
-        shutil.copyfile(base_definition, env_dir / BASE_FILE)
-        (env_dir / BASE_FILE).chmod(0o644)
+    for source, name in ((base_definition, BASE_FILE), (runtime_definition, RUNTIME_BASE_FILE)):
+        if source is not None and source.is_file():
+            shutil.copyfile(source, env_dir / name)
+            (env_dir / name).chmod(0o644)
 
 
 def in_image(manifest: Mapping[str, Any]) -> Dict[str, Any]:

@@ -7,15 +7,22 @@
    inside ``<prefix>/``; no device nodes; symlinks point into the install root (absolute
    ones, as Spack makes, or relative ones that do not climb out of it). Anything else is
    refused (UserError) before a byte of the image is written.
-3. **Tree** in a stage under ``stage_dir`` (/dev/shm): the base root filesystem as the
+3. **Tree** in a stage under ``stage_dir`` (/dev/shm): the image's base root filesystem as the
    lower layer of an overlay mount (nothing copied; where no overlay can be mounted, the
    base's squashfs is extracted instead), each layer extracted at the install root.
+   The image's base is the build base (the plan's, which the layer keys name), or the
+   environment's ``runtime_base``: a smaller twin with only the runtime libraries (e.g.
+   no CUDA toolkit), refused unless every Debian package the two share has one version
+   (:func:`dedal.model.base.check_runtime_base`); labels, SBOM and manifest name both.
 4. **Spack** runs inside the tree (writable, the Spack checkout and its user cache bound):
    ``reindex`` (the layers carry no database), ``env view regenerate`` at the view's
    final path, and ``env activate --sh``, whose output becomes
    ``/.singularity.d/env/91-environment.sh`` (PATH, MANPATH, ..., package run
    environments; Spack's own variables dropped, inherited values kept as ``$VAR``). The
    environment (spack.yaml, spack.lock) and the SBOM stay in the image under /opt/dedal.
+   Then the **ELF closure** (:mod:`.closure`): every ELF file under the install root and
+   the view finds each library it needs inside the image, the host driver's excepted;
+   otherwise one UserError naming the files and libraries, before anything is packed.
 5. **Apptainer's layout**: ``/.singularity.d/{actions,env,libs}``, the env scripts, a
    runscript, ``labels.json``, the mount points Apptainer expects.
 6. **Reproducible**: one date for every time stamp (:mod:`dedal.stages.reproducible`:
@@ -54,7 +61,8 @@ from dedal import __version__
 from dedal.adapters import squashfs
 from dedal.errors import Signals, UserError
 from dedal.model import sbom as sbom_mod, sif as sif_mod
-from dedal.model.base import HOST_BASE, input_labels as base_input_labels, iter_cached
+from dedal.model.base import (HOST_BASE, check_runtime_base, input_labels as base_input_labels, iter_cached,
+                              runtime_base_name)
 from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
 from dedal.model.layers import LayerStore, sha256_file
 from dedal.model.owner import GONE, owner_tag, tag_state
@@ -64,10 +72,12 @@ from dedal.model.spack_lock import load_lock
 from dedal.stages.assemble import provenance
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
 from dedal.stages.assemble.audit import audit_layers, inside
+from dedal.stages.assemble.closure import require_closure
 from dedal.stages.assemble.envscript import env_lines
 from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths,
                                             inputs_digest)
-from dedal.stages.assemble.metadata import definition_text, image_versions, inspect_metadata, iso_date, make_labels
+from dedal.stages.assemble.metadata import (definition_text, image_versions, inspect_metadata, iso_date, make_labels,
+                                            runtime_base_labels)
 from dedal.stages.assemble.selection import select_packages
 from dedal.stages.assemble.spack_run import normalize_spack_db, run_spack
 from dedal.stages.assemble.tree import ImageTree, extract_layers, mkdirs, write_file
@@ -149,6 +159,7 @@ def assemble(
     runscript: Optional[str] = None,
     labels: Optional[Mapping[str, str]] = None,
     description: Optional[str] = None,
+    runtime_base: Optional[str] = None,
 ) -> AssembleResult:
     """Assemble the image of an environment; see the module documentation."""
     started = time.monotonic()
@@ -163,6 +174,7 @@ def assemble(
     user_labels = dict(env.labels) if env is not None else {}
     user_labels.update(labels or {})
     description = description if description is not None else (env.description if env is not None else "")
+    runtime_name = runtime_base_name(plan.base_image, runtime_base or (env.runtime_base if env is not None else None))
 
 
     envdir = Path(plan.env_dir) if plan.env_dir else None
@@ -188,8 +200,15 @@ def assemble(
     t0 = time.monotonic()
     infos = audit_layers(plan, hashes, store, say, memo=Path(settings.cache_dir) / "assemble" / "audited")
     timings["audit"] = time.monotonic() - t0
-    base = _find_base(plan, settings, say)
-    base_digest = base_sha256(base, settings) if base is not None else ""
+    build_base = _find_base(plan, settings, say)
+    build_digest = base_sha256(build_base, settings) if build_base is not None else ""
+    base, base_digest, shared = build_base, build_digest, 0  # base: what the image is made on
+    if runtime_name != plan.base_image:
+        base = ensure_base(runtime_name, settings, progress=say)
+        shared = check_runtime_base(build_base, base)
+        base_digest = base_sha256(base, settings)
+        say(f"runtime base {base.id}: the {shared} Debian packages it shares with build base {build_base.id} "
+            "have the same versions")
     versions, version_sources = image_versions(plan, hashes, base)
     created, created_from = image_date(plan, settings)
     say(f"image date {iso_date(created)}: {created_from}")
@@ -197,11 +216,13 @@ def assemble(
         "format": IMAGE_FORMAT, "dedal": __version__, "env": plan.env_name, "tag": plan.tag,
         "install_root": plan.install_root, "view": plan.view, "lock_sha256": plan.lock_sha256,
         "spack_commit": plan.spack_commit, "manifest": provenance.inputs_digest(manifest),  # no host path
-        "base": {"id": base.id, "sha256": base_digest} if base else "host",
+        "base": {"id": build_base.id, "sha256": build_digest} if build_base else "host",
         "layers": [[i.key, i.sha256] for i in infos], "roots": roots, "keep_build_deps": keep_build_deps,
         "runscript": runscript, "labels": user_labels, "description": description,
         "source_date_epoch": created,
     }
+    if base is not build_base:
+        inputs["runtime_base"] = {"id": base.id, "sha256": base_digest}
     digest = inputs_digest(inputs)
     if not force:
         kept = existing_image(sif_path, json_path, sbom_path, digest)
@@ -212,13 +233,15 @@ def assemble(
             return kept
 
     inherited = base_singularity(base)  # an Apptainer-built base keeps its labels, environment, runscript
-    labels_out = make_labels(plan, base, infos, roots, only_names, keep_build_deps, versions, version_sources,
+    labels_out = make_labels(plan, build_base, infos, roots, only_names, keep_build_deps, versions, version_sources,
                          created, description, user_labels, inherited["labels"])
-    if base_digest:
-        labels_out["dedal.base.sha256"] = base_digest
+    if build_digest:
+        labels_out["dedal.base.sha256"] = build_digest
     labels_out[SDE_LABEL] = str(created)
-    if base is not None:
-        labels_out.update(base_input_labels(base))
+    if build_base is not None:
+        labels_out.update(base_input_labels(build_base))
+    if base is not build_base:
+        labels_out.update(runtime_base_labels(build_base, base, base_digest, shared))
     runscript_sh = runscript_text(runscript) if runscript.strip() or not inherited["runscript"] \
         else inherited["runscript"]
     env90 = (inherited["90-environment.sh"].rstrip("\n") + "\n" if inherited["90-environment.sh"]
@@ -228,7 +251,10 @@ def assemble(
 
     lock = load_lock(envdir / "spack.lock")
     base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id,
-                  "dedal:base_sha256": base_digest}
+                  "dedal:base_sha256": build_digest}
+    if base is not build_base:
+        base_props.update({"dedal:runtime_base_image": base.name, "dedal:runtime_base_id": base.id,
+                           "dedal:runtime_base_sha256": base_digest})
     if only_names:
         base_props["dedal:only"] = ",".join(only_names)
     sbom_doc = sbom_mod.make_sbom(plan, hashes, layers=layer_map, lock=lock, created=created, roots=roots,
@@ -250,6 +276,7 @@ def assemble(
     tmp_sbom = sbom_path.with_name(tmp_tag + ".sbom.cdx.json")
     temps = [tmp_sqfs, tmp_sif, tmp_json, tmp_sbom]
     method = "none"
+    closure: Dict[str, Any] = {}
     with Signals("assemble"):  # SIGTERM/SIGINT: the stage and every temporary file go away
         try:
             with Stage(Path(settings.stage_dir), "assemble") as stage:
@@ -287,19 +314,31 @@ def assemble(
                     shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
                     provenance.write_rebuild_inputs(env_dir_img, manifest, provenance.dedal_section(
                         plan, env, only=only_names, keep_build_deps=keep_build_deps, runscript=runscript,
-                        labels=user_labels, description=description),
-                        Path(base.path) / base.definition_file if base is not None and base.definition_file else None)
+                        labels=user_labels, description=description, runtime_base=runtime_name),
+                        provenance.definition_of(build_base),
+                        provenance.definition_of(base) if base is not build_base else None)
                     normalize_spack_db(ir_dir, created)
                     timings["spack"] = time.monotonic() - t0
+
+                    t0 = time.monotonic()
+                    if base is not None:  # a host base's libraries are the host's: nothing to check in the image
+                        closure = require_closure(root, [plan.install_root, plan.view], arch=base.arch,
+                                                  where=f"image {plan.env_name}:{plan.tag}", log=log).to_json()
+                        say(f"ELF closure: {closure['checked']} file(s) find their libraries in the image"
+                            + (f" (host driver's: {', '.join(sorted(closure['host_driver']))})"
+                               if closure["host_driver"] else ""))
+                    timings["closure"] = time.monotonic() - t0
 
                     t0 = time.monotonic()
                     write_apptainer_files(root, env90=env90, env91=env91, runscript=runscript_sh, labels=labels_out)
                     write_file(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
                     timings["image_files"] = time.monotonic() - t0
 
-                    definition = definition_text(plan, base, labels_out, env91, runscript_sh)
-                    metadata = inspect_metadata(labels_out, definition, runscript_sh, env90, env91, plan, base, infos, roots,
-                                         only_names, keep_build_deps, versions)
+                    definition = definition_text(plan, build_base, labels_out, env91, runscript_sh,
+                                                 runtime=base if base is not build_base else None)
+                    metadata = inspect_metadata(labels_out, definition, runscript_sh, env90, env91, plan, build_base,
+                                                infos, roots, only_names, keep_build_deps, versions,
+                                                runtime=base if base is not build_base else None)
                     # mksquashfs writes the partition at its place in the SIF: no copy afterwards
                     offset = sif_mod.partition_offset(definition=definition, labels=labels_out, metadata=metadata,
                                                       sbom=sbom_bytes)
@@ -342,8 +381,11 @@ def assemble(
                 base_image=plan.base_image, base_id=plan.base_id, roots=[plan.nodes[h].label for h in roots],
                 only=only_names, keep_build_deps=keep_build_deps, layers=[i.label() for i in infos],
                 labels=labels_out, versions=versions, method=method, log=str(log),
+                runtime_base=base.name if base is not build_base else "",
+                runtime_base_id=base.id if base is not build_base else "", elf_closure=closure,
             )
-            manifest_json = image_manifest(result, digest, plan, base, infos, hashes)
+            manifest_json = image_manifest(result, digest, plan, build_base, infos, hashes,
+                                           runtime=base if base is not build_base else None)
             write_file(tmp_json, json.dumps(manifest_json, indent=1, sort_keys=True) + "\n", 0o644)
             # the manifest last: an image exists when its manifest does
             os.replace(tmp_sbom, sbom_path)

@@ -282,6 +282,8 @@ def test_bad_layers_are_refused(host_env, tmp_path, damage, message):
 @pytest.mark.parametrize("args,message", [
     (["--only", "nosuch"], "--only nosuch: no such package"),
     (["--only", "dedal-tool"], "no such package"),   # build-only: never in the image
+    (["--runtime-base", "debian-trixie"], "runtime_base debian-trixie: a runtime base goes with a base image, "
+                                          "not with base host"),
 ])
 def test_bad_arguments(host_env, args, message):
     r = host_env.dedal("assemble", str(host_env.env_file), *args)

@@ -173,3 +173,14 @@ def test_apptainer_runs_inspects_signs_and_verifies_the_image(trixie_image, appt
     # dedal reads the signed image as before (the signature is one more SIF object)
     assert sif.primary_partition(sif.read_sif(image)).size == sif.primary_partition(
         sif.read_sif(trixie_image["image"])).size
+
+
+def test_elf_closure_is_checked_and_no_runtime_base_by_default(trixie_image):
+    """Every assembly on a base checks the ELF closure (the tiny layers' programs and
+    libraries, and the base's libraries they load); without runtime_base the image is made
+    on the build base and says nothing of another."""
+    closure = trixie_image["elf_closure"]
+    assert closure["missing"] == {} and closure["unreadable"] == {} and closure["host_driver"] == {}
+    assert closure["elf_files"] >= 3 and closure["checked"] > closure["elf_files"]  # + libc & co of the base
+    assert trixie_image["runtime_base"] == "" and trixie_image["runtime_base_id"] == ""
+    assert not [k for k in trixie_image["labels"] if k.startswith("dedal.runtime_base")]
