@@ -73,6 +73,7 @@ class Plan:
     critical_path_s: float = 0.0
     layer_store: str = ""
     env_dir: str = ""          # where the Spack manifest (spack.yaml) and lock for the builds live
+    runtime_base: str = ""     # the base the image is assembled on, where not base_image (keys stay base_id's)
     format: int = PLAN_FORMAT
 
     # -- JSON ----------------------------------------------------------------
@@ -103,7 +104,7 @@ class Plan:
                 raise UserError(f"{where}: {what}: expected {shown}, got {type(value).__name__}")
 
         for name in ("env_name", "tag", "install_root", "view", "base_image", "base_id", "lock_path",
-                     "lock_sha256", "spack_version", "spack_commit", "layer_store", "env_dir"):
+                     "lock_sha256", "spack_version", "spack_commit", "layer_store", "env_dir", "runtime_base"):
             expect(getattr(self, name), str, name)
         safe_name(self.env_name, "env_name", where)
         safe_name(self.tag, "tag", where)
@@ -238,6 +239,7 @@ def make_plan(
     tag: str = "latest",
     store: Optional[LayerStore] = None,
     measured: Optional[Mapping[tuple, float]] = None,
+    runtime_base: str = "",
 ) -> Plan:
     """Derive the plan; a layer present in ``store`` counts as cached, and the build
     dependencies of a cached package are then not needed at all."""
@@ -292,6 +294,7 @@ def make_plan(
         view=str(view),
         base_image=base_image,
         base_id=base_id,
+        runtime_base=runtime_base if runtime_base != base_image else "",
         lock_path=str(lock.path or ""),
         lock_sha256=lock.sha256,
         spack_version=lock.spack_version,

@@ -74,6 +74,8 @@ class Target:
     def runtime_base(self) -> str:
         """The base the image is assembled on: the environment file's ``runtime_base`` (a
         known definition; UserError otherwise), else the build base."""
+        if self.given_plan:
+            return self.given_plan.runtime_base or self.given_plan.base_image
         return runtime_base_name(self.base_image, self.env.runtime_base if self.env else None)
 
     @property
@@ -128,7 +130,8 @@ class Target:
         lock = self.lock()
         measured = durations.from_manifests(store.manifests()) if store.root.is_dir() else {}
         return make_plan(lock, env_name=self.name, install_root=self.install_root, base_image=self.base_image,
-                         base_id=self.base_id(), view=self.view, tag=self.tag, store=store, measured=measured)
+                         base_id=self.base_id(), view=self.view, tag=self.tag, store=store, measured=measured,
+                         runtime_base=self.runtime_base)
 
     def plan(self) -> Plan:
         """A given plan.json as is; otherwise a fresh plan against the current store."""

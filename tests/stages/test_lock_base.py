@@ -85,3 +85,31 @@ def test_the_work_directory_keeps_the_recorded_base(tmp_path, settings):
     plan, path = prepare(resolve(str(lock), settings))
     assert plan.base_image == CUDA and json.loads(path.read_text())["base_image"] == CUDA
     assert path.parent == Path(settings.work_dir) / "gpu"
+
+
+def test_runtime_base_is_planned_but_keys_stay_the_build_bases(tmp_path, settings):
+    """dedal.runtime_base goes into plan.json (so `dedal assemble plan.json` assembles on
+    it) and nowhere into the layer keys; a plan.json from before has none (the build base)."""
+    import yaml
+
+    def plan_for(extra: dict, where: str):
+        envdir = tmp_path / where
+        envdir.mkdir()
+        (envdir / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["dedal-app"]}, "dedal": {
+            "name": "tiny", "base_image": CUDA, **extra}}))
+        shutil.copyfile(LOCK, envdir / "spack.lock")
+        target = resolve(str(envdir / "env.yaml"), settings)
+        return target, prepare(target)
+
+    target, (plan, plan_file) = plan_for({"runtime_base": "debian-trixie-cuda-runtime"}, "with")
+    assert target.runtime_base == "debian-trixie-cuda-runtime" and plan.runtime_base == "debian-trixie-cuda-runtime"
+    again = resolve(str(plan_file), settings)
+    assert (again.base_image, again.runtime_base) == (CUDA, "debian-trixie-cuda-runtime")
+    assert prepare(again)[0].runtime_base == "debian-trixie-cuda-runtime"  # kept when the plan is refreshed
+    plain_target, (plain, plain_file) = plan_for({}, "without")
+    assert plain_target.runtime_base == CUDA and plain.runtime_base == ""
+    assert plain.layer_keys() == plan.layer_keys() and plain.base_id == plan.base_id
+    old = json.loads(plain_file.read_text())
+    del old["runtime_base"]
+    plain_file.write_text(json.dumps(old))
+    assert resolve(str(plain_file), settings).runtime_base == CUDA

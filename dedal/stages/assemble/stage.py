@@ -174,7 +174,8 @@ def assemble(
     user_labels = dict(env.labels) if env is not None else {}
     user_labels.update(labels or {})
     description = description if description is not None else (env.description if env is not None else "")
-    runtime_name = runtime_base_name(plan.base_image, runtime_base or (env.runtime_base if env is not None else None))
+    runtime_name = runtime_base_name(plan.base_image, runtime_base or (env.runtime_base if env is not None else None)
+                                     or plan.runtime_base or None)
 
 
     envdir = Path(plan.env_dir) if plan.env_dir else None
