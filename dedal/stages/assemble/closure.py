@@ -3,8 +3,9 @@ view finds each library it needs (``DT_NEEDED``) inside the image, as the dynami
 would look for it, except the host driver's (what ``apptainer --nv`` binds: the library
 names of Apptainer's ``nvliblist.conf``, :data:`dedal.adapters.runtime.nvidia.NV_LIBRARIES`).
 
-The loader's search, per file: its ``DT_RPATH`` (when it has no ``DT_RUNPATH``), its
-``DT_RUNPATH``, then the directories of the image's ``/etc/ld.so.conf`` (and its
+The loader's search, per file: its ``DT_RPATH`` (when it has no ``DT_RUNPATH``), the
+image environment's ``LD_LIBRARY_PATH`` (:func:`library_path_of` its scripts: a package's
+run environment may set one), its ``DT_RUNPATH``, then the directories of the image's ``/etc/ld.so.conf`` (and its
 ``include`` files: what ``/etc/ld.so.cache`` is made of) and the default directories;
 ``$ORIGIN`` is the directory of the file (its real path, as the loader takes it for a
 program and for a library found through a symlink's directory alike), ``$LIB`` and
@@ -24,6 +25,7 @@ import collections
 import glob
 import os
 import posixpath
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +79,23 @@ class ClosureReport:
                 + (f" (full list in {log})" if log else ""))
 
 
+_LD_LIBRARY_PATH = re.compile(r"^\s*(?:export\s+)?LD_LIBRARY_PATH=(.*)$", re.M)
+
+
+def library_path_of(script: str) -> List[str]:
+    """The directories an environment script puts on ``LD_LIBRARY_PATH`` (its literal,
+    absolute entries; ``$LD_LIBRARY_PATH`` and other expansions left out)."""
+    dirs: List[str] = []
+    for value in _LD_LIBRARY_PATH.findall(script):
+        value = re.sub(r"\$\{[^}]*\}", ":", value.split(";", 1)[0])  # ${VAR:+:$VAR}: no entry of its own
+        value = re.sub(r"\$[A-Za-z_][A-Za-z0-9_]*", "\0", value)       # $HOME/lib: not a literal directory
+        for entry in value.replace('"', "").replace("'", "").split(":"):
+            entry = entry.strip()
+            if entry.startswith("/") and "\0" not in entry and posixpath.normpath(entry) not in dirs:
+                dirs.append(posixpath.normpath(entry))
+    return dirs
+
+
 def ld_so_conf_dirs(root: Path, conf: str = "/etc/ld.so.conf", depth: int = 0) -> List[str]:
     """The directories of the image's ld.so.conf, ``include`` globs followed inside the image."""
     found: List[str] = []
@@ -112,8 +131,9 @@ def system_dirs(root: Path, arch: str = "amd64") -> List[str]:
 
 
 class _Resolver:
-    def __init__(self, root: Path, arch: str) -> None:
+    def __init__(self, root: Path, arch: str, library_path: Sequence[str] = ()) -> None:
         self.root = root
+        self.library_path = list(library_path)
         self.lib, self.platform = _ARCH_DIRS.get(arch, _ARCH_DIRS["amd64"])
         self.lib = f"lib/{self.lib}"
         self.system = system_dirs(root, arch)
@@ -153,7 +173,7 @@ class _Resolver:
         if "/" in name:
             return self.real(name if name.startswith("/") else posixpath.join(origin, name))
         dirs = [] if elf.runpath else self.expand(elf.rpath, origin)
-        dirs += self.expand(elf.runpath, origin) + self.system
+        dirs += self.library_path + self.expand(elf.runpath, origin) + self.system
         for d in dirs:
             hit = self.lookup(d, name, elf.ident)
             if hit is not None:
@@ -188,12 +208,14 @@ def _elf_files(root: Path, dirs: Sequence[str]) -> List[str]:
     return out
 
 
-def check_closure(root: Path, dirs: Sequence[str], *, arch: str = "amd64") -> ClosureReport:
+def check_closure(root: Path, dirs: Sequence[str], *, arch: str = "amd64",
+                  library_path: Sequence[str] = ()) -> ClosureReport:
     """Check every ELF file under the image directories ``dirs`` (image paths) of the image
-    tree ``root`` and, in turn, every library they load from elsewhere in the image."""
+    tree ``root`` and, in turn, every library they load from elsewhere in the image;
+    ``library_path``: the image environment's LD_LIBRARY_PATH."""
     root = Path(root)
     machine = MACHINES.get(arch, MACHINES["amd64"])
-    resolver = _Resolver(root, arch)
+    resolver = _Resolver(root, arch, library_path)
     report = ClosureReport()
     queue = collections.deque(_elf_files(root, dirs))
     report.elf_files = len(queue)
@@ -231,11 +253,11 @@ def check_closure(root: Path, dirs: Sequence[str], *, arch: str = "amd64") -> Cl
     return report
 
 
-def require_closure(root: Path, dirs: Sequence[str], *, arch: str, where: str, log: Optional[Path] = None
-                    ) -> ClosureReport:
+def require_closure(root: Path, dirs: Sequence[str], *, arch: str, where: str, log: Optional[Path] = None,
+                    library_path: Sequence[str] = ()) -> ClosureReport:
     """:func:`check_closure`, written to ``log``; a UserError naming the files and the libraries
     they miss when any is missing."""
-    report = check_closure(root, dirs, arch=arch)
+    report = check_closure(root, dirs, arch=arch, library_path=library_path)
     if log is not None:
         with open(log, "a") as fh:
             fh.write(f"ELF closure of {', '.join(dirs)}: {report.checked} dynamically linked file(s) checked, "

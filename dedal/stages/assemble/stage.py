@@ -72,7 +72,7 @@ from dedal.model.spack_lock import load_lock
 from dedal.stages.assemble import provenance
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
 from dedal.stages.assemble.audit import audit_layers, inside
-from dedal.stages.assemble.closure import require_closure
+from dedal.stages.assemble.closure import library_path_of, require_closure
 from dedal.stages.assemble.envscript import env_lines
 from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths,
                                             inputs_digest)
@@ -324,7 +324,8 @@ def assemble(
                     t0 = time.monotonic()
                     if base is not None:  # a host base's libraries are the host's: nothing to check in the image
                         closure = require_closure(root, [plan.install_root, plan.view], arch=base.arch,
-                                                  where=f"image {plan.env_name}:{plan.tag}", log=log).to_json()
+                                                  where=f"image {plan.env_name}:{plan.tag}", log=log,
+                                                  library_path=library_path_of(env90 + env91)).to_json()
                         say(f"ELF closure: {closure['checked']} file(s) find their libraries in the image"
                             + (f" (host driver's: {', '.join(sorted(closure['host_driver']))})"
                                if closure["host_driver"] else ""))

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from dedal.errors import UserError
-from dedal.stages.assemble.closure import check_closure, host_driver_library, ld_so_conf_dirs, require_closure
+from dedal.stages.assemble.closure import (check_closure, host_driver_library, ld_so_conf_dirs, library_path_of,
+                                           require_closure)
 
 TRIPLET = "usr/lib/x86_64-linux-gnu"
 
@@ -115,6 +116,19 @@ def test_a_library_of_another_class_does_not_count(image, tmp_path):
     path.write_bytes(bytes(data))
     report = check_closure(image, ["/opt/sw/app-1.0-bbb"])
     assert report.missing == {"/opt/sw/app-1.0-bbb/lib/libapp.so": ["libsys.so.1"]}
+
+
+def test_the_image_environments_library_path_counts(image):
+    """A directory the image's environment puts on LD_LIBRARY_PATH is searched as the loader does."""
+    shutil.move(str(image / "opt/sw/dep-1.0-aaa/lib/libdep.so.1"), str(image / "opt/extra/lib/libdep.so.1"))
+    (image / "etc/ld.so.conf").unlink()
+    assert check_closure(image, ["/opt/sw/app-1.0-bbb"]).missing == {
+        "/opt/sw/app-1.0-bbb/lib/libapp.so": ["libdep.so.1", "libextra.so.1"]}
+    script = ("#!/bin/sh\nexport PATH=/opt/view/bin\n"
+              'export LD_LIBRARY_PATH=/opt/extra/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n')
+    assert library_path_of(script) == ["/opt/extra/lib"]
+    assert library_path_of("LD_LIBRARY_PATH=$HOME/x:/a//b:relative; export LD_LIBRARY_PATH\n") == ["/a/b"]
+    assert check_closure(image, ["/opt/sw/app-1.0-bbb"], library_path=library_path_of(script)).ok
 
 
 def test_ld_so_conf_and_driver_names(tmp_path):
