@@ -12,8 +12,8 @@ program and for a library found through a symlink's directory alike), ``$LIB`` a
 ``$PLATFORM`` the architecture's. A candidate counts when it exists inside the image
 (symlinks followed inside the image, never into the host) and has the file's ELF class
 and machine. Libraries found outside the checked directories (the base's) are checked
-in turn, so the closure is the whole chain. Files for another machine (CUDA device code
-is ELF too) are passed over; files that start like ELF but cannot be read are listed.
+in turn, so the closure is the whole chain. Files for another machine or word size (CUDA
+device code is ELF too; 32-bit multilib files) are passed over; files that start like ELF but cannot be read are listed.
 
 Pure Python (:mod:`dedal.model.elf`), no container runtime and no ``ldd``: it runs on the
 image tree at assembly, before anything is packed, so that an image whose software
@@ -215,6 +215,7 @@ def check_closure(root: Path, dirs: Sequence[str], *, arch: str = "amd64",
     ``library_path``: the image environment's LD_LIBRARY_PATH."""
     root = Path(root)
     machine = MACHINES.get(arch, MACHINES["amd64"])
+    width = 1 if arch == "386" else 2  # x32 or 32-bit multilib files in a 64-bit image: not its programs
     resolver = _Resolver(root, arch, library_path)
     report = ClosureReport()
     queue = collections.deque(_elf_files(root, dirs))
@@ -229,7 +230,7 @@ def check_closure(root: Path, dirs: Sequence[str], *, arch: str = "amd64",
             continue
         if elf is None:
             continue
-        if elf.machine != machine:
+        if elf.machine != machine or elf.elf_class != width:
             report.foreign += 1
             continue
         if not elf.dynamic:

@@ -131,6 +131,20 @@ def test_the_image_environments_library_path_counts(image):
     assert check_closure(image, ["/opt/sw/app-1.0-bbb"], library_path=library_path_of(script)).ok
 
 
+def test_files_of_another_machine_or_word_size_are_passed_over(image):
+    """A 32-bit (multilib) or foreign-machine file in the install root is no program of the
+    image: not checked, counted as foreign."""
+    bad = image / "opt/sw/bad-1.0-ddd/lib/libbad.so"
+    data = bytearray(bad.read_bytes())
+    data[4] = 1  # ELFCLASS32
+    bad.write_bytes(bytes(data))
+    report = check_closure(image, ["/opt/sw/bad-1.0-ddd"])
+    assert (report.foreign, report.checked, report.missing) == (1, 0, {})
+    data[4], data[18:20] = 2, (190).to_bytes(2, "little")  # EM_CUDA: device code
+    bad.write_bytes(bytes(data))
+    assert check_closure(image, ["/opt/sw/bad-1.0-ddd"]).foreign == 1
+
+
 def test_ld_so_conf_and_driver_names(tmp_path):
     (tmp_path / "etc/ld.so.conf.d").mkdir(parents=True)
     (tmp_path / "etc/ld.so.conf").write_text("include ld.so.conf.d/*.conf\n/opt/a/lib, /opt/b/lib=libc6\n")
