@@ -5,6 +5,7 @@ otherwise it is captured and the tail is put into the error.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shlex
@@ -108,30 +109,61 @@ def run(
 
 
 WATCH_S = 0.25
+STOP_GRACE_S = 5.0  # how long a child may take to end on SIGTERM before it gets SIGKILL
+
+
+def stop(p: subprocess.Popen, grace: Optional[float] = None, *, group: bool = False) -> Optional[int]:
+    """End a child: SIGTERM, up to ``grace`` seconds (default STOP_GRACE_S) to exit, then
+    SIGKILL; its exit code.
+
+    SIGTERM first because launchers clean up on it and not on SIGKILL: ``srun`` ends its
+    job step (and releases an allocation it made), ``mpirun`` stops its ranks. ``group``:
+    signal the child's whole process group (a child started in its own session by
+    :func:`start`); never for a child of :func:`run`, which shares dedal's group. A
+    second interrupt during the grace still kills the child before it propagates."""
+    if p.poll() is not None:
+        return p.returncode
+    kill = (lambda sig: os.killpg(p.pid, sig)) if group else p.send_signal
+    try:
+        with contextlib.suppress(ProcessLookupError):
+            kill(signal.SIGTERM)
+        p.wait(STOP_GRACE_S if grace is None else grace)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                kill(signal.SIGKILL)
+            p.wait()
+    return p.returncode
 
 
 def _run(argv: list, watch: Optional[Callable[[int], None]], *, timeout: Optional[float], input: Optional[str],
          **popen: object) -> subprocess.CompletedProcess:
-    """``subprocess.run``, calling ``watch(pid)`` every WATCH_S while the child runs."""
-    if watch is None:
-        return subprocess.run(argv, timeout=timeout, input=input, **popen)  # type: ignore[call-overload]
+    """``subprocess.run``, calling ``watch(pid)`` every WATCH_S while the child runs (when
+    given), and stopping the child with :func:`stop` when this process is interrupted
+    (``subprocess.run`` would SIGKILL it, which leaves an ``srun`` job step running)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     with subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else None,
                           **popen) as p:  # type: ignore[call-overload]
-        while True:
-            step = WATCH_S if deadline is None else max(0.0, min(WATCH_S, deadline - time.monotonic()))
-            try:
-                out, err = p.communicate(input, timeout=step)  # input is sent once, output never lost
-                break
-            except subprocess.TimeoutExpired:
-                if deadline is not None and time.monotonic() >= deadline:
-                    p.kill()
-                    p.communicate()
-                    raise subprocess.TimeoutExpired(argv, timeout or 0.0) from None
-                watch(p.pid)
-            except BaseException:
-                p.kill()
-                raise
+        try:
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                step = left if watch is None else (WATCH_S if left is None else min(WATCH_S, left))
+                try:
+                    out, err = p.communicate(input, timeout=step)  # input is sent once, output never lost
+                    break
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        p.kill()
+                        p.communicate()
+                        raise subprocess.TimeoutExpired(argv, timeout or 0.0) from None
+                    watch(p.pid)  # type: ignore[misc]  # (step is None without watch: no expiry here)
+        except subprocess.TimeoutExpired:
+            raise
+        except BaseException:  # Interrupted (SIGTERM, scancel), KeyboardInterrupt, an error in watch
+            stop(p)
+            raise
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import logging
 import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -186,15 +185,7 @@ class Running:
 
     def stop(self, grace: float = 5.0) -> int:
         """SIGTERM to its process group (it runs in its own session), SIGKILL after ``grace``."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait()
+        proc.stop(self.popen, grace, group=True)
         self.close()
         return self.popen.returncode
 

@@ -1,0 +1,90 @@
+"""dedal.adapters.proc: a child of ``proc.run`` whose caller is interrupted (SIGTERM to
+dedal inside a ``Signals`` block, as scancel or a CI timeout sends it) gets SIGTERM first,
+so that a launcher such as ``srun`` can end its job step, and SIGKILL only after the grace.
+
+Real processes: a shell that traps SIGTERM, interrupted by a real signal to this process."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+from dedal.adapters import proc
+from dedal.errors import Interrupted, Signals, ToolError
+
+pytestmark = pytest.mark.reliability
+WAIT_S = 60.0  # upper bound for the child to start on a loaded machine
+
+
+def _signal_when(ready: Path, sig: int = signal.SIGTERM) -> threading.Thread:
+    """SIGTERM to this process once ``ready`` exists (the child is running its loop)."""
+    def go() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), sig)
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("watch", [None, lambda pid: None], ids=["plain", "watched"])
+@pytest.mark.parametrize("logged", [False, True], ids=["captured", "logged"])
+def test_interrupted_run_terminates_its_child_first(tmp_path: Path, watch: Optional[Callable[[int], None]],
+                                                  logged: bool) -> None:
+    ready, cleaned = tmp_path / "ready", tmp_path / "cleaned"
+    script = (f"trap 'echo cleaned-up > {cleaned}; exit 7' TERM; echo $$ > {ready}.tmp; mv {ready}.tmp {ready}; "
+              "while :; do sleep 0.1; done")
+    t = _signal_when(ready)
+    with pytest.raises(Interrupted, match="test interrupted by signal SIGTERM"):
+        with Signals("test"):
+            proc.run(["sh", "-c", script], what="trapper", timeout=WAIT_S * 2, watch=watch,
+                     log=tmp_path / "log" if logged else None)
+    t.join()
+    assert cleaned.read_text() == "cleaned-up\n"  # its TERM trap ran: SIGTERM, not SIGKILL
+    assert _gone(int(ready.read_text()))
+
+
+def test_child_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proc, "STOP_GRACE_S", 1.0)
+    ready, termed = tmp_path / "ready", tmp_path / "termed"
+    script = (f"trap 'echo got-term >> {termed}' TERM; echo $$ > {ready}.tmp; mv {ready}.tmp {ready}; "
+              "while :; do sleep 0.1; done")
+    t = _signal_when(ready)
+    with pytest.raises(Interrupted):
+        with Signals("test"):
+            proc.run(["sh", "-c", script], what="stubborn", log=tmp_path / "log")
+    t.join()
+    assert termed.read_text() == "got-term\n"  # asked once, then killed, not left running
+    assert _gone(int(ready.read_text()))
+
+
+def test_timeout_still_kills_and_raises_124(tmp_path: Path) -> None:
+    with pytest.raises(ToolError) as info:
+        proc.run(["sh", "-c", "sleep 30"], what="sleeper", timeout=0.5, log=tmp_path / "log")
+    assert info.value.returncode == 124 and "timed out after" in info.value.one_line()
+
+
+@pytest.mark.parametrize("watch", [None, lambda pid: None], ids=["plain", "watched"])
+def test_run_output_and_input_unchanged(watch: Optional[Callable[[int], None]]) -> None:
+    res = proc.run(["sh", "-c", "cat; echo err >&2; exit 3"], input="hello\n", check=False, watch=watch)
+    assert (res.returncode, res.stdout, res.stderr) == (3, "hello\n", "err\n")
+
+
+def test_stop_of_a_finished_child_returns_its_code() -> None:
+    p = proc.start(["sh", "-c", "exit 5"])
+    p.wait()
+    assert proc.stop(p, group=True) == 5
