@@ -52,7 +52,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dedal.adapters import mpi, runtime
 from dedal.adapters.slurm import Slurm
-from dedal.errors import UserError
+from dedal.errors import Signals, UserError
 from dedal.stages.verify import compare
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
@@ -90,7 +90,17 @@ class Outcome:
 
 def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> Outcome:
     """Run the whole verification (see the module notes); raises PreflightFailed before
-    anything runs when the host cannot run the image meaningfully."""
+    anything runs when the host cannot run the image meaningfully.
+
+    SIGTERM, SIGINT and SIGHUP (scancel, a CI job's timeout, Ctrl-C) raise Interrupted
+    (exit 143) wherever the run is: the running step's launcher gets SIGTERM (``srun``
+    then ends its job step, ``mpirun`` its ranks; :func:`dedal.adapters.proc.stop`) and
+    the image is unmounted on the way out, so no rank, step or allocation outlives dedal."""
+    with Signals("verify"):
+        return _verify(opts, progress)
+
+
+def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome:
     started = time.time()
     t0 = time.monotonic()
     backend, runtime_why = runtime.choose_runtime(opts.runtime)

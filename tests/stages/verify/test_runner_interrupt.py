@@ -1,0 +1,100 @@
+"""`dedal verify --launcher srun` stopped by SIGTERM (scancel of the job dedal runs in, a CI
+job's timeout) while a rank runs: dedal exits 143 with one error line, and its ``srun``,
+the ranks and the Slurm job ``srun`` made are gone with it.
+
+Before, SIGTERM ended dedal outright (no ``Signals`` block in verify) and ``srun`` and its
+ranks went on; ``proc.run`` SIGKILLed a child on an exception, and a SIGKILLed ``srun``
+does not end its step. Real components: the local Slurm test cluster and the bench image.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from tests.conftest import dedal_exe
+
+pytestmark = [pytest.mark.slurm, pytest.mark.reliability]
+RANK_WAIT_S = 600   # the first rank starts after the image is inspected and unpacked (slow on a loaded machine)
+EXIT_WAIT_S = 60    # dedal's own grace for srun is a few seconds
+QUEUE_WAIT_S = 30
+WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "init_overhead_pct=1000000"]
+
+
+def _processes(marker: str) -> List[Tuple[int, List[str]]]:
+    """(pid, argv) of every process whose command line contains ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        except OSError:
+            continue
+        if any(marker in a for a in argv):
+            found.append((int(entry.name), argv))
+    return found
+
+
+def _queue(env: Dict[str, str]) -> List[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env, text=True, capture_output=True,
+                         timeout=30).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def test_sigterm_stops_srun_its_ranks_and_its_job(slurm_cluster, bench_image, native_cache, isolated_env,
+                                                   tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    marker = str(out / "raw" / ".launch")  # the rank script's folder: on srun's and every rank's command line
+    env = dict(isolated_env, **slurm_cluster.facts, DEDAL_CACHE_DIR=str(native_cache))  # SLURM_CONF...
+    assert not _queue(env), "the test cluster is busy before the test"
+    # latency up to 64 MiB: each step runs for seconds, long enough to be caught running
+    dedal = subprocess.Popen([dedal_exe(), "verify", str(bench_image.sif), "--launcher", "srun", "-b", "latency",
+                              "-r", "3", "--max-size", "64M", "--timeout", "600", "-o", str(out), *WIDE],
+                             env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen: List[Tuple[int, List[str]]] = []
+    try:
+        deadline = time.monotonic() + RANK_WAIT_S
+        while True:
+            ranks = [(pid, argv) for pid, argv in _processes(marker) if argv[:1] == ["/bin/sh"]]
+            if ranks:
+                break
+            assert dedal.poll() is None, f"dedal ended before a rank ran: {dedal.communicate()}"
+            assert time.monotonic() < deadline, f"no rank within {RANK_WAIT_S} s"
+            time.sleep(0.1)
+        seen = _processes(marker)
+        assert any(Path(a[0]).name == "srun" for _, a in seen), [a[:2] for _, a in seen]
+        assert _queue(env), "srun runs but squeue shows no job"
+
+        dedal.send_signal(signal.SIGTERM)
+        stdout, stderr = dedal.communicate(timeout=EXIT_WAIT_S)
+
+        left = _processes(marker)
+        gone = time.monotonic() + QUEUE_WAIT_S
+        while (left or _queue(env)) and time.monotonic() < gone:
+            time.sleep(0.5)
+            left = _processes(marker)
+        queue = _queue(env)
+        assert not left, f"srun or ranks outlived dedal: {[(pid, ' '.join(argv[:2])) for pid, argv in left]}"
+        assert not queue, f"the Slurm job outlived dedal: {queue}"
+        assert dedal.returncode == 143, stdout + stderr
+        errors = [line for line in stderr.splitlines() if line.startswith("dedal: error:")]
+        assert errors == ["dedal: error: verify interrupted by signal SIGTERM"], stderr
+        assert "Traceback" not in stderr, stderr
+        assert not (out / "verify.json").exists()  # no report claims a verdict for an interrupted run
+    finally:  # whatever failed above: nothing of this test stays for the next ones
+        if dedal.poll() is None:
+            dedal.kill()
+            dedal.communicate()
+        for pid, _ in _processes(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for line in _queue(env):
+            subprocess.run(["scancel", line.split()[0]], env=env, timeout=30)
