@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.base",      # the debian-trixie base, a SIF and an MPI program from it, as_root
     "tests.fixtures.bench",     # bench_image: the base with dedal's microbenchmarks, as a SIF
     "tests.fixtures.images",    # host_env, trixie_env, trixie_image: environments built for assembly
+    "tests.fixtures.pypi",      # pypi_index: a PyPI simple index on loopback (recorded page, real sdist)
     "tests.fixtures.recorded",  # logs, local_data: recorded outputs for the parsers
     "tests.fixtures.registry",  # local docker-registry servers, a fault proxy, real SIF files
     "tests.fixtures.slurm",     # slurm_cluster: the local Slurm test cluster

@@ -36,13 +36,15 @@ def main(out_path):
         pkg = spec.package
         entry = {"name": spec.name, "version": str(spec.version), "hash": spec.dag_hash(),
                  "has_code": bool(pkg.has_code), "sources": [], "patches": [], "resources": []}
-        if pkg.has_code:
-            stages = list(pkg.stage)
-            entry["sources"].append(describe(stages[0]))
-            entry["resources"].extend(describe(s) for s in stages[1:])
         for patch in spec.patches:
             if isinstance(patch, spack.patch.UrlPatch):
                 entry["patches"].append(describe(patch.stage))
+        if pkg.has_code:
+            stages = list(pkg.stage)
+            entry["sources"].append(describe(stages[0]))
+            # this Spack's composite stage holds the URL patches' stages too: listed once, as patches
+            patch_paths = [p["mirror_paths"] for p in entry["patches"]]
+            entry["resources"].extend(d for d in map(describe, stages[1:]) if d["mirror_paths"] not in patch_paths)
         result.append(entry)
     with open(out_path, "w") as fh:
         json.dump(result, fh, indent=1)

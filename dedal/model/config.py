@@ -68,6 +68,8 @@ SETTINGS: List[Setting] = [
     Setting("envs_url", "str", _const(""), "git URL (or path) of a spack-envs repository; ENV arguments are paths inside it"),
     Setting("envs_ref", "str", _const("main"), "commit, tag or branch of the spack-envs repository"),
     Setting("debian_mirror", "str", _const(""), "Debian mirror for base images (default: the host's apt sources, else deb.debian.org)"),
+    Setting("pypi_index", "str", _const("https://pypi.org/simple"), "PyPI simple index (PEP 691 JSON) that fetch takes "
+            "Python sources from when Spack's own PyPI URL fails: the file with the recipe's sha256; empty: never"),
     Setting("runtime", "choice", _const("auto"), "container runtime for builds and `dedal exec`", choices=RUNTIMES),
     Setting("executor", "choice", _const("local"), "where build jobs run", choices=("local", "slurm")),
     Setting("verify_gate", "choice", _const("passed"), "which verification verdicts let an image be published "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from dedal.adapters import git as gitad
+from dedal.adapters import pypi
 from dedal.adapters import runtime as rt
 from dedal.adapters.spack import Spack, user_cache
 from dedal.model.config import Settings
@@ -89,6 +90,9 @@ def envs_checkout(settings: Settings) -> Tuple[Path, str]:
     return dest, commit
 
 
+_KIND = {"sources": "source", "patches": "patch", "resources": "resource"}
+
+
 def _missing(sources: List[dict], mirror: Path) -> Tuple[List[MissingSource], int]:
     missing: List[MissingSource] = []
     total = 0
@@ -100,9 +104,40 @@ def _missing(sources: List[dict], mirror: Path) -> Tuple[List[MissingSource], in
                     continue
                 total += 1
                 if not any((mirror / p).exists() for p in paths):
-                    missing.append(MissingSource(f"{pkg['name']}@{pkg['version']}", kind.rstrip("s"),
+                    missing.append(MissingSource(f"{pkg['name']}@{pkg['version']}", _KIND[kind],
                                                  src.get("url") or "", paths[0]))
     return missing, total
+
+
+def _from_pypi(sources: List[dict], mirror: Path, index: str, note) -> int:  # noqa: ANN001
+    """Sources still missing whose recipe URL is PyPI's, taken from PyPI's simple index:
+    the file listed with the recipe's sha256, stored where Spack looks for it (the first
+    mirror path, ``_source-cache/archive/<sha[:2]>/<sha>.<ext>``). Returns how many were
+    added; what is not found stays missing and is reported with the rest."""
+    if not index:
+        return 0
+    index_client = pypi.PyPI(index)
+    added = 0
+    for pkg in sources:
+        for kind in ("sources", "patches", "resources"):
+            for src in pkg.get(kind, []):
+                paths = src.get("mirror_paths") or []
+                project = pypi.project_of(src.get("url") or "")
+                digest = src.get("digest") or ""
+                if not paths or not project or len(digest) != 64 or any((mirror / p).exists() for p in paths):
+                    continue
+                try:
+                    item = index_client.find(project, digest)
+                    if item is None:
+                        note(f"{pkg['name']}@{pkg['version']}: no file with sha256 {digest[:12]}... in {index}/{project}/")
+                        continue
+                    index_client.download(item, mirror / paths[0])
+                except pypi.PyPIError as exc:
+                    note(f"{pkg['name']}@{pkg['version']}: {exc.one_line()}")
+                    continue
+                note(f"{pkg['name']}@{pkg['version']}: {item.filename} from {index} (sha256 {digest[:12]}...)")
+                added += 1
+    return added
 
 
 def _list_sources(spack: Spack, fenv: Path, work: Path, logs: Path, note) -> Optional[List[dict]]:  # noqa: ANN001
@@ -149,7 +184,7 @@ def _failed_downloads(log: Path) -> List[str]:
 
 
 def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
-                 note) -> Tuple[int, int, List[MissingSource], bool]:  # noqa: ANN001
+                 note, pypi_index: str = "") -> Tuple[int, int, List[MissingSource], bool]:  # noqa: ANN001
     """Every source of the concrete environment into ``mirror``: (sources, missing before,
     still missing, listed per package); DedalError naming what could not be fetched."""
     sources = _list_sources(spack, fenv, work, logs, note)
@@ -174,6 +209,8 @@ def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
             spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
         except ToolError:
             pass  # what is still missing is reported below, precisely
+        # Spack fetches from a mirror by the storage path alone (the <pkg>/<pkg>-<ver> link is cosmetic)
+        _from_pypi(sources, mirror, pypi_index, note)
         missing, total = _missing(sources, mirror)
     if missing:
         lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
@@ -235,7 +272,7 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     missing: List[MissingSource] = []
     listed = False
     if sources_too:
-        total, before, missing, listed = _fill_mirror(spack, fenv, work, logs, mirror, note)
+        total, before, missing, listed = _fill_mirror(spack, fenv, work, logs, mirror, note, settings.pypi_index)
     plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock",
                                      lock_base=target.lock_base))
     return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
