@@ -1,6 +1,8 @@
 """With a real Spack (DEDAL_SPACK_ROOT): the ESD environments concretize on their default
 bases (esd-cpu and esd-neuro on debian-trixie, esd-gpu on debian-trixie-cuda) through
-`dedal fetch --lock-only`, offline, and the locks hold what the environments are for.
+`dedal fetch --lock-only`, offline, and the locks hold what the environments are for;
+where Debian's archive and PyPI answer, `dedal fetch` of esd-neuro fills the mirror
+with every source (the only test here that downloads: about 150 MB).
 
 Concretization is CPU-heavy (about a minute each on an idle core, several on a shared
 machine); the bases come from the shared base cache (built on first use: debian-trixie
@@ -9,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
+from dedal.adapters import pypi
 from dedal.model.base import base_identity
 from dedal.model.spack_lock import Node, SpackLock, load_lock
 from tests.conftest import ROOT
@@ -112,6 +116,20 @@ def test_esd_cpu_concretizes_on_trixie(concretize):
     assert compiler_majors(lock) == {"14"}
 
 
+def check_neuro_sources(lock: SpackLock) -> None:
+    """What Spack builds has its source in Debian's archive (debsrc), in this repository
+    or on PyPI (arbor's sdist through recipes/repo, the builtin py-* recipes); the rest
+    is the base's (build tools, OpenBLAS, SQLite, Expat)."""
+    built = {n.name: n.namespace for n in lock.nodes.values() if not n.external}
+    foreign = {name: ns for name, ns in built.items()
+               if ns not in ("debsrc", "dedal") and not name.startswith("py-")
+               and name not in ("gcc-runtime", "python-venv")}
+    assert not foreign, f"built from upstream sources (unreachable here): {foreign}"
+    for name in ("cmake", "git", "bison", "flex", "meson", "ninja", "openblas", "sqlite", "expat"):
+        node = one(lock, name)
+        assert node.external and node.external_path == "/usr", name
+
+
 def test_esd_neuro_concretizes_on_trixie(concretize):
     lock = concretize("esd-neuro")
     check_mpi_stack(lock, "debian13")
@@ -120,10 +138,46 @@ def test_esd_neuro_concretizes_on_trixie(concretize):
         node = one(lock, name)
         assert params(node)["mpi"] is True and params(node)["python"] is True, name
         assert deps(lock, node)["openmpi"] is ompi, name
+    assert one(lock, "arbor").namespace == "dedal" and one(lock, "arbor").version == "0.9.0"
+    neuron = one(lock, "neuron")
+    assert neuron.namespace == "debsrc" and neuron.version == "8.2.6" and params(neuron)["coreneuron"] is False
     python = one(lock, "python")
-    assert python.version.startswith("3.11.") and not python.external
+    assert python.version == "3.11.2" and python.namespace == "debsrc" and not python.external
     numpy = one(lock, "py-numpy")
-    assert deps(lock, numpy)["python"] is python and "openblas" in by_name(lock)
+    assert deps(lock, numpy)["python"] is python and deps(lock, numpy)["openblas"] is one(lock, "openblas")
+    check_neuro_sources(lock)
+
+
+def reachable(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=15):
+            return True
+    except OSError:
+        return False
+
+
+def test_esd_neuro_fetch_fills_the_mirror_with_every_source(run_dedal, real_spack, tmp_path):
+    """`dedal fetch` (not --lock-only): Spack downloads what Debian's archive serves, dedal
+    takes the PyPI sources from PyPI's simple index by sha256; nothing is missing."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the base image's root filesystem through bubblewrap)")
+    for url in ("http://deb.debian.org/debian/", pypi.DEFAULT_INDEX + "/pip/"):
+        if not reachable(url):
+            pytest.skip(f"{url} is not reachable: this test downloads the sources")
+    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(real_spack),
+           "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
+    res = run_dedal("fetch", str(ENVS / "esd-neuro" / "env.yaml"), "--json", env=env, timeout=3600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    result = json.loads(res.stdout)
+    assert result["listed"] and result["missing"] == []
+    mirror = tmp_path / "data" / "mirror"
+    sources = json.loads((tmp_path / "data" / "work" / "esd-neuro" / "sources.json").read_text())
+    files = [src for pkg in sources for kind in ("sources", "patches", "resources") for src in pkg[kind]]
+    assert result["sources"] == len(files) and len(files) >= 30
+    for src in files:
+        assert (mirror / src["mirror_paths"][0]).is_file(), src["url"]
+    # PyPI's aliases answer 404 here: the py-* sources came through dedal's PyPI step
+    assert any(pypi.project_of(src["url"]) for src in files)
 
 
 def test_esd_gpu_concretizes_on_trixie_cuda(concretize):
