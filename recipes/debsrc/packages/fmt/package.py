@@ -7,8 +7,9 @@ from spack.pkg.builtin.fmt import Fmt as BuiltinFmt
 
 class Fmt(BuiltinFmt):
     """The builtin fmt recipe; version 10.1.1 from Debian's fmtlib_10.1.1+ds1.orig.tar.gz
-    (trixie fmtlib 10.1.1+ds1-4), with Debian's sha256: a +ds1 repack (the tree has CMakeLists.txt, include, src, support, test, doc);
-    version unknown to this Spack; arbor asks for fmt@9.1:."""
+    (trixie fmtlib 10.1.1+ds1-4), with Debian's sha256: a +ds1 repack (the tree has
+    CMakeLists.txt, include, src, support, test, doc); version unknown to this Spack;
+    arbor asks for fmt@9.1:."""
 
     # The Debian archive: packages.yaml `fmt: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

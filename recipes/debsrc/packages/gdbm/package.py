@@ -6,9 +6,9 @@ from spack.pkg.builtin.gdbm import Gdbm as BuiltinGdbm
 
 
 class Gdbm(BuiltinGdbm):
-    """The builtin gdbm recipe, unchanged: Debian's gdbm_1.23.orig.tar.gz
-    (bookworm 1.23-3) is byte-identical to the file Spack pins for 1.23, so the builtin
-    version and sha256 stay; only the URL points at Debian."""
+    """The builtin gdbm recipe, unchanged: Debian's gdbm_1.23.orig.tar.gz (bookworm 1.23-3)
+    is byte-identical to the file Spack pins for 1.23, so the builtin version and sha256
+    stay; only the URL points at Debian."""
 
     # The Debian archive: packages.yaml `gdbm: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

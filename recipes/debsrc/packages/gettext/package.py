@@ -6,9 +6,9 @@ from spack.pkg.builtin.gettext import Gettext as BuiltinGettext
 
 
 class Gettext(BuiltinGettext):
-    """The builtin gettext recipe, unchanged: Debian's gettext_0.21.orig.tar.xz
-    (bookworm 0.21-12) is byte-identical to the file Spack pins for 0.21, so the builtin
-    version and sha256 stay; only the URL points at Debian."""
+    """The builtin gettext recipe, unchanged: Debian's gettext_0.21.orig.tar.xz (bookworm
+    0.21-12) is byte-identical to the file Spack pins for 0.21, so the builtin version
+    and sha256 stay; only the URL points at Debian."""
 
     # The Debian archive: packages.yaml `gettext: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

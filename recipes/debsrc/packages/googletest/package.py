@@ -7,8 +7,8 @@ from spack.pkg.builtin.googletest import Googletest as BuiltinGoogletest
 
 class Googletest(BuiltinGoogletest):
     """The builtin googletest recipe, unchanged: Debian's googletest_1.12.1.orig.tar.gz
-    (bookworm 1.12.1-0.2) is byte-identical to the file Spack pins for 1.12.1, so the builtin
-    version and sha256 stay; only the URL points at Debian."""
+    (bookworm 1.12.1-0.2) is byte-identical to the file Spack pins for 1.12.1, so the
+    builtin version and sha256 stay; only the URL points at Debian."""
 
     # The Debian archive: packages.yaml `googletest: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

@@ -6,9 +6,10 @@ from spack.pkg.builtin.libxcrypt import Libxcrypt as BuiltinLibxcrypt
 
 
 class Libxcrypt(BuiltinLibxcrypt):
-    """The builtin libxcrypt recipe; version 4.4.38 from Debian's libxcrypt_4.4.38.orig.tar.xz
-    (trixie libxcrypt 1:4.4.38-1), with Debian's sha256: a git snapshot without ``configure``: Spack's autoreconf step generates it
-    (autotools as build dependencies, the base's externals)."""
+    """The builtin libxcrypt recipe; version 4.4.38 from Debian's
+    libxcrypt_4.4.38.orig.tar.xz (trixie libxcrypt 1:4.4.38-1), with Debian's sha256: a
+    git snapshot without ``configure``: Spack's autoreconf step generates it (autotools
+    as build dependencies, the base's externals)."""
 
     # The Debian archive: packages.yaml `libxcrypt: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

@@ -6,9 +6,10 @@ from spack.pkg.builtin.nlohmann_json import NlohmannJson as BuiltinNlohmannJson
 
 
 class NlohmannJson(BuiltinNlohmannJson):
-    """The builtin nlohmann-json recipe, unchanged: Debian's nlohmann-json3_3.11.2.orig.tar.gz
-    (bookworm nlohmann-json3 3.11.2-2) is byte-identical to the file Spack pins for 3.11.2, so the builtin
-    version and sha256 stay; only the URL points at Debian."""
+    """The builtin nlohmann-json recipe, unchanged: Debian's
+    nlohmann-json3_3.11.2.orig.tar.gz (bookworm nlohmann-json3 3.11.2-2) is
+    byte-identical to the file Spack pins for 3.11.2, so the builtin version and sha256
+    stay; only the URL points at Debian."""
 
     # The Debian archive: packages.yaml `nlohmann-json: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

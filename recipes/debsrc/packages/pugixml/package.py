@@ -7,8 +7,8 @@ from spack.pkg.builtin.pugixml import Pugixml as BuiltinPugixml
 
 class Pugixml(BuiltinPugixml):
     """The builtin pugixml recipe; version 1.14 from Debian's pugixml_1.14.orig.tar.gz
-    (trixie pugixml 1.14-2), with Debian's sha256: not the release asset Spack pins (2f10e276...): another tarball of the same 1.14
-    tree."""
+    (trixie pugixml 1.14-2), with Debian's sha256: not the release asset Spack pins
+    (2f10e276...): another tarball of the same 1.14 tree."""
 
     # The Debian archive: packages.yaml `pugixml: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

@@ -8,8 +8,9 @@ from spack.pkg.builtin.py_pybind11 import PyPybind11 as BuiltinPyPybind11
 
 
 class PyPybind11(BuiltinPyPybind11):
-    """The builtin py-pybind11 recipe; version 2.10.3 from Debian's pybind11_2.10.3.orig.tar.gz
-    (bookworm pybind11 2.10.3-1), with Debian's sha256: version unknown to this Spack (trixie's 2.13.6 orig answers 404 on this mirror);
+    """The builtin py-pybind11 recipe; version 2.10.3 from Debian's
+    pybind11_2.10.3.orig.tar.gz (bookworm pybind11 2.10.3-1), with Debian's sha256:
+    version unknown to this Spack (trixie's 2.13.6 orig answers 404 on this mirror);
     arbor asks for py-pybind11@2.10.1:."""
 
     # The Debian archive: packages.yaml `py-pybind11: {package_attributes: {debian_mirror: URL}}`,

@@ -7,8 +7,8 @@ from spack.pkg.builtin.python import Python as BuiltinPython
 
 class Python(BuiltinPython):
     """The builtin python recipe, unchanged: Debian's python3.11_3.11.2.orig.tar.gz
-    (bookworm python3.11 3.11.2-6+deb12u8) is byte-identical to the file Spack pins for 3.11.2, so the builtin
-    version and sha256 stay; only the URL points at Debian."""
+    (bookworm python3.11 3.11.2-6+deb12u8) is byte-identical to the file Spack pins for
+    3.11.2, so the builtin version and sha256 stay; only the URL points at Debian."""
 
     # The Debian archive: packages.yaml `python: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

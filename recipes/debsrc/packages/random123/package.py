@@ -6,9 +6,10 @@ from spack.pkg.builtin.random123 import Random123 as BuiltinRandom123
 
 
 class Random123(BuiltinRandom123):
-    """The builtin random123 recipe; version 1.14.0 from Debian's librandom123_1.14.0+dfsg.orig.tar.xz
-    (trixie librandom123 1.14.0+dfsg-6), with Debian's sha256: a DFSG repack (include/, docs, examples, tests kept): other sha256 than the GitHub
-    tag archive Spack pins; the recipe installs include/ only."""
+    """The builtin random123 recipe; version 1.14.0 from Debian's
+    librandom123_1.14.0+dfsg.orig.tar.xz (trixie librandom123 1.14.0+dfsg-6), with
+    Debian's sha256: a DFSG repack (include/, docs, examples, tests kept): other sha256
+    than the GitHub tag archive Spack pins; the recipe installs include/ only."""
 
     # The Debian archive: packages.yaml `random123: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

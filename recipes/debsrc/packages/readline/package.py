@@ -6,10 +6,10 @@ from spack.pkg.builtin.readline import Readline as BuiltinReadline
 
 
 class Readline(BuiltinReadline):
-    """The builtin readline recipe, unchanged: Debian's readline_8.2.orig.tar.gz
-    (bookworm 8.2-1.3, trixie 8.2-6) is byte-identical to the file Spack pins for 8.2, so the builtin
-    version and sha256 stay; only the URL points at Debian.
-    Upstream's patch 001 comes from Debian's packaging instead of GNU's FTP mirror."""
+    """The builtin readline recipe, unchanged: Debian's readline_8.2.orig.tar.gz (bookworm
+    8.2-1.3, trixie 8.2-6) is byte-identical to the file Spack pins for 8.2, so the
+    builtin version and sha256 stay; only the URL points at Debian. Upstream's patch 001
+    comes from Debian's packaging instead of GNU's FTP mirror."""
 
     # The Debian archive: packages.yaml `readline: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

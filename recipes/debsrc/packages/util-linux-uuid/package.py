@@ -6,9 +6,10 @@ from spack.pkg.builtin.util_linux_uuid import UtilLinuxUuid as BuiltinUtilLinuxU
 
 
 class UtilLinuxUuid(BuiltinUtilLinuxUuid):
-    """The builtin util-linux-uuid recipe; version 2.41.5 from Debian's util-linux_2.41.5.orig.tar.xz
-    (trixie util-linux 2.41.5-0+deb13u1), with Debian's sha256: kernel.org's .tar.xz of the whole util-linux tree (with configure) that the builtin
-    recipe builds libuuid from; Spack pins the .tar.gz."""
+    """The builtin util-linux-uuid recipe; version 2.41.5 from Debian's
+    util-linux_2.41.5.orig.tar.xz (trixie util-linux 2.41.5-0+deb13u1), with Debian's
+    sha256: kernel.org's .tar.xz of the whole util-linux tree (with configure) that the
+    builtin recipe builds libuuid from; Spack pins the .tar.gz."""
 
     # The Debian archive: packages.yaml `util-linux-uuid: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org

@@ -9,8 +9,9 @@ from spack.pkg.builtin.xz import Xz as BuiltinXz
 
 class Xz(BuiltinXz):
     """The builtin xz recipe; version 5.8.1 from Debian's xz-utils_5.8.1.orig.tar.xz
-    (trixie xz-utils 5.8.1-1+deb13u1), with Debian's sha256: upstream's signed .tar.xz (Debian ships its .asc); Spack pins the .tar.bz2 of other
-    versions, and 5.8.1 is unknown to it."""
+    (trixie xz-utils 5.8.1-1+deb13u1), with Debian's sha256: upstream's signed .tar.xz
+    (Debian ships its .asc); Spack pins the .tar.bz2 of other versions, and 5.8.1 is
+    unknown to it."""
 
     # The Debian archive: packages.yaml `xz: {package_attributes: {debian_mirror: URL}}`,
     # else DEDAL_DEBIAN_MIRROR in Spack's environment, else deb.debian.org
