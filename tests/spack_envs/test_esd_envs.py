@@ -125,7 +125,7 @@ def check_neuro_sources(lock: SpackLock) -> None:
                if ns not in ("debsrc", "dedal") and not name.startswith("py-")
                and name not in ("gcc-runtime", "python-venv")}
     assert not foreign, f"built from upstream sources (unreachable here): {foreign}"
-    for name in ("cmake", "git", "bison", "flex", "meson", "ninja", "openblas", "sqlite", "expat"):
+    for name in ("cmake", "bison", "flex", "meson", "ninja", "openblas", "sqlite", "expat"):
         node = one(lock, name)
         assert node.external and node.external_path == "/usr", name
 
