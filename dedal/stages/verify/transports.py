@@ -203,17 +203,28 @@ def _nccl_rules(p: Mapping[str, Any], host: HostFacts, src: str) -> List[Finding
 FABRIC_CODES = ("ucx-tcp-inter-node", "ompi-tcp-inter-node", "latency-tcp-like", "latency-high", "bandwidth-tcp-like")
 
 
+def _tcp_of_unknown_placement_is_a_nic(parsed: Dict[str, Any]) -> bool:
+    """UCX before 1.16 logs no placement with an endpoint's transports (``ep_cfg[1]:
+    tag(tcp/eth0)``), so the parser files TCP on a network interface under "unknown". In an
+    inter-node run that is the endpoint to the other node: TCP within a node would use
+    ``lo`` or show in the intra-node runs, which are judged on their own."""
+    unknown = (parsed.get("transports_by_scope") or {}).get("unknown") or []
+    tcp = [t for t in unknown if t.split("/")[0] == "tcp"]
+    return bool(tcp) and all(t.split("/", 1)[-1] not in ("lo", "tcp") for t in tcp)
+
+
 def judge_fabric(parsed: Dict[str, Any], host: HostFacts, scope: str) -> Dict[str, Any]:
     """Judge an inter-node run log against the nodes' network: on nodes without InfiniBand
     or RoCE, TCP between nodes is expected, so its findings become information and the
     log's verdict is what the rest of it says. The parser alone cannot know the fabric."""
     if scope != "inter-node" or host.has_infiniband:
         return parsed
+    codes = FABRIC_CODES + (("ucx-tcp-transport",) if _tcp_of_unknown_placement_is_a_nic(parsed) else ())
     found = [F.as_finding(f) for f in parsed.get("findings") or []]
-    if not any(f.code in FABRIC_CODES and f.severity != "info" for f in found):
+    if not any(f.code in codes and f.severity != "info" for f in found):
         return parsed
     regraded = [F.info(f.code, f"{f.message} (expected here: no RDMA network between the nodes)", f.evidence)
-                if f.code in FABRIC_CODES else f for f in found]
+                if f.code in codes else f for f in found]
     parsed["findings"] = [f.to_json() for f in regraded]
     if parsed.get("verdict") == "bad":
         parsed["verdict"] = verdict_of(regraded, "good" if parsed.get("tables") else "unknown")

@@ -68,6 +68,28 @@ def test_tcp_between_nodes_stays_a_fallback_with_infiniband_or_within_a_node() -
     assert judge_fabric(_log(info("x", "y")), HostFacts(), "inter-node")["verdict"] == "bad"  # nothing to regrade
 
 
+def test_ucx_1_13_tcp_of_unknown_placement_between_nodes_is_expected_without_rdma(local_data) -> None:
+    """A real inter-node run of esd-cpu (UCX 1.13.1, one rank per node of the namespaced
+    test cluster): UCX 1.13 logs its TCP endpoint without placement, so the parser alone
+    says 'UCX uses TCP' (bad); judged as an inter-node run on nodes without RDMA it is the
+    expected path between the nodes. TCP on lo, an intra-node run, or InfiniBand present
+    keep it an error."""
+    from dedal.stages.verify.parsers import parse_file
+
+    path = local_data / "ompi5_ucx1.13_tcp_eth0_internode_netns_GOOD.log"
+    parsed = parse_file(path)
+    assert parsed["ucx_version"] == "1.13.1" and parsed["transports_by_scope"]["unknown"] == ["tcp/eth0"]
+    assert parsed["verdict"] == "bad" and [f["code"] for f in parsed["findings"]] == ["ucx-tcp-transport"]
+    judged = judge_fabric(parse_file(path), HostFacts(has_infiniband=False, multi_node=True), "inter-node")
+    assert judged["verdict"] == "good"
+    assert [(f["code"], f["severity"]) for f in judged["findings"]] == [("ucx-tcp-transport", "info")]
+    assert judge_fabric(parse_file(path), HostFacts(has_infiniband=True), "inter-node")["verdict"] == "bad"
+    assert judge_fabric(parse_file(path), HostFacts(), "intra-node")["verdict"] == "bad"
+    on_lo = parse_file(path)
+    on_lo["transports_by_scope"]["unknown"] = ["tcp/lo"]
+    assert judge_fabric(on_lo, HostFacts(), "inter-node")["verdict"] == "bad"
+
+
 def test_rank_script_mounts_the_image_where_it_is_missing(tmp_path: Path) -> None:
     """Where the mount directory holds the image (the node dedal runs on) the command runs as
     given; where it is empty (another node) the script mounts the image for this rank,
