@@ -5,34 +5,51 @@ rule the package-level list scheduler (:func:`~dedal.schedule.group`) and the jo
 simulation (:func:`~dedal.schedule.simulate`) share, so that a grouping is made by
 the rule it is judged by. :class:`Profile`: cores in use over time, for plans with
 start times (Slurm's backfill in :func:`~dedal.schedule.simulate_backfill`, fixed
-start times in :func:`~dedal.schedule.tighten`).
+start times in :func:`~dedal.schedule.tighten`). :class:`Ready`: what waits for them,
+by the cores it needs.
 """
 from __future__ import annotations
 
 import bisect
-from typing import Dict, List, Optional, Tuple
+import heapq
+import math
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 
 class Nodes:
     """Free cores per node, what runs where (estimated end, cores), best-fit placement and
-    one backfill reservation, as Slurm's backfill scheduler does for its top job."""
+    one backfill reservation, as Slurm's backfill scheduler does for its top job. The
+    nodes are also kept sorted by (free cores, index), so that the most free cores, the
+    best fit and the limits cost a bisection, not a pass over every node (256 nodes)."""
 
     def __init__(self, nodes: int, cores: int) -> None:
         self.free = [cores] * max(1, nodes)
+        self.by_free: List[Tuple[int, int]] = [(cores, i) for i in range(len(self.free))]
         self.running: List[Dict[object, Tuple[float, int]]] = [dict() for _ in self.free]
         # the same (end, cores) pairs per node, kept sorted: a reservation walks them in order
         self.ends: List[List[Tuple[float, int]]] = [[] for _ in self.free]
         self.reservation: Optional[Tuple[int, float, int]] = None  # node, time, spare cores then
         self.reserved_for: object = None
 
+    def _set(self, node: int, free: int) -> None:
+        by_free = self.by_free
+        del by_free[bisect.bisect_left(by_free, (self.free[node], node))]
+        bisect.insort(by_free, (free, node))
+        self.free[node] = free
+
+    def most(self) -> int:
+        """The most free cores of any node."""
+        return self.by_free[-1][0]
+
     def place(self, who: object, need: int, end: float, node: int) -> None:
-        self.free[node] -= need
+        self._set(node, self.free[node] - need)
         self.running[node][who] = (end, need)
         bisect.insort(self.ends[node], (end, need))
 
     def update(self, who: object, node: int, end: float, need: int) -> None:
         old = self.running[node][who]
-        self.free[node] -= need - old[1]
+        if need != old[1]:
+            self._set(node, self.free[node] - (need - old[1]))
         self.running[node][who] = (end, need)
         ends = self.ends[node]
         del ends[bisect.bisect_left(ends, old)]
@@ -40,7 +57,7 @@ class Nodes:
 
     def release(self, who: object, node: int) -> None:
         old = self.running[node].pop(who)
-        self.free[node] += old[1]
+        self._set(node, self.free[node] + old[1])
         ends = self.ends[node]
         del ends[bisect.bisect_left(ends, old)]
 
@@ -50,25 +67,31 @@ class Nodes:
         seconds <= t``). Three numbers for every job tried until the next placement: once
         many jobs wait, most of them are tried on every event."""
         res = self.reservation
+        by_free = self.by_free
         if res is None:
-            return max(self.free), -1, 0.0
-        other = max((f for i, f in enumerate(self.free) if i != res[0]), default=-1)
+            return by_free[-1][0], -1, 0.0
+        if by_free[-1][1] != res[0]:
+            other = by_free[-1][0]
+        else:
+            other = by_free[-2][0] if len(by_free) > 1 else -1
         on_res = self.free[res[0]]
         return max(other, min(on_res, res[2])), on_res, res[1]
 
     def fit(self, need: int, now: float, seconds: float) -> Optional[int]:
-        """The node for a job of ``need`` cores and ``seconds`` starting now, or None; a job
-        goes onto the reserved node only if it does not delay the reservation."""
-        best = None
+        """The node for a job of ``need`` cores and ``seconds`` starting now, or None: the
+        one with the fewest free cores that suffice (the first such); a job goes onto the
+        reserved node only if it does not delay the reservation."""
+        by_free = self.by_free
+        k = bisect.bisect_left(by_free, (need, -1))
+        if k == len(by_free):
+            return None
+        best = by_free[k][1]
         res = self.reservation
-        for i, f in enumerate(self.free):
-            if f < need:
-                continue
-            if res is not None and i == res[0] and now + seconds > res[1] and need > res[2]:
-                continue
-            if best is None or f < self.free[best]:
-                best = i
-        if best is not None and res is not None and best == res[0] and now + seconds > res[1]:
+        if res is not None and best == res[0] and now + seconds > res[1]:
+            if need > res[2]:
+                if k + 1 == len(by_free):
+                    return None
+                return by_free[k + 1][1]
             self.reservation = (res[0], res[1], res[2] - need)
         return best
 
@@ -77,14 +100,15 @@ class Nodes:
         self.reserved_for = None
 
     def reserve(self, need: int, now: float, who: object = None) -> None:
-        """Reserve the node where ``need`` cores free up first (only if none is reserved)."""
+        """Reserve the node where ``need`` cores free up first (only if none is reserved;
+        the first such node on a tie)."""
         if self.reservation is not None:
             return
         best: Optional[Tuple[float, int, int]] = None
         for i, f in enumerate(self.free):
             when, free = now, f
             for end, c in self.ends[i]:
-                if free >= need:
+                if free >= need or (best is not None and when >= best[0]):
                     break
                 when, free = max(now, end), free + c
             if free >= need and (best is None or when < best[0]):
@@ -92,7 +116,72 @@ class Nodes:
         if best is not None:
             self.reservation = (best[1], best[0], best[2])
             self.reserved_for = who
-    
+
+
+class Ready:
+    """What is ready to start (jobs or packages), in lists by the cores it needs and its
+    duration (classes a factor of 2 wide), each list sorted by key (highest priority
+    first). :meth:`in_order` gives them in key order across the lists, as one sorted list
+    would, but, once the nodes have a reservation, stops looking at a list where nothing
+    can start any more: the list schedulers try every ready job on every event, and with
+    thousands waiting for cores most cannot fit, or only by ending before the reservation
+    (the cost was events x waiting; now it is what starts, plus the lists looked at)."""
+
+    def __init__(self) -> None:
+        # (cores, duration class) -> [sorted keys, shortest duration ever added]
+        self.lists: Dict[Tuple[int, int], List[Any]] = {}
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    @staticmethod
+    def _where(cores: int, seconds: float) -> Tuple[int, int]:
+        return cores, (math.frexp(seconds)[1] if seconds > 0 else -1075)
+
+    def add(self, cores: int, seconds: float, key: Any) -> None:
+        where = self._where(cores, seconds)
+        entry = self.lists.get(where)
+        if entry is None:
+            self.lists[where] = [[key], seconds]
+        else:
+            bisect.insort(entry[0], key)
+            if seconds < entry[1]:
+                entry[1] = seconds
+        self.count += 1
+
+    def remove(self, cores: int, seconds: float, key: Any) -> None:
+        where = self._where(cores, seconds)
+        keys = self.lists[where][0]
+        del keys[bisect.bisect_left(keys, key)]
+        if not keys:
+            del self.lists[where]
+        self.count -= 1
+
+    def first(self, most: int) -> Optional[Any]:
+        """The smallest key of what needs at most ``most`` cores, or None."""
+        return min((entry[0][0] for (c, _), entry in self.lists.items() if c <= most), default=None)
+
+    def in_order(self, pool: Nodes, hopeless: Callable[[int, float], bool]) -> Iterator[Tuple[int, Any]]:
+        """(cores, key) in key order while some node has a core free; once ``pool`` has a
+        reservation, without the lists for which ``hopeless(cores, shortest duration)``
+        says that nothing of theirs can start any more in this pass (the caller places
+        jobs between two steps, which only takes cores: what cannot start stays so). The
+        caller changes the lists only once done."""
+        heads = [(entry[0][0], where, 0) for where, entry in self.lists.items()]
+        heapq.heapify(heads)
+        lists = self.lists
+        while heads:
+            if pool.by_free[-1][0] == 0:
+                return
+            key, where, k = heapq.heappop(heads)
+            keys, shortest = lists[where]
+            if pool.reservation is not None and hopeless(where[0], shortest):
+                continue
+            yield where[0], key
+            if k + 1 < len(keys):
+                heapq.heappush(heads, (keys[k + 1], where, k + 1))
+
 
 class Profile:
     """Cores in use on one node over time, a step function: ``used[i]`` on

@@ -29,7 +29,7 @@ import math
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.schedule.workload import Job, Simulation
-from dedal.schedule.nodes import Nodes, Profile
+from dedal.schedule.nodes import Nodes, Profile, Ready
 
 BF_INTERVAL_S = 30.0  # Slurm's default bf_interval (simulate_backfill)
 
@@ -75,47 +75,49 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
                 nmiss[j.id] += 1
                 heapq.heappush(heap, (until, 1, index[j.id], j.id, (a, j.id)))
     met: Set[Tuple[str, str]] = set()
-    # eligible jobs, highest priority first (kept sorted as jobs become eligible)
-    eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs
-                                                    if nmiss[j.id] == 0)
+    est_of = [j.est_s for j in jobs]
+    # eligible jobs by their cores, highest priority first
+    eligible = Ready()
+    for j in jobs:
+        if nmiss[j.id] == 0:
+            eligible.add(j.cores, j.est_s, (-j.priority, index[j.id]))
     starts: Dict[str, Tuple[float, float, int]] = {}
     busy = 0.0
-    cores_of = [j.cores for j in jobs]
-    est_of = [j.est_s for j in jobs]
 
     def start(now: float) -> None:
         nonlocal busy
         pool.reset()
-        most = max(pool.free)
         fits, on_res, until = pool.limits()
-        started: List[Tuple[float, int, str]] = []
-        for e in eligible:
-            if most == 0:
-                break
+        started: List[Tuple[int, Tuple[float, int]]] = []
+
+        def hopeless(c: int, shortest: float) -> bool:  # no job of c cores, shortest s or longer, fits
+            return c > fits and (c > on_res or now + shortest > until)
+
+        for c, e in eligible.in_order(pool, hopeless):
             i = e[1]
-            c, s = cores_of[i], est_of[i]
+            s = est_of[i]
             if c > fits and (c > on_res or now + s > until):  # fit() would find no node
                 if pool.reservation is None:
                     pool.reserve(c, now)
                     fits, on_res, until = pool.limits()
                 continue
-            jid = e[2]
+            jid = jobs[i].id
             n = pool.fit(c, now, s)
             assert n is not None
-            started.append(e)
+            started.append((c, e))
             pool.place(jid, c, now + s, n)
-            most = max(pool.free)
             fits, on_res, until = pool.limits()
             starts[jid] = (now, now + s, n)
             busy += c * s
             heapq.heappush(heap, (now + s, 0, i, jid, None))
-        for e in started:
-            del eligible[bisect.bisect_left(eligible, e)]
+        for c, e in started:
+            eligible.remove(c, est_of[e[1]], e)
 
     def one_less(d: str) -> None:
         nmiss[d] -= 1
         if nmiss[d] == 0:
-            bisect.insort(eligible, (-by_id[d].priority, index[d], d))
+            j = by_id[d]
+            eligible.add(j.cores, j.est_s, (-j.priority, index[d]))
 
     start(0.0)
     now = 0.0
@@ -235,6 +237,12 @@ def critical_links(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, str]
     cur = max(sim.starts, key=lambda x: (sim.starts[x][1], x))
     links: List[Tuple[str, str]] = []
     seen: Set[str] = set()
+    # per node, (end, position in ``sim.starts``, job) sorted: the jobs that ended at a time
+    ends: Dict[int, List[Tuple[float, int, str]]] = {}
+    for k, (x, (_, e0, n0)) in enumerate(sim.starts.items()):
+        ends.setdefault(n0, []).append((e0, k, x))
+    for node_ends in ends.values():
+        node_ends.sort()
     while cur not in seen:
         seen.add(cur)
         start, _, node = sim.starts[cur]
@@ -244,10 +252,16 @@ def critical_links(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, str]
         if dep:
             prev = dep[0]
             links.append((prev, cur))
-        else:  # waited for cores: the job that released them on its node
-            same = [x for x, (s0, e0, n0) in sim.starts.items() if n0 == node and abs(e0 - start) < 1e-6]
+        else:  # waited for cores: the job that released them on its node (the first listed)
+            node_ends = ends.get(node, [])
+            lo = bisect.bisect_left(node_ends, (start - 2e-6,))
+            same = []
+            while lo < len(node_ends) and node_ends[lo][0] < start + 2e-6:
+                if abs(node_ends[lo][0] - start) < 1e-6:
+                    same.append(node_ends[lo][1:])
+                lo += 1
             if not same:
                 break
-            prev = same[0]
+            prev = min(same)[1]
         cur = prev
     return links
