@@ -25,18 +25,17 @@ not past a reservation of its node. Then, per mode:
 """
 from __future__ import annotations
 
-import bisect
 import heapq
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import Job, Workload, job_seconds, package_cores
-from dedal.schedule.nodes import Nodes
+from dedal.schedule.nodes import Nodes, Ready
 
 
-def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float) -> Dict[str, float]:
-    deps = wl.dependents()
+def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float,
+                   deps: Mapping[str, FrozenSet[str]]) -> Dict[str, float]:
     level: Dict[str, float] = {}
     for h in reversed(wl.topo()):
         level[h] = overhead_s + t[h] + max((level[d] for d in deps[h]), default=0.0)
@@ -68,7 +67,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     need = dict(need) if need is not None else package_cores(wl, cores, model, cpus_per_job)
     t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
     deps = wl.dependents()
-    prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s)
+    prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s, deps)
     if priority is not None:
         prio = dict(priority)
     o = overhead_s
@@ -77,10 +76,16 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     pending: Set[str] = set(order)
     nmiss = {h: len(wl.requires[h]) for h in order}
     keyof = {h: (-prio[h], pos[h]) for h in order}
-    # the packages ready to start, and the same kept sorted by key (highest priority first)
+    # the packages ready to start, and the same by the cores they need, highest priority first
     avail: Set[str] = {h for h in order if nmiss[h] == 0}
-    ready: List[Tuple[Tuple[float, int], str]] = sorted((keyof[h], h) for h in avail)
+    ready = Ready()
+    for h in avail:
+        ready.add(need[h], o + t[h], keyof[h])
     completed_at: Dict[str, float] = {}
+    # the requirements not completed yet of the packages expected_ready() was asked about,
+    # kept up to date from then on (a package of a facility stack has dozens of requirements,
+    # all but a few completed long before)
+    unmet: Dict[str, Set[str]] = {}
     run_of: Dict[str, int] = {}
     runs: List[_Run] = []
     heap: List[Tuple[float, int, int]] = []
@@ -92,21 +97,26 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         pending.discard(h)
         if h in avail:
             avail.discard(h)
-            del ready[bisect.bisect_left(ready, (keyof[h], h))]
+            ready.remove(need[h], o + t[h], keyof[h])
 
     def make_ready(h: str) -> None:
         avail.add(h)
-        bisect.insort(ready, (keyof[h], h))
+        ready.add(need[h], o + t[h], keyof[h])
 
     def start_new(now: float) -> None:
         pool.reset()
-        most = max(pool.free)
-        if not ready or most == 0:
+        if not ready or pool.most() == 0:
             return
         placed: List[str] = []
         fits, on_res, until = pool.limits()
-        for _, h in ready:  # left as it is until the loop ends
-            c = need[h]
+
+        def hopeless(c: int, shortest: float) -> bool:  # no package of c cores, shortest s or longer, fits
+            if mold:  # down to half the cores
+                return (c + 1) // 2 > pool.most()
+            return c > fits and (c > on_res or now + shortest > until)
+
+        for c, key in ready.in_order(pool, hopeless):  # left as it is until the loop ends
+            h = order[key[1]]
             n = None
             if c <= fits or (c <= on_res and now + (o + t[h]) <= until):
                 n = pool.fit(c, now, o + t[h])
@@ -129,9 +139,6 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
             runs.append(r)
             run_of[h] = r.idx
             heapq.heappush(heap, (r.end, r.idx, r.idx))
-            most = max(pool.free)
-            if most == 0:
-                break
             fits, on_res, until = pool.limits()
         for h in placed:
             take(h)
@@ -149,32 +156,46 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
             return need[y]
         return None
 
-    def expected_ready(z: str, inrun: Set[str], now: float) -> float:
-        """When the requirements of ``z`` outside this job could be complete, at the earliest."""
+    def expected_ready(z: str, inrun: Set[str], now: float, limit: float) -> float:
+        """When the requirements of ``z`` outside this job could be complete, at the earliest
+        (or any time from ``limit`` on, once that is sure: all the caller asks)."""
         e = now
-        for q in wl.requires[z]:
-            if q in inrun or q in completed_at:
+        left = unmet.get(z)
+        if left is None:
+            left = unmet[z] = {q for q in wl.requires[z] if q not in completed_at}
+        for q in left:
+            if q in inrun:
                 continue
             if q in pending:
                 e = max(e, now + o + t[q])
             else:
                 e = max(e, runs[run_of[q]].end)
+            if e >= limit:
+                return e
         return e
 
     def decide(r: _Run, now: float) -> Optional[Tuple[str, int]]:
         """The package job ``r`` builds next instead of ending, with its cores then, or None."""
         inrun = set(r.pkgs)
-        waiting = {y for h in r.pkgs for y in deps[h] if y in pending}
-        released = [y for y in waiting if all(q in inrun or q in completed_at for q in wl.requires[y])]
+        # the packages waiting for this job, and how many of their requirements it builds:
+        # one it releases has no other requirement left (``nmiss`` counts those not completed)
+        inside: Dict[str, int] = {}
+        for h in r.pkgs:
+            for y in deps[h]:
+                if y in pending:
+                    inside[y] = inside.get(y, 0) + 1
+        waiting = inside.keys()
+        released = [y for y, k in inside.items() if nmiss[y] == k]
         # only the package the job's cores would go to next anyway (no queue jumping)
         usable = r.cores + pool.free[r.node]
         choice: Optional[Tuple[str, int]] = None
-        first = next((y for _, y in ready if need[y] <= usable), None)
-        for y in sorted(released, key=keyof.__getitem__):
-            if need[y] <= usable:
-                if first is None or keyof[y] < keyof[first]:
-                    first = y
-                break
+        key = ready.first(usable)
+        first = order[key[1]] if key is not None else None
+        fitting = [y for y in released if need[y] <= usable]
+        if fitting:
+            y = min(fitting, key=keyof.__getitem__)
+            if first is None or keyof[y] < keyof[first]:
+                first = y
         if first is None:
             return None
         c = can_run(r, first, inrun, now)
@@ -187,13 +208,13 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
             return None  # would delay the job the cores of this node are reserved for
         others = [z for z in released if z != y]
         if merge == "backlog":  # ... unless a package it releases could start elsewhere now
-            most = max(pool.free)
+            most = pool.most()
             return None if any(need[z] <= most for z in others) else choice
         if others:
             return None
         new_end = now + dur(y, c)
         for z in waiting:
-            if z != y and expected_ready(z, inrun, now) < new_end:
+            if z != y and expected_ready(z, inrun, now, new_end) < new_end:
                 return None
         return choice
 
@@ -219,6 +240,9 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
             for d in deps[h]:
                 if d in pending:
                     nmiss[d] -= 1
+                    left = unmet.get(d)
+                    if left is not None:
+                        left.discard(h)
                     if nmiss[d] == 0:
                         make_ready(d)
         start_new(now)
@@ -250,58 +274,58 @@ def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_
     return jobs
 
 
+def _graph(jobs: Sequence[Job]) -> Tuple[Dict[str, int], List[List[int]], List[int]]:
+    """The jobs by index: each one's index, the indices of its ``after``, and an order in
+    which every job comes after those it waits for (Kahn's); ValueError on a cycle."""
+    index = {j.id: i for i, j in enumerate(jobs)}
+    after = [[index[a] for a in j.after] for j in jobs]
+    dependents: List[List[int]] = [[] for _ in jobs]
+    for i, ai in enumerate(after):
+        for a in ai:
+            dependents[a].append(i)
+    indeg = [len(ai) for ai in after]
+    order = [i for i, d in enumerate(indeg) if d == 0]
+    for i in order:  # grows while iterating
+        for d in dependents[i]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                order.append(d)
+    if len(order) != len(jobs):
+        raise ValueError("dependency cycle among the jobs")
+    return index, after, order
+
+
 def reduce_after(jobs: List[Job]) -> None:
     """Keep in ``after`` only the jobs not already waited for through another one
-    (transitive reduction): the same order, shorter ``--dependency`` lists."""
-    index = {j.id: i for i, j in enumerate(jobs)}
-    by_id = {j.id: j for j in jobs}
-    anc: Dict[str, int] = {}  # bit set of every job this one waits for, directly or not
-
-    def ancestors(jid: str) -> int:
-        stack = [jid]
-        while stack:
-            cur = stack[-1]
-            todo = [a for a in by_id[cur].after if a not in anc]
-            if todo:
-                stack.extend(todo)
-                continue
-            stack.pop()
-            if cur not in anc:
-                bits = 0
-                for a in by_id[cur].after:
-                    bits |= anc[a] | (1 << index[a])
-                anc[cur] = bits
-        return anc[jid]
-
-    for j in jobs:
-        ancestors(j.id)
-    for j in jobs:
-        if len(j.after) > 1:
+    (transitive reduction): the same order, shorter ``--dependency`` lists. ValueError on
+    a cycle."""
+    index, after, order = _graph(jobs)
+    anc = [0] * len(jobs)  # bit set of every job this one waits for, directly or not
+    for i in order:
+        bits = 0
+        for a in after[i]:
+            bits |= anc[a] | (1 << a)
+        anc[i] = bits
+    for j, ai in zip(jobs, after):
+        if len(ai) > 1:
             through = 0
-            for a in j.after:
+            for a in ai:
                 through |= anc[a]
             j.after = [a for a in j.after if not (through >> index[a]) & 1]
 
 
 def set_priorities(jobs: List[Job], bonus: Optional[Mapping[str, float]] = None) -> None:
     """Priority = longest estimated chain of jobs from this one to the end (bottom level),
-    plus a job's ``bonus`` (the local search raises jobs that waited for cores)."""
+    plus a job's ``bonus`` (the local search raises jobs that waited for cores). ValueError
+    on a cycle."""
     bonus = bonus or {}
-    by_id = {j.id: j for j in jobs}
-    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
-    for j in jobs:
-        for a in j.after:
-            dependents[a].append(j.id)
-    # any topological order will do (Kahn's, no priorities needed yet)
-    indeg = {j.id: len(j.after) for j in jobs}
-    order = [j.id for j in jobs if not j.after]
-    for jid in order:  # grows while iterating
-        for d in dependents[jid]:
-            indeg[d] -= 1
-            if indeg[d] == 0:
-                order.append(d)
-    if len(order) != len(jobs):
-        raise ValueError("dependency cycle among the jobs")
-    for jid in reversed(order):
-        j = by_id[jid]
-        j.priority = j.est_s + bonus.get(jid, 0.0) + max((by_id[d].priority for d in dependents[jid]), default=0.0)
+    _, after, order = _graph(jobs)
+    dependents: List[List[int]] = [[] for _ in jobs]
+    for i, ai in enumerate(after):
+        for a in ai:
+            dependents[a].append(i)
+    prio = [0.0] * len(jobs)
+    for i in reversed(order):
+        j = jobs[i]
+        prio[i] = j.est_s + bonus.get(j.id, 0.0) + max([prio[d] for d in dependents[i]], default=0.0)
+        j.priority = prio[i]

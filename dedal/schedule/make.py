@@ -90,8 +90,11 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         starts = done if n <= REFINE_ALL else done[:1]
         evaluations = REFINE_WORK_LARGE // n if large else max(REFINE_MIN, min(REFINE_MAX, REFINE_WORK // n))
         if evaluations > 0:
+            # large: the groupings are critical-path ones (bottom-level priorities) and
+            # improve() simulated them as they are: refine() starts from that simulation
             done = [refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                           evaluations=evaluations, cpus_per_job=cpus_per_job) for jobs, _ in starts]
+                           evaluations=evaluations, cpus_per_job=cpus_per_job, start=sim if large else None)
+                    for jobs, sim in starts]
     for jobs, sim in done:
         if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
             best = (jobs, sim)

@@ -27,7 +27,7 @@ the same schedule on every machine, and the cost grows like a few simulations
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import Job, Simulation, Workload, job_seconds, top_cores
@@ -165,10 +165,10 @@ def build_jobs(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus:
                 est_s=job_seconds(wl, hs, c, model, overhead_s))
             for jid, hs, c in parts]
     try:
-        set_priorities(jobs, bonus)
-    except ValueError:
+        reduce_after(jobs)  # first: the same bottom levels over fewer edges
+    except ValueError:  # a cycle
         return None
-    reduce_after(jobs)
+    set_priorities(jobs, bonus)
     return jobs
 
 
@@ -202,18 +202,24 @@ def _chain(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, float]]:
 
 def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
            model: CoreModel = DEFAULT_MODEL, evaluations: int = 400,
-           cpus_per_job: int = 0) -> Tuple[List[Job], Simulation]:
+           cpus_per_job: int = 0, start: Optional[Simulation] = None) -> Tuple[List[Job], Simulation]:
     """Local search with :func:`simulate` as the judge, on the jobs of the chain that ends
     last: raise the priority of one that waited for cores (above the jobs that took
     them), merge it with the job it waited for, split it in two, give it a core more
     or less; keep the first change that shortens the makespan, until none does or
-    ``evaluations`` simulations were spent."""
+    ``evaluations`` simulations were spent. ``start``: the simulation of ``jobs`` as they
+    are, where their priorities are their bottom levels already (as :func:`improve` leaves
+    them), so that they need not be rebuilt and simulated again."""
     pos = {h: i for i, h in enumerate(wl.topo())}
     parts: Dict[str, Tuple[List[str], int]] = {j.id: (list(j.hashes), j.cores) for j in jobs}
     bonus: Dict[str, float] = {}
-    cur = build_jobs(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, model, overhead_s)
-    assert cur is not None
-    sim = simulate(cur, nodes=nodes, cores=cores)
+    if start is not None:
+        cur: Optional[List[Job]] = list(jobs)
+        sim = start
+    else:
+        cur = build_jobs(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, model, overhead_s)
+        assert cur is not None
+        sim = simulate(cur, nodes=nodes, cores=cores)
     spent = 0
     fresh = 0
 
@@ -222,26 +228,38 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
             return max(1, min(cpus_per_job, cores))
         return top_cores(wl, hs, cores, model)
 
-    def shape(x: str) -> None:
+    def cuts_of(n: int) -> List[int]:  # where a job of n packages is split
+        if n > 8:
+            return sorted({1 + (n - 2) * k // 6 for k in range(7)})
+        return list(range(1, n))
+
+    Move = Callable[[], Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]]
+
+    def shape(x: str) -> Iterator[Move]:
         """Moves on job ``x`` itself: split it in two, a core more or less."""
         nonlocal fresh
         hs, c = parts[x]
-        cuts = range(1, len(hs))
-        if len(hs) > 8:
-            cuts = sorted({1 + (len(hs) - 2) * k // 6 for k in range(7)})
-        for k in cuts:
+        for k in cuts_of(len(hs)):
             fresh += 1
-            moves.append(lambda x=x, hs=hs, c=c, k=k, new=f"{x}.{fresh}", ps=parts, b=bonus:
-                         (dict(ps, **{x: (hs[:k], min(c, top(hs[:k]))), new: (hs[k:], min(c, top(hs[k:])))}), b))
+            yield (lambda x=x, hs=hs, c=c, k=k, new=f"{x}.{fresh}", ps=parts, b=bonus:
+                   (dict(ps, **{x: (hs[:k], min(c, top(hs[:k]))), new: (hs[k:], min(c, top(hs[k:])))}), b))
         for nc in (c - 1, c + 1) if not cpus_per_job else ():
             if 1 <= nc <= top(hs):
-                moves.append(lambda x=x, hs=hs, nc=nc, ps=parts, b=bonus: (dict(ps, **{x: (hs, nc)}), b))
+                yield lambda x=x, hs=hs, nc=nc, ps=parts, b=bonus: (dict(ps, **{x: (hs, nc)}), b)
 
-    while spent < evaluations:
-        by_id = {j.id: j for j in cur}
-        chain = _chain(cur, sim)
-        # moves, each made only when tried: (new parts, new bonus)
-        moves: List[Callable[[], Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]]] = []
+    def held(x: str, ready: float, on_node: Mapping[int, Sequence[Tuple[str, Tuple[float, float, int]]]]
+             ) -> Iterator[Tuple[str, float]]:
+        """The jobs that held the cores of ``x``'s node while it waited (from ``ready`` to
+        its start), with their starts, in the order of ``on_node``."""
+        start, _, node = sim.starts[x]
+        for y, (s0, e0, n0) in on_node.get(node, []):
+            if s0 < start - 1e-6 and e0 > ready + 1e-6 and y != x:
+                yield y, s0
+
+    def moves_of(chain: Sequence[Tuple[str, float]], by_id: Mapping[str, Job]) -> Iterator[Move]:
+        """The moves of a round in the order they are tried, each made only when tried
+        (new parts, new bonus); made one by one, as the search asks (a large build tries
+        a few of a chain of thousands)."""
         by_start = sorted((s0, y) for y, (s0, _, _) in sim.starts.items())
         first_start = [s0 for s0, _ in by_start]
         on_node: Dict[int, List[Tuple[str, Tuple[float, float, int]]]] = {}
@@ -256,7 +274,7 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
                 if ahead and max(ahead) >= j.priority:
                     nb = dict(bonus)
                     nb[x] = nb.get(x, 0.0) + max(ahead) - j.priority + 1.0
-                    moves.append(lambda nb=nb, ps=parts: (ps, nb))
+                    yield lambda nb=nb, ps=parts: (ps, nb)
             if i + 1 < len(chain):
                 prev = chain[i + 1][0]
 
@@ -268,17 +286,44 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
                     nb = dict(b)
                     nb.pop(x, None)
                     return np, nb
-                moves.append(merged)
-            shape(x)
+                yield merged
+            yield from shape(x)
             if start > ready + 1e-6:  # the jobs that held its node's cores meanwhile
-                for y, (s0, e0, n0) in on_node.get(sim.starts[x][2], []):
+                for y, s0 in held(x, ready, on_node):
+                    yield from shape(y)
+                    if s0 >= ready - 1e-6 and bonus.get(y, 0.0) > -0.5 * by_id[y].est_s:
+                        nb = dict(bonus)
+                        nb[y] = nb.get(y, 0.0) - 0.5 * by_id[y].est_s
+                        yield lambda nb=nb, ps=parts: (ps, nb)
+
+    def new_ids(chain: Sequence[Tuple[str, float]]) -> int:
+        """How many new job ids every move of the round takes (the ids of the splits
+        stay those of making every move of a round, as the search once did)."""
+        per_node: Dict[int, Tuple[List[float], List[Tuple[float, float, str]], float]] = {}
+        for y, (s0, e0, n0) in sorted(sim.starts.items(), key=lambda kv: kv[1][0]):
+            got = per_node.setdefault(n0, ([], [], 0.0))
+            got[0].append(s0)
+            got[1].append((s0, e0, y))
+            per_node[n0] = (got[0], got[1], max(got[2], e0 - s0))
+        count = 0
+        for x, ready in chain:
+            count += len(cuts_of(len(parts[x][0])))
+            start, _, node = sim.starts[x]
+            if start > ready + 1e-6:
+                s0s, entries, longest = per_node[node]
+                # a job that ends after ``ready`` started at most ``longest`` before it
+                lo = bisect.bisect_left(s0s, ready - longest - 1.0)
+                hi = bisect.bisect_left(s0s, start - 1e-6)
+                for s0, e0, y in entries[lo:hi]:
                     if s0 < start - 1e-6 and e0 > ready + 1e-6 and y != x:
-                        shape(y)
-                        if s0 >= ready - 1e-6 and bonus.get(y, 0.0) > -0.5 * by_id[y].est_s:
-                            nb = dict(bonus)
-                            nb[y] = nb.get(y, 0.0) - 0.5 * by_id[y].est_s
-                            moves.append(lambda nb=nb, ps=parts: (ps, nb))
-        for move in moves:
+                        count += len(cuts_of(len(parts[y][0])))
+        return count
+
+    while spent < evaluations:
+        by_id = {j.id: j for j in cur}
+        chain = _chain(cur, sim)
+        fresh_then = fresh
+        for move in moves_of(chain, by_id):
             if spent >= evaluations:
                 break
             np, nb = move()
@@ -288,6 +333,7 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
             spent += 1
             csim = simulate(cand, nodes=nodes, cores=cores)
             if csim.makespan_s < sim.makespan_s - 1e-6:
+                fresh = fresh_then + new_ids(chain)
                 parts, bonus, cur, sim = np, nb, cand, csim
                 break
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 
@@ -45,15 +45,32 @@ class Workload:
     def name(self, h: str) -> str:
         return self.names.get(h, h[:7])
 
-    def dependents(self) -> Dict[str, Set[str]]:
+    def _cached(self, what: str, make: Callable[[], Any]) -> Any:
+        """``make()``, once for this order and these requirements: every grouping, bound and
+        search asks again, and a build of 10,000 packages pays for each (a workload is not
+        changed in place once made; a new order or requirements dict makes it anew)."""
+        cache = self.__dict__.setdefault("_cache", {})
+        got = cache.get(what)
+        if got is None or got[0] is not self.order or got[1] is not self.requires or got[2] != len(self.order):
+            got = cache[what] = (self.order, self.requires, len(self.order), make())
+        return got[3]
+
+    def dependents(self) -> Mapping[str, FrozenSet[str]]:
+        """For each package, the packages that require it (shared: not to be changed)."""
+        return self._cached("dependents", self._dependents)
+
+    def _dependents(self) -> Dict[str, FrozenSet[str]]:
         out: Dict[str, Set[str]] = {h: set() for h in self.order}
         for h in self.order:
             for r in self.requires[h]:
                 out[r].add(h)
-        return out
+        return {h: frozenset(d) for h, d in out.items()}
 
     def topo(self) -> List[str]:
         """``order`` checked (every requirement before its dependent), else a fresh one."""
+        return list(self._cached("topo", self._topo))
+
+    def _topo(self) -> List[str]:
         pos = {h: i for i, h in enumerate(self.order)}
         if all(pos[r] < pos[h] for h in self.order for r in self.requires[h]):
             return list(self.order)
