@@ -21,4 +21,8 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was:
+            # what was made meanwhile is old now: into the oldest generation (a list splice),
+            # else the first collection after this walks every object made here
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()

@@ -7,10 +7,12 @@ lock file's name gives, layer keys: each is checked here where it enters, so tha
 ``..``, ``/`` or NUL can carry a path outside the directory it is joined to."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dedal.errors import UserError
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")  # control characters: one search, not a test per character
 MAX_NAME_BYTES = 200  # NAME_MAX is 255; room for the suffixes added to a name (.sif, .image.json, -<hash>.log)
 
 
@@ -26,7 +28,7 @@ def name_problem(value: Any) -> str:
         return "contains '/'"
     if "\0" in value:
         return "contains a NUL character"
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if _CONTROL.search(value):
         return "contains a control character"
     if value.startswith("-"):
         return "starts with '-'"

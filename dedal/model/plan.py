@@ -247,8 +247,8 @@ def make_plan(
     safe_name(tag, "tag")
     externals = lock.externals()
     runtime = lock.runtime_closure()
-    build_only = lock.build_only()
     reachable = lock.reachable()
+    build_only = reachable - runtime  # lock.build_only(), without walking the DAG twice more
     keys = {h: layer_key(n.name, n.version, h, install_root, base_id)
             for h, n in lock.nodes.items() if not n.external}
     present = {h for h, k in keys.items() if store is not None and store.has(k)}

@@ -168,6 +168,18 @@ class SpackLock:
         return result
 
     def _postorder(self, nodes: Set[str]) -> List[str]:
+        """``nodes`` with every dependency before its dependents: the order of the whole
+        DAG (computed once per lock: plan and schedule ask for several subsets of a lock
+        of thousands) restricted to ``nodes``."""
+        cached = self.__dict__.get("_order")
+        if cached is None or cached[0] is not self.nodes or cached[1] != len(self.nodes):
+            cached = (self.nodes, len(self.nodes), self._walk(set(self.nodes)))
+            self.__dict__["_order"] = cached
+        if len(nodes) == len(self.nodes):
+            return list(cached[2])
+        return [h for h in cached[2] if h in nodes]
+
+    def _walk(self, nodes: Set[str]) -> List[str]:
         order: List[str] = []
         state: Dict[str, int] = {}
         for start in sorted(nodes):
@@ -337,7 +349,7 @@ def parse_lock(text: str, path: Optional[Path] = None) -> SpackLock:
         nodes=nodes,
         sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
-    lock.waves(set(nodes))  # raises on cycles, wherever they are
+    lock._postorder(set(nodes))  # raises on cycles, wherever they are
     return lock
 
 
