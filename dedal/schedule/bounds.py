@@ -18,7 +18,8 @@ that narrows in its middle (a chain every later package waits for).
 """
 from __future__ import annotations
 
-from itertools import accumulate
+from itertools import accumulate, compress, repeat
+from operator import add, ge, truediv
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
@@ -117,13 +118,14 @@ def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: Co
     heads = sorted(set(head.values()))
     if len(heads) > samples:
         heads = [heads[int(i * (len(heads) - 1) / (samples - 1))] for i in range(samples)]
-    by_tail = [(head[h], need[h] * t[h], tail[h]) for h in sorted(order, key=lambda h: -tail[h])]
+    by_tail = sorted(order, key=lambda h: -tail[h])
+    heads_t, works_t, tails_t = [head[h] for h in by_tail], [need[h] * t[h] for h in by_tail], [tail[h] for h in by_tail]
     for a in heads:
-        # S = {h: head(h) >= a, tail(h) >= b} for every b: packages by falling tail, work summed
-        picked = [(w, tl) for hd, w, tl in by_tail if hd >= a]
-        if picked:
-            acc = accumulate(w for w, _ in picked)
-            best = max(best, max(a + s / cap + tl for s, (_, tl) in zip(acc, picked)))
+        # S = {h: head(h) >= a, tail(h) >= b} for every b: packages by falling tail, work summed;
+        # a + sum / cap + tail at each, in C-level loops (120 passes over 20,000 packages)
+        picked = list(map(ge, heads_t, repeat(a)))
+        sums = map(truediv, accumulate(compress(works_t, picked)), repeat(cap))
+        best = max(best, max(map(add, map(add, repeat(a), sums), compress(tails_t, picked)), default=best))
     total = sum(need[h] * t[h] for h in order)
 
     def done_by(start: Mapping[str, float]) -> List[Tuple[float, float]]:

@@ -26,6 +26,7 @@ not past a reservation of its node. Then, per mode:
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -50,6 +51,10 @@ class _Run:
     start: float
     pkgs: List[str]
     end: float = 0.0   # end of the package now running
+    # packages waiting for this job -> how many of their requirements it builds (made on
+    # its first decide(), then kept up to date: only pending packages, the new package's added)
+    inside: Optional[Dict[str, int]] = None
+    counted: int = 0   # the first ``counted`` packages are in ``inside``
 
 
 def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
@@ -86,6 +91,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     # kept up to date from then on (a package of a facility stack has dozens of requirements,
     # all but a few completed long before)
     unmet: Dict[str, Set[str]] = {}
+    last_done: Dict[str, float] = {}  # when the last requirement completed, per pending package
     run_of: Dict[str, int] = {}
     runs: List[_Run] = []
     heap: List[Tuple[float, int, int]] = []
@@ -143,11 +149,13 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         for h in placed:
             take(h)
 
-    def can_run(r: _Run, y: str, inrun: Set[str], now: float) -> Optional[int]:
-        """The job's cores after taking ``y``, or None."""
-        for q in wl.requires[y]:
-            if q not in inrun and not (q in completed_at and completed_at[q] <= r.start):
-                return None
+    def can_run(r: _Run, y: str, built: int, now: float) -> Optional[int]:
+        """The job's cores after taking ``y`` (``built`` of whose requirements the job
+        builds), or None: its other requirements must all have completed by the job's start
+        (none of them is in the job, none completed: ``nmiss`` counts exactly those in the
+        job, and the last of the others completed by then)."""
+        if nmiss[y] != built or last_done.get(y, -math.inf) > r.start:
+            return None
         if need[y] <= r.cores:
             waste = (r.cores - need[y]) * dur(y, r.cores)
             return r.cores if waste <= o * r.cores else None
@@ -179,11 +187,17 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         inrun = set(r.pkgs)
         # the packages waiting for this job, and how many of their requirements it builds:
         # one it releases has no other requirement left (``nmiss`` counts those not completed)
-        inside: Dict[str, int] = {}
-        for h in r.pkgs:
+        inside = r.inside
+        if inside is None:
+            inside = r.inside = {}
+        else:
+            for y in [y for y in inside if y not in pending]:
+                del inside[y]
+        for h in r.pkgs[r.counted:]:
             for y in deps[h]:
                 if y in pending:
                     inside[y] = inside.get(y, 0) + 1
+        r.counted = len(r.pkgs)
         waiting = inside.keys()
         released = [y for y, k in inside.items() if nmiss[y] == k]
         # only the package the job's cores would go to next anyway (no queue jumping)
@@ -198,7 +212,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
                 first = y
         if first is None:
             return None
-        c = can_run(r, first, inrun, now)
+        c = can_run(r, first, inside.get(first, 0), now)
         if c is None:
             return None
         y = first
@@ -240,6 +254,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
             for d in deps[h]:
                 if d in pending:
                     nmiss[d] -= 1
+                    last_done[d] = now
                     left = unmet.get(d)
                     if left is not None:
                         left.discard(h)
