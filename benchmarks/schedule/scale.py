@@ -1,7 +1,7 @@
 """Scale benchmark: plan + schedule + simulate of synthetic locks of 1,000 to 20,000 packages.
 
     .venv/bin/python benchmarks/schedule/scale.py [--sizes 1000 2000 5000 10000 20000]
-        [--nodes 1 16 64 256] [--cores 64] [--overhead 3] [--lock PATH]
+        [--nodes 1 16 64 256] [--cores 64] [--overhead 3] [--lock PATH] [--baseline DIR]
 
 Each lock is grown from a real one (``grow.py``: the real lock's shared core, everything
 above it copied with fresh hashes; default: jedi-ci, 189 packages, the largest real lock in
@@ -19,7 +19,11 @@ package's public API only, as ``dedal plan --simulate`` does: ``load_lock`` ->
   job per package, priority = bottom level: ``group(merge="none")``, then ``simulate``),
   run side by side in the same process on the same workload;
 * both schedules pass ``dedal.schedule.validate`` (dependencies respected, no node over its
-  cores) in every case, or the benchmark stops.
+  cores) in every case, or the benchmark stops;
+* with ``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add DIR
+  COMMIT``): the same case run by that checkout's own ``scale.py --one``, in a fresh process
+  right after this one, so that both see the same machine: its CPU seconds, peak memory and
+  makespan, and the speed-up (its CPU seconds / ours).
 
 Writes scale.md and scale.json next to this file.
 """
@@ -35,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -89,30 +93,51 @@ def one(lock: Path, nodes: int, cores: int, overhead: float) -> dict:
             "vs_cp_list": round(sched.makespan_s / cp_sim.makespan_s, 4), "valid": True}
 
 
-def run(lock: Path, sizes: List[int], nodes_list: List[int], cores: int, overhead: float) -> dict:
+def _case(script: Path, path: Path, nodes: int, cores: int, overhead: float, what: str) -> dict:
+    out = subprocess.run([sys.executable, str(script), "--one", str(path), "--nodes", str(nodes),
+                          "--cores", str(cores), "--overhead", str(overhead)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{what}, {nodes} nodes failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(lock: Path, sizes: List[int], nodes_list: List[int], cores: int, overhead: float,
+        baseline: Optional[Path] = None) -> dict:
     import grow
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
             path = grow.write(lock, size, Path(tmp) / f"grown-{size}.spack.lock")
             for nodes in nodes_list:
-                out = subprocess.run([sys.executable, __file__, "--one", str(path), "--nodes", str(nodes),
-                                      "--cores", str(cores), "--overhead", str(overhead)],
-                                     capture_output=True, text=True, check=False)
-                if out.returncode != 0:
-                    raise SystemExit(f"size {size}, {nodes} nodes failed:\n{out.stderr[-3000:]}")
-                row = json.loads(out.stdout.strip().splitlines()[-1])
+                row = _case(Path(__file__), path, nodes, cores, overhead, f"size {size}")
                 row["size"] = size
+                line = (f"{size:>6} specs {row['packages']:>6} to build x {nodes:>3} nodes: {row['cpu_s']:7.2f} s cpu "
+                        f"(plan {row['plan_cpu_s']:.2f}), {row['wall_s']:7.2f} s wall, peak {row['peak_mb']:.0f} MB, "
+                        f"ratio {row['ratio']:.4f}, vs CP list {row['vs_cp_list']:.4f}")
+                if baseline is not None:
+                    base = _case(baseline / "benchmarks" / "schedule" / "scale.py", path, nodes, cores, overhead,
+                                 f"baseline, size {size}")
+                    row["baseline"] = {k: base[k] for k in ("cpu_s", "plan_cpu_s", "peak_mb", "jobs", "makespan_s",
+                                                            "ratio")}
+                    line += (f"; baseline {base['cpu_s']:.2f} s cpu, peak {base['peak_mb']:.0f} MB, "
+                             f"ratio {base['ratio']:.4f}")
                 rows.append(row)
-                print(f"{size:>6} specs {row['packages']:>6} to build x {nodes:>3} nodes: {row['cpu_s']:7.2f} s cpu "
-                      f"(plan {row['plan_cpu_s']:.2f}), {row['wall_s']:7.2f} s wall, peak {row['peak_mb']:.0f} MB, "
-                      f"ratio {row['ratio']:.4f}, vs CP list {row['vs_cp_list']:.4f}", flush=True)
+                print(line, flush=True)
     return {"lock": lock.name, "cores": cores, "overhead_s": overhead, "python": platform.python_version(),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load_average": os.getloadavg(),
-            "date": time.strftime("%Y-%m-%d"), "rows": rows}
+            "date": time.strftime("%Y-%m-%d"), "baseline": _describe(baseline) if baseline else None, "rows": rows}
+
+
+def _describe(checkout: Path) -> str:
+    """The baseline as the markdown names it: its commit where it is a git checkout."""
+    out = subprocess.run(["git", "-C", str(checkout), "log", "-1", "--format=commit %h of %cs"], capture_output=True,
+                         text=True, check=False)
+    return out.stdout.strip()[:100] if out.returncode == 0 and out.stdout.strip() else str(checkout)
 
 
 def markdown(res: dict) -> str:
+    base = res.get("baseline")
     lines = [
         "# Scale benchmark: plan + schedule + simulate",
         "",
@@ -125,15 +150,27 @@ def markdown(res: dict) -> str:
         "`CP list`: a plain critical-path list scheduler (one job per package, bottom-level priorities) "
         "on the same workload, its ratio to the bound; `vs CP`: dedal's makespan / its. Every schedule "
         "passed `dedal.schedule.validate`.",
-        "",
-        "| specs | to build | nodes | cpu s (plan) | wall s | peak MB | start MB | jobs | ratio | of dag bound | CP list "
-        "| vs CP |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    if base:
+        lines += ["", f"`before`: the same case run right after by the baseline checkout (`{base}`), in a "
+                  "fresh process of its own: its CPU seconds, peak MB and ratio; `speed-up` = its CPU seconds / "
+                  "ours. Both ran on the same machine minutes apart, so the speed-up is the number to compare "
+                  "(the CPU seconds of both rise and fall with the load of the other agents on the machine)."]
+    head = ("| specs | to build | nodes | cpu s (plan) | wall s | peak MB | start MB | jobs | ratio | of dag bound "
+            "| CP list | vs CP |")
+    rule = "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    if base:
+        head += " before cpu s | speed-up | before peak MB | before ratio |"
+        rule += " ---: | ---: | ---: | ---: |"
+    lines += ["", head, rule]
     for r in res["rows"]:
-        lines.append(f"| {r['size']} | {r['packages']} | {r['nodes']} | {r['cpu_s']:.2f} ({r['plan_cpu_s']:.2f}) | "
-                     f"{r['wall_s']:.2f} | {r['peak_mb']:.0f} | {r['start_mb']:.0f} | {r['jobs']} | {r['ratio']:.4f} | "
-                     f"{r['makespan_s'] / r['dag_bound_s']:.4f} | {r['cp_list_ratio']:.4f} | {r['vs_cp_list']:.4f} |")
+        line = (f"| {r['size']} | {r['packages']} | {r['nodes']} | {r['cpu_s']:.2f} ({r['plan_cpu_s']:.2f}) | "
+                f"{r['wall_s']:.2f} | {r['peak_mb']:.0f} | {r['start_mb']:.0f} | {r['jobs']} | {r['ratio']:.4f} | "
+                f"{r['makespan_s'] / r['dag_bound_s']:.4f} | {r['cp_list_ratio']:.4f} | {r['vs_cp_list']:.4f} |")
+        if base and r.get("baseline"):
+            b = r["baseline"]
+            line += f" {b['cpu_s']:.2f} | {b['cpu_s'] / r['cpu_s']:.1f} | {b['peak_mb']:.0f} | {b['ratio']:.4f} |"
+        lines.append(line)
     return "\n".join(lines) + "\n" + BEFORE
 
 
@@ -164,11 +201,12 @@ def main() -> None:
     ap.add_argument("--lock", type=Path, default=DEFAULT_LOCK)
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # one case, in a fresh process
     ap.add_argument("--out", type=Path, default=HERE / "scale", help="results: OUT.md and OUT.json")
+    ap.add_argument("--baseline", type=Path, help="a checkout of another commit, run side by side")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.nodes[0], args.cores, args.overhead)))
         return
-    res = run(args.lock, args.sizes, args.nodes, args.cores, args.overhead)
+    res = run(args.lock, args.sizes, args.nodes, args.cores, args.overhead, args.baseline)
     args.out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
     args.out.with_suffix(".md").write_text(markdown(res))
 
