@@ -177,6 +177,14 @@ def extract(
     proc.run(cmd, what="unsquashfs", log=log)
 
 
+def read_text(image: Path, member: str) -> Optional[str]:
+    """One file of an image as text (``unsquashfs -cat``), without unpacking the image;
+    None where the image has no such regular file."""
+    proc.which("unsquashfs", HINT)
+    res = proc.run(["unsquashfs", "-cat", os.fspath(image), member], what="unsquashfs -cat", check=False)
+    return res.stdout if res.returncode == 0 else None
+
+
 _LS = re.compile(r"^(?P<mode>\S{10})\s+(?P<owner>\S+)\s+(?P<size>\d+|\d+,\s*\d+)\s+\S+\s+\S+\s+(?P<path>.*)$")
 
 

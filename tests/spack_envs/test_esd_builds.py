@@ -49,6 +49,8 @@ def test_esd_cpu_build_image_on_the_cluster(run_dedal, real_spack, netns_cluster
     assert info.returncode == 0, info.stderr
     assert "ident:5.0.7" in info.stdout and "mca:pml:ucx:version" in info.stdout
     assert "'--with-slurm'" in info.stdout and "'--with-pmix=internal'" in info.stdout
+    labels = run_dedal("inspect", sif, env=env, timeout=300).stdout
+    assert "dedal.version.pmix: 5.0.5" in labels and "bundled with openmpi@5.0.7" in labels
     # UCX with its InfiniBand/RoCE transports built, against the image's own rdma-core
     ucx = run_dedal("exec", sif, "--", "sh", "-c", "ucx_info -b; ldd /opt/view/lib/ucx/libuct_ib.so.0 "
                     "/opt/view/lib/ucx/libuct_rdmacm.so.0", env=env, timeout=300)
@@ -90,5 +92,9 @@ def test_esd_gpu_builds_and_assembles_on_its_runtime_base(run_dedal, real_spack,
     ucx = run_dedal("exec", sif, "--", "sh", "-c", "ucx_info -v; ls /opt/view/lib/ucx", env=env, timeout=300)
     assert ucx.returncode == 0, ucx.stderr
     assert "--with-cuda=" in ucx.stdout and "libuct_cuda.so" in ucx.stdout
+    labels = run_dedal("inspect", sif, env=env, timeout=300).stdout
+    for label in ("dedal.version.cuda: 12.4.131", "dedal.version.nccl: 2.22.3", "dedal.version.openmpi: 5.0.7",
+                  "dedal.version.ucx: 1.13.1", "dedal.version.pmix: 5.0.5"):
+        assert label in labels, label
     bench = run_dedal("exec", sif, "--", "sh", "-c", "command -v dedal_nccl_allreduce", env=env, timeout=300)
     assert bench.returncode == 0 and bench.stdout.strip(), bench.stderr

@@ -15,7 +15,7 @@ from dedal.model.base import input_labels
 from dedal.model.image import ENV_SCRIPT, SBOM_IN_IMAGE
 from dedal.stages.assemble.audit import LayerInfo
 
-VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda")
+VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda", "nccl")
 _UPSTREAM = re.compile(r"\d+(?:\.\d+)+")
 
 
@@ -40,6 +40,34 @@ def image_versions(plan: Any, hashes: Sequence[str], base: Any) -> Tuple[Dict[st
             versions[comp] = m.group(0) if m else recorded
             sources[comp] = "base" if versions[comp] == recorded else f"base package {recorded}"
     return versions, sources
+
+
+_PMIX_PART = re.compile(r"^#define\s+PMIX_VERSION_(MAJOR|MINOR|RELEASE)\s+(\d+)L?\s*$", re.M)
+
+#: where an Open MPI built with its bundled PMIx (Spack's ``+internal-pmix``) keeps that
+#: PMIx's version, relative to its prefix
+BUNDLED_PMIX_HEADER = "include/pmix_version.h"
+
+
+def pmix_version_of_header(text: str) -> Optional[str]:
+    """``5.0.5`` from a ``pmix_version.h`` (``#define PMIX_VERSION_MAJOR 5L`` ...)."""
+    parts = dict(_PMIX_PART.findall(text or ""))
+    if not all(k in parts for k in ("MAJOR", "MINOR", "RELEASE")):
+        return None
+    return f"{int(parts['MAJOR'])}.{int(parts['MINOR'])}.{int(parts['RELEASE'])}"
+
+
+def bundled_pmix_node(plan: Any, hashes: Sequence[str], lock: Any) -> Optional[Any]:
+    """The image's Spack-built Open MPI when it carries its own PMIx (``+internal-pmix``) and
+    no PMIx package of the image stands beside it: then that bundled PMIx is the one its
+    ranks talk to, not a PMIx the base has."""
+    names = {plan.nodes[h].name: h for h in hashes}
+    h = names.get("openmpi")
+    if h is None or "pmix" in names or plan.nodes[h].external:
+        return None
+    lnode = lock.nodes.get(h) if lock is not None and hasattr(lock, "nodes") else None
+    params = lnode.raw.get("parameters", {}) if lnode is not None else {}
+    return plan.nodes[h] if params.get("internal-pmix") is True else None
 
 
 def make_labels(plan: Any, base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],

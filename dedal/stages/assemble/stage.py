@@ -71,12 +71,13 @@ from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import load_lock
 from dedal.stages.assemble import provenance
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
-from dedal.stages.assemble.audit import audit_layers, inside
+from dedal.stages.assemble.audit import LayerInfo, audit_layers, inside
 from dedal.stages.assemble.closure import library_path_of, require_closure
 from dedal.stages.assemble.envscript import env_lines
 from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths,
                                             inputs_digest)
-from dedal.stages.assemble.metadata import (definition_text, image_versions, inspect_metadata, iso_date, make_labels,
+from dedal.stages.assemble.metadata import (BUNDLED_PMIX_HEADER, bundled_pmix_node, definition_text, image_versions,
+                                            inspect_metadata, iso_date, make_labels, pmix_version_of_header,
                                             runtime_base_labels)
 from dedal.stages.assemble.selection import select_packages
 from dedal.stages.assemble.spack_run import normalize_spack_db, run_spack
@@ -147,6 +148,19 @@ def reap_temporaries(*outputs: Path) -> List[str]:
     return removed
 
 
+def bundled_pmix(plan: Any, hashes: Sequence[str], lock: Any, infos: Sequence[LayerInfo],
+                 store: Any) -> Optional[Tuple[str, str]]:
+    """(version, source) of the PMIx an Open MPI built with its own (``+internal-pmix``)
+    carries, read from that Open MPI's layer; None where the image's Open MPI has none."""
+    ompi = bundled_pmix_node(plan, hashes, lock)
+    info = next((i for i in infos if ompi is not None and i.hash == ompi.hash), None)
+    if info is None:
+        return None
+    member = posixpath.join(info.prefix, BUNDLED_PMIX_HEADER)  # the layer's prefix: relative to the install root
+    found = pmix_version_of_header(squashfs.read_text(store.sqfs(info.key), member) or "")
+    return (found, f"bundled with openmpi@{ompi.version}") if found else None
+
+
 def assemble(
     target_or_plan: Any,
     settings: Any,
@@ -210,7 +224,11 @@ def assemble(
         base_digest = base_sha256(base, settings)
         say(f"runtime base {base.id}: the {shared} Debian packages it shares with build base {build_base.id} "
             "have the same versions")
+    lock = load_lock(envdir / "spack.lock")
     versions, version_sources = image_versions(plan, hashes, base)
+    bundled = bundled_pmix(plan, hashes, lock, infos, store)
+    if bundled:
+        versions["pmix"], version_sources["pmix"] = bundled
     created, created_from = image_date(plan, settings)
     say(f"image date {iso_date(created)}: {created_from}")
     inputs = {
@@ -250,7 +268,6 @@ def assemble(
         {k: v for k, v in (base.env if base else {}).items() if not k.startswith("SPACK")})
     layer_map = {i.hash: {"key": i.key, "sha256": i.sha256, "size": i.size} for i in infos}
 
-    lock = load_lock(envdir / "spack.lock")
     base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id,
                   "dedal:base_sha256": build_digest}
     if base is not build_base:
@@ -258,6 +275,8 @@ def assemble(
                            "dedal:runtime_base_sha256": base_digest})
     if only_names:
         base_props["dedal:only"] = ",".join(only_names)
+    for comp, version in versions.items():  # the stack's versions, as the labels name them
+        base_props[f"dedal:version:{comp}"] = f"{version} ({version_sources[comp]})"
     sbom_doc = sbom_mod.make_sbom(plan, hashes, layers=layer_map, lock=lock, created=created, roots=roots,
                                   properties=base_props)
     sbom_bytes = sbom_mod.dumps(sbom_doc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -253,3 +254,62 @@ def test_inherits_an_apptainer_built_base(tmp_path, tiny_plan):
     labels = metadata.make_labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {},
                                   {"site": "cscs", "dedal.env": "spoofed"})
     assert labels["site"] == "cscs" and labels["dedal.env"] == "t"  # ours win over the base's
+
+
+# ----------------------------------------------------------------------------- bundled PMIx
+ESD_CPU_LOCK = Path(__file__).parent / "data" / "esd-cpu.spack.lock"  # a real lock: `dedal fetch spack-envs/esd-cpu`
+
+
+def test_pmix_version_of_the_header_open_mpi_installs():
+    """What Open MPI 5.0.7 (+internal-pmix) installs as include/pmix_version.h (excerpt)."""
+    header = ("#ifndef PMIx_VERSION_H\n#define PMIx_VERSION_H\n\n/* define PMIx version */\n"
+              "#define PMIX_VERSION_MAJOR 5L\n#define PMIX_VERSION_MINOR 0L\n#define PMIX_VERSION_RELEASE 5L\n\n"
+              "#define PMIX_NUMERIC_VERSION 0x00050005\n#endif\n")
+    assert metadata.pmix_version_of_header(header) == "5.0.5"
+    assert metadata.pmix_version_of_header("#define PMIX_VERSION_MAJOR 5L\n") is None
+    assert metadata.pmix_version_of_header("") is None
+
+
+def test_the_pmix_of_an_open_mpi_with_its_own_is_the_bundled_one(mpi_plan):
+    """esd-cpu's Open MPI is +internal-pmix and no pmix package stands beside it: the base's
+    PMIx (Debian's 5.0.7) is not what its ranks use, the bundled one is; an Open MPI with a
+    PMIx package (mpi-cuda-pure) uses that package."""
+    lock = load_lock(ESD_CPU_LOCK)
+    plan = make_plan(lock, env_name="esd-cpu", install_root=IR, base_image="host", base_id="host:test")
+    _r, hashes = asm.select_packages(plan)
+    node = metadata.bundled_pmix_node(plan, hashes, lock)
+    assert node is not None and node.name == "openmpi" and node.version == "5.0.7"
+    _r, hashes = asm.select_packages(mpi_plan)
+    assert metadata.bundled_pmix_node(mpi_plan, hashes, load_lock(SPACK_DATA / "mpi-cuda-pure.spack.lock")) is None
+    assert "nccl" in metadata.VERSION_COMPONENTS
+
+
+def test_bundled_pmix_is_read_from_the_open_mpi_layer(tmp_path):
+    """The header inside Open MPI's own layer (a real squashfs, laid out as layers are: the
+    prefix relative to the install root at the top) gives the label's version."""
+    from dedal.adapters import squashfs
+    from dedal.stages.assemble.audit import LayerInfo
+    from dedal.stages.assemble.stage import bundled_pmix
+
+    lock = load_lock(ESD_CPU_LOCK)
+    plan = make_plan(lock, env_name="esd-cpu", install_root=IR, base_image="host", base_id="host:test")
+    _r, hashes = asm.select_packages(plan)
+    ompi = metadata.bundled_pmix_node(plan, hashes, lock)
+    top = f"openmpi-5.0.7-{ompi.hash}"
+    (tmp_path / top / "include").mkdir(parents=True)
+    (tmp_path / top / "include" / "pmix_version.h").write_text(
+        "#define PMIX_VERSION_MAJOR 5L\n#define PMIX_VERSION_MINOR 0L\n#define PMIX_VERSION_RELEASE 5L\n")
+    layer = tmp_path / "layer.sqfs"
+    squashfs.pack([tmp_path / top], layer, keep_as_directory=True)
+
+    class Store:
+        def sqfs(self, key):
+            return layer
+
+    info = LayerInfo(hash=ompi.hash, key="k", name="openmpi", version="5.0.7", prefix=top, sha256="", size=0)
+    assert bundled_pmix(plan, hashes, lock, [info], Store()) == ("5.0.5", "bundled with openmpi@5.0.7")
+    assert squashfs.read_text(layer, f"{top}/include/missing.h") is None
+    (tmp_path / "empty").mkdir()
+    squashfs.pack([tmp_path / "empty"], tmp_path / "other.sqfs", keep_as_directory=True)
+    layer = tmp_path / "other.sqfs"  # an Open MPI layer without the header: no label, no error
+    assert bundled_pmix(plan, hashes, lock, [info], Store()) is None
