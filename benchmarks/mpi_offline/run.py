@@ -172,7 +172,8 @@ def main() -> int:
     cache = user_cache(settings, spack_root)
     binds = [rt.Bind(tree, INSTALL_ROOT), rt.Bind(plain_dir), rt.Bind(envdir), rt.Bind(spack_root, readonly=True),
              rt.Bind(mirror, readonly=True), rt.Bind(cache)]
-    binds += [rt.Bind(r, readonly=True) for r in manifest["spack"].get("repos", [])]
+    # the environment's local repositories and included files (esd-cpu includes the base's externals)
+    binds += [rt.Bind(r, readonly=True) for key in ("repos", "include") for r in manifest["spack"].get(key, [])]
     spack_env = dict(base_env, SPACK_DISABLE_LOCAL_CONFIG="1", SPACK_USER_CACHE_PATH=str(cache),
                      SPACK_ROOT=str(spack_root), PATH=STD_PATH)
     spack = [str(spack_root / "bin" / "spack"), "-e", str(envdir)]
