@@ -76,7 +76,7 @@ def test_ucx_1_13_tcp_of_unknown_placement_between_nodes_is_expected_without_rdm
     keep it an error."""
     from dedal.stages.verify.parsers import parse_file
 
-    path = local_data / "ompi5_ucx1.13_tcp_eth0_internode_netns_GOOD.log"
+    path = local_data / "ompi5_ucx1.13_tcp_eth0_internode_netns.log"
     parsed = parse_file(path)
     assert parsed["ucx_version"] == "1.13.1" and parsed["transports_by_scope"]["unknown"] == ["tcp/eth0"]
     assert parsed["verdict"] == "bad" and [f["code"] for f in parsed["findings"]] == ["ucx-tcp-transport"]
