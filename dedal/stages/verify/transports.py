@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 from dedal.errors import UserError
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.findings import Finding, verdict_of
+from dedal.stages.verify.parsers.ucx_log import transport_family
 
 
 @dataclass
@@ -209,8 +210,8 @@ def _tcp_of_unknown_placement_is_a_nic(parsed: Dict[str, Any]) -> bool:
     inter-node run that is the endpoint to the other node: TCP within a node would use
     ``lo`` or show in the intra-node runs, which are judged on their own."""
     unknown = (parsed.get("transports_by_scope") or {}).get("unknown") or []
-    tcp = [t for t in unknown if t.split("/")[0] == "tcp"]
-    return bool(tcp) and all(t.split("/", 1)[-1] not in ("lo", "tcp") for t in tcp)
+    tcp = [t.partition("/") for t in unknown if transport_family(t.split("/")[0]) == "tcp"]
+    return bool(tcp) and all(dev not in ("", "lo") for _tl, _sep, dev in tcp)
 
 
 def judge_fabric(parsed: Dict[str, Any], host: HostFacts, scope: str) -> Dict[str, Any]:
