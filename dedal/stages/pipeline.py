@@ -21,7 +21,7 @@ from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.build import run_build
 from dedal.stages.fetch import run_fetch
 from dedal.stages.verify.checks import skipped_of, skipped_text
-from dedal.stages.verify.findings import gate_allows, gate_refusal
+from dedal.stages.verify.findings import gate_allows, gate_refusal, verdict_with
 from dedal.stages.verify.runner import Options, verify as run_verify
 from dedal.stages.workspace import Target
 from dedal.ui.progress import BuildProgress
@@ -65,7 +65,7 @@ class PipelineSummary:
     @property
     def verdict_text(self) -> str:
         """The verdict with what did not run, as the report says it: ``good (GPU checks skipped: no GPU)``."""
-        return f"{self.verdict} ({self.skipped})" if self.skipped else self.verdict
+        return verdict_with(self.verdict, self.skipped)
 
     @property
     def ok(self) -> bool:

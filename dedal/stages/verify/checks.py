@@ -43,7 +43,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dedal.errors import UserError
 from dedal.stages.verify import findings as F
-from dedal.stages.verify.findings import Finding, verdict_of, worst
+from dedal.stages.verify.findings import Finding, verdict_of, verdict_with, worst
 
 Series = Mapping[int, Sequence[float]]
 
@@ -448,8 +448,7 @@ def skipped_of(report: Any) -> str:
 def verdict_text(verdict: str, checks: Iterable[CheckResult]) -> str:
     """The verdict as people read it: ``good (GPU checks skipped: no GPU)`` where planned checks
     did not run, so that it never reads "good" for what was not measured."""
-    skipped = skipped_text(checks)
-    return f"{verdict} ({skipped})" if skipped else verdict
+    return verdict_with(verdict, skipped_text(checks))
 
 
 def exit_code(verdict: str) -> int:

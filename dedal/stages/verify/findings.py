@@ -131,12 +131,17 @@ def gate_allows(verdict: str, gate: str = "passed", skipped: str = "") -> bool:
     return verdict in _PASSING[gate] and not (gate == "good" and skipped)
 
 
+def verdict_with(verdict: str, skipped: str = "") -> str:
+    """The verdict as people read it, with what did not run: ``good (GPU checks skipped: no GPU)``."""
+    return f"{verdict} ({skipped})" if skipped else verdict
+
+
 def gate_refusal(verdict: str, gate: str, skipped: str = "") -> Tuple[str, List[str]]:
     """Why the gate refuses this verification, naming what did not run, and the settings that
     would publish it anyway (("", []) when it lets it through); the caller says how to set them."""
     if gate_allows(verdict, gate, skipped):
         return "", []
-    reason = f"verification verdict {verdict}" + (f" ({skipped})" if skipped else "") + f", refused by verify_gate {gate}"
+    reason = f"verification verdict {verdict_with(verdict, skipped)}, refused by verify_gate {gate}"
     if gate_allows(verdict, "passed"):  # only what did not run stops it
         return f"{reason} (it publishes only what was measured in full)", ["verify_gate=passed", "verify_gate=off"]
     return reason, ["verify_gate=off"]
