@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -28,6 +29,23 @@ THRESHOLDS_SCHEMA = {
         "bandwidth_pct": {"type": "number", "minimum": 0},
         "busbw_pct": {"type": "number", "minimum": 0},
         "init_overhead_pct": {"type": "number", "minimum": 0},
+    },
+}
+
+# an application-level check: a command of the image run on its ranks by the launcher
+APP_SCHEMA: Dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "command"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+        "command": {"anyOf": [{"type": "string", "minLength": 1},
+                              {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
+        "ranks": {"type": "integer", "minimum": 1},
+        "nodes": {"type": "integer", "minimum": 1},
+        "expect": {"type": "string"},
+        "timeout": {"type": "number", "exclusiveMinimum": 0},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
 
@@ -64,6 +82,7 @@ DEDAL_SCHEMA: Dict[str, Any] = {
                 "gpu": {"type": "boolean"},
                 "env": {"type": "object", "additionalProperties": {"type": "string"}},
                 "thresholds": THRESHOLDS_SCHEMA,
+                "apps": {"type": "array", "items": APP_SCHEMA},
             },
         },
     },
@@ -78,6 +97,33 @@ ENV_SCHEMA: Dict[str, Any] = {
 
 
 @dataclass
+class AppCheck:
+    """An application run in the image on its ranks, as users will run it (``srun --mpi=pmix``
+    or the image's ``mpirun``): the benchmarks say the MPI stack is fast, this says the
+    application actually starts, talks MPI and computes. Passes on exit 0 with ``expect``
+    (a regular expression) found in its output."""
+
+    name: str
+    command: List[str]          # a string in the file runs as ``/bin/sh -c STRING``
+    ranks: int = 2
+    nodes: int = 1
+    expect: str = ""
+    timeout: float = 600.0
+    env: Dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "AppCheck":
+        command = data["command"]
+        return cls(name=data["name"], command=["/bin/sh", "-c", command] if isinstance(command, str) else list(command),
+                   ranks=int(data.get("ranks", 2)), nodes=int(data.get("nodes", 1)), expect=data.get("expect", ""),
+                   timeout=float(data.get("timeout", 600.0)), env=dict(data.get("env") or {}))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "command": list(self.command), "ranks": self.ranks, "nodes": self.nodes,
+                "expect": self.expect, "timeout": self.timeout, "env": dict(self.env)}
+
+
+@dataclass
 class VerifySpec:
     enabled: bool = True
     ranks: int = 2
@@ -88,6 +134,7 @@ class VerifySpec:
     gpu: bool = False
     env: Dict[str, str] = field(default_factory=dict)
     thresholds: Dict[str, float] = field(default_factory=dict)
+    apps: List[AppCheck] = field(default_factory=list)
 
 
 @dataclass
@@ -168,6 +215,12 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"{where}: must not be empty"
     if validator == "minimum":
         return f"{where}: must be at least {err.validator_value}, got {_describe(err.instance)}"
+    if validator == "exclusiveMinimum":
+        return f"{where}: must be more than {err.validator_value}, got {_describe(err.instance)}"
+    if validator == "minItems":
+        return f"{where}: must not be empty"
+    if validator == "anyOf":  # the app's command: a shell line or an argument list
+        return f"{where}: expected a non-empty string or list of strings, got {_describe(err.instance)}"
     return f"{where}: {err.message}"
 
 
@@ -179,7 +232,16 @@ def parse_env(data: Any, path: Path) -> EnvFile:
     if errors:
         raise UserError(f"{path}: {_message(errors[0])}")
     ded = data.get("dedal") or {}
-    verify = ded.get("verify") or {}
+    verify = dict(ded.get("verify") or {})
+    apps = [AppCheck.from_json(a) for a in verify.pop("apps", [])]
+    names = [a.name for a in apps]
+    for i, app in enumerate(apps):
+        if app.name in names[:i]:
+            raise UserError(f"{path}: dedal.verify.apps.{i}.name: {app.name!r} is used twice")
+        try:
+            re.compile(app.expect, re.MULTILINE)
+        except re.error as e:
+            raise UserError(f"{path}: dedal.verify.apps.{i}.expect: not a regular expression: {e}") from None
     lock = ded.get("lock")
     env = EnvFile(
         path=path,
@@ -198,7 +260,7 @@ def parse_env(data: Any, path: Path) -> EnvFile:
         only=list(ded.get("only", [])),
         runscript=ded.get("runscript", ""),
         labels=dict(ded.get("labels", {})),
-        verify=VerifySpec(**verify),
+        verify=VerifySpec(**verify, apps=apps),
     )
     if env.lock and not env.lock.is_file():
         raise UserError(f"{path}: dedal.lock: {env.lock} does not exist")

@@ -214,6 +214,7 @@ def run_pipeline(
                 repetitions=spec.repetitions if spec else 5, launcher=spec.launcher if spec else "auto",
                 env=env, thresholds=dict(spec.thresholds) if spec else {},
                 gpu=True if spec and spec.gpu else None, images_dir=Path(settings.images_dir),
+                apps=list(spec.apps) if spec else [],
             )
             if spec and spec.benchmarks:
                 opts.benchmarks = list(spec.benchmarks)

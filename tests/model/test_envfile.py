@@ -46,6 +46,19 @@ def test_spack_section_is_passed_untouched_and_written(tmp_path):
     ({"spack": []}, "spack: expected object"),
     ({"spack": {}, "dedal": {"runtime_base": ""}}, "dedal.runtime_base: must not be empty"),
     ({"spack": {}, "dedal": {"runtime_base": ["a"]}}, "dedal.runtime_base: expected string, got ['a']"),
+    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x"}]}}}, "dedal.verify.apps.0: missing key 'command'"),
+    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": []}]}}},
+     "dedal.verify.apps.0.command: expected a non-empty string or list of strings, got []"),
+    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "true", "expect": "("}]}}},
+     "dedal.verify.apps.0.expect: not a regular expression"),
+    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a"}, {"name": "x", "command": "b"}]}}},
+     "dedal.verify.apps.1.name: 'x' is used twice"),
+    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", "ranks": 0}]}}},
+     "dedal.verify.apps.0.ranks: must be at least 1"),
+    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", "timeout": 0}]}}},
+     "dedal.verify.apps.0.timeout: must be more than 0"),
+    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", "rank": 2}]}}},
+     "dedal.verify.apps.0: unknown key 'rank'"),
 ])
 def test_bad_environment_files(tmp_path, doc, message):
     (tmp_path / "env.yaml").write_text(yaml.safe_dump(doc))
@@ -78,3 +91,20 @@ def test_runtime_base_key(tmp_path):
     assert (env.base_image, env.runtime_base) == ("debian-trixie-cuda", "debian-trixie-cuda-runtime")
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}}))
     assert load_env(tmp_path).runtime_base is None
+
+
+def test_verify_apps(tmp_path):
+    """dedal.verify.apps: a shell line runs through /bin/sh -c, a list as it is; defaults 2 ranks
+    on 1 node, no expected output, 600 s."""
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
+        {"name": "ring", "command": ["python3", "-c", "print(1)"], "ranks": 4, "nodes": 2, "expect": "^1$",
+         "timeout": 30, "env": {"OMP_NUM_THREADS": "1"}},
+        {"name": "hello", "command": "echo hi | tr a-z A-Z"}]}}}))
+    apps = load_env(tmp_path).verify.apps
+    assert [a.to_json() for a in apps] == [
+        {"name": "ring", "command": ["python3", "-c", "print(1)"], "ranks": 4, "nodes": 2, "expect": "^1$",
+         "timeout": 30.0, "env": {"OMP_NUM_THREADS": "1"}},
+        {"name": "hello", "command": ["/bin/sh", "-c", "echo hi | tr a-z A-Z"], "ranks": 2, "nodes": 1, "expect": "",
+         "timeout": 600.0, "env": {}}]
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}}))
+    assert load_env(tmp_path).verify.apps == []

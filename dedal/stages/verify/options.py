@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from dedal.adapters.runtime import RUNTIMES
 from dedal.errors import UserError
 from dedal.model import config
-from dedal.model.envfile import load_env
+from dedal.model.envfile import AppCheck, load_env
 from dedal.stages.verify import image as img
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS
 from dedal.stages.verify.checks import Thresholds
@@ -46,6 +46,7 @@ class Options:
     native_root: Optional[Path] = None
     timeout: float = DEFAULT_TIMEOUT
     images_dir: Optional[Path] = None
+    apps: List[AppCheck] = field(default_factory=list)  # application checks (the env file's dedal.verify.apps)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,7 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="use this unpacked copy of the image as the native root (its benchmark binaries must be "
                         "byte-identical to the image's)")
     p.add_argument("--env-file", type=Path, default=None, metavar="ENV.yaml",
-                   help="environment file whose dedal.verify section gives ranks, repetitions, env, thresholds ...")
+                   help="environment file whose dedal.verify section gives ranks, repetitions, env, thresholds, "
+                        "application checks (apps) ...")
     p.add_argument("--runtime", choices=RUNTIMES, default=None,
                    help="container runtime (setting runtime)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -146,7 +148,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         max_size=args.max_size or DEFAULT_MAX_SIZE, nccl_max_size=args.nccl_max_size or DEFAULT_NCCL_MAX,
         native=args.native, native_root=args.native_root,
         timeout=args.timeout if args.timeout is not None else DEFAULT_TIMEOUT,
-        images_dir=Path(settings.images_dir),
+        images_dir=Path(settings.images_dir), apps=list(spec.apps) if spec else [],
     )
     if opts.ranks < 1 or (opts.ranks < 2 and (opts.nodes or 1) < 2):
         raise UserError(f"--ranks {opts.ranks}: at least 2 ranks are needed to measure communication "

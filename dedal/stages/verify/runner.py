@@ -31,6 +31,10 @@ The steps, each a function of its own:
    and plots in ``reports/<image>/``, with the provenance of :mod:`dedal.stages.verify.meta`;
    exit code 0 (good, suboptimal) or 1.
 
+After the runs of step 4, the environment file's application checks (``dedal.verify.apps``,
+:mod:`dedal.stages.verify.apps`) run in the container, launched as the benchmarks are; each
+is a check of its own in steps 5 and 6 (exit 0 and the expected output: good, else bad).
+
 Settings come from (later wins): built-in defaults, the image's label
 ``dedal.verify.thresholds`` (JSON), the environment file's ``dedal.verify`` section
 (``--env-file``), the command line (:mod:`dedal.stages.verify.options`).
@@ -57,6 +61,7 @@ from dedal.stages.verify import compare
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
+from dedal.stages.verify.apps import run_apps
 from dedal.stages.verify.catalogue import gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.stages.verify.transports import judge_fabric
@@ -251,10 +256,14 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                            f"{'warm-up' if rep == 0 else f'rep {rep}/{opts.repetitions}'}: {run.seconds:.1f} s {state}"
                            f" ({run.parsed['verdict']})")
 
+        app_checks = run_apps(opts.apps, root=container_root, launcher=launcher, nodes=nodes, outdir=outdir,
+                              runtime_name=opts.runtime, env=dict(opts.env), binds=extra_binds,
+                              image_mount=image_mount, progress=progress)
     finally:
         mounts.close()
     checks, measurements, summary = compare.compare_runs(runs, plan, thresholds)
     checks += compare.skipped_checks(skipped, scopes, skip_reason)
+    checks += app_checks
     if skipped:
         _say(progress, f"{len(skipped) * len(scopes)} GPU check(s) skipped: {skip_reason}")
     findings: List[Finding] = list(pf.findings)

@@ -173,3 +173,34 @@ def test_gpu_image_without_gpu_says_what_was_skipped(run_dedal, bench_image, tmp
     assert f"verdict: {data['verdict'].upper()} (GPU checks skipped: no GPU)" in p.stdout
     assert (out / "report.md").read_text().startswith(
         f"# Verdict: {data['verdict'].upper()} (GPU checks skipped: no GPU)\n")
+
+
+def test_app_checks_run_in_the_container(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
+    """dedal.verify.apps of the env file: an MPI program of the image on 2 ranks with its expected
+    output (good), a command whose output lacks what is expected (bad: the verdict too), and one
+    that needs 2 nodes, which mpirun cannot give (skipped, not passed)."""
+    import yaml
+
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
+        {"name": "init", "command": ["dedal_init"], "ranks": 2, "expect": r"^nprocs: 2, min: \d+ ms"},
+        {"name": "wrong", "command": "echo rank-$OMPI_COMM_WORLD_RANK", "ranks": 2, "expect": "^rank-2$"},
+        {"name": "far", "command": ["dedal_init"], "nodes": 2}]}}}))
+    out = tmp_path / "report"
+    p = _verify(run_dedal, bench_image.sif, out, native_cache, "-b", "init", "-r", "1", "--env-file", str(env_file))
+    assert p.returncode == 1, f"{p.stdout}\n{p.stderr}"
+    data = json.loads((out / "verify.json").read_text())
+    assert data["verdict"] == "bad"
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["app init"]["verdict"] == "good"
+    assert checks["app wrong"]["verdict"] == "bad" and checks["app far"]["verdict"] == "skipped"
+    assert checks["app far"]["skip_reason"] == "needs 2 nodes (srun inside a Slurm allocation)"
+    [ok] = checks["app init"]["findings"]
+    assert "expected output: nprocs: 2, min:" in ok["message"]
+    [bad] = checks["app wrong"]["findings"]
+    assert bad["code"] == "app-check-failed" and "exited 0 but its output lacks /^rank-2$/" in bad["message"]
+    assert {"rank-0", "rank-1"} <= set(bad["evidence"])  # both ranks ran, in the container, and said so
+    assert "#@ dedal verify: app check init" in (out / "raw/apps/init.log").read_text()
+    md = (out / "report.md").read_text()
+    assert "## app init: good" in md and "| app wrong | app (-) | bad |" in md
+    assert "check app wrong: bad" in p.stdout

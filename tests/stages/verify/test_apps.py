@@ -1,0 +1,71 @@
+"""Application checks (dedal.verify.apps): the verdict from an app's exit code and output,
+and when an app cannot run here. The runs themselves: test_runner_local.py (mpirun) and the
+esd-neuro image's report (srun on the namespaced cluster)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from dedal.model.envfile import AppCheck
+from dedal.stages.verify.apps import judge, skip_reason
+from dedal.stages.verify.checks import overall_verdict
+
+APP = AppCheck(name="ring", command=["python3", "ring.py"], ranks=2, nodes=2, expect=r"ranks=2 spiked=\d+", timeout=60)
+
+
+def _log(tmp_path: Path, text: str) -> Path:
+    log = tmp_path / "ring.log"
+    log.write_text("#@ dedal verify: app check ring\n$ srun --mpi=pmix -N 2 -n 2 ... python3 ring.py\n" + text)
+    return log
+
+
+def test_exit_0_with_the_expected_output_is_good(tmp_path: Path) -> None:
+    check = judge(APP, 0, False, 3.25, _log(tmp_path, "starting\nranks=2 spiked=10\n"), "raw/apps/ring.log")
+    assert check.verdict == "good" and check.name == "app ring" and check.passed
+    [f] = check.findings
+    assert f.code == "app-check" and f.severity == "info"
+    assert "exit 0 in 3.2 s, 2 rank(s) on 2 node(s)" in f.message and "expected output: ranks=2 spiked=10" in f.message
+
+
+def test_failures_are_bad_and_quote_the_log(tmp_path: Path) -> None:
+    cases = [
+        (1, False, "Traceback (most recent call last):\nModuleNotFoundError: No module named 'arbor'\n",
+         "exited with code 1", "ModuleNotFoundError: No module named 'arbor'"),
+        (0, False, "ranks=1 spiked=10\n", r"exited 0 but its output lacks /ranks=2 spiked=\d+/", "ranks=1 spiked=10"),
+        (124, True, "still running\n", "did not finish within 60 s", "still running"),
+    ]
+    for rc, timed_out, text, problem, quoted in cases:
+        check = judge(APP, rc, timed_out, 1.0, _log(tmp_path, text), "raw/apps/ring.log")
+        assert check.verdict == "bad" and not check.passed, problem
+        [f] = check.findings
+        assert f.code == "app-check-failed" and f.severity == "error"
+        assert f.message == f"app ring (2 rank(s) on 2 node(s)) {problem}; log raw/apps/ring.log"
+        assert quoted in f.evidence and f.evidence[-1] == "log: raw/apps/ring.log"
+        assert not any(e.startswith(("#@", "$ ")) for e in f.evidence)  # dedal's own header lines are not quoted
+        assert overall_verdict([check]) == "bad"
+
+
+def test_the_expected_output_is_not_matched_in_the_command_line(tmp_path: Path) -> None:
+    """The log's header names the command; an app that printed nothing must not pass on it."""
+    app = AppCheck(name="echo", command=["sh", "-c", "true ranks=2 spiked=3"], expect=r"ranks=2 spiked=\d+")
+    log = tmp_path / "echo.log"
+    log.write_text("#@ note\n$ mpirun -n 2 sh -c 'true ranks=2 spiked=3'\n")
+    assert judge(app, 0, False, 0.1, log, "raw/apps/echo.log").verdict == "bad"
+    script = "import sys\nprint('ranks=2 spiked=3')\n"  # a multi-line script: its header spans lines
+    app = AppCheck(name="py", command=["python3", "-c", script], expect=r"ranks=2 spiked=\d+")
+    log.write_text(f"#@ note\n$ mpirun -n 2 python3 -c '{script}'\n")
+    assert judge(app, 0, False, 0.1, log, "raw/apps/py.log").verdict == "bad"
+    log.write_text(f"#@ note\n$ mpirun -n 2 python3 -c '{script}'\nranks=2 spiked=3\n")
+    assert judge(app, 0, False, 0.1, log, "raw/apps/py.log").verdict == "good"
+
+
+def test_no_expected_output_passes_on_exit_0(tmp_path: Path) -> None:
+    app = AppCheck(name="true", command=["true"])
+    assert judge(app, 0, False, 0.1, _log(tmp_path, ""), "raw/apps/true.log").verdict == "good"
+    assert judge(app, 2, False, 0.1, _log(tmp_path, ""), "raw/apps/true.log").verdict == "bad"
+
+
+def test_more_nodes_than_the_run_has_is_a_skip_not_a_pass() -> None:
+    assert skip_reason(APP, "srun", 2) == ""
+    assert skip_reason(APP, "srun", 1) == "needs 2 nodes, the run has 1"
+    assert skip_reason(APP, "mpirun", 1) == "needs 2 nodes (srun inside a Slurm allocation)"
+    assert skip_reason(AppCheck(name="one", command=["true"]), "mpirun", 1) == ""
