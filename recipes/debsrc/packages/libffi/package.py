@@ -28,6 +28,14 @@ class Libffi(BuiltinLibffi):
         depends_on("libtool", type="build")
         depends_on("m4", type="build")
 
+    def configure_args(self):
+        args = super().configure_args()
+        if self.spec.satisfies("@3.4.8"):
+            # the snapshot has no prebuilt doc/libffi.info, and makeinfo (texinfo) is in no
+            # base: `make` stops with "makeinfo: command not found" (Error 127)
+            args.append("--disable-docs")
+        return args
+
     def url_for_version(self, version):
         pool = self.debian_pool.get(str(version))
         if pool:
