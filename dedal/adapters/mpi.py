@@ -58,6 +58,8 @@ RANK_SCRIPT = r"""#!/bin/sh
 # as Apptainer does on every node, and unmounts it when the rank ends.
 set -e
 umask 077
+# which machine this rank is on (parsers skip "#@" lines; dedal verify counts ranks per kernel)
+echo "#@ dedal-rank: host=$(hostname) boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) cpus=$(grep -c ^processor /proc/cpuinfo 2>/dev/null)" >&2
 mnt= here= how=
 if [ "${1:-}" = "@IMAGE@" ]; then
   mnt=$2 img=$3 off=$4

@@ -103,6 +103,50 @@ def _tail(path: Path, n: int = 6) -> List[str]:
     return keep[-n:]
 
 
+def _machines(parsed: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The ranks of one run grouped by machine (kernel boot id, from the rank script's lines):
+    ``{boot_id, hosts, ranks, cpus}`` each."""
+    by: Dict[str, Dict[str, Any]] = {}
+    for r in parsed.get("rank_machines") or []:
+        key = r.get("boot_id") or r.get("host") or "?"
+        m = by.setdefault(key, {"boot_id": r.get("boot_id"), "hosts": [], "ranks": 0, "cpus": r.get("cpus")})
+        m["ranks"] += 1
+        if r.get("host") not in m["hosts"]:
+            m["hosts"].append(r.get("host"))
+    return list(by.values())
+
+
+def _machine_findings(runs: Sequence[Run]) -> List[Finding]:
+    """Where the ranks really ran: Slurm nodes that are one machine (network namespaces of
+    one host, as the namespaced test cluster's, or VMs that are not), and machines with more
+    ranks than CPUs, where ranks that busy-poll wait for each other's time slices."""
+    shared: List[Tuple[Run, Dict[str, Any]]] = []
+    crowded: List[Tuple[Run, Dict[str, Any]]] = []
+    for r in runs:
+        for m in _machines(r.parsed or {}):
+            if r.scope == "inter-node" and len(m["hosts"]) > 1:
+                shared.append((r, m))
+            if m["cpus"] and m["ranks"] > m["cpus"]:
+                crowded.append((r, m))
+    out: List[Finding] = []
+    if shared:
+        r, m = shared[0]
+        out.append(F.warning("nodes-share-machine", f"{len({id(x) for x, _ in shared})} inter-node run(s) had ranks on "
+                             f"Slurm nodes {', '.join(m['hosts'])} that are one machine (one kernel, boot id "
+                             f"{m['boot_id']}): their messages crossed a network inside that machine, not a fabric "
+                             "between machines, so the inter-node numbers say nothing about an interconnect",
+                             [f"log: {r.rel}"]))
+    if crowded:
+        r, m = crowded[0]
+        out.append(F.warning("oversubscribed", f"{len({id(x) for x, _ in crowded})} run(s) had more ranks than CPUs on "
+                             f"one machine ({m['ranks']} ranks on {m['cpus']} CPUs, nodes {', '.join(m['hosts'])}): "
+                             "ranks that busy-poll for messages wait for each other's time slices, so these timings "
+                             "(collectives above all) measure CPU contention, not the MPI stack; verify with at most "
+                             "one rank per CPU (fewer --ranks per node, or separate machines)",
+                             [f"log: {r.rel}"]))
+    return out
+
+
 def run_findings(runs: Sequence[Run]) -> List[Finding]:
     """Failed runs (with the tail of their log), inter-node runs on one machine, skipped runs."""
     out: List[Finding] = []
@@ -120,6 +164,7 @@ def run_findings(runs: Sequence[Run]) -> List[Finding]:
         out.append(F.warning("inter-node-same-host", f"{len(same)} inter-node run(s) had every rank on one machine "
                              f"({host}): Slurm's nodes share a host here, so these are not inter-node measurements",
                              [f"log: {r.rel}" for r in same[:3]]))
+    out += _machine_findings(runs)
     skipped = [r for r in runs if r.skipped]
     if skipped:
         out.append(F.warning("runs-skipped", f"{len(skipped)} repetition(s) not run after a failure of the same "

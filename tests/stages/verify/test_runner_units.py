@@ -259,3 +259,52 @@ def test_osu_built_with_cuda_read_from_its_spec(tmp_path: Path, cuda: bool) -> N
     (prefix / ".spack").mkdir(parents=True)
     (prefix / ".spack/spec.json").write_text(json.dumps({"spec": {"_meta": meta, "nodes": [node]}}))
     assert _osu_cuda(root, "/opt/esd/software") is cuda
+
+
+def test_the_rank_scripts_machine_line_is_what_the_parser_reads(tmp_path: Path) -> None:
+    """dedal's rank script (run by srun for every rank) says which machine the rank is on."""
+    import subprocess
+
+    from dedal.adapters.mpi import write_rank_script
+    from dedal.stages.verify.parsers._text import rank_machines
+
+    script = write_rank_script(tmp_path)
+    p = subprocess.run(["/bin/sh", str(script), "true"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    [me] = rank_machines(p.stderr)
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    cpus = sum(1 for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("processor"))
+    assert me == {"host": subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip(),
+                  "boot_id": boot_id, "cpus": cpus}
+
+
+def _srun_run(tmp_path: Path, scope: str, ranks_at: list) -> Run:
+    """An srun step's log as the rank script and UCX write it: ranks at (host, boot id)."""
+    lines = [f"#@ dedal-rank: host={h} boot_id={b} cpus=2" for h, b in ranks_at]
+    lines += ["# dedal-bench MPI Allreduce Latency Test v1.0", "# Size       Avg Latency(us)", "4   35000.1"]
+    log = tmp_path / "raw" / scope / "allreduce.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("\n".join(lines) + "\n")
+    bench = CATALOGUE[3]
+    rel = str(log.relative_to(tmp_path))
+    return Run("container", scope, bench, 1, len(ranks_at), 2, log, rel, 0, 1.0, False, parse_file(log))
+
+
+def test_nodes_that_are_one_machine_and_more_ranks_than_cpus(tmp_path: Path) -> None:
+    """The namespaced test cluster's nodes are network namespaces of one host: the kernel's boot
+    id says so where the node names do not; 2 ranks on each of 2 such nodes are 4 busy-polling
+    ranks on 2 CPUs."""
+    a, b = "0f4a7c3e-1111-4e5e-9a0b-aaaaaaaaaaaa", "9b2d5e61-2222-4c1a-8f3d-bbbbbbbbbbbb"
+    shared = _srun_run(tmp_path, "inter-node", [("node1", a), ("node1", a), ("node2", a), ("node2", a)])
+    assert shared.parsed["rank_machines"][2] == {"host": "node2", "boot_id": a, "cpus": 2}
+    assert shared.parsed["tables"]  # the rank lines do not disturb the benchmark's own parser
+    found = {f.code: f for f in run_findings([shared])}
+    assert "nodes node1, node2 that are one machine (one kernel, boot id " + a in found["nodes-share-machine"].message
+    assert "4 ranks on 2 CPUs, nodes node1, node2" in found["oversubscribed"].message
+    assert found["oversubscribed"].evidence == ["log: raw/inter-node/allreduce.log"]
+    assert "inter-node-same-host" not in found  # the names differ: only the boot id tells
+
+    apart = _srun_run(tmp_path, "inter-node", [("node1", a), ("node1", a), ("node2", b), ("node2", b)])
+    assert not {"nodes-share-machine", "oversubscribed"} & {f.code for f in run_findings([apart])}
+    crowded = _srun_run(tmp_path, "intra-node", [("node1", a)] * 3)
+    assert [f.code for f in run_findings([crowded])] == ["oversubscribed"]

@@ -22,7 +22,9 @@ text). The kind-specific keys are documented in each module; a log that mixes ki
 keys of every section. Failure signatures (crashes, PMIx errors, CUDA driver too old,
 missing ``--nv`` libraries ...) are looked for in every kind.
 
-Lines starting with ``#@ `` are ignored (provenance notes of recorded test data).
+Lines starting with ``#@ `` are ignored (provenance notes of recorded test data), except
+the ``#@ dedal-rank:`` lines of dedal's rank script, read into ``rank_machines`` (``{host,
+boot_id, cpus}`` per rank of an ``srun`` step).
 
 The keys per kind (units as the tools print them: OSU latency in us, bandwidth in MB/s,
 init in ms; NCCL bus bandwidth in GB/s, times in us):
@@ -67,7 +69,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from dedal.errors import UserError
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.parsers import nccl_debug, nccl_tests, ompi_verbose, osu, srun_mpi, ucx_info, ucx_log
-from dedal.stages.verify.parsers._text import clean_lines
+from dedal.stages.verify.parsers._text import clean_lines, rank_machines
 from dedal.stages.verify.parsers.detect import detect_kind, sections
 from dedal.stages.verify.parsers.signatures import scan
 
@@ -134,7 +136,11 @@ def parse_lines(lines: List[str], kind: Optional[str] = None) -> Dict[str, Any]:
 
 def parse_text(text: Union[str, bytes], kind: Optional[str] = None) -> Dict[str, Any]:
     """Parse a log given as text (or bytes). See the module docstring for the result."""
-    return parse_lines(clean_lines(text), kind)
+    result = parse_lines(clean_lines(text), kind)
+    ranks = rank_machines(text)
+    if ranks:
+        result["rank_machines"] = ranks
+    return result
 
 
 def parse_file(path: Union[str, Path], kind: Optional[str] = None) -> Dict[str, Any]:

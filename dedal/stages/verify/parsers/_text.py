@@ -69,3 +69,20 @@ def first_lines(lines: Iterable[str], pattern: "re.Pattern[str]", limit: int = 5
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+_RANK_LINE = re.compile(r"^#@ dedal-rank: host=(\S*) boot_id=(\S*) cpus=(\d*)\s*$")
+
+
+def rank_machines(text: Union[str, bytes]) -> List[dict]:
+    """The ``#@ dedal-rank:`` lines that dedal's rank script writes for every rank of an
+    ``srun`` step: ``{host, boot_id, cpus}`` each (the kernel's boot id tells machines
+    apart where node names do not: nodes in network namespaces of one host)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    out = []
+    for line in text.splitlines():
+        m = _RANK_LINE.match(strip_srun_label(line.rstrip("\r")))
+        if m:
+            out.append({"host": m.group(1), "boot_id": m.group(2), "cpus": int(m.group(3)) if m.group(3) else None})
+    return out
