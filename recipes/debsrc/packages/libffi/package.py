@@ -32,8 +32,11 @@ class Libffi(BuiltinLibffi):
         args = super().configure_args()
         if self.spec.satisfies("@3.4.8"):
             # the snapshot has no prebuilt doc/libffi.info, and makeinfo (texinfo) is in no
-            # base: `make` stops with "makeinfo: command not found" (Error 127)
-            args.append("--disable-docs")
+            # base: `make` stops with "makeinfo: command not found" (Error 127). And its
+            # autoreconf'd AX_ENABLE_BUILDDIR top-level Makefile recurses into the
+            # <triplet>/ build directory for a target it lacks ("No rule to make target
+            # 'all-configured'"): build in place, as Debian's packaging does.
+            args += ["--disable-docs", "--disable-builddir"]
         return args
 
     def url_for_version(self, version):
