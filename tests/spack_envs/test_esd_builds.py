@@ -31,7 +31,10 @@ def test_esd_cpu_build_image_on_the_cluster(run_dedal, real_spack, netns_cluster
                DEDAL_EXECUTOR="slurm", DEDAL_SLURM_NODES="3", DEDAL_STAGE_DIR="/dev/shm/dedal-esd",
                DEDAL_SLURM_POLL_S="1",
                # modelled durations x2 are too short on a machine shared by three nodes and more
-               DEDAL_SLURM_TIME_FACTOR="0")
+               DEDAL_SLURM_TIME_FACTOR="0",
+               # the verdict's timings are not this test's business: three "nodes" share two CPUs
+               # here (the report says so); the checks below are about what ran and how
+               DEDAL_VERIFY_GATE="off")
     res = run_dedal("build-image", str(ENVS / "esd-cpu" / "env.yaml"), "--json", env=env, timeout=4 * 3600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
     summary = json.loads(res.stdout)
@@ -60,11 +63,24 @@ def test_esd_cpu_build_image_on_the_cluster(run_dedal, real_spack, netns_cluster
     assert "libibverbs.so.1 => /" in ucx.stdout and "librdmacm.so.1 => /" in ucx.stdout
     assert "not found" not in ucx.stdout
 
-    # verified across two nodes with Slurm's PMIx
-    report = json.loads((Path(summary["report"]).parent / "verify.json").read_text())
-    assert summary["verdict"] in ("good", "suboptimal"), summary["verdict"]
-    text = Path(summary["report"]).read_text()
-    assert "srun --mpi=pmix" in json.dumps(report) + text
+    # verified across two nodes with Slurm's PMIx: every run finished, over UCX, and the report
+    # says where the ranks were (one machine, so its inter-node timings are not a fabric's)
+    _check_verified_across_nodes(Path(summary["report"]).parent)
+
+
+def _check_verified_across_nodes(report_dir: Path) -> dict:
+    report = json.loads((report_dir / "verify.json").read_text())
+    assert report["meta"]["launcher"] == "srun" and report["meta"]["nodes"] == 2, report["meta"]
+    runs = [e for e in report["logs"] if e.get("side") in ("native", "container")]
+    assert {e["scope"] for e in runs} == {"intra-node", "inter-node"}
+    assert all(e["returncode"] == 0 and e.get("pml") in ("ucx", None) for e in runs), \
+        [(e["source"], e["returncode"]) for e in runs if e["returncode"]]
+    assert not [c["name"] for c in report["checks"] if c["verdict"] == "failed"]
+    codes = {f["code"] for f in report["findings"]}
+    assert "nodes-share-machine" in codes and "pmix" in codes, codes
+    text = (report_dir / "raw" / "inter-node" / "dedal_latency" / "container-01.log").read_text()
+    assert "srun --mpi=pmix -N 2" in text
+    return report
 
 
 def test_esd_gpu_builds_and_assembles_on_its_runtime_base(run_dedal, real_spack, tmp_path: Path):
@@ -98,3 +114,26 @@ def test_esd_gpu_builds_and_assembles_on_its_runtime_base(run_dedal, real_spack,
         assert label in labels, label
     bench = run_dedal("exec", sif, "--", "sh", "-c", "command -v dedal_nccl_allreduce", env=env, timeout=300)
     assert bench.returncode == 0 and bench.stdout.strip(), bench.stderr
+
+
+def test_esd_neuro_build_image_runs_arbor_and_neuron_over_mpi(run_dedal, real_spack, netns_cluster: SlurmCluster,
+                                                              tmp_path: Path):
+    """esd-neuro as its maintainer builds it: Python 3.11, NumPy, Arbor and NEURON on the MPI
+    stack of esd-cpu, built here (local executor), verified across two nodes of the cluster,
+    with the environment's application checks: Arbor's MPI ring and NEURON's ParallelContext
+    on 2 ranks over 2 nodes, in the image."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (base image through bubblewrap, the test cluster)")
+    data = tmp_path / "data"
+    env = dict(netns_cluster.env, DEDAL_DATA_DIR=str(data), DEDAL_SPACK_ROOT=str(real_spack),
+               DEDAL_CACHE_DIR=os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
+               DEDAL_VERIFY_GATE="off")
+    res = run_dedal("build-image", str(ENVS / "esd-neuro" / "env.yaml"), "--json", env=env, timeout=6 * 3600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    summary = json.loads(res.stdout)
+    assert summary["ok"] and summary["layers_built"] >= 30, summary
+    report = _check_verified_across_nodes(Path(summary["report"]).parent)
+    apps = {c["name"]: c for c in report["checks"] if c["metric"] == "app"}
+    assert {n: c["verdict"] for n, c in apps.items()} == {"app arbor-ring": "good", "app neuron-mpi": "good"}, apps
+    ring = (Path(summary["report"]).parent / "raw" / "apps" / "arbor-ring.log").read_text()
+    assert "arbor ring: ranks=2 cells=10 cells_spiked=10" in ring and "srun --mpi=pmix -N 2 -n 2" in ring
