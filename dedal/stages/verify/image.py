@@ -61,6 +61,7 @@ class ImageInfo:
     digests: Dict[str, str] = field(default_factory=dict)    # name -> sha256 of the program file
     image_path_var: str = ""                                 # PATH inside the image
     identity: str = ""                                       # cache key of the native root
+    mpirun_stub: str = ""      # the image's mpirun is a stub that only says to use srun (its path)
 
     def to_json(self) -> Dict[str, Any]:
         keep = {k: v for k, v in self.labels.items()
@@ -97,6 +98,17 @@ def _labels_from_dir(root: Path) -> Dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def is_launcher_stub(path: Path) -> bool:
+    """Spack's ``openmpi schedulers=slurm ~legacylaunchers`` installs ``mpirun``/``mpiexec``
+    as a few-line script that prints "use srun" and exits 2: no launcher at all."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"legacylaunchers" in head and b"srun" in head
 
 
 def _host_path(root: Path, cpath: str, depth: int = 0) -> Optional[Path]:
@@ -229,6 +241,9 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
                 info.programs[parts[1]] = parts[2]
             elif line.startswith("path "):
                 info.image_path_var = line[5:]
+        stub = _host_path(root, info.programs["mpirun"]) if "mpirun" in info.programs else None
+        if stub is not None and is_launcher_stub(stub):
+            info.mpirun_stub = info.programs.pop("mpirun")
         for name in ("osu_init", "osu_latency", "osu_bw", "osu_allreduce"):
             if name in info.programs:
                 continue

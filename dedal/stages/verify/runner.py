@@ -165,6 +165,10 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         raise UserError(f"{opts.image}: none of the requested benchmarks ({', '.join(opts.benchmarks)}) is in the "
                         f"image (found: {have}); build the environment with the dedal-benchmarks package")
     if "mpirun" not in info.programs and launcher == "mpirun":
+        if info.mpirun_stub:
+            raise UserError(f"{opts.image}: the image's mpirun ({info.mpirun_stub}) is Spack's stub for openmpi "
+                            "schedulers=slurm ~legacylaunchers, which only says to use srun: verify inside a Slurm "
+                            "allocation (--launcher srun)")
         raise UserError(f"{opts.image}: the image has no mpirun on its PATH, so it cannot be verified with the "
                         "mpirun launcher (use --launcher srun under Slurm)")
 

@@ -9,6 +9,7 @@ performance ratios live in benchmarks/.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -204,3 +205,26 @@ def test_app_checks_run_in_the_container(run_dedal, bench_image, native_cache, t
     md = (out / "report.md").read_text()
     assert "## app init: good" in md and "| app wrong | app (-) | bad |" in md
     assert "check app wrong: bad" in p.stdout
+
+
+def test_mpirun_stub_of_a_slurm_open_mpi_is_no_launcher(run_dedal, bench_image, tmp_path: Path) -> None:
+    """Spack's openmpi schedulers=slurm ~legacylaunchers installs an mpirun that only says
+    "use srun" and exits 2 (esd-cpu's): outside Slurm, verify says so in one line instead of
+    failing every run."""
+    from tests.fixtures.bench import _unlink_write
+
+    stub = '#!/bin/sh\necho "openmpi ~legacylaunchers schedulers=slurm"\necho "use srun"\nexit 2\n'  # its gist
+    tree = tmp_path / "slurm-image"
+    subprocess.run(["cp", "-al", str(bench_image.root), str(tree)], check=True)
+    mpirun = tree / "usr/bin/mpirun"
+    while mpirun.is_symlink():  # Debian's alternatives: mpirun -> /etc/alternatives/mpirun -> ...
+        target = Path(os.readlink(mpirun))
+        mpirun = tree / str(target).lstrip("/") if target.is_absolute() else mpirun.parent / target
+    _unlink_write(mpirun, stub)
+    mpirun.chmod(0o755)
+    out = tmp_path / "report"
+    p = run_dedal("verify", str(tree), "--launcher", "mpirun", "-o", str(out), timeout=300)
+    assert p.returncode == 2, f"{p.stdout}\n{p.stderr}"
+    last = p.stderr.strip().splitlines()[-1]
+    assert "is Spack's stub for openmpi schedulers=slurm ~legacylaunchers" in last, last
+    assert "--launcher srun" in last and not out.exists()

@@ -308,3 +308,27 @@ def test_nodes_that_are_one_machine_and_more_ranks_than_cpus(tmp_path: Path) -> 
     assert not {"nodes-share-machine", "oversubscribed"} & {f.code for f in run_findings([apart])}
     crowded = _srun_run(tmp_path, "intra-node", [("node1", a)] * 3)
     assert [f.code for f in run_findings([crowded])] == ["oversubscribed"]
+
+
+def test_launcher_stub_is_told_from_a_launcher(tmp_path: Path) -> None:
+    """What Spack's openmpi recipe installs as mpirun/mpiexec with schedulers=slurm
+    ~legacylaunchers (its nolegacylaunchers.sh: a few echo lines naming the variant and srun,
+    exit 2) against a launcher and a program. The real file: the test below (Spack needed)."""
+    from dedal.stages.verify.image import is_launcher_stub
+
+    stub = tmp_path / "stub"
+    stub.write_text('#!/bin/sh\necho "openmpi ~legacylaunchers schedulers=slurm: no mpirun"\n'
+                    'echo "use srun to launch your MPI executables."\nexit 2\n')
+    assert is_launcher_stub(stub)
+    script = tmp_path / "mpirun"
+    script.write_text("#!/bin/sh\nexec prterun \"$@\"\n")
+    assert not is_launcher_stub(script)
+    assert not is_launcher_stub(Path("/bin/sh"))          # a program
+    assert not is_launcher_stub(tmp_path / "missing")
+
+
+@pytest.mark.spack
+def test_spacks_own_launcher_stub_is_recognised(real_spack: Path) -> None:
+    from dedal.stages.verify.image import is_launcher_stub
+
+    assert is_launcher_stub(real_spack / "var/spack/repos/builtin/packages/openmpi/nolegacylaunchers.sh")
