@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#define DEDAL_BENCH_VERSION "1.0"
+#define DEDAL_BENCH_VERSION "1.1"
 #define MAX_SIZE_DEFAULT (4 * 1024 * 1024)
 
 static inline double now_us(void) {
