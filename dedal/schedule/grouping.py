@@ -277,9 +277,10 @@ def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_
         jobs.append(Job(id=jid, hashes=list(r.pkgs), cores=r.cores, names=[wl.name(h) for h in r.pkgs],
                         est_s=job_seconds(wl, r.pkgs, r.cores, model, overhead_s)))
     by_id = {j.id: j for j in jobs}
+    direct = wl.direct_requires()  # the same reduced job graph from fewer edges
     for j in jobs:
-        own = set(j.hashes)
-        j.after = sorted({job_of[q] for h in j.hashes for q in wl.requires[h] if q not in own})
+        jid = j.id
+        j.after = sorted({a for a in (job_of[q] for h in j.hashes for q in direct[h]) if a != jid})
     reduce_after(jobs)
     set_priorities(jobs)
     if fifo:

@@ -160,8 +160,9 @@ def build_jobs(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus:
     requirements (transitively reduced), priority = bottom level of ``est_s`` + ``bonus``
     (so a job always outranks the jobs that wait for it); None on a cycle."""
     job_of = {h: jid for jid, hs, _ in parts for h in hs}
+    direct = wl.direct_requires()  # the same reduced job graph from fewer edges
     jobs = [Job(id=jid, hashes=list(hs), cores=c, names=[wl.name(h) for h in hs],
-                after=sorted({job_of[q] for h in hs for q in wl.requires[h] if job_of[q] != jid}),
+                after=sorted({job_of[q] for h in hs for q in direct[h] if job_of[q] != jid}),
                 est_s=job_seconds(wl, hs, c, model, overhead_s))
             for jid, hs, c in parts]
     try:

@@ -66,6 +66,31 @@ class Workload:
                 out[r].add(h)
         return {h: frozenset(d) for h, d in out.items()}
 
+    def direct_requires(self) -> Mapping[str, Tuple[str, ...]]:
+        """For each package, its requirements that no other of its requirements needs in
+        turn (the transitive reduction; shared: not to be changed). The same order as
+        ``requires``, through fewer edges: a package of a facility stack requires the
+        link/run closure of its dependencies (22 edges per package on the 10,000-spec lock
+        of benchmarks/schedule/scale.md, 2 in the reduction), and every job graph made from
+        packages is transitively reduced anyway (:func:`~dedal.schedule.grouping.reduce_after`)."""
+        return self._cached("direct", self._direct)
+
+    def _direct(self) -> Dict[str, Tuple[str, ...]]:
+        order = self.topo()
+        pos = {h: i for i, h in enumerate(order)}
+        anc: Dict[str, int] = {}  # bit set of every package this one needs, directly or not
+        out: Dict[str, Tuple[str, ...]] = {}
+        for h in order:
+            reqs = self.requires[h]
+            through = 0
+            for r in reqs:
+                through |= anc[r]
+            out[h] = tuple(r for r in reqs if not (through >> pos[r]) & 1)
+            for r in out[h]:
+                through |= 1 << pos[r]
+            anc[h] = through
+        return out
+
     def topo(self) -> List[str]:
         """``order`` checked (every requirement before its dependent), else a fresh one."""
         return list(self._cached("topo", self._topo))
