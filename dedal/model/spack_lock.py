@@ -92,8 +92,23 @@ class SpackLock:
         return str(self.path) if self.path else "the lock"
 
     def children(self, h: str, deptypes: Optional[Iterable[str]] = None) -> List[str]:
-        want = None if deptypes is None else set(deptypes)
-        return [e.child for e in self.nodes[h].edges if want is None or want.intersection(e.deptypes)]
+        if deptypes is None:
+            return list(self._kids("all")[h])
+        want = set(deptypes)
+        return [e.child for e in self.nodes[h].edges if want.intersection(e.deptypes)]
+
+    def _kids(self, kind: str) -> Dict[str, Tuple[str, ...]]:
+        """Each node's children in edge order through ``all`` its edges, those of some
+        dependency ``typed``, or the ``runtime`` (link/run) ones; made once per lock:
+        planning a lock of thousands walks them many times."""
+        key = "_kids_" + kind
+        cached = self.__dict__.get(key)
+        if cached is None or cached[0] is not self.nodes or cached[1] != len(self.nodes):
+            keep = {"all": lambda e: True, "typed": lambda e: bool(e.deptypes),
+                    "runtime": lambda e: not RUNTIME_DEPTYPES.isdisjoint(e.deptypes)}[kind]
+            kids = {h: tuple(e.child for e in n.edges if keep(e)) for h, n in self.nodes.items()}
+            cached = self.__dict__[key] = (self.nodes, len(self.nodes), kids)
+        return cached[2]
 
     def closure(self, starts: Iterable[str], deptypes: Iterable[str], include_starts: bool = True) -> Set[str]:
         """Nodes reachable from ``starts`` following only edges with one of ``deptypes``."""
@@ -102,6 +117,14 @@ class SpackLock:
         queue = deque(starts)
         if include_starts:
             seen.update(queue)
+        if want.issuperset(DEPTYPES) or want == RUNTIME_DEPTYPES:  # the two every plan asks for
+            kids = self._kids("runtime" if want == RUNTIME_DEPTYPES else "typed")
+            while queue:
+                for c in kids[queue.popleft()]:
+                    if c not in seen:
+                        seen.add(c)
+                        queue.append(c)
+            return seen
         while queue:
             h = queue.popleft()
             for e in self.nodes[h].edges:
@@ -134,18 +157,23 @@ class SpackLock:
         link/run closure of every node is its own plus its link/run children's, each
         computed once (not a walk per node, which costs the DAG's size per node)."""
         runtime: Dict[str, FrozenSet[str]] = {}
+        run_kids, kids = self._kids("runtime"), self._kids("all")
         for h in self._postorder(set(self.nodes)):
+            below = run_kids[h]
+            if len(below) == 1:  # a chain: its closure and the child's differ by one node
+                runtime[h] = runtime[below[0]] | {h}
+                continue
             acc: Set[str] = {h}
-            for e in self.nodes[h].edges:
-                if e.runtime:
-                    acc |= runtime[e.child]
+            for c in below:
+                acc |= runtime[c]
             runtime[h] = frozenset(acc)
+        externals = self.externals()
         out: Dict[str, Set[str]] = {}
         for h in hashes:
             needed: Set[str] = set()
-            for c in {e.child for e in self.nodes[h].edges}:
+            for c in set(kids[h]):
                 needed |= runtime[c]
-            out[h] = {d for d in needed if not self.nodes[d].external}
+            out[h] = needed - externals if externals else needed
         return out
 
     def topological_order(self, subset: Optional[Iterable[str]] = None) -> List[str]:
@@ -157,9 +185,9 @@ class SpackLock:
         the roots), counting dependencies of every type inside the subset."""
         nodes = set(subset) if subset is not None else self.reachable() - self.externals()
         level: Dict[str, int] = {}
+        kids = self._kids("all")
         for h in self._postorder(nodes):
-            deps = [c for c in self.children(h) if c in nodes]
-            level[h] = 1 + max((level[c] for c in deps), default=-1)
+            level[h] = 1 + max((level[c] for c in kids[h] if c in nodes), default=-1)
         result: List[List[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
         for h, lv in level.items():
             result[lv].append(h)
@@ -211,9 +239,9 @@ class SpackLock:
         nodes = set(subset) if subset is not None else self.reachable() - self.externals()
         finish: Dict[str, float] = {}
         best_dep: Dict[str, Optional[str]] = {}
+        kids = self._kids("all")
         for h in self._postorder(nodes):
-            deps = [c for c in self.children(h) if c in nodes]
-            prev = max(deps, key=lambda c: (finish[c], c), default=None)
+            prev = max((c for c in kids[h] if c in nodes), key=lambda c: (finish[c], c), default=None)
             finish[h] = durations.get(h, 0.0) + (finish[prev] if prev else 0.0)
             best_dep[h] = prev
         if not finish:
