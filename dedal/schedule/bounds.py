@@ -80,7 +80,10 @@ def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: 
     order = wl.topo()
     t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
     consumed = sum(t[h] * need[h] for h in order)
-    finish, _ = _chains(wl, t, order)
+    finish: Dict[str, float] = {}
+    reqs = wl.direct_requires()  # the same longest paths as _chains(), over fewer edges
+    for h in order:
+        finish[h] = max([finish[r] for r in reqs[h]], default=0.0) + t[h]
     cp = max(finish.values(), default=0.0)
     if not wl.order:
         return 0.0, 0.0, 0.0
@@ -107,12 +110,13 @@ def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: Co
     t = {h: model.seconds(wl.duration[h], need[h]) for h in wl.order}
     order = wl.topo()
     head: Dict[str, float] = {}
+    reqs = wl.direct_requires()  # the same longest paths over fewer edges
     for h in order:
-        head[h] = max((head[r] + t[r] for r in wl.requires[h]), default=overhead_s)
-    deps = wl.dependents()
+        head[h] = max([head[r] + t[r] for r in reqs[h]], default=overhead_s)
+    deps = wl.direct_dependents()
     tail: Dict[str, float] = {}
     for h in reversed(order):
-        tail[h] = max((tail[d] + t[d] for d in deps[h]), default=0.0)
+        tail[h] = max([tail[d] + t[d] for d in deps[h]], default=0.0)
     cap = max(1, nodes) * max(1, cores)
     best = max(head[h] + t[h] + tail[h] for h in order)
     heads = sorted(set(head.values()))

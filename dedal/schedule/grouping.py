@@ -28,18 +28,18 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import Job, Workload, job_seconds, package_cores
 from dedal.schedule.nodes import Nodes, Ready
 
 
-def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float,
-                   deps: Mapping[str, FrozenSet[str]]) -> Dict[str, float]:
+def _bottom_levels(wl: Workload, t: Mapping[str, float], overhead_s: float) -> Dict[str, float]:
     level: Dict[str, float] = {}
+    deps = wl.direct_dependents()  # the same longest paths over fewer edges
     for h in reversed(wl.topo()):
-        level[h] = overhead_s + t[h] + max((level[d] for d in deps[h]), default=0.0)
+        level[h] = overhead_s + t[h] + max([level[d] for d in deps[h]], default=0.0)
     return level
 
 
@@ -72,7 +72,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     need = dict(need) if need is not None else package_cores(wl, cores, model, cpus_per_job)
     t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
     deps = wl.dependents()
-    prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s, deps)
+    prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s)
     if priority is not None:
         prio = dict(priority)
     o = overhead_s

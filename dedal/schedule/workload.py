@@ -91,6 +91,20 @@ class Workload:
             anc[h] = through
         return out
 
+    def direct_dependents(self) -> Mapping[str, Tuple[str, ...]]:
+        """For each package, the packages that have it among their :meth:`direct_requires`
+        (shared: not to be changed). A longest path (a bottom level, a tail) is the same
+        over these as over every dependent: a dependent left out is reached through one kept."""
+        return self._cached("direct_dependents", self._direct_dependents)
+
+    def _direct_dependents(self) -> Dict[str, Tuple[str, ...]]:
+        out: Dict[str, List[str]] = {h: [] for h in self.order}
+        direct = self.direct_requires()
+        for h in self.order:
+            for r in direct[h]:
+                out[r].append(h)
+        return {h: tuple(d) for h, d in out.items()}
+
     def topo(self) -> List[str]:
         """``order`` checked (every requirement before its dependent), else a fresh one."""
         return list(self._cached("topo", self._topo))
