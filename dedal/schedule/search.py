@@ -95,12 +95,13 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
 
 def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
             model: CoreModel = DEFAULT_MODEL, rounds: int = 200,
-            work: Optional[int] = None) -> Tuple[List[Job], Simulation]:
+            work: Optional[int] = None, start: Optional[Simulation] = None) -> Tuple[List[Job], Simulation]:
     """Merge consecutive jobs of the critical chain while the simulated makespan shrinks;
     then merge pure chains (B waits only for A, nobody else waits for A) wherever that
     does not lengthen the makespan: one overhead less, no parallelism lost. ``work``: stop
-    once that many jobs were simulated (None: no limit but ``rounds``)."""
-    sim = simulate(jobs, nodes=nodes, cores=cores)
+    once that many jobs were simulated (None: no limit but ``rounds``); ``start``: the
+    simulation of ``jobs`` as they are, where the caller has it."""
+    sim = start if start is not None else simulate(jobs, nodes=nodes, cores=cores)
     pos = {h: i for i, h in enumerate(wl.topo())}
     spent = 0
 
