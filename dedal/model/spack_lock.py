@@ -257,6 +257,11 @@ def _fail(path: Optional[Path], msg: str) -> UserError:
     return UserError(f"{path or 'spack.lock'}: {msg}")
 
 
+# (dependency types, virtuals) of an edge that passed the checks of _parse_node: lists of
+# known types and of strings (as tuples)
+_CHECKED_KINDS: Set[Tuple[Tuple[str, ...], Tuple[str, ...]]] = set()
+
+
 def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> Node:
     if not isinstance(data, dict):
         raise _fail(path, f"concrete spec {key!r} is not an object")
@@ -283,6 +288,15 @@ def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> N
         else:  # specfile v3 (lockfile v4): "type": [...]
             deptypes = dep.get("type", [])
             virtuals = []
+        if type(deptypes) is list and type(virtuals) is list:
+            try:
+                kinds = (tuple(deptypes), tuple(virtuals))
+                known = kinds in _CHECKED_KINDS
+            except TypeError:  # an unhashable entry: refused below
+                known = False
+            if known:  # the same few combinations on every edge of a large lock, checked once
+                edges.append(Edge(dep["hash"], str(dep.get("name", "")), *kinds))
+                continue
         if isinstance(deptypes, str):
             deptypes = [deptypes]
         if not isinstance(deptypes, list) or not all(isinstance(t, str) and t in DEPTYPES for t in deptypes):
@@ -292,6 +306,8 @@ def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> N
         if isinstance(virtuals, str) or not isinstance(virtuals, list) or not all(isinstance(v, str) for v in virtuals):
             raise _fail(path, f"concrete spec {key!r}: 'virtuals' must be a list of names, got {virtuals!r}")
         edges.append(Edge(dep["hash"], str(dep.get("name", "")), tuple(deptypes), tuple(virtuals)))
+        if len(_CHECKED_KINDS) < 4096:
+            _CHECKED_KINDS.add((tuple(deptypes), tuple(virtuals)))
     arch = data.get("arch") if isinstance(data.get("arch"), dict) else {}
     target = arch.get("target", "")
     if isinstance(target, dict):
