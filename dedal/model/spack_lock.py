@@ -104,9 +104,14 @@ class SpackLock:
         key = "_kids_" + kind
         cached = self.__dict__.get(key)
         if cached is None or cached[0] is not self.nodes or cached[1] != len(self.nodes):
-            keep = {"all": lambda e: True, "typed": lambda e: bool(e.deptypes),
-                    "runtime": lambda e: not RUNTIME_DEPTYPES.isdisjoint(e.deptypes)}[kind]
-            kids = {h: tuple(e.child for e in n.edges if keep(e)) for h, n in self.nodes.items()}
+            nodes = self.nodes.items()
+            if kind == "all":
+                kids = {h: tuple([e.child for e in n.edges]) for h, n in nodes}
+            elif kind == "typed":
+                kids = {h: tuple([e.child for e in n.edges if e.deptypes]) for h, n in nodes}
+            else:
+                kids = {h: tuple([e.child for e in n.edges if not RUNTIME_DEPTYPES.isdisjoint(e.deptypes)])
+                        for h, n in nodes}
             cached = self.__dict__[key] = (self.nodes, len(self.nodes), kids)
         return cached[2]
 
@@ -187,7 +192,7 @@ class SpackLock:
         level: Dict[str, int] = {}
         kids = self._kids("all")
         for h in self._postorder(nodes):
-            level[h] = 1 + max((level[c] for c in kids[h] if c in nodes), default=-1)
+            level[h] = 1 + max([level[c] for c in kids[h] if c in nodes], default=-1)
         result: List[List[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
         for h, lv in level.items():
             result[lv].append(h)

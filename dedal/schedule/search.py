@@ -32,7 +32,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import Job, Simulation, Workload, job_seconds, top_cores
 from dedal.schedule.simulation import critical_links, simulate
-from dedal.schedule.grouping import reduce_after, set_priorities
+from dedal.schedule.grouping import settle
 
 SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into one it waits for
 # packages: beyond this, every search stops after a fixed amount of work, counted in jobs
@@ -88,8 +88,7 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
         after = sorted({a if x == b else x for x in j.after})
         out.append(Job(id=j.id, hashes=j.hashes, after=after, est_s=j.est_s, cores=j.cores, names=j.names,
                        priority=j.priority))
-    reduce_after(out)
-    set_priorities(out)
+    settle(out)
     return out
 
 
@@ -167,10 +166,9 @@ def build_jobs(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus:
                 est_s=job_seconds(wl, hs, c, model, overhead_s))
             for jid, hs, c in parts]
     try:
-        reduce_after(jobs)  # first: the same bottom levels over fewer edges
+        settle(jobs, bonus)  # reduced first: the same bottom levels over fewer edges
     except ValueError:  # a cycle
         return None
-    set_priorities(jobs, bonus)
     return jobs
 
 

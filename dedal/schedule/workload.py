@@ -83,10 +83,15 @@ class Workload:
         for h in order:
             reqs = self.requires[h]
             through = 0
-            for r in reqs:
-                through |= anc[r]
-            out[h] = tuple(r for r in reqs if not (through >> pos[r]) & 1)
-            for r in out[h]:
+            kept = set()
+            # latest first: one needed by another comes after it, so its bit is set by then
+            # (and everything it needs too: only the kept ones need adding)
+            for r in sorted(reqs, key=pos.__getitem__, reverse=True):
+                if not (through >> pos[r]) & 1:
+                    kept.add(r)
+                    through |= anc[r]
+            out[h] = tuple(filter(kept.__contains__, reqs))
+            for r in kept:
                 through |= 1 << pos[r]
             anc[h] = through
         return out
