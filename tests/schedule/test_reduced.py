@@ -1,0 +1,127 @@
+"""The transitively reduced requirements (Workload.direct_requires) and what is built on them.
+
+The scheduler builds its job graphs, bottom levels and bounds over the reduced requirements
+for speed (benchmarks/schedule/scale.md); these tests hold them to what the full
+requirements give, on random DAGs and a real lock.
+"""
+from __future__ import annotations
+
+import random
+from typing import Dict, FrozenSet, List
+
+import pytest
+
+from dedal.schedule import Job, Workload, group, simulate
+from dedal.schedule.grouping import reduce_after, set_priorities, settle
+from tests.schedule.test_schedule import workload
+
+
+def random_workload(seed: int, n: int = 60) -> Workload:
+    rng = random.Random(seed)
+    order = [f"p{i:03d}" for i in range(n)]
+    requires: Dict[str, FrozenSet[str]] = {}
+    for i, h in enumerate(order):
+        below = order[:i]
+        requires[h] = frozenset(rng.sample(below, min(len(below), rng.randint(0, 6))))
+    # the closure of a few, as a plan's build requirements are (link/run closure of the deps)
+    for h in order[::3]:
+        closure, stack = set(), list(requires[h])
+        while stack:
+            q = stack.pop()
+            if q not in closure:
+                closure.add(q)
+                stack.extend(requires[q])
+        requires[h] = frozenset(closure)
+    return Workload(order=order, duration={h: rng.choice([5.0, 60.0, 300.0, 900.0, 3600.0]) for h in order},
+                    requires=requires)
+
+
+def ancestors(wl: Workload, reqs, h: str) -> set:
+    out, stack = set(), list(reqs[h])
+    while stack:
+        q = stack.pop()
+        if q not in out:
+            out.add(q)
+            stack.extend(reqs[q])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_direct_requires_is_the_transitive_reduction(seed):
+    wl = random_workload(seed)
+    direct = wl.direct_requires()
+    for h in wl.order:
+        assert set(direct[h]) <= set(wl.requires[h])
+        # the same packages needed, directly or not
+        assert ancestors(wl, direct, h) == ancestors(wl, wl.requires, h)
+        # none of the kept ones is needed by another kept one
+        for r in direct[h]:
+            assert not any(r in ancestors(wl, wl.requires, o) for o in direct[h] if o != r)
+    deps = wl.direct_dependents()
+    assert {(r, h) for h in wl.order for r in direct[h]} == {(r, d) for r in wl.order for d in deps[r]}
+
+
+def test_direct_requires_of_a_chain_with_shortcuts():
+    wl = Workload(order=["a", "b", "c", "d"], duration=dict.fromkeys("abcd", 10.0),
+                  requires={"a": frozenset(), "b": frozenset("a"), "c": frozenset("ab"), "d": frozenset("abc")})
+    assert {h: set(r) for h, r in wl.direct_requires().items()} == {"a": set(), "b": {"a"}, "c": {"b"}, "d": {"c"}}
+    assert {h: set(d) for h, d in wl.direct_dependents().items()} == {"a": {"b"}, "b": {"c"}, "c": {"d"}, "d": set()}
+
+
+def random_jobs(seed: int) -> List[Job]:
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(40):
+        after = sorted(rng.sample([j.id for j in jobs], min(i, rng.randint(0, 5))))
+        jobs.append(Job(id=f"j{i:02d}", hashes=[f"h{i}"], after=after, est_s=rng.uniform(1, 100), cores=1))
+    rng.shuffle(jobs)
+    return jobs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_settle_is_reduce_after_then_set_priorities(seed):
+    one, two = random_jobs(seed), random_jobs(seed)
+    bonus = {j.id: float(k % 3) for k, j in enumerate(one)}
+    reduce_after(one)
+    set_priorities(one, bonus)
+    settle(two, bonus)
+    assert [(j.id, j.after, j.priority) for j in one] == [(j.id, j.after, j.priority) for j in two]
+
+
+def test_settle_refuses_a_cycle():
+    jobs = [Job(id="a", hashes=["x"], after=["b"]), Job(id="b", hashes=["y"], after=["a"])]
+    with pytest.raises(ValueError):
+        settle(jobs)
+
+
+@pytest.mark.parametrize("overhead", [0.0, 3.0])
+@pytest.mark.parametrize("seed", range(4))
+def test_group_jobs_wait_for_every_requirement(seed, overhead):
+    """Whatever the job graph is built from, a job waits (directly or not) for the job of
+    every requirement of its packages, and the simulation respects it."""
+    wl = random_workload(seed)
+    for merge in ("safe", "none"):
+        jobs = group(wl, nodes=2, cores=16, overhead_s=overhead, merge=merge)
+        job_of = {h: j.id for j in jobs for h in j.hashes}
+        by_id = {j.id: j for j in jobs}
+        sim = simulate(jobs, nodes=2, cores=16)
+        for j in jobs:
+            waits, stack = set(), list(j.after)
+            while stack:
+                a = stack.pop()
+                if a not in waits:
+                    waits.add(a)
+                    stack.extend(by_id[a].after)
+            for h in j.hashes:
+                for q in wl.requires[h]:
+                    if job_of[q] != j.id:
+                        assert job_of[q] in waits
+                        assert sim.starts[job_of[q]][1] <= sim.starts[j.id][0] + 1e-9
+
+
+def test_real_lock_reduction_keeps_the_closure():
+    wl = workload("jedi-ci.spack.lock")
+    direct = wl.direct_requires()
+    assert sum(map(len, direct.values())) < sum(map(len, wl.requires.values()))
+    for h in wl.order[::7]:
+        assert ancestors(wl, direct, h) == ancestors(wl, wl.requires, h)
