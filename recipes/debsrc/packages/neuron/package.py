@@ -45,6 +45,9 @@ class Neuron(BuiltinNeuron):
             destination="external",
             placement="Random123.debian",
         )
+        # setup.py (the Python module, built by CMake) has setup_requires=["wheel"]: without
+        # it in the build environment setuptools goes to PyPI for it, and offline stops
+        depends_on("py-wheel", type="build", when="+python")
         for _variant in ("coreneuron", "interviews", "tests", "backtrace"):
             conflicts("+" + _variant, msg="Debian's 8.2.6 orig has no submodules: build it ~" + _variant)
 
