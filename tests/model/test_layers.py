@@ -1,15 +1,17 @@
 """The layer store: atomic adds, concurrent builders of one key, verify, gc, the CLI."""
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
 import time
 from pathlib import Path
 
+import pytest
 
 from dedal.adapters import squashfs
-from dedal.model.layers import TMP_GRACE_S, LayerManifest, LayerStore, layer_key
+from dedal.model.layers import LAYER_FORMAT, TMP_GRACE_S, LayerManifest, LayerStore, layer_key
 
 
 def _manifest(key: str, name: str = "zlib") -> LayerManifest:
@@ -143,3 +145,15 @@ def test_build_records_beside_the_layer(tmp_path):
     orphan.mkdir()
     assert store.gc(set(), dry_run=True) == [orphan.name] and orphan.exists()
     assert store.gc(set()) == [orphan.name] and not orphan.exists()
+
+
+@pytest.mark.parametrize("dag_hash, root, base", [
+    ("a" * 32, "/opt/esd/software", "debian-trixie-1"),
+    ("b" * 32, "/opt/\u00e9t\u00e9 \"quoted\"\\path", "base with \u2603 and \\"),
+    ("c" * 32, "/r", None),
+])
+def test_layer_key_digest_is_that_of_the_json_payload(dag_hash, root, base):
+    """layer_key() spells the payload out for speed: the digest stays that of json.dumps."""
+    payload = json.dumps({"format": LAYER_FORMAT, "hash": dag_hash, "install_root": root, "base": base}, sort_keys=True)
+    digest = hashlib.sha256(payload.encode()).hexdigest()[:16]
+    assert layer_key("zlib", "1.3", dag_hash, root, base).endswith("-" + digest)
