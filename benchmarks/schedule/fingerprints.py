@@ -8,7 +8,8 @@ x 64/8 cores x 1/4/16/64 nodes; dedal, dedal with order hints, per-package) and 
 locks grown from jedi-ci (``grow.py``, ``--sizes``) on 1/16/64/256 nodes. With
 ``--baseline DIR`` (a checkout of another commit) the same list is made by that
 checkout's own copy of this script, in a process of its own, and every case that
-differs is named; the exit status is 1 if any does. A speed-up of the scheduler that
+differs is named; the exit status is 1 if any does. Every schedule made here also passes
+``dedal.schedule.validate`` (dependencies respected, no node over its cores), or it stops. A speed-up of the scheduler that
 is meant to change nothing is checked by this, not by its timings.
 """
 from __future__ import annotations
@@ -41,13 +42,14 @@ def fingerprints(sizes: List[int], tmp: Path) -> Dict[str, str]:
     import run
     from dedal.model.plan import make_plan
     from dedal.model.spack_lock import load_lock
-    from dedal.schedule import Workload, make_schedule
+    from dedal.schedule import Workload, make_schedule, validate
     out: Dict[str, str] = {}
     for cores in (64, 8):
         for name, wl in run.workloads(DATA).items():
             for nodes in (1, 4, 16, 64):
                 for what, kw in (("dedal", {}), ("hints", {"hints": True}), ("per-package", {"strategy": "per-package"})):
                     s = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, **kw)
+                    validate(wl, s)
                     out[f"{name} {nodes}x{cores} {what}"] = _sha(s.to_json())
     for size in sizes:
         path = grow.write(GROWN_FROM, size, tmp / f"grown-{size}.spack.lock")
@@ -56,7 +58,9 @@ def fingerprints(sizes: List[int], tmp: Path) -> Dict[str, str]:
         out[f"grown-{size} plan"] = _sha(dict(plan.to_json(), lock_path=""))  # the path is a temporary one
         wl = Workload.from_plan(plan)
         for nodes in (1, 16, 64, 256):
-            out[f"grown-{size} {nodes}x64 dedal"] = _sha(make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0).to_json())
+            s = make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0)
+            validate(wl, s)
+            out[f"grown-{size} {nodes}x64 dedal"] = _sha(s.to_json())
     return out
 
 

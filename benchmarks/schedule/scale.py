@@ -11,7 +11,8 @@ package's public API only, as ``dedal plan --simulate`` does: ``load_lock`` ->
 
 * seconds: CPU seconds of the process for that pipeline (``time.process_time``; the wall
   time is recorded too, but this machine is shared, so the wall time says more about the
-  neighbours than about dedal), the plan's share apart;
+  neighbours than about dedal), the plan's share apart (and in the JSON ``load_cpu_s``,
+  reading the lock alone);
 * peak MB: the process's peak resident memory (``VmHWM``), and what the interpreter
   with dedal imported held before the lock was read;
 * ratio: makespan / lower bound (``Schedule.ratio``);
@@ -25,7 +26,8 @@ package's public API only, as ``dedal plan --simulate`` does: ``load_lock`` ->
   right after this one, so that both see the same machine: its CPU seconds, peak memory and
   makespan, and the speed-up (its CPU seconds / ours).
 
-Writes scale.md and scale.json next to this file.
+Whether a change left the schedules as they were is checked by ``fingerprints.py``, not
+here. Writes scale.md and scale.json next to this file.
 """
 from __future__ import annotations
 
@@ -68,8 +70,11 @@ def one(lock: Path, nodes: int, cores: int, overhead: float) -> dict:
     from dedal.schedule import Workload, group, make_schedule, simulate, validate, schedule_problems
     before_mb = peak_mb()
     c0, w0 = time.process_time(), time.perf_counter()
-    plan = make_plan(load_lock(lock), env_name=lock.name.split(".")[0], install_root="/opt/software",
+    spack_lock = load_lock(lock)
+    cl = time.process_time()
+    plan = make_plan(spack_lock, env_name=lock.name.split(".")[0], install_root="/opt/software",
                      base_image="host", base_id="benchmark")
+    del spack_lock  # freed before scheduling, as when the lock was a temporary: the same peak memory
     wl = Workload.from_plan(plan)
     c1 = time.process_time()
     sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead)
@@ -84,7 +89,7 @@ def one(lock: Path, nodes: int, cores: int, overhead: float) -> dict:
     if problems:
         raise SystemExit(f"the critical-path list schedule is invalid: {problems[:3]}")
     return {"packages": len(wl.order), "nodes": nodes, "cores": cores, "cpu_s": round(c2 - c0, 3),
-            "plan_cpu_s": round(c1 - c0, 3), "schedule_cpu_s": round(c2 - c1, 3), "wall_s": round(w2 - w0, 3),
+            "plan_cpu_s": round(c1 - c0, 3), "load_cpu_s": round(cl - c0, 3), "schedule_cpu_s": round(c2 - c1, 3), "wall_s": round(w2 - w0, 3),
             "peak_mb": round(peak, 1), "start_mb": round(before_mb, 1), "validate_cpu_s": round(c3 - c2, 3),
             "jobs": len(sched.jobs), "makespan_s": round(sched.makespan_s, 1), "lower_bound_s": round(sched.lower_bound_s, 1),
             "ratio": round(sched.ratio, 4), "dag_bound_s": round(sched.dag_bound_s, 1),
@@ -174,34 +179,74 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n" + BEFORE
 
 
-# measured once with the scheduler before issue 24's changes (commit a145a69), the same
-# pipeline and locks, one case per process; and the issue's own table (wall seconds)
+# the steps of issue 24 before this table, and what this one changed (the numbers of this
+# step from the run of 2026-11-26 that wrote the table; "alone": one case in a quiet moment)
 BEFORE = """
-## Before (issue 24)
+## Issue 24, step by step
 
-With the scheduler as it was (commit a145a69: same pipeline, same grown locks, CPU seconds,
-one case per process, measured the same day): 1,000 specs on 1 node 36.1 s (ratio 1.2467,
-peak 61 MB), 16 nodes 6.1 s (1.0172, 35 MB), 64 nodes 7.0 s (1.0172), 256 nodes 11.5 s
-(1.0172); 2,000 specs on 16 nodes 21.5 s (1.0172, 48 MB). The issue's table (wall seconds, `dedal plan
+**Step 1** (from commit a145a69: same pipeline, same grown locks, CPU seconds, one case per
+process, measured the same day): 1,000 specs on 1 node 36.1 s (ratio 1.2467, peak 61 MB),
+16 nodes 6.1 s (1.0172, 35 MB), 64 nodes 7.0 s (1.0172), 256 nodes 11.5 s (1.0172); 2,000
+specs on 16 nodes 21.5 s (1.0172, 48 MB). The issue's table (wall seconds, `dedal plan
 --simulate`): 2,000 specs 71 / 12 / 14 / 23 s on 1 / 16 / 64 / 256 nodes, 5,000 specs over
 600 s on 1 node and 66 / 104 s on 64 / 256 nodes, 10,000 not reached. Up to 900 packages
-(every case of results.md, 805 at most) the schedules are byte-identical to those of
+(every case of results.md, 805 at most) the schedules stayed byte-identical to those of
 a145a69; beyond, the searches stop after fixed work, which costs 1,000 specs 0.2 % of
 makespan on 16-256 nodes (1.0194 vs 1.0172) and 0.9 % on 1 node (1.2576 vs 1.2467), 2,000
 specs 0.6 % on 16 nodes (1.0237 vs 1.0172).
 
-The second step (the `before` columns: commit faf516c, main before it) changed no schedule:
-the fingerprints (sha256 of `Schedule.to_json()`) of every case of results.md (5 workloads x
-64/8 cores x 1/4/16/64 nodes; dedal, dedal with order hints, per-package) and of the grown
-1,000 / 2,000-spec locks on 1-256 nodes are those of faf516c, and every ratio above equals
-its `before`. Measured on 2026-11-25 with faf516c's code (a less loaded machine): 10,000 specs
-9.70 / 9.29 / 5.82 / 7.03 CPU s on 1 / 16 / 64 / 256 nodes (plan 1.75 s), peak 386 MB on one node;
-20,000 specs 18.7 / 25.3 / 15.5 / 10.9 s (plan 3.5-3.7 s), peak 641 MB on one node.
-The table above ran at a load average of 6-10 on 2 CPUs (this run, a fingerprint run and
-the tests side by side), which inflates the CPU seconds of both columns. Issue 24's targets
-(10,000 specs under 2 CPU s, 20,000 under 5 s) are not met: alone, 10,000 specs took
-3.5-4.2 CPU s on 1-256 nodes (load_lock 0.55, make_plan 0.5, the two groupings 1.0-1.2,
-improve 0.5-0.8, refine 0.5-0.7, dag_bound 0.2) and 20,000 specs 7.4 s on 1 and 16 nodes.
+**Step 2** (from commit faf516c) changed no schedule: the fingerprints of every case of
+results.md and of the grown 1,000 / 2,000-spec locks on 1-256 nodes stayed faf516c's. Measured on
+2026-11-25 with faf516c's code: 10,000 specs 9.70 / 9.29 / 5.82 / 7.03 CPU s on 1 / 16 / 64 /
+256 nodes (plan 1.75 s), peak 386 MB on one node; 20,000 specs 18.7 / 25.3 / 15.5 / 10.9 s
+(plan 3.5-3.7 s), peak 641 MB on one node. After it, alone, 10,000 specs took 3.5-4.2 CPU s
+on 1-256 nodes and 20,000 specs 7.4 s on 1 and 16 nodes.
+
+**Step 3** (this table; `before` = commit 6a5f311, main before it):
+
+* job graphs, bottom levels, the critical path and `dag_bound` are computed over each
+  package's transitively reduced requirements (`Workload.direct_requires`, made once per
+  workload: 2 edges per package instead of 22 on the 10,000-spec lock); they give the same
+  reduced `after` lists and the same longest paths (`tests/schedule/test_reduced.py`);
+* `group(merge="none")` counts only those (with a job overhead, every other requirement
+  completes strictly before one of them, so a package is ready at the same moment), and
+  `decide()` loops over the packages waiting for a job in C; `settle()` reduces and
+  prioritizes a new list of jobs over one graph instead of two;
+* beyond `LARGE_BUILD` the searches (`improve`, then `refine`) start from the grouping that
+  simulates shorter only, not from both (one `improve()` less): on these locks this changed
+  which grouping the searches ended with only for 10,000 specs on 1 node, where starting
+  from the merged one ends 4 s shorter (23990 s vs 23994.3 s, ratio 1.0303 vs 1.0305);
+* reading and planning the lock: each node's children made once and shared by the
+  closures, the waves, the critical path and the build requirements; an edge's dependency
+  types checked once per combination; `layer_key()` without `json.dumps` of a dict. The
+  plans are byte-identical (sha256 of `Plan.to_json()` of every lock in shared/data/spack
+  and of the 1,000-20,000-spec grown ones).
+
+Fingerprints (`fingerprints.py --baseline`, sha256 of `Schedule.to_json()`): all 130 cases
+identical to 6a5f311's: every case of results.md (5 workloads x 64/8 cores x 1/4/16/64
+nodes; dedal, dedal with order hints, per-package), the grown 1,000 and 2,000-spec locks on
+1/16/64/256 nodes and their plans. Beyond, every makespan equals 6a5f311's (`before ratio`)
+but that of 10,000 specs on 1 node, 4 s shorter. Peak memory is 1-5 % lower at 10,000 and
+20,000 specs (171-174 vs 177-180 MB, 320-328 vs 333-341 MB), unchanged below.
+
+**Issue 24's targets are not met.** 10,000 specs take 2.6-3.2 CPU s on 1-256 nodes (target
+2 s; 1.3-1.4x faster than 6a5f311), 20,000 specs 5.1-6.1 s (target 5 s; 1.2-1.3x). Where
+the time goes, alone, on 16 nodes (CPU s, by function): 10,000 specs 2.86 = `load_lock`
+0.57 (JSON decoding 0.25, the nesting-depth check 0.12, the nodes' and the cycle checks 0.2) +
+`make_plan` 0.31 + `Workload.from_plan` 0.05 + `make_schedule` 1.92 (the two groupings 0.79;
+five simulations 0.6: one per grouping, `improve`'s merge, `refine`'s two moves; rebuilding
+the jobs for those 0.19; `lower_bound` 0.14 with the reduced requirements; `dag_bound` 0.12);
+20,000 specs 5.40 = `load_lock` 1.15 + `make_plan` 0.70 + `Workload` 0.12 +
+`make_schedule` 3.42 (the two groupings 1.81, of which the merging one 1.1: its decisions
+look at every package waiting for a job, thousands for a job of the shared core; three
+simulations 0.73: one per grouping, `refine`'s one move; rebuilding the jobs for it 0.15;
+`lower_bound` 0.35; `dag_bound` 0.25). What remains is the per-event cost of the two list
+schedulers in Python (a simulation about 12 us per job, a grouping 30-55 us per package)
+times the searches' simulations, and reading 20-40 MB of JSON. Dropping the searches
+beyond 5,000 specs would save 0.5-0.6 s but lose what they
+find (`refine`'s one move saves 3 s of 20,000 specs on 64 nodes, its two moves 18 s of
+10,000 specs on 1 node), so they stay; incremental re-simulation of a candidate, or the
+list schedulers in compiled code, are what is left to try.
 
 ## The ratios of 10,000 and 20,000 specs on 16 nodes
 
@@ -213,7 +258,8 @@ toolchain every copy needs) builds nearly alone first: on 16 nodes of 64 cores t
 650 s, then 100 % nearly to the end; the tighter bound that counts this (`dag_bound`, column `of dag bound`) is 2043 s, and
 the schedule (2149 s) is 1.052 of it (20,000 specs: 1.044). One job per package wins there
 because merging (`safe`: 2194 s) delays dependents of the core; the searches beyond 900
-packages (a merge, two refinements) find nothing better there (on one node a merge gains 20 s).
+packages (a merge, two refinements) find nothing better there (on one node, from the
+merged grouping, they gain 18 s).
 """
 
 
