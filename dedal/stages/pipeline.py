@@ -99,16 +99,38 @@ def _image_path(target: Target) -> Path:
     return image_paths(target.settings, target.plan(), None, [])[0]
 
 
-def _verify_report_current(outdir: Path, sha256: str) -> Optional[dict]:
-    """A finished verification of exactly this image (same sha256), if there is one."""
+def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[dict]:
+    """A finished verification of exactly this image (same sha256) with the same settings
+    (an older report without their digest is not), if there is one."""
     try:
         data = json.loads((outdir / "verify.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
     meta = data.get("meta") or {}
-    if meta.get("image_sha256") == sha256 and data.get("verdict"):
+    if meta.get("image_sha256") == sha256 and meta.get("settings_sha256") == settings_sha256 and data.get("verdict"):
         return data
     return None
+
+
+def verify_options(target: Target, image: Path, outdir: Path, verify_env: Optional[Dict[str, str]] = None) -> Options:
+    """The verification build-image runs: the environment file's dedal.verify section
+    (defaults without one), ``verify_env`` over its variables."""
+    settings = target.settings
+    spec = target.env.verify if target.env is not None else None
+    env = dict(spec.env) if spec else {}
+    env.update(verify_env or {})
+    opts = Options(
+        image=image, output=outdir, reports_dir=Path(settings.reports_dir),
+        cache_dir=Path(settings.cache_dir), runtime=settings.runtime,
+        ranks=spec.ranks if spec else 2, nodes=spec.nodes if spec and spec.nodes > 1 else None,
+        repetitions=spec.repetitions if spec else 5, launcher=spec.launcher if spec else "auto",
+        env=env, thresholds=dict(spec.thresholds) if spec else {},
+        gpu=True if spec and spec.gpu else None, images_dir=Path(settings.images_dir),
+        apps=list(spec.apps) if spec else [],
+    )
+    if spec and spec.benchmarks:
+        opts.benchmarks = list(spec.benchmarks)
+    return opts
 
 
 def run_pipeline(
@@ -198,26 +220,14 @@ def run_pipeline(
         outdir = Path(settings.reports_dir) / Path(summary.image).stem
         if target.env is not None:
             outdir = Path(settings.reports_dir) / target.name / target.tag
-        current = None if reverify else _verify_report_current(outdir, summary.image_sha256)
+        opts = verify_options(target, Path(summary.image), outdir, verify_env)
+        current = None if reverify else _verify_report_current(outdir, summary.image_sha256, opts.settings_digest())
         if current is not None:
             summary.verdict, summary.report = current["verdict"], str(outdir / "report.md")
             summary.skipped = skipped_of(current)
             record.status, record.detail = "current", (f"verdict {current.get('verdict_text') or summary.verdict} "
                                                        "(report of this image)")
         else:
-            env = dict(spec.env) if spec else {}
-            env.update(verify_env or {})
-            opts = Options(
-                image=Path(summary.image), output=outdir, reports_dir=Path(settings.reports_dir),
-                cache_dir=Path(settings.cache_dir), runtime=settings.runtime,
-                ranks=spec.ranks if spec else 2, nodes=spec.nodes if spec and spec.nodes > 1 else None,
-                repetitions=spec.repetitions if spec else 5, launcher=spec.launcher if spec else "auto",
-                env=env, thresholds=dict(spec.thresholds) if spec else {},
-                gpu=True if spec and spec.gpu else None, images_dir=Path(settings.images_dir),
-                apps=list(spec.apps) if spec else [],
-            )
-            if spec and spec.benchmarks:
-                opts.benchmarks = list(spec.benchmarks)
             outcome = run_verify(opts, progress=note)
             summary.verdict = outcome.report.overall
             summary.skipped = skipped_text(outcome.report.checks)

@@ -16,11 +16,17 @@ from dedal.stages.verify.report import VerifyReport, write_report
 from dedal.stages.workspace import Target
 
 
-def _gpu_report(image: Path, sha256: str) -> VerifyReport:
-    """What `dedal verify` of a GPU image says on a host without GPU: good, GPU checks skipped."""
+def _gpu_report(image: Path, sha256: str, target: Target) -> VerifyReport:
+    """What `dedal verify` of a GPU image says on a host without GPU: good, GPU checks skipped;
+    made with the settings build-image verifies with."""
     checks = [CheckResult("osu_latency", "latency", "us", "good"),
               skipped_check("osu_latency D D", "latency", "us", "no GPU", gpu=True)]
-    return VerifyReport(image=str(image), checks=checks, meta={"image_sha256": sha256})
+    digest = pipeline.verify_options(target, image, _outdir(target, image)).settings_digest()
+    return VerifyReport(image=str(image), checks=checks, meta={"image_sha256": sha256, "settings_sha256": digest})
+
+
+def _outdir(target: Target, image: Path) -> Path:
+    return Path(target.settings.reports_dir) / image.stem
 
 
 def _target(tmp_path: Path, monkeypatch, gate: str):
@@ -41,7 +47,7 @@ def _run(target: Target, **kw) -> pipeline.PipelineSummary:
 @pytest.mark.parametrize("fresh", [False, True], ids=["report-of-this-image", "verified-now"])
 def test_the_strict_gate_refuses_skipped_gpu_checks(tmp_path, monkeypatch, fresh):
     target, image = _target(tmp_path, monkeypatch, "good")
-    report = _gpu_report(image, sha256_file(image))
+    report = _gpu_report(image, sha256_file(image), target)
     outdir = Path(target.settings.reports_dir) / image.stem
     if fresh:  # the verify stage runs: its outcome carries the report
         monkeypatch.setattr(pipeline, "run_verify", lambda opts, progress=None: SimpleNamespace(
@@ -61,7 +67,7 @@ def test_the_strict_gate_refuses_skipped_gpu_checks(tmp_path, monkeypatch, fresh
 
 def test_the_default_gate_lets_skipped_gpu_checks_through(tmp_path, monkeypatch):
     target, image = _target(tmp_path, monkeypatch, "passed")
-    write_report(_gpu_report(image, sha256_file(image)), Path(target.settings.reports_dir) / image.stem)
+    write_report(_gpu_report(image, sha256_file(image), target), Path(target.settings.reports_dir) / image.stem)
     summary = _run(target)
     stages = {s.name: s for s in summary.stages}
     assert summary.ok and stages["verify"].status == "current", stages["verify"].detail
@@ -71,8 +77,31 @@ def test_the_default_gate_lets_skipped_gpu_checks_through(tmp_path, monkeypatch)
 
 def test_an_older_report_without_skipped_checks_passes_the_strict_gate(tmp_path, monkeypatch):
     target, image = _target(tmp_path, monkeypatch, "good")
-    report = _gpu_report(image, sha256_file(image))
+    report = _gpu_report(image, sha256_file(image), target)
     report.checks = report.checks[:1]  # as written before checks could be skipped
     write_report(report, Path(target.settings.reports_dir) / image.stem)
     summary = _run(target)
     assert summary.ok and summary.verdict_text == "good", summary.error
+
+
+def test_a_report_made_with_other_settings_is_not_current(tmp_path, monkeypatch):
+    """The same image verified with other settings (here: the environment file's application
+    checks changed) is verified again, not judged by the old report."""
+    from dedal.model.envfile import AppCheck, EnvFile, VerifySpec
+
+    target, image = _target(tmp_path, monkeypatch, "passed")
+    write_report(_gpu_report(image, sha256_file(image), target), _outdir(target, image))
+    ran = []
+    monkeypatch.setattr(pipeline, "run_verify", lambda opts, progress=None: ran.append(opts) or SimpleNamespace(
+        report=_gpu_report(image, sha256_file(image), target), paths=write_report(
+            _gpu_report(image, sha256_file(image), target), opts.output)))
+    assert _run(target).ok and not ran  # same settings: the report is current
+    target.env = EnvFile(path=tmp_path / "env.yaml", spack={}, name="gpu",
+                         verify=VerifySpec(apps=[AppCheck(name="ring", command=["python3", "ring.py"])]))
+    outdir = Path(target.settings.reports_dir) / "gpu" / "latest"  # build-image's report directory with an env file
+    write_report(_gpu_report(image, sha256_file(image), target), outdir)
+    assert _run(target).ok and not ran  # the report of these settings is current too
+    target.env.verify.apps[0].expect = "ranks=2"
+    summary = _run(target)
+    assert len(ran) == 1 and [a.expect for a in ran[0].apps] == ["ranks=2"]
+    assert {s.name: s.status for s in summary.stages}["verify"] == "done"

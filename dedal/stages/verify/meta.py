@@ -57,6 +57,7 @@ def report_meta(opts: Options, info: img.ImageInfo, native: img.Native, launcher
         "run_env": " ".join(f"{k}={v}" for k, v in env.items()),
         "user_env": " ".join(f"{k}={v}" for k, v in opts.env.items()) or "none",
         "max_message_size": opts.max_size,
+        "settings_sha256": opts.settings_digest(),
         "host": f"{socket.gethostname()}, {platform.system()} {platform.release()}, {pf.facts.get('cpu_model') or '?'}"
                 f", {os.cpu_count()} CPU(s)",
         "host_infiniband": ", ".join(pf.facts.get("infiniband") or []) or "none",

@@ -8,6 +8,8 @@ options are checked here, before anything runs (unknown thresholds included).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -47,6 +49,17 @@ class Options:
     timeout: float = DEFAULT_TIMEOUT
     images_dir: Optional[Path] = None
     apps: List[AppCheck] = field(default_factory=list)  # application checks (the env file's dedal.verify.apps)
+
+    def settings_digest(self) -> str:
+        """What decides a verification besides the image (sha256 of them): a report made
+        with other settings (ranks, thresholds, application checks ...) is not this one's."""
+        keys = {"runtime": self.runtime, "ranks": self.ranks, "nodes": self.nodes, "repetitions": self.repetitions,
+                "launcher": self.launcher, "benchmarks": list(self.benchmarks), "env": dict(self.env),
+                "thresholds": dict(self.thresholds), "gpu": self.gpu, "max_size": self.max_size,
+                "nccl_max_size": self.nccl_max_size, "native": self.native,
+                "native_root": str(self.native_root) if self.native_root else None, "timeout": self.timeout,
+                "apps": [a.to_json() for a in self.apps]}
+        return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
