@@ -17,7 +17,10 @@ import pytest
 from tests.conftest import ROOT
 from tests.fixtures.slurm import SlurmCluster
 
-pytestmark = [pytest.mark.spack, pytest.mark.slow, pytest.mark.e2e, pytest.mark.multinode, pytest.mark.slurm]
+# pyproject's timeout (900 s per test) would stop these builds: esd-gpu took 13 min 51 s here,
+# esd-cpu was stopped at 15 min with Open MPI half built
+pytestmark = [pytest.mark.spack, pytest.mark.slow, pytest.mark.e2e, pytest.mark.multinode, pytest.mark.slurm,
+              pytest.mark.timeout(6 * 3600)]
 
 ENVS = ROOT / "spack-envs"
 

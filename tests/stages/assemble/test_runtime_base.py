@@ -15,7 +15,7 @@ from dedal.model import sif
 from tests.fixtures import base as helpers
 from tests.fixtures.images import SDE, TINY_RUNTIME, build_env, partition_file, require_root
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]  # two bases built when not cached
 BUILD, RUNTIME = "debian-trixie-cuda", "debian-trixie-cuda-runtime"
 
 
