@@ -107,8 +107,22 @@ def run_dedal(isolated_env: Dict[str, str], tmp_path: Path):
         full_env = dict(isolated_env)
         if env:
             full_env.update(env)
-        return subprocess.run([dedal_exe(), *args], cwd=cwd or tmp_path, env=full_env, text=True,
-                              capture_output=True, input=input, timeout=timeout)
+        proc = subprocess.Popen([dedal_exe(), *args], cwd=cwd or tmp_path, env=full_env, text=True,
+                                stdin=subprocess.PIPE if input is not None else None,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = proc.communicate(input=input, timeout=timeout)
+        except BaseException:  # our timeout, pytest-timeout's, Ctrl-C: stop dedal as scancel would
+            # SIGTERM first: dedal then ends its jobs and steps and unmounts its images
+            # (subprocess.run's SIGKILL left a verify's image mounted under /tmp)
+            proc.terminate()
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     return _run
 
