@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 from tests.fixtures.slurm import SlurmCluster
 
 # pyproject's timeout (900 s per test) would stop these builds: esd-gpu took 13 min 51 s here,
-# esd-cpu was stopped at 15 min with Open MPI half built
+# esd-cpu was stopped at 15 min, in its verify stage after building all 10 layers
 pytestmark = [pytest.mark.spack, pytest.mark.slow, pytest.mark.e2e, pytest.mark.multinode, pytest.mark.slurm,
               pytest.mark.timeout(6 * 3600)]
 
