@@ -19,7 +19,7 @@ def _dedal_mounts() -> set:
 def test_a_timed_out_verify_leaves_no_mount(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
     before = _dedal_mounts()
     with pytest.raises(subprocess.TimeoutExpired):
-        # mpirun's runs take minutes; the image is mounted within seconds of the start
-        run_dedal("verify", str(bench_image.sif), "-o", str(tmp_path / "report"), "--repetitions", "3",
+        # 200 repetitions take many minutes (a warm native cache makes 3 fit in 25 s); the image is mounted within seconds
+        run_dedal("verify", str(bench_image.sif), "-o", str(tmp_path / "report"), "--repetitions", "200",
                   env={"DEDAL_CACHE_DIR": str(native_cache)}, timeout=25)
     assert _dedal_mounts() <= before
