@@ -13,6 +13,7 @@ next build follows them at once. Jobs of a plan that is not this one are refused
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 from dedal.adapters.slurm import State
 from dedal.errors import UserError
@@ -25,11 +26,13 @@ from dedal.stages.build.executors.slurm.record import GONE_AFTER_S, age_s, now, 
 class Adopting(Following):
     """A build that may take over the jobs of an earlier, vanished dedal."""
 
-    def adopt(self) -> bool:
+    def adopt(self, todo: Sequence[str]) -> bool:
         """Jobs of an earlier build of this environment still queued or running: followed
         from here as if their dedal had never stopped, when it is gone (killed, its login
         node rebooted); refused while it still follows them, as two would build the same
-        layers twice. True when jobs were adopted."""
+        layers twice. ``todo``: the packages whose layers were missing when this build
+        looked (the others were reported present). True when jobs were adopted."""
+        missing_before = set(todo)
         old = read_record(self.work)
         if not old or old.get("finished"):
             return False
@@ -84,8 +87,9 @@ class Adopting(Following):
             if t.active:
                 for h in job.hashes:
                     self.job_of[h] = job.id
-                    # a layer already there was reported present, and is not reported again
-                    self.pkg_status[h] = "built" if self.has_layer(h) else "queued"
+                    # a layer reported present is not reported again; one that appeared since
+                    # this build looked is reported built when followed
+                    self.pkg_status[h] = "queued" if h in missing_before else "built"
         # order hints count from the earlier build's submission
         self.submitted = time.monotonic() - age_s(old.get("submitted_at") or old.get("started_at"))
         self.submitted_at = str(old.get("submitted_at") or old.get("started_at") or now())

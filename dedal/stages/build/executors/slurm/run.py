@@ -74,7 +74,7 @@ class _Build(Adopting):
             self.summary.seconds = time.monotonic() - self.started
             return self.summary
         previous = read_record(self.work)
-        adopted = self.adopt()
+        adopted = self.adopt(todo)
         if not adopted:
             self.submitting = True  # the environment claimed, with this dedal's name, before planning
             self.write_record()
@@ -85,6 +85,9 @@ class _Build(Adopting):
                 return self.detach()
             if adopted:
                 self.follow(poll_s)
+                for h in todo:  # built by a job that had ended before this build adopted the others
+                    if self.has_layer(h):
+                        self.finish_pkg(h, "built", log=self.pkg_log(h))
                 todo = [h for h in todo if not self.has_layer(h) and self.pkg_status.get(h) not in ("failed", "blocked")]
                 if todo and not self.stopped_after_failure:
                     self.progress.note(f"the earlier build's jobs have ended; building the {len(todo)} package(s) "

@@ -397,6 +397,33 @@ def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_th
     assert local.returncode == 2 and "needs the Slurm executor" in local.stderr
 
 
+def test_a_layer_that_appears_while_the_next_build_starts_is_reported_built(slurm_cluster: SlurmCluster,
+                                                                           tmp_path: Path, monkeypatch,
+                                                                           capsys) -> None:
+    """The race CI hit once: a detached job finished a layer after the next build saw it
+    missing but before it adopted the jobs, and that package was then in neither ``built``
+    nor ``reused``. Here the adoption waits for such a layer, every time."""
+    tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 6})
+    for key, value in build_env(tiny, slurm_cluster).items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["build", str(tiny.env_file), "--detach"]) == 0
+    adopt = slurm_run._Build.adopt
+    appeared: List[str] = []
+
+    def late(self, todo: List[str]) -> bool:
+        appeared.extend(wait_for("a layer built after this build looked",
+                                 lambda: [self.label(h) for h in todo if self.has_layer(h)], timeout=120))
+        return adopt(self, todo)
+
+    monkeypatch.setattr(slurm_run._Build, "adopt", late)
+    capsys.readouterr()
+    assert cli.main(["build", str(tiny.env_file), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert appeared and summary["adopted"] >= 1, summary
+    assert set(appeared) <= set(summary["built"]), (appeared, summary)
+    assert names(summary["built"] + summary["reused"]) == TINY and not summary["failed"]
+
+
 def test_build_image_with_slurm_detach_stops_after_submitting(slurm_cluster: SlurmCluster, run_dedal,
                                                              tmp_path: Path) -> None:
     """The image needs the layers: with ``slurm.detach`` set (say, site-wide) build-image
