@@ -245,9 +245,23 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
         return _killed(log, timeout, shown, start)
 
 
+def run_ranks(launcher: str, root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int,
+              env: Mapping[str, str], log: Path, script_dir: Path, timeout: Optional[float] = None,
+              runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (), nv: bool = False,
+              note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None) -> StepResult:
+    """``program`` on ``ranks`` ranks the way verification launches everything: with
+    ``launcher`` "srun", :func:`run_srun` over ``nodes`` nodes; otherwise :func:`run_mpirun`
+    on this machine, oversubscribed when there are more ranks than CPUs (``nodes`` and
+    ``image_mount`` concern srun only)."""
+    if launcher == "srun":
+        return run_srun(root, program, ranks, env=env, log=log, script_dir=script_dir, nodes=nodes,
+                        timeout=timeout, runtime_name=runtime_name, binds=binds, nv=nv, note=note,
+                        image_mount=image_mount)
+    return run_mpirun(root, program, ranks, env=env, log=log, timeout=timeout, runtime_name=runtime_name,
+                      binds=binds, nv=nv, oversubscribe=ranks > (os.cpu_count() or 1), note=note)
+
+
 # ---------------------------------------------------------------------------- host facts
-
-
 
 
 def host_mpirun() -> Optional[Dict[str, str]]:

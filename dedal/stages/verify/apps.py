@@ -9,7 +9,6 @@ an app that needs more nodes than the run has is reported as skipped, never as p
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -101,15 +100,9 @@ def run_apps(apps: Sequence[AppCheck], *, root: runtime.RootArg, launcher: str, 
         log = outdir / rel
         log.parent.mkdir(parents=True, exist_ok=True)
         note = [f"dedal verify: app check {app.name} ({app.ranks} rank(s) on {app.nodes} node(s), launcher {launcher})"]
-        run_env = {**env, **app.env}
-        if launcher == "srun":
-            res = mpi.run_srun(root, app.command, app.ranks, env=run_env, log=log, script_dir=rawdir / ".launch",
-                               nodes=app.nodes, timeout=app.timeout, runtime_name=runtime_name, binds=binds,
-                               note=note, image_mount=image_mount)
-        else:
-            res = mpi.run_mpirun(root, app.command, app.ranks, env=run_env, log=log, timeout=app.timeout,
-                                 runtime_name=runtime_name, binds=binds, note=note,
-                                 oversubscribe=app.ranks > (os.cpu_count() or 1))
+        res = mpi.run_ranks(launcher, root, app.command, app.ranks, nodes=app.nodes, env={**env, **app.env},
+                            log=log, script_dir=rawdir / ".launch", timeout=app.timeout, runtime_name=runtime_name,
+                            binds=binds, note=note, image_mount=image_mount)
         check = judge(app, res.returncode, res.timed_out, res.seconds, log, rel)
         if progress:
             progress(f"app {app.name}: {res.seconds:.1f} s {check.verdict}")

@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -238,15 +237,9 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {opts.repetitions}'} of "
                     f"{bench.name} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
                     f"{side}: " + (native.description if side == "native" else container_text(backend, launcher))]
-            if launcher == "srun":
-                res = mpi.run_srun(root, argv, ranks, env=env, log=run.log, script_dir=rawdir / ".launch", nodes=nnodes,
-                                   timeout=opts.timeout, runtime_name=rt, binds=binds,
-                                   nv=bench.gpu, note=note,
-                                   image_mount=image_mount if side == "container" else None)
-            else:
-                res = mpi.run_mpirun(root, argv, ranks, env=env, log=run.log, timeout=opts.timeout,
-                                     runtime_name=rt, binds=binds, nv=bench.gpu,
-                                     oversubscribe=ranks > (os.cpu_count() or 1), note=note)
+            res = mpi.run_ranks(launcher, root, argv, ranks, nodes=nnodes, env=env, log=run.log,
+                                script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
+                                nv=bench.gpu, note=note, image_mount=image_mount if side == "container" else None)
             run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
             run.parsed = parse_file(run.log, bench.parser)
             run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
