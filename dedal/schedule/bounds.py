@@ -23,7 +23,7 @@ from operator import add, ge, truediv
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Workload, package_cores
+from dedal.schedule.workload import Workload, package_cores, package_seconds
 
 
 def _chains(wl: Workload, seconds: Mapping[str, float],
@@ -76,9 +76,8 @@ def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreMod
 def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
                 cpus_per_job: int = 0) -> Tuple[float, float, float]:
     """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
-    need = package_cores(wl, cores, model, cpus_per_job)
+    need, t = package_seconds(wl, cores, model, cpus_per_job)
     order = wl.topo()
-    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
     consumed = sum(t[h] * need[h] for h in order)
     finish: Dict[str, float] = {}
     reqs = wl.direct_requires()  # the same longest paths as _chains(), over fewer edges
@@ -106,8 +105,7 @@ def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: Co
     this one also counts a start where too few packages are ready to fill a node."""
     if not wl.order:
         return 0.0
-    need = package_cores(wl, cores, model, cpus_per_job)
-    t = {h: model.seconds(wl.duration[h], need[h]) for h in wl.order}
+    need, t = package_seconds(wl, cores, model, cpus_per_job)
     order = wl.topo()
     head: Dict[str, float] = {}
     reqs = wl.direct_requires()  # the same longest paths over fewer edges

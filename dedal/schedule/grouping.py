@@ -33,7 +33,7 @@ from operator import eq
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Job, Workload, job_seconds, package_cores
+from dedal.schedule.workload import Job, Workload, job_seconds, package_seconds
 from dedal.schedule.nodes import Nodes, Ready
 
 
@@ -71,12 +71,21 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     order = wl.topo()
     pos = {h: i for i, h in enumerate(order)}
     cores = max(1, cores)
-    need = dict(need) if need is not None else package_cores(wl, cores, model, cpus_per_job)
-    t = {h: model.seconds(wl.duration[h], need[h]) for h in order}
+    given = need is not None
+    if need is not None:
+        need = dict(need)
+        t: Mapping[str, float] = {h: model.seconds(wl.duration[h], need[h]) for h in order}
+    else:  # the numbers every grouping and bound of this workload shares, made once
+        need, t = package_seconds(wl, cores, model, cpus_per_job)
     deps = wl.dependents()
-    prio = {h: -float(pos[h]) for h in order} if fifo else _bottom_levels(wl, t, overhead_s)
     if priority is not None:
-        prio = dict(priority)
+        prio: Mapping[str, float] = dict(priority)
+    elif fifo:
+        prio = {h: -float(pos[h]) for h in order}
+    elif given:
+        prio = _bottom_levels(wl, t, overhead_s)
+    else:
+        prio = wl._cached(("levels", cores, model, cpus_per_job, overhead_s), lambda: _bottom_levels(wl, t, overhead_s))
     o = overhead_s
 
     pool = Nodes(nodes, cores)
@@ -104,8 +113,13 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     runs: List[_Run] = []
     heap: List[Tuple[float, int, int]] = []
 
+    secs: Dict[Tuple[str, int], float] = {}  # a package's seconds on c cores, remembered
+
     def dur(h: str, c: int) -> float:
-        return model.seconds(wl.duration[h], c)
+        s = secs.get((h, c))
+        if s is None:
+            s = secs[(h, c)] = model.seconds(wl.duration[h], c)
+        return s
 
     def take(h: str) -> None:
         pending.discard(h)
@@ -276,10 +290,20 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         start_new(now)
     if pending:  # cannot happen for a DAG; a bug if it does
         raise RuntimeError(f"scheduler left {len(pending)} packages unscheduled")
-    return _finish_jobs(wl, runs, model, o, fifo)
+    # one package per job on the cores it was given: the job graph is the packages' reduced
+    # one, and bottom levels of the jobs' estimates are the packages' (``prio``)
+    single = all(len(r.pkgs) == 1 and r.cores == need[r.pkgs[0]] for r in runs)
+    levels = prio if single and priority is None and not fifo else None
+    return _finish_jobs(wl, runs, model, o, fifo, levels=levels, reduced=single)
 
 
-def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_s: float, fifo: bool) -> List[Job]:
+def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_s: float, fifo: bool,
+                 levels: Optional[Mapping[str, float]] = None, reduced: bool = False) -> List[Job]:
+    """The jobs of the runs, by start. ``reduced``: one package per job (each ``after`` list
+    is then transitively reduced as made, from :meth:`Workload.direct_requires`), and
+    ``levels``: the packages' bottom levels of ``overhead + seconds`` on the job's cores,
+    which are then the jobs' priorities as :func:`settle` would set them, to the bit (the
+    same sums in the same order): a grouping of 10,000 jobs skips rebuilding its graph."""
     width = max(3, len(str(len(runs))))
     job_of: Dict[str, str] = {}
     jobs: List[Job] = []
@@ -294,7 +318,11 @@ def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_
     for j in jobs:
         jid = j.id
         j.after = sorted({a for a in (job_of[q] for h in j.hashes for q in direct[h]) if a != jid})
-    settle(jobs)
+    if levels is not None:
+        for j in jobs:
+            j.priority = levels[j.hashes[0]]
+    elif not (reduced and fifo):  # fifo sets the priorities below
+        settle(jobs)
     if fifo:
         for i, j in enumerate(jobs):
             j.priority = float(len(jobs) - i)

@@ -104,17 +104,24 @@ class Nodes:
         the first such node on a tie)."""
         if self.reservation is not None:
             return
-        best: Optional[Tuple[float, int, int]] = None
+        # the earliest such time so far, its node and the cores to spare then (a loop run on
+        # most events of a full machine: plain comparisons, no tuples)
+        best_when, best_node, spare = math.inf, -1, 0
+        ends = self.ends
         for i, f in enumerate(self.free):
             when, free = now, f
-            for end, c in self.ends[i]:
-                if free >= need or (best is not None and when >= best[0]):
-                    break
-                when, free = max(now, end), free + c
-            if free >= need and (best is None or when < best[0]):
-                best = (when, i, free - need)
-        if best is not None:
-            self.reservation = (best[1], best[0], best[2])
+            if free < need:
+                for end, c in ends[i]:  # by end: cores given back until enough are free
+                    if when >= best_when:
+                        break
+                    when = end if end > now else now
+                    free += c
+                    if free >= need:
+                        break
+            if free >= need and when < best_when:
+                best_when, best_node, spare = when, i, free - need
+        if best_node >= 0:
+            self.reservation = (best_node, best_when, spare)
             self.reserved_for = who
 
 
@@ -168,6 +175,8 @@ class Ready:
         says that nothing of theirs can start any more in this pass (the caller places
         jobs between two steps, which only takes cores: what cannot start stays so). The
         caller changes the lists only once done."""
+        if pool.by_free[-1][0] == 0:  # no core free: nothing to look at
+            return
         heads = [(entry[0][0], where, 0) for where, entry in self.lists.items()]
         heapq.heapify(heads)
         lists = self.lists

@@ -46,11 +46,13 @@ def afterok(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], Dict[str, 
     for j in jobs:
         if j.cores > cores:
             raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
+        jid = j.id
         for a in j.after:
-            if a not in dependents:
-                raise ValueError(f"job {j.id} waits for an unknown job {a}")
-            dependents[a].append(j.id)
-            nmiss[j.id] += 1
+            waiting = dependents.get(a)
+            if waiting is None:
+                raise ValueError(f"job {jid} waits for an unknown job {a}")
+            waiting.append(jid)
+        nmiss[jid] = len(j.after)
     return index, by_id, dependents, nmiss
 
 
@@ -121,17 +123,22 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
 
     start(0.0)
     now = 0.0
+    pop, release = heapq.heappop, pool.release
     while heap:
-        now, kind, _, jid, hint = heapq.heappop(heap)
+        now, kind, _, jid, hint = pop(heap)
         if kind == 1:  # an order hint expires
             if hint in met:
                 continue
             met.add(hint)
             one_less(jid)
         else:
-            pool.release(jid, starts[jid][2])
-            for d in dependents[jid]:
-                one_less(d)
+            release(jid, starts[jid][2])
+            for d in dependents[jid]:  # one_less(d), inline: a dependent of every job that ends
+                left = nmiss[d] - 1
+                nmiss[d] = left
+                if left == 0:
+                    j = by_id[d]
+                    eligible.add(j.cores, j.est_s, (-j.priority, index[d]))
             for d, h in hinted[jid]:
                 if h not in met:
                     met.add(h)

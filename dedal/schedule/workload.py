@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 
@@ -45,7 +45,7 @@ class Workload:
     def name(self, h: str) -> str:
         return self.names.get(h, h[:7])
 
-    def _cached(self, what: str, make: Callable[[], Any]) -> Any:
+    def _cached(self, what: Hashable, make: Callable[[], Any]) -> Any:
         """``make()``, once for this order and these requirements: every grouping, bound and
         search asks again, and a build of 10,000 packages pays for each (a workload is not
         changed in place once made; a new order or requirements dict makes it anew)."""
@@ -261,6 +261,17 @@ def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cp
         c = max(1, min(cpus_per_job, cores))
         return {h: c for h in wl.order}
     return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
+
+
+def package_seconds(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL,
+                    cpus_per_job: int = 0) -> Tuple[Mapping[str, int], Mapping[str, float]]:
+    """(:func:`package_cores`, each package's seconds on those cores), made once per workload
+    and node size (shared: not to be changed): both bounds and both groupings of a large
+    build ask for the same numbers."""
+    def make() -> Tuple[Dict[str, int], Dict[str, float]]:
+        need = package_cores(wl, cores, model, cpus_per_job)
+        return need, {h: model.seconds(wl.duration[h], need[h]) for h in wl.order}
+    return wl._cached(("seconds", cores, model, cpus_per_job), make)
 
 
 _SECONDS: Dict[Tuple[CoreModel, float, int], float] = {}
