@@ -113,12 +113,13 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     runs: List[_Run] = []
     heap: List[Tuple[float, int, int]] = []
 
-    secs: Dict[Tuple[str, int], float] = {}  # a package's seconds on c cores, remembered
+    secs: Dict[Tuple[float, int], float] = {}  # the seconds of a duration on c cores, remembered
 
     def dur(h: str, c: int) -> float:
-        s = secs.get((h, c))
+        d = wl.duration[h]
+        s = secs.get((d, c))
         if s is None:
-            s = secs[(h, c)] = model.seconds(wl.duration[h], c)
+            s = secs[(d, c)] = model.seconds(d, c)
         return s
 
     def take(h: str) -> None:
@@ -192,7 +193,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         e = now
         left = unmet.get(z)
         if left is None:
-            left = unmet[z] = {q for q in wl.requires[z] if q not in completed_at}
+            left = unmet[z] = set(filterfalse(completed_at.__contains__, wl.requires[z]))
         for q in left:
             if q in inrun:
                 continue
@@ -206,7 +207,6 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
 
     def decide(r: _Run, now: float) -> Optional[Tuple[str, int]]:
         """The package job ``r`` builds next instead of ending, with its cores then, or None."""
-        inrun = set(r.pkgs)
         # the packages waiting for this job, and how many of their requirements it builds:
         # one it releases has no other requirement left (``nmiss`` counts those not completed)
         inside = r.inside
@@ -254,6 +254,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         if others:
             return None
         new_end = now + dur(y, c)
+        inrun = set(r.pkgs)
         for z in waiting:
             if z != y and expected_ready(z, inrun, now, new_end) < new_end:
                 return None
@@ -278,15 +279,19 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         for h in r.pkgs:
             completed_at[h] = now
         for h in r.pkgs:
-            for d in counted[h]:
-                if d in pending:
-                    nmiss[d] -= 1
-                    last_done[d] = now
-                    left = unmet.get(d)
-                    if left is not None:
-                        left.discard(h)
-                    if nmiss[d] == 0:
-                        make_ready(d)
+            # its pending dependents (thousands for the shared core of a facility stack):
+            # the bookkeeping in C-level loops where it can be, then the counts
+            waiting = list(filter(pending.__contains__, counted[h]))
+            if not waiting:
+                continue
+            last_done.update(dict.fromkeys(waiting, now))
+            for d in filter(unmet.__contains__, waiting):
+                unmet[d].discard(h)
+            for d in waiting:
+                left = nmiss[d] - 1
+                nmiss[d] = left
+                if left == 0:
+                    make_ready(d)
         start_new(now)
     if pending:  # cannot happen for a DAG; a bug if it does
         raise RuntimeError(f"scheduler left {len(pending)} packages unscheduled")

@@ -36,14 +36,14 @@ class Workload:
         return cls(
             order=order,
             duration={h: float(plan.nodes[h].estimate_s) for h in order},
-            requires={h: frozenset(r for r in plan.build_requirements.get(h, []) if r in wanted and r != h)
-                      for h in order},
+            requires={h: _among(plan.build_requirements.get(h, ()), wanted, h) for h in order},
             names={h: plan.nodes[h].name for h in order},
             title=plan.env_name,
         )
 
     def name(self, h: str) -> str:
-        return self.names.get(h, h[:7])
+        got = self.names.get(h)
+        return got if got is not None else h[:7]
 
     def _cached(self, what: Hashable, make: Callable[[], Any]) -> Any:
         """``make()``, once for this order and these requirements: every grouping, bound and
@@ -263,6 +263,13 @@ def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cp
     return {h: max(1, min(model.parallelism(wl.duration[h]), cores)) for h in wl.order}
 
 
+def _among(reqs: Iterable[str], wanted: Set[str], h: str) -> FrozenSet[str]:
+    """The requirements of ``h`` among ``wanted``, but ``h`` (filtered in C: 22 a package of
+    a facility stack); the same set, made in the same order, as one filtered in Python."""
+    got = frozenset(filter(wanted.__contains__, reqs))
+    return got if h not in got else frozenset(r for r in reqs if r in wanted and r != h)
+
+
 def package_seconds(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL,
                     cpus_per_job: int = 0) -> Tuple[Mapping[str, int], Mapping[str, float]]:
     """(:func:`package_cores`, each package's seconds on those cores), made once per workload
@@ -274,20 +281,24 @@ def package_seconds(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL,
     return wl._cached(("seconds", cores, model, cpus_per_job), make)
 
 
-_SECONDS: Dict[Tuple[CoreModel, float, int], float] = {}
+# model -> (duration, cores) -> seconds (a model's hash is computed in Python: once a job)
+_SECONDS: Dict[CoreModel, Dict[Tuple[float, int], float]] = {}
 
 
 def job_seconds(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel, overhead_s: float) -> float:
     """A job's estimate: its overhead, then its packages one after the other on ``cores``
     (the seconds of a duration on c cores remembered: the searches ask again and again)."""
+    known = _SECONDS.get(model)
+    if known is None or len(known) > 100_000:
+        if len(_SECONDS) > 64:
+            _SECONDS.clear()
+        known = _SECONDS[model] = {}
     total = overhead_s
     for h in hashes:
         d = wl.duration[h]
-        s = _SECONDS.get((model, d, cores))
+        s = known.get((d, cores))
         if s is None:
-            if len(_SECONDS) > 100_000:
-                _SECONDS.clear()
-            s = _SECONDS[(model, d, cores)] = model.seconds(d, cores)
+            s = known[(d, cores)] = model.seconds(d, cores)
         total += s
     return total
 
