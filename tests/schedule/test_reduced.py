@@ -125,3 +125,32 @@ def test_real_lock_reduction_keeps_the_closure():
     assert sum(map(len, direct.values())) < sum(map(len, wl.requires.values()))
     for h in wl.order[::7]:
         assert ancestors(wl, direct, h) == ancestors(wl, wl.requires, h)
+
+
+@pytest.mark.parametrize("kw", [{}, {"fifo": True}, {"mold": True}, {"need_one": True}])
+@pytest.mark.parametrize("seed", range(4))
+def test_one_job_per_package_needs_no_settle(seed, kw):
+    """group(merge="none") leaves out settle() where every job is one package on the cores
+    it was given: its after lists and priorities must be what settle() makes of them, to the bit."""
+    wl = random_workload(seed)
+    kw = dict(kw)
+    if kw.pop("need_one", False):
+        kw["need"] = dict.fromkeys(wl.order, 1)
+    jobs = group(wl, nodes=2, cores=16, overhead_s=3.0, merge="none", **kw)
+    again = [Job(id=j.id, hashes=list(j.hashes), after=list(j.after), est_s=j.est_s, cores=j.cores) for j in jobs]
+    settle(again)
+    if kw.get("fifo"):
+        for i, j in enumerate(again):
+            j.priority = float(len(again) - i)
+    assert [(j.id, j.after, j.priority) for j in jobs] == [(j.id, j.after, j.priority) for j in again]
+
+
+def test_package_seconds_are_package_cores_and_model_seconds():
+    from dedal.model.cores import DEFAULT_MODEL
+    from dedal.schedule.workload import package_cores, package_seconds
+    wl = random_workload(7)
+    for cores, cpus in ((64, 0), (8, 0), (64, 4)):
+        need, t = package_seconds(wl, cores, DEFAULT_MODEL, cpus)
+        assert need == package_cores(wl, cores, DEFAULT_MODEL, cpus)
+        assert t == {h: DEFAULT_MODEL.seconds(wl.duration[h], need[h]) for h in wl.order}
+        assert package_seconds(wl, cores, DEFAULT_MODEL, cpus)[1] is t  # made once
