@@ -88,6 +88,8 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
 
     def start(now: float) -> None:
         nonlocal busy
+        if not eligible.count or pool.by_free[-1][0] == 0:  # nothing to start, or no core free
+            return
         pool.reset()
         fits, on_res, until = pool.limits()
         started: List[Tuple[int, Tuple[float, int]]] = []
