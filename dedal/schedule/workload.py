@@ -83,13 +83,19 @@ class Workload:
         for h in order:
             reqs = self.requires[h]
             through = 0
+            half = 0  # half the bit length of ``through``
             kept = set()
             # latest first: one needed by another comes after it, so its bit is set by then
             # (and everything it needs too: only the kept ones need adding)
             for r in sorted(reqs, key=pos.__getitem__, reverse=True):
-                if not (through >> pos[r]) & 1:
-                    kept.add(r)
-                    through |= anc[r]
+                p = pos[r]
+                # bit p of ``through`` by the cheaper of two big-int operations, each costing
+                # the size of its result: a low bit (the shared core) by a mask, a high one by a shift
+                if (through & (1 << p)) if p < half else (through >> p) & 1:
+                    continue
+                kept.add(r)
+                through |= anc[r]
+                half = through.bit_length() >> 1
             out[h] = tuple(filter(kept.__contains__, reqs))
             for r in kept:
                 through |= 1 << pos[r]
