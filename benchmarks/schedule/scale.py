@@ -202,7 +202,7 @@ results.md and of the grown 1,000 / 2,000-spec locks on 1-256 nodes stayed faf51
 (plan 3.5-3.7 s), peak 641 MB on one node. After it, alone, 10,000 specs took 3.5-4.2 CPU s
 on 1-256 nodes and 20,000 specs 7.4 s on 1 and 16 nodes.
 
-**Step 3** (this table; `before` = commit 6a5f311, main before it):
+**Step 3** (`before` = commit 6a5f311, main before it; its table is scale.md of commit 89e65ba):
 
 * job graphs, bottom levels, the critical path and `dag_bound` are computed over each
   package's transitively reduced requirements (`Workload.direct_requires`, made once per
@@ -229,7 +229,7 @@ nodes; dedal, dedal with order hints, per-package), the grown 1,000 and 2,000-sp
 but that of 10,000 specs on 1 node, 4 s shorter. Peak memory is 1-5 % lower at 10,000 and
 20,000 specs (171-174 vs 177-180 MB, 320-328 vs 333-341 MB), unchanged below.
 
-**Issue 24's targets are not met.** 10,000 specs take 2.6-3.2 CPU s on 1-256 nodes (target
+After step 3 issue 24's targets were not met: 10,000 specs took 2.6-3.2 CPU s on 1-256 nodes (target
 2 s; 1.3-1.4x faster than 6a5f311), 20,000 specs 5.1-6.1 s (target 5 s; 1.2-1.3x). Where
 the time goes, alone, on 16 nodes (CPU s, by function): 10,000 specs 2.86 = `load_lock`
 0.57 (JSON decoding 0.25, the nesting-depth check 0.12, the nodes' and the cycle checks 0.2) +
@@ -247,6 +247,60 @@ beyond 5,000 specs would save 0.5-0.6 s but lose what they
 find (`refine`'s one move saves 3 s of 20,000 specs on 64 nodes, its two moves 18 s of
 10,000 specs on 1 node), so they stay; incremental re-simulation of a candidate, or the
 list schedulers in compiled code, are what is left to try.
+
+**Step 4** (this table; `before` = commit 89e65ba, main before it) changed no schedule and
+no plan: `fingerprints.py --against` 89e65ba's, all 130 cases identical; every makespan and
+ratio above equals `before`'s. What changed:
+
+* each package's cores and seconds (`package_seconds`) and the default bottom levels are
+  made once per workload and node size, shared by `lower_bound`, `dag_bound` and both
+  groupings (each made them anew);
+* a grouping of one package per job on its own cores skips `settle()`: its `after` lists
+  are reduced as made and the jobs' bottom levels are the packages', to the bit (same sums,
+  same order; `tests/schedule/test_reduced.py` holds it to `settle()`);
+* `group()`: a finished job's pending dependents (thousands for the shared core) counted
+  in C-level loops, a duration's seconds on c cores remembered per duration;
+  `Nodes.reserve()` without tuples or `max()`; `simulate()` returns at once from an event
+  where nothing waits or no core is free; `job_seconds()` hashes the model once a job;
+* `dag_bound()` skips a head threshold whose upper bound (all the work of S, its longest
+  tail, with a margin far above rounding) cannot beat the bound so far: the same value,
+  0.08 instead of 0.11 CPU s at 10,000 specs, 0.13-0.19 instead of 0.25 at 20,000;
+* `Workload.direct_requires()` tests each bit by the cheaper of a mask and a shift (a
+  big-int operation costs the size of its result): 0.15 instead of 0.23-0.28 s at 20,000;
+* `load_lock`: the JSON nesting check looks up each value's type instead of calling
+  `isinstance` (json.loads makes plain dicts and lists): 0.08 instead of 0.125 s at 10,000.
+
+Tried and left out: *incremental re-simulation* of a search candidate from the first job it
+changes: a candidate of `improve`/`refine` changes the bottom-level priorities of the jobs'
+ancestors, the shared core among them, which start at time 0; on the 10,000-spec lock the
+order of the jobs' priorities stayed the same only for the first 6-218 jobs started (of
+4,697-9,996; the changes other than priorities come 1,047-7,808 jobs in), so a re-simulation
+would redo nearly all of it. *Refusing deep JSON by catching RecursionError only*: it would
+accept 65-999 levels, which `tests/model/test_inputs.py` refuses (MAX_DEPTH + 1); the
+check in C-level itertools (`compress`/`chain`) was slower (0.175 vs 0.126 s). *A cycle
+check folded into another pass*: the load's post-order walk is cached and serves
+`make_plan`'s waves, order and critical path, so it is not repeated. *Remembering checked
+names and versions in `_parse_node`*: 0.03 CPU s less at 10,000 specs, but the peak memory
+of the later grouping rose by 9 MB (174.6 to 183.9 MB), so it was not kept; a non-frozen
+`Edge` (0.4 instead of 1.3 us an edge, 0.07 s) was left out with it, not measured alone.
+
+**Issue 24's 2 s target is still not met at 10,000 specs**: 2.89 / 2.58 / 2.34 / 2.24 CPU s
+on 1 / 16 / 64 / 256 nodes, 1.10 / 1.12 / 1.09 / 1.12x faster than 89e65ba side by side
+(3.17 / 2.88 / 2.56 / 2.51 s). **The 5 s target at 20,000 specs is met on 16 and 256
+nodes** (4.96 and 4.45 s) **and not on 1 and 64** (5.43 and 5.06 s); 1.09-1.11x faster
+than 89e65ba (5.90 / 5.44 / 5.60 / 4.90 s). Within 0.1 s of the line, the load of the
+other agents decides which side a run falls on. Peak memory unchanged (172-173 MB at
+10,000 specs, 320-328 MB at 20,000). Where the time goes now, alone, on 16 nodes (CPU s):
+10,000 specs 2.50 = `load_lock` 0.46 (the nesting check 0.08 of it) + `make_plan` 0.30 +
+`Workload.from_plan` 0.08 + `make_schedule` 1.66 (the two groupings 0.65; five
+simulations 0.54: 0.20 for the groupings, 0.34 for `improve`'s merge and `refine`'s two
+moves; rebuilding the jobs for those 0.14; `lower_bound` 0.11 with the workload's reduced
+requirements made first; `dag_bound` 0.08); 20,000 specs 4.81 = `load_lock` 0.96 +
+`make_plan` 0.67 + `Workload` 0.18 + `make_schedule` 3.01 (the two groupings 1.53, three
+simulations 0.69, `lower_bound` 0.27, `dag_bound` 0.19, rebuilding the jobs 0.17). What
+is left is the same as after step 3: the per-event cost of the list schedulers in Python,
+times the searches' simulations, and reading 20-40 MB of JSON; the list schedulers in
+compiled code are what is left to try.
 
 ## The ratios of 10,000 and 20,000 specs on 16 nodes
 
