@@ -237,7 +237,10 @@ def report(r: dict) -> str:
         f"| assemble | {d['assemble']['wall_s']} (`dedal assemble`: SIF of {d['sif_bytes'] / 2**20:.0f} MiB) | – | |",
         f"| **total** | **{d['total_s']}** | **{p['total_s']}** | **{q['dedal_total_vs_plain_total']:.2f}** |", "",
         f"Same DAG on both sides (identical DAG hashes): **{p['same_dag_as_dedal']}**. "
-        f"`mpirun -np 2 dedal_latency` inside the SIF: exit {d['smoke']['returncode']} ({d['smoke']['wall_s']} s).",
+        f"`mpirun -np 2 dedal_latency` inside the SIF: exit {d['smoke']['returncode']} ({d['smoke']['wall_s']} s)"
+        + (" (the image's `mpirun` is Spack's stub of `openmpi schedulers=slurm ~legacylaunchers`, which says "
+           "to use srun: such an image is run by `srun --mpi=pmix`, as `dedal verify` does on the test cluster)."
+           if "legacylaunchers" in d["smoke"]["output"] else "."),
         f"Load average (1/5/15 min) before the dedal build {d['build']['load_before']}, before the plain install "
         f"{p['install']['load_before']}: the machine is shared, so the ratio carries that noise.", "",
         "## Per package (Spack's own install_times.json total vs the dedal job's `spack install`)", "",
