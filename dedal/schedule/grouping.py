@@ -33,7 +33,7 @@ from operator import eq
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Job, Workload, job_seconds, package_seconds
+from dedal.schedule.workload import Job, Workload, job_seconds, package_seconds, seconds_memo
 from dedal.schedule.nodes import Nodes, Ready
 
 
@@ -72,7 +72,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     pos = {h: i for i, h in enumerate(order)}
     cores = max(1, cores)
     given = need is not None
-    if need is not None:
+    if given:
         need = dict(need)
         t: Mapping[str, float] = {h: model.seconds(wl.duration[h], need[h]) for h in order}
     else:  # the numbers every grouping and bound of this workload shares, made once
@@ -113,7 +113,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     runs: List[_Run] = []
     heap: List[Tuple[float, int, int]] = []
 
-    secs: Dict[Tuple[float, int], float] = {}  # the seconds of a duration on c cores, remembered
+    secs = seconds_memo(model)
 
     def dur(h: str, c: int) -> float:
         d = wl.duration[h]

@@ -291,14 +291,21 @@ def package_seconds(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL,
 _SECONDS: Dict[CoreModel, Dict[Tuple[float, int], float]] = {}
 
 
-def job_seconds(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel, overhead_s: float) -> float:
-    """A job's estimate: its overhead, then its packages one after the other on ``cores``
-    (the seconds of a duration on c cores remembered: the searches ask again and again)."""
+def seconds_memo(model: CoreModel) -> Dict[Tuple[float, int], float]:
+    """``model.seconds(duration, cores)`` remembered by (duration, cores), for the list
+    schedulers and the searches, which ask again and again (bounded: started afresh when
+    large)."""
     known = _SECONDS.get(model)
     if known is None or len(known) > 100_000:
         if len(_SECONDS) > 64:
             _SECONDS.clear()
         known = _SECONDS[model] = {}
+    return known
+
+
+def job_seconds(wl: Workload, hashes: Iterable[str], cores: int, model: CoreModel, overhead_s: float) -> float:
+    """A job's estimate: its overhead, then its packages one after the other on ``cores``."""
+    known = seconds_memo(model)
     total = overhead_s
     for h in hashes:
         d = wl.duration[h]

@@ -85,10 +85,13 @@ class _Build(Adopting):
                 return self.detach()
             if adopted:
                 self.follow(poll_s)
-                for h in todo:  # built by a job that had ended before this build adopted the others
-                    if self.has_layer(h):
+                left = []
+                for h in todo:
+                    if self.has_layer(h):  # reported once (also one built by a job that had ended before adoption)
                         self.finish_pkg(h, "built", log=self.pkg_log(h))
-                todo = [h for h in todo if not self.has_layer(h) and self.pkg_status.get(h) not in ("failed", "blocked")]
+                    elif self.pkg_status.get(h) not in ("failed", "blocked"):
+                        left.append(h)
+                todo = left
                 if todo and not self.stopped_after_failure:
                     self.progress.note(f"the earlier build's jobs have ended; building the {len(todo)} package(s) "
                                        f"it left")
