@@ -18,10 +18,12 @@ Slurm's job bookkeeping (sbatch, squeue, sacct, ``srun --mpi=list``) stays in
 environment (Apptainer's ``--cleanenv``), which would drop the ``PMIX_*``/``SLURM_*``
 variables ``srun`` gives each rank and without which ``MPI_Init`` cannot find its
 PMIx server. So a per-rank step runs a small host-side script (:data:`RANK_SCRIPT`)
-that saves the rank's ``PMIX_``/``PMI_``/``SLURM_`` variables to a private file in
-``/tmp`` and starts the sandbox; inside, the program is preceded by a shell that loads
-that file and deletes it (:func:`rank_command`). The host's ``/tmp`` is bound into the
-sandbox for that file and for the PMIx rendezvous files, as Apptainer does by default.
+that starts the sandbox with the rank's ``PMIX_``/``PMI_``/``SLURM_`` variables on its
+standard input; inside, the program is preceded by a shell that loads them from there
+(:func:`rank_command`). Nothing is written to disk for this: ``srun`` turns a SIGTERM it
+gets into a SIGKILL of its tasks, so a file a rank meant to delete on its way out would be
+left in ``/tmp`` of every node whenever dedal stops a step. The host's ``/tmp`` is bound
+into the sandbox for the PMIx rendezvous files, as Apptainer does by default.
 
 Facts this relies on (``../shared/notes/real-components.md`` sections 4 and 5): Open
 MPI 5's UCX pml needs ``pml_ucx_tls=any pml_ucx_devices=any`` where no Mellanox device
@@ -42,16 +44,14 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from dedal.adapters import proc, runtime, slurm
 from dedal.errors import ToolError, ToolMissing
 
-RANK_ENV_TOKEN = "@DEDAL_RANK_ENV@"
 #: variables of a rank that the launcher sets and the program needs inside the sandbox
 RANK_PREFIXES = ("PMIX", "PMI", "SLURM")
 IMAGE_TOKEN = "@DEDAL_IMAGE@"
 RANK_SCRIPT = r"""#!/bin/sh
 # dedal: start one rank of an MPI step in a sandbox (run by srun on each node).
 # The sandbox starts from a clean environment, so this rank's launcher variables
-# (@NAMES@) go through a private file that the command inside loads and deletes
-# (and this script, should the command die before it got there). The exit status is
-# the command's.
+# (@NAMES@) go to the command inside on its standard input, which it loads first: no
+# file is left behind when srun SIGKILLs the rank. The exit status is the command's.
 # Called as `dedal-rank.sh @IMAGE@ MOUNTDIR IMAGE OFFSET CMD...` where CMD names an
 # image mounted at MOUNTDIR on the node dedal runs on: a node that does not have that
 # mount (another node of the step) mounts IMAGE itself, read-only, for this rank alone,
@@ -77,28 +77,28 @@ if [ "${1:-}" = "@IMAGE@" ]; then
     fi
   fi
 fi
-f=$(mktemp /tmp/dedal-rank.XXXXXX)
 cleanup() {
-  rm -f "$f"
   if [ -n "$here" ]; then $how "$here" 2>/dev/null; rmdir "$here" 2>/dev/null; fi
   return 0
 }
 trap cleanup EXIT
 trap 'cleanup; trap - EXIT; exit 143' TERM
-export -p | sed -n -e 's/^declare -x /export /' -e '/^export \(@ALTERNATIVES@\)_[A-Za-z0-9_]*=/p' > "$f"
-for a do
-  shift
-  [ "$a" = "@TOKEN@" ] && a=$f
-  if [ -n "$here" ]; then
+if [ -n "$here" ]; then
+  for a do
+    shift
     case $a in "$mnt"|"$mnt"/*) a=$here${a#"$mnt"} ;; esac
-  fi
-  set -- "$@" "$a"
-done
+    set -- "$@" "$a"
+  done
+fi
+vars=$(export -p | sed -n -e 's/^declare -x /export /' -e '/^export \(@ALTERNATIVES@\)_[A-Za-z0-9_]*=/p')
 set +e
-"$@"
+"$@" <<EOF
+$vars
+EOF
 """.replace("@NAMES@", ", ".join(p + "_*" for p in RANK_PREFIXES)).replace(
-    "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@TOKEN@", RANK_ENV_TOKEN).replace("@IMAGE@", IMAGE_TOKEN)
-_LOADER = 'set -a; . "$1"; set +a; rm -f "$1"; shift; exec "$@"'
+    "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@IMAGE@", IMAGE_TOKEN)
+# /proc/self/fd/0 rather than /dev/stdin: some sandboxes bind the image's own /dev
+_LOADER = 'set -a; . /proc/self/fd/0; set +a; exec "$@" </dev/null'
 MPIRUN_HINT = "no mpirun on the host: install Open MPI, load its module, or verify with --native rootfs"
 
 
@@ -147,9 +147,10 @@ def srun_command(program: Sequence[str], ranks: int, *, nodes: int = 1, mpi: str
 
 
 def rank_command(program: Sequence[str]) -> List[str]:
-    """The program as it runs inside a per-rank sandbox: load and delete the rank's
-    launcher variables first (the file name replaces :data:`RANK_ENV_TOKEN`)."""
-    return ["/bin/sh", "-c", _LOADER, "dedal-rank", RANK_ENV_TOKEN, *[os.fspath(p) for p in program]]
+    """The program as it runs inside a per-rank sandbox: load the rank's launcher
+    variables from standard input first (:data:`RANK_SCRIPT` gives them there), then run
+    with standard input closed off."""
+    return ["/bin/sh", "-c", _LOADER, "dedal-rank", *[os.fspath(p) for p in program]]
 
 
 def write_rank_script(directory: Path) -> Path:

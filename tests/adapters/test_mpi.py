@@ -25,20 +25,26 @@ def test_srun_command() -> None:
 
 
 def test_rank_script_hands_over_launcher_variables(tmp_path: Path) -> None:
-    """What srun does per rank: the script saves PMIX_/PMI_/SLURM_ variables, the command
-    inside (here under `env -i`, as clean as a sandbox) loads them and deletes the file."""
+    """What srun does per rank: the script gives the PMIX_/PMI_/SLURM_ variables to the
+    command inside (here under `env -i`, as clean as a sandbox), which loads them first. No
+    file holds them, even while the rank runs: srun SIGKILLs its tasks when it is stopped,
+    and a file that a rank meant to delete on its way out would stay in every node's /tmp."""
     script = mpi.write_rank_script(tmp_path)
-    inner = ["env", "-i", "PATH=/usr/bin:/bin", *mpi.rank_command(["/usr/bin/env"])]
+    seen = tmp_path / "tmp-while-running"
+    program = ["/bin/sh", "-c", f'ls -a /tmp > {seen}; read -r line && echo "stdin: $line"; exec /usr/bin/env']
+    inner = ["env", "-i", "PATH=/usr/bin:/bin", *mpi.rank_command(program)]
     env = {"PATH": os.environ["PATH"], "PMIX_RANK": "1", "PMIX_SERVER_URI41": "pmix-server.42;tcp4://127.0.0.1:5",
-           "SLURM_PROCID": "1", "PMI_FD": "7", "SECRET_HOST_VAR": "leak", "SLURM_JOB_NAME": "it's \"quoted\""}
-    before = set(Path("/tmp").glob("dedal-rank.*"))
-    out = subprocess.run(["/bin/sh", str(script), *inner], env=env, capture_output=True, text=True, check=True)
+           "SLURM_PROCID": "1", "PMI_FD": "7", "SECRET_HOST_VAR": "leak", "SLURM_JOB_NAME": "it's \"quoted\" $HOME `x`"}
+    before = set(os.listdir("/tmp"))
+    out = subprocess.run(["/bin/sh", str(script), *inner], env=env, input="not for the rank\n", capture_output=True,
+                         text=True, check=True, timeout=30)
     got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
     assert got["PMIX_RANK"] == "1" and got["SLURM_PROCID"] == "1" and got["PMI_FD"] == "7"
     assert got["PMIX_SERVER_URI41"] == "pmix-server.42;tcp4://127.0.0.1:5"
-    assert got["SLURM_JOB_NAME"] == "it's \"quoted\""
+    assert got["SLURM_JOB_NAME"] == "it's \"quoted\" $HOME `x`"
     assert "SECRET_HOST_VAR" not in got
-    assert set(Path("/tmp").glob("dedal-rank.*")) == before  # the hand-over file is gone
+    assert "stdin:" not in out.stdout  # the program's standard input is closed off, not the hand-over
+    assert set(seen.read_text().split()) - before <= {".", ".."}  # nothing new in /tmp while it ran
 
 
 def test_run_mpirun_reports_a_timeout_as_124(tmp_path: Path) -> None:
