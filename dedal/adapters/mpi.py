@@ -55,7 +55,8 @@ RANK_SCRIPT = r"""#!/bin/sh
 # Called as `dedal-rank.sh @IMAGE@ MOUNTDIR IMAGE OFFSET CMD...` where CMD names an
 # image mounted at MOUNTDIR on the node dedal runs on: a node that does not have that
 # mount (another node of the step) mounts IMAGE itself, read-only, for this rank alone,
-# as Apptainer does on every node, and unmounts it when the rank ends.
+# as Apptainer does on every node, and unmounts it when the rank ends (or, when srun
+# SIGKILLed the rank, the next rank that mounts on that node does).
 set -e
 umask 077
 # which machine this rank is on (parsers skip "#@" lines; dedal verify counts ranks per kernel)
@@ -65,7 +66,18 @@ if [ "${1:-}" = "@IMAGE@" ]; then
   mnt=$2 img=$3 off=$4
   shift 4
   if [ -z "$(ls -A "$mnt" 2>/dev/null)" ]; then
-    here=$(mktemp -d /tmp/dedal-rank-root.XXXXXX)
+    # mounts of earlier ranks on this node that srun SIGKILLed (no trap runs then): the
+    # process named in the directory is gone, so nothing uses them any more
+    for old in /tmp/dedal-rank-root.*.*; do
+      [ -d "$old" ] && [ -O "$old" ] || continue
+      pid=${old#/tmp/dedal-rank-root.}
+      pid=${pid%%.*}
+      case $pid in ''|*[!0-9]*) continue ;; esac
+      [ -d "/proc/$pid" ] && continue
+      umount -l "$old" 2>/dev/null || fusermount3 -u -z "$old" 2>/dev/null || true
+      rmdir "$old" 2>/dev/null || true
+    done
+    here=$(mktemp -d "/tmp/dedal-rank-root.$$.XXXXXX")
     if [ "$(id -u)" = 0 ] && mount -t squashfs -o "loop,ro,offset=$off" "$img" "$here" 2>/dev/null; then
       how="umount -l"
     elif squashfuse -o "offset=$off" "$img" "$here"; then

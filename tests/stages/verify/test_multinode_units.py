@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,59 @@ def test_rank_script_mounts_the_image_where_it_is_missing(tmp_path: Path) -> Non
                           "/bin/true"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and f"cannot mount the image {tmp_path / 'missing.sif'}" in out.stderr
     assert set(Path("/tmp").glob("dedal-rank-root.*")) == before
+
+
+def _rank_mounts() -> set:
+    with open("/proc/self/mounts", encoding="utf-8") as fh:
+        return {line.split()[1] for line in fh if line.split()[1].startswith("/tmp/dedal-rank-root.")}
+
+
+def test_the_mount_of_a_sigkilled_rank_is_undone_by_the_next_rank(tmp_path: Path) -> None:
+    """srun stops a step with SIGKILL, so a rank that mounted the image for itself never
+    unmounts it; the next rank that mounts on that node unmounts and removes it (its
+    process is gone), and leaves the mount of a rank still running alone."""
+    if os.geteuid() != 0 or not shutil.which("mksquashfs"):
+        pytest.skip("mounting a squashfs needs root and squashfs-tools")
+    script = mpi.write_rank_script(tmp_path)
+    src = tmp_path / "src"
+    (src / "etc").mkdir(parents=True)
+    (src / "etc" / "hello").write_text("from the image\n")
+    image = tmp_path / "image.sqfs"
+    subprocess.run(["mksquashfs", str(src), str(image), "-quiet", "-noappend"], check=True, timeout=60)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rank = [mpi.IMAGE_TOKEN, str(empty), str(image), "0"]
+    before = _rank_mounts()
+    killed = subprocess.Popen(["/bin/sh", str(script), *rank, "sleep", "60"], start_new_session=True,
+                              stderr=subprocess.DEVNULL)
+    running = None
+    try:
+        deadline = time.monotonic() + 30
+        while not _rank_mounts() - before:
+            assert time.monotonic() < deadline and killed.poll() is None, "the rank never mounted the image"
+            time.sleep(0.05)
+        (left,) = _rank_mounts() - before
+        os.killpg(killed.pid, signal.SIGKILL)  # what srun does to its tasks when it is stopped
+        killed.wait(timeout=30)
+        assert left in _rank_mounts()  # no trap ran: the mount stays
+
+        running = subprocess.Popen(["/bin/sh", str(script), *rank, "sleep", "60"], start_new_session=True,
+                                   stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while left in _rank_mounts() or len(_rank_mounts() - before) != 1:
+            assert time.monotonic() < deadline and running.poll() is None, _rank_mounts()
+            time.sleep(0.05)
+        (own,) = _rank_mounts() - before
+        assert own != left and not Path(left).exists()  # the dead rank's mount is gone, directory too
+        out = subprocess.run(["/bin/sh", str(script), *rank, "cat", f"{empty}/etc/hello"], capture_output=True,
+                             text=True, timeout=30)
+        assert out.stdout == "from the image\n" and own in _rank_mounts()  # a running rank's mount is kept
+    finally:
+        for p in (killed, running):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=30)
+        for path in _rank_mounts() - before:
+            subprocess.run(["umount", "-l", path], check=False)
+            subprocess.run(["rmdir", path], check=False)
+    assert _rank_mounts() == before
