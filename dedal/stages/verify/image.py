@@ -17,9 +17,12 @@ namespaces), cached per image.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -362,11 +365,76 @@ def _copy_partition(sif_path: Path, out: Path) -> None:
             left -= len(chunk)
 
 
+#: unpacked roots kept per image name (the last used): each is a whole image's files
+#: (1.3-2 GB for the ESD images), and every rebuild of ``NAME:latest`` is a new identity
+NATIVE_KEEP = 2
+_IN_USE: List[int] = []  # descriptors of the roots this process uses, share-locked until it exits
+
+
+def _hold(root: Path) -> bool:
+    """Share-lock ``root``'s marker for the rest of this process, so that another
+    verification's pruning (:func:`_prune_native`) leaves it alone; False when the root
+    was pruned before the lock was had."""
+    marker = root / ".dedal-unpacked"
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:  # a file system without flock (Lustre mounted noflock): no pruning there either
+        os.close(fd)
+        return True
+    try:
+        still = os.fstat(fd).st_ino == marker.stat().st_ino
+    except FileNotFoundError:
+        still = False
+    if not still:
+        os.close(fd)
+        return False
+    _IN_USE.append(fd)
+    return True
+
+
+def _prune_native(cache: Path, name: str) -> List[Path]:
+    """Remove the unpacked roots of image ``name`` beyond the ``NATIVE_KEEP`` last used, but
+    those another verification holds (:func:`_hold`); the roots removed."""
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{16}")
+    roots = []
+    for d in cache.iterdir():
+        try:
+            if pattern.fullmatch(d.name):
+                roots.append((os.stat(d / ".dedal-unpacked").st_mtime, d))
+        except OSError:
+            continue
+    roots.sort(reverse=True)
+    removed = []
+    for _, old in roots[NATIVE_KEEP:]:
+        try:
+            fd = os.open(old / ".dedal-unpacked", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            gone = cache / f".{old.name}.old-{os.getpid()}"
+            os.rename(old, gone)  # out of reach of a verification looking for it, then removed
+            shutil.rmtree(gone, ignore_errors=True)
+            removed.append(old)
+        except OSError:  # held by another verification (BlockingIOError), or renamed meanwhile
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
 def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> tuple:
-    """The image's root filesystem unpacked under ``cache`` (reused when present);
-    returns (directory, reused)."""
+    """The image's root filesystem unpacked under ``cache`` (reused when present), locked
+    for this process; returns (directory, reused). A new one replaces the oldest of the
+    same image name beyond ``NATIVE_KEEP``."""
     final = cache / f"{info.name}-{hashlib.sha256(info.identity.encode()).hexdigest()[:16]}"
-    if (final / ".dedal-unpacked").is_file():
+    if (final / ".dedal-unpacked").is_file() and _hold(final):
+        with contextlib.suppress(OSError):
+            os.utime(final / ".dedal-unpacked")  # used now: the last to be pruned
         return final, True
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cache / f".{final.name}.tmp-{os.getpid()}"
@@ -391,6 +459,11 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
     finally:
         if sq.exists():
             sq.unlink()
+    if not _hold(final):  # pruned by another verification in the moment between
+        return unpack_root(info, cache, progress=progress)
+    for old in _prune_native(cache, info.name):
+        if progress:
+            progress(f"removed the unpacked root of an older {info.name} ({old.name}): {NATIVE_KEEP} are kept")
     return final, False
 
 

@@ -1,0 +1,110 @@
+"""The native side's unpacked roots (``verify-native/`` in the cache) stay bounded: every
+rebuild of an image is a new identity and a new 1-2 GB copy, so unpacking one removes the
+same image's roots beyond the last ``NATIVE_KEEP`` used, but never one that another
+verification is using."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dedal.stages.verify import image as I
+
+pytestmark = pytest.mark.reliability
+
+
+def _image(tmp_path: Path, text: str) -> Path:
+    if not shutil.which("mksquashfs"):
+        pytest.skip("needs squashfs-tools")
+    src = tmp_path / f"src-{text}"
+    (src / "etc").mkdir(parents=True)
+    (src / "etc" / "hello").write_text(text + "\n")
+    out = tmp_path / f"{text}.sqfs"
+    subprocess.run(["mksquashfs", str(src), str(out), "-quiet", "-noappend"], check=True, timeout=60)
+    return out
+
+
+def _info(path: Path, name: str, identity: str) -> I.ImageInfo:
+    return I.ImageInfo(path=path, kind="squashfs", name=name, identity=identity)
+
+
+def _roots(cache: Path) -> list:
+    return sorted(d.name for d in cache.iterdir())
+
+
+def _let_go() -> None:
+    """What the end of this process does: release the roots it used."""
+    for fd in I._IN_USE:
+        os.close(fd)
+    I._IN_USE.clear()
+
+
+def test_a_new_root_replaces_the_least_recently_used_of_its_name(tmp_path: Path) -> None:
+    cache = tmp_path / "verify-native"
+    sq = _image(tmp_path, "v")
+    made = {}
+    for n, identity in enumerate(("one", "two", "three")):
+        root, reused = I.unpack_root(_info(sq, "esd", identity), cache)
+        assert not reused and (root / "etc" / "hello").read_text() == "v\n"
+        os.utime(root / ".dedal-unpacked", (1000 + n, 1000 + n))  # used: one, two, three
+        made[identity] = root.name
+    # roots this process uses are never pruned, even beyond NATIVE_KEEP
+    assert I.NATIVE_KEEP == 2 and set(made.values()) <= set(_roots(cache))
+    # an image whose name starts the same is another name
+    other, _ = I.unpack_root(_info(sq, "esd-neuro", "x"), cache)
+    _let_go()
+
+    # the next verification (another process) uses "one" again, then unpacks a fourth
+    code = f"""
+import sys
+from pathlib import Path
+from dedal.stages.verify import image as I
+cache = Path({str(cache)!r})
+info = lambda ident: I.ImageInfo(path=Path({str(sq)!r}), kind="squashfs", name="esd", identity=ident)
+root, reused = I.unpack_root(info("one"), cache)
+assert reused, root
+root, reused = I.unpack_root(info("four"), cache)
+assert not reused
+print(root.name)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    four = out.stdout.strip()
+    # kept: "four" (new) and "one" (used just before); gone: "two" and "three"
+    assert _roots(cache) == sorted([four, made["one"], other.name])
+
+
+def test_a_root_another_verification_uses_is_kept(tmp_path: Path) -> None:
+    cache = tmp_path / "verify-native"
+    sq = _image(tmp_path, "w")
+    old, _ = I.unpack_root(_info(sq, "img", "old"), cache)
+    os.utime(old / ".dedal-unpacked", (1000, 1000))
+    # a verification in another process holds "old" (its shared lock) for as long as it runs
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import fcntl, os, sys, time
+fd = os.open({str(old / ".dedal-unpacked")!r}, os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_SH)
+print("held", flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _let_go()
+        for identity in ("a", "b"):
+            root, _ = I.unpack_root(_info(sq, "img", identity), cache)
+            os.utime(root / ".dedal-unpacked", (2000 + ord(identity), 2000 + ord(identity)))
+            _let_go()
+        assert old.name in _roots(cache) and (old / "etc" / "hello").read_text() == "w\n"  # in use: kept
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    root, _ = I.unpack_root(_info(sq, "img", "c"), cache)  # no one holds "old" any more
+    assert old.name not in _roots(cache) and len(_roots(cache)) == I.NATIVE_KEEP
+    assert not [n for n in _roots(cache) if n.startswith(".")]  # no half-removed copy left behind
+    _let_go()
