@@ -165,6 +165,31 @@ def rank_command(program: Sequence[str]) -> List[str]:
     return ["/bin/sh", "-c", _LOADER, "dedal-rank", *[os.fspath(p) for p in program]]
 
 
+_VISIBLE = 'for p do [ -e "$p" ] || echo "missing $(hostname) $p"; done'
+
+
+def missing_on_nodes(paths: Sequence[Path], nodes: int, *, slurm_env: Optional[Mapping[str, str]] = None,
+                     timeout: float = 120) -> List[Tuple[str, str]]:
+    """(node, path) for each of ``paths`` that one task per node of an ``srun`` step over
+    ``nodes`` nodes cannot see: what the ranks need from storage every node shares (the
+    rank script, the native root, the image). Empty also when the step itself cannot run:
+    its error comes with the first real step, with its log."""
+    cmd = srun_command(["/bin/sh", "-c", _VISIBLE, "dedal-visible", *[os.fspath(p) for p in paths]], nodes,
+                       nodes=nodes)
+    try:
+        res = proc.run(cmd, what="srun", env=dict(slurm_env if slurm_env is not None else os.environ),
+                       timeout=timeout, check=False)
+    except ToolError:
+        return []
+    out = []
+    for line in res.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        node, _, path = rest.partition(" ")
+        if word == "missing" and path:
+            out.append((node, path))
+    return out
+
+
 def write_rank_script(directory: Path) -> Path:
     """Write :data:`RANK_SCRIPT` into ``directory`` (on storage every node sees)."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -104,6 +107,29 @@ def test_verify_across_two_nodes(run_dedal, netns_cluster: SlurmCluster, bench_i
     assert not [f for f in data["findings"] if f["code"] == "ucx-tcp-inter-node" and f["severity"] == "error"]
     names = {c["name"] for c in data["checks"]}
     assert {f"dedal_{b} inter-node" for b in benches.split(",")} <= names, names
+
+
+@pytest.mark.reliability
+def test_a_report_directory_the_nodes_cannot_see_is_one_line(run_dedal, netns_cluster: SlurmCluster, bench_image,
+                                                             native_cache) -> None:  # noqa: F811
+    """The nodes have a /tmp of their own: a report directory there would fail every run
+    (the ranks cannot read the rank script in it). dedal stops first, naming the node and
+    the directory, and the report already there is left as it was."""
+    out = Path(tempfile.mkdtemp(prefix="dedal-unshared-", dir="/tmp"))
+    try:
+        (out / "verify.json").write_text('{"earlier": true}\n')
+        env = dict(netns_cluster.env, DEDAL_CACHE_DIR=str(native_cache))
+        p = run_dedal("verify", str(bench_image.sif), "--launcher", "srun", "--nodes", "2", "--ranks", "1",
+                      "-b", "init", "-r", "1", "-o", str(out), *WIDE, env=env, timeout=600)
+        errors = [line for line in p.stderr.splitlines() if line.startswith("dedal: error:")]
+        assert p.returncode == 2 and len(errors) == 1, p.stdout + p.stderr
+        assert "would not see" in errors[0], errors
+        assert len(set(re.findall(rf"(node\d): {re.escape(str(out))}\b", errors[0]))) == 2, errors  # both nodes
+        assert str(bench_image.sif) not in errors[0]  # the image and the cache are shared: only the folder is named
+        assert sorted(x.name for x in out.iterdir()) == ["verify.json"]  # the earlier report is untouched
+        assert (out / "verify.json").read_text() == '{"earlier": true}\n'
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def _nodes_of_jobs(cluster: SlurmCluster, prefix: str) -> Dict[str, str]:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -102,6 +103,28 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     the image is unmounted on the way out, so no rank, step or allocation outlives dedal."""
     with Signals("verify"):
         return _verify(opts, progress)
+
+
+def _scopes(launcher: str, nodes: int) -> List[Tuple[str, int]]:
+    """The scopes a run measures and their nodes: within a node, and between two with srun."""
+    return [("intra-node", 1)] + ([("inter-node", 2)] if launcher == "srun" and nodes >= 2 else [])
+
+
+def _check_shared(outdir: Path, paths: List[Optional[Path]], nodes: int) -> None:
+    """Every rank of an srun step reads the rank script (in ``outdir``), the native root and
+    the image from where this process sees them: stop with one line when a node does not
+    see them, before the previous report is replaced, rather than fail every run."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    probe = outdir / f".dedal-visible-{os.getpid()}"
+    probe.write_text("")
+    try:
+        missing = mpi.missing_on_nodes([probe] + [p for p in paths if p is not None], nodes)
+    finally:
+        probe.unlink()
+    if missing:
+        where = "; ".join(f"{node}: {Path(path).parent if Path(path) == probe else path}" for node, path in missing)
+        raise UserError(f"srun's ranks would not see what they need ({where}): the report directory (--output), "
+                        "the cache (DEDAL_CACHE_DIR) and the image must be on storage every node shares")
 
 
 def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome:
@@ -184,6 +207,8 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                                 launcher=launcher, progress=progress)
     _say(progress, f"native: {native.description}")
 
+    if launcher == "srun":
+        _check_shared(outdir, [native.root, info.path], max(n for _, n in _scopes(launcher, nodes)))
     rawdir = outdir / "raw"
     _clean_previous(outdir)
     rawdir.mkdir(parents=True, exist_ok=True)
@@ -198,8 +223,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         parsed["side"] = "image"
         logs.append(parsed)
 
-    scopes = [("intra-node", 1)] + ([("inter-node", 2)] if launcher == "srun" and nodes >= 2 else [])
-    plan = Plan(launcher, scopes, benches, opts.repetitions, opts.ranks, pf.host.gpus)
+    plan = Plan(launcher, _scopes(launcher, nodes), benches, opts.repetitions, opts.ranks, pf.host.gpus)
     order = plan.order()
     # The image stays mounted for all container runs, as Apptainer shares one loop device
     # between the processes that use an image: the runs measure the container's steady
@@ -216,7 +240,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         runs: List[Run] = []
         failed_series: Dict[Tuple[str, str, str], Run] = {}
         for i, (scope, bench, rep, side) in enumerate(order, 1):
-            nnodes = dict(scopes)[scope]
+            nnodes = dict(plan.scopes)[scope]
             ranks = plan.ranks_for(bench, nnodes)
             name = "warmup" if rep == 0 else f"{rep:02d}"
             rel = f"raw/{scope}/{bench.name}/{side}-{name}.log"
@@ -259,10 +283,10 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     finally:
         mounts.close()
     checks, measurements, summary = compare.compare_runs(runs, plan, thresholds)
-    checks += compare.skipped_checks(skipped, scopes, skip_reason)
+    checks += compare.skipped_checks(skipped, plan.scopes, skip_reason)
     checks += app_checks
     if skipped:
-        _say(progress, f"{len(skipped) * len(scopes)} GPU check(s) skipped: {skip_reason}")
+        _say(progress, f"{len(skipped) * len(plan.scopes)} GPU check(s) skipped: {skip_reason}")
     findings: List[Finding] = list(pf.findings)
     findings += [F.info("not-run", n) for n in notes]
     if bundled_note:
