@@ -168,8 +168,7 @@ def rank_command(program: Sequence[str]) -> List[str]:
 _VISIBLE = 'for p do [ -e "$p" ] || echo "missing $(hostname) $p"; done'
 
 
-def missing_on_nodes(paths: Sequence[Path], nodes: int, *, slurm_env: Optional[Mapping[str, str]] = None,
-                     timeout: float = 120) -> List[Tuple[str, str]]:
+def missing_on_nodes(paths: Sequence[Path], nodes: int, *, timeout: float = 120) -> List[Tuple[str, str]]:
     """(node, path) for each of ``paths`` that one task per node of an ``srun`` step over
     ``nodes`` nodes cannot see: what the ranks need from storage every node shares (the
     rank script, the native root, the image). Empty also when the step itself cannot run:
@@ -177,8 +176,7 @@ def missing_on_nodes(paths: Sequence[Path], nodes: int, *, slurm_env: Optional[M
     cmd = srun_command(["/bin/sh", "-c", _VISIBLE, "dedal-visible", *[os.fspath(p) for p in paths]], nodes,
                        nodes=nodes)
     try:
-        res = proc.run(cmd, what="srun", env=dict(slurm_env if slurm_env is not None else os.environ),
-                       timeout=timeout, check=False)
+        res = proc.run(cmd, what="srun", timeout=timeout, check=False)
     except ToolError:
         return []
     out = []

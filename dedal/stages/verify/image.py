@@ -432,7 +432,7 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
     for this process; returns (directory, reused). A new one replaces the oldest of the
     same image name beyond ``NATIVE_KEEP``."""
     final = cache / f"{info.name}-{hashlib.sha256(info.identity.encode()).hexdigest()[:16]}"
-    if (final / ".dedal-unpacked").is_file() and _hold(final):
+    if _hold(final):  # present (its marker is written last) and now held
         with contextlib.suppress(OSError):
             os.utime(final / ".dedal-unpacked")  # used now: the last to be pruned
         return final, True

@@ -105,11 +105,6 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
         return _verify(opts, progress)
 
 
-def _scopes(launcher: str, nodes: int) -> List[Tuple[str, int]]:
-    """The scopes a run measures and their nodes: within a node, and between two with srun."""
-    return [("intra-node", 1)] + ([("inter-node", 2)] if launcher == "srun" and nodes >= 2 else [])
-
-
 def _check_shared(outdir: Path, paths: List[Optional[Path]], nodes: int) -> None:
     """Every rank of an srun step reads the rank script (in ``outdir``), the native root and
     the image from where this process sees them: stop with one line when a node does not
@@ -207,8 +202,9 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                                 launcher=launcher, progress=progress)
     _say(progress, f"native: {native.description}")
 
+    scopes = [("intra-node", 1)] + ([("inter-node", 2)] if launcher == "srun" and nodes >= 2 else [])
     if launcher == "srun":
-        _check_shared(outdir, [native.root, info.path], max(n for _, n in _scopes(launcher, nodes)))
+        _check_shared(outdir, [native.root, info.path], scopes[-1][1])
     rawdir = outdir / "raw"
     _clean_previous(outdir)
     rawdir.mkdir(parents=True, exist_ok=True)
@@ -223,7 +219,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         parsed["side"] = "image"
         logs.append(parsed)
 
-    plan = Plan(launcher, _scopes(launcher, nodes), benches, opts.repetitions, opts.ranks, pf.host.gpus)
+    plan = Plan(launcher, scopes, benches, opts.repetitions, opts.ranks, pf.host.gpus)
     order = plan.order()
     # The image stays mounted for all container runs, as Apptainer shares one loop device
     # between the processes that use an image: the runs measure the container's steady
@@ -240,7 +236,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         runs: List[Run] = []
         failed_series: Dict[Tuple[str, str, str], Run] = {}
         for i, (scope, bench, rep, side) in enumerate(order, 1):
-            nnodes = dict(plan.scopes)[scope]
+            nnodes = dict(scopes)[scope]
             ranks = plan.ranks_for(bench, nnodes)
             name = "warmup" if rep == 0 else f"{rep:02d}"
             rel = f"raw/{scope}/{bench.name}/{side}-{name}.log"
@@ -283,10 +279,10 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     finally:
         mounts.close()
     checks, measurements, summary = compare.compare_runs(runs, plan, thresholds)
-    checks += compare.skipped_checks(skipped, plan.scopes, skip_reason)
+    checks += compare.skipped_checks(skipped, scopes, skip_reason)
     checks += app_checks
     if skipped:
-        _say(progress, f"{len(skipped) * len(plan.scopes)} GPU check(s) skipped: {skip_reason}")
+        _say(progress, f"{len(skipped) * len(scopes)} GPU check(s) skipped: {skip_reason}")
     findings: List[Finding] = list(pf.findings)
     findings += [F.info("not-run", n) for n in notes]
     if bundled_note:
