@@ -97,7 +97,9 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     counted = wl.direct_dependents() if lean else deps
     direct = wl.direct_requires() if lean else wl.requires
     nmiss = {h: len(direct[h]) for h in order}
-    keyof = {h: (-prio[h], pos[h]) for h in order}
+    # each package's place in (-priority, position) order: an int key for ``ready``
+    at = sorted(order, key=lambda h: (-prio[h], pos[h]))
+    keyof = {h: k for k, h in enumerate(at)}
     # the packages ready to start, and the same by the cores they need, highest priority first
     avail: Set[str] = {h for h in order if nmiss[h] == 0}
     ready = Ready()
@@ -145,7 +147,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
             return c > fits and (c > on_res or now + shortest > until)
 
         for c, key in ready.in_order(pool, hopeless):  # left as it is until the loop ends
-            h = order[key[1]]
+            h = at[key]
             n = None
             if c <= fits or (c <= on_res and now + (o + t[h]) <= until):
                 n = pool.fit(c, now, o + t[h])
@@ -231,7 +233,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         usable = r.cores + pool.free[r.node]
         choice: Optional[Tuple[str, int]] = None
         key = ready.first(usable)
-        first = order[key[1]] if key is not None else None
+        first = at[key] if key is not None else None
         fitting = [y for y in released if need[y] <= usable]
         if fitting:
             y = min(fitting, key=keyof.__getitem__)

@@ -13,7 +13,7 @@ from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.model.gcpause import collector_paused
 from dedal.schedule.workload import Job, Schedule, Simulation, Workload, job_seconds, package_cores
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
-from dedal.schedule.simulation import simulate
+from dedal.schedule.simulation import simulate, simulate_unless
 from dedal.schedule.grouping import group
 from dedal.schedule.search import (IMPROVE_WORK, LARGE_BUILD, REFINE_ALL, REFINE_MAX, REFINE_MIN, REFINE_WORK,
                                    REFINE_WORK_LARGE, improve, refine)
@@ -79,10 +79,14 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
     if strategy == "dedal" and large and candidates:
         # large: the groupings differ by more than the searches gain (a few seconds in
         # benchmarks/schedule/scale.md): the searches start from the best one only
-        sims = [simulate(jobs, nodes=nodes, cores=cores) for jobs in candidates]
-        k = min(range(len(sims)), key=lambda i: sims[i].makespan_s)
+        # (the first shortest: a later one is dropped once it cannot be shorter)
+        k, first = 0, simulate(candidates[0], nodes=nodes, cores=cores)
+        for i in range(1, len(candidates)):
+            other = simulate_unless(candidates[i], nodes=nodes, cores=cores, at_least=first.makespan_s)
+            if other is not None and other.makespan_s < first.makespan_s:
+                k, first = i, other
         done.append(improve(wl, candidates[k], nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                            work=IMPROVE_WORK, start=sims[k]))
+                            work=IMPROVE_WORK, start=first))
         candidates = []
     for jobs in candidates:
         if strategy == "dedal":

@@ -27,12 +27,13 @@ the same schedule on every machine, and the cost grows like a few simulations
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import Job, Simulation, Workload, job_seconds, top_cores
-from dedal.schedule.simulation import critical_links, simulate
-from dedal.schedule.grouping import settle
+from dedal.schedule.simulation import critical_links, simulate, simulate_unless
+from dedal.schedule.grouping import set_priorities, settle
 
 SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into one it waits for
 # packages: beyond this, every search stops after a fixed amount of work, counted in jobs
@@ -117,8 +118,8 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
             if cand is None:
                 continue
             spent += len(cand)
-            csim = simulate(cand, nodes=nodes, cores=cores)
-            if csim.makespan_s < sim.makespan_s - 1e-6:
+            csim = simulate_unless(cand, nodes=nodes, cores=cores, at_least=sim.makespan_s - 1e-6)
+            if csim is not None and csim.makespan_s < sim.makespan_s - 1e-6:
                 jobs, sim = cand, csim
                 break
         else:
@@ -143,8 +144,8 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
             if cand is None:
                 continue
             spent += len(cand)
-            csim = simulate(cand, nodes=nodes, cores=cores)
-            if csim.makespan_s <= sim.makespan_s + 1e-6:
+            csim = simulate_unless(cand, nodes=nodes, cores=cores, at_least=math.nextafter(sim.makespan_s + 1e-6, math.inf))
+            if csim is not None and csim.makespan_s <= sim.makespan_s + 1e-6:
                 jobs, sim = cand, csim
                 break
         else:
@@ -170,6 +171,16 @@ def build_jobs(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus:
     except ValueError:  # a cycle
         return None
     return jobs
+
+
+def _reprioritized(jobs: Sequence[Job], bonus: Mapping[str, float]) -> List[Job]:
+    """What :func:`build_jobs` makes of the parts of ``jobs`` (made by it, or reduced by
+    :func:`settle` in the same order) with another ``bonus``, without making their graph
+    anew: the same ``after`` lists, priorities set again (a third of the cost)."""
+    out = [Job(id=j.id, hashes=j.hashes, after=j.after, est_s=j.est_s, cores=j.cores, names=j.names)
+           for j in jobs]
+    set_priorities(out, bonus)
+    return out
 
 
 def _chain(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, float]]:
@@ -221,7 +232,20 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
         assert cur is not None
         sim = simulate(cur, nodes=nodes, cores=cores)
     spent = 0
-    fresh = 0
+    # the ids of new jobs (splits): ``base`` counts those of the rounds before this one that
+    # were counted, ``uncounted`` holds the others' (chain, simulation, parts), counted
+    # when a split next needs an id (a large build's last kept move never does, and
+    # counting costs a pass over every job), ``taken`` those of this round so far
+    base, taken = 0, 0
+    uncounted: List[Tuple[Sequence[Tuple[str, float]], Simulation, Mapping[str, Tuple[List[str], int]]]] = []
+
+    def next_id() -> int:
+        nonlocal base, taken
+        if uncounted:
+            base += sum(new_ids(*r) for r in uncounted)
+            uncounted.clear()
+        taken += 1
+        return base + taken
 
     def top(hs: Sequence[str]) -> int:
         if cpus_per_job:  # fixed by the settings: every job keeps its cores
@@ -237,11 +261,9 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
 
     def shape(x: str) -> Iterator[Move]:
         """Moves on job ``x`` itself: split it in two, a core more or less."""
-        nonlocal fresh
         hs, c = parts[x]
         for k in cuts_of(len(hs)):
-            fresh += 1
-            yield (lambda x=x, hs=hs, c=c, k=k, new=f"{x}.{fresh}", ps=parts, b=bonus:
+            yield (lambda x=x, hs=hs, c=c, k=k, new=f"{x}.{next_id()}", ps=parts, b=bonus:
                    (dict(ps, **{x: (hs[:k], min(c, top(hs[:k]))), new: (hs[k:], min(c, top(hs[k:])))}), b))
         for nc in (c - 1, c + 1) if not cpus_per_job else ():
             if 1 <= nc <= top(hs):
@@ -296,9 +318,10 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
                         nb[y] = nb.get(y, 0.0) - 0.5 * by_id[y].est_s
                         yield lambda nb=nb, ps=parts: (ps, nb)
 
-    def new_ids(chain: Sequence[Tuple[str, float]]) -> int:
-        """How many new job ids every move of the round takes (the ids of the splits
-        stay those of making every move of a round, as the search once did)."""
+    def new_ids(chain: Sequence[Tuple[str, float]], sim: Simulation, parts: Mapping[str, Tuple[List[str], int]]) -> int:
+        """How many new job ids every move of the round (of ``chain``, ``sim`` and ``parts``)
+        takes (the ids of the splits stay those of making every move of a round, as the
+        search once did)."""
         per_node: Dict[int, Tuple[List[float], List[Tuple[float, float, str]], float]] = {}
         for y, (s0, e0, n0) in sorted(sim.starts.items(), key=lambda kv: kv[1][0]):
             got = per_node.setdefault(n0, ([], [], 0.0))
@@ -322,18 +345,21 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
     while spent < evaluations:
         by_id = {j.id: j for j in cur}
         chain = _chain(cur, sim)
-        fresh_then = fresh
         for move in moves_of(chain, by_id):
             if spent >= evaluations:
                 break
             np, nb = move()
-            cand = build_jobs(wl, [(k, hs, c) for k, (hs, c) in np.items()], nb, model, overhead_s)
+            if np is parts:  # a new bonus only: the same jobs, priorities anew
+                cand = _reprioritized(cur, nb)
+            else:
+                cand = build_jobs(wl, [(k, hs, c) for k, (hs, c) in np.items()], nb, model, overhead_s)
             if cand is None:
                 continue
             spent += 1
-            csim = simulate(cand, nodes=nodes, cores=cores)
-            if csim.makespan_s < sim.makespan_s - 1e-6:
-                fresh = fresh_then + new_ids(chain)
+            csim = simulate_unless(cand, nodes=nodes, cores=cores, at_least=sim.makespan_s - 1e-6)
+            if csim is not None and csim.makespan_s < sim.makespan_s - 1e-6:
+                uncounted.append((chain, sim, parts))
+                taken = 0
                 parts, bonus, cur, sim = np, nb, cand, csim
                 break
         else:

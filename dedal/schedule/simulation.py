@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.schedule.workload import Job, Simulation
 from dedal.schedule.nodes import Nodes, Profile, Ready
@@ -62,92 +62,169 @@ def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
     eligible jobs start highest priority first on the best-fitting node with enough free
     cores, lower-priority ones fill in where the top one does not fit (backfill); each
     runs ``est_s`` seconds."""
+    sim = _simulate(jobs, nodes, cores, math.inf)
+    assert sim is not None
+    return sim
+
+
+def simulate_unless(jobs: Sequence[Job], *, nodes: int, cores: int, at_least: float) -> Optional[Simulation]:
+    """:func:`simulate`, or None as soon as its makespan is sure to be ``at_least`` (a job
+    started at t ends the build no earlier than t plus the longest chain of estimates from
+    it): a search's candidate that cannot beat the schedule it is measured against is
+    dropped there, not simulated to its end (on 64 nodes of the 10,000-spec lock, before
+    its first job starts). The same choices as simulating every candidate to its end."""
+    return _simulate(jobs, nodes, cores, at_least)
+
+
+def _by_index(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], List[List[int]], List[int]]:
+    """:func:`afterok` by job index: each job's index, the indices of the jobs waiting for
+    each, and how many jobs each waits for (what :func:`simulate` looks up on every event)."""
+    index = {j.id: i for i, j in enumerate(jobs)}
+    dependents: List[List[int]] = [[] for _ in jobs]
+    nmiss = [0] * len(jobs)
+    for i, j in enumerate(jobs):
+        if j.cores > cores:
+            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
+        for a in j.after:
+            k = index.get(a)
+            if k is None:
+                raise ValueError(f"job {j.id} waits for an unknown job {a}")
+            dependents[k].append(i)
+        nmiss[i] = len(j.after)
+    return index, dependents, nmiss
+
+
+def _chain_lengths(jobs: Sequence[Job], dependents: Sequence[Sequence[int]]) -> List[float]:
+    """Per job (by index), the longest chain of ``est_s`` from its start to the end of the
+    build, without the bonus the priorities may carry (a bound, not a preference)."""
+    left = [len(j.after) for j in jobs]
+    order = [i for i, k in enumerate(left) if k == 0]
+    for i in order:  # grows while iterating (Kahn's)
+        for k in dependents[i]:
+            left[k] -= 1
+            if left[k] == 0:
+                order.append(k)
+    length = [0.0] * len(jobs)
+    for i in reversed(order):
+        length[i] = jobs[i].est_s + max([length[k] for k in dependents[i]], default=0.0)
+    return length
+
+
+def _simulate(jobs: Sequence[Job], nodes: int, cores: int, at_least: float) -> Optional[Simulation]:
+    """:func:`simulate` (``at_least`` infinite) and :func:`simulate_unless`, by job index
+    (the ids only to name the starts at the end)."""
     pool = Nodes(nodes, cores)
-    index, by_id, dependents, nmiss = afterok(jobs, cores)
+    index, dependents, nmiss = _by_index(jobs, cores)
+    # give up once a start shows that the makespan reaches ``at_least`` (with a margin far
+    # above the rounding of the sums of a chain: the same answer as the whole simulation)
+    bounded = at_least < math.inf
+    length = _chain_lengths(jobs, dependents) if bounded else []
+    stop = at_least * (1 + 1e-9) + 1e-9
+    if bounded and max(length, default=0.0) >= stop:
+        return None
+    give_up = False
     # job -> (dependent, hint) for its order hints; a hint (pred, job) counts once: at its end or expiry
-    hinted: Dict[str, List[Tuple[str, Tuple[str, str]]]] = {j.id: [] for j in jobs}
-    # events: (time, 0 = a job ends / 1 = a hint expires, index, job, hint)
-    heap: List[Tuple[float, int, int, str, Optional[Tuple[str, str]]]] = []
-    for j in jobs:
+    hinted: List[List[Tuple[int, Tuple[str, str]]]] = [[] for _ in jobs]
+    # events: (time, 0, job) when a job ends, (time, 1, job, hint) when a hint expires
+    heap: List[Tuple[Any, ...]] = []
+    for i, j in enumerate(jobs):
         for a, until in j.order.items():
-            if a not in hinted:
+            k = index.get(a)
+            if k is None:
                 raise ValueError(f"job {j.id} has an order hint on an unknown job {a}")
             if a not in j.after:
-                hinted[a].append((j.id, (a, j.id)))
-                nmiss[j.id] += 1
-                heapq.heappush(heap, (until, 1, index[j.id], j.id, (a, j.id)))
+                hinted[k].append((i, (a, j.id)))
+                nmiss[i] += 1
+                heapq.heappush(heap, (until, 1, i, (a, j.id)))
     met: Set[Tuple[str, str]] = set()
     est_of = [j.est_s for j in jobs]
+    cores_of = [j.cores for j in jobs]
+    # each job's place in (-priority, index) order: a key that compares as an int, not a
+    # tuple (the eligible lists are sorted by it, thousands long)
+    job_at = sorted(range(len(jobs)), key=lambda i: (-jobs[i].priority, i))
+    keys = [0] * len(jobs)
+    for rank, i in enumerate(job_at):
+        keys[i] = rank
     # eligible jobs by their cores, highest priority first
     eligible = Ready()
-    for j in jobs:
-        if nmiss[j.id] == 0:
-            eligible.add(j.cores, j.est_s, (-j.priority, index[j.id]))
-    starts: Dict[str, Tuple[float, float, int]] = {}
+    add, remove = eligible.add, eligible.remove
+    for i in range(len(jobs)):
+        if nmiss[i] == 0:
+            add(cores_of[i], est_of[i], keys[i])
+    started_at: List[float] = [0.0] * len(jobs)
+    node_of: List[int] = [-1] * len(jobs)
+    started: List[int] = []  # in the order they started
     busy = 0.0
+    by_free = pool.by_free
 
     def start(now: float) -> None:
-        nonlocal busy
-        if not eligible.count or pool.by_free[-1][0] == 0:  # nothing to start, or no core free
+        nonlocal busy, give_up
+        if not eligible.count or by_free[-1][0] == 0:  # nothing to start, or no core free
             return
         pool.reset()
         fits, on_res, until = pool.limits()
-        started: List[Tuple[int, Tuple[float, int]]] = []
+        first = len(started)
 
         def hopeless(c: int, shortest: float) -> bool:  # no job of c cores, shortest s or longer, fits
             return c > fits and (c > on_res or now + shortest > until)
 
         for c, e in eligible.in_order(pool, hopeless):
-            i = e[1]
+            i = job_at[e]
             s = est_of[i]
             if c > fits and (c > on_res or now + s > until):  # fit() would find no node
                 if pool.reservation is None:
                     pool.reserve(c, now)
                     fits, on_res, until = pool.limits()
                 continue
-            jid = jobs[i].id
             n = pool.fit(c, now, s)
             assert n is not None
-            started.append((c, e))
-            pool.place(jid, c, now + s, n)
+            started.append(i)
+            pool.place(i, c, now + s, n)
             fits, on_res, until = pool.limits()
-            starts[jid] = (now, now + s, n)
+            started_at[i] = now
+            node_of[i] = n
             busy += c * s
-            heapq.heappush(heap, (now + s, 0, i, jid, None))
-        for c, e in started:
-            eligible.remove(c, est_of[e[1]], e)
+            heapq.heappush(heap, (now + s, 0, i))
+            if bounded and now + length[i] >= stop:
+                give_up = True
+        for k in range(first, len(started)):
+            i = started[k]
+            remove(cores_of[i], est_of[i], keys[i])
 
-    def one_less(d: str) -> None:
+    def one_less(d: int) -> None:
         nmiss[d] -= 1
         if nmiss[d] == 0:
-            j = by_id[d]
-            eligible.add(j.cores, j.est_s, (-j.priority, index[d]))
+            add(cores_of[d], est_of[d], keys[d])
 
     start(0.0)
     now = 0.0
     pop, release = heapq.heappop, pool.release
     while heap:
-        now, kind, _, jid, hint = pop(heap)
-        if kind == 1:  # an order hint expires
+        if give_up:
+            return None
+        event = pop(heap)
+        now, i = event[0], event[2]
+        if event[1] == 1:  # an order hint expires
+            hint = event[3]
             if hint in met:
                 continue
             met.add(hint)
-            one_less(jid)
+            one_less(i)
         else:
-            release(jid, starts[jid][2])
-            for d in dependents[jid]:  # one_less(d), inline: a dependent of every job that ends
+            release(i, node_of[i])
+            for d in dependents[i]:  # one_less(d), inline: a dependent of every job that ends
                 left = nmiss[d] - 1
                 nmiss[d] = left
                 if left == 0:
-                    j = by_id[d]
-                    eligible.add(j.cores, j.est_s, (-j.priority, index[d]))
-            for d, h in hinted[jid]:
+                    add(cores_of[d], est_of[d], keys[d])
+            for d, h in hinted[i]:
                 if h not in met:
                     met.add(h)
                     one_less(d)
         start(now)
-    if len(starts) != len(jobs):
+    if len(started) != len(jobs):
         raise ValueError("some jobs can never start (a dependency cycle or an unknown job in 'after')")
+    starts = {jobs[i].id: (started_at[i], started_at[i] + est_of[i], node_of[i]) for i in started}
     return Simulation(makespan_s=max((e for _, e, _ in starts.values()), default=0.0), starts=starts, busy_core_s=busy)
 
 

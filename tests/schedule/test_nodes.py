@@ -94,7 +94,8 @@ def test_update_keeps_the_free_cores_and_the_sorted_nodes_together() -> None:
 def test_ready_gives_everything_in_key_order_without_a_reservation() -> None:
     rnd = random.Random(7)
     ready = Ready()
-    items = [(rnd.randint(1, 16), rnd.uniform(0.0, 5000.0), (rnd.random(), i)) for i in range(500)]
+    keys = rnd.sample(range(100_000), 500)  # ints, the smaller first
+    items = [(rnd.randint(1, 16), rnd.uniform(0.0, 5000.0), keys[i]) for i in range(500)]
     for c, s, key in items:
         ready.add(c, s, key)
     assert len(ready) == 500
@@ -110,8 +111,7 @@ def test_ready_gives_everything_in_key_order_without_a_reservation() -> None:
 
 def test_ready_stops_at_full_nodes_and_leaves_out_what_cannot_start() -> None:
     ready = Ready()
-    items = [(1, 10.0, (0.0, 0)), (8, 100.0, (1.0, 1)), (2, 3000.0, (2.0, 2)), (2, 5.0, (3.0, 3)),
-             (1, 2000.0, (4.0, 4))]
+    items = [(1, 10.0, 0), (8, 100.0, 1), (2, 3000.0, 2), (2, 5.0, 3), (1, 2000.0, 4)]
     for c, s, key in items:
         ready.add(c, s, key)
     pool = Nodes(1, 8)
@@ -124,10 +124,31 @@ def test_ready_stops_at_full_nodes_and_leaves_out_what_cannot_start() -> None:
 
     got = []
     for c, key in ready.in_order(pool, hopeless):
-        got.append(key[1])
-        if key[1] == 1:  # the job of 8 cores cannot fit: reserve for it, as the schedulers do
+        got.append(key)
+        if key == 1:  # the job of 8 cores cannot fit: reserve for it, as the schedulers do
             pool.reserve(8, 0.0)
     # the two long ones are left out once there is a reservation, the rest in key order
     assert got == [0, 1, 3] and (2, 3000.0) in asked and (1, 2000.0) in asked
     pool.place("y", 4, 60.0, 0)  # the node is full: nothing more is looked at
     assert list(ready.in_order(pool, lambda c, s: False)) == []
+
+
+def test_ready_asks_about_the_shortest_duration_a_list_holds_now() -> None:
+    """A list whose short ones have started is left out as a whole once nothing it still
+    holds can start (with the shortest ever added it was looked at item by item)."""
+    ready = Ready()
+    for key, seconds in ((0, 600.0), (1, 1000.0), (2, 900.0)):  # one class: 512 to 1024 s
+        ready.add(2, seconds, key)
+    ready.remove(2, 600.0, 0)
+    pool = Nodes(1, 8)
+    pool.reserve(8, 0.0)
+    asked = []
+
+    def hopeless(c: int, shortest: float) -> bool:  # nothing of 700 s or longer can start
+        asked.append(shortest)
+        return shortest >= 700.0
+
+    assert list(ready.in_order(pool, hopeless)) == [] and asked == [900.0]
+    ready.add(2, 650.0, 3)
+    assert [k for _, k in ready.in_order(pool, hopeless)] == [1, 2, 3]
+    assert ready.first(2) == 1 and ready.first(1) is None and len(ready) == 3

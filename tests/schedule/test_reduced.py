@@ -11,8 +11,11 @@ from typing import Dict, FrozenSet, List
 
 import pytest
 
+from dedal.model.cores import DEFAULT_MODEL
 from dedal.schedule import Job, Workload, group, simulate
 from dedal.schedule.grouping import reduce_after, set_priorities, settle
+from dedal.schedule.search import _reprioritized, build_jobs
+from dedal.schedule.simulation import simulate_unless
 from tests.schedule.test_schedule import workload
 
 
@@ -154,3 +157,36 @@ def test_package_seconds_are_package_cores_and_model_seconds():
         assert need == package_cores(wl, cores, DEFAULT_MODEL, cpus)
         assert t == {h: DEFAULT_MODEL.seconds(wl.duration[h], need[h]) for h in wl.order}
         assert package_seconds(wl, cores, DEFAULT_MODEL, cpus)[1] is t  # made once
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 8])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_bounded_simulation_gives_up_only_where_the_whole_one_reaches_the_bound(seed, nodes):
+    """simulate_unless() drops a candidate once a start shows the makespan reaches
+    ``at_least``: never where the whole simulation stays below it (then the same
+    simulation), always where it does not (the searches keep what simulates shorter, so
+    they choose as if every candidate had been simulated to its end)."""
+    wl = random_workload(seed)
+    for mode in ("safe", "none"):
+        jobs = group(wl, nodes=nodes, cores=16, overhead_s=3.0, merge=mode)
+        whole = simulate(jobs, nodes=nodes, cores=16)
+        above = simulate_unless(jobs, nodes=nodes, cores=16, at_least=whole.makespan_s * 1.001)
+        assert above is not None
+        assert (above.makespan_s, above.starts, above.busy_core_s) == (whole.makespan_s, whole.starts, whole.busy_core_s)
+        assert list(above.starts) == list(whole.starts)  # the same order: critical_links() reads it
+        for at_least in (whole.makespan_s * (1 - 1e-6), whole.makespan_s * 0.99, whole.makespan_s * 0.5, 1.0):
+            assert simulate_unless(jobs, nodes=nodes, cores=16, at_least=at_least) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_new_bonus_alone_gives_what_build_jobs_gives(seed):
+    """refine() answers a move that changes only priorities without rebuilding the job
+    graph: the same jobs, after lists and priorities as build_jobs() makes of the parts."""
+    wl = random_workload(seed)
+    jobs = group(wl, nodes=2, cores=16, overhead_s=3.0, merge="safe")
+    parts = [(j.id, list(j.hashes), j.cores) for j in jobs]
+    rng = random.Random(seed)
+    bonus = {j.id: rng.choice([-30.0, 0.0, 45.0, 600.0]) for j in jobs if rng.random() < 0.3}
+    built = build_jobs(wl, parts, bonus, DEFAULT_MODEL, 3.0)
+    again = _reprioritized(build_jobs(wl, parts, {}, DEFAULT_MODEL, 3.0), bonus)
+    assert [j.to_json() for j in again] == [j.to_json() for j in built]
