@@ -248,7 +248,8 @@ find (`refine`'s one move saves 3 s of 20,000 specs on 64 nodes, its two moves 1
 10,000 specs on 1 node), so they stay; incremental re-simulation of a candidate, or the
 list schedulers in compiled code, are what is left to try.
 
-**Step 4** (this table; `before` = commit 89e65ba, main before it) changed no schedule and
+**Step 4** (`before` = commit 89e65ba, main before it; its table is scale.md of commit
+d12d748) changed no schedule and
 no plan: `fingerprints.py --against` 89e65ba's, all 130 cases identical; every makespan and
 ratio above equals `before`'s. What changed:
 
@@ -301,6 +302,61 @@ simulations 0.69, `lower_bound` 0.27, `dag_bound` 0.19, rebuilding the jobs 0.17
 is left is the same as after step 3: the per-event cost of the list schedulers in Python,
 times the searches' simulations, and reading 20-40 MB of JSON; the list schedulers in
 compiled code are what is left to try.
+
+**Step 5** (this table; `before` = commit d12d748, main before it) changed no schedule and
+no plan: `fingerprints.py --against` d12d748's with `--sizes 1000 2000 5000 10000`, all 140
+cases identical; every makespan and ratio above equals `before`'s. What changed:
+
+* `Ready` (the lists of what waits for cores, by cores and duration class) keeps the
+  durations each list holds *now*, sorted, instead of the shortest one ever added. Once a
+  list's short items had started, it was still looked at item by item on every event: on
+  one node of the 10,000-spec lock 99.6 % of what `in_order()` gave under a reservation
+  could not start. `simulate()` of the merged grouping there: 0.05 instead of 0.12 s;
+* `simulate_unless()`: a search's candidate is kept only if it simulates shorter, so its
+  simulation gives up at the first start that shows the makespan reaches the bound (the
+  start plus the longest chain of estimates after it, the search's bonus left out, with a
+  margin far above rounding); `improve()`, `refine()` and the choice between the two large
+  groupings use it. The same choices (`tests/schedule/test_reduced.py`: it gives up exactly
+  where the whole simulation reaches the bound). On 64 and 256 nodes every candidate of
+  the 10,000-spec lock is dropped before its first job starts (its critical path is
+  already longer); on 1 and 16 nodes only at the last jobs, so nothing is saved there;
+* `refine()`: a move that changes only priorities keeps the jobs' reduced `after` lists and
+  sets the priorities again (0.02 instead of 0.07 s at 10,000); the ids that splits take
+  are counted only when a later split needs one (`new_ids()` passes over every job: 0.2 s
+  at 10,000 on one node, where the last kept move never needed it);
+* `simulate()` by job index, the ready lists keyed by an int (a job's rank by priority)
+  and kept negated so that what starts is popped from the end; `Nodes.place/release`
+  inline; `Edge` a named tuple (0.03 s of `load_lock` at 10,000).
+
+Tried and left out: *counting direct requirements only in the merging grouping* (221,000
+instead of 20,000 decrements at 10,000 specs): whether a job's packages release a
+package is the same, but the packages that wait for the job, which `decide()` checks, are
+not, so the schedules could differ. *Stopping a search at its first candidate that is not
+shorter* (beyond 900 packages): 0.12 s less at 10,000 specs on 16 nodes, but 1,000 and
+2,000 specs ended 0.6 % longer (1429 vs 1420 s and 1426 s on 16-256 nodes). *Skipping a
+candidate of `refine()` that `improve()` already simulated*: the same candidate came up on
+64 nodes and for 2,000 specs, but not on 16 nodes of 10,000 specs, where it would count.
+*The JSON nesting check on the text* (the brackets outside strings, innermost pairs
+removed level by level with `bytes.replace`): 0.18 instead of 0.08 s. *A bound that also
+counts the jobs not started yet* (now + their chain): on 16 nodes the candidates reach the
+incumbent's 2149 s only with the last job, either way.
+
+**Issue 24's targets after step 5** (this table, run side by side with d12d748): 20,000
+specs **4.65 / 4.59 / 4.69 / 3.97 CPU s** on 1 / 16 / 64 / 256 nodes, **under 5 s on all
+four** (d12d748: 5.42 / 4.95 / 4.87 / 4.25); 10,000 specs **2.24 / 2.46 / 2.01 / 1.97 s**
+(d12d748: 2.93 / 2.62 / 2.36 / 2.24), **under 2 s on 256 nodes only**. Alone in a quiet
+moment: 2.15 / 2.32 / 1.83 / 1.89 s. 2,000 specs on one node (0.9 above) is noise: three
+more runs, alternating, 0.89 / 0.70 / 0.68 s against d12d748's 0.74 / 0.69 / 0.71 s. Peak memory 174 MB at 10,000 specs (+2 MB), 318-326
+MB at 20,000. Where the time goes now, alone, 10,000 specs on 16 nodes (CPU s): 2.32 =
+`load_lock` 0.42 + `make_plan` and `Workload` 0.36 + `make_schedule` 1.54 (the two
+groupings 0.66; their simulations 0.18; `improve`'s one merge 0.16 and `refine`'s two
+moves 0.32, none of them shorter; `lower_bound` 0.11, `dag_bound` 0.08); on one node 2.15
+(the groupings 0.64, their simulations 0.16, `improve` 0.15, `refine` 0.16, which finds
+the 18 s). The merging grouping alone is 0.42 s, of which `decide()` a third: it walks
+the thousands of packages that wait for a job of the shared core. What is left is what
+step 4 said: the per-event cost of the two list schedulers in Python (a simulation 10 us
+a job, the merging grouping 45 us a package), and reading 20 MB of JSON (0.42 s, the
+nesting check 0.08 of it).
 
 ## The ratios of 10,000 and 20,000 specs on 16 nodes
 

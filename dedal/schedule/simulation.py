@@ -2,7 +2,8 @@
 
 Pure functions of the jobs, kept apart from the searches they judge;
 :func:`critical_links` reads, in a simulation, the chain of jobs that decided its
-makespan.
+makespan; :func:`simulate_unless` is :func:`simulate` for a search's candidate, which
+stops as soon as it cannot beat the schedule it is measured against.
 
 Two models of the batch scheduler
 ---------------------------------
