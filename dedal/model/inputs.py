@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import yaml
 
@@ -65,6 +65,29 @@ def _json_depth_problem(data: Any) -> str:
 
 
 _JSON_CONTAINERS = frozenset((dict, list))
+# every byte but brackets, quotes and backslashes (which never occur inside a UTF-8 sequence)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"\\')
+_AS_PARENS = bytes.maketrans(b"[]{}", b"()()")
+
+
+def _json_text_depth(text: str) -> Optional[int]:
+    """How deep the JSON ``text`` (valid: ``json.loads`` took it) nests, from its brackets
+    alone, or None when a string holds a bracket, quote or backslash (then the parsed
+    data is walked). Each pass of ``bytes.replace`` takes out every innermost pair, one
+    level: twice as fast as walking the million containers of a 20 MB lock."""
+    try:
+        marks = text.encode("utf-8").translate(None, _NOT_STRUCTURE)
+    except UnicodeEncodeError:
+        return None
+    marks = marks.replace(b'""', b"")  # strings with nothing but other characters in them
+    if b'"' in marks or b"\\" in marks:
+        return None
+    marks = marks.translate(_AS_PARENS)
+    depth = 0
+    while marks and depth <= MAX_DEPTH:
+        depth += 1
+        marks = marks.replace(b"()", b"")
+    return depth
 
 
 def parse_json(text: str, where: Union[str, Path]) -> Any:
@@ -77,7 +100,9 @@ def parse_json(text: str, where: Union[str, Path]) -> Any:
         raise UserError(f"{where}: not accepted: nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # e.g. an integer longer than Python's int_max_str_digits
         raise UserError(f"{where}: not valid JSON ({str(exc).splitlines()[0][:200]})") from None
-    problem = _json_depth_problem(data)
+    depth = _json_text_depth(text)
+    problem = _json_depth_problem(data) if depth is None else (
+        f"nested deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH else "")
     if problem:
         raise UserError(f"{where}: not accepted: {problem}")
     return data

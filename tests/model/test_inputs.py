@@ -67,3 +67,52 @@ def test_unreadable_files(tmp_path: Path, content: object, expect: str) -> None:
         with pytest.raises(UserError) as err:
             load(path)
         assert expect in _one_line(err, str(path))
+
+
+def _random_json(rng: "random.Random", depth: int) -> object:
+    """Nested lists and objects down to ``depth`` levels somewhere, strings with and without
+    brackets, quotes and backslashes among the leaves."""
+    if depth == 0:
+        return rng.choice([1, 2.5, None, True, "plain", "é", "", "a[b", 'say "x"', "back\\slash", "}{"])
+    kids = [_random_json(rng, depth - 1)] + [_random_json(rng, rng.randint(0, min(2, depth - 1)))
+                                             for _ in range(rng.randint(0, 3))]
+    return {f"k{i}": k for i, k in enumerate(kids)} if rng.random() < 0.5 else kids
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_depth_read_from_the_text_is_the_depth_of_the_data(seed: int) -> None:
+    """parse_json reads the nesting from the brackets of the text where no string holds a
+    bracket, quote or backslash, else it walks the data: either way the same depth, and the
+    same answer at MAX_DEPTH and one level more."""
+    import json
+    import random
+    from dedal.model.inputs import _json_depth_problem, _json_text_depth
+
+    rng = random.Random(seed)
+    data = _random_json(rng, rng.choice([0, 1, 3, 8, MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1]))
+    ascii_only = rng.random() < 0.5
+    text = json.dumps(data, ensure_ascii=ascii_only, indent=rng.choice([None, 1]))
+    walked = 0
+    level = [data] if isinstance(data, (dict, list)) else []
+    while level:
+        walked += 1
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v) if isinstance(c, (dict, list))]
+    read = _json_text_depth(text)
+    assert read is None or read == min(walked, MAX_DEPTH + 1)
+    # the strings as written in the text (escapes and all): read from the text unless one of them has a mark
+    written = [json.dumps(leaf, ensure_ascii=ascii_only)[1:-1] for leaf in _leaves(data) if isinstance(leaf, str)]
+    assert (read is not None) == (not any(set(w) & set('[]{}"\\') for w in written))
+    assert bool(_json_depth_problem(data)) == (walked > MAX_DEPTH)
+    if walked > MAX_DEPTH:
+        with pytest.raises(UserError, match="nested deeper"):
+            parse_json(text, "f")
+    else:
+        assert parse_json(text, "f") == data
+
+
+def _leaves(data: object) -> list:
+    if isinstance(data, dict):
+        return [leaf for v in data.values() for leaf in _leaves(v)]
+    if isinstance(data, list):
+        return [leaf for v in data for leaf in _leaves(v)]
+    return [data]
