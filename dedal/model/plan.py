@@ -285,7 +285,8 @@ def make_plan(
         )
     waves = lock.waves(to_build)
     cp_len, cp = lock.critical_path(estimates, to_build)
-    order = lock.topological_order(reachable)
+    # everything reachable is to be built (a first build without externals): the same waves
+    order = [h for w in waves for h in w] if to_build == reachable else lock.topological_order(reachable)
     return Plan(
         lockfile_version=lock.lockfile_version,
         env_name=env_name,
