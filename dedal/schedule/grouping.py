@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from itertools import compress, filterfalse
+from itertools import compress, filterfalse, islice
 from operator import eq
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -228,7 +228,13 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
                 inside[y] = inside.get(y, 0) + 1
         r.counted = len(r.pkgs)
         waiting = inside.keys()
-        released = list(compress(inside, map(eq, map(nmiss.__getitem__, inside), inside.values())))
+        releasing = compress(inside, map(eq, map(nmiss.__getitem__, inside), inside.values()))
+        if merge == "safe":  # two packages released: one of them is not the next, so the job ends
+            released = list(islice(releasing, 2))
+            if len(released) == 2:
+                return None
+        else:
+            released = list(releasing)
         # only the package the job's cores would go to next anyway (no queue jumping)
         usable = r.cores + pool.free[r.node]
         choice: Optional[Tuple[str, int]] = None
@@ -302,6 +308,22 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     single = all(len(r.pkgs) == 1 and r.cores == need[r.pkgs[0]] for r in runs)
     levels = prio if single and priority is None and not fifo else None
     return _finish_jobs(wl, runs, model, o, fifo, levels=levels, reduced=single)
+
+
+def per_package(wl: Workload, *, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
+                cpus_per_job: int = 0) -> List[Job]:
+    """One job per package on the cores it can use, listed in topological order, each
+    waiting for the jobs of its reduced requirements, bottom levels as priorities: what
+    :func:`simulate` runs as the critical-path list schedule itself (its ties by that
+    order), with no package-level run first (``group(merge="none")``)."""
+    order = wl.topo()
+    need, t = package_seconds(wl, cores, model, cpus_per_job)
+    levels = wl._cached(("levels", cores, model, cpus_per_job, overhead_s), lambda: _bottom_levels(wl, t, overhead_s))
+    width = max(3, len(str(len(order))))
+    jid = {h: f"j{i + 1:0{width}d}" for i, h in enumerate(order)}
+    direct = wl.direct_requires()
+    return [Job(id=jid[h], hashes=[h], cores=need[h], names=[wl.name(h)], after=sorted([jid[q] for q in direct[h]]),
+                est_s=job_seconds(wl, [h], need[h], model, overhead_s), priority=levels[h]) for h in order]
 
 
 def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_s: float, fifo: bool,

@@ -14,9 +14,9 @@ from dedal.model.gcpause import collector_paused
 from dedal.schedule.workload import Job, Schedule, Simulation, Workload, job_seconds, package_cores
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import simulate, simulate_unless
-from dedal.schedule.grouping import group
-from dedal.schedule.search import (IMPROVE_WORK, LARGE_BUILD, REFINE_ALL, REFINE_MAX, REFINE_MIN, REFINE_WORK,
-                                   REFINE_WORK_LARGE, improve, refine)
+from dedal.schedule.grouping import group, per_package
+from dedal.schedule.search import (IMPROVE_MIN_TRIES, IMPROVE_WORK, LARGE_BUILD, REFINE_ALL, REFINE_MAX, REFINE_MIN,
+                                   REFINE_WORK, REFINE_WORK_LARGE, improve, refine)
 from dedal.schedule.hints import TIGHTEN_CHAINS, TIGHTEN_MAX, TIGHTEN_MIN, TIGHTEN_WORK, tighten
 
 MERGE_MODES = ("safe", "backlog", "none")
@@ -38,17 +38,27 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
     submission order, like ``spack ci``), ``single-node`` (one job, one package at a
     time with ``make -j C`` on one node, like ``spack install -j C``). Beyond
     ``LARGE_BUILD`` packages ``dedal`` starts from critical-path groupings with and without
-    merging only, searches from the one that simulates shorter, and its searches stop
-    after fixed amounts of work (see
-    :mod:`~dedal.schedule.search`), so that 10,000 packages take seconds, not hours."""
+    merging only (without: :func:`per_package` where :func:`improve` would not run),
+    searches from the one that simulates shorter, and its searches stop after fixed
+    amounts of work (see :mod:`~dedal.schedule.search`), so that 10,000 packages take
+    seconds, not hours."""
     nodes, cores = max(1, int(nodes)), max(1, int(cores))
     lb, cp, consumed = lower_bound(wl, nodes, cores, overhead_s, model, cpus_per_job)
     large = len(wl.order) > LARGE_BUILD
     if strategy == "dedal" and large:
         # beyond LARGE_BUILD packages: the two groupings that win there (critical path with
-        # and without merging), each search after a fixed amount of work
+        # and without merging), each search after a fixed amount of work. Where that work
+        # affords improve() no more than two merges (IMPROVE_MIN_TRIES), one job per package
+        # is simulated as listed in topological order, without the package-level run first:
+        # that run costs as much as a simulation, a third of the schedule of 10,000 packages
         candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                            cpus_per_job=cpus_per_job, merge=m) for m in ("safe", "none")]
+                            cpus_per_job=cpus_per_job, merge="safe")]
+        if len(wl.order) * IMPROVE_MIN_TRIES > IMPROVE_WORK:
+            candidates.append(per_package(wl, cores=cores, overhead_s=overhead_s, model=model,
+                                          cpus_per_job=cpus_per_job))
+        else:
+            candidates.append(group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
+                                    cpus_per_job=cpus_per_job, merge="none"))
     elif strategy == "dedal":
         candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                             cpus_per_job=cpus_per_job, merge=m) for m in MERGE_MODES]

@@ -41,6 +41,10 @@ SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into 
 # (n log n) rather than n^2; the same count gives the same schedule on every machine
 LARGE_BUILD = 900
 IMPROVE_WORK = 10_000        # per starting point
+# improve() with ``work`` starts only where that affords this many candidates: one or two
+# merges along the chain (5,000 jobs and more) never found a shorter schedule on the locks
+# of benchmarks/schedule/scale.md, and refine() tries merges along the chain too
+IMPROVE_MIN_TRIES = 3
 REFINE_WORK_LARGE = 20_000   # refine(): simulations = this // packages
 # refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
 # every starting point up to REFINE_ALL packages, the best one beyond
@@ -99,9 +103,12 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
     """Merge consecutive jobs of the critical chain while the simulated makespan shrinks;
     then merge pure chains (B waits only for A, nobody else waits for A) wherever that
     does not lengthen the makespan: one overhead less, no parallelism lost. ``work``: stop
-    once that many jobs were simulated (None: no limit but ``rounds``); ``start``: the
+    once that many jobs were simulated (None: no limit but ``rounds``), and start only if
+    that affords ``IMPROVE_MIN_TRIES`` candidates; ``start``: the
     simulation of ``jobs`` as they are, where the caller has it."""
     sim = start if start is not None else simulate(jobs, nodes=nodes, cores=cores)
+    if work is not None and len(jobs) * IMPROVE_MIN_TRIES > work:
+        return jobs, sim
     pos = {h: i for i, h in enumerate(wl.topo())}
     spent = 0
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dedal.model.plan import make_plan
 from dedal.model.spack_lock import load_lock
 from dedal.schedule import Workload, group, make_schedule, simulate, validate
-from dedal.schedule.search import LARGE_BUILD
+from dedal.schedule.grouping import per_package
+from dedal.schedule.search import IMPROVE_MIN_TRIES, IMPROVE_WORK, LARGE_BUILD
 from tests.conftest import SPACK_DATA
 
 
@@ -29,4 +30,20 @@ def test_a_large_build_is_valid_deterministic_and_ahead_of_a_critical_path_list(
         assert again.to_json() == sched.to_json()
         cp_list = group(wl, nodes=nodes, cores=64, overhead_s=3.0, merge="none")
         assert sched.makespan_s <= simulate(cp_list, nodes=nodes, cores=64).makespan_s + 1e-6
+        assert sched.makespan_s >= sched.dag_bound_s - 1e-6
+
+
+def test_beyond_a_few_merges_one_job_per_package_is_simulated_as_listed() -> None:
+    """Where improve() could try no more than two merges, the starting point without merging
+    is per_package() (no package-level run first): still valid, deterministic, and never
+    behind that critical-path list schedule (ties by topological order)."""
+    plan = make_plan(load_lock(SPACK_DATA / "jedi-ci.spack.lock"), env_name="t", install_root="/opt/x",
+                     base_image="host", base_id="test")
+    wl = copies(Workload.from_plan(plan), 19)
+    assert len(wl.order) * IMPROVE_MIN_TRIES > IMPROVE_WORK
+    for nodes in (1, 16):
+        sched = validate(wl, make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0))
+        assert make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0).to_json() == sched.to_json()
+        listed = simulate(per_package(wl, cores=64, overhead_s=3.0), nodes=nodes, cores=64)
+        assert sched.makespan_s <= listed.makespan_s + 1e-6
         assert sched.makespan_s >= sched.dag_bound_s - 1e-6

@@ -12,8 +12,8 @@ from typing import Dict, FrozenSet, List
 import pytest
 
 from dedal.model.cores import DEFAULT_MODEL
-from dedal.schedule import Job, Workload, group, simulate
-from dedal.schedule.grouping import reduce_after, set_priorities, settle
+from dedal.schedule import Job, Workload, group, schedule_problems, simulate
+from dedal.schedule.grouping import per_package, reduce_after, set_priorities, settle
 from dedal.schedule.search import _reprioritized, build_jobs
 from dedal.schedule.simulation import simulate_unless
 from tests.schedule.test_schedule import workload
@@ -190,3 +190,18 @@ def test_a_new_bonus_alone_gives_what_build_jobs_gives(seed):
     built = build_jobs(wl, parts, bonus, DEFAULT_MODEL, 3.0)
     again = _reprioritized(build_jobs(wl, parts, {}, DEFAULT_MODEL, 3.0), bonus)
     assert [j.to_json() for j in again] == [j.to_json() for j in built]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_per_package_jobs_are_reduced_and_ranked_as_settle_would(seed):
+    """per_package() (large builds, instead of group(merge="none")): one job per package in
+    topological order, its after lists reduced and its priorities the bottom levels, to the
+    bit, that settle() makes of them; simulated, a valid schedule."""
+    wl = random_workload(seed)
+    jobs = per_package(wl, cores=16, overhead_s=3.0)
+    assert [j.hashes for j in jobs] == [[h] for h in wl.topo()]
+    again = [Job(id=j.id, hashes=list(j.hashes), after=list(j.after), est_s=j.est_s, cores=j.cores) for j in jobs]
+    settle(again)
+    assert [(j.id, j.after, j.priority) for j in jobs] == [(j.id, j.after, j.priority) for j in again]
+    sim = simulate(jobs, nodes=2, cores=16)
+    assert schedule_problems(wl, jobs, sim.starts, nodes=2, cores=16) == []
