@@ -303,9 +303,12 @@ is left is the same as after step 3: the per-event cost of the list schedulers i
 times the searches' simulations, and reading 20-40 MB of JSON; the list schedulers in
 compiled code are what is left to try.
 
-**Step 5** (this table; `before` = commit d12d748, main before it) changed no schedule and
-no plan: `fingerprints.py --against` d12d748's with `--sizes 1000 2000 5000 10000`, all 140
-cases identical; every makespan and ratio above equals `before`'s. What changed:
+**Step 5** (this table; `before` = commit d12d748, main before it) changed no plan (the
+plans' fingerprints are d12d748's) and no schedule up to 3,333 packages: `fingerprints.py
+--against` d12d748's with `--sizes 1000 2000 5000 10000`, 138 of 140 cases identical (every
+case of results.md); the two that differ, 5,000 specs on 1 node and 10,000 on 16 nodes,
+have the same makespans. Every makespan and ratio above equals `before`'s but 20,000 specs
+on 16 nodes, 3 s shorter (3580 vs 3583 s). What changed:
 
 * `Ready` (the lists of what waits for cores, by cores and duration class) keeps the
   durations each list holds *now*, sorted, instead of the shortest one ever added. Once a
@@ -324,39 +327,52 @@ cases identical; every makespan and ratio above equals `before`'s. What changed:
   sets the priorities again (0.02 instead of 0.07 s at 10,000); the ids that splits take
   are counted only when a later split needs one (`new_ids()` passes over every job: 0.2 s
   at 10,000 on one node, where the last kept move never needed it);
-* `simulate()` by job index, the ready lists keyed by an int (a job's rank by priority)
-  and kept negated so that what starts is popped from the end; `Nodes.place/release`
-  inline; `Edge` a named tuple (0.03 s of `load_lock` at 10,000).
+* beyond 3,333 packages `improve()` does not start: its fixed work (10,000 jobs simulated)
+  affords at most two merges there, which never found a shorter schedule on the 5,000 and
+  10,000-spec locks (8 of 8 cases; 20,000 specs: at most one, never tried), and `refine()`
+  tries merges along the chain too (0.15 s at 10,000). There, too, the starting point
+  without merging is `per_package()`: one job per package listed in topological order,
+  simulated once, instead of `group(merge="none")`'s package-level list schedule whose
+  jobs were then listed by start and simulated again (0.2 s at 10,000; the same critical-
+  path list schedule but for ties: 5,000 specs on 1 node and 10,000 on 16 nodes end with
+  other schedules of the same length, 20,000 on 16 nodes 3 s shorter). Up to 3,333
+  packages both stay as they were: on 1,000 specs one node, `per_package()` there ended
+  1.3 s longer (2903.3 vs 2902 s);
+* the JSON nesting check reads the brackets of the text where no string holds a bracket,
+  quote or backslash (each `bytes.replace` pass takes out one level; otherwise the data is
+  walked as before): 0.04 instead of 0.08 s; `make_plan` uses the waves of what is to be
+  built as the order too when that is everything reachable (0.03 s); `simulate()` by job
+  index, the ready lists keyed by an int (a job's rank by priority) and kept negated so
+  that what starts is popped from the end; `Nodes.place/release` inline; `Edge` a named
+  tuple (0.03 s of `load_lock`).
 
 Tried and left out: *counting direct requirements only in the merging grouping* (221,000
 instead of 20,000 decrements at 10,000 specs): whether a job's packages release a
-package is the same, but the packages that wait for the job, which `decide()` checks, are
-not, so the schedules could differ. *Stopping a search at its first candidate that is not
-shorter* (beyond 900 packages): 0.12 s less at 10,000 specs on 16 nodes, but 1,000 and
-2,000 specs ended 0.6 % longer (1429 vs 1420 s and 1426 s on 16-256 nodes). *Skipping a
-candidate of `refine()` that `improve()` already simulated*: the same candidate came up on
-64 nodes and for 2,000 specs, but not on 16 nodes of 10,000 specs, where it would count.
-*The JSON nesting check on the text* (the brackets outside strings, innermost pairs
-removed level by level with `bytes.replace`): 0.18 instead of 0.08 s. *A bound that also
-counts the jobs not started yet* (now + their chain): on 16 nodes the candidates reach the
-incumbent's 2149 s only with the last job, either way.
+package is the same, but the packages waiting for the job, which `decide()` checks, need
+every requirement, so their upkeep stays and little is saved. *Stopping a search at its
+first candidate that is not shorter* (beyond 900 packages): 0.12 s less at 10,000 specs
+on 16 nodes, but 1,000 and 2,000 specs ended 0.6 % longer (1429 vs 1420 and 1426 s on
+16-256 nodes). *Skipping a candidate of `refine()` that `improve()` already simulated*: the
+same candidate came up on 64 nodes and for 2,000 specs, but not on 16 nodes of 10,000
+specs, where it would count. *A bound that also counts the jobs not started yet* (now +
+their chain): on 16 nodes the candidates reach the incumbent's 2149 s only with the last
+job, either way. *The ready lists sorted by a tuple*, or in ascending order: the same
+within the noise.
 
 **Issue 24's targets after step 5** (this table, run side by side with d12d748): 20,000
-specs **4.65 / 4.59 / 4.69 / 3.97 CPU s** on 1 / 16 / 64 / 256 nodes, **under 5 s on all
-four** (d12d748: 5.42 / 4.95 / 4.87 / 4.25); 10,000 specs **2.24 / 2.46 / 2.01 / 1.97 s**
-(d12d748: 2.93 / 2.62 / 2.36 / 2.24), **under 2 s on 256 nodes only**. Alone in a quiet
-moment: 2.15 / 2.32 / 1.83 / 1.89 s. 2,000 specs on one node (0.9 above) is noise: three
-more runs, alternating, 0.89 / 0.70 / 0.68 s against d12d748's 0.74 / 0.69 / 0.71 s. Peak memory 174 MB at 10,000 specs (+2 MB), 318-326
-MB at 20,000. Where the time goes now, alone, 10,000 specs on 16 nodes (CPU s): 2.32 =
-`load_lock` 0.42 + `make_plan` and `Workload` 0.36 + `make_schedule` 1.54 (the two
-groupings 0.66; their simulations 0.18; `improve`'s one merge 0.16 and `refine`'s two
-moves 0.32, none of them shorter; `lower_bound` 0.11, `dag_bound` 0.08); on one node 2.15
-(the groupings 0.64, their simulations 0.16, `improve` 0.15, `refine` 0.16, which finds
-the 18 s). The merging grouping alone is 0.42 s, of which `decide()` a third: it walks
-the thousands of packages that wait for a job of the shared core. What is left is what
-step 4 said: the per-event cost of the two list schedulers in Python (a simulation 10 us
-a job, the merging grouping 45 us a package), and reading 20 MB of JSON (0.42 s, the
-nesting check 0.08 of it).
+specs **3.90 / 4.13 / 4.33 / 3.62 CPU s** on 1 / 16 / 64 / 256 nodes, **under 5 s on all
+four** (d12d748: 5.38 / 4.81 / 5.00 / 4.30); 10,000 specs **1.88 / 2.22 / 1.76 / 1.67 s**
+(d12d748: 2.90 / 2.57 / 2.32 / 2.19), **under 2 s on 1, 64 and 256 nodes, not on 16**
+(alone in a quiet moment 2.09-2.14 s there). Peak memory 173-175 MB at 10,000 specs (+2
+MB), 317-327 MB at 20,000. Where the time goes on 16 nodes, alone, 10,000 specs (CPU s):
+2.11 = `load_lock` 0.39 + `make_plan` and `Workload` 0.38 + `make_schedule` 1.33 (the
+merging grouping 0.41 and its simulation 0.09, which loses there; one job per package and
+its simulation 0.15; `refine`'s two moves 0.38, neither shorter; `lower_bound` 0.12,
+`dag_bound` 0.08); on one node 1.86 (the merging grouping wins, with 4,697 jobs: its
+simulations cost half). What is left is what step 4 said: the per-event cost of the list
+schedulers in Python (a simulation about 10 us a job, the merging grouping 45 us a
+package; `decide()` walks the thousands of packages that wait for a job of the shared
+core), and reading 20 MB of JSON (0.39 s).
 
 ## The ratios of 10,000 and 20,000 specs on 16 nodes
 
@@ -366,9 +382,9 @@ max(critical path, work / capacity)` does not see that the grown lock's shared c
 toolchain every copy needs) builds nearly alone first: on 16 nodes of 64 cores the
 10,000-spec schedule keeps 39 % of the cores busy in its first 110 s and 1-9 % from then to
 650 s, then 100 % nearly to the end; the tighter bound that counts this (`dag_bound`, column `of dag bound`) is 2043 s, and
-the schedule (2149 s) is 1.052 of it (20,000 specs: 1.044). One job per package wins there
+the schedule (2149 s) is 1.052 of it (20,000 specs: 1.043). One job per package wins there
 because merging (`safe`: 2194 s) delays dependents of the core; the searches beyond 900
-packages (a merge, two refinements) find nothing better there (on one node, from the
+packages (at 10,000 specs two refinements; a merge too before step 5) find nothing better there (on one node, from the
 merged grouping, they gain 18 s).
 """
 
