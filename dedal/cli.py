@@ -18,7 +18,32 @@ from dedal import __version__
 from dedal.errors import DedalError
 
 
-def build_parser() -> argparse.ArgumentParser:
+# commands whose module is not named after them (``-`` becomes ``_`` otherwise)
+_MODULE_OF = {"shell": "exec"}
+
+
+def _command_module(argv: List[str]) -> Optional[str]:
+    """The module of the command ``argv`` names, if there is one: the first word that is
+    not a global option or its value."""
+    takes_value = {"-c", "--config", "-s", "--set"}
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in takes_value:
+            skip = True
+        elif not word.startswith("-"):
+            name = _MODULE_OF.get(word, word.replace("-", "_"))
+            if name.startswith("_") or not name.isidentifier():
+                return None
+            return name
+    return None
+
+
+def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
+    """The parser, with every command, or only the one ``argv`` names when it names one:
+    each command imports the stages it runs, and importing them all cost every run of
+    ``dedal`` half a second."""
     parser = argparse.ArgumentParser(
         prog="dedal",
         description="Turn a Spack environment into a portable, performance-verified Apptainer image.",
@@ -32,15 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     import dedal.commands as pkg
 
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        importlib.import_module(f"dedal.commands.{info.name}").register(sub)
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+    wanted = _command_module(argv) if argv is not None else None
+    for name in [wanted] if wanted in names else names:
+        importlib.import_module(f"dedal.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -100,6 +100,29 @@ def test_help_lists_only_real_subcommands(run_dedal):
         assert cmd in res.stdout
 
 
+def test_a_command_imports_its_own_module_only():
+    """`dedal plan` registers and imports the plan command alone (importing every command's
+    stages cost every run of dedal half a second); without a command, or with one that is
+    not known, every command is there, for the listing and the error."""
+    import subprocess
+    import sys
+    probe = ("import sys; from dedal.cli import build_parser; "
+             "p = build_parser(sys.argv[1:]); "
+             "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
+             "if m.startswith('dedal.commands.') and not m.startswith('dedal.commands._')))")
+
+    def loaded(*argv: str) -> list:
+        out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True)
+        return eval(out.stdout)  # a printed list of names
+
+    assert loaded("-s", "nodes=2", "plan", "x.lock") == ["plan"]
+    assert loaded("--config", "c.yaml", "shell", "img.sif") == ["exec"]
+    assert loaded("build-image", "--help") == ["build_image"]
+    everything = loaded("--help")
+    assert {"plan", "verify", "build_image", "exec", "node_build"} <= set(everything)
+    assert loaded("nosuch") == everything
+
+
 def test_a_bare_lock_takes_its_base_from_the_plan_json_beside_it(run_dedal, tmp_path):
     """Spack's lock names no base image: `dedal plan LOCK` takes it from the plan.json that `dedal fetch`
     (here `plan -o`) wrote next to the lock, and says when it falls back to the setting."""
