@@ -11,13 +11,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-import jsonschema
 import yaml
 
 from dedal.errors import UserError
 from dedal.model.inputs import load_yaml
+
+if TYPE_CHECKING:  # jsonschema itself only when an environment file is read (50 ms of every dedal run)
+    import jsonschema
 
 _ABS_PATH = {"type": "string", "pattern": "^/"}
 
@@ -227,6 +229,8 @@ def _message(err: jsonschema.ValidationError) -> str:
 def parse_env(data: Any, path: Path) -> EnvFile:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping with a 'spack:' section, got {type(data).__name__}")
+    import jsonschema
+
     validator = jsonschema.Draft7Validator(ENV_SCHEMA)
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
