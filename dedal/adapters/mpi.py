@@ -36,6 +36,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +137,12 @@ def env_names(env: Mapping[str, str]) -> List[str]:
     return out
 
 
+# where PRRTE puts its session directory: Debian's Open MPI 5.0.7 follows TMPDIR (else
+# /tmp) and ignores the prte_top_session_dir MCA parameter (PRTE_MCA_...); a TMPDIR
+# missing in the sandbox (a private /tmp) it creates there
+SESSION_VAR = "TMPDIR"
+
+
 def mpirun_command(program: Sequence[str], ranks: int, *, env: Mapping[str, str] = {},
                    oversubscribe: bool = False, extra: Sequence[str] = ()) -> List[str]:
     """``mpirun -np RANKS [--oversubscribe] -x VAR ... PROGRAM`` (Open MPI 5 / PRRTE)."""
@@ -228,19 +236,27 @@ def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env
     cmd = mpirun_command(program, ranks, env=env, oversubscribe=oversubscribe)
     _header(log, note)
     start = time.monotonic()
+    # PRRTE's session directory (prterun.<node>.<pid>.<uid>) under a directory of this run's
+    # own, removed afterwards: one that a killed mpirun (a timeout, a stopped test) left in
+    # a /tmp shared with the host made a later mpirun that got the same PID fail in
+    # prte_init ("prte_session_dir failed", PMIX_ERR_EXISTS); 28 had piled up here
+    session = tempfile.mkdtemp(prefix="dedal-prte.", dir="/tmp")
+    run_env = {**env, SESSION_VAR: session}
     try:
         if root is None:
             proc.which("mpirun", MPIRUN_HINT)
             host_env = dict(os.environ)
-            host_env.update(env)
+            host_env.update(run_env)
             res = proc.run(cmd, what="mpirun", log=log, env=host_env, timeout=timeout, check=False)
         else:
-            res = runtime.run_in(root, cmd, binds=binds, env=env, log=log, what="mpirun", runtime=runtime_name,
+            res = runtime.run_in(root, cmd, binds=binds, env=run_env, log=log, what="mpirun", runtime=runtime_name,
                                  timeout=timeout, check=False, nv=nv)
     except ToolError as exc:
         if not _timed_out(exc):
             raise
         return _killed(log, timeout, cmd, start)
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
     return StepResult(res.returncode, res.seconds, cmd)
 
 

@@ -64,3 +64,28 @@ def test_run_mpirun_reports_a_timeout_as_124(tmp_path: Path) -> None:
     assert res.returncode == 124 and res.timed_out
     text = log.read_text()
     assert text.startswith("#@ a note\n") and "did not finish within 0.5 s" in text
+
+
+def test_run_mpirun_gives_prrte_a_session_directory_of_its_own(tmp_path: Path) -> None:
+    """mpirun's session directory (prterun.<node>.<pid>.<uid>) goes under a directory made
+    for the run and removed after it, also when the run is killed: one left in the shared
+    /tmp by a killed mpirun made a later mpirun that got the same PID fail in prte_init."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    seen = tmp_path / "seen"
+    (fake / "mpirun").write_text(f'#!/bin/sh\necho "$TMPDIR" > {seen}\nmkdir "$TMPDIR/prterun.vm.$$.0" || exit 3\n'
+                                 'exec sleep "$DEDAL_TEST_SLEEP"\n')
+    (fake / "mpirun").chmod(0o755)
+    old = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake}:{old}"
+    try:
+        for sleep, timeout, code in (("0", 30.0, 0), ("30", 0.5, 124)):
+            res = mpi.run_mpirun(None, ["true"], 2, env={"DEDAL_TEST_SLEEP": sleep}, log=tmp_path / "run.log",
+                                 timeout=timeout)
+            session = Path(seen.read_text().strip())
+            assert res.returncode == code
+            assert session.parent == Path("/tmp") and session.name.startswith("dedal-prte.")
+            assert not session.exists()  # removed, with what mpirun left in it
+            assert "TMPDIR" not in res.command  # the run's own, not forwarded with -x
+    finally:
+        os.environ["PATH"] = old
