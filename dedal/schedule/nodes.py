@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from math import frexp
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 
@@ -43,11 +42,7 @@ class Nodes:
         return self.by_free[-1][0]
 
     def place(self, who: object, need: int, end: float, node: int) -> None:
-        free, by_free = self.free, self.by_free  # _set(), inline: once per job and event
-        was = free[node]
-        del by_free[bisect.bisect_left(by_free, (was, node))]
-        bisect.insort(by_free, (was - need, node))
-        free[node] = was - need
+        self._set(node, self.free[node] - need)
         self.running[node][who] = (end, need)
         bisect.insort(self.ends[node], (end, need))
 
@@ -62,11 +57,7 @@ class Nodes:
 
     def release(self, who: object, node: int) -> None:
         old = self.running[node].pop(who)
-        free, by_free = self.free, self.by_free  # _set(), inline: once per job and event
-        was = free[node]
-        del by_free[bisect.bisect_left(by_free, (was, node))]
-        bisect.insort(by_free, (was + old[1], node))
-        free[node] = was + old[1]
+        self._set(node, self.free[node] + old[1])
         ends = self.ends[node]
         del ends[bisect.bisect_left(ends, old)]
 
@@ -146,37 +137,35 @@ class Ready:
 
     Each list knows the durations it holds now, sorted: with the shortest ever added
     instead, a list whose short ones had started was still looked at, item by item, on
-    every event (on one node of the 10,000-spec lock, 99.6 % of what was looked at). The
-    keys are kept negated, in ascending order: what starts is nearly always the first in
-    key order, the list's last item here, and removing it moves nothing (a list holds
-    thousands on 16 nodes of that lock)."""
+    every event (on one node of the 10,000-spec lock, 99.6 % of what was looked at)."""
 
     def __init__(self) -> None:
-        # (cores, duration class) -> [negated keys, ascending; durations, ascending]
+        # (cores, duration class) -> [sorted keys, sorted durations]
         self.lists: Dict[Tuple[int, int], List[List[Any]]] = {}
         self.count = 0
 
     def __len__(self) -> int:
         return self.count
 
+    @staticmethod
+    def _where(cores: int, seconds: float) -> Tuple[int, int]:
+        return cores, (math.frexp(seconds)[1] if seconds > 0 else -1075)
+
     def add(self, cores: int, seconds: float, key: int) -> None:
-        where = (cores, frexp(seconds)[1] if seconds > 0 else -1075)
+        where = self._where(cores, seconds)
         entry = self.lists.get(where)
         if entry is None:
-            self.lists[where] = [[-key], [seconds]]
+            self.lists[where] = [[key], [seconds]]
         else:
-            bisect.insort(entry[0], -key)
+            bisect.insort(entry[0], key)
             bisect.insort(entry[1], seconds)
         self.count += 1
 
     def remove(self, cores: int, seconds: float, key: int) -> None:
-        where = (cores, frexp(seconds)[1] if seconds > 0 else -1075)
-        negated, durations = self.lists[where]
-        if negated[-1] == -key:
-            negated.pop()
-        else:
-            del negated[bisect.bisect_left(negated, -key)]
-        if not negated:
+        where = self._where(cores, seconds)
+        keys, durations = self.lists[where]
+        del keys[bisect.bisect_left(keys, key)]
+        if not keys:
             del self.lists[where]
         else:
             del durations[bisect.bisect_left(durations, seconds)]
@@ -184,7 +173,7 @@ class Ready:
 
     def first(self, most: int) -> Optional[int]:
         """The smallest key of what needs at most ``most`` cores, or None."""
-        return min((-entry[0][-1] for (c, _), entry in self.lists.items() if c <= most), default=None)
+        return min((entry[0][0] for (c, _), entry in self.lists.items() if c <= most), default=None)
 
     def in_order(self, pool: Nodes, hopeless: Callable[[int, float], bool]) -> Iterator[Tuple[int, int]]:
         """(cores, key) in key order while some node has a core free; once ``pool`` has a
@@ -194,19 +183,19 @@ class Ready:
         caller changes the lists only once done."""
         if pool.by_free[-1][0] == 0:  # no core free: nothing to look at
             return
-        heads = [(-entry[0][-1], where, len(entry[0]) - 1) for where, entry in self.lists.items()]
+        heads = [(entry[0][0], where, 0) for where, entry in self.lists.items()]
         heapq.heapify(heads)
         lists = self.lists
         while heads:
             if pool.by_free[-1][0] == 0:
                 return
             key, where, k = heapq.heappop(heads)
-            negated, durations = lists[where]
+            keys, durations = lists[where]
             if pool.reservation is not None and hopeless(where[0], durations[0]):
                 continue
             yield where[0], key
-            if k > 0:
-                heapq.heappush(heads, (-negated[k - 1], where, k - 1))
+            if k + 1 < len(keys):
+                heapq.heappush(heads, (keys[k + 1], where, k + 1))
 
 
 class Profile:
