@@ -35,26 +35,33 @@ from dedal.schedule.nodes import Nodes, Profile, Ready
 BF_INTERVAL_S = 30.0  # Slurm's default bf_interval (simulate_backfill)
 
 
+def _by_index(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], List[List[int]], List[int]]:
+    """What the simulations start from, by job index: each job's index, the indices of
+    the jobs waiting for each, and how many jobs each waits for (what :func:`simulate`
+    looks up on every event); every job must fit a node and wait only for known jobs."""
+    index = {j.id: i for i, j in enumerate(jobs)}
+    dependents: List[List[int]] = [[] for _ in jobs]
+    nmiss = [0] * len(jobs)
+    for i, j in enumerate(jobs):
+        if j.cores > cores:
+            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
+        for a in j.after:
+            k = index.get(a)
+            if k is None:
+                raise ValueError(f"job {j.id} waits for an unknown job {a}")
+            dependents[k].append(i)
+        nmiss[i] = len(j.after)
+    return index, dependents, nmiss
+
+
 def afterok(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], Dict[str, Job], Dict[str, List[str]],
                                                      Dict[str, int]]:
     """What both simulations start from: each job's index and the job by id, the jobs
-    waiting (``afterok``) for each, and how many jobs each waits for; every job must fit
-    a node and wait only for known jobs."""
-    index = {j.id: i for i, j in enumerate(jobs)}
-    by_id = {j.id: j for j in jobs}
-    dependents: Dict[str, List[str]] = {j.id: [] for j in jobs}
-    nmiss = {j.id: 0 for j in jobs}
-    for j in jobs:
-        if j.cores > cores:
-            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
-        jid = j.id
-        for a in j.after:
-            waiting = dependents.get(a)
-            if waiting is None:
-                raise ValueError(f"job {jid} waits for an unknown job {a}")
-            waiting.append(jid)
-        nmiss[jid] = len(j.after)
-    return index, by_id, dependents, nmiss
+    waiting (``afterok``) for each, and how many jobs each waits for: :func:`_by_index`,
+    by id."""
+    index, dependents, nmiss = _by_index(jobs, cores)
+    return (index, {j.id: j for j in jobs}, {j.id: [jobs[k].id for k in dependents[i]] for i, j in enumerate(jobs)},
+            {j.id: nmiss[i] for i, j in enumerate(jobs)})
 
 
 def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
@@ -75,24 +82,6 @@ def simulate_unless(jobs: Sequence[Job], *, nodes: int, cores: int, at_least: fl
     dropped there, not simulated to its end (on 64 nodes of the 10,000-spec lock, before
     its first job starts). The same choices as simulating every candidate to its end."""
     return _simulate(jobs, nodes, cores, at_least)
-
-
-def _by_index(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], List[List[int]], List[int]]:
-    """:func:`afterok` by job index: each job's index, the indices of the jobs waiting for
-    each, and how many jobs each waits for (what :func:`simulate` looks up on every event)."""
-    index = {j.id: i for i, j in enumerate(jobs)}
-    dependents: List[List[int]] = [[] for _ in jobs]
-    nmiss = [0] * len(jobs)
-    for i, j in enumerate(jobs):
-        if j.cores > cores:
-            raise ValueError(f"job {j.id} needs {j.cores} cores, more than a node has ({cores})")
-        for a in j.after:
-            k = index.get(a)
-            if k is None:
-                raise ValueError(f"job {j.id} waits for an unknown job {a}")
-            dependents[k].append(i)
-        nmiss[i] = len(j.after)
-    return index, dependents, nmiss
 
 
 def _chain_lengths(jobs: Sequence[Job], dependents: Sequence[Sequence[int]]) -> List[float]:
