@@ -316,14 +316,10 @@ def per_package(wl: Workload, *, cores: int, overhead_s: float, model: CoreModel
     waiting for the jobs of its reduced requirements, bottom levels as priorities: what
     :func:`simulate` runs as the critical-path list schedule itself (its ties by that
     order), with no package-level run first (``group(merge="none")``)."""
-    order = wl.topo()
     need, t = package_seconds(wl, cores, model, cpus_per_job)
     levels = wl._cached(("levels", cores, model, cpus_per_job, overhead_s), lambda: _bottom_levels(wl, t, overhead_s))
-    width = max(3, len(str(len(order))))
-    jid = {h: f"j{i + 1:0{width}d}" for i, h in enumerate(order)}
-    direct = wl.direct_requires()
-    return [Job(id=jid[h], hashes=[h], cores=need[h], names=[wl.name(h)], after=sorted([jid[q] for q in direct[h]]),
-                est_s=job_seconds(wl, [h], need[h], model, overhead_s), priority=levels[h]) for h in order]
+    runs = [_Run(i, 0, need[h], float(i), [h]) for i, h in enumerate(wl.topo())]  # listed as started in that order
+    return _finish_jobs(wl, runs, model, overhead_s, False, levels=levels, reduced=True)
 
 
 def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_s: float, fifo: bool,
