@@ -15,8 +15,8 @@ from dedal.schedule.workload import Job, Schedule, Simulation, Workload, job_sec
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import simulate, simulate_unless
 from dedal.schedule.grouping import group, per_package
-from dedal.schedule.search import (IMPROVE_MIN_TRIES, IMPROVE_WORK, LARGE_BUILD, REFINE_ALL, REFINE_MAX, REFINE_MIN,
-                                   REFINE_WORK, REFINE_WORK_LARGE, improve, refine)
+from dedal.schedule.search import (IMPROVE_WORK, LARGE_BUILD, REFINE_ALL, REFINE_MAX, REFINE_MIN, REFINE_WORK,
+                                   REFINE_WORK_LARGE, improve, improve_runs, refine)
 from dedal.schedule.hints import TIGHTEN_CHAINS, TIGHTEN_MAX, TIGHTEN_MIN, TIGHTEN_WORK, tighten
 
 MERGE_MODES = ("safe", "backlog", "none")
@@ -53,7 +53,7 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         # that run costs as much as a simulation, a third of the schedule of 10,000 packages
         candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
                             cpus_per_job=cpus_per_job, merge="safe")]
-        if len(wl.order) * IMPROVE_MIN_TRIES > IMPROVE_WORK:
+        if not improve_runs(len(wl.order)):
             candidates.append(per_package(wl, cores=cores, overhead_s=overhead_s, model=model,
                                           cpus_per_job=cpus_per_job))
         else:

@@ -45,6 +45,18 @@ IMPROVE_WORK = 10_000        # per starting point
 # merges along the chain (5,000 jobs and more) never found a shorter schedule on the locks
 # of benchmarks/schedule/scale.md, and refine() tries merges along the chain too
 IMPROVE_MIN_TRIES = 3
+
+
+def improve_runs(jobs: int, work: Optional[int] = IMPROVE_WORK) -> bool:
+    """Whether :func:`improve` with ``work`` searches ``jobs`` jobs at all."""
+    return work is None or jobs * IMPROVE_MIN_TRIES <= work
+
+
+def _if_shorter(cand: Sequence[Job], sim: Simulation, *, nodes: int, cores: int) -> Optional[Simulation]:
+    """The simulation of ``cand`` if it ends more than a microsecond before ``sim``, else
+    None (given up as soon as it cannot: :func:`simulate_unless`)."""
+    csim = simulate_unless(cand, nodes=nodes, cores=cores, at_least=sim.makespan_s - 1e-6)
+    return csim if csim is not None and csim.makespan_s < sim.makespan_s - 1e-6 else None
 REFINE_WORK_LARGE = 20_000   # refine(): simulations = this // packages
 # refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
 # every starting point up to REFINE_ALL packages, the best one beyond
@@ -107,7 +119,7 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
     that affords ``IMPROVE_MIN_TRIES`` candidates; ``start``: the
     simulation of ``jobs`` as they are, where the caller has it."""
     sim = start if start is not None else simulate(jobs, nodes=nodes, cores=cores)
-    if work is not None and len(jobs) * IMPROVE_MIN_TRIES > work:
+    if not improve_runs(len(jobs), work):
         return jobs, sim
     pos = {h: i for i, h in enumerate(wl.topo())}
     spent = 0
@@ -125,8 +137,8 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
             if cand is None:
                 continue
             spent += len(cand)
-            csim = simulate_unless(cand, nodes=nodes, cores=cores, at_least=sim.makespan_s - 1e-6)
-            if csim is not None and csim.makespan_s < sim.makespan_s - 1e-6:
+            csim = _if_shorter(cand, sim, nodes=nodes, cores=cores)
+            if csim is not None:
                 jobs, sim = cand, csim
                 break
         else:
@@ -363,8 +375,8 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
             if cand is None:
                 continue
             spent += 1
-            csim = simulate_unless(cand, nodes=nodes, cores=cores, at_least=sim.makespan_s - 1e-6)
-            if csim is not None and csim.makespan_s < sim.makespan_s - 1e-6:
+            csim = _if_shorter(cand, sim, nodes=nodes, cores=cores)
+            if csim is not None:
                 uncounted.append((chain, sim, parts))
                 taken = 0
                 parts, bonus, cur, sim = np, nb, cand, csim
