@@ -342,9 +342,8 @@ on 16 nodes, 3 s shorter (3580 vs 3583 s). What changed:
   quote or backslash (each `bytes.replace` pass takes out one level; otherwise the data is
   walked as before): 0.04 instead of 0.08 s; `make_plan` uses the waves of what is to be
   built as the order too when that is everything reachable (0.03 s); `simulate()` by job
-  index, the ready lists keyed by an int (a job's rank by priority) and kept negated so
-  that what starts is popped from the end; `Nodes.place/release` inline; `Edge` a named
-  tuple (0.03 s of `load_lock`).
+  index, the ready lists keyed by an int (a job's rank by priority, about 6 % of a
+  simulation); `Edge` a named tuple (0.03 s of `load_lock`).
 
 Tried and left out: *counting direct requirements only in the merging grouping* (221,000
 instead of 20,000 decrements at 10,000 specs): whether a job's packages release a
@@ -356,8 +355,9 @@ on 16 nodes, but 1,000 and 2,000 specs ended 0.6 % longer (1429 vs 1420 and 1426
 same candidate came up on 64 nodes and for 2,000 specs, but not on 16 nodes of 10,000
 specs, where it would count. *A bound that also counts the jobs not started yet* (now +
 their chain): on 16 nodes the candidates reach the incumbent's 2149 s only with the last
-job, either way. *The ready lists sorted by a tuple*, or in ascending order: the same
-within the noise.
+job, either way. *The ready lists kept in descending order* (what starts popped from the
+end) *and `Nodes.place/release` with `_set()` copied inline*: the same within the noise
+(schedule 1.17 / 1.42 CPU s on 1 / 16 nodes either way), so not kept.
 
 **Issue 24's targets after step 5** (this table, run side by side with d12d748): 20,000
 specs **3.90 / 4.13 / 4.33 / 3.62 CPU s** on 1 / 16 / 64 / 256 nodes, **under 5 s on all
