@@ -14,6 +14,10 @@ from dedal.errors import UserError
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")  # control characters: one search, not a test per character
 MAX_NAME_BYTES = 200  # NAME_MAX is 255; room for the suffixes added to a name (.sif, .image.json, -<hash>.log)
+# names that pass every rule of name_problem() at a glance (ASCII letters, digits and ``_.+-``,
+# not first ``.`` or ``-``, at most MAX_NAME_BYTES): the hashes, names and versions of a lock
+# of 10,000 specs, checked by one match instead of the rules one by one
+_PLAIN = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_.+-]{0,%d}" % (MAX_NAME_BYTES - 1))
 
 
 def name_problem(value: Any) -> str:
@@ -44,6 +48,8 @@ def name_problem(value: Any) -> str:
 def safe_name(value: Any, what: str, where: str = "") -> str:
     """``value`` if it may be used as one path component, else UserError naming ``what``
     (e.g. "package name") and ``where`` (the file it came from)."""
+    if type(value) is str and _PLAIN.fullmatch(value):
+        return value
     problem = name_problem(value)
     if problem:
         shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:77] + "...")

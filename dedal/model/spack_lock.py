@@ -263,9 +263,10 @@ def _fail(path: Optional[Path], msg: str) -> UserError:
     return UserError(f"{path or 'spack.lock'}: {msg}")
 
 
-# (dependency types, virtuals) of an edge that passed the checks of _parse_node: lists of
-# known types and of strings (as tuples)
-_CHECKED_KINDS: Set[Tuple[Tuple[str, ...], Tuple[str, ...]]] = set()
+# (dependency types, virtuals) of an edge that passed the checks of _parse_node (lists of
+# known types and of strings, as tuples) -> the same, shared by every edge that has them
+_CHECKED_KINDS: Dict[Tuple[Tuple[str, ...], Tuple[str, ...]], Tuple[Tuple[str, ...], Tuple[str, ...]]] = {}
+_make_edge = tuple.__new__  # Edge(*fields) without the Python-level __new__ of a named tuple
 
 
 def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> Node:
@@ -296,12 +297,12 @@ def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> N
             virtuals = []
         if type(deptypes) is list and type(virtuals) is list:
             try:
-                kinds = (tuple(deptypes), tuple(virtuals))
-                known = kinds in _CHECKED_KINDS
+                kinds = _CHECKED_KINDS.get((tuple(deptypes), tuple(virtuals)))
             except TypeError:  # an unhashable entry: refused below
-                known = False
-            if known:  # the same few combinations on every edge of a large lock, checked once
-                edges.append(Edge(dep["hash"], str(dep.get("name", "")), *kinds))
+                kinds = None
+            if kinds is not None:  # the same few combinations on every edge of a large lock, checked once
+                name = dep.get("name", "")
+                edges.append(_make_edge(Edge, (dep["hash"], name if type(name) is str else str(name), *kinds)))
                 continue
         if isinstance(deptypes, str):
             deptypes = [deptypes]
@@ -313,7 +314,8 @@ def _parse_node(path: Optional[Path], key: str, data: object, version: int) -> N
             raise _fail(path, f"concrete spec {key!r}: 'virtuals' must be a list of names, got {virtuals!r}")
         edges.append(Edge(dep["hash"], str(dep.get("name", "")), tuple(deptypes), tuple(virtuals)))
         if len(_CHECKED_KINDS) < 4096:
-            _CHECKED_KINDS.add((tuple(deptypes), tuple(virtuals)))
+            kinds = (tuple(deptypes), tuple(virtuals))
+            _CHECKED_KINDS[kinds] = kinds
     arch = data.get("arch") if isinstance(data.get("arch"), dict) else {}
     target = arch.get("target", "")
     if isinstance(target, dict):

@@ -34,6 +34,30 @@ def test_ordinary_names_pass(good: str) -> None:
     assert safe_name(good, "name") == good
 
 
+def test_the_plain_name_shortcut_accepts_only_what_the_rules_accept() -> None:
+    """safe_name() passes a plain ASCII name by one match; it must never pass one that
+    name_problem() refuses, nor refuse one it accepts (40,000 names near the edges)."""
+    import random
+    from dedal.model.names import _PLAIN
+    rng = random.Random(7)
+    plain, other = "aZ09_.+-", "/=@~%^,:\0\n\x7f \u00e9"
+    matched = 0
+    for _ in range(40_000):
+        size = rng.choice([0, 1, 2, 3, 8, MAX_NAME_BYTES - 1, MAX_NAME_BYTES, MAX_NAME_BYTES + 1])
+        chars = [rng.choice(plain) for _ in range(size)]
+        if chars and rng.random() < 0.3:  # one character of another kind somewhere
+            chars[rng.randrange(size)] = rng.choice(other)
+        name = "".join(chars)
+        if _PLAIN.fullmatch(name):
+            matched += 1
+            assert name_problem(name) == "", name
+        try:
+            assert safe_name(name, "name") == name and name_problem(name) == ""
+        except UserError:
+            assert name_problem(name), name
+    assert matched > 10_000  # the shortcut was taken, not only the rules
+
+
 def _lock_with(field: str, value: object) -> str:
     data = json.loads(LOCK.read_text())
     spec = next(iter(data["concrete_specs"].values()))
