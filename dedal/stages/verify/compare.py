@@ -71,6 +71,28 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
     return checks, measurements, summary
 
 
+def remeasurable(checks: Sequence[CheckResult], runs: Sequence[Run], plan: Plan) -> List[Tuple[str, Bench]]:
+    """The (scope, benchmark) pairs whose check is bad on timing alone: every error of the
+    check is an exceeded threshold, and every measured run of the pair exited 0 with a log
+    that the transport rules found good. Such a verdict may be one burst of interference on
+    a shared machine (a median 12 % slower at one size, the ranges of repetitions apart by
+    0.4 us); a failed run or a wrong transport is bad as it is."""
+    by_name = {c.name: c for c in checks}
+    out: List[Tuple[str, Bench]] = []
+    for scope, _nodes in plan.scopes:
+        for bench in plan.benches:
+            check = by_name.get(f"{bench.name} {scope}")
+            if check is None or check.verdict != "bad":
+                continue
+            errors = [f for f in check.findings if f.severity == "error"]
+            if not errors or not all(f.code.endswith("-overhead") for f in errors):
+                continue
+            measured = [r for r in runs if r.scope == scope and r.bench == bench and r.rep > 0]
+            if measured and all(r.ok and r.parsed and r.parsed.get("verdict") == "good" for r in measured):
+                out.append((scope, bench))
+    return out
+
+
 def skipped_checks(benches: Sequence[Bench], scopes: Sequence[Tuple[str, int]], reason: str) -> List[CheckResult]:
     """One skipped check per benchmark and scope that was planned and could not run here
     (GPU checks on a host without GPU), each saying ``skipped: <reason>``."""

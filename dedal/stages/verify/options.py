@@ -49,6 +49,7 @@ class Options:
     timeout: float = DEFAULT_TIMEOUT
     images_dir: Optional[Path] = None
     apps: List[AppCheck] = field(default_factory=list)  # application checks (the env file's dedal.verify.apps)
+    remeasure: bool = True  # a check bad on timing alone is measured once more (runner.remeasurable)
 
     def settings_digest(self) -> str:
         """What decides a verification besides the image (sha256 of them): a report made
@@ -59,6 +60,8 @@ class Options:
                 "nccl_max_size": self.nccl_max_size, "native": self.native,
                 "native_root": str(self.native_root) if self.native_root else None, "timeout": self.timeout,
                 "apps": [a.to_json() for a in self.apps]}
+        if not self.remeasure:  # only when off: the digests of reports made before it stay as they were
+            keys["remeasure"] = False
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()
 
 
@@ -70,6 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="nodes for the inter-node runs (srun; default: the allocation's SLURM_JOB_NUM_NODES, else 1)")
     p.add_argument("--repetitions", "-r", type=int, default=None, metavar="N",
                    help="repetitions of each benchmark on each side (default: env file, else 5)")
+    p.add_argument("--no-remeasure", dest="remeasure", action="store_false",
+                   help="judge a check over its threshold on timing alone at once (default: run it as many "
+                        "repetitions again, native and container interleaved, and judge all of them)")
     p.add_argument("--launcher", choices=("auto", "mpirun", "srun"), default=None,
                    help="auto: srun inside a Slurm allocation, else mpirun")
     p.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
@@ -162,6 +168,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         native=args.native, native_root=args.native_root,
         timeout=args.timeout if args.timeout is not None else DEFAULT_TIMEOUT,
         images_dir=Path(settings.images_dir), apps=list(spec.apps) if spec else [],
+        remeasure=getattr(args, "remeasure", True),
     )
     if opts.ranks < 1 or (opts.ranks < 2 and (opts.nodes or 1) < 2):
         raise UserError(f"--ranks {opts.ranks}: at least 2 ranks are needed to measure communication "

@@ -14,7 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.stages.verify.catalogue import Bench
 from dedal.stages.verify.options import Options
@@ -81,12 +81,18 @@ class Plan:
             if warm is not None:
                 for side in SIDES:
                     out.append((scope, warm, 0, side))
-        for rep in range(1, self.repetitions + 1):
-            for scope, _nodes in self.scopes:
-                for bench in self.benches:
-                    sides = SIDES if rep % 2 == 1 else tuple(reversed(SIDES))
-                    for side in sides:
-                        out.append((scope, bench, rep, side))
+        return out + self.again([(scope, bench) for scope, _nodes in self.scopes for bench in self.benches], 1)
+
+    def again(self, pairs: Sequence[Tuple[str, Bench]], first: int) -> List[Tuple[str, Bench, int, str]]:
+        """(scope, bench, repetition, side): ``repetitions`` repetitions of the (scope, bench)
+        pairs from repetition ``first`` on, each covering every pair before the next, native
+        and container back to back, alternating who goes first (odd: native)."""
+        out: List[Tuple[str, Bench, int, str]] = []
+        for rep in range(first, first + self.repetitions):
+            sides = SIDES if rep % 2 == 1 else tuple(reversed(SIDES))
+            for scope, bench in pairs:
+                for side in sides:
+                    out.append((scope, bench, rep, side))
         return out
 
 

@@ -26,7 +26,10 @@ The steps, each a function of its own:
    or failure signature becomes a finding that quotes its log lines. A GPU image on a host
    without GPU plans its GPU checks all the same (OSU between device buffers, ``-d cuda D
    D``, and the NCCL all-reduce) and reports each as ``skipped: no GPU``; the verdict names
-   them (``good (GPU checks skipped: no GPU)``), never plain "good" for what did not run;
+   them (``good (GPU checks skipped: no GPU)``), never plain "good" for what did not run.
+   A check bad on timing alone (:func:`dedal.stages.verify.compare.remeasurable`: every run
+   exited 0, every log good) is first measured once more, as many repetitions of both sides
+   again, interleaved, and judged on all of them (``--no-remeasure``: at once);
 6. **report** (:func:`dedal.stages.verify.report.write_report`): ``verify.json``, ``report.md``
    and plots in ``reports/<image>/``, with the provenance of :mod:`dedal.stages.verify.meta`;
    exit code 0 (good, suboptimal) or 1.
@@ -62,7 +65,7 @@ from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
 from dedal.stages.verify.apps import run_apps
-from dedal.stages.verify.catalogue import gpu_planned, select_benchmarks
+from dedal.stages.verify.catalogue import Bench, gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.stages.verify.transports import judge_fabric
 from dedal.stages.verify.findings import Finding
@@ -232,46 +235,63 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         container_root = mounts.enter_context(runtime.mounted(opts.image))
         if source is not None:
             image_mount = (str(container_root), str(source[0]), source[1])
+    runs: List[Run] = []
+    failed_series: Dict[Tuple[str, str, str], Run] = {}
+
+    def run_one(i: int, total: int, scope: str, bench: Bench, rep: int, side: str, of: int) -> None:
+        """Run ``rep`` (of ``of``; 0: the warm-up) of ``bench`` on ``side``, the ``i``-th run of ``total``."""
+        nnodes = dict(scopes)[scope]
+        ranks = plan.ranks_for(bench, nnodes)
+        name = "warmup" if rep == 0 else f"{rep:02d}"
+        rel = f"raw/{scope}/{bench.name}/{side}-{name}.log"
+        run = Run(side, scope, bench, rep, ranks, nnodes, outdir / rel, rel)
+        runs.append(run)
+        key = (scope, bench.name, side)
+        if key in failed_series:
+            run.skipped = f"not repeated: {failed_series[key].rel} failed"
+            return
+        program = native.programs.get(bench.program) if side == "native" else info.programs[bench.program]
+        argv = [program or bench.program, *bench.args(opts.max_size, opts.nccl_max_size)]
+        env = run_env(opts, bench)
+        root = native.root if side == "native" else container_root
+        binds = (img.native_binds() if side == "native" and native.root is not None else []) + extra_binds
+        # the native side never goes through a container runtime: a plain bubblewrap chroot (a GPU run
+        # gets the host's driver there too, as a program of the host finds it; the host itself needs none)
+        rt = "bwrap" if side == "native" else opts.runtime
+        note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {of}'} of "
+                f"{bench.name} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
+                f"{side}: " + (native.description if side == "native" else container_text(backend, launcher))]
+        res = mpi.run_ranks(launcher, root, argv, ranks, nodes=nnodes, env=env, log=run.log,
+                            script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
+                            nv=bench.gpu, note=note, image_mount=image_mount if side == "container" else None)
+        run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
+        run.parsed = parse_file(run.log, bench.parser)
+        run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
+                           "benchmark": bench.name,
+                           "repetition": rep, "returncode": run.returncode, "seconds": round(run.seconds, 3)})
+        judge_fabric(run.parsed, pf.host, scope)
+        if not run.ok and rep > 0:
+            failed_series[key] = run
+        state = "ok" if run.ok else ("TIMED OUT" if run.timed_out else f"FAILED (exit {run.returncode})")
+        _say(progress, f"[{i}/{total}] {side:9s} {bench.name} {scope} "
+                       f"{'warm-up' if rep == 0 else f'rep {rep}/{of}'}: {run.seconds:.1f} s {state}"
+                       f" ({run.parsed['verdict']})")
+
+    remeasured: List[str] = []
     try:
-        runs: List[Run] = []
-        failed_series: Dict[Tuple[str, str, str], Run] = {}
         for i, (scope, bench, rep, side) in enumerate(order, 1):
-            nnodes = dict(scopes)[scope]
-            ranks = plan.ranks_for(bench, nnodes)
-            name = "warmup" if rep == 0 else f"{rep:02d}"
-            rel = f"raw/{scope}/{bench.name}/{side}-{name}.log"
-            run = Run(side, scope, bench, rep, ranks, nnodes, outdir / rel, rel)
-            runs.append(run)
-            key = (scope, bench.name, side)
-            if key in failed_series:
-                run.skipped = f"not repeated: {failed_series[key].rel} failed"
-                continue
-            program = native.programs.get(bench.program) if side == "native" else info.programs[bench.program]
-            argv = [program or bench.program, *bench.args(opts.max_size, opts.nccl_max_size)]
-            env = run_env(opts, bench)
-            root = native.root if side == "native" else container_root
-            binds = (img.native_binds() if side == "native" and native.root is not None else []) + extra_binds
-            # the native side never goes through a container runtime: a plain bubblewrap chroot (a GPU run
-            # gets the host's driver there too, as a program of the host finds it; the host itself needs none)
-            rt = "bwrap" if side == "native" else opts.runtime
-            note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {opts.repetitions}'} of "
-                    f"{bench.name} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
-                    f"{side}: " + (native.description if side == "native" else container_text(backend, launcher))]
-            res = mpi.run_ranks(launcher, root, argv, ranks, nodes=nnodes, env=env, log=run.log,
-                                script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
-                                nv=bench.gpu, note=note, image_mount=image_mount if side == "container" else None)
-            run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
-            run.parsed = parse_file(run.log, bench.parser)
-            run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
-                               "benchmark": bench.name,
-                               "repetition": rep, "returncode": run.returncode, "seconds": round(run.seconds, 3)})
-            judge_fabric(run.parsed, pf.host, scope)
-            if not run.ok and rep > 0:
-                failed_series[key] = run
-            state = "ok" if run.ok else ("TIMED OUT" if run.timed_out else f"FAILED (exit {run.returncode})")
-            _say(progress, f"[{i}/{len(order)}] {side:9s} {bench.name} {scope} "
-                           f"{'warm-up' if rep == 0 else f'rep {rep}/{opts.repetitions}'}: {run.seconds:.1f} s {state}"
-                           f" ({run.parsed['verdict']})")
+            run_one(i, len(order), scope, bench, rep, side, opts.repetitions)
+        # bad on timing alone (no failed run, every log good): measured once more, as many
+        # repetitions again, interleaved as before; the check then rests on all of them
+        first = compare.compare_runs(runs, plan, thresholds)[0] if opts.remeasure else []
+        again = compare.remeasurable(first, runs, plan)
+        if again:
+            remeasured = [f"{bench.name} {scope}" for scope, bench in again]
+            _say(progress, f"{', '.join(remeasured)}: over a threshold on timing alone; "
+                           f"{opts.repetitions} more repetitions of each side")
+            more = plan.again(again, opts.repetitions + 1)
+            for i, (scope, bench, rep, side) in enumerate(more, 1):
+                run_one(i, len(more), scope, bench, rep, side, 2 * opts.repetitions)
 
         app_checks = run_apps(opts.apps, root=container_root, launcher=launcher, nodes=nodes, outdir=outdir,
                               runtime_name=opts.runtime, env=dict(opts.env), binds=extra_binds,
@@ -287,6 +307,11 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     findings += [F.info("not-run", n) for n in notes]
     if bundled_note:
         findings.append(F.info("bundled-benchmarks", bundled_note))
+    if remeasured:
+        findings.append(F.info("remeasured", f"{', '.join(remeasured)}: over a threshold after {opts.repetitions} "
+                               f"repetitions on timing alone (every run exited 0, every log good); "
+                               f"{opts.repetitions} more were run, and the check rests on all "
+                               f"{2 * opts.repetitions}"))
     findings += compare.run_findings(runs)
     findings += compare.log_findings(runs, logs, pf.host)
     transports = compare.transports(runs)
@@ -297,6 +322,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
 
     meta = report_meta(opts, info, native, launcher, backend, nodes, plan, started, t0, transports, summary, pf)
     meta["runtime_choice"] = runtime_why
+    meta["remeasured"] = remeasured
     report = VerifyReport(image=info.name, checks=checks, findings=findings, logs=logs, measurements=measurements,
                           host=pf.host, thresholds=thresholds, meta=meta)
     paths = write_report(report, outdir)

@@ -29,7 +29,8 @@ def _verify(run_dedal, image: Path, out: Path, cache: Path, *args: str):
 
 def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    p = _verify(run_dedal, bench_image.sif, out, native_cache, "--ranks", "2")
+    # two repetitions exactly (a check bad on timing would be measured again: the next test)
+    p = _verify(run_dedal, bench_image.sif, out, native_cache, "--ranks", "2", "--no-remeasure")
     assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
     data = json.loads((out / "verify.json").read_text())
     assert data["verdict"] in ("good", "suboptimal") and data["exit_code"] == 0
@@ -78,6 +79,27 @@ def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_ca
     # interleaved: native and container back to back, alternating who goes first
     order = re.findall(r"\] (native|container)\s+dedal_latency intra-node rep (\d)/2", p.stderr)
     assert order == [("native", "1"), ("container", "1"), ("container", "2"), ("native", "2")]
+
+
+def test_a_check_bad_on_timing_alone_is_measured_again(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
+    """Thresholds of 0: a size where the container's median is above the native one is over
+    its limit, and with 2 repetitions no noise rule applies (at one of 18 sizes at least,
+    unless the container is never slower); the logs are good, so the check is bad on timing
+    alone, and 2 more repetitions of each side run, interleaved, before it is judged."""
+    out = tmp_path / "again"
+    p = _verify(run_dedal, bench_image.sif, out, native_cache, "-b", "latency", "-t", "latency_overhead_us=0",
+                "-t", "bandwidth_pct=0")
+    data = json.loads((out / "verify.json").read_text())
+    assert data["meta"]["remeasured"] == ["dedal_latency intra-node"], p.stderr
+    assert sorted(f.name for f in (out / "raw" / "intra-node" / "dedal_latency").iterdir() if "warmup" not in f.name) \
+        == [f"{side}-0{rep}.log" for side in ("container", "native") for rep in (1, 2, 3, 4)]
+    lat = data["measurements"]["dedal_latency intra-node"]
+    assert all(len(v) == 4 for side in ("native", "container") for v in lat[side].values())
+    again = re.findall(r"\] (native|container)\s+dedal_latency intra-node rep (\d)/4", p.stderr)
+    assert again == [("native", "3"), ("container", "3"), ("container", "4"), ("native", "4")]
+    (note,) = [f for f in data["findings"] if f["code"] == "remeasured"]
+    assert "the check rests on all 4" in note["message"]
+    assert p.returncode == (1 if data["verdict"] == "bad" else 0), p.stderr
 
 
 def test_forced_tcp_is_flagged_with_the_log_lines(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:

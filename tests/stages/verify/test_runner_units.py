@@ -14,7 +14,7 @@ from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS, gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.stages.verify.transports import HostFacts
-from dedal.stages.verify.compare import compare_runs, log_findings, run_findings, transports
+from dedal.stages.verify.compare import compare_runs, log_findings, remeasurable, run_findings, transports
 from dedal.stages.verify.plan import Plan, Run
 from dedal.stages.verify.parsers import parse_file, parse_text
 
@@ -146,6 +146,64 @@ def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
     assert not [f for f in found if f.message.startswith("[native]") and f.severity != "info"]
     assert transports(runs) == {"native": {"intra-node": ["cma/memory", "sysv/memory"]},
                                 "container": {"intra-node": ["tcp/eth0", "tcp/lo"]}}
+
+
+def test_another_round_of_repetitions_is_interleaved_as_the_first() -> None:
+    init, lat = CATALOGUE[0], CATALOGUE[1]
+    plan = Plan("srun", [("intra-node", 1), ("inter-node", 2)], [init, lat], 2, 4, 0)
+    more = [(s, b.program, r, side) for s, b, r, side in plan.again([("inter-node", lat)], 3)]
+    # repetitions 3 and 4 of the one pair, the odd one native first, as in order()
+    assert more == [("inter-node", "dedal_latency", 3, "native"), ("inter-node", "dedal_latency", 3, "container"),
+                    ("inter-node", "dedal_latency", 4, "container"), ("inter-node", "dedal_latency", 4, "native")]
+    assert plan.order()[4:] == plan.again([(s, b) for s, _ in plan.scopes for b in plan.benches], 1)
+
+
+def _slower(run: Run, factor: float) -> Run:
+    """The run with every latency of its table ``factor`` times as long (its log as good as it was)."""
+    assert run.parsed is not None
+    table = dict(run.parsed["tables"][0])
+    table["rows"] = [[size, round(value * factor, 3)] for size, value in table["rows"]]
+    run.parsed = {**run.parsed, "tables": [table]}
+    return run
+
+
+def test_only_a_check_bad_on_timing_alone_is_remeasured(tmp_path: Path) -> None:
+    good = "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log"
+    plan = Plan("mpirun", [("intra-node", 1)], [CATALOGUE[1]], 3, 2, 0)
+
+    def runs(factor: float, container_log: str = good) -> list:
+        out = []
+        for rep in (1, 2, 3):
+            out.append(_run(tmp_path, "native", rep, good))
+            out.append(_slower(_run(tmp_path, "container", rep, container_log), factor))
+        return out
+
+    # 50 % slower in every repetition, logs good: bad on timing alone
+    slow = runs(1.5)
+    checks = compare_runs(slow, plan, Thresholds())[0]
+    assert checks[0].verdict == "bad" and {f.code for f in checks[0].findings if f.severity == "error"} == {
+        "latency-overhead"}
+    assert remeasurable(checks, slow, plan) == [("intra-node", CATALOGUE[1])]
+    # as fast: nothing to measure again
+    same = runs(1.0)
+    assert compare_runs(same, plan, Thresholds())[0][0].verdict == "good"
+    assert remeasurable(compare_runs(same, plan, Thresholds())[0], same, plan) == []
+    # UCX over TCP in the container: the log says why, measured once is enough
+    tcp = runs(1.0, "mpirun_container_dedal_latency_UCX_TLS_tcp_BAD.log")
+    assert compare_runs(tcp, plan, Thresholds())[0][0].verdict == "bad"
+    assert remeasurable(compare_runs(tcp, plan, Thresholds())[0], tcp, plan) == []
+    # a run that failed: bad as it is
+    failed = runs(1.5)
+    failed[3].returncode = 1
+    assert remeasurable(compare_runs(failed, plan, Thresholds())[0], failed, plan) == []
+
+
+def test_remeasure_is_on_unless_turned_off(tmp_path: Path) -> None:
+    on, off = options(tmp_path), options(tmp_path, "--no-remeasure")
+    assert on.remeasure and not off.remeasure
+    assert on.settings_digest() != off.settings_digest()
+    on.remeasure = True
+    assert on.settings_digest() == R.Options(**{**vars(off), "remeasure": True}).settings_digest()
 
 
 def test_init_job_time_warns_but_never_fails(tmp_path: Path) -> None:
