@@ -53,10 +53,12 @@ class _Run:
     start: float
     pkgs: List[str]
     end: float = 0.0   # end of the package now running
-    # packages waiting for this job -> how many of their requirements it builds (made on
-    # its first decide(), then kept up to date: only pending packages, the new package's added)
+    # packages waiting for this job -> how many of their direct requirements it builds, and
+    # every package that waits for it (any requirement), made on its first decide(), then
+    # kept up to date (the new packages' added; ``inside`` only pending ones)
     inside: Optional[Dict[str, int]] = None
-    counted: int = 0   # the first ``counted`` packages are in ``inside``
+    waiting: Optional[Set[str]] = None
+    counted: int = 0   # the first ``counted`` packages are in ``inside`` and ``waiting``
 
 
 def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
@@ -77,7 +79,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         t: Mapping[str, float] = {h: model.seconds(wl.duration[h], need[h]) for h in order}
     else:  # the numbers every grouping and bound of this workload shares, made once
         need, t = package_seconds(wl, cores, model, cpus_per_job)
-    deps = wl.dependents()
+    deps = wl.dependents() if merge != "none" else {}  # every dependent: only decide() asks
     if priority is not None:
         prio: Mapping[str, float] = dict(priority)
     elif fifo:
@@ -90,13 +92,14 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
 
     pool = Nodes(nodes, cores)
     pending: Set[str] = set(order)
-    # one job per package, each with an overhead: a package's requirements that another of
-    # them needs completed strictly before that one, so counting the direct ones only makes
-    # it ready at the same moment (a tenth of the edges of a facility stack)
-    lean = merge == "none" and o > 0
-    counted = wl.direct_dependents() if lean else deps
-    direct = wl.direct_requires() if lean else wl.requires
-    nmiss = {h: len(direct[h]) for h in order}
+    # the requirements not completed yet are counted over the direct ones only (a tenth of
+    # the edges of a facility stack): a requirement that another of them needs is complete
+    # no later than that one (before its job started, or in its job), so a package has
+    # every requirement complete exactly when it has every direct one, and the last of its
+    # requirements a job builds is a direct one; the same for the requirements in a job and
+    # the last completion (see decide(), can_run())
+    counted = wl.direct_dependents()
+    nmiss = {h: len(reqs) for h, reqs in wl.direct_requires().items()}
     # each package's place in (-priority, position) order: an int key for ``ready``
     at = sorted(order, key=lambda h: (-prio[h], pos[h]))
     keyof = {h: k for k, h in enumerate(at)}
@@ -106,10 +109,6 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     for h in avail:
         ready.add(need[h], o + t[h], keyof[h])
     completed_at: Dict[str, float] = {}
-    # the requirements not completed yet of the packages expected_ready() was asked about,
-    # kept up to date from then on (a package of a facility stack has dozens of requirements,
-    # all but a few completed long before)
-    unmet: Dict[str, Set[str]] = {}
     last_done: Dict[str, float] = {}  # when the last requirement completed, per pending package
     run_of: Dict[str, int] = {}
     runs: List[_Run] = []
@@ -193,10 +192,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         """When the requirements of ``z`` outside this job could be complete, at the earliest
         (or any time from ``limit`` on, once that is sure: all the caller asks)."""
         e = now
-        left = unmet.get(z)
-        if left is None:
-            left = unmet[z] = set(filterfalse(completed_at.__contains__, wl.requires[z]))
-        for q in left:
+        for q in filterfalse(completed_at.__contains__, wl.requires[z]):  # skipped in C: most completed long ago
             if q in inrun:
                 continue
             if q in pending:
@@ -209,25 +205,23 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
 
     def decide(r: _Run, now: float) -> Optional[Tuple[str, int]]:
         """The package job ``r`` builds next instead of ending, with its cores then, or None."""
-        # the packages waiting for this job, and how many of their requirements it builds:
-        # one it releases has no other requirement left (``nmiss`` counts those not completed)
-        inside = r.inside
-        if inside is None:
-            inside = r.inside = {}
+        # the packages waiting for this job, and how many of their direct requirements it
+        # builds: one it releases has no other direct requirement left (``nmiss`` counts
+        # those not completed), hence no other requirement at all
+        inside, waiting = r.inside, r.waiting
+        if inside is None or waiting is None:
+            inside, waiting = r.inside, r.waiting = {}, set()
         else:
             for y in list(filterfalse(pending.__contains__, inside)):
                 del inside[y]
-        # (loops in C where they can: a package of the shared core of a facility stack has
-        # thousands of dependents, and a job that builds it asks here after each package)
         for h in r.pkgs[r.counted:]:
-            fresh = filter(pending.__contains__, deps[h])
-            if not inside:
-                inside.update(dict.fromkeys(fresh, 1))
-                continue
-            for y in fresh:
+            # every dependent, in C (a package of the shared core of a facility stack has
+            # thousands), and the few direct ones counted
+            waiting |= deps[h]
+            for y in filter(pending.__contains__, counted[h]):
                 inside[y] = inside.get(y, 0) + 1
         r.counted = len(r.pkgs)
-        waiting = inside.keys()
+        waiting &= pending
         releasing = compress(inside, map(eq, map(nmiss.__getitem__, inside), inside.values()))
         if merge == "safe":  # two packages released: one of them is not the next, so the job ends
             released = list(islice(releasing, 2))
@@ -287,14 +281,11 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         for h in r.pkgs:
             completed_at[h] = now
         for h in r.pkgs:
-            # its pending dependents (thousands for the shared core of a facility stack):
-            # the bookkeeping in C-level loops where it can be, then the counts
+            # its pending direct dependents (the last requirement to complete is a direct one)
             waiting = list(filter(pending.__contains__, counted[h]))
             if not waiting:
                 continue
             last_done.update(dict.fromkeys(waiting, now))
-            for d in filter(unmet.__contains__, waiting):
-                unmet[d].discard(h)
             for d in waiting:
                 left = nmiss[d] - 1
                 nmiss[d] = left

@@ -6,6 +6,8 @@ requirements give, on random DAGs and a real lock.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from typing import Dict, FrozenSet, List
 
@@ -205,3 +207,33 @@ def test_per_package_jobs_are_reduced_and_ranked_as_settle_would(seed):
     assert [(j.id, j.after, j.priority) for j in jobs] == [(j.id, j.after, j.priority) for j in again]
     sim = simulate(jobs, nodes=2, cores=16)
     assert schedule_problems(wl, jobs, sim.starts, nodes=2, cores=16) == []
+
+
+# the merging groupings of commit c325bc3, which counted every requirement of a waiting
+# package, not only the direct ones (sha256 of the jobs' JSON; 2-30 merges each)
+MERGED_C325BC3 = {
+    "0/1/0/backlog": "ab21ed02c9b5", "0/1/0/safe": "8fff802c2851", "0/1/3/backlog": "6e0e9aaa699e",
+    "0/1/3/safe": "163b7341a738", "0/8/0/backlog": "e79f7a22d62d", "0/8/0/safe": "e79f7a22d62d",
+    "0/8/3/backlog": "0d7c6907cea8", "0/8/3/safe": "0d7c6907cea8", "1/1/0/backlog": "e7bb6618fa76",
+    "1/1/0/safe": "4cee5ccf1e38", "1/1/3/backlog": "9b725cf938db", "1/1/3/safe": "28bb0a5399f8",
+    "1/8/0/backlog": "004da7eb662d", "1/8/0/safe": "25068bd8ed24", "1/8/3/backlog": "7a2d3f6a74e0",
+    "1/8/3/safe": "3a7d41f17393", "2/1/0/backlog": "63b8ed4286a4", "2/1/0/safe": "390c7c59808c",
+    "2/1/3/backlog": "d294442f52af", "2/1/3/safe": "074e621e2a76", "2/8/0/backlog": "954b1369497e",
+    "2/8/0/safe": "475578e2b0cf", "2/8/3/backlog": "454a10a0ac51", "2/8/3/safe": "b251b95b5d0d",
+    "3/1/0/backlog": "6738330f6e82", "3/1/0/safe": "d5ba72e23289", "3/1/3/backlog": "6dd8e7ae481e",
+    "3/1/3/safe": "6a1b2a2ba2db", "3/8/0/backlog": "c7434f9321f3", "3/8/0/safe": "ef32386258a9",
+    "3/8/3/backlog": "d3d0d6d3f797", "3/8/3/safe": "cfe8eba9b1d6",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MERGED_C325BC3))
+def test_merging_counts_direct_requirements_only_and_groups_as_before(case):
+    """group() counts a waiting package's direct requirements only (its last requirement to
+    complete, and the last its job builds, is a direct one): the same jobs as when it
+    counted every requirement, with and without a job overhead."""
+    seed, nodes, overhead, merge = case.split("/")
+    wl = random_workload(int(seed), n=80)
+    jobs = group(wl, nodes=int(nodes), cores=16, overhead_s=float(overhead), merge=merge)
+    assert len(jobs) < len(wl.order)  # some packages merged
+    got = hashlib.sha256(json.dumps([j.to_json() for j in jobs], sort_keys=True).encode()).hexdigest()[:12]
+    assert got == MERGED_C325BC3[case]
