@@ -53,12 +53,14 @@ class _Run:
     start: float
     pkgs: List[str]
     end: float = 0.0   # end of the package now running
-    # packages waiting for this job -> how many of their direct requirements it builds, and
-    # every package that waits for it (any requirement), made on its first decide(), then
-    # kept up to date (the new packages' added; ``inside`` only pending ones)
+    # packages waiting for this job -> how many of their direct requirements it builds (made
+    # on its first decide(), then kept up to date: only pending packages, the new package's
+    # added), and every pending package that waits for it (any requirement; made when a
+    # decide() gets that far)
     inside: Optional[Dict[str, int]] = None
     waiting: Optional[Set[str]] = None
-    counted: int = 0   # the first ``counted`` packages are in ``inside`` and ``waiting``
+    counted: int = 0   # the first ``counted`` packages are in ``inside``
+    joined: int = 0    # the first ``joined`` packages' dependents are in ``waiting``
 
 
 def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
@@ -208,20 +210,16 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         # the packages waiting for this job, and how many of their direct requirements it
         # builds: one it releases has no other direct requirement left (``nmiss`` counts
         # those not completed), hence no other requirement at all
-        inside, waiting = r.inside, r.waiting
-        if inside is None or waiting is None:
-            inside, waiting = r.inside, r.waiting = {}, set()
+        inside = r.inside
+        if inside is None:
+            inside = r.inside = {}
         else:
             for y in list(filterfalse(pending.__contains__, inside)):
                 del inside[y]
         for h in r.pkgs[r.counted:]:
-            # every dependent, in C (a package of the shared core of a facility stack has
-            # thousands), and the few direct ones counted
-            waiting |= deps[h]
             for y in filter(pending.__contains__, counted[h]):
                 inside[y] = inside.get(y, 0) + 1
         r.counted = len(r.pkgs)
-        waiting &= pending
         releasing = compress(inside, map(eq, map(nmiss.__getitem__, inside), inside.values()))
         if merge == "safe":  # two packages released: one of them is not the next, so the job ends
             released = list(islice(releasing, 2))
@@ -255,6 +253,16 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
             return None if any(need[z] <= most for z in others) else choice
         if others:
             return None
+        # every package still waiting for this job, any requirement (made only here: most
+        # decisions end before; in C, as a package of the shared core of a facility stack
+        # has thousands of dependents)
+        waiting = r.waiting
+        if waiting is None:
+            waiting = r.waiting = set()
+        for h in r.pkgs[r.joined:]:
+            waiting |= deps[h]
+        r.joined = len(r.pkgs)
+        waiting &= pending
         new_end = now + dur(y, c)
         inrun = set(r.pkgs)
         for z in waiting:
