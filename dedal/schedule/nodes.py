@@ -20,11 +20,14 @@ class Nodes:
     """Free cores per node, what runs where (estimated end, cores), best-fit placement and
     one backfill reservation, as Slurm's backfill scheduler does for its top job. The
     nodes are also kept sorted by (free cores, index), so that the most free cores, the
-    best fit and the limits cost a bisection, not a pass over every node (256 nodes)."""
+    best fit and the limits cost a bisection, not a pass over every node (256 nodes): as
+    ints ``free * span + node`` (``span``: the number of nodes), which sort as the pairs
+    would and compare without a tuple made for each bisection."""
 
     def __init__(self, nodes: int, cores: int) -> None:
         self.free = [cores] * max(1, nodes)
-        self.by_free: List[Tuple[int, int]] = [(cores, i) for i in range(len(self.free))]
+        self.span = span = len(self.free)
+        self.by_free: List[int] = [cores * span + i for i in range(span)]
         self.running: List[Dict[object, Tuple[float, int]]] = [dict() for _ in self.free]
         # the same (end, cores) pairs per node, kept sorted: a reservation walks them in order
         self.ends: List[List[Tuple[float, int]]] = [[] for _ in self.free]
@@ -32,14 +35,14 @@ class Nodes:
         self.reserved_for: object = None
 
     def _set(self, node: int, free: int) -> None:
-        by_free = self.by_free
-        del by_free[bisect.bisect_left(by_free, (self.free[node], node))]
-        bisect.insort(by_free, (free, node))
+        by_free, span = self.by_free, self.span
+        del by_free[bisect.bisect_left(by_free, self.free[node] * span + node)]
+        bisect.insort(by_free, free * span + node)
         self.free[node] = free
 
     def most(self) -> int:
         """The most free cores of any node."""
-        return self.by_free[-1][0]
+        return self.by_free[-1] // self.span
 
     def place(self, who: object, need: int, end: float, node: int) -> None:
         self._set(node, self.free[node] - need)
@@ -67,13 +70,14 @@ class Nodes:
         seconds <= t``). Three numbers for every job tried until the next placement: once
         many jobs wait, most of them are tried on every event."""
         res = self.reservation
-        by_free = self.by_free
+        by_free, span = self.by_free, self.span
         if res is None:
-            return by_free[-1][0], -1, 0.0
-        if by_free[-1][1] != res[0]:
-            other = by_free[-1][0]
+            return by_free[-1] // span, -1, 0.0
+        top = by_free[-1]
+        if top % span != res[0]:
+            other = top // span
         else:
-            other = by_free[-2][0] if len(by_free) > 1 else -1
+            other = by_free[-2] // span if len(by_free) > 1 else -1
         on_res = self.free[res[0]]
         return max(other, min(on_res, res[2])), on_res, res[1]
 
@@ -81,17 +85,17 @@ class Nodes:
         """The node for a job of ``need`` cores and ``seconds`` starting now, or None: the
         one with the fewest free cores that suffice (the first such); a job goes onto the
         reserved node only if it does not delay the reservation."""
-        by_free = self.by_free
-        k = bisect.bisect_left(by_free, (need, -1))
+        by_free, span = self.by_free, self.span
+        k = bisect.bisect_left(by_free, need * span)
         if k == len(by_free):
             return None
-        best = by_free[k][1]
+        best = by_free[k] % span
         res = self.reservation
         if res is not None and best == res[0] and now + seconds > res[1]:
             if need > res[2]:
                 if k + 1 == len(by_free):
                     return None
-                return by_free[k + 1][1]
+                return by_free[k + 1] % span
             self.reservation = (res[0], res[1], res[2] - need)
         return best
 
@@ -181,13 +185,14 @@ class Ready:
         says that nothing of theirs can start any more in this pass (the caller places
         jobs between two steps, which only takes cores: what cannot start stays so). The
         caller changes the lists only once done."""
-        if pool.by_free[-1][0] == 0:  # no core free: nothing to look at
+        by_free, span = pool.by_free, pool.span
+        if by_free[-1] < span:  # no core free: nothing to look at
             return
         heads = [(entry[0][0], where, 0) for where, entry in self.lists.items()]
         heapq.heapify(heads)
         lists = self.lists
         while heads:
-            if pool.by_free[-1][0] == 0:
+            if by_free[-1] < span:
                 return
             key, where, k = heapq.heappop(heads)
             keys, durations = lists[where]

@@ -145,11 +145,11 @@ def _simulate(jobs: Sequence[Job], nodes: int, cores: int, at_least: float) -> O
     node_of: List[int] = [-1] * len(jobs)
     started: List[int] = []  # in the order they started
     busy = 0.0
-    by_free = pool.by_free
+    by_free, span = pool.by_free, pool.span
 
     def start(now: float) -> None:
         nonlocal busy, give_up
-        if not eligible.count or by_free[-1][0] == 0:  # nothing to start, or no core free
+        if not eligible.count or by_free[-1] < span:  # nothing to start, or no core free
             return
         pool.reset()
         fits, on_res, until = pool.limits()

@@ -76,19 +76,24 @@ def test_fit_limits_and_reserve_agree_with_a_pass_over_every_node(nodes: int, co
         if node is not None:
             pool.place(who, need, now + seconds, node)
             running.append((who, node))
-        assert sorted((f, i) for i, f in enumerate(pool.free)) == pool.by_free
+        assert sorted((f, i) for i, f in enumerate(pool.free)) == pairs(pool)
         assert all(f >= 0 for f in pool.free)
+
+
+def pairs(pool: Nodes) -> list:
+    """The sorted nodes as (free cores, node): what ``by_free`` encodes as ints."""
+    return [divmod(k, pool.span) for k in pool.by_free]
 
 
 def test_update_keeps_the_free_cores_and_the_sorted_nodes_together() -> None:
     pool = Nodes(2, 8)
     pool.place("a", 2, 10.0, 0)
     pool.update("a", 0, 12.0, 5)
-    assert pool.free == [3, 8] and pool.by_free == [(3, 0), (8, 1)] and pool.ends[0] == [(12.0, 5)]
+    assert pool.free == [3, 8] and pairs(pool) == [(3, 0), (8, 1)] and pool.ends[0] == [(12.0, 5)]
     pool.update("a", 0, 15.0, 5)  # the same cores, a later end
     assert pool.free == [3, 8] and pool.ends[0] == [(15.0, 5)]
     pool.release("a", 0)
-    assert pool.free == [8, 8] and pool.by_free == [(8, 0), (8, 1)] and pool.most() == 8
+    assert pool.free == [8, 8] and pairs(pool) == [(8, 0), (8, 1)] and pool.most() == 8
 
 
 def test_ready_gives_everything_in_key_order_without_a_reservation() -> None:
