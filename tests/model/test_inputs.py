@@ -1,6 +1,7 @@
 """Reading a user's JSON and YAML: every defect one UserError line (issue 22, item 4)."""
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_unreadable_files(tmp_path: Path, content: object, expect: str) -> None:
         assert expect in _one_line(err, str(path))
 
 
-def _random_json(rng: "random.Random", depth: int) -> object:
+def _random_json(rng: random.Random, depth: int) -> object:
     """Nested lists and objects down to ``depth`` levels somewhere, strings with and without
     brackets, quotes and backslashes among the leaves."""
     if depth == 0:
@@ -85,7 +86,6 @@ def test_the_depth_read_from_the_text_is_the_depth_of_the_data(seed: int) -> Non
     bracket, quote or backslash, else it walks the data: either way the same depth, and the
     same answer at MAX_DEPTH and one level more."""
     import json
-    import random
     from dedal.model.inputs import _json_depth_problem, _json_text_depth
 
     rng = random.Random(seed)
