@@ -303,11 +303,12 @@ is left is the same as after step 3: the per-event cost of the list schedulers i
 times the searches' simulations, and reading 20-40 MB of JSON; the list schedulers in
 compiled code are what is left to try.
 
-**Step 5** (this table; `before` = commit d12d748, main before it) changed no plan (the
+**Step 5** (`before` = commit d12d748, main before it; its table is scale.md of commit
+c325bc3) changed no plan (the
 plans' fingerprints are d12d748's) and no schedule up to 3,333 packages: `fingerprints.py
 --against` d12d748's with `--sizes 1000 2000 5000 10000`, 138 of 140 cases identical (every
 case of results.md); the two that differ, 5,000 specs on 1 node and 10,000 on 16 nodes,
-have the same makespans. Every makespan and ratio above equals `before`'s but 20,000 specs
+have the same makespans. Every makespan and ratio of its table equals `before`'s but 20,000 specs
 on 16 nodes, 3 s shorter (3580 vs 3583 s). What changed:
 
 * `Ready` (the lists of what waits for cores, by cores and duration class) keeps the
@@ -359,7 +360,7 @@ job, either way. *The ready lists kept in descending order* (what starts popped 
 end) *and `Nodes.place/release` with `_set()` copied inline*: the same within the noise
 (schedule 1.17 / 1.42 CPU s on 1 / 16 nodes either way), so not kept.
 
-**Issue 24's targets after step 5** (this table, run side by side with d12d748): 20,000
+**Issue 24's targets after step 5** (its table, run side by side with d12d748): 20,000
 specs **3.90 / 4.13 / 4.33 / 3.62 CPU s** on 1 / 16 / 64 / 256 nodes, **under 5 s on all
 four** (d12d748: 5.38 / 4.81 / 5.00 / 4.30); 10,000 specs **1.88 / 2.22 / 1.76 / 1.67 s**
 (d12d748: 2.90 / 2.57 / 2.32 / 2.19), **under 2 s on 1, 64 and 256 nodes, not on 16**
@@ -381,6 +382,60 @@ checkout's own code run by `python -m dedal` from it, alternating, twice: d12d74
 2.10-2.15 / 2.02-2.04 s. Of that, `dedal` itself now imports only the command it runs
 (`dedal plan --help` 0.24 instead of 0.60 s: every command's stages were imported to
 build the parser) and `jsonschema` only when an environment file is read.
+
+**Step 6** (this table; `before` = commit c325bc3, main before it) changed no plan and no
+schedule: `fingerprints.py --against` c325bc3's with `--sizes 1000 2000 5000 10000`, 140 of
+140 cases identical after each of its changes; every makespan above equals `before`'s.
+What changed:
+
+* the merging groupings count a waiting package's *direct* requirements only (20,000
+  instead of 221,000 decrements at 10,000 specs). Step 5 left this out because `decide()`
+  also checks every package that waits for the job through any requirement, and keeping
+  that set up to date cost what the counts saved. Now the set is made only where a
+  decision gets that far (most end before it: a second package released, another one next
+  in line, no cores), as unions of the packages' dependents in C, and `expected_ready()`
+  skips completed requirements in C instead of keeping sets of the others. Why the counts
+  agree: a requirement that another one needs completes no later than that one (before
+  its job started, or in its job), so a package has every requirement complete exactly
+  when it has every direct one, the last to complete (and the last a job builds) is a
+  direct one, and a job holds every uncompleted requirement of a package exactly when it
+  holds every uncompleted direct one. `tests/schedule/test_reduced.py` holds 32 random
+  groupings (with and without a job overhead, safe and backlog, 2-30 merges each) to
+  c325bc3's jobs. The merging grouping of 10,000 specs: 0.42 -> 0.27 s on 16 nodes, 0.45 ->
+  0.35 s on one; peak memory 10 MB less at 10,000 specs, 30 MB at 20,000;
+* `Nodes` keeps its nodes sorted by free cores as ints (`free x nodes + node`), not pairs:
+  a bisection compares ints and makes no tuple (a simulation 3-6 % less on 16-64 nodes);
+* reading the lock: a name that passes every rule of `name_problem()` at a glance (ASCII
+  letters, digits, `_.+-`) passes by one regular-expression match (a test holds the match
+  to the rules on 40,000 names); the edges share their checked (types, virtuals) tuples and
+  are made by `tuple.__new__` (`load_lock` 0.372 -> 0.352 s; plans byte-identical).
+
+Tried and left out (each measured interleaved with the code before it): the reservation
+of `Nodes` by prefix sums in C (`accumulate`, `bisect`) or by a shortcut for nodes running
+one-core jobs only (a third of the nodes it looks at): nothing beyond noise;
+`expected_ready()` keeping each package's uncompleted requirements as a tuple refreshed
+when something completed: slower (0.29-0.31 vs 0.27 s), as something completes between
+nearly every two questions; the counts of the waiting packages decremented in C (`map`,
+`dict.update`, `compress`): slower, most lists are short; `dag_bound()` summing the rate
+changes per time before its sweep: the same bound to the bit, 5 of its 75 ms; the order
+check of `Workload.topo()` by `max(map())`: 3 ms.
+
+**Issue 24's targets after step 6** (this table, side by side with c325bc3): 10,000 specs
+**1.68 / 1.87 / 1.58 / 1.46 CPU s** on 1 / 16 / 64 / 256 nodes, **under 2 s on all four**
+(c325bc3: 1.82 / 2.07 / 1.71 / 1.66); 20,000 specs **3.40 / 3.69 / 3.89 / 3.15 s**, under
+5 s (c325bc3: 3.86 / 4.31 / 4.33 / 3.62). Peak memory 162-163 MB at 10,000 specs, 288-291
+MB at 20,000. On 16 nodes, the closest, where the time goes (py-spy, 6 runs): reading the
+lock 18 % (JSON decoding 6 %), planning 14 % and the workload 2 %, the four simulations run
+to their end 22 % (the merged grouping's, one job per package's and `refine()`'s two moves:
+2194, 2149 (kept), 2176 and 2149 s, none stopped early by the bound), the merging grouping
+18 % (its jobs and every package's dependents included), building `refine()`'s candidates
+and its bookkeeping 6 %, the bounds 10 % (with the reduced requirements the rest shares),
+one job per package 3 %, the final ids 2 %, freeing the lock 3 %.
+
+The command itself: `dedal plan LOCK --simulate --nodes N` on the 10,000-spec lock, wall
+seconds (interpreter start, imports and output included), each checkout's own code by
+`python -m dedal`, alternating, twice: c325bc3 2.12-2.20 / 2.34-2.39 / 1.96 / 1.94-1.96 s
+on 1 / 16 / 64 / 256 nodes, step 6 1.99-2.01 / 2.14-2.16 / 1.78 / 1.70-1.74 s.
 
 ## The ratios of 10,000 and 20,000 specs on 16 nodes
 
