@@ -66,9 +66,12 @@ REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
 # -- local improvement: merge jobs along the simulated critical chain ----------------------
 
 def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreModel, overhead_s: float,
-               cores: int, pos: Optional[Mapping[str, int]] = None) -> Optional[List[Job]]:
-    """The jobs with ``b`` (which runs after ``a``) merged into ``a``; None when that would
-    create a cycle or exceed a node."""
+               cores: int, pos: Optional[Mapping[str, int]] = None,
+               bonus: Optional[Mapping[str, float]] = None) -> Optional[List[Job]]:
+    """The jobs with ``b`` (which runs after ``a``) merged into ``a``, priorities their
+    bottom levels plus ``bonus``; None when that would create a cycle or exceed a node.
+    Where ``jobs`` are what :func:`build_jobs` makes of their parts, the same as it makes
+    of the parts merged (the merged graph reduced has the same closure either way)."""
     by_id = {j.id: j for j in jobs}
     ja, jb = by_id[a], by_id[b]
     # another path a -> ... -> b would make the merged job wait for itself
@@ -105,7 +108,7 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
         after = sorted({a if x == b else x for x in j.after})
         out.append(Job(id=j.id, hashes=j.hashes, after=after, est_s=j.est_s, cores=j.cores, names=j.names,
                        priority=j.priority))
-    settle(out)
+    settle(out, bonus)
     return out
 
 
@@ -370,6 +373,12 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
             np, nb = move()
             if np is parts:  # a new bonus only: the same jobs, priorities anew
                 cand = _reprioritized(cur, nb)
+            elif len(np) == len(parts) - 1:
+                # a merge, the one move that leaves a part fewer (x gone, prev made of both): the
+                # jobs merged as they are, not made anew from their packages (a third less)
+                x = next(k for k in parts if k not in np)
+                prev = next(k for k in np if np[k] is not parts[k])
+                cand = merge_jobs(cur, prev, x, wl, model, overhead_s, cores, pos, bonus=nb)
             else:
                 cand = build_jobs(wl, [(k, hs, c) for k, (hs, c) in np.items()], nb, model, overhead_s)
             if cand is None:

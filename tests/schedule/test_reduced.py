@@ -16,7 +16,7 @@ import pytest
 from dedal.model.cores import DEFAULT_MODEL
 from dedal.schedule import Job, Workload, group, schedule_problems, simulate
 from dedal.schedule.grouping import per_package, reduce_after, set_priorities, settle
-from dedal.schedule.search import _reprioritized, build_jobs
+from dedal.schedule.search import _reprioritized, build_jobs, merge_jobs
 from dedal.schedule.simulation import simulate_unless
 from tests.schedule.test_schedule import workload
 
@@ -192,6 +192,36 @@ def test_a_new_bonus_alone_gives_what_build_jobs_gives(seed):
     built = build_jobs(wl, parts, bonus, DEFAULT_MODEL, 3.0)
     again = _reprioritized(build_jobs(wl, parts, {}, DEFAULT_MODEL, 3.0), bonus)
     assert [j.to_json() for j in again] == [j.to_json() for j in built]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_merge_of_built_jobs_gives_what_build_jobs_gives(seed):
+    """refine() answers a merge by merging the jobs as they are (merge_jobs), not by making
+    them anew from their packages: the same jobs, after lists and priorities as
+    build_jobs() makes of the merged parts, with the search's bonus, to the bit."""
+    wl = random_workload(seed)
+    pos = {h: i for i, h in enumerate(wl.topo())}
+    rng = random.Random(seed)
+    for merge in ("safe", "none"):
+        parts = {j.id: (list(j.hashes), j.cores)
+                 for j in group(wl, nodes=2, cores=16, overhead_s=3.0, merge=merge)}
+        bonus = {k: rng.choice([-30.0, 45.0, 600.0]) for k in parts if rng.random() < 0.3}
+        jobs = build_jobs(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, DEFAULT_MODEL, 3.0)
+        tried = 0
+        for j in jobs:
+            for prev in j.after[:2]:
+                merged = dict(parts)
+                del merged[j.id]
+                merged[prev] = (sorted(parts[prev][0] + parts[j.id][0], key=pos.__getitem__),
+                                max(parts[prev][1], parts[j.id][1]))
+                left = {k: v for k, v in bonus.items() if k != j.id}
+                built = build_jobs(wl, [(k, hs, c) for k, (hs, c) in merged.items()], left, DEFAULT_MODEL, 3.0)
+                again = merge_jobs(jobs, prev, j.id, wl, DEFAULT_MODEL, 3.0, 16, pos, bonus=left)
+                assert (again is None) == (built is None)
+                if built is not None and again is not None:
+                    assert [x.to_json() for x in again] == [x.to_json() for x in built]
+                    tried += 1
+        assert tried > 20
 
 
 @pytest.mark.parametrize("seed", range(4))
