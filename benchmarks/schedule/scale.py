@@ -405,6 +405,9 @@ What changed:
   0.35 s on one; peak memory 10 MB less at 10,000 specs, 30 MB at 20,000;
 * `Nodes` keeps its nodes sorted by free cores as ints (`free x nodes + node`), not pairs:
   a bisection compares ints and makes no tuple (a simulation 3-6 % less on 16-64 nodes);
+* `refine()` answers a merge with `merge_jobs()` on the jobs as they are (what `improve()`
+  uses), with the search's bonus, instead of `build_jobs()` from every package: the same
+  jobs to the bit (tested on random groupings), 0.02-0.03 s of a schedule of 10,000 specs;
 * reading the lock: a name that passes every rule of `name_problem()` at a glance (ASCII
   letters, digits, `_.+-`) passes by one regular-expression match (a test holds the match
   to the rules on 40,000 names); the edges share their checked (types, virtuals) tuples and
@@ -418,12 +421,18 @@ when something completed: slower (0.29-0.31 vs 0.27 s), as something completes b
 nearly every two questions; the counts of the waiting packages decremented in C (`map`,
 `dict.update`, `compress`): slower, most lists are short; `dag_bound()` summing the rate
 changes per time before its sweep: the same bound to the bit, 5 of its 75 ms; the order
-check of `Workload.topo()` by `max(map())`: 3 ms.
+check of `Workload.topo()` by `max(map())`: 3 ms; `all_build_requirements()` from each
+package's own link/run closure plus its other children's: the same sets, no faster (making
+the closures is the cost).
 
 **Issue 24's targets after step 6** (this table, side by side with c325bc3): 10,000 specs
-**1.68 / 1.87 / 1.58 / 1.46 CPU s** on 1 / 16 / 64 / 256 nodes, **under 2 s on all four**
-(c325bc3: 1.82 / 2.07 / 1.71 / 1.66); 20,000 specs **3.40 / 3.69 / 3.89 / 3.15 s**, under
-5 s (c325bc3: 3.86 / 4.31 / 4.33 / 3.62). Peak memory 162-163 MB at 10,000 specs, 288-291
+**1.72 / 1.81 / 1.47 / 1.41 CPU s** on 1 / 16 / 64 / 256 nodes, **under 2 s on all four**
+(c325bc3: 1.80 / 2.02 / 1.66 / 1.61); 20,000 specs **3.42 / 3.60 / 3.67 / 2.97 s**, under
+5 s (c325bc3: 3.71 / 3.88 / 4.24 / 3.41). Two other runs of the whole table the same day,
+the margin on 16 nodes being what it is: before `refine()`'s merges went through
+`merge_jobs()`, 1.68 / 1.87 / 1.58 / 1.46 s (c325bc3 1.82 / 2.07 / 1.71 / 1.66), and after
+it on a busier host 1.91 / 1.97 / 1.57 / 1.51 s (c325bc3 1.88 / 2.22 / 1.72 / 1.84): 16
+nodes under 2 s in all three, by 0.03-0.19 s. Peak memory 162-163 MB at 10,000 specs, 288-291
 MB at 20,000. On 16 nodes, the closest, where the time goes (py-spy, 6 runs): reading the
 lock 18 % (JSON decoding 6 %), planning 14 % and the workload 2 %, the four simulations run
 to their end 22 % (the merged grouping's, one job per package's and `refine()`'s two moves:
@@ -435,7 +444,8 @@ one job per package 3 %, the final ids 2 %, freeing the lock 3 %.
 The command itself: `dedal plan LOCK --simulate --nodes N` on the 10,000-spec lock, wall
 seconds (interpreter start, imports and output included), each checkout's own code by
 `python -m dedal`, alternating, twice: c325bc3 2.12-2.20 / 2.34-2.39 / 1.96 / 1.94-1.96 s
-on 1 / 16 / 64 / 256 nodes, step 6 1.99-2.01 / 2.14-2.16 / 1.78 / 1.70-1.74 s.
+on 1 / 16 / 64 / 256 nodes, step 6 (before `merge_jobs()` in `refine()`) 1.99-2.01 / 2.14-2.16
+/ 1.78 / 1.70-1.74 s.
 
 ## The ratios of 10,000 and 20,000 specs on 16 nodes
 
