@@ -52,15 +52,17 @@ def improve_runs(jobs: int, work: Optional[int] = IMPROVE_WORK) -> bool:
     return work is None or jobs * IMPROVE_MIN_TRIES <= work
 
 
+REFINE_WORK_LARGE = 20_000   # refine(): simulations = this // packages
+# refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
+# every starting point up to REFINE_ALL packages, the best one beyond
+REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
+
+
 def _if_shorter(cand: Sequence[Job], sim: Simulation, *, nodes: int, cores: int) -> Optional[Simulation]:
     """The simulation of ``cand`` if it ends more than a microsecond before ``sim``, else
     None (given up as soon as it cannot: :func:`simulate_unless`)."""
     csim = simulate_unless(cand, nodes=nodes, cores=cores, at_least=sim.makespan_s - 1e-6)
     return csim if csim is not None and csim.makespan_s < sim.makespan_s - 1e-6 else None
-REFINE_WORK_LARGE = 20_000   # refine(): simulations = this // packages
-# refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
-# every starting point up to REFINE_ALL packages, the best one beyond
-REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
 
 
 # -- local improvement: merge jobs along the simulated critical chain ----------------------

@@ -283,8 +283,8 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             run_one(i, len(order), scope, bench, rep, side, opts.repetitions)
         # bad on timing alone (no failed run, every log good): measured once more, as many
         # repetitions again, interleaved as before; the check then rests on all of them
-        first = compare.compare_runs(runs, plan, thresholds)[0] if opts.remeasure else []
-        again = compare.remeasurable(first, runs, plan)
+        judged = compare.compare_runs(runs, plan, thresholds)
+        again = compare.remeasurable(judged[0], runs, plan) if opts.remeasure else []
         if again:
             remeasured = [f"{bench.name} {scope}" for scope, bench in again]
             _say(progress, f"{', '.join(remeasured)}: over a threshold on timing alone; "
@@ -292,13 +292,14 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             more = plan.again(again, opts.repetitions + 1)
             for i, (scope, bench, rep, side) in enumerate(more, 1):
                 run_one(i, len(more), scope, bench, rep, side, 2 * opts.repetitions)
+            judged = compare.compare_runs(runs, plan, thresholds)
 
         app_checks = run_apps(opts.apps, root=container_root, launcher=launcher, nodes=nodes, outdir=outdir,
                               runtime_name=opts.runtime, env=dict(opts.env), binds=extra_binds,
                               image_mount=image_mount, progress=progress)
     finally:
         mounts.close()
-    checks, measurements, summary = compare.compare_runs(runs, plan, thresholds)
+    checks, measurements, summary = judged
     checks += compare.skipped_checks(skipped, scopes, skip_reason)
     checks += app_checks
     if skipped:
