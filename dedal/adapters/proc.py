@@ -144,7 +144,10 @@ def _run(argv: list, watch: Optional[Callable[[int], None]], *, timeout: Optiona
     given), and stopping the child with :func:`stop` when this process is interrupted
     (``subprocess.run`` would SIGKILL it, which leaves an ``srun`` job step running)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    with subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else None,
+    # without input, /dev/null: a child that inherits the user's terminal but runs in a
+    # session of its own (a sandbox, a build job) fails on it, as Spack's log writer does
+    # (tcgetpgrp: "Inappropriate ioctl for device"); none of dedal's tools reads the terminal
+    with subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                           **popen) as p:  # type: ignore[call-overload]
         try:
             while True:
@@ -191,7 +194,8 @@ def start(
     new_session: bool = True,
     die_with_parent: bool = False,
 ) -> subprocess.Popen:
-    """Start a long-running process (daemon, benchmark rank launcher) and return it.
+    """Start a long-running process (daemon, benchmark rank launcher) and return it, its
+    stdin /dev/null (it never reads the terminal; in a session of its own it could not).
     ``die_with_parent``: the process gets SIGTERM when this one dies (from the thread
     that calls this; Linux), so that a worker never outlives a killed dedal."""
     argv = [os.fspath(c) for c in cmd]
@@ -200,7 +204,7 @@ def start(
     out = open(log, "ab") if log is not None else subprocess.DEVNULL
     try:
         return subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
             start_new_session=new_session,
             preexec_fn=_terminated_with(os.getpid()) if die_with_parent else None,
         )

@@ -88,3 +88,37 @@ def test_stop_of_a_finished_child_returns_its_code() -> None:
     p = proc.start(["sh", "-c", "exit 5"])
     p.wait()
     assert proc.stop(p, group=True) == 5
+
+
+CHILD_STDIN = """
+import sys
+from pathlib import Path
+from dedal.adapters import proc
+out = Path(sys.argv[1])
+print("terminal", sys.stdin.isatty())
+print("run", proc.run(["readlink", "/proc/self/fd/0"]).stdout.strip())
+proc.run(["sh", "-c", "readlink /proc/self/fd/0"], log=out / "run.log")
+print("logged", (out / "run.log").read_text().splitlines()[-1])
+p = proc.start(["sh", "-c", "readlink /proc/self/fd/0"], log=out / "start.log")
+p.wait()
+print("start", (out / "start.log").read_text().strip())
+"""
+
+
+def test_children_never_inherit_the_terminal(tmp_path: Path) -> None:
+    """A dedal whose stdin is a terminal (a person typing the README's command) gives every
+    child /dev/null instead: a child in a session of its own (a build job, a sandboxed
+    Spack) that inherited the terminal failed on it (Spack's log writer: tcgetpgrp ENOTTY).
+    The dedal here really has a pseudo-terminal as stdin."""
+    import subprocess
+    import sys
+    primary, secondary = os.openpty()
+    try:
+        res = subprocess.run([sys.executable, "-c", CHILD_STDIN, str(tmp_path)], stdin=secondary,
+                             capture_output=True, text=True, timeout=WAIT_S)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert res.returncode == 0, res.stderr
+    seen = dict(line.split(" ", 1) for line in res.stdout.splitlines())
+    assert seen == {"terminal": "True", "run": "/dev/null", "logged": "/dev/null", "start": "/dev/null"}, seen
