@@ -1,6 +1,7 @@
 """`dedal build-image` end to end on a test environment: fetch, build (inside the Debian
 trixie base), assemble, verify (the bundled benchmarks, native and in the container),
-publish to a real local registry, pull back; a second run does no work.
+publish to a real local registry, pull back; a second run does no work. The first run is
+typed in a terminal (tests/fixtures/terminal.py).
 
 Uses a real Spack when DEDAL_SPACK_ROOT holds one (and the stand-in otherwise)."""
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 import yaml
 
 from dedal.model.layers import sha256_file
-from tests.conftest import SPACK_DATA, fill_tiny_mirror, is_real_spack
+from tests.conftest import SPACK_DATA, dedal_exe, fill_tiny_mirror, is_real_spack
+from tests.fixtures.terminal import in_terminal
 from tests.standin import install_standin
 
 pytestmark = [pytest.mark.e2e, pytest.mark.registry]
@@ -62,11 +64,14 @@ def e2e_env(tmp_path: Path, registry):  # noqa: F811
     return envdir / "env.yaml", env, registry
 
 
-def test_build_image_end_to_end_then_nothing_to_do(run_dedal, e2e_env, tmp_path):
+def test_build_image_end_to_end_then_nothing_to_do(run_dedal, isolated_env, e2e_env, tmp_path):
     env_file, env, reg = e2e_env
-    res = run_dedal("build-image", str(env_file), "--json", env=env, timeout=1800)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads(res.stdout)
+    # typed in a terminal (stdin and stderr; stdout to a pipe for the JSON), as a person runs it:
+    # Spack's log writer in a build job failed on an inherited terminal
+    term = in_terminal([dedal_exe(), "build-image", str(env_file), "--json"], dict(isolated_env, **env),
+                       timeout=1800, cwd=tmp_path, stdout_pipe=True)
+    assert term.rc == 0, term.stdout[-3000:] + term.text[-3000:]
+    summary = json.loads(term.stdout)
     stages = {s["name"]: s for s in summary["stages"]}
     assert [stages[s]["status"] for s in ("fetch", "build", "assemble", "verify", "publish")] == \
         ["done", "done", "done", "done", "done"], stages
