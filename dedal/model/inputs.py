@@ -108,11 +108,31 @@ def parse_json(text: str, where: Union[str, Path]) -> Any:
     return data
 
 
+def _yaml_problem(exc: yaml.YAMLError, where: Union[str, Path]) -> str:
+    """PyYAML's complaint as one line with where it is: ``FILE:LINE:COLUMN: not valid YAML:
+    PROBLEM (CONTEXT at LINE:COLUMN)`` for a file (a :class:`~pathlib.Path`: what editors and
+    terminals jump to), ``WHERE: not valid YAML (PROBLEM at line L column C)`` for a value
+    that is not a file (a ``-s`` setting). PyYAML counts lines and columns from 0."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return f"{where}: not valid YAML ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    problem = exc.problem or exc.context or type(exc).__name__
+    mark = exc.problem_mark or exc.context_mark
+    context = ""
+    if exc.problem and exc.context:
+        at = exc.context_mark
+        context = f" ({exc.context}" + (f" at {at.line + 1}:{at.column + 1}" if at is not None and (mark is None or (at.line, at.column) != (mark.line, mark.column)) else "") + ")"
+    if mark is None:
+        return f"{where}: not valid YAML: {problem}{context}"
+    if isinstance(where, Path):
+        return f"{where}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}{context}"
+    return f"{where}: not valid YAML ({problem} at line {mark.line + 1} column {mark.column + 1}){context}"
+
+
 def parse_yaml(text: str, where: Union[str, Path]) -> Any:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise UserError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise UserError(_yaml_problem(exc, where)) from None
     except RecursionError:
         raise UserError(f"{where}: not accepted: nested deeper than {MAX_DEPTH} levels") from None
     except (ValueError, TypeError, OverflowError) as exc:  # a constructor refused a value (dates, ...)
@@ -128,4 +148,4 @@ def load_json(path: Union[str, Path]) -> Any:
 
 
 def load_yaml(path: Union[str, Path]) -> Any:
-    return parse_yaml(read_input(Path(path)), path)
+    return parse_yaml(read_input(Path(path)), Path(path))

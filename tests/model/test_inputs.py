@@ -44,6 +44,32 @@ def test_yaml_defects(text: str, expect: str) -> None:
     assert expect in _one_line(err, "f.yaml: ")
 
 
+@pytest.mark.parametrize("text,expect", [
+    # line and column 1-based (PyYAML's marks are 0-based), then PyYAML's problem and its context
+    ("spack:\n  specs: [zlib\n", ":3:1: not valid YAML: expected ',' or ']', but got '<stream end>' "
+                                 "(while parsing a flow sequence at 2:10)"),
+    ("spack:\n  specs: [zlib]\n  x: : y\n", ":3:6: not valid YAML: mapping values are not allowed here"),
+    ("spack:\n\tspecs: [zlib]\n", ":2:1: not valid YAML: found character '\\t' that cannot start any token"),
+    ("a: 'x\n", ":2:1: not valid YAML: found unexpected end of stream (while scanning a quoted scalar at 1:4)"),
+    ("a: *nope\n", ":1:4: not valid YAML: found undefined alias 'nope'"),
+    ("a: !!python/object:os.system x\n", ":1:4: not valid YAML: could not determine a constructor"),
+])
+def test_yaml_syntax_errors_name_the_line_and_column(tmp_path: Path, text: str, expect: str) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as err:
+        load_yaml(path)
+    assert _one_line(err, f"{path}:").startswith(f"{path}{expect}"), str(err.value)
+
+
+def test_yaml_errors_in_a_value_say_where_in_words() -> None:
+    """A value that is no file (a ``-s key=[a`` setting) has no FILE:LINE:COLUMN to name."""
+    with pytest.raises(UserError) as err:
+        parse_yaml("[a", "slurm.extra_args")
+    assert _one_line(err, "slurm.extra_args: not valid YAML (expected ',' or ']', but got '<stream end>' "
+                          "at line 1 column 3) (while parsing a flow sequence at 1:1)")
+
+
 def test_shared_aliases_are_counted_once() -> None:
     """"Billion laughs": 10 levels of 10 aliases would be 10**10 nodes walked naively."""
     lines = ["l0: &l0 [x]"] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
