@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dedal.errors import DedalError, UserError
 from dedal.model.config import Settings
@@ -110,6 +110,12 @@ def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> O
     if meta.get("image_sha256") == sha256 and meta.get("settings_sha256") == settings_sha256 and data.get("verdict"):
         return data
     return None
+
+
+def _report_dir(target: Target, image: Path) -> Path:
+    """Where build-image keeps the verification report of this environment's image."""
+    reports = Path(target.settings.reports_dir)
+    return reports / target.name / target.tag if target.env is not None else reports / image.stem
 
 
 def verify_options(target: Target, image: Path, outdir: Path, verify_env: Optional[Dict[str, str]] = None) -> Options:
@@ -217,14 +223,9 @@ def run_pipeline(
         if spec is not None and not spec.enabled:
             record.status, record.detail = "skipped", "verification disabled in the environment file"
             return
-        outdir = Path(settings.reports_dir) / Path(summary.image).stem
-        if target.env is not None:
-            outdir = Path(settings.reports_dir) / target.name / target.tag
-        opts = verify_options(target, Path(summary.image), outdir, verify_env)
-        current = None if reverify else _verify_report_current(outdir, summary.image_sha256, opts.settings_digest())
-        if current is not None:
-            summary.verdict, summary.report = current["verdict"], str(outdir / "report.md")
-            summary.skipped = skipped_of(current)
+        outdir, opts, current = report_of_image()
+        if current is not None and not reverify:
+            take_report(current, outdir)
             record.status, record.detail = "current", (f"verdict {current.get('verdict_text') or summary.verdict} "
                                                        "(report of this image)")
         else:
@@ -233,13 +234,31 @@ def run_pipeline(
             summary.skipped = skipped_text(outcome.report.checks)
             summary.report = str(outcome.paths.get("report.md", outdir / "report.md"))
             record.detail = f"verdict {outcome.report.verdict_text}; report {summary.report}"
+        apply_gate()
+
+    def report_of_image() -> Tuple[Path, Options, Optional[dict]]:
+        """Where the image's report lies, the verification build-image runs, and the report of
+        exactly this image with those settings (None without one)."""
+        outdir = _report_dir(target, Path(summary.image))
+        opts = verify_options(target, Path(summary.image), outdir, verify_env)
+        return outdir, opts, _verify_report_current(outdir, summary.image_sha256, opts.settings_digest())
+
+    def take_report(report: dict, outdir: Path) -> None:
+        summary.verdict, summary.report = report["verdict"], str(outdir / "report.md")
+        summary.skipped = skipped_of(report)
+
+    def apply_gate() -> None:
+        """``verify_gate`` on the verdict of this image; an image without one is ``unverified``."""
         gate = settings.verify_gate
-        reason, overrides = gate_refusal(summary.verdict, gate, summary.skipped)
+        verdict = summary.verdict or "unverified"
+        reason, overrides = gate_refusal(verdict, gate, summary.skipped)
         if reason:
             anyway = " or ".join(f"`dedal -s {o} build-image ...`" for o in overrides)
-            raise StageFailed(f"{reason}: the image is not published ({anyway} publishes it anyway); see {summary.report}")
-        if gate == "off" and not gate_allows(summary.verdict):
-            note(f"verification verdict {summary.verdict}, published anyway (verify_gate off)")
+            where = f"see {summary.report}" if summary.report else (
+                f"no current verification report of {summary.image} (`dedal build-image --from verify` makes one)")
+            raise StageFailed(f"{reason}: the image is not published ({anyway} publishes it anyway); {where}")
+        if gate == "off" and not gate_allows(verdict):
+            note(f"verification verdict {verdict}, published anyway (verify_gate off)")
 
     def publish(record: StageRecord) -> None:
         registry = _registry(target)
@@ -247,6 +266,13 @@ def run_pipeline(
             record.status, record.detail = "skipped", "no registry configured (dedal.registry or setting registry)"
             return
         need_image()
+        spec = target.env.verify if target.env is not None else None
+        if records["verify"].status not in ("done", "current") and (spec is None or spec.enabled):
+            # verify did not run here (--from publish): the gate judges the image's current report
+            outdir, _, current = report_of_image()
+            if current is not None:
+                take_report(current, outdir)
+            apply_gate()
         # imported here: the registry client (requests) and GitPython would add ~0.25 s to every `dedal` start, --help included
         from dedal.adapters import git
         from dedal.adapters.registry import client_options

@@ -105,3 +105,52 @@ def test_a_report_made_with_other_settings_is_not_current(tmp_path, monkeypatch)
     summary = _run(target)
     assert len(ran) == 1 and [a.expect for a in ran[0].apps] == ["ranks=2"]
     assert {s.name: s.status for s in summary.stages}["verify"] == "done"
+
+
+def _suboptimal_report(image: Path, target: Target) -> VerifyReport:
+    checks = [CheckResult("osu_latency", "latency", "us", "suboptimal")]
+    digest = pipeline.verify_options(target, image, _outdir(target, image)).settings_digest()
+    return VerifyReport(image=str(image), checks=checks,
+                        meta={"image_sha256": sha256_file(image), "settings_sha256": digest})
+
+
+def _publish_only(tmp_path, monkeypatch, gate: str, report: bool):
+    """build-image --from publish: verify does not run, the gate judges the image's report."""
+    import dedal.stages.publish as publish_stage
+
+    target, image = _target(tmp_path, monkeypatch, gate)
+    target.settings.registry = "oras://127.0.0.1:9/esd/gpu"  # nothing listens: a refusal must come first
+    if report:
+        write_report(_suboptimal_report(image, target), _outdir(target, image))
+    sent = []
+    monkeypatch.setattr(publish_stage, "publish", lambda sif, refs, **kw: sent.append(kw) or SimpleNamespace(
+        references=refs, blobs_uploaded=[]))
+    summary = pipeline.run_pipeline(target, stages=["publish"], executor="local", jobs=1, keep_going=False, quiet=True)
+    return summary, {s.name: s for s in summary.stages}, sent, _outdir(target, image)
+
+
+def test_publish_alone_applies_the_gate_to_the_report_of_the_image(tmp_path, monkeypatch):
+    summary, stages, sent, _ = _publish_only(tmp_path, monkeypatch, "good", report=True)
+    assert stages["publish"].status == "failed" and not sent and not summary.ok
+    assert "verification verdict suboptimal, refused by verify_gate good" in stages["publish"].detail
+    assert "not published" in stages["publish"].detail
+
+
+def test_publish_alone_attaches_the_report_the_gate_lets_through(tmp_path, monkeypatch):
+    summary, stages, sent, outdir = _publish_only(tmp_path, monkeypatch, "passed", report=True)
+    assert summary.ok and stages["publish"].status == "done", stages["publish"].detail
+    assert summary.verdict == "suboptimal" and outdir in sent[0]["attachments"]
+
+
+@pytest.mark.parametrize("gate", ["passed", "good"])
+def test_publish_alone_refuses_an_unverified_image(tmp_path, monkeypatch, gate):
+    summary, stages, sent, _ = _publish_only(tmp_path, monkeypatch, gate, report=False)
+    assert stages["publish"].status == "failed" and not sent
+    detail = stages["publish"].detail
+    assert f"verification verdict unverified, refused by verify_gate {gate}" in detail
+    assert "no current verification report" in detail and "--from verify" in detail
+
+
+def test_publish_alone_with_the_gate_off_publishes_an_unverified_image(tmp_path, monkeypatch):
+    summary, stages, sent, _ = _publish_only(tmp_path, monkeypatch, "off", report=False)
+    assert summary.ok and len(sent) == 1 and stages["publish"].status == "done"
