@@ -9,6 +9,7 @@ from rich.table import Table
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.errors import UserError
+from dedal.model.cores import REF_CORES
 from dedal.model.layers import LayerStore
 from dedal.schedule import schedule_plan
 from dedal.stages.workspace import resolve
@@ -70,7 +71,10 @@ def show(plan, base_note: str = "") -> None:
               f"{c['build_only']} build-only; {c['runtime']} in the runtime closure; {c['waves']} waves")
     if plan.critical_path:
         names = " -> ".join(plan.nodes[h].name for h in plan.critical_path)
-        out.print(f"critical path (estimated {human_seconds(plan.critical_path_s)}): {names}")
+        # the estimates are durations on the model's reference cores; --simulate gives each package
+        # the cores of a build node, so its critical path is shorter (the two differed with no word why)
+        out.print(f"critical path (estimated {human_seconds(plan.critical_path_s)} at make -j{REF_CORES} per package; "
+                  f"`dedal plan --simulate` estimates it on the build nodes' cores): {names}")
 
 
 def simulate(plan, settings, args: argparse.Namespace) -> int:

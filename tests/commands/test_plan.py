@@ -65,6 +65,9 @@ def test_human_plan_output(run_dedal):
     assert res.returncode == 0
     assert "43 packages: 11 external, 0 cached, 32 to build" in res.stdout
     assert "9 waves" in res.stdout and "critical path" in res.stdout
+    # the plan's critical path is at the model's reference cores, the simulation's on the nodes' cores: it says so
+    flat = " ".join(res.stdout.split())
+    assert "at make -j2 per package; `dedal plan --simulate` estimates it on the build nodes' cores" in flat
 
 
 def test_plan_of_an_unseen_lock(run_dedal, tmp_path):
