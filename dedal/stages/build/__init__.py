@@ -5,12 +5,15 @@ directory (spack.yaml, spack.lock, plan.json): every job, local or on Slurm, rea
 and nothing else. The jobs run through an executor (``executors/``: local process pool
 or Slurm), each one :func:`dedal.stages.build.node.run_job` on its node. With a remote
 layer cache (:mod:`~dedal.stages.build.cache`) the layers it has are pulled first and
-the ones built pushed after. Each attempt is recorded (:mod:`dedal.model.attempts`).
+the ones built pushed after. The source mirror is needed only for what must be built:
+a build whose every missing layer the cache has runs without one. Each attempt is
+recorded (:mod:`dedal.model.attempts`).
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Optional
 
 from dedal.errors import DedalError, Interrupted, UserError
 from dedal.model.attempts import Attempts
@@ -19,6 +22,7 @@ from dedal.stages.base import base_root
 from dedal.adapters.registry import client_options
 from dedal.stages.build.cache import CacheReport, LayerCache
 from dedal.stages.build.executors.common import BuildSummary
+from dedal.stages.build.node import missing_mirror
 from dedal.stages.workspace import Target, prepare
 from dedal.ui.progress import BuildProgress
 
@@ -26,15 +30,16 @@ from dedal.ui.progress import BuildProgress
 def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, quiet: bool = False) -> BuildSummary:
     settings = target.settings
     # every check on the input before the first write (bad input writes nothing)
-    if not Path(settings.mirror).is_dir():
-        raise UserError(f"source mirror {settings.mirror} does not exist; run `dedal fetch` first or set `mirror`")
     target.lock()
     store = LayerStore(Path(settings.layer_store))
-    store.ensure_writable()
-    store.reap_temporaries()  # of builds killed on this host (kill -9 during mksquashfs)
     cache = (LayerCache(str(settings.get("layer_cache")), insecure=bool(settings.registry_insecure),
                         client_options=client_options(settings))
              if settings.get("layer_cache") else None)  # a bad reference is refused here
+    mirror = Path(settings.mirror)
+    if not mirror.is_dir():
+        _check_without_mirror(target, store, cache, mirror)
+    store.ensure_writable()
+    store.reap_temporaries()  # of builds killed on this host (kill -9 during mksquashfs)
     plan, plan_path = prepare(target)
     attempts = Attempts(Path(plan.env_dir or target.workdir))
     attempt = attempts.start(executor)
@@ -46,6 +51,11 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
             if cache is not None:
                 cache.say = progress.note
                 cache.pull(plan, plan.to_build, store, report)
+            if not mirror.is_dir():  # a layer the cache had failed its checks: it must be built
+                lacking = [plan.nodes[h].label for h in plan.to_build if not store.has(plan.nodes[h].key or "")]
+                if lacking:
+                    raise missing_mirror(mirror, lacking, f" (the layer cache's copies were refused: "
+                                                          f"{'; '.join(report.problems)})" if report.problems else "")
             if executor == "slurm":
                 from dedal.stages.build.executors import slurm
                 summary = slurm.build(plan, plan_path, settings, keep_going=keep_going, progress=progress)
@@ -71,6 +81,19 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
     attempts.finish(attempt, status, seconds=summary.seconds, summary=summary.to_json(),
                     jobs=_slurm_jobs(plan, executor))
     return summary
+
+
+def _check_without_mirror(target: Target, store: LayerStore, cache: Optional[LayerCache], mirror: Path) -> None:
+    """Without a source mirror, a build can only take its layers from the store and the
+    cache: refuse it (before anything is written) when either lacks one it needs."""
+    plan = target.make_plan(store)  # read only: the store as it is
+    lacking = [h for h in plan.to_build if not store.has(plan.nodes[h].key or "")]
+    why = ""
+    if lacking and cache is not None:
+        lacking, why = cache.lacking(plan, lacking)
+        why = f" ({why})"
+    if lacking:
+        raise missing_mirror(mirror, [plan.nodes[h].label for h in lacking], why)
 
 
 def _slurm_jobs(plan, executor: str) -> list:  # noqa: ANN001

@@ -9,7 +9,10 @@ the store lacks is looked up there and pulled: the squashfs's bytes are checked 
 the digest the artifact names, which is the sha256 its manifest records, and the manifest
 against the plan (key, install root, base) before the layer enters the store. After the
 build, the layers it built are pushed (unless ``layer_cache_push`` is off), blobs the
-registry has being skipped.
+registry has being skipped; ``dedal layers push`` seeds a cache from a store with the same
+push (:meth:`LayerCache.push_layers`). Without a source mirror the build first asks the
+cache which layers it holds (:meth:`LayerCache.lacking`): a build that would have to
+build one from sources is refused, naming its packages.
 
 The cache only saves work: a registry that cannot be reached, or a layer that fails its
 checks, is reported and the layer built here instead; a push that fails is reported
@@ -21,7 +24,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import RegistryClient, make_client
@@ -53,12 +56,13 @@ class CacheReport:
 
     pulled: List[str] = field(default_factory=list)
     pushed: List[str] = field(default_factory=list)
+    skipped: List[str] = field(default_factory=list)  # offered, but the cache had them already
     problems: List[str] = field(default_factory=list)
     bytes_pulled: int = 0
     bytes_pushed: int = 0
 
     def to_json(self) -> Dict[str, object]:
-        return {"pulled": self.pulled, "pushed": self.pushed, "problems": self.problems,
+        return {"pulled": self.pulled, "pushed": self.pushed, "skipped": self.skipped, "problems": self.problems,
                 "bytes_pulled": self.bytes_pulled, "bytes_pushed": self.bytes_pushed}
 
 
@@ -72,6 +76,20 @@ class LayerCache:
         self.repository = r.repository
         self.client = client or make_client(r.host, insecure=insecure, repository=r.repository, **(client_options or {}))
         self.say = say
+
+    # -- lookup ------------------------------------------------------------------------
+    def lacking(self, plan: Plan, hashes: Sequence[str]) -> Tuple[List[str], str]:
+        """The hashes among ``hashes`` whose layers the cache has no tag for (all of them
+        when it cannot be asked), and why, in words, for a message."""
+        self.client.begin()
+        try:
+            tags = set(self.client.tags(self.repository))
+        except reg.NotFound:
+            tags = set()
+        except (RegistryError, DedalError, OSError) as exc:
+            return list(hashes), f"the layer cache {self.ref} could not be asked ({_reason(exc)})"
+        return ([h for h in hashes if cache_tag(plan.nodes[h].key or "") not in tags],
+                f"the layer cache {self.ref} lacks them")
 
     # -- pull --------------------------------------------------------------------------
     def pull(self, plan: Plan, hashes: Sequence[str], store: LayerStore, report: CacheReport) -> None:
@@ -130,24 +148,31 @@ class LayerCache:
     # -- push --------------------------------------------------------------------------
     def push(self, plan: Plan, hashes: Sequence[str], store: LayerStore, report: CacheReport) -> None:
         """Offer the layers of ``hashes`` (built here) to the cache; those it has stay."""
-        for h in hashes:
-            node = plan.nodes[h]
-            key = node.key or ""
+        self.push_layers([(plan.nodes[h].label, plan.nodes[h].key or "") for h in hashes], store, report)
+
+    def push_layers(self, layers: Sequence[Tuple[str, str]], store: LayerStore, report: CacheReport) -> None:
+        """Offer the store's layers ``layers`` ((label, key) pairs; those not in the store
+        are left out) to the cache; those it has are not sent again (``report.skipped``).
+        The one push of every caller: the build's, and ``dedal layers push``'s."""
+        for label, key in layers:
             if not key or not store.has(key):
                 continue
             self.client.begin()
             try:
                 sent = self._push_one(store.manifest(key), store)
             except (RegistryError, DedalError, OSError, ValueError, TypeError) as exc:
-                report.problems.append(f"{node.label}: push failed ({_reason(exc)})")
-                self.say(f"layer cache {self.ref}: pushing {node.label} failed ({_reason(exc)})")
+                report.problems.append(f"{label}: push failed ({_reason(exc)})")
+                self.say(f"layer cache {self.ref}: pushing {label} failed ({_reason(exc)})")
                 if _unreachable(exc):
                     return
                 continue
-            if sent is not None:
-                report.pushed.append(node.label)
+            if sent is None:
+                report.skipped.append(label)
+                self.say(f"layer cache: {label} is there already")
+            else:
+                report.pushed.append(label)
                 report.bytes_pushed += sent
-                self.say(f"layer cache: pushed {node.label} ({human_size(sent)})")
+                self.say(f"layer cache: pushed {label} ({human_size(sent)})")
 
     def _push_one(self, man: LayerManifest, store: LayerStore) -> Optional[int]:
         """Bytes sent for the layer (0 when the registry had its blobs), None when the

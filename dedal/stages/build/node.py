@@ -110,6 +110,14 @@ def _full_hint(stage: Path) -> str:
     return ""
 
 
+def missing_mirror(mirror: Path, labels: Sequence[str], why: str = "") -> UserError:
+    """The refusal of a build that must build ``labels`` from sources without the source
+    mirror (``why``: where else the layers were looked for)."""
+    shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
+    return UserError(f"source mirror {mirror} does not exist and {len(labels)} package(s) must be built from "
+                     f"source: {shown}{why}; run `dedal fetch` first or set `mirror`")
+
+
 def run_job(
     plan: Plan,
     hashes: Sequence[str],
@@ -136,12 +144,12 @@ def run_job(
     if unknown:
         raise UserError(f"{unknown[0]}: not a package of plan {plan.env_name}")
     order = [h for h in plan.to_build + [x for x in plan.nodes if x not in plan.to_build] if h in set(hashes)]
-    if not Path(mirror).is_dir():
-        raise UserError(f"source mirror {mirror} does not exist; run `dedal fetch` first or set `mirror`")
+    todo = [h for h in order if not store.has(plan.nodes[h].key or "")]
+    if todo and not Path(mirror).is_dir():  # the mirror is read only for what is built
+        raise missing_mirror(Path(mirror), [plan.nodes[h].label for h in todo])
     store.ensure_writable()
     store.reap_temporaries()  # a Slurm job reaps those of killed builds on its node
     log_dir.mkdir(parents=True, exist_ok=True)
-    todo = [h for h in order if not store.has(plan.nodes[h].key or "")]
     for h in order:
         if h not in todo:
             result.packages.append(PackageResult(h, plan.nodes[h].name, plan.nodes[h].key or "", "present"))

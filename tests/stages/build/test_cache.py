@@ -96,3 +96,73 @@ def test_a_bad_cache_reference_is_refused_before_anything_is_written(run_dedal, 
     res = run_dedal("build", str(tiny.env_file), "--cache", "https://host/repo", env=tiny.env)
     assert res.returncode == 2 and "https:// references are not supported" in res.stderr
     assert not (Path(tiny.env["DEDAL_DATA_DIR"]) / "work").exists()
+
+
+def _no_mirror(env, tmp_path):
+    return dict(env.env, DEDAL_MIRROR=str(tmp_path / "no-mirror"))
+
+
+def test_without_a_mirror_every_layer_comes_from_the_cache(run_dedal, registry, tmp_path):  # noqa: F811
+    cache = registry.ref("esd/layers")
+    first = make_env(tmp_path / "a")
+    res, _ = _build(run_dedal, first, cache)
+    assert res.returncode == 0, res.stderr
+
+    # another machine with no source mirror at all and a Spack that would fail every build
+    second = make_env(tmp_path / "b", fail=TINY)
+    res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", "--json",
+                    env=_no_mirror(second, tmp_path))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["built"] == [] and names(summary["cache"]["pulled"]) == TINY
+    assert LayerStore(second.store).verify().clean and len(LayerStore(second.store).keys()) == len(TINY)
+    assert not (tmp_path / "no-mirror").exists()
+    # and with every layer in the store, no cache is needed either
+    res = run_dedal("build", str(second.env_file), "--json", env=_no_mirror(second, tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["built"] == []
+
+
+def test_without_a_mirror_a_layer_the_cache_lacks_is_refused_by_name_before_anything_is_written(
+        run_dedal, registry, tmp_path):  # noqa: F811
+    cache = registry.ref("esd/layers")
+    first = make_env(tmp_path / "a")
+    res, _ = _build(run_dedal, first, cache)
+    assert res.returncode == 0, res.stderr
+    app = next(m for m in LayerStore(first.store).manifests() if m.name == "dedal-app")
+    digest = registry.api("HEAD", f"/v2/esd/layers/manifests/{cache_tag(app.key)}",
+                          headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).headers["Docker-Content-Digest"]
+    assert registry.api("DELETE", f"/v2/esd/layers/manifests/{digest}").status_code == 202
+
+    second = make_env(tmp_path / "b", fail=TINY)
+    res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", env=_no_mirror(second, tmp_path))
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dedal: error: source mirror "), res.stderr
+    assert f"dedal-app@{app.version}/{app.hash[:7]}" in lines[0] and "1 package(s)" in lines[0]
+    assert "lacks them" in lines[0] and "libdedal" not in lines[0]
+    assert not second.data.exists()  # no store, no work directory
+    assert not (tmp_path / "no-mirror").exists()
+
+
+def test_without_a_mirror_a_cached_layer_that_fails_its_checks_is_refused_by_name(run_dedal, registry, tmp_path):  # noqa: F811
+    cache = registry.ref("esd/layers")
+    first = make_env(tmp_path / "a")
+    res, _ = _build(run_dedal, first, cache)
+    assert res.returncode == 0, res.stderr
+    victim = next(m for m in LayerStore(first.store).manifests() if m.name == "libdedal")
+    data = registry.blob_file(f"sha256:{victim.sha256}")
+    good = data.read_bytes()
+    data.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
+
+    second = make_env(tmp_path / "b", fail=TINY)
+    res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", env=_no_mirror(second, tmp_path))
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("dedal: error: source mirror ") and "sha256" in lines[-1], res.stderr
+    assert f"libdedal@{victim.version}/{victim.hash[:7]}" in lines[-1] and "1 package(s)" in lines[-1]
+    assert "Traceback" not in res.stderr
+    # the good layers it pulled stay in the store (checked, whole): the next try needs only libdedal
+    assert sorted(m.name for m in LayerStore(second.store).manifests()) == [
+        "dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime"]
+    assert LayerStore(second.store).verify().clean
