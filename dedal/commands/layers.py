@@ -1,12 +1,14 @@
-"""`dedal layers list|show|verify|gc`: the content-addressed layer store."""
+"""`dedal layers list|show|verify|gc|push`: the content-addressed layer store (push: into
+a remote layer cache, the same push `dedal build --cache` does)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Set
+from typing import List, Set
 
 from rich.table import Table
 
+from dedal.commands._registry import add_registry_options, progress_printer, registry_options
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, human_size, out, print_json
 from dedal.errors import UserError
@@ -15,7 +17,7 @@ from dedal.model.plan import Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("layers", help="list, show, verify or garbage-collect the layer store")
+    p = sub.add_parser("layers", help="list, show, verify, garbage-collect the layer store or push it to a cache")
     p.add_argument("--layers", metavar="DIR", help="layer store (default: setting `layer_store`)")
     lsub = p.add_subparsers(dest="layers_command", metavar="ACTION", required=True)
     ls = lsub.add_parser("list", help="every layer with package, size and build time")
@@ -34,6 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     gc.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     gc.add_argument("--json", action="store_true")
     gc.set_defaults(func=run_gc)
+    push = lsub.add_parser("push", help="seed a remote layer cache with layers of the store",
+                           description="Push layers of the store into a remote layer cache (the repository "
+                                       "`dedal build --cache` pulls from): every layer, or the given ones and those "
+                                       "of --plan. Layers the cache has are not sent again.")
+    push.add_argument("ref", metavar="oras://HOST/REPO", help="the layer cache's repository")
+    push.add_argument("keys", nargs="*", metavar="KEY", help="layer key, or a unique prefix (default: every layer)")
+    push.add_argument("--plan", action="append", default=[], metavar="PLAN",
+                      help="push the layers of this plan.json (repeatable); each must be in the store")
+    add_registry_options(push)
+    push.add_argument("--json", action="store_true")
+    push.set_defaults(func=run_push)
 
 
 def _store(args: argparse.Namespace) -> LayerStore:
@@ -57,13 +70,17 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _match(store: LayerStore, key: str, keys: List[str]) -> str:
+    """The one key of ``keys`` (the store's) that ``key`` names, exactly or as a prefix."""
+    matches = [k for k in keys if k == key] or [k for k in keys if k.startswith(key)]
+    if len(matches) != 1:
+        raise UserError(f"{key!r} matches {len(matches)} layers in {store.root}" + (f": {', '.join(matches[:5])}" if matches else ""))
+    return matches[0]
+
+
 def run_show(args: argparse.Namespace) -> int:
     store = _store(args)
-    keys = store.keys()
-    matches = [k for k in keys if k == args.key] or [k for k in keys if k.startswith(args.key)]
-    if len(matches) != 1:
-        raise UserError(f"{args.key!r} matches {len(matches)} layers in {store.root}" + (f": {', '.join(matches[:5])}" if matches else ""))
-    man = store.manifest(matches[0])
+    man = store.manifest(_match(store, args.key, store.keys()))
     if args.json:
         print_json(man.to_json())
     else:
@@ -110,3 +127,52 @@ def run_gc(args: argparse.Namespace) -> int:
             out.print(f"{verb} {k}")
         out.print(f"{len(removed)} entries {verb}")
     return 0
+
+
+def _to_push(args: argparse.Namespace, store: LayerStore) -> List[str]:
+    """The keys ``layers push`` sends: the given ones and the plans', else every layer."""
+    keys = store.keys()
+    chosen = [_match(store, k, keys) for k in args.keys]
+    for path in args.plan:
+        plan = Plan.read(Path(path))
+        wanted = [n for n in plan.nodes.values() if n.key]
+        absent = [n.label for n in wanted if not store.has(n.key or "")]
+        if absent:
+            raise UserError(f"{path}: {len(absent)} of its layers are not in {store.root}: "
+                            f"{', '.join(absent[:5])}{' ...' if len(absent) > 5 else ''} (build them first)")
+        chosen += [n.key or "" for n in wanted]
+    if not args.keys and not args.plan:
+        chosen = keys
+        if not chosen:
+            raise UserError(f"the layer store {store.root} holds no layers")
+    return list(dict.fromkeys(chosen))
+
+
+def run_push(args: argparse.Namespace) -> int:
+    # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start
+    from dedal.stages.build.cache import CacheReport, LayerCache
+
+    store = _store(args)
+    opts = registry_options(args)
+    # every check before the first request: the reference, the keys, the plans
+    cache = LayerCache(args.ref, insecure=opts["insecure"],
+                       client_options=dict(opts["client_options"], username=opts["username"], password=opts["password"]))
+    manifests = [store.manifest(k) for k in _to_push(args, store)]
+    cache.say = progress_printer(quiet=args.json)
+    report = CacheReport()
+    layers = [(f"{m.name}@{m.version}/{m.hash[:7]}", m.key) for m in manifests]
+    cache.push_layers(layers, store, report)
+    answered = set(report.pushed) | set(report.skipped) | {p.split(": ", 1)[0] for p in report.problems}
+    unsent = [label for label, _ in layers if label not in answered]  # after the registry stopped answering
+    if args.json:
+        data = dict(report.to_json(), ref=cache.ref, not_sent=unsent)
+        for k in ("pulled", "bytes_pulled"):
+            data.pop(k)
+        print_json(data)
+    else:
+        out.print(f"layer cache {cache.ref}: {len(report.pushed)} pushed ({human_size(report.bytes_pushed)}), "
+                  f"{len(report.skipped)} there already" + (f", {len(report.problems)} failed" if report.problems else "")
+                  + (f", {len(unsent)} not sent" if unsent else ""), markup=False)
+        for line in report.problems:
+            out.print(f"  FAILED {line}", markup=False)
+    return 1 if report.problems or unsent else 0
