@@ -1,1 +1,57 @@
-"""CLI subcommands, one module each, discovered by dedal.cli."""
+"""CLI subcommands, one module each: ``register(sub)`` adds its parser and sets
+``func(args) -> int``. :func:`build_parser` assembles them (for ``dedal.cli`` and for
+``dedal completion``, which describes every command)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+from typing import List, Optional
+
+from dedal import __version__
+
+__all__ = ["build_parser"]
+
+
+# commands whose module is not named after them (``-`` becomes ``_`` otherwise)
+_MODULE_OF = {"shell": "exec"}
+
+
+def _command_module(argv: List[str]) -> Optional[str]:
+    """The module of the command ``argv`` names, if there is one: the first word that is
+    not a global option or its value."""
+    takes_value = {"-c", "--config", "-s", "--set"}
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in takes_value:
+            skip = True
+        elif not word.startswith("-"):
+            name = _MODULE_OF.get(word, word.replace("-", "_"))
+            if name.startswith("_") or not name.isidentifier():
+                return None
+            return name
+    return None
+
+
+def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
+    """The parser, with every command, or only the one ``argv`` names when it names one:
+    each command imports the stages it runs, and importing them all cost every run of
+    ``dedal`` half a second."""
+    parser = argparse.ArgumentParser(
+        prog="dedal",
+        description="Turn a Spack environment into a portable, performance-verified Apptainer image.",
+    )
+    parser.add_argument("--version", action="version", version=f"dedal {__version__}")
+    parser.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: ./dedal.yaml, ~/.config/dedal/config.yaml)")
+    parser.add_argument(
+        "-s", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one setting (e.g. -s layer_store=/scratch/layers); repeatable",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    wanted = _command_module(argv) if argv is not None else None
+    for name in [wanted] if wanted in names else names:
+        importlib.import_module(f"dedal.commands.{name}").register(sub)
+    return parser
