@@ -7,7 +7,10 @@
 #                         checkout of github.com/apptainer/apptainer (its newest vX.Y.Z tag, or
 #                         DEDAL_APPTAINER_REF), into DEDAL_APPTAINER_PREFIX (default /opt/apptainer),
 #                         linked as /usr/local/bin/apptainer; skipped when that version is there
-# Tools land in ~/.cache/dedal/bin (siftool) and /usr/local/bin (dedal, gitlab-ci-local).
+# Tools land in ~/.cache/dedal/bin (siftool) and /usr/local/bin (dedal, gitlab-ci-local); bash
+# completion in /usr/share/bash-completion/completions/dedal.
+# Quiet: one line per step; the tools' own output goes to ~/.cache/dedal/setup.log and is shown
+# only when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$(pwd)
@@ -21,12 +24,24 @@ done
 export PATH
 BIN=$CACHE/bin
 mkdir -p "$BIN"
+LOG=$CACHE/setup.log
+: >"$LOG"
+
+# run a step with its output in the log; on failure, show the log's end and stop
+quietly() {
+  if ! "$@" >>"$LOG" 2>&1; then
+    echo "setup: failed: $*" >&2
+    tail -n 40 "$LOG" >&2
+    echo "setup: the whole log: $LOG" >&2
+    exit 1
+  fi
+}
 
 APT_PACKAGES=(
   python3 python3-venv python3-pip git ca-certificates curl rsync zstd file
   build-essential gcc g++ make golang-go nodejs npm
   squashfs-tools squashfs-tools-ng squashfuse fuse3 fuse-overlayfs bubblewrap util-linux iproute2
-  debootstrap debian-archive-keyring charliecloud-runtime
+  debootstrap debian-archive-keyring charliecloud-runtime bash-completion
   slurm-wlm slurmctld slurmd slurm-client munge libpmix-dev
   docker-registry apache2-utils
 )
@@ -42,14 +57,14 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
-  $SUDO apt-get update -q
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  quietly $SUDO apt-get update -q
+  quietly $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 # siftool (sylabs/sif: same SIF format and object layout that `apptainer build` writes)
 if [ ! -x "$BIN/siftool" ]; then
   echo "setup: building siftool"
-  GOPATH=$CACHE/go GOBIN=$BIN GOFLAGS=-modcacherw go install github.com/sylabs/sif/v2/cmd/siftool@v2.24.2
+  quietly env GOPATH="$CACHE/go" GOBIN="$BIN" GOFLAGS=-modcacherw go install github.com/sylabs/sif/v2/cmd/siftool@v2.24.2
 fi
 
 # Apptainer (optional, only with DEDAL_APPTAINER_SRC): a non-setuid build from source, the
@@ -64,18 +79,18 @@ if [ -n "${DEDAL_APPTAINER_SRC:-}" ]; then
   if [ "$("$prefix/bin/apptainer" --version 2>/dev/null)" = "apptainer version ${ref#v}" ]; then
     echo "setup: apptainer ${ref#v} already in $prefix"
   elif [ -x "$builder" ]; then
-    echo "setup: building apptainer $ref with $builder"
-    $SUDO "$builder" "$src" "$prefix" "$ref"
+    echo "setup: building apptainer $ref with $builder (minutes; log: $LOG)"
+    quietly $SUDO "$builder" "$src" "$prefix" "$ref"
   else
-    echo "setup: building apptainer $ref from $src into $prefix"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    echo "setup: building apptainer $ref from $src into $prefix (minutes; log: $LOG)"
+    quietly $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       libseccomp-dev libtalloc-dev libattr1-dev libprotobuf-c-dev libsubid-dev uidmap fakeroot cryptsetup \
       libfuse3-dev fuse2fs pkg-config tzdata
     work=$CACHE/apptainer-build
-    rm -rf "$work" && git clone -q "$src" "$work" && git -C "$work" checkout -q "$ref"
+    rm -rf "$work" && quietly git clone -q "$src" "$work" && quietly git -C "$work" checkout -q "$ref"
     # the Makefile runs `go clean -cache`: its own build cache keeps the user's
-    (cd "$work" && export GOCACHE=$work/.gocache && ./mconfig --without-suid -b builddir -p "$prefix" \
-      && make -C builddir -j"$(nproc)" && $SUDO make -C builddir install)
+    quietly sh -c "cd '$work' && export GOCACHE='$work/.gocache' && ./mconfig --without-suid -b builddir -p '$prefix' \
+      && make -C builddir -j$(nproc) && $SUDO make -C builddir install"
     rm -rf "$work"
   fi
   if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then
@@ -86,24 +101,29 @@ fi
 # gitlab-ci-local: 4.73.0 is the newest that runs on Node 20
 if ! command -v gitlab-ci-local >/dev/null || [ "$(gitlab-ci-local --version 2>/dev/null)" != "4.73.0" ]; then
   echo "setup: installing gitlab-ci-local 4.73.0"
-  $SUDO npm install -g --no-fund --no-audit gitlab-ci-local@4.73.0 >/dev/null
+  quietly $SUDO npm install -g --no-fund --no-audit gitlab-ci-local@4.73.0
 fi
 
 # Python package in a virtual environment inside the checkout
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+  quietly "$PY" -m venv .venv
 fi
 stamp=.venv/.dedal-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing dedal into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
+  quietly .venv/bin/python -m pip install -q --upgrade pip
+  quietly .venv/bin/python -m pip install -q -e ".[test]"
   touch "$stamp"
 fi
 # dedal and siftool on PATH for the README commands
 if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then
   $SUDO ln -sf "$REPO/.venv/bin/dedal" /usr/local/bin/dedal
   $SUDO ln -sf "$BIN/siftool" /usr/local/bin/siftool
+fi
+# bash completion, loaded by bash-completion in every new shell (`source <(dedal completion bash)` in this one)
+completions=/usr/share/bash-completion/completions
+if [ -d "$completions" ] && { [ -w "$completions" ] || [ -n "$SUDO" ]; }; then
+  .venv/bin/dedal completion bash | $SUDO tee "$completions/dedal" >/dev/null
 fi
 echo "setup: ok ($(.venv/bin/dedal --version 2>/dev/null || echo "dedal not runnable"))"
