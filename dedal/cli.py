@@ -25,6 +25,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from dedal.ui.activity import set_quiet
+    set_quiet(bool(getattr(args, "json", False)))  # --json: no step shown on stderr while it runs
     try:
         return int(args.func(args) or 0)
     except DedalError as exc:
