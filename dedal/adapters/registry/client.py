@@ -11,6 +11,11 @@ downloads and URL building; ``RegistryClient.do_request`` underneath adds
   read ``timeout`` (no byte for that long); a ``Retry-After`` longer than
   ``MAX_RETRY_AFTER`` ends the operation at once instead of being waited out; each
   kind of failure is one warning line, however often it repeats;
+* a registry that accepts connections but never answers is told at first contact:
+  ``GET /v2/`` may wait ``ANSWER_TIMEOUT`` for its answer on each scheme it tries (the
+  stall ``timeout`` applies after that, where a big upload may be slow to be answered);
+  a request still waiting after ``WAITING_SHOWN_AFTER`` shows ``waiting for HOST (12 s)``
+  (:mod:`dedal.ui.activity`);
 * ``https`` with certificate verification unless ``insecure`` is asked for, in which
   case unverified https is tried first and plain http second; for a registry on this
   machine or a private network (:func:`local_registry`) plain http is the fallback
@@ -43,6 +48,7 @@ import requests.exceptions
 from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_credentials
 from dedal.adapters.registry.errors import TRANSIENT_ERRORS, NotFound, RegistryAuthError, redact_url, short_reason
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
+from dedal.ui.activity import Activity, activity
 from dedal.ui.console import human_size
 from dedal.ui.progress import meter
 
@@ -51,7 +57,9 @@ log = logging.getLogger("dedal.registry")
 RETRY_STATUS = (429, 500, 502, 503, 504)
 MAX_RETRY_AFTER = 60.0   # seconds a Retry-After may ask for; longer: give up now, with the reason
 MAX_BACKOFF = 30.0
-CONNECT_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0     # seconds to connect: TCP and the TLS handshake (urllib3 bounds both by it)
+ANSWER_TIMEOUT = 10.0      # seconds the first contact (GET /v2/, per scheme) waits for an answer
+WAITING_SHOWN_AFTER = 5.0  # a request unanswered this long is shown: "waiting for HOST (12 s)"
 PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 CHUNK = 1 << 20
 
@@ -126,9 +134,15 @@ class RegistryClient(oras.provider.Registry):
         return f"{self._scheme}://{self.host}"
 
     def _probe_scheme(self) -> str:
+        with activity(f"waiting for {self.host}", after=WAITING_SHOWN_AFTER) as shown:
+            return self._probe(shown)
+
+    def _probe(self, shown: Activity) -> str:
         url = f"https://{self.host}/v2/"
+        timeouts = self._timeouts(f"GET {url}", first=True)
+        shown.step(f"GET {url}")
         try:
-            self.session.get(url, verify=not self.insecure, timeout=self._timeouts(f"GET {url}"))
+            self.session.get(url, verify=not self.insecure, timeout=timeouts)
             return "https"
         except requests.exceptions.SSLError as exc:
             if self.insecure or local_registry(self.host):
@@ -139,24 +153,25 @@ class RegistryClient(oras.provider.Registry):
                                 "plain HTTP or has a certificate you do not trust, pass --insecure "
                                 "(setting registry_insecure)") from None
         except TRANSIENT_ERRORS as exc:
-            if self.insecure:
-                return "http"
-            if local_registry(self.host):
-                return self._plain_http_answers(exc)
-            raise RegistryError(f"registry {self.host} unreachable over https ({short_reason(exc)}); if it serves "
-                                "plain HTTP, pass --insecure (setting registry_insecure)") from None
+            if self.insecure or local_registry(self.host):
+                return self._plain_http_answers(_failure(exc, timeouts), shown)
+            raise RegistryError(f"registry {self.host} unreachable over https ({_failure(exc, timeouts)}); if it "
+                                "serves plain HTTP, pass --insecure (setting registry_insecure)") from None
 
-    def _plain_http_answers(self, https_failure: Exception) -> str:
-        """``http`` where a local registry answers over plain HTTP after https could not
-        connect at all; otherwise one error at once (as Apptainer, which tries both), not
-        retries of a registry that is not there."""
+    def _plain_http_answers(self, https_failure: str, shown: Activity) -> str:
+        """``http`` where the registry (a local one, or any with --insecure) answers over
+        plain HTTP after https could not connect or was not answered; otherwise one error
+        at once (as Apptainer, which tries both), not retries of a registry that is not
+        there or does not answer."""
         url = f"http://{self.host}/v2/"
+        timeouts = self._timeouts(f"GET {url}", first=True)
+        shown.step(f"GET {url} (https: {https_failure})")
         try:
-            self.session.get(url, timeout=self._timeouts(f"GET {url}"))
+            self.session.get(url, timeout=timeouts)
             return "http"
         except TRANSIENT_ERRORS as exc:
-            raise RegistryError(f"registry {self.host} unreachable over https ({short_reason(https_failure)}) "
-                                f"and http ({short_reason(exc)})") from None
+            raise RegistryError(f"registry {self.host} unreachable over https ({https_failure}) "
+                                f"and http ({_failure(exc, timeouts)})") from None
 
     def url(self, path: str) -> str:
         return f"{self.base}{path}"
@@ -172,13 +187,17 @@ class RegistryClient(oras.provider.Registry):
         """Seconds left of this client's deadline."""
         return self._ends - time.monotonic()
 
-    def _timeouts(self, what: str) -> Tuple[float, float]:
-        """(connect, read) timeouts of the next attempt, within the deadline."""
+    def _timeouts(self, what: str, first: bool = False, sending: bool = False) -> Tuple[float, float]:
+        """(connect, read) timeouts of the next attempt, within the deadline; ``first``:
+        of the first contact, whose answer is due within ANSWER_TIMEOUT; ``sending``: of
+        a request that sends a file, which may stall as long as an answer may (urllib3
+        bounds sending the body by the connect timeout)."""
         left = self.remaining()
         if left <= 0:
             raise RegistryError(f"{what}: gave up: the registry operation's deadline of {self.deadline:.0f} s "
                                 f"passed ({self.stats['requests']} request(s), {self.stats['retries']} retries)")
-        return min(CONNECT_TIMEOUT, self.timeout, left), min(self.timeout, left)
+        read = min(ANSWER_TIMEOUT, self.timeout, left) if first else min(self.timeout, left)
+        return (read if sending else min(CONNECT_TIMEOUT, self.timeout, left)), read
 
     def do_request(  # type: ignore[override]
         self,
@@ -197,21 +216,30 @@ class RegistryClient(oras.provider.Registry):
         Transient failures (5xx, 429, broken connections) are retried up to
         ``self.retries`` times with backoff when ``retry``; the last one raises
         RegistryError. Other statuses are returned, or raised unless in ``ok`` when
-        ``ok`` is given.
+        ``ok`` is given. While it waits longer than WAITING_SHOWN_AFTER for an answer (or
+        between retries), ``waiting for HOST`` is shown; not while a file is sent (its
+        byte count is on the display).
         """
         if url.startswith("/"):
             url = self.url(url)
         elif not self._scheme:
             _ = self.base
+        with activity(f"waiting for {self.host}", after=WAITING_SHOWN_AFTER, quiet=True if hasattr(data, "read")
+                      else None) as shown:
+            return self._attempts(shown, url, method, data, headers, json, stream, retry, ok)
+
+    def _attempts(self, shown: Activity, url: str, method: str, data: Any, headers: Optional[dict],
+                  json: Optional[dict], stream: bool, retry: bool, ok: Tuple[int, ...]) -> requests.Response:
         attempts = 1 + (self.retries if retry else 0)
         auth_rounds = 0
         attempt = 0
         while True:
+            shown.step(f"{method} {redact_url(url)}" + (f", attempt {attempt + 1} of {attempts}" if attempt else ""))
             hdrs = dict(headers or {})
             hdrs.update(self._auth.header())
             if hasattr(data, "seek"):
                 data.seek(0)  # type: ignore[union-attr]
-            timeouts = self._timeouts(f"{method} {redact_url(url)}")
+            timeouts = self._timeouts(f"{method} {redact_url(url)}", sending=hasattr(data, "read"))
             self.stats["requests"] += 1
             try:
                 response = self.session.request(method, url, data=data, json=json, headers=hdrs, stream=stream,
@@ -224,8 +252,8 @@ class RegistryClient(oras.provider.Registry):
                 attempt += 1
                 if attempt >= attempts:
                     raise RegistryError(f"{method} {redact_url(url)}: connection failed after {attempt} "
-                                        f"attempt(s) ({short_reason(exc)})") from None
-                self.wait_before_retry(attempt, f"{method} {redact_url(url)}: {short_reason(exc)}",
+                                        f"attempt(s) ({_failure(exc, timeouts)})") from None
+                self.wait_before_retry(attempt, f"{method} {redact_url(url)}: {_failure(exc, timeouts)}",
                                        kind=type(exc).__name__)
                 continue
             if response.status_code == 401 and auth_rounds < 3:
@@ -523,3 +551,13 @@ def _retry_after(response: requests.Response) -> Optional[float]:
         return max(0.0, float(value)) if value else None
     except ValueError:
         return None  # an HTTP date: backoff as usual
+
+
+def _failure(exc: BaseException, timeouts: Tuple[float, float]) -> str:
+    """A transport failure in a few words; a timeout with the time waited (``no answer in
+    10 s``: the registry took the connection and said nothing)."""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return f"no connection in {timeouts[0]:.0f} s"
+    if isinstance(exc, requests.exceptions.Timeout):
+        return f"no answer in {timeouts[1]:.0f} s"
+    return short_reason(exc)

@@ -2,9 +2,12 @@
 registries Apptainer reaches that way too (this machine, a private network)."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import requests
 
+from dedal.adapters.registry import client
 from dedal.adapters.registry.client import RegistryClient, local_registry
 from dedal.model.oci import RegistryError
 
@@ -58,3 +61,33 @@ def test_local_registry_not_there_is_one_error():
     with pytest.raises(RegistryError, match=r"unreachable over https \(.*\) and http"):
         _ = gone.base
     assert [u for u, _ in gone.session.asked] == ["https://127.0.0.1:9/v2/", "http://127.0.0.1:9/v2/"]
+
+
+# ----------------------------------------------------------------------------- a registry that never answers
+# (issue 35): it took the connection and said nothing; that was 92 s of silence, 337 s with
+# --insecure (five attempts of the 60 s stall timeout), before the error.
+
+
+def test_timeouts_first_contact_stall_and_sending():
+    c = RegistryClient("registry.example.org", timeout=60)
+    assert c._timeouts("GET /v2/", first=True) == (client.CONNECT_TIMEOUT, client.ANSWER_TIMEOUT)
+    assert c._timeouts("GET /v2/x/manifests/v1") == (client.CONNECT_TIMEOUT, 60)
+    # urllib3 bounds sending a body by the connect timeout: an upload may stall as long as an answer
+    assert c._timeouts("PUT /v2/x/blobs/uploads/1", sending=True) == (60, 60)
+    assert RegistryClient("h", timeout=3)._timeouts("GET /v2/", first=True) == (3, 3)
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("insecure", [False, True])
+def test_a_registry_that_never_answers_is_one_error_naming_it(silent_server, monkeypatch, insecure):
+    monkeypatch.setattr(client, "CONNECT_TIMEOUT", 1.0)
+    monkeypatch.setattr(client, "ANSWER_TIMEOUT", 1.0)
+    c = RegistryClient(silent_server.host, insecure=insecure)
+    started = time.monotonic()
+    with pytest.raises(RegistryError) as info:
+        c.tags("esd/tiny")
+    took = time.monotonic() - started
+    assert info.value.one_line() == (f"registry {silent_server.host} unreachable over https (no answer in 1 s) "
+                                     "and http (no answer in 1 s)")
+    assert len(silent_server.accepted) == 2, "https once, plain http once: no retries of a registry that is mute"
+    assert took < 10, f"{took:.1f} s: the first contact waits ANSWER_TIMEOUT per scheme, not the stall timeout"
