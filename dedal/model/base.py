@@ -179,16 +179,39 @@ def _parse_def(name: str, path: Path, text: str) -> BaseDefinition:
                           suite=header.get("from", ""), variant=header["bootstrap"])
 
 
+def unknown_base(name: str) -> str:
+    """"" when ``name`` names a base (``host``, a definition in base-images/, a path to a
+    .yaml/.def file), else the line saying it does not, with the known names: what an
+    environment file is checked against when it is read, before anything is written."""
+    if name == HOST_BASE or _definition_file(name) is not None:
+        return ""
+    known = _known()
+    return "" if name in known else _unknown(name, [*sorted(known), HOST_BASE] if known else [])
+
+
+def _unknown(name: str, known: List[str]) -> str:
+    names = ", ".join(known) or f"none (no definitions in {definitions_dir()})"
+    return f"unknown base image {name!r}; known: {names}"
+
+
+def _definition_file(name: str) -> Optional[Path]:
+    """``name`` as the path of a definition file (.yaml/.yml/.def), when it is one."""
+    candidate = Path(name)
+    try:
+        return candidate if candidate.suffix in (".yaml", ".yml", ".def") and candidate.is_file() else None
+    except (OSError, ValueError):  # a name too long, a NUL: no file
+        return None
+
+
 def load_definition(name: str) -> BaseDefinition:
     """The definition called ``name`` in base-images/ (or a path to a .yaml/.def file)."""
-    candidate = Path(name)
-    if candidate.suffix in (".yaml", ".yml", ".def") and candidate.is_file():
+    candidate = _definition_file(name)
+    if candidate is not None:
         path, stem = candidate, candidate.stem
     else:
         known = _known()
         if name not in known:
-            names = ", ".join(sorted(known)) or f"none (no definitions in {definitions_dir()})"
-            raise UserError(f"unknown base image {name!r}; known: {names}")
+            raise UserError(_unknown(name, sorted(known)))
         path, stem = known[name], name
     text = read_input(path)
     if path.suffix == ".def":

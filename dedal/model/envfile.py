@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import yaml
 
 from dedal.errors import UserError
+from dedal.model.base import unknown_base
 from dedal.model.inputs import load_yaml
 
 if TYPE_CHECKING:  # jsonschema itself only when an environment file is read (50 ms of every dedal run)
@@ -90,11 +91,19 @@ DEDAL_SCHEMA: Dict[str, Any] = {
     },
 }
 
+# the Spack manifest is Spack's to check, but for the shapes dedal itself reads (the specs,
+# the files it carries, the config it adds to): wrong there, it would fail after writing
+SPACK_SCHEMA: Dict[str, Any] = {
+    "type": "object",
+    "properties": {"specs": {"type": "array"}, "config": {"type": "object"},
+                   "include": {"type": "array"}, "repos": {"type": "array"}},
+}
+
 ENV_SCHEMA: Dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["spack"],
-    "properties": {"spack": {"type": "object"}, "dedal": DEDAL_SCHEMA},
+    "properties": {"spack": SPACK_SCHEMA, "dedal": DEDAL_SCHEMA},
 }
 
 
@@ -246,6 +255,10 @@ def parse_env(data: Any, path: Path) -> EnvFile:
             re.compile(app.expect, re.MULTILINE)
         except re.error as e:
             raise UserError(f"{path}: dedal.verify.apps.{i}.expect: not a regular expression: {e}") from None
+    for key in ("base_image", "runtime_base"):  # unknown: said now, not after fetch has written its work dir
+        problem = unknown_base(ded[key]) if ded.get(key) else ""
+        if problem:
+            raise UserError(f"{path}: dedal.{key}: {problem}")
     lock = ded.get("lock")
     env = EnvFile(
         path=path,
