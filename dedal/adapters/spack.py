@@ -93,7 +93,16 @@ class Spack:
 
     # -- fetch -----------------------------------------------------------------------
     def concretize(self, envdir: Path, log: Path, force: bool = False) -> None:
-        self._run(["concretize", *(["-f"] if force else [])], envdir=envdir, log=log, what="spack concretize")
+        """Concretize the environment. Where Spack says the environment's own input is wrong
+        (:func:`input_error`: an unknown package, variant or version, a malformed spec), a
+        UserError with Spack's lines; any other failure stays a ToolError (command, log)."""
+        try:
+            self._run(["concretize", *(["-f"] if force else [])], envdir=envdir, log=log, what="spack concretize")
+        except ToolError as exc:
+            lines = input_error(exc.quote)
+            if lines:
+                raise UserError("Spack cannot concretize it: " + " | ".join(lines)) from None
+            raise
 
     def python_script(self, envdir: Path, script: Path, args: Sequence[str], log: Path) -> None:
         """Run a script with Spack's Python API inside the environment (``spack python``)."""
@@ -160,6 +169,56 @@ def error_lines(text: str, limit: int = 10, width: int = 300) -> List[str]:
     if len(lines) > limit:
         lines = lines[:limit - 1] + [f"... ({len(lines) - limit + 1} more lines in the log)"]
     return lines
+
+
+# The first line of a Spack error that says the user's input is wrong: the same input fails
+# the same way on every machine and every rerun, so it is bad input (exit 2, Spack's words),
+# not a failed tool. Messages of Spack e8f8cf85 (June 2024), as it prints them in the base.
+_INPUT_ERROR = re.compile("|".join([
+    r"Package '[^']+' not found",                                 # spack.repo.UnknownPackageError
+    r"Unknown namespace: ",                                       # spack.repo.UnknownNamespaceError
+    r'trying to set variants? ".*" in package ".*", but the package has no such variants?',  # UnknownVariantError
+    r'invalid values for variant "[^"]+"',                        # InvalidVariantValueError
+    r'multiple values are not allowed for variant "[^"]+"',       # MultipleValuesInExclusiveVariantError
+    r"Invalid variant \S+ for spec ",                             # InvalidVariantForSpecError
+    r"unexpected tokens in the spec string",                      # spack.parser.SpecSyntaxError
+    r"\S+ cannot have multiple (?:versions|compilers)",           # the spec parser
+    r"Package \S+ does not depend on ",                           # InvalidDependencyError (zlib ^hdf5)
+    r"No providers found for virtual package: ",                  # NoProviderError
+    r"Version requirement \S+ on \S+ for \S+ cannot match any known version",  # packages: require: '@99'
+    r"Detected \d+ missing include path\(s\):",                   # the environment's include: entries
+]))
+_CONCRETIZATION_FAILED = "concretization failed for the following reasons:"
+# the reasons of a failed concretization that name versions the user's specs ask for, as in
+# "Cannot satisfy 'zlib@99'" (no such version) or 'Cannot select a single "version"' (two
+# specs ask for different ones); Spack leaves the closing quote off "Cannot satisfy 'a' and 'b"
+_VERSION_REASON = re.compile(r"""^\d+\.\s+(?:Cannot satisfy '.*"""
+                             r"""|Cannot select a single "version" for package "[^"]+")$""")
+_SPACK_ADVICE = ("Use 'spack create' to create a new package.",)
+
+
+def input_error(quote: Sequence[str]) -> List[str]:
+    """Spack's error lines (:func:`error_lines`) when they say the user's input is wrong,
+    else []. Kept here, in one place, because only Spack's words tell a misspelled package
+    from a broken Spack: an unknown package, namespace or variant, an invalid variant value,
+    a malformed spec, a dependency the package does not have, a missing include file, and a
+    concretization that fails only because no version satisfies what the specs ask for.
+    Everything else stays a failed tool (exit 1, command and log): a concretization that
+    fails on a compiler, OS, target or package requirement (often the base image's doing,
+    such as a ``require: '%gcc@13'`` on a base without GCC 13), a solver that cannot be
+    bootstrapped, a broken repository, Spack's own bugs. Returned without Spack's advice
+    to run ``spack create`` and without the caret line under a malformed spec, which mean
+    nothing once joined into one line."""
+    lines = [line for line in quote if line.strip(" ^") and line not in _SPACK_ADVICE]
+    if not lines or not lines[0].startswith("==> Error: "):
+        return []
+    first = lines[0][len("==> Error: "):]
+    if _INPUT_ERROR.match(first):
+        return lines
+    reasons = [line for line in lines[1:] if not line.startswith("==> Error: ")]
+    if first == _CONCRETIZATION_FAILED and reasons and all(_VERSION_REASON.match(r) for r in reasons):
+        return lines
+    return []
 
 
 def _condense(block: List[str]) -> List[str]:

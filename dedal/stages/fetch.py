@@ -23,6 +23,7 @@ from dedal.adapters import runtime as rt
 from dedal.adapters.spack import Spack, user_cache
 from dedal.model.config import Settings
 from dedal.errors import DedalError, ToolError, UserError
+from dedal.model.base import base_identity, unknown_base
 from dedal.stages.base import base_root, sandbox_runner
 from dedal.model.spack_env import carry_includes, inputs_digest, local_inputs, minimal_manifest, stage_manifest, write_env_dir
 from dedal.stages.workspace import Target, prepare
@@ -219,6 +220,59 @@ def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
     return total, before, missing, True
 
 
+def _missing_dirs(path: Path) -> List[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing: List[Path] = []
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    return missing
+
+
+class _Undo:
+    """What a fetch writes before Spack can say that the input is bad (concretize's
+    UserError), taken back. A work dir it created is removed; the mirror and the parents it
+    created (the data dir) are removed when empty, as they are unless another fetch has put
+    something there meanwhile. In a work dir of an earlier fetch, the manifests and included
+    files it rewrote are put back, and the lock of Spack's environment, so that the earlier
+    lock, plan and build still go together; the stamp of the earlier concretization stays
+    valid. Logs stay (no rerun takes them for progress)."""
+
+    def __init__(self, work: Path, mirror: Path) -> None:
+        self.work = work
+        self.new_work = not work.exists()
+        self.new_dirs = sorted(set(_missing_dirs(work) + _missing_dirs(mirror)) - {work},
+                               key=lambda d: len(d.parts), reverse=True)
+        self.includes = work / "includes"
+        kept = [work / "spack.yaml", work / "fetch-env" / "spack.yaml", work / "fetch-env" / "spack.lock"]
+        if self.includes.is_dir():
+            kept += [f for f in self.includes.rglob("*") if f.is_file()]
+        self.kept = kept
+        self.saved = {f: f.read_bytes() for f in kept if f.is_file()}
+
+    def __call__(self) -> None:
+        if self.new_work:
+            shutil.rmtree(self.work, ignore_errors=True)
+        else:
+            if self.includes.is_dir():
+                for f in self.includes.rglob("*"):
+                    if f not in self.saved and not f.is_dir():
+                        f.unlink(missing_ok=True)
+            for f in self.kept:
+                if f in self.saved:
+                    tmp = f.with_name(f.name + ".undo-tmp")
+                    tmp.write_bytes(self.saved[f])
+                    tmp.replace(f)
+                else:
+                    f.unlink(missing_ok=True)
+        for d in self.new_dirs:  # deepest first; one that holds something now is another's
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
 def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> FetchResult:  # noqa: ANN001
     """Concretize (unless a lock is given), fill the mirror, write the plan; with
     ``sources_too`` False only the lock and the plan (whether an environment
@@ -228,11 +282,16 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     note = progress.note if progress else (lambda line: None)
     if target.runtime_base != target.base_image:  # an unknown runtime base is said now, not after the build
         note(f"layers built on base {target.base_image}, the image assembled on base {target.runtime_base}")
+    problem = unknown_base(target.base_image)  # the setting's, or a lock's (an env file's is checked when read)
+    if problem:
+        raise UserError(f"{target.base_source}: {problem}")
+    base_identity(target.base_image)  # a definition that does not parse: said before anything is written too
     spack_root, commit = obtain_spack(settings)
     note(f"spack {commit[:12] or spack_root}")
     work = target.workdir
-    work.mkdir(parents=True, exist_ok=True)
     mirror = Path(settings.mirror)
+    undo = _Undo(work, mirror)
+    work.mkdir(parents=True, exist_ok=True)
     mirror.mkdir(parents=True, exist_ok=True)
     logs = target.logs_dir
     given_lock: Optional[Path] = target.lock_path
@@ -264,7 +323,11 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     elif not ((work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest):
         note("concretizing in the base image")
         (fenv / "spack.lock").unlink(missing_ok=True)
-        spack.concretize(fenv, logs / "concretize.log", force=True)
+        try:
+            spack.concretize(fenv, logs / "concretize.log", force=True)
+        except UserError as exc:  # Spack says the input is wrong: leave nothing a rerun would build on
+            undo()
+            raise UserError(f"{target.env.path if target.env else target.name}: {exc}") from None
         shutil.copyfile(fenv / "spack.lock", work / "spack.lock")
         stamp.write_text(manifest_digest)
         concretized = True

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dedal.adapters import proc
-from dedal.adapters.spack import Spack, error_lines
-from dedal.errors import BuildError, ToolError
+from dedal.adapters.spack import Spack, error_lines, input_error
+from dedal.errors import BuildError, ToolError, UserError
 
 DATA = Path(__file__).parent / "data" / "spack"
 
@@ -81,7 +81,7 @@ def test_tool_error_leads_with_spack_lines_then_the_log(tmp_path, logged):
     log = tmp_path / "logs" / "concretize.log" if logged else None
     with pytest.raises(ToolError) as info:
         if logged:
-            spack.concretize(tmp_path / "env", log)
+            spack.python_script(tmp_path / "env", tmp_path / "list_sources.py", [], log)
         else:
             spack.activate_sh(tmp_path / "env")
     exc = info.value
@@ -107,3 +107,67 @@ def test_proc_keeps_only_this_commands_output(tmp_path):
     with pytest.raises(ToolError) as info:
         proc.run([sys.executable, "-c", "print('now'); raise SystemExit(2)"], log=log)
     assert "earlier" not in info.value.output and "now" in info.value.output
+
+
+# What Spack e8f8cf85 printed for `spack -e ENV concretize -f` in the debian-trixie base, one
+# spec in ENV's spack.yaml (the spec named first): the user's input, or not.
+INPUT = {
+    "zlib+foo": '==> Error: trying to set variant "foo" in package "zlib", but the package has no such variant '
+                "[happened when validating 'zlib+foo']\n",
+    "zlib build_system=foo": '==> Error: invalid values for variant "build_system" in package "zlib": [\'foo\']\n\n',
+    "zlib@@1": "==> Error: unexpected tokens in the spec string\nzlib@@1\n    ^  \n",
+    "zlib @:1.2 @1.3:": "==> Error: zlib@:1.2 cannot have multiple versions\n",
+    "zlib ^hdf5": "==> Error: Package zlib does not depend on hdf5\n",
+    "zlib@99": ("==> Error: concretization failed for the following reasons:\n\n   1. Cannot satisfy 'zlib@99'\n"
+                "   2. Cannot satisfy 'zlib@99'\n        required because zlib@99 requested explicitly \n"),
+    "zlib@1.3.1 ^zlib@1.2": (
+        "==> Error: concretization failed for the following reasons:\n\n"
+        '   1. Cannot select a single "version" for package "zlib"\n   2. Cannot satisfy \'zlib@1.3.1\'\n'
+        "   3. Cannot satisfy 'zlib@1.2'\n   4. Cannot satisfy 'zlib@1.3.1'\n"
+        "        required because zlib@1.3.1 ^zlib@1.2 requested explicitly \n"
+        "   6. Cannot satisfy 'zlib@1.3.1' and 'zlib@1.2\n"
+        "        required because zlib@1.3.1 ^zlib@1.2 requested explicitly \n"),
+    "packages: {zlib: {require: '@99'}}": "==> Error: Version requirement 99 on zlib for zlib cannot match any known "
+                                          "version from package.py or externals\n",
+    "include: [/nonexistent/x.yaml]": "==> Error: Detected 1 missing include path(s):\n   /nonexistent/x.yaml\n",
+}
+NOT_INPUT = {
+    "zlib%gcc@99": ("==> Error: concretization failed for the following reasons:\n\n"
+                    "   1. No valid version for 'zlib' compiler 'gcc' satisfies '@99'\n"),
+    "zlib target=foo": ("==> Error: concretization failed for the following reasons:\n\n"
+                        "   1. 'zlib target=zen2' cannot satisfy constraint 'target=foo'\n"),
+    "zlib %foo": ("==> Error: concretization failed for the following reasons:\n\n"
+                  "   1. Cannot set the required compiler: zlib%foo\n"),
+    "no clingo": ('==> Error: cannot bootstrap the "clingo" Python module from spec "clingo-bootstrap@spack+python %gcc '
+                  'platform=linux target=x86_64" due to the following failures:\n'
+                  "github-actions-v0.5 raised RuntimeError: The binary index is empty\n"),
+    "a traceback": "Traceback (most recent call last):\nOSError: boom\n",
+}
+
+
+def test_input_errors_are_the_users_and_only_they() -> None:
+    for spec, output in INPUT.items():
+        lines = input_error(error_lines(output))
+        assert lines and lines[0].startswith("==> Error: "), spec
+        assert not any(line.strip(" ^") == "" for line in lines), spec  # the caret under zlib@@1 left out
+    for spec, output in NOT_INPUT.items():
+        assert input_error(error_lines(output)) == [], spec
+    # the concretizer's package requirements (the base's GCC, not the user's spec) stay a failed tool
+    for name in ("concretize-cuda-conflict.out", "concretize-cuda-gcc14-requirements.out"):
+        assert input_error(error_lines((DATA / name).read_text())) == [], name
+
+
+def test_an_unknown_package_is_bad_input_in_spacks_words(tmp_path) -> None:
+    """Exit 2's UserError: Spack's ``==> Error:`` line and its suggestions, not its advice to
+    run ``spack create``, nor the command; a failure that is not the input's stays a ToolError."""
+    output = (DATA / "concretize-unknown-package.out").read_text()
+    root = _spack_root(tmp_path, f"import sys\nsys.stderr.write({output!r})\nsys.exit(1)\n")
+    with pytest.raises(UserError) as info:
+        Spack(root, tmp_path / "cache").concretize(tmp_path / "env", tmp_path / "concretize.log", force=True)
+    assert info.value.one_line() == ("Spack cannot concretize it: ==> Error: Package 'spack.pkg.builtin.zlibb' not "
+                                     "found. | Did you mean one of the following packages? zlib, libxcb, libusb")
+    other = _spack_root(tmp_path / "other", f"import sys\nsys.stderr.write({NOT_INPUT['zlib%gcc@99']!r})\nsys.exit(1)\n")
+    with pytest.raises(ToolError) as failed:
+        Spack(other, tmp_path / "cache").concretize(tmp_path / "env", tmp_path / "concretize.log", force=True)
+    assert "No valid version for 'zlib' compiler 'gcc'" in failed.value.one_line()
+    assert "exited with code 1" in failed.value.one_line()

@@ -617,6 +617,31 @@ def test_concretize_picks_the_recorded_lock(spack: Spack, tmp_path: Path):
     assert "the dedal test stand-in cannot concretize" in p.stderr
 
 
+@pytest.mark.parametrize("specs,name,closest", [
+    (["dedal-appp"], "dedal-appp", "dedal-app"),
+    (["dedal-app ^libdedall"], "libdedall", "libdedal"),  # a dependency's name too
+    (["qqqqqqqq"], "qqqqqqqq", ""),
+])
+def test_concretize_an_unknown_package_fails_as_spack_does(spack: Spack, tmp_path: Path, specs: list, name: str,
+                                                            closest: str):
+    """The shape of Spack e8f8cf85's UnknownPackageError, as it prints it for `zlibb`:
+    ``==> Error: Package 'spack.pkg.builtin.zlibb' not found.``, Spack's advice, then
+    "Did you mean" with one to five close names (none: no such paragraph); exit 1."""
+    envdir = tmp_path / "env"
+    envdir.mkdir()
+    (envdir / "spack.yaml").write_text(yaml.safe_dump({"spack": {"specs": specs, "view": False}}))
+    p = spack("-e", str(envdir), "concretize", "-f", check=False)
+    assert p.returncode == 1 and not (envdir / "spack.lock").exists()
+    lines = p.stderr.splitlines()
+    assert lines[:2] == [f"==> Error: Package 'spack.pkg.builtin.{name}' not found.",
+                         "Use 'spack create' to create a new package."]
+    if closest:
+        assert lines[2:4] == ["", "Did you mean one of the following packages?"] and lines[4] == f"  {closest}"
+        assert 1 <= len(lines[4:]) <= 5 and all(line.startswith("  ") for line in lines[4:])
+    else:
+        assert len(lines) == 2
+
+
 def test_view_and_activation(spack: Spack, tmp_path: Path):
     view = tmp_path / "view"
     node = Node(tmp_path / "node", SPACK_DATA / "tiny-dedal.spack.lock",
