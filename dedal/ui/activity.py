@@ -72,8 +72,10 @@ def last_line(path: Union[str, os.PathLike], offset: int = 0) -> str:
             data = fh.read(end - start)
     except OSError:
         return ""
-    text = _ANSI.sub("", data.decode("utf-8", "replace"))
-    for line in reversed(re.split(r"[\r\n]", text)):
+    lines = re.split(r"[\r\n]", _ANSI.sub("", data.decode("utf-8", "replace")))
+    if start > offset:  # read from the middle of a line (of dedal's long `$ bwrap ...` header, say)
+        lines = lines[1:]
+    for line in reversed(lines):
         line = " ".join(line.split())
         if line and not line.startswith("$ "):
             return line

@@ -56,6 +56,12 @@ def test_last_line_of_a_log_since_the_step_began(tmp_path):
         fh.write("\n$ apt-get install -y gcc\n")
     assert last_line(log, offset) == "Downloading 55%"  # dedal's command headers are not the tool's lines
     assert last_line(tmp_path / "missing.log") == ""
+    with open(log, "a") as fh:  # a sandbox's command line, longer than the tail that is read
+        fh.write("$ bwrap" + " --ro-bind /a /a" * 1000 + " spack concretize -f\n")
+    assert last_line(log, offset) == ""
+    with open(log, "a") as fh:
+        fh.write("==> Concretized 1 spec\n")
+    assert last_line(log, offset) == "==> Concretized 1 spec"
 
 
 def test_plain_lines_are_rate_limited():
