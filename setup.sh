@@ -27,15 +27,32 @@ mkdir -p "$BIN"
 LOG=$CACHE/setup.log
 : >"$LOG"
 
-# run a step with its output in the log; on failure, show the log's end and stop
+# run a step with its output in the log; on failure, show the log's end and stop. On a terminal
+# a line shows the step's elapsed time and the log's latest line, so no step is silent for long.
 quietly() {
-  if ! "$@" >>"$LOG" 2>&1; then
-    echo "setup: failed: $*" >&2
+  local rc=0 start=$SECONDS pid last
+  if [ -t 1 ]; then
+    "$@" >>"$LOG" 2>&1 </dev/null &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+      last=$(tail -n 1 "$LOG" 2>/dev/null | tr -d '\r\t' | cut -c1-70)
+      printf '\r\033[K  %3ds  %s' "$((SECONDS - start))" "$last"
+      sleep 1
+    done
+    wait "$pid" || rc=$?
+    printf '\r\033[K'
+  else
+    "$@" >>"$LOG" 2>&1 </dev/null || rc=$?
+  fi
+  if [ "$rc" != 0 ]; then
+    echo "setup: failed (exit $rc): $*" >&2
     tail -n 40 "$LOG" >&2
     echo "setup: the whole log: $LOG" >&2
     exit 1
   fi
 }
+# sudo asks for a password here, in the foreground, not inside a step whose output is logged
+[ -z "$SUDO" ] || sudo -v
 
 APT_PACKAGES=(
   python3 python3-venv python3-pip git ca-certificates curl rsync zstd file
