@@ -24,6 +24,7 @@ from dedal.model.base import (HOST_BASE, BaseDefinition, BaseImage, definition_i
                               parse_os_release, read_base)
 from dedal.model.image import STD_PATH, image_tops
 from dedal.model.layers import sha256_file
+from dedal.ui.activity import activity
 
 Progress = Optional[Callable[[str], None]]
 
@@ -106,7 +107,8 @@ def _build(defn: BaseDefinition, bid: str, settings: Any, say: Callable[[str], N
         else:
             packages = _build_apptainer(defn, root, log, say, start)
         say(f"[{time.monotonic() - start:5.0f}s] mksquashfs rootfs -> rootfs.sqfs")
-        squashfs.pack([root], tmp / "rootfs.sqfs", log=log, what="mksquashfs (base rootfs)")
+        with activity(f"{defn.name}: mksquashfs rootfs", log=log, announce=False):
+            squashfs.pack([root], tmp / "rootfs.sqfs", log=log, what="mksquashfs (base rootfs)")
         versions = {k: packages[p] for k, p in defn.record_versions.items() if p in packages}
         versions.update(_probe_versions(defn, root, log))
         img = BaseImage(
@@ -160,16 +162,20 @@ def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log
         return f"[{time.monotonic() - start:5.0f}s]"
 
     say(f"{stamp()} debootstrap --variant={defn.variant} {defn.suite} from {mirrors['archive']} (log: {log})")
-    debootstrap.bootstrap(root, defn.suite, mirrors["archive"], variant=defn.variant, arch=defn.arch, log=log)
+    # each step on the display while it runs, with the tool's latest line ("I: Retrieving libc6")
+    with activity(f"{defn.name}: debootstrap {defn.suite}", log=log, announce=False):
+        debootstrap.bootstrap(root, defn.suite, mirrors["archive"], variant=defn.variant, arch=defn.arch, log=log)
     debootstrap.write_sources(root, defn.suite, mirrors["archive"], updates=defn.updates,
                               security=mirrors["security"] if defn.security else None,
                               components=defn.components)
     pkgs = defn.all_packages
     say(f"{stamp()} apt-get install {len(pkgs)} packages (and their dependencies)")
-    debootstrap.apt_install(root, pkgs, log=log)
+    with activity(f"{defn.name}: apt-get install {len(pkgs)} packages", log=log, announce=False):
+        debootstrap.apt_install(root, pkgs, log=log)
     if defn.python_venv:
         say(f"{stamp()} python venv {defn.python_venv['path']}: pip install {' '.join(defn.python_venv['packages'])}")
-        debootstrap.python_venv(root, defn.python_venv["path"], defn.python_venv["packages"], log=log)
+        with activity(f"{defn.name}: pip install {' '.join(defn.python_venv['packages'])}", log=log, announce=False):
+            debootstrap.python_venv(root, defn.python_venv["path"], defn.python_venv["packages"], log=log)
     releases = debootstrap.apt_releases(root)
     debootstrap.clean_root(root)
     return releases
@@ -178,16 +184,17 @@ def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log
 def _build_apptainer(defn: BaseDefinition, root: Path, log: Path, say: Callable[[str], None],
                      start: float) -> Dict[str, str]:
     say(f"[{time.monotonic() - start:5.0f}s] apptainer build --sandbox {defn.path.name} (log: {log})")
-    rt.apptainer_build_sandbox(defn.path, root, log=log)
+    with activity(f"{defn.name}: apptainer build --sandbox", log=log, announce=False):
+        rt.apptainer_build_sandbox(defn.path, root, log=log)
     return rt.rpm_packages(root, log=log)
 
 
-def base_root(name: str, settings: Any) -> Tuple[Optional[Path], Dict[str, str]]:
-    """The root filesystem builds run in (None: the host), built on first use, and the
-    environment it defines (e.g. SPACK_PYTHON)."""
+def base_root(name: str, settings: Any, progress: Progress = None) -> Tuple[Optional[Path], Dict[str, str]]:
+    """The root filesystem builds run in (None: the host), built on first use (its steps
+    told to ``progress``), and the environment it defines (e.g. SPACK_PYTHON)."""
     if name == HOST_BASE:
         return None, {}
-    base = ensure_base(name, settings)
+    base = ensure_base(name, settings, progress)
     return Path(base.rootfs_dir), dict(base.env)
 
 
@@ -254,7 +261,8 @@ def base_part(base: Any, base_digest: str, tops: Sequence[str], settings: Any, l
     say(f"base {base.id} without {', '.join('/' + t for t in tops)}: packed once, kept in {parts}")
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        squashfs.pack([Path(base.rootfs_dir)], tmp, exclude=list(tops), log=log, what="mksquashfs (base part)")
+        with activity(f"{base.id}: mksquashfs base part", log=log, announce=False):
+            squashfs.pack([Path(base.rootfs_dir)], tmp, exclude=list(tops), log=log, what="mksquashfs (base part)")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -27,6 +27,7 @@ from dedal.model.base import base_identity, unknown_base
 from dedal.stages.base import base_root, sandbox_runner
 from dedal.model.spack_env import carry_includes, inputs_digest, local_inputs, minimal_manifest, stage_manifest, write_env_dir
 from dedal.stages.workspace import Target, prepare
+from dedal.ui.activity import activity
 
 
 @dataclass
@@ -70,7 +71,8 @@ def obtain_spack(settings: Settings) -> Tuple[Path, str]:
         return root, commit
     dest = Path(settings.cache_dir) / "spack" / settings.spack_ref
     try:
-        commit = gitad.checkout(settings.spack_url, settings.spack_ref, dest)
+        with activity(f"fetching Spack {settings.spack_ref} from {settings.spack_url}", announce=False):
+            commit = gitad.checkout(settings.spack_url, settings.spack_ref, dest)
     except ToolError as exc:
         raise UserError(
             f"cannot obtain Spack {settings.spack_ref} from {settings.spack_url} ({exc.detail or exc.one_line()}); "
@@ -149,7 +151,8 @@ def _list_sources(spack: Spack, fenv: Path, work: Path, logs: Path, note) -> Opt
     script.write_text(resources.files("dedal").joinpath("data/list_sources.py").read_text())
     sources_file.unlink(missing_ok=True)
     try:
-        spack.python_script(fenv, script, [str(sources_file)], logs / "list-sources.log")
+        with activity("listing the sources of every package", log=logs / "list-sources.log", announce=False):
+            spack.python_script(fenv, script, [str(sources_file)], logs / "list-sources.log")
         data = json.loads(sources_file.read_text())
     except (ToolError, OSError, json.JSONDecodeError) as exc:
         note(f"could not list sources per package ({getattr(exc, 'detail', '') or exc}); "
@@ -195,7 +198,8 @@ def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
         # no per-source listing: Spack's own mirror creation decides, and its report names the failures
         note(f"filling the mirror {mirror} with spack mirror create")
         try:
-            spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
+            with activity("spack mirror create", log=logs / "mirror-create.log", announce=False):
+                spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
         except ToolError as exc:
             failed = _failed_downloads(logs / "mirror-create.log")
             raise DedalError(f"sources missing from the mirror {mirror} could not be fetched (no network?): "
@@ -207,7 +211,8 @@ def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
     if missing:
         note(f"fetching {len(missing)} of {total} sources into {mirror}")
         try:
-            spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
+            with activity("spack mirror create", log=logs / "mirror-create.log", announce=False):
+                spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
         except ToolError:
             pass  # what is still missing is reported below, precisely
         # Spack fetches from a mirror by the storage path alone (the <pkg>/<pkg>-<ver> link is cosmetic)
@@ -310,7 +315,7 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
                                        mirror=mirror), given_lock)
     if given_lock is None and (work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest:
         shutil.copyfile(work / "spack.lock", fenv / "spack.lock")
-    root, root_env = base_root(target.base_image, settings)
+    root, root_env = base_root(target.base_image, settings, note)  # built here the first time: minutes
     cache = user_cache(settings, spack_root)
     cache.mkdir(parents=True, exist_ok=True)
     binds = [rt.Bind(work), rt.Bind(mirror), rt.Bind(spack_root, readonly=True), rt.Bind(cache)]
@@ -324,7 +329,8 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
         note("concretizing in the base image")
         (fenv / "spack.lock").unlink(missing_ok=True)
         try:
-            spack.concretize(fenv, logs / "concretize.log", force=True)
+            with activity(f"concretizing in {target.base_image}", log=logs / "concretize.log", announce=False):
+                spack.concretize(fenv, logs / "concretize.log", force=True)
         except UserError as exc:  # Spack says the input is wrong: leave nothing a rerun would build on
             undo()
             raise UserError(f"{target.env.path if target.env else target.name}: {exc}") from None
