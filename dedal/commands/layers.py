@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("key", help="layer key, or a unique prefix / package name")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
-    ver = lsub.add_parser("verify", help="re-hash every layer; report corrupt and orphaned entries")
+    ver = lsub.add_parser("verify", help="re-hash and audit every layer; report corrupt, refused and orphaned entries")
     ver.add_argument("--json", action="store_true")
     ver.set_defaults(func=run_verify)
     gc = lsub.add_parser("gc", help="remove layers no environment references")
@@ -90,16 +90,21 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    store = _store(args)
-    check = store.verify()
+    from dedal.stages.layer_audit import audit_store
+
+    settings = from_args(args, layer_store=args.layers)
+    store = LayerStore(Path(settings.layer_store))
+    # the sha256 of every layer, then the entry audit the build and the assembly apply
+    # (remembered by sha256 where the assembly remembers it)
+    check = audit_store(store, memo=Path(settings.cache_dir) / "assemble" / "audited")
     if args.json:
         print_json(check.to_json())
     else:
-        out.print(f"{len(check.ok)} layers ok in {store.root}")
-        for line in check.corrupt:
-            out.print(f"CORRUPT  {line}")
-        for line in check.orphaned:
-            out.print(f"ORPHANED {line}")
+        out.print(f"{len(check.ok)} layers ok in {store.root}", markup=False)
+        for tag, lines in (("CORRUPT ", check.corrupt), ("REFUSED ", check.refused), ("ORPHANED", check.orphaned),
+                           ("TEMP    ", check.temporaries)):
+            for line in lines:
+                out.print(f"{tag} {line}", markup=False)
     return 0 if check.clean else 1
 
 

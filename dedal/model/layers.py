@@ -53,6 +53,19 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def _owned(name: str) -> bool:
+    """Whether a temporary's name records its owner (:meth:`LayerStore.temp_path`)."""
+    return name.count("~") >= 5
+
+
+def _young(path: Path) -> bool:
+    """Younger than TMP_GRACE_S: it may belong to a build that is still running."""
+    try:
+        return path.stat().st_mtime >= time.time() - TMP_GRACE_S
+    except OSError:
+        return True
+
+
 def temp_owner(name: str) -> str:
     """ALIVE, GONE or UNKNOWN: the state of the process a :meth:`LayerStore.temp_path`
     name records (UNKNOWN for other names, and where this host cannot tell)."""
@@ -99,13 +112,19 @@ class StoreCheck:
     ok: List[str] = field(default_factory=list)
     corrupt: List[str] = field(default_factory=list)     # "key: reason"
     orphaned: List[str] = field(default_factory=list)    # files without a complete layer
+    refused: List[str] = field(default_factory=list)     # whole layers the entry audit refuses (one line each)
+    # temporaries that are no fault of the store: those of dedal processes that are gone
+    # (killed during mksquashfs: the next build and `layers gc` remove them) and those of
+    # processes this host cannot judge (another node's build, which may be running)
+    temporaries: List[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not self.corrupt and not self.orphaned
+        return not self.corrupt and not self.orphaned and not self.refused
 
     def to_json(self) -> dict:
-        return {"ok": len(self.ok), "corrupt": self.corrupt, "orphaned": self.orphaned, "clean": self.clean}
+        return {"ok": len(self.ok), "corrupt": self.corrupt, "orphaned": self.orphaned, "refused": self.refused,
+                "temporaries": self.temporaries, "clean": self.clean}
 
 
 class LayerStore:
@@ -264,8 +283,14 @@ class LayerStore:
                     state = temp_owner(tmp.name)
                     if state == ALIVE:
                         continue  # a build is writing it
-                    note = " of a dedal process that is gone (the next build removes it)" if state == GONE else ""
-                    check.orphaned.append(f".tmp/{tmp.name}: leftover temporary file{note}")
+                    if state == GONE:
+                        check.temporaries.append(f".tmp/{tmp.name}: left by a dedal process that is gone (killed); "
+                                                 "the next build or `dedal layers gc` removes it")
+                    elif _owned(tmp.name) and _young(tmp):
+                        check.temporaries.append(f".tmp/{tmp.name}: of a dedal process on another host or in another "
+                                                 "PID namespace (it may still be writing it); kept")
+                    else:
+                        check.orphaned.append(f".tmp/{tmp.name}: leftover temporary file")
         return check
 
     def gc(self, referenced: Set[str], dry_run: bool = False) -> List[str]:

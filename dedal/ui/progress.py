@@ -125,7 +125,7 @@ class BuildProgress:
             self.lines.append(line)
             self._live.console.print(line, markup=False, highlight=False)
         else:
-            self.console.print(f"[{human_seconds(self.elapsed):>7}] {line}", markup=False, highlight=False)
+            self.console.print(f"[{human_seconds(self.elapsed):>7}] {line}", markup=False, highlight=False, soft_wrap=True)
 
     def started(self, name: str, where: str = "") -> None:
         self.running[name] = time.monotonic()

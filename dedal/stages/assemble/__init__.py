@@ -3,7 +3,8 @@
 The modules, in the order the stage uses them (each imports only those above it):
 
 * :mod:`.selection`: which packages go in (``select_packages``, ``match_specs``);
-* :mod:`.audit`: every layer checked before it is trusted (``audit_layers``, ``LayerInfo``);
+* :mod:`dedal.stages.layer_audit` (shared with the build, the layer cache and ``dedal layers
+  verify``): every layer checked before it is trusted (``audit_layers``, ``LayerInfo``);
 * :mod:`.tree`: the image tree, an overlay of the base's root with the layers extracted;
 * :mod:`.envscript`: ``spack env activate --sh`` as the image's environment script;
 * :mod:`.apptainer_files`: ``/.singularity.d`` (actions, env scripts, runscript, labels);
@@ -16,7 +17,7 @@ The modules, in the order the stage uses them (each imports only those above it)
 This package is the public face: callers use the names below.
 """
 from dedal.stages.assemble.apptainer_files import DEFAULT_RUNSCRIPT, runscript_text
-from dedal.stages.assemble.audit import LayerInfo, audit_layers, entry_problem
+from dedal.stages.layer_audit import LayerInfo, audit_layers, entry_problem
 from dedal.stages.assemble.closure import ClosureReport, check_closure
 from dedal.stages.assemble.envscript import activation_script
 from dedal.stages.assemble.manifest import AssembleResult, image_paths

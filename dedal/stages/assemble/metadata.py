@@ -13,7 +13,7 @@ from dedal import __version__
 from dedal.errors import UserError
 from dedal.model.base import input_labels
 from dedal.model.image import ENV_SCRIPT, SBOM_IN_IMAGE
-from dedal.stages.assemble.audit import LayerInfo
+from dedal.stages.layer_audit import LayerInfo
 
 VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda", "nccl")
 _UPSTREAM = re.compile(r"\d+(?:\.\d+)+")

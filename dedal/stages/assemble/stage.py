@@ -71,7 +71,7 @@ from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import load_lock
 from dedal.stages.assemble import provenance
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
-from dedal.stages.assemble.audit import LayerInfo, audit_layers, inside
+from dedal.stages.layer_audit import LayerInfo, audit_layers, inside
 from dedal.stages.assemble.closure import library_path_of, require_closure
 from dedal.stages.assemble.envscript import env_lines
 from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from dedal.adapters import overlay, squashfs
-from dedal.stages.assemble.audit import LayerInfo, parallel, unpack_layer
+from dedal.stages.layer_audit import LayerInfo, parallel, unpack_layer
 
 BIG_LAYER = 64 << 20  # bytes of squashfs: extracted alone, with every core
 

@@ -7,7 +7,11 @@ and its manifest, tagged with the layer key (which pins the DAG hash, install ro
 base, so a tag never names two contents). Before building, each layer the plan needs and
 the store lacks is looked up there and pulled: the squashfs's bytes are checked against
 the digest the artifact names, which is the sha256 its manifest records, and the manifest
-against the plan (key, install root, base) before the layer enters the store. After the
+against the plan (key, prefix, install root, base), and its entries with the audit every
+layer gets (:func:`dedal.stages.layer_audit.check_packed`: no setuid file, no symlink out
+of the install root, nothing outside its prefix, ...) before the layer enters the store:
+a layer refused is one line naming it and why, nothing of it is stored, and it is built
+here instead (refused, without a source mirror). After the
 build, the layers it built are pushed (unless ``layer_cache_push`` is off), blobs the
 registry has being skipped; ``dedal layers push`` seeds a cache from a store with the same
 push (:meth:`LayerCache.push_layers`). Without a source mirror the build first asks the
@@ -28,11 +32,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import RegistryClient, make_client
-from dedal.errors import DedalError
+from dedal.errors import DedalError, UserError
 from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.oci import (ARTIFACT_LAYER, EMPTY_JSON, LAYER_MANIFEST, LAYER_SQUASHFS, OCI_MANIFEST, RegistryError,
                              canonical_json, layer_artifact, parse_reference)
 from dedal.model.plan import Plan
+from dedal.stages.layer_audit import check_packed
 from dedal.stages.publish.pull import IntegrityError, download_blob
 from dedal.ui.console import human_size
 
@@ -130,6 +135,8 @@ class LayerCache:
         man = LayerManifest.from_json(data) if isinstance(data, dict) else None
         if man is None or man.key != key:
             raise Refused(f"{where}: its manifest is for {getattr(man, 'key', None)!r}, not {key}")
+        if man.prefix != node.prefix_name:
+            raise Refused(f"{where}: its manifest names prefix {man.prefix!r}, this plan needs {node.prefix_name!r}")
         if man.install_root != plan.install_root or man.base_id != plan.base_id or man.hash != h:
             raise Refused(f"{where}: built for install root {man.install_root} on base {man.base_id}, "
                                 f"this plan needs {plan.install_root} on {plan.base_id}")
@@ -139,6 +146,10 @@ class LayerCache:
         tmp = store.temp_path(key)
         try:
             download_blob(self.client, self.repository, str(sqfs["digest"]), man.size, tmp, where)  # length, sha256
+            try:  # the entries, as every layer's before it is stored (a shared cache is where a bad one comes from)
+                check_packed(tmp, man.prefix, plan.install_root, where)
+            except UserError as exc:
+                raise Refused(exc.one_line()) from None
             man.log = f"{where} (pulled; built on {man.host or 'another host'})"
             store.add(man, tmp)
         finally:

@@ -9,7 +9,9 @@
 3. ``spack reindex``, then ``spack install --only package`` per package, offline, from
    the mirror, with a generated configuration;
 4. each new prefix packed with mksquashfs into the layer store (temp name + rename),
-   then its manifest written. Spack's build records (log, build environment, times,
+   audited as every layer is before it is stored (:func:`~dedal.stages.layer_audit.check_packed`:
+   a package that installs a setuid file or a symlink out of the install root fails
+   here, not at the assembly), then its manifest written. Spack's build records (log, build environment, times,
    host) go beside the layer (:mod:`.records`), not into it: a layer is the same bytes
    whoever builds it, wherever and whenever.
 """
@@ -31,14 +33,18 @@ from dedal import __version__
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.adapters.spack import Spack
-from dedal.errors import BuildError, Signals, ToolError, UserError
+from dedal.errors import BuildError, DedalError, Signals, ToolError, UserError
 from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
-from dedal.stages.assemble.audit import audit_layer, parallel, unpack_layer
+from dedal.stages.layer_audit import audit_layer, check_packed, parallel, unpack_layer
 from dedal.stages.base import sandbox_runner
 from dedal.stages.build.records import split_records
 from dedal.stages.stage_dir import Stage
+
+class LayerRefused(DedalError):
+    """The layer of a package just built fails the entry audit: the package failed."""
+
 
 @dataclass
 class PackageResult:
@@ -234,6 +240,10 @@ def run_job(
                 tmp = store.temp_path(node.key)  # type: ignore[arg-type]
                 try:
                     squashfs.pack([prefix], tmp, keep_as_directory=True, log=pkg_log, processors=build_jobs or None)
+                    try:
+                        check_packed(tmp, node.prefix_name, plan.install_root, f"layer {node.key} ({node.label})")
+                    except UserError as exc:
+                        raise LayerRefused(exc.one_line()) from None
                     man = LayerManifest(
                         key=node.key or "", name=node.name, version=node.version, hash=h, namespace=node.namespace,
                         prefix=node.prefix_name, install_root=plan.install_root, base_id=plan.base_id,
@@ -250,7 +260,7 @@ def run_job(
                     tmp.unlink(missing_ok=True)
                 result.pack_s += time.monotonic() - t1
                 pr = PackageResult(h, node.name, node.key or "", "built", round(time.monotonic() - t0, 3), str(pkg_log))
-            except ToolError as exc:
+            except (ToolError, LayerRefused) as exc:
                 failed = True
                 result.status = "failed"
                 err = BuildError(node.label, exc)

@@ -288,7 +288,7 @@ def test_bundled_pmix_is_read_from_the_open_mpi_layer(tmp_path):
     """The header inside Open MPI's own layer (a real squashfs, laid out as layers are: the
     prefix relative to the install root at the top) gives the label's version."""
     from dedal.adapters import squashfs
-    from dedal.stages.assemble.audit import LayerInfo
+    from dedal.stages.layer_audit import LayerInfo
     from dedal.stages.assemble.stage import bundled_pmix
 
     lock = load_lock(ESD_CPU_LOCK)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,116 @@ def test_without_a_mirror_a_cached_layer_that_fails_its_checks_is_refused_by_nam
     assert sorted(m.name for m in LayerStore(second.store).manifests()) == [
         "dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime"]
     assert LayerStore(second.store).verify().clean
+
+
+# ----------------------------------------------------------------------------- a hostile cache (issue 39, item 1)
+# A shared cache is where a bad layer comes from: every pulled layer gets the entry audit the
+# assembly applies before it is stored. Each layer of the tiny environment is poisoned in
+# its own way in one cache, so that one pair of builds tries every case.
+
+
+def _repack(store: LayerStore, man, tmp: Path, shape) -> None:
+    """Replace ``man``'s layer in ``store`` with its content shaped by ``shape(root, prefix)``
+    (``root`` holds the prefix directory; what else lies there goes into the layer too)."""
+    root = tmp / f"poison-{man.name}"
+    subprocess.run(["unsquashfs", "-q", "-n", "-d", str(root), str(store.sqfs(man.key))], check=True,
+                   capture_output=True)
+    shape(root, root / man.prefix)
+    packed = tmp / f"{man.name}.sqfs"
+    subprocess.run(["mksquashfs", *sorted(str(p) for p in root.iterdir()), str(packed), "-noappend", "-all-root",
+                    "-quiet", "-no-progress", "-keep-as-directory"] if len(list(root.iterdir())) == 1 else
+                   ["mksquashfs", str(root), str(packed), "-noappend", "-all-root", "-quiet", "-no-progress"],
+                   check=True, capture_output=True)
+    store.remove(man.key)
+    tmp_in_store = store.temp_path(man.key)
+    shutil.move(str(packed), tmp_in_store)
+    store.add(man, tmp_in_store)
+
+
+def _setuid(root: Path, prefix: Path) -> None:
+    (prefix / "bin" / "su").write_text("#!/bin/sh\n")
+    os.chmod(prefix / "bin" / "su", 0o4755)
+
+
+def _shadow_link(root: Path, prefix: Path) -> None:
+    os.symlink("/etc/shadow", prefix / "shadow")
+
+
+def _world_writable(root: Path, prefix: Path) -> None:
+    (prefix / "shared").mkdir()
+    os.chmod(prefix / "shared", 0o777)
+
+
+def _outside(root: Path, prefix: Path) -> None:
+    (root / "evil").mkdir()
+    (root / "evil" / "x").write_text("outside its prefix\n")
+
+
+POISON = {  # package: (how, what the one line says)
+    "libdedal": (_setuid, "is setuid"),
+    "dedal-tool": (_shadow_link, "-> /etc/shadow points outside the install root"),
+    "gcc-runtime": (_world_writable, "world-writable without the sticky bit"),
+    "dedal-bootstrap": (_outside, "path 'evil' is outside its prefix"),
+    "dedal-app": (None, "its manifest names prefix '../../../../tmp/x'"),
+}
+
+
+@pytest.mark.reliability
+def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registry, tmp_path):  # noqa: F811
+    from dedal.stages.build.cache import CacheReport, LayerCache
+
+    first = make_env(tmp_path / "a")  # built without the cache: nothing pushed
+    res = run_dedal("build", str(first.env_file), "--json", env=first.env)
+    assert res.returncode == 0, res.stderr
+    poisoned = LayerStore(first.store)
+    for man in poisoned.manifests():
+        how, _ = POISON[man.name]
+        if how is None:
+            man.prefix = "../../../../tmp/x"
+            tmp = poisoned.temp_path(man.key)
+            shutil.copyfile(poisoned.sqfs(man.key), tmp)
+            poisoned.remove(man.key)
+            poisoned.add(man, tmp)
+        else:
+            _repack(poisoned, man, tmp_path, how)
+    # what an attacker with write access to the cache pushes (with dedal's own push)
+    report = CacheReport()
+    LayerCache(registry.ref("esd/layers"), insecure=True).push_layers(
+        [(m.name, m.key) for m in poisoned.manifests()], poisoned, report)
+    assert sorted(report.pushed) == TINY, report
+
+    # `dedal layers verify` flags such layers where they are already in a store
+    res = run_dedal("layers", "--layers", str(first.store), "verify", "--json", env=first.env)
+    assert res.returncode == 1, res.stderr
+    check = json.loads(res.stdout)
+    assert check["ok"] == 0 and len(check["refused"]) == len(TINY) and not check["clean"]
+    for name, (_, says) in POISON.items():
+        assert any(f"({name}@" in line and says in line for line in check["refused"]), (name, check["refused"])
+    assert all("\n" not in line for line in check["refused"])
+
+    # a build pulling from that cache takes none of them: each refused in one line, built here
+    second = make_env(tmp_path / "b")
+    res, summary = _build(run_dedal, second, registry.ref("esd/layers"), DEDAL_LAYER_CACHE_PUSH="false")
+    assert res.returncode == 0, res.stderr
+    assert summary["cache"]["pulled"] == [] and names(summary["built"]) == TINY
+    assert len(summary["cache"]["problems"]) == len(TINY)
+    for name, (_, says) in POISON.items():
+        assert sum(1 for line in summary["cache"]["problems"] if line.startswith(f"{name}@") and says in line) == 1, \
+            (name, summary["cache"]["problems"])
+    store = LayerStore(second.store)
+    assert store.verify().clean and not list(store.tmp_dir.iterdir())
+    assert all("pulled" not in m.log for m in store.manifests())
+    res = run_dedal("layers", "--layers", str(second.store), "verify", env=second.env)
+    assert res.returncode == 0 and f"{len(TINY)} layers ok" in res.stdout, res.stdout + res.stderr
+
+    # without a source mirror the build is refused, naming the layers and why
+    third = make_env(tmp_path / "c", fail=TINY)
+    res = run_dedal("build", str(third.env_file), "--cache", registry.ref("esd/layers"), "--insecure",
+                    env=_no_mirror(third, tmp_path))
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("dedal: error: source mirror ") and "5 package(s)" in lines[-1], res.stderr
+    notes = [line for line in lines if "not taken" in line]  # one line each, naming the layer and why
+    for name, (_, says) in POISON.items():
+        assert sum(1 for line in notes if f"{name}@" in line and says in line) == 1, (name, notes)
+    assert not LayerStore(third.store).keys()

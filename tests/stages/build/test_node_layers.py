@@ -87,7 +87,8 @@ def test_a_symlink_at_the_next_prefix_cannot_send_files_outside_the_stage(built,
 
 def test_the_next_build_removes_a_killed_builds_temporaries(built, run_dedal, tmp_path) -> None:
     """kill -9 during mksquashfs leaves .tmp/<key>~<owner>...sqfs; `layers verify` calls it
-    a leftover of a process that is gone, and the next build removes it."""
+    a leftover of a process that is gone, no fault of the store (exit 0: issue 39, item 4),
+    and the next build removes it."""
     store = LayerStore(built.store)
     writer = ("import sys, time; from dedal.model.layers import LayerStore; "
               "p = LayerStore(sys.argv[1]).temp_path('dedal-app-1.0-jqiwi5f-0'); p.write_bytes(b'half'); "
@@ -97,8 +98,28 @@ def test_the_next_build_removes_a_killed_builds_temporaries(built, run_dedal, tm
     proc.kill()
     proc.wait(timeout=30)
     check = run_dedal("layers", "verify", "--json", env=built.env)
-    assert check.returncode == 1 and any("gone" in o for o in json.loads(check.stdout)["orphaned"])
+    assert check.returncode == 0 and any("gone" in o for o in json.loads(check.stdout)["temporaries"])
+    plain = run_dedal("layers", "verify", env=built.env)
+    assert plain.returncode == 0 and f"TEMP     .tmp/{dead.name}: left by a dedal process that is gone" in plain.stdout
     again = run_dedal("build", str(built.env_file), "--json", env=built.env, timeout=300)
     assert again.returncode == 0, again.stderr
     assert not dead.exists()
     assert run_dedal("layers", "verify", "--json", env=built.env).returncode == 0
+
+
+def test_a_package_that_installs_a_setuid_file_fails_before_its_layer_is_stored(tmp_path: Path, run_dedal) -> None:
+    """The audit every layer gets before it enters the store (issue 39, item 1) applies to a
+    package built here too: it fails there, naming the entry, not later at the assembly."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mount namespaces for the fixed install root)")
+    tiny = make_env(tmp_path)
+    controls = tiny.spack_root / "standin.json"
+    controls.write_text(json.dumps(dict(json.loads(controls.read_text()), setuid=["libdedal"])))
+    res = run_dedal("build", str(tiny.env_file), "--json", env=tiny.env, timeout=300)
+    assert res.returncode == 1, res.stderr
+    summary = json.loads(res.stdout)
+    failure = " ".join(str(f) for f in summary["failed"]) if isinstance(summary.get("failed"), list) else res.stdout
+    assert "libdedal-helper' is setuid" in failure and "refused" in failure, res.stdout
+    store = LayerStore(tiny.store)
+    assert "libdedal" not in {m.name for m in store.manifests()}
+    assert not list(store.tmp_dir.iterdir()) and store.verify().clean

@@ -1,7 +1,9 @@
 """The layer audit's rules on real squashfs layers (issue 22, items 1 and 3): setuid and
 setgid files, world-writable directories without the sticky bit, FIFOs, sockets, device
 nodes and names that break the listing are refused, in one line naming the entry; the
-unpacking of an audited layer cannot be redirected by what lies in the destination."""
+unpacking of an audited layer cannot be redirected by what lies in the destination.
+The same rules before a layer is stored (a build's, a cache's) and for a whole store
+(issue 39, item 1)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +17,8 @@ import pytest
 from dedal.errors import UserError
 from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.plan import PlanNode
-from dedal.stages.assemble.audit import audit_layer, tree_entries, unpack_layer
+from dedal.stages.layer_audit import (audit_layer, audit_store, check_packed, prefix_problem, tree_entries,
+                                      unpack_layer)
 
 pytestmark = pytest.mark.reliability
 
@@ -112,6 +115,63 @@ def test_a_swapped_squashfs_is_corrupt(tmp_path: Path) -> None:
     sqfs.write_bytes(bytes(data))
     with pytest.raises(UserError, match="corrupt: sha256"):
         audit_layer(NODE, store, IR)
+
+
+# ----------------------------------------------------------------------------- before a layer is stored
+
+
+@pytest.mark.parametrize("shape,expect", [
+    (_chmod("bin/su", 0o4755), "is setuid"),
+    (lambda src: os.symlink("/etc/shadow", src / "shadow"), "shadow -> /etc/shadow points outside the install root"),
+    (lambda src: os.symlink("../../../../../etc", src / "up"), "escapes the install root"),
+    (_chmod("shared", 0o777, make_dir=True), "world-writable without the sticky bit"),
+])
+def test_check_packed_refuses_what_the_assembly_refuses(tmp_path: Path, shape, expect: str) -> None:
+    store = make_layer(tmp_path, shape)
+    with pytest.raises(UserError) as err:
+        check_packed(store.sqfs(NODE.key), PREFIX, IR, "layer x (from somewhere)")
+    assert str(err.value).startswith("layer x (from somewhere): refused: ") and expect in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_check_packed_refuses_an_entry_outside_the_prefix(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / PREFIX / "bin").mkdir(parents=True)
+    (src / "evil").mkdir()
+    sqfs = tmp_path / "two-tops.sqfs"
+    subprocess.run(["mksquashfs", str(src), str(sqfs), "-noappend", "-all-root", "-quiet", "-no-progress"],
+                   check=True, capture_output=True)
+    with pytest.raises(UserError, match=r"refused: path 'evil' is outside its prefix"):
+        check_packed(sqfs, PREFIX, IR, "layer x")
+
+
+@pytest.mark.parametrize("prefix", ["../../../../tmp/x", "..", ".", "a/b", "", "x\ny"])
+def test_a_prefix_that_is_not_one_directory_name_is_refused(tmp_path: Path, prefix: str) -> None:
+    assert prefix_problem(prefix) and prefix_problem(PREFIX) is None
+    store = make_layer(tmp_path, lambda src: None)
+    with pytest.raises(UserError, match="not one directory name"):
+        check_packed(store.sqfs(NODE.key), prefix, IR, "layer x")
+
+
+def test_check_packed_counts_a_good_layers_entries(tmp_path: Path) -> None:
+    store = make_layer(tmp_path, lambda src: os.symlink(f"{IR}/{PREFIX}/bin/tool", src / "bin" / "abs"))
+    assert check_packed(store.sqfs(NODE.key), PREFIX, IR, "layer x") == 4  # prefix, bin, bin/tool, bin/abs
+
+
+def test_audit_store_lists_a_refused_layer_and_remembers_good_ones(tmp_path: Path) -> None:
+    """`dedal layers verify`: a layer stored before the audit ran where it came in (a
+    registry cache of an older dedal, a copy by hand) is refused there, not called ok."""
+    bad = audit_store(make_layer(tmp_path / "bad", _chmod("bin/su", 0o4755)))
+    assert bad.ok == [] and not bad.clean and len(bad.refused) == 1
+    assert bad.refused[0].startswith(f"layer {NODE.key} (pkg@1.0): refused: ") and "is setuid" in bad.refused[0]
+    good = make_layer(tmp_path / "good", lambda src: None)
+    memo = tmp_path / "memo"
+    assert audit_store(good, memo=memo).ok == [NODE.key] and len(list(memo.iterdir())) == 1
+    man = good.manifest(NODE.key)  # a manifest edited to climb out of the install root
+    man.prefix = "../../../../tmp/x"
+    good.manifest_path(NODE.key).write_text(__import__("json").dumps(man.to_json()))
+    check = audit_store(good, memo=memo)
+    assert check.ok == [] and "not one directory name" in check.refused[0]
 
 
 # ----------------------------------------------------------------------------- unpacking

@@ -1,15 +1,20 @@
-"""The layer audit: every layer is checked before it is unpacked anywhere, by the
-assembly (before a byte of an image is written) and by a build job (before its
-dependencies are materialized in the stage); one function, :func:`audit_layer`, for both.
+"""The layer audit: one rule for every layer that enters a layer store or is unpacked
+anywhere, whatever its source: a package just built (here or on a Slurm node,
+:func:`check_packed` before it is stored), a layer pulled from a remote layer cache
+(:func:`check_packed` before it is stored), the dependencies a build job materializes and
+the layers an assembly composes (:func:`audit_layer`), and a store's layers as they are
+(:func:`audit_store`, ``dedal layers verify``).
 
-Its manifest names the package, the install root and the key; the squashfs matches the
-manifest's size and sha256; every entry is inside ``<prefix>/``, once; no device nodes,
-FIFOs or sockets, no setuid or setgid file, no world-writable directory without the
-sticky bit; symlinks point into the install root (absolute ones, as Spack makes, or
-relative ones that do not climb out of it). Anything else is refused with a UserError
-naming the layer and the entry. :func:`unpack_layer` unpacks an audited layer so that
-nothing already in the destination can redirect it (see there). :func:`parallel` is the
-thread pool the audit and the extraction of the layers share."""
+Its manifest names the package, the install root and the key, and a prefix that is one
+directory name; the squashfs matches the manifest's size and sha256; every entry is
+inside ``<prefix>/``, once; no device nodes, FIFOs or sockets, no setuid or setgid file,
+no world-writable directory without the sticky bit; symlinks point into the install root
+(absolute ones, as Spack makes, or relative ones that do not climb out of it). Anything
+else is refused with a UserError naming the layer and the entry. :func:`unpack_layer`
+unpacks an audited layer so that nothing already in the destination can redirect it (see
+there). :func:`parallel` is the thread pool the audit and the extraction of the layers
+share. Stages share it from here (``stages/build`` and ``stages/assemble`` import no
+internals of each other)."""
 from __future__ import annotations
 
 import json
@@ -96,7 +101,24 @@ def entry_problem(entry: Mapping[str, str], prefix: str, install_root: str) -> O
                 return f"symlink {path} -> {target} escapes the install root {install_root}"
     return None
 
-AUDIT_RULES = 2  # bump when entry_problem changes: remembered audits are then redone
+AUDIT_RULES = 3  # bump when entry_problem or prefix_problem changes: remembered audits are then redone
+
+
+def prefix_problem(prefix: str) -> Optional[str]:
+    """Why a manifest's ``prefix`` may not name a layer's directory under the install root
+    (None: it may): one plain directory name, no ``..``, no separator, no line break."""
+    if not isinstance(prefix, str) or not prefix or prefix in (".", "..") or "/" in prefix \
+            or any(c in prefix for c in "\n\r\x00"):
+        return f"its manifest names prefix {prefix!r}, not one directory name under the install root"
+    return None
+
+
+def root_problem(install_root: str) -> Optional[str]:
+    """Why a manifest's install root is not one (an absolute path without ``..``)."""
+    if not isinstance(install_root, str) or not install_root.startswith("/") \
+            or ".." in install_root.split("/") or any(c in install_root for c in "\n\r\x00"):
+        return f"its manifest names install root {install_root!r}, not an absolute path"
+    return None
 
 
 def listing_problem(entries: Sequence[Mapping[str, str]], prefix: str, install_root: str) -> Optional[str]:
@@ -174,23 +196,40 @@ def audit_layer(node: Any, store: Any, install_root: str, memo: Optional[Path] =
     if digest != man.sha256:
         raise UserError(f"{where}: corrupt: sha256 of {sqfs} is {digest[:16]}..., its manifest says "
                         f"{man.sha256[:16]}...; remove the layer and run `dedal build` again")
-    passed = {"rules": AUDIT_RULES, "sha256": digest, "prefix": node.prefix_name,
+    files = _check_listing(sqfs, digest, node.prefix_name, install_root, where, memo)
+    return LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
+                     sha256=digest, size=size, files=files, built_at=man.built_at)
+
+
+def check_packed(sqfs: Path, prefix: str, install_root: str, where: str) -> int:
+    """The entry audit of a squashfs before it enters a layer store (a package just built,
+    a layer pulled from a remote layer cache): UserError ``WHERE: refused: <problem>``,
+    one line, for the first problem. Returns the number of entries."""
+    return _check_listing(Path(sqfs), "", prefix, install_root, where, None)
+
+
+def _check_listing(sqfs: Path, digest: str, prefix: str, install_root: str, where: str,
+                   memo: Optional[Path]) -> int:
+    """The entries of ``sqfs`` against the rules (remembered under ``memo`` by ``digest``,
+    its sha256, where both are given); the number of entries, or UserError."""
+    problem = prefix_problem(prefix) or root_problem(install_root)
+    if problem:
+        raise UserError(f"{where}: refused: {problem}")
+    passed = {"rules": AUDIT_RULES, "sha256": digest, "prefix": prefix,
               "install_root": posixpath.normpath(install_root)}
-    memo_file = memo / f"{digest}.json" if memo is not None else None
+    memo_file = memo / f"{digest}.json" if memo is not None and digest else None
     if memo_file is not None:
         try:
             known = json.loads(memo_file.read_text())
             if {k: known.get(k) for k in passed} == passed and isinstance(known.get("files"), int):
-                return LayerInfo(hash=h, key=key, name=node.name, version=node.version,
-                                 prefix=node.prefix_name, sha256=digest, size=size, files=known["files"],
-                                 built_at=man.built_at)
+                return int(known["files"])
         except (OSError, ValueError):
             pass
     try:
         entries = squashfs.entries(sqfs)
     except DedalError as exc:
         raise UserError(f"{where}: unreadable squashfs ({exc.one_line()})") from None
-    problem = listing_problem(entries, node.prefix_name, install_root)
+    problem = listing_problem(entries, prefix, install_root)
     if problem:
         raise UserError(f"{where}: refused: {problem}")
     if memo_file is not None:
@@ -201,8 +240,24 @@ def audit_layer(node: Any, store: Any, install_root: str, memo: Optional[Path] =
             os.replace(tmp, memo_file)
         except OSError:
             pass  # not remembered: listed again next time
-    return LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
-                     sha256=digest, size=size, files=len(entries), built_at=man.built_at)
+    return len(entries)
+
+
+def audit_store(store: Any, memo: Optional[Path] = None) -> Any:
+    """``store.verify()`` (sha256 against the manifests, orphans, temporaries) and the entry
+    audit of every layer it found whole, against its own manifest's prefix and install
+    root: a layer that would be refused where it is used (stored by a dedal that did not
+    audit what it pulled, copied in by hand) is listed in ``refused``, not ``ok``."""
+    check = store.verify()
+    for key in list(check.ok):
+        try:
+            man = store.manifest(key)
+            _check_listing(store.sqfs(key), man.sha256, man.prefix, man.install_root,
+                           f"layer {key} ({man.name}@{man.version})", memo)
+        except UserError as exc:
+            check.ok.remove(key)
+            check.refused.append(exc.one_line())
+    return check
 
 
 def unpack_layer(sqfs: Path, prefix: str, root: Path, scratch: Path, install_root: str, where: str,
