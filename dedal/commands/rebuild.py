@@ -35,13 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from dedal.stages.rebuild import rebuild
     from dedal.stages.sifdiff import render
 
-    workdir = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="dedal-rebuild-"))
+    workdir = Path(args.workdir).resolve() if args.workdir else None  # None: the rebuild makes a temporary one
     image = Path(args.image)
     if args.image.startswith("oras://"):
         from dedal.stages import publish as pub
 
         opts = registry_options(args)
         opts.pop("settings")
+        workdir = workdir or Path(tempfile.mkdtemp(prefix="dedal-rebuild-"))
         workdir.mkdir(parents=True, exist_ok=True)
         image = Path(pub.pull(args.image, workdir / "original.sif", force=True,
                               progress=progress_printer(args.json), **opts).path)

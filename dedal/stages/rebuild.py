@@ -28,10 +28,12 @@ import yaml
 
 from dedal.adapters import git as git_adapter
 from dedal.adapters import squashfs
-from dedal.errors import UserError
+from dedal.errors import DedalError, UserError
 from dedal.model import sif as sif_mod
 from dedal.model.base import load_definition
+from dedal.model.inputs import load_yaml
 from dedal.model.image import ENV_IN_IMAGE
+from dedal.stages import image_files
 from dedal.stages.assemble.provenance import BASE_FILE, ENV_FILE, RUNTIME_BASE_FILE
 from dedal.stages.reproducible import LABEL as SDE_LABEL
 from dedal.stages.sifdiff import DiffResult, diff_images
@@ -69,23 +71,62 @@ def image_labels(path: Path) -> Dict[str, str]:
 
 
 def extract_env(path: Path, dest: Path) -> Path:
-    """Copy the image's /opt/dedal/env into ``dest`` (the partition mounted read-only)."""
+    """Copy the image's /opt/dedal/env into ``dest`` (the partition mounted read-only), with
+    the no-follow discipline of :mod:`dedal.stages.image_files`: a symlink on the way or
+    inside (``/opt/dedal/env`` -> a host directory, ``env.yaml`` -> a host file), a FIFO,
+    a device or too much is refused, never followed onto the host; a partition that cannot
+    be mounted or read is a corrupt image. Written under a temporary name and renamed:
+    a refusal leaves no ``dest``."""
     part = sif_mod.primary_partition(sif_mod.read_sif(path))
+    where = str(path)
     with tempfile.TemporaryDirectory(prefix="dedal-rebuild-") as tmp:
         point = Path(tmp) / "root"
-        method = squashfs.mount(path, point, offset=part.offset)
         try:
-            src = point / ENV_IN_IMAGE.lstrip("/")
-            if not (src / ENV_FILE).is_file() or not (src / "spack.lock").is_file():
+            method = squashfs.mount(path, point, offset=part.offset)
+        except DedalError as exc:
+            raise UserError(f"{path}: its root file system cannot be mounted ({exc.one_line()}); "
+                            "the image is corrupt") from None
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                image_files.copy_out(point, ENV_IN_IMAGE, dest, where, required=(ENV_FILE, "spack.lock"))
+            except image_files.Missing:
                 raise UserError(f"{path}: the image carries no {ENV_IN_IMAGE}/{ENV_FILE} and spack.lock (assembled "
                                 "by a dedal that did not record them); rebuild it from its environment file with "
-                                "SOURCE_DATE_EPOCH set to its dedal.source_date_epoch label")
-            if dest.exists():
-                shutil.rmtree(dest)
-            shutil.copytree(src, dest, symlinks=True)
+                                "SOURCE_DATE_EPOCH set to its dedal.source_date_epoch label") from None
         finally:
             squashfs.unmount(point, method, lazy=True)
+    try:
+        check_carried(dest, f"{where}: {ENV_IN_IMAGE}")
+    except UserError:
+        shutil.rmtree(dest)
+        raise
     return dest / ENV_FILE
+
+
+def check_carried(env_dir: Path, where: str) -> None:
+    """The carried ``env.yaml`` names only what the image carries: its local package
+    repositories and includes relative, inside ``env_dir`` (as the assembly writes them),
+    and its base by name; an absolute path, a ``..`` or a base given as a file would have
+    the rebuild read the host's files. UserError naming the entry."""
+    data = load_yaml(env_dir / ENV_FILE)
+    spack = data.get("spack") if isinstance(data, dict) else None
+    for key in ("repos", "include"):
+        entries = spack.get(key) if isinstance(spack, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            text = entry if isinstance(entry, str) else str(entry.get("path", "")) if isinstance(entry, dict) else ""
+            if text.startswith("$spack/") or "://" in text:
+                continue  # Spack's own files; a URL
+            parts = text.split("/")
+            if not text or text.startswith(("/", "~", "$")) or ".." in parts:
+                raise UserError(f"{where}/{ENV_FILE}: spack.{key} names {text!r}, not a path inside what the image "
+                                "carries: refused (the rebuild reads nothing of the host)")
+    section = data.get("dedal") if isinstance(data, dict) else None
+    for key in ("base_image", "runtime_base"):
+        name = section.get(key) if isinstance(section, dict) else None
+        if isinstance(name, str) and ("/" in name or name.endswith((".yaml", ".yml", ".def"))):
+            raise UserError(f"{where}/{ENV_FILE}: dedal.{key} is the path {name!r}; a rebuild takes bases by name "
+                            "(base-images/<name>.yaml) and compares them with the carried definition")
 
 
 def check_inputs(env_dir: Path, labels: Dict[str, str], settings: Any) -> Dict[str, Any]:
@@ -128,9 +169,15 @@ def rebuild(image: Path, settings_for: Callable[[Dict[str, Any]], Any], *, workd
     except ValueError:
         raise UserError(f"{image}: label {SDE_LABEL}={labels[SDE_LABEL]!r} is not seconds since 1970") from None
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dedal-rebuild-"))
+    made = not workdir or not work.exists()  # a refused image leaves no work directory dedal made
     work.mkdir(parents=True, exist_ok=True)
     say(f"{image.name}: extracting {ENV_IN_IMAGE} into {work / 'env'}")
-    env_file = extract_env(image, work / "env")
+    try:
+        env_file = extract_env(image, work / "env")
+    except BaseException:
+        if made:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
     overrides = check_inputs(work / "env", labels, settings_for({}))
     overrides.update({"layer_store": str(work / "layers"), "work_dir": str(work / "work"),
                       "images_dir": str(work / "images"), "reports_dir": str(work / "reports")})
