@@ -144,11 +144,29 @@ def test_native_vs_container_comparison_from_real_logs() -> None:
 
 def test_a_cut_dedal_table_is_truncated() -> None:
     lines = (DATA / "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log").read_text().splitlines()
+    command = next(ln for ln in lines if "/dedal_latency -m 65536" in ln)  # the end of the runner's `$ ...` lines
     table = [ln for ln in lines if ln.startswith("# dedal-bench") or ln.startswith("# Size")
              or re.match(r"^\d+\s+[\d.]+$", ln)]
-    r = parse_text("\n".join(table[:10]) + "\n")  # no command line with -m: 4 MiB expected
+    r = parse_text("\n".join([command] + table[:10]) + "\n")  # the command asks for -m 65536, the rows stop at 64 B
     assert r["verdict"] == "failed"
-    assert any(f["code"] == "truncated" and "dedal_latency" in f["message"] for f in r["findings"])
+    (cut,) = [f for f in r["findings"] if f["code"] == "truncated"]
+    assert "dedal_latency" in cut["message"] and "65536" in cut["message"] and cut["evidence"] == [command, "64 0.21"]
+
+
+def test_a_table_without_its_command_line_is_judged_on_its_rows() -> None:
+    """Without the command line a -m limit and a cut output look alike (issue 36: the H200 runs
+    with -m 65536 were called truncated): a note, not a failure."""
+    lines = (DATA / "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log").read_text().splitlines()
+    table = [ln for ln in lines if ln.startswith("# dedal-bench") or ln.startswith("# Size")
+             or re.match(r"^\d+\s+[\d.]+$", ln)]
+    r = parse_text("\n".join(table) + "\n")
+    assert r["verdict"] == "good" and r["message_size_option"] is None
+    (note,) = [f for f in r["findings"] if f["code"] == "table-range-unknown"]
+    assert note["severity"] == "info" and "65536" in note["message"] and note["evidence"] == ["65536 3.35"]
+    command = next(ln for ln in lines if "/dedal_latency -m 65536" in ln).replace(" -m 65536", "")
+    full = parse_text("\n".join([command] + table) + "\n")
+    assert full["verdict"] == "failed"  # its command line without -m: 4 MiB expected, the rows stop at 64 KiB
+    assert [f["code"] for f in full["findings"] if f["severity"] != "info"] == ["truncated"]
 
 
 # ---------------------------------------------------------------------------- NCCL

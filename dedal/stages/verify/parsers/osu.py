@@ -45,6 +45,8 @@ INIT = re.compile(
 PRECISE_INIT = re.compile(r"^#\s*precise:\s*min\s+(?P<min>[\d.]+)\s*ms,\s*max\s+(?P<max>[\d.]+)\s*ms,\s*"
                           r"avg\s+(?P<avg>[\d.]+)\s*ms")
 MSG_SIZE_OPT = re.compile(r"(?:osu|dedal)_\w+.*?(?:\s-m|\s--message-size)[= ]\s*(?P<range>[\dKkMmGg:]+)")
+#: a command line that runs a benchmark: its program as a word of its own (a path's last part)
+COMMAND = re.compile(r"(?:^|[\s/])(?P<program>(?:osu|dedal)_\w+)(?=\s|$)")
 WORDS_OK = {"pass", "passed", "fail", "failed", "n/a", "-"}
 STANDALONE = {"size", "iterations", "validation", "mb/s", "messages/s", "overlap(%)"}
 
@@ -83,6 +85,22 @@ _BENCH = [
     (r"^non-blocking all-to-all (personalized exchange )?latency$", "osu_ialltoall"),
     (r"^non-blocking all-to-allv (personalized exchange )?latency$", "osu_ialltoallv"),
 ]
+
+
+#: the programs whose default largest message is known (a table that stops short of it is cut)
+KNOWN_PROGRAMS = frozenset(name for _rx, name in _BENCH)
+
+
+def size_limit(option: Optional[str]) -> Optional[int]:
+    """The largest message of an OSU ``-m`` value: ``"65536"``, ``"1:8192"``, ``"4M"`` -> bytes;
+    None when it sets no upper bound (``"64:"``) or cannot be read."""
+    if not option:
+        return None
+    top = option.split(":")[-1].strip()
+    m = re.fullmatch(r"(\d+)([KkMmGg]?)", top)
+    if not m:
+        return None
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
 
 
 def benchmark_name(title: str) -> str:
@@ -170,6 +188,7 @@ class _Table:
         self.rows: List[List[Any]] = []
         self.partial: List[str] = []  # rows cut short (evidence of truncation)
         self.init_seen = False
+        self.command: Optional[Dict[str, Any]] = None  # the command line that ran it: {program, range, line}
 
     @property
     def has_size(self) -> bool:
@@ -217,6 +236,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     cur: Optional[_Table] = None
     events: List[str] = []  # order of structured elements: "table" / "init"
     msg_opt: Optional[str] = None
+    command: Optional[Dict[str, Any]] = None  # the latest command line that ran a benchmark
 
     for no, raw in enumerate(lines):
         line = strip_srun_label(raw).strip()
@@ -225,6 +245,10 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         m = MSG_SIZE_OPT.search(line)
         if m:
             msg_opt = m.group("range")
+        if not line.startswith("#"):
+            c = COMMAND.search(line)
+            if c and not re.match(r"^\S*(?:osu|dedal)_\w+:", line):  # not a loader's "prog: lib: warning"
+                command = {"program": c.group("program"), "range": m.group("range") if m else None, "line": line}
         m = TITLE.match(line)
         if m:
             title = re.sub(r"\s+", " ", m.group("title")).strip()
@@ -232,6 +256,8 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             if version and version not in versions:
                 versions.append(version)
             cur = _Table(title, version, no, "dedal-bench" if m.group("suite") else "osu")
+            if command is not None and command["program"] == suite_name(benchmark_name(title), cur.suite):
+                cur.command = command
             tables.append(cur)
             events.append("table")
             continue
@@ -292,6 +318,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 nxt = _Table(cur.title, cur.version, no, cur.suite)
                 nxt.columns = list(cur.columns)
                 nxt.meta = list(cur.meta)
+                nxt.command = cur.command
                 cur = nxt
                 tables.append(cur)
                 events.append("table")
@@ -322,15 +349,8 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         if t.partial:
             findings.append(F.error(
                 "truncated", f"{name}: a result row is cut short (output truncated)", t.partial, verdict="failed"))
-        if t.has_size and len(t.rows) >= 2 and is_last and msg_opt is None:
-            expected = COLLECTIVE_MAX if _is_collective(t.title or "") else PT2PT_MAX
-            last_size = t.rows[-1][0]
-            if isinstance(last_size, (int, float)) and last_size < expected:
-                findings.append(F.error(
-                    "truncated",
-                    f"{name}: the table stops at {last_size} B, below the default largest message of "
-                    f"{expected} B, and no -m option is visible (output truncated?)",
-                    [" ".join(str(v) for v in t.rows[-1])], verdict="failed"))
+        if t.has_size and len(t.rows) >= 2 and (is_last or t.command is not None):
+            findings.extend(_range_findings(t, name, msg_opt if is_last and t.command is None else None))
         findings.extend(_table_findings(t, name))
 
     result: Dict[str, Any] = {
@@ -348,6 +368,33 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     result["_base_verdict"] = "good" if has_data else ("unknown" if not recognized else "unknown")
     result["_recognized"] = recognized
     return result
+
+
+def _range_findings(t: _Table, name: str, msg_opt: Optional[str]) -> List[Finding]:
+    """Whether a table that stops short of its largest message was cut. The largest message is
+    the ``-m`` of the command line that ran it, else the benchmark's default where its command
+    line is in the log without ``-m``. A log that shows no command line cannot tell a ``-m``
+    limit from a cut: a note, and the table is judged on the rows it has. ``msg_opt``: a
+    ``-m`` seen elsewhere in the log (the only table's, where the command was not matched)."""
+    last = t.rows[-1][0]
+    if not isinstance(last, (int, float)):
+        return []
+    program = benchmark_name(t.title or "")
+    default = COLLECTIVE_MAX if _is_collective(t.title or "") else PT2PT_MAX
+    known = program in KNOWN_PROGRAMS or _is_collective(t.title or "")
+    row = [" ".join(str(v) for v in t.rows[-1])]
+    if t.command is not None:
+        limit = size_limit(t.command["range"]) if t.command["range"] else (default if known else None)
+        why = f"-m {t.command['range']}" if t.command["range"] else "the default largest message, no -m"
+        if limit is not None and last < limit and (last * 2 <= limit):
+            return [F.error("truncated", f"{name}: the table stops at {last} B, below the {limit} B its command line "
+                            f"asks for ({why}): output truncated", [t.command["line"]] + row, verdict="failed")]
+        return []
+    if msg_opt is not None or not known or last >= default:
+        return []
+    return [F.info("table-range-unknown", f"{name}: the table stops at {last} B, below the default largest message "
+                   f"of {default} B; the log shows no command line, so a -m limit and a cut output look alike "
+                   "(judged on the rows it has)", row)]
 
 
 def _table_findings(t: _Table, name: str) -> List[Finding]:

@@ -7,6 +7,10 @@ number of matching lines and the first few as evidence. A signature may be
 to the GPU set-up failure that explains it). Lines that start with ``#``
 are comments of benchmark outputs (OSU, nccl-tests, ``ucx_info``) and never match, so
 a reference sheet that quotes a message does not count as the message itself.
+
+Open MPI's "A requested component was not found" help text is read whole: its
+``Framework:`` and ``Component:`` lines say what was missing, and a component listed in
+:data:`OPTIONAL_COMPONENTS` (one the launcher does without) is a note, not a failure.
 """
 from __future__ import annotations
 
@@ -216,8 +220,73 @@ SIGNATURES: Sequence[Signature] = (
 )
 
 
+#: Components whose "A requested component was not found" help text is no failure: the
+#: launcher was asked for a component it does not have, said so, and launched without it.
+#: ``(framework, component)``: why. Every other component named there stays a failure.
+OPTIONAL_COMPONENTS: Dict[Tuple[str, str], str] = {
+    ("plm", "isolated"): "Open MPI 4's local-only launcher component (ORTE); Open MPI 5's launcher PRRTE has no such "
+                         "component and prints this when an MCA setting asks for it (e.g. OMPI_MCA_plm=isolated, "
+                         "which some container images set for Open MPI 4), then launches with its own",
+}
+_COMPONENT_HELP = "ompi-component-missing"
+_FRAMEWORK = re.compile(r"^\s*Framework:\s*(\S+)")
+_COMPONENT = re.compile(r"^\s*Component:\s*(\S+)")
+_HELP_END = re.compile(r"^-{10,}\s*$")
+
+
+def missing_components(lines: Sequence[str]) -> List[Tuple[str, str, List[str]]]:
+    """``(framework, component, evidence)`` of every "A requested component was not found"
+    help text of Open MPI, PRRTE or PMIx in ``lines``: its ``Framework:`` and ``Component:``
+    lines, read up to the dashed line that closes it (``""`` where a text names none)."""
+    sig = next(s for s in SIGNATURES if s.code == _COMPONENT_HELP)
+    out: List[Tuple[str, str, List[str]]] = []
+    for i, line in enumerate(lines):
+        if line.strip().startswith("#") or not sig.pattern.search(line):
+            continue
+        framework = component = ""
+        evidence = [line.strip()]
+        for nxt in lines[i + 1:i + 16]:
+            if _HELP_END.match(nxt.strip()) or sig.pattern.search(nxt):
+                break
+            m = _FRAMEWORK.match(nxt) or _COMPONENT.match(nxt)
+            if m:
+                evidence.append(nxt.strip())
+                if nxt.strip().startswith("Framework"):
+                    framework = m.group(1)
+                else:
+                    component = m.group(1)
+        out.append((framework, component, evidence))
+    return out
+
+
+def _component_findings(lines: Sequence[str], count: int) -> List[Finding]:
+    """The findings of the component help texts: the optional ones (:data:`OPTIONAL_COMPONENTS`)
+    one note, every other one (or a text that names none) the failure, naming what was missing."""
+    sig = next(s for s in SIGNATURES if s.code == _COMPONENT_HELP)
+    optional: Dict[Tuple[str, str], List[List[str]]] = {}
+    missing: Dict[Tuple[str, str], List[List[str]]] = {}
+    for framework, component, evidence in missing_components(lines):
+        key = (framework, component)
+        (optional if key in OPTIONAL_COMPONENTS else missing).setdefault(key, []).append(evidence)
+    out: List[Finding] = []
+    if missing:
+        named = [f"{fw} {comp}" for fw, comp in missing if fw or comp]
+        n = sum(len(v) for v in missing.values())
+        msg = sig.message + (f": {', '.join(named)}" if named else "") + (f" ({n} help texts)" if n > 1 else "")
+        out.append(Finding(sig.severity, sig.code, msg, next(iter(missing.values()))[0], sig.verdict))
+    for (fw, comp), texts in optional.items():
+        out.append(Finding("info", "ompi-component-optional",
+                           f"the launcher was asked for the component {comp} of framework {fw}, which it does not "
+                           f"have, and went on without it ({len(texts)} help text(s)): {OPTIONAL_COMPONENTS[(fw, comp)]}",
+                           texts[0]))
+    if not out and count:  # matching lines that missing_components did not read as help texts
+        out.append(Finding(sig.severity, sig.code, sig.message, [], sig.verdict))
+    return out
+
+
 def scan(lines: Sequence[str], signatures: Sequence[Signature] = SIGNATURES) -> List[Finding]:
-    """One finding per signature code found in ``lines``, in order of first appearance."""
+    """One finding per signature code found in ``lines``, in order of first appearance (the
+    component help texts of Open MPI: one per kind, :func:`_component_findings`)."""
     hits: Dict[str, List[str]] = {}
     counts: Dict[str, int] = {}
     order: List[str] = []
@@ -242,6 +311,9 @@ def scan(lines: Sequence[str], signatures: Sequence[Signature] = SIGNATURES) -> 
     for code in order:
         sig = sig_by_code[code]
         if any(c in counts for c in sig.suppressed_by):
+            continue
+        if code == _COMPONENT_HELP:
+            findings.extend(_component_findings(lines, counts[code]))
             continue
         n = counts[code]
         msg = sig.message + (f" ({n} matching lines)" if n > 1 else "")

@@ -70,6 +70,46 @@ def test_explicit_message_range_is_not_truncation() -> None:
     assert r["verdict"] == "good" and r["message_size_option"] == "1:8192"
 
 
+def _latency_table(top: int, title: str = "# OSU MPI-CUDA Latency Test v7.4") -> str:
+    return (f"{title}\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n"
+            + "".join(f"{1 << i:<10}{150.0 + i:>18.2f}\n" for i in range(top.bit_length())))
+
+
+def test_a_table_limited_by_m_without_its_command_line_is_no_truncation() -> None:
+    """Issue 36: `osu_latency -d cuda -m 65536 D D` recorded without its command line stops at
+    64 KiB; that is a -m limit or a cut output, and the log cannot tell: a note."""
+    r = parse_text(_latency_table(65536))
+    assert r["verdict"] != "failed" and "truncated" not in codes(r)
+    (note,) = [f for f in r["findings"] if f["code"] == "table-range-unknown"]
+    assert note["severity"] == "info" and note["evidence"] == ["65536 166.0"]
+
+
+@pytest.mark.parametrize("command, top, cut", [
+    ("== prterun -np 2 osu_latency -d cuda -m 4194304 D D", 262144, True),   # asked for 4 MiB, stops at 256 KiB
+    ("== prterun -np 2 osu_latency -d cuda -m 65536 D D", 65536, False),     # asked for 64 KiB, has it
+    ("$ mpirun -np 2 ./pt2pt/osu_latency -d cuda D D", 65536, True),          # no -m: the default 4 MiB
+    ("$ mpirun -np 2 ./pt2pt/osu_latency -d cuda -m 1:100000 D D", 65536, False),  # no power of two above 64 KiB
+    ("$ mpirun -np 2 ./pt2pt/osu_latency -m 4M", 4194304, False),
+])
+def test_a_table_is_held_to_its_own_command_line(command: str, top: int, cut: bool) -> None:
+    r = parse_text(command + "\n" + _latency_table(top))
+    assert ("truncated" in codes(r)) is cut and "table-range-unknown" not in codes(r)
+    if cut:
+        f = next(f for f in r["findings"] if f["code"] == "truncated")
+        assert f["evidence"][0] == command and r["verdict"] == "failed"
+
+
+def test_each_table_of_a_log_is_held_to_the_command_before_it() -> None:
+    """The H200 probe's console log: each run's command, then its output cut at 60 lines by
+    `head -60`; the last run (-m 65536) is whole."""
+    text = ("== prterun -np 2 osu_latency -d cuda -m 4194304 D D\n" + _latency_table(262144)
+            + "-- osu-lat-DD exit 0\n== prterun -np 2 dedal_latency -m 65536\n"
+            + _latency_table(65536, "# dedal-bench MPI Latency Test v1.1"))
+    r = parse_text(text)
+    cut = [f for f in r["findings"] if f["code"] == "truncated"]
+    assert len(cut) == 1 and cut[0]["message"].startswith("osu_latency:") and "262144" in cut[0]["message"]
+
+
 def test_full_format_extra_columns_and_noise() -> None:
     text = """
 # OSU MPI Allreduce Latency Test v7.1
