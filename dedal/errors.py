@@ -6,10 +6,12 @@ path, so that a user (or CI) can go straight to the evidence.
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import shlex
 import signal
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import BinaryIO, Iterator, Optional, Sequence
 
 
 class DedalError(Exception):
@@ -142,10 +144,44 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def read_input(path: Path) -> str:
-    """A user's input file as text, or one clear UserError line."""
+_KINDS = {0o010000: "a FIFO", 0o020000: "a character device", 0o060000: "a block device", 0o140000: "a socket",
+          0o040000: "a directory", 0o120000: "a symlink"}
+
+
+def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
+    """``path`` opened for reading in binary, if it is a regular file: a FIFO is refused
+    at once (it is never waited on for a writer), so is a device, a socket, a directory,
+    and, with ``follow=False``, a symlink at its end. UserError, one line, otherwise."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
     try:
-        return Path(path).read_text(encoding="utf-8")
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a regular file") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    except (OSError, ValueError) as exc:  # ELOOP: a symlink at the end (follow=False); ValueError: a NUL
+        if getattr(exc, "errno", None) == errno.ENAMETOOLONG:
+            raise  # the CLI's one line for a path too long, wherever it is met
+        try:
+            mode = os.lstat(path).st_mode
+        except (OSError, ValueError):
+            raise UserError(f"{path}: cannot be opened ({getattr(exc, 'strerror', None) or exc})") from None
+        raise UserError(f"{path}: is {_KINDS.get(mode & 0o170000, 'no regular file')}, not a regular file") from None
+    mode = os.fstat(fd).st_mode
+    if mode & 0o170000 != 0o100000:
+        os.close(fd)
+        raise UserError(f"{path}: is {_KINDS.get(mode & 0o170000, 'no regular file')}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_input(path: Path) -> str:
+    """A user's input file as text, or one clear UserError line (a FIFO, a device: refused)."""
+    try:
+        with open_regular(Path(path)) as fh:
+            return fh.read().decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:

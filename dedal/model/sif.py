@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from dedal.errors import UserError
+from dedal.errors import UserError, open_regular
 
 LAUNCH_SCRIPT = "#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC\x00"
@@ -191,8 +191,8 @@ def read_sif(path: Union[str, os.PathLike]) -> SifInfo:
     """
     p = Path(path)
     try:
-        size = p.stat().st_size
-        with open(p, "rb") as fh:
+        with open_regular(p) as fh:  # a FIFO, a device: refused at once, never waited on
+            size = os.fstat(fh.fileno()).st_size
             head = fh.read(HEADER.size)
             if len(head) < HEADER.size or head[32:42] != MAGIC:
                 raise UserError(f"{p}: not a SIF image (no SIF_MAGIC in the header)")
@@ -263,7 +263,7 @@ def check_arch(info: SifInfo, arch: Optional[str] = None) -> None:
 
 def read_object(path: Union[str, os.PathLike], descriptor: Descriptor) -> bytes:
     """The bytes of one data object (meant for the small ones: definition, JSON, SBOM)."""
-    with open(path, "rb") as fh:
+    with open_regular(Path(path)) as fh:
         fh.seek(descriptor.offset)
         data = fh.read(descriptor.size)
     if len(data) != descriptor.size:

@@ -19,7 +19,7 @@ import shutil
 import stat
 import struct
 from pathlib import Path
-from typing import BinaryIO, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from dedal.errors import UserError
 
@@ -39,12 +39,14 @@ def kind(mode: int) -> str:
             stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "of an unknown type")
 
 
-def shown(name: str) -> str:
-    """A name for one line of text: backslash and every character that is not printable
-    (line breaks, terminal escapes) escaped as Python writes them; the rest as it is."""
+def shown(name: str, backslash: bool = True) -> str:
+    """A name for one line of text: every character that is not printable (line breaks,
+    terminal escapes, bytes that are no UTF-8) escaped as Python writes them, and the
+    backslash too (unless ``backslash`` is False: a line already made of shown names);
+    the rest as it is."""
     out = []
     for ch in name:
-        if ch == "\\":
+        if ch == "\\" and backslash:
             out.append("\\\\")
         elif ch.isprintable():
             out.append(ch)
@@ -89,32 +91,6 @@ def open_dir(root: Path, rel: str, where: str) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def open_file(path: Path, where: str = "") -> BinaryIO:
-    """``path`` opened for reading if it is a regular file (its last component not
-    followed, a FIFO not waited on); UserError naming what it is otherwise."""
-    name = where or str(path)
-    try:
-        fd = os.open(path, _FILE_FLAGS)
-    except FileNotFoundError:
-        raise UserError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{name}: is a directory, not a regular file") from None
-    except PermissionError:
-        raise UserError(f"{name}: permission denied") from None
-    except OSError as exc:  # ELOOP: a symlink at the end
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            raise UserError(f"{name}: cannot be opened ({exc.strerror or exc})") from None
-        raise UserError(f"{name}: is {kind(mode)}, not a regular file") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise UserError(f"{name}: is {kind(mode)}, not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
 
 
 def copy_out(root: Path, rel: str, dest: Path, where: str, *, required: Sequence[str] = (),

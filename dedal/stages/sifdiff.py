@@ -10,7 +10,6 @@ only one image has is one difference, with the number of entries below it.
 from __future__ import annotations
 
 import difflib
-import gzip
 import hashlib
 import json
 import os
@@ -22,8 +21,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from dedal.adapters import squashfs
-from dedal.errors import DedalError, UserError
+from dedal.errors import DedalError, UserError, open_regular
 from dedal.model import sif as sif_mod
+from dedal.stages.image_files import raw_names, shown
 
 TEXT_LIMIT = 1 << 20       # bytes of a file or object shown as a text diff (larger: "content" only)
 HEADER_FIELDS = ("id", "created", "modified", "primary_arch", "launch_script", "version")
@@ -75,7 +75,7 @@ class DiffResult:
 
 def _sha256(path: Path, start: int = 0, size: Optional[int] = None) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         fh.seek(start)
         left = size
         while left is None or left > 0:
@@ -147,13 +147,23 @@ def _text(data: bytes) -> Optional[str]:
         return None
 
 
+def _gunzip(data: bytes, limit: int = TEXT_LIMIT) -> Optional[bytes]:
+    """``data`` decompressed, unless that passes ``limit`` bytes (a small .gz may expand to
+    gigabytes) or it is no gzip data: None then."""
+    d = zlib.decompressobj(wbits=31)
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error:
+        return None
+    return out if len(out) <= limit and d.eof else None
+
+
 def content_diff(name: str, a: bytes, b: bytes) -> List[str]:
     """Lines that show how ``a`` and ``b`` differ: JSON paths, a unified diff of text (a
     ``.gz`` decompressed first, its header compared too), else nothing (binary)."""
     if name.endswith(".gz"):
-        try:
-            da, db = gzip.decompress(a), gzip.decompress(b)
-        except (OSError, EOFError, zlib.error):
+        da, db = _gunzip(a), _gunzip(b)
+        if da is None or db is None:
             return []
         lines = content_diff(name[:-3], da, db)
         if da == db:
@@ -174,14 +184,44 @@ def content_diff(name: str, a: bytes, b: bytes) -> List[str]:
 # ---------------------------------------------------------------------------- trees
 
 
-def _entries(root: Path) -> Dict[str, os.stat_result]:
+def _unreadable(root: Path, exc: OSError) -> UserError:
+    where = getattr(exc, "filename", None) or root
+    return UserError(f"cannot read {shown(str(where))} in a mounted root file system ({exc.strerror or exc}); "
+                     "the image is corrupt")
+
+
+def _entries(root: Path) -> Tuple[Dict[str, os.stat_result], Dict[str, str]]:
+    """Every entry under ``root`` (lstat, nothing followed), by its path in the image; and
+    the entries no path can reach (a second ``.`` or ``..``, a name with a ``/``: what a
+    crafted squashfs can hold and ``os.scandir`` never shows), path: type."""
     found: Dict[str, os.stat_result] = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in dirs + files:
-            full = os.path.join(dirpath, name)
-            found["/" + os.path.relpath(full, root)] = os.lstat(full)
-    found["/"] = os.lstat(root)
-    return found
+    odd: Dict[str, str] = {}
+
+    def fail(exc: OSError) -> None:
+        raise _unreadable(root, exc)
+
+    for dirpath, dirs, files in os.walk(root, onerror=fail):
+        rel = os.path.relpath(dirpath, root)
+        base = "" if rel == "." else "/" + rel
+        try:
+            for name in dirs + files:
+                found[f"{base}/{name}"] = os.lstat(os.path.join(dirpath, name))
+            fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                raw = raw_names(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _unreadable(root, exc) from None
+        listed = set(dirs) | set(files)
+        for name, kind in raw or []:
+            if name not in listed:
+                odd[f"{base}/{name}"] = kind
+    try:
+        found["/"] = os.lstat(root)
+    except OSError as exc:
+        raise _unreadable(root, exc) from None
+    return found, odd
 
 
 def _kind(st: os.stat_result) -> str:
@@ -189,8 +229,14 @@ def _kind(st: os.stat_result) -> str:
             stat.S_IFBLK: "block device", stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket"}.get(stat.S_IFMT(st.st_mode), "?")
 
 
+def _read(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of a regular file of a mounted image (not followed)."""
+    with open_regular(path, follow=False) as fh:
+        return fh.read(limit)
+
+
 def _same_bytes(a: Path, b: Path) -> bool:
-    with open(a, "rb") as fa, open(b, "rb") as fb:
+    with open_regular(a, follow=False) as fa, open_regular(b, follow=False) as fb:
         while True:
             ca, cb = fa.read(1 << 20), fb.read(1 << 20)
             if ca != cb:
@@ -201,7 +247,7 @@ def _same_bytes(a: Path, b: Path) -> bool:
 
 def tree_diff(a: Path, b: Path) -> Iterator[Difference]:
     """Differences between two directory trees (paths as in the image, from ``/``)."""
-    ea, eb = _entries(a), _entries(b)
+    (ea, odd_a), (eb, odd_b) = _entries(a), _entries(b)
     only: List[Tuple[str, str]] = [(p, "only in A") for p in ea if p not in eb] + \
         [(p, "only in B") for p in eb if p not in ea]
     reported: List[str] = []
@@ -213,6 +259,19 @@ def tree_diff(a: Path, b: Path) -> Iterator[Difference]:
         yield Difference("file", path, what, _kind(st) + (f" with {below} entries" if below else ""))
         if stat.S_ISDIR(st.st_mode):
             reported.append(path)
+    for path in sorted(set(odd_a) | set(odd_b)):  # never hidden: listed, by name
+        kinds = f"a {odd_a.get(path) or odd_b.get(path)} named {path.rsplit('/', 1)[1]!r} that no path reaches"
+        if path in odd_a and path in odd_b:
+            yield Difference("file", path, "unreachable", kinds, kinds, ["(in both images: its content is not compared)"])
+        else:
+            yield Difference("file", path, "only in A" if path in odd_a else "only in B", kinds)
+    try:
+        yield from _common(a, b, ea, eb)
+    except OSError as exc:
+        raise _unreadable(a, exc) from None
+
+
+def _common(a: Path, b: Path, ea: Dict[str, os.stat_result], eb: Dict[str, os.stat_result]) -> Iterator[Difference]:
     for path in sorted(set(ea) & set(eb)):
         sa, sb = ea[path], eb[path]
         if _kind(sa) != _kind(sb):
@@ -231,7 +290,7 @@ def tree_diff(a: Path, b: Path) -> Iterator[Difference]:
                 yield Difference("file", path, "target", ta, tb)
         elif stat.S_ISREG(sa.st_mode):
             if sa.st_size != sb.st_size or not _same_bytes(pa, pb):
-                detail = content_diff(path, pa.read_bytes(), pb.read_bytes()) \
+                detail = content_diff(path, _read(pa, TEXT_LIMIT), _read(pb, TEXT_LIMIT)) \
                     if max(sa.st_size, sb.st_size) <= TEXT_LIMIT else []
                 yield Difference("file", path, "content", f"{sa.st_size} bytes", f"{sb.st_size} bytes", detail)
 
@@ -280,6 +339,11 @@ def diff_images(a: Path, b: Path, *, files: bool = True) -> DiffResult:
                 if files and da.is_primary_partition:
                     result.differences += list(_partition_diff(a, da, b, db))
             continue
+        if max(da.size, db.size) > TEXT_LIMIT:  # hashed in chunks: memory stays bounded
+            if da.size != db.size or _sha256(a, da.offset, da.size) != _sha256(b, db.offset, db.size):
+                result.differences.append(Difference("object", key, "content", f"{da.size} bytes", f"{db.size} bytes",
+                                                     [f"(larger than {TEXT_LIMIT >> 20} MiB: compared by sha256)"]))
+            continue
         ra, rb = sif_mod.read_object(a, da), sif_mod.read_object(b, db)
         if ra == rb:
             continue
@@ -318,11 +382,13 @@ def _partition_diff(a: Path, da: sif_mod.Descriptor, b: Path, db: sif_mod.Descri
         try:
             for name, path, d in (("a", a, da), ("b", b, db)):
                 point = Path(tmp) / name
-                method = squashfs.mount(path, point, offset=d.offset)
+                try:
+                    method = squashfs.mount(path, point, offset=d.offset)
+                except DedalError as exc:
+                    raise UserError(f"cannot mount the root file system of {path} to compare it ({exc.one_line()}); "
+                                    "is the image corrupt?") from None
                 mounted.append((point, method))
             yield from tree_diff(mounted[0][0], mounted[1][0])
-        except DedalError as exc:
-            raise UserError(f"cannot mount the root file systems to compare them ({exc.one_line()})") from None
         finally:
             for point, method in reversed(mounted):
                 squashfs.unmount(point, method, lazy=True)
@@ -330,13 +396,13 @@ def _partition_diff(a: Path, da: sif_mod.Descriptor, b: Path, db: sif_mod.Descri
 
 def render(result: DiffResult, max_lines: int = 40) -> str:
     """The human form: the summary line, then one line per difference, its detail indented."""
-    lines = [result.summary()]
+    lines = [shown(result.summary())]
     for d in result.differences:
         values = f": {d.a!r} -> {d.b!r}" if (d.a or d.b) and d.what not in ("only in A", "only in B") else \
-            (f" ({d.a or d.b})" if d.a or d.b else "")
-        lines.append(f"{d.where} {d.name}: {d.what}{values}")
-        shown = d.detail[:max_lines] if max_lines > 0 else d.detail
-        lines += [f"    {x}" for x in shown]
-        if len(d.detail) > len(shown):
-            lines.append(f"    ... {len(d.detail) - len(shown)} more line(s) (--max-lines 0 shows all)")
+            (f" ({shown(d.a or d.b)})" if d.a or d.b else "")
+        lines.append(shown(f"{d.where} {shown(d.name)}: {d.what}{values}", backslash=False))
+        part = d.detail[:max_lines] if max_lines > 0 else d.detail
+        lines += [f"    {shown(x, backslash=False)}" for x in part]
+        if len(d.detail) > len(part):
+            lines.append(f"    ... {len(d.detail) - len(part)} more line(s) (--max-lines 0 shows all)")
     return "\n".join(lines)

@@ -1,11 +1,16 @@
 """`dedal diff A.sif B.sif`: SIFs written by the tests (real mksquashfs, dedal's SIF writer)
-that are identical, differ by one label, by one file, by an entry only one has."""
+that are identical, differ by one label, by one file, by an entry only one has; hostile
+inputs (issue 39, item 3): a FIFO, a large object, an entry named '..', a name with a
+line break."""
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Optional, Tuple
 
 import pytest
 
@@ -118,3 +123,110 @@ def test_api_sorts_and_counts(images):
     assert not res.identical and res.counts()["label"] == 1
     assert [d.where for d in res.differences] == sorted((d.where for d in res.differences),
                                                         key=["header", "label", "object", "file"].index)
+
+
+# ----------------------------------------------------------------------------- hostile inputs (issue 39, item 3)
+
+
+@pytest.mark.reliability
+def test_a_fifo_or_a_device_is_refused_at_once(images, run_dedal, tmp_path):
+    a = images[0]
+    fifo = tmp_path / "pipe.sif"
+    os.mkfifo(fifo)
+    for other, says in ((fifo, "is a FIFO, not a regular file"), (Path("/dev/zero"), "is a character device")):
+        for args in ((str(a), str(other)), (str(other), str(a))):
+            r = run_dedal("diff", *args, timeout=60)  # was: blocked forever opening the FIFO
+            assert r.returncode == 2 and r.stdout == "", r.stderr
+            assert r.stderr.strip().splitlines() == [f"dedal: error: {other}: {says}" +
+                                                     ("" if "FIFO" in says else ", not a regular file")]
+
+
+def _sif_with_object(tmp: Path, name: str, size: int, last: bytes) -> Path:
+    """A SIF with a non-partition object of ``size`` bytes (siftool add, datatype Generic)."""
+    from tests.fixtures.registry import siftool
+
+    image = _image(tmp, name, FILES, LABELS)
+    blob = tmp / f"{name}.bin"
+    with open(blob, "wb") as fh:
+        for _ in range(size >> 20):
+            fh.write(b"{" * (1 << 20))  # text-like bytes: no NUL to stop a text diff early
+        fh.write(last)
+    subprocess.run([siftool(), "add", str(image), str(blob), "--datatype", "7", "--filename", "big.json"],
+                   check=True, capture_output=True)
+    blob.unlink()
+    return image
+
+
+@pytest.mark.reliability
+def test_a_large_object_is_streamed_with_bounded_memory(tmp_path):
+    """A 150 MB object in each image: the diff's largest resident set stays under 100 MB
+    (objects were read whole, twice: 640 MB for 300 MB objects; now 42 MB)."""
+    if os.geteuid() != 0 and not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root or FUSE to mount the partitions")
+    a = _sif_with_object(tmp_path, "a", 150 << 20, b"A")
+    b = _sif_with_object(tmp_path, "b", 150 << 20, b"B")
+    measure = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+               "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+               "sys.stderr.write(r.stdout + r.stderr)")
+    from tests.conftest import dedal_exe
+
+    r = subprocess.run([sys.executable, "-c", measure, dedal_exe(), "diff", str(a), str(b), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    rc, maxrss_kib = map(int, r.stdout.split())
+    data = json.loads(r.stderr)
+    assert rc == 1 and data["counts"] == {"object": 1}, r.stderr[-2000:]
+    big = data["differences"][0]
+    assert big["name"] == "big.json (Generic/Raw)" and big["what"] == "content"
+    assert maxrss_kib < 100 * 1024, f"{maxrss_kib} KiB"
+
+
+def _crafted(tmp: Path, name: str, files: dict, patch: Optional[Tuple[bytes, bytes]] = None) -> Path:
+    """A SIF whose squashfs holds ``files``, uncompressed, with the bytes ``patch[0]``
+    (one name, once) replaced by ``patch[1]``: what a hand-made image can hold."""
+    root = tmp / f"{name}-root"
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(data)
+    os.chmod(root, 0o755)
+    part = tmp / f"{name}.sqfs"
+    subprocess.run(["mksquashfs", str(root), str(part), "-noappend", "-all-root", "-noI", "-noD", "-noF", "-noX",
+                    "-mkfs-time", "0", "-all-time", "0", "-quiet", "-no-progress"], check=True, capture_output=True)
+    if patch:
+        raw = part.read_bytes()
+        assert raw.count(patch[0]) == 1
+        part.write_bytes(raw.replace(patch[0], patch[1]))
+    out = tmp / f"{name}.sif"
+    sif.write_sif(out, part, definition="Bootstrap: dedal\n", labels=LABELS,
+                  metadata={"data": {"attributes": {"labels": LABELS}}}, created=1700000000)
+    return out
+
+
+@pytest.mark.reliability
+def test_an_entry_named_dotdot_is_shown_not_hidden(images, run_dedal, tmp_path):
+    files = {"opt/d/Q7": "hello\n", "opt/d/zz": "other\n"}
+    a = _crafted(tmp_path, "plain-d", files)
+    b = _crafted(tmp_path, "dotdot-d", files, (b"Q7", b".."))  # the entry Q7 renamed to '..'
+    r = run_dedal("diff", str(a), str(b), "--json")
+    assert r.returncode == 1, r.stderr
+    found = {(d["name"], d["what"]) for d in json.loads(r.stdout)["differences"] if d["where"] == "file"}
+    assert found == {("/opt/d/..", "only in B"), ("/opt/d/Q7", "only in A")}, found
+    text = run_dedal("diff", str(a), str(b)).stdout
+    assert "file /opt/d/..: only in B (a file named '..' that no path reaches)" in text.splitlines(), text
+
+
+@pytest.mark.reliability
+def test_a_name_with_a_line_break_cannot_forge_a_line(images, run_dedal, tmp_path):
+    forged = "x\nlabel dedal.env: changed: 't' -> 'evil'"
+    a = _image(tmp_path, "plain", FILES, LABELS)
+    b = _image(tmp_path, "forging", {**FILES, f"opt/sw/{forged}": "boo", "opt/sw/back\\slash": "\x1b[2Jx"}, LABELS)
+    r = run_dedal("diff", str(a), str(b))
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("differ: ") and "2 files" in lines[0]
+    assert all(line.startswith(("file /", "object ", "label ", "header ", "    ")) for line in lines[1:]), lines
+    assert not any(line.startswith("label ") for line in lines)
+    assert "file /opt/sw/x\\nlabel dedal.env: changed: 't' -> 'evil': only in B (file)" in lines
+    assert "file /opt/sw/back\\\\slash: only in B (file)" in lines  # a backslash cannot fake an escape
+    names = {d["name"] for d in json.loads(run_dedal("diff", str(a), str(b), "--json").stdout)["differences"]}
+    assert f"/opt/sw/{forged}" in names and "/opt/sw/back\\slash" in names  # --json: exact
