@@ -54,10 +54,6 @@ def set_quiet(quiet: bool) -> None:
     _quiet = bool(quiet)
 
 
-def is_quiet() -> bool:
-    return _quiet
-
-
 def last_line(path: Union[str, os.PathLike], offset: int = 0) -> str:
     """The last non-empty line of ``path`` after byte ``offset`` (a progress bar's ``\\r``
     ends a line too; terminal colours and dedal's ``$ command`` headers left out); ""

@@ -4,7 +4,6 @@ before the old 92 s; with --json nothing but the error, and nothing on stdout.""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
@@ -21,13 +20,11 @@ BOUND_S = 2 * max(client.CONNECT_TIMEOUT, client.ANSWER_TIMEOUT)
 
 def test_a_mute_registry_is_shown_while_waited_for_and_named_in_the_error(silent_server, isolated_env, tmp_path):
     env = dict(isolated_env, CI="")  # a person's terminal, not a CI job's log
-    started = time.monotonic()
     term = in_terminal([dedal_exe(), "images", f"oras://{silent_server.host}/esd/tiny"], env, timeout=120,
                        cwd=tmp_path)
-    took = time.monotonic() - started
     assert term.rc == 1, term.text
     assert f"dedal: error: registry {silent_server.host} unreachable over https (no answer in" in term.text
-    assert took < BOUND_S + 15, f"{took:.0f} s"
+    assert len(silent_server.accepted) == 2, "one first contact per scheme, no retries (5 x 60 s before)"
     waiting = re.findall(rf"waiting for {re.escape(silent_server.host)}  (\d+) s", term.text)
     assert waiting and int(waiting[-1]) >= BOUND_S - 2, term.text[-2000:]  # the time, counted up while it waits
     assert "GET https://" in term.text and "GET http://" in term.text  # what it waits for
