@@ -100,7 +100,7 @@ SETTINGS: List[Setting] = [
     Setting("registry_insecure", "bool", _const(False), "plain HTTP / unverified TLS for the registry"),
     Setting("layer_cache", "str", _const(""), "oras://HOST[:PORT]/REPO of a remote layer cache: layers the store lacks are pulled from it before building, the ones built are pushed to it (empty: none)"),
     Setting("layer_cache_push", "bool", _const(True), "push the layers a build made to the layer cache (off: only pull, e.g. in merge-request pipelines)"),
-    Setting("registry_deadline_s", "float", _const(3600.0), "total seconds one registry operation (a publish, a pull) may take, retries included; none is started or retried after it"),
+    Setting("registry_deadline_s", "float", _const(180.0), "seconds one registry operation (a publish, a pull, a layer of the cache) may go without progress (no byte sent or received, no answer), retries and waits included; none is started or retried after it (a transfer that moves is never cut)"),
     Setting("registry_timeout_s", "float", _const(60.0), "seconds without a byte from the registry before an attempt counts as failed (a stalled registry)"),
 ]
 

@@ -6,8 +6,12 @@ downloads and URL building; ``RegistryClient.do_request`` underneath adds
 * authentication through ``RegistryAuth``, answered only when the registry asks;
 * retries with exponential backoff and jitter on 5xx/429 answers and broken
   connections (a body read from a file is rewound before every attempt), bounded three
-  ways: ``retries`` per request, ``2 * retries`` for the whole client, and its total
-  ``deadline`` (one client serves one operation: a publish, a pull); a stall is a
+  ways: ``retries`` per request, ``2 * retries`` for the whole client, and its
+  ``deadline``: the seconds one operation (a publish, a pull, one layer of a cache) may
+  go without progress, retries and waits included (every byte of a blob sent or
+  received, every GET answered and every PUT stored starts it again, so a long transfer
+  that moves is never cut, and a stalled one ends after ``deadline``, not after attempts
+  x timeout: answers that move nothing, a HEAD, an upload session, an error, do not count); a stall of one attempt is a
   read ``timeout`` (no byte for that long); a ``Retry-After`` longer than
   ``MAX_RETRY_AFTER`` ends the operation at once instead of being waited out; each
   kind of failure is one warning line, however often it repeats;
@@ -15,7 +19,8 @@ downloads and URL building; ``RegistryClient.do_request`` underneath adds
   ``GET /v2/`` may wait ``ANSWER_TIMEOUT`` for its answer on each scheme it tries (the
   stall ``timeout`` applies after that, where a big upload may be slow to be answered);
   a request still waiting after ``WAITING_SHOWN_AFTER`` shows ``waiting for HOST (12 s)``
-  (:mod:`dedal.ui.activity`);
+  (:mod:`dedal.ui.activity`); an upload that stops moving for that long shows ``upload to
+  HOST stalled`` with the seconds left before it gives up (:mod:`.stall`);
 * ``https`` with certificate verification unless ``insecure`` is asked for, in which
   case unverified https is tried first and plain http second; for a registry on this
   machine or a private network (:func:`local_registry`) plain http is the fallback
@@ -38,7 +43,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union
+from typing import IO, Any, Callable, Dict, List, Optional, Tuple, Union
 
 import oras.container
 import oras.provider
@@ -47,6 +52,7 @@ import requests.exceptions
 
 from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_credentials
 from dedal.adapters.registry.errors import TRANSIENT_ERRORS, NotFound, RegistryAuthError, redact_url, short_reason
+from dedal.adapters.registry.stall import Counted, Stall, stall
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
 from dedal.ui.activity import Activity, activity
 from dedal.ui.console import human_size
@@ -59,7 +65,8 @@ MAX_RETRY_AFTER = 60.0   # seconds a Retry-After may ask for; longer: give up no
 MAX_BACKOFF = 30.0
 CONNECT_TIMEOUT = 10.0     # seconds to connect: TCP and the TLS handshake (urllib3 bounds both by it)
 ANSWER_TIMEOUT = 10.0      # seconds the first contact (GET /v2/, per scheme) waits for an answer
-WAITING_SHOWN_AFTER = 5.0  # a request unanswered this long is shown: "waiting for HOST (12 s)"
+WAITING_SHOWN_AFTER = 5.0  # a request unanswered (an upload stalled) this long is shown: "waiting for HOST (12 s)"
+DEADLINE = 180.0           # seconds an operation may go without progress (setting registry_deadline_s)
 PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 CHUNK = 1 << 20
 
@@ -83,8 +90,9 @@ class RegistryClient(oras.provider.Registry):
     ``retries``: extra attempts after a transient failure; ``backoff``: first delay in
     seconds, doubled each time (with jitter), at most MAX_BACKOFF. ``insecure``: unverified
     https, then plain http. ``timeout``: seconds without a byte (a response to start, the
-    next part of a body) before the attempt counts as failed. ``deadline``: seconds from
-    the client's creation after which no request is started or retried.
+    next part of a body) before the attempt counts as failed. ``deadline``: seconds
+    without progress (no byte sent or received, no answer) after which no request is
+    started or retried, and to which every attempt's timeouts are cut.
     """
 
     def __init__(
@@ -96,7 +104,7 @@ class RegistryClient(oras.provider.Registry):
         retries: int = 4,
         backoff: float = 0.5,
         timeout: float = 60.0,
-        deadline: float = 3600.0,
+        deadline: float = DEADLINE,
         session: Optional[requests.Session] = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -114,6 +122,7 @@ class RegistryClient(oras.provider.Registry):
         self._sleep = sleep
         self._auth = RegistryAuth(host, creds)
         self._scheme: Optional[str] = None
+        self._stall: Optional[Stall] = None
         self.stats: Dict[str, int] = {"requests": 0, "retries": 0, "blobs_uploaded": 0, "blobs_skipped": 0,
                                       "bytes_uploaded": 0}
 
@@ -187,6 +196,16 @@ class RegistryClient(oras.provider.Registry):
         """Seconds left of this client's deadline."""
         return self._ends - time.monotonic()
 
+    def progressed(self, n: int = 0, *, new: bool = True) -> None:
+        """Bytes were sent or received (``n``), or data was answered or stored: the deadline
+        starts again, unless the bytes are not ``new`` (sent again by a retry: a registry
+        that stalls every upload at one point makes no progress); the display's stall
+        clock starts again either way."""
+        if new:
+            self._ends = time.monotonic() + self.deadline
+        if n and self._stall is not None:
+            self._stall.progressed(n)
+
     def _timeouts(self, what: str, first: bool = False, sending: bool = False) -> Tuple[float, float]:
         """(connect, read) timeouts of the next attempt, within the deadline; ``first``:
         of the first contact, whose answer is due within ANSWER_TIMEOUT; ``sending``: of
@@ -194,8 +213,9 @@ class RegistryClient(oras.provider.Registry):
         bounds sending the body by the connect timeout)."""
         left = self.remaining()
         if left <= 0:
-            raise RegistryError(f"{what}: gave up: the registry operation's deadline of {self.deadline:.0f} s "
-                                f"passed ({self.stats['requests']} request(s), {self.stats['retries']} retries)")
+            raise RegistryError(f"{what}: gave up: no progress within the registry operation's deadline of "
+                                f"{self.deadline:.0f} s (setting registry_deadline_s; {self.stats['requests']} "
+                                f"request(s), {self.stats['retries']} retries)")
         read = min(ANSWER_TIMEOUT, self.timeout, left) if first else min(self.timeout, left)
         return (read if sending else min(CONNECT_TIMEOUT, self.timeout, left)), read
 
@@ -217,15 +237,24 @@ class RegistryClient(oras.provider.Registry):
         ``self.retries`` times with backoff when ``retry``; the last one raises
         RegistryError. Other statuses are returned, or raised unless in ``ok`` when
         ``ok`` is given. While it waits longer than WAITING_SHOWN_AFTER for an answer (or
-        between retries), ``waiting for HOST`` is shown; not while a file is sent (its
-        byte count is on the display).
+        between retries), ``waiting for HOST`` is shown; while a file is sent, its byte
+        count is on the display, and ``upload to HOST stalled`` once no byte has gone
+        (or no answer come) for that long (:mod:`.stall`).
         """
         if url.startswith("/"):
             url = self.url(url)
         elif not self._scheme:
             _ = self.base
-        with activity(f"waiting for {self.host}", after=WAITING_SHOWN_AFTER, quiet=True if hasattr(data, "read")
-                      else None) as shown:
+        if hasattr(data, "read"):
+            with stall(f"upload to {self.host} stalled", f"{method} {redact_url(url)}", self.remaining,
+                       size=len(data) if hasattr(data, "__len__") else 0,  # type: ignore[arg-type]
+                       after=WAITING_SHOWN_AFTER) as shown:
+                self._stall = shown
+                try:
+                    return self._attempts(shown, url, method, data, headers, json, stream, retry, ok)
+                finally:
+                    self._stall = None
+        with activity(f"waiting for {self.host}", after=WAITING_SHOWN_AFTER) as shown:
             return self._attempts(shown, url, method, data, headers, json, stream, retry, ok)
 
     def _attempts(self, shown: Activity, url: str, method: str, data: Any, headers: Optional[dict],
@@ -234,7 +263,8 @@ class RegistryClient(oras.provider.Registry):
         auth_rounds = 0
         attempt = 0
         while True:
-            shown.step(f"{method} {redact_url(url)}" + (f", attempt {attempt + 1} of {attempts}" if attempt else ""))
+            if not isinstance(shown, Stall):
+                shown.step(f"{method} {redact_url(url)}" + (f", attempt {attempt + 1} of {attempts}" if attempt else ""))
             hdrs = dict(headers or {})
             hdrs.update(self._auth.header())
             if hasattr(data, "seek"):
@@ -273,6 +303,8 @@ class RegistryClient(oras.provider.Registry):
                                             "giving up now, try again later")
                     self.wait_before_retry(attempt, why, delay, kind=f"HTTP {response.status_code}")
                     continue
+            if response.status_code < 300 and method in ("GET", "PUT", "PATCH"):
+                self.progressed()  # data came or was stored (not a HEAD, an upload session, an error)
             if ok and response.status_code not in ok:
                 raise self.error(response, method, url)
             return response
@@ -287,8 +319,8 @@ class RegistryClient(oras.provider.Registry):
             ceiling = min(MAX_BACKOFF, self.backoff * (2 ** (attempt - 1)))
             delay = ceiling / 2 + random.uniform(0, ceiling / 2)
         if delay >= self.remaining():
-            raise RegistryError(f"{why}: gave up: the registry operation's deadline of {self.deadline:.0f} s "
-                                f"leaves no time for retry {attempt}")
+            raise RegistryError(f"{why}: gave up: the registry operation's deadline of {self.deadline:.0f} s without "
+                                f"progress (setting registry_deadline_s) leaves no time for retry {attempt}")
         self.stats["retries"] += 1
         kind = kind or why
         level = logging.DEBUG if kind in self._warned else logging.WARNING
@@ -360,9 +392,10 @@ class RegistryClient(oras.provider.Registry):
         if progress:
             progress(f"uploading blob {digest[:19]} ({human_size(size)})")
         attempt = 0
+        furthest = [0]  # bytes of the blob the furthest attempt got out: only more is progress
         while True:
             try:
-                self._upload_once(repository, Path(path), digest, size)
+                self._upload_once(repository, Path(path), digest, size, furthest)
                 break
             except RegistryAuthError:
                 raise
@@ -377,7 +410,11 @@ class RegistryClient(oras.provider.Registry):
         self.stats["bytes_uploaded"] += size
         return True
 
-    def _upload_once(self, repository: str, path: Path, digest: str, size: int) -> None:
+    def _all_sent(self) -> None:
+        if self._stall is not None:
+            self._stall.finished_sending()
+
+    def _upload_once(self, repository: str, path: Path, digest: str, size: int, furthest: List[int]) -> None:
         r = self.do_request(f"/v2/{repository}/blobs/uploads/", "POST",
                             headers={"Content-Length": "0"}, ok=(202,))
         location = self._get_location(r, self.container(repository))
@@ -387,8 +424,15 @@ class RegistryClient(oras.provider.Registry):
             location = self.url(location)
         sep = "&" if "?" in location else "?"
         put_url = f"{location}{sep}digest={digest}"
+        at = [0]
         with open(path, "rb") as fh, meter(f"upload {digest[7:19]}", size) as m:
-            r = self.do_request(put_url, "PUT", data=_Counted(fh, size, m.advance),  # type: ignore[arg-type]
+            def sent(n: int) -> None:
+                m.advance(n)
+                at[0] += n
+                self.progressed(n, new=at[0] > furthest[0])
+                furthest[0] = max(furthest[0], at[0])
+
+            r = self.do_request(put_url, "PUT", data=Counted(fh, size, sent, self._all_sent),  # type: ignore[arg-type]
                                 headers={"Content-Type": "application/octet-stream",
                                          "Content-Length": str(size)}, retry=False)
         if r.status_code != 201:
@@ -484,28 +528,12 @@ class RegistryClient(oras.provider.Registry):
         with self.get_blob_stream(repository, digest) as r:
             data = b""
             for chunk in r.iter_content(CHUNK):
+                self.progressed()
                 data += chunk
                 if len(data) > limit:
                     raise RegistryError(f"blob {digest} is larger than {human_size(limit)}")
         if sha256_digest(data) != digest:
             raise RegistryError(f"blob {repository}@{digest}: the registry sent bytes with another sha256")
-        return data
-
-
-class _Counted:
-    """A file to upload that tells ``seen`` how many bytes were read from it (the live
-    display's byte count); its length is the blob's, so requests sends it as it is."""
-
-    def __init__(self, fh: BinaryIO, size: int, seen: Callable[[int], None]) -> None:
-        self._fh, self._size, self._seen = fh, size, seen
-
-    def __len__(self) -> int:
-        return self._size
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._fh.read(n)
-        if data:
-            self._seen(len(data))
         return data
 
 

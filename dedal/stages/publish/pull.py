@@ -146,6 +146,7 @@ def pull(
 def download_blob(client: RegistryClient, repository: str, digest: str, size: int, tmp: Path, what: str) -> None:
     """Stream a blob into ``tmp`` checking length and sha256; broken transfers restart."""
     attempt = 0
+    furthest = 0  # bytes the furthest attempt got: only more is progress (a retry reads the start again)
     while True:
         h = hashlib.sha256()
         got = 0
@@ -155,6 +156,8 @@ def download_blob(client: RegistryClient, repository: str, digest: str, size: in
                 for chunk in response.iter_content(reg.CHUNK):
                     got += len(chunk)
                     m.update(got)
+                    client.progressed(new=got > furthest)  # bytes came: the operation's deadline starts again
+                    furthest = max(furthest, got)
                     if got > size:
                         raise IntegrityError(f"{what}: the registry sent more than the {size} bytes the "
                                              "manifest states; refusing the download")

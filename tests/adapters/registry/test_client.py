@@ -91,3 +91,41 @@ def test_a_registry_that_never_answers_is_one_error_naming_it(silent_server, mon
                                      "and http (no answer in 1 s)")
     assert len(silent_server.accepted) == 2, "https once, plain http once: no retries of a registry that is mute"
     assert took < 10, f"{took:.1f} s: the first contact waits ANSWER_TIMEOUT per scheme, not the stall timeout"
+
+
+# ----------------------------------------------------------------------------- the deadline counts time without progress
+# (issue 39, item 4): a stalled upload took attempts x timeout (5 x 60 s); the deadline
+# bounds it now, and a transfer that moves is never cut by it.
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_progress_starts_the_deadline_again(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(client, "time", clock)
+    c = RegistryClient("registry.example.org", timeout=60, deadline=100)
+    clock.now += 90
+    assert c._timeouts("PUT /v2/x/blobs/uploads/1", sending=True) == (10, 10)  # cut to what is left
+    c.progressed(1 << 20)  # a block of the blob went out
+    clock.now += 90
+    assert c._timeouts("PUT /v2/x/blobs/uploads/1", sending=True) == (10, 10), "an upload that moves is not cut"
+    clock.now += 11
+    with pytest.raises(RegistryError, match=r"gave up: no progress within the registry operation's deadline of 100 s"):
+        c._timeouts("HEAD /v2/x/blobs/sha256:00")
+
+
+def test_the_default_deadline_is_a_few_minutes():
+    from dedal.model.config import SETTINGS
+
+    default = next(s for s in SETTINGS if s.key == "registry_deadline_s")
+    assert RegistryClient("h").deadline == client.DEADLINE == default.default({}) == 180.0
+    assert "without progress" in default.help

@@ -253,3 +253,25 @@ def test_a_connection_reset_mid_blob_is_retried(registry, proxy_for, sifs, tmp_p
     pub.pull(ref, tmp_path / "x.sif", insecure=True, client_options={"backoff": 0.01})
     assert proxy.count("GET", f"/blobs/{sif_digest}", status=0) == 1
     assert (tmp_path / "x.sif").read_bytes() == sifs["good"].read_bytes()
+
+
+# ----------------------------------------------------------------------------- a stalled upload (issue 39, item 4)
+
+
+@pytest.mark.reliability
+def test_a_stalled_upload_is_shown_while_it_waits_and_ends_at_the_deadline(registry, proxy_for, sifs, capsys):
+    """The registry takes the blob and never answers: attempts x timeout (here 11 x 6 s)
+    no longer bounds it, the deadline without progress does; the HEAD and POST answers
+    between attempts move nothing and do not start it again. While it waits, a line says
+    so, with the seconds left."""
+    proxy = proxy_for(registry)
+    proxy.fault("PUT", "/blobs/uploads/", "hang", times=1000)
+    with pytest.raises(pub.RegistryError, match=r"gave up: no progress within the registry operation's deadline "
+                                                r"of 9 s \(setting registry_deadline_s"):
+        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
+                    client_options={"timeout": 6, "deadline": 9, "retries": 10, "backoff": 0.01})
+    assert proxy.count("PUT", "/blobs/uploads/") == 2  # 6 s, then the 3 s left
+    err = capsys.readouterr().err
+    shown = [line for line in err.splitlines() if line.startswith(f"upload to {proxy.host} stalled")]
+    assert shown and "bytes sent, no answer for" in shown[0] and "; gives up in " in shown[0], err
+    assert "PUT http://" in shown[0] and "/blobs/uploads/" in shown[0]
