@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Dict, List
 
 from dedal.commands._registry import add_registry_options, progress_printer, registry_options
@@ -38,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="publish even when the attached verify.json has a verdict the setting verify_gate refuses "
                         "(default gate: passed, i.e. good or suboptimal)")
+    p.add_argument("--sign", action="store_true", default=None,
+                   help="push a copy signed with Apptainer's PGP key (setting sign; key: setting sign_keyidx; its "
+                        "passphrase in $DEDAL_SIGN_PASSPHRASE): `apptainer verify` and `dedal pull --verify` accept it")
     add_registry_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
@@ -73,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
             environment=args.environment,
             lock_hash=args.lock_hash, spack_commit=args.spack_commit, annotations=annotations,
             attachments=attachments, progress=progress_printer(), gate="off" if args.force else settings.verify_gate,
-            **opts,
+            sign=bool(args.sign or settings.sign), sign_keyidx=int(settings.sign_keyidx),
+            sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"), **opts,
         )
     if args.json:
         print_json(result.to_json())
@@ -84,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
               markup=False)
     out.print(f"  blobs uploaded: {len(result.blobs_uploaded)}, already in the registry: {len(result.blobs_skipped)}",
               markup=False)
+    if result.signed_by:
+        out.print(f"  signed by {', '.join(result.signed_by['names'])} "
+                  f"({', '.join(result.signed_by['fingerprints'])})", markup=False)
     for a in result.attachments:
         out.print(f"  attached {a.artifact_type}: {', '.join(a.files)} ({a.digest}, referrers: {result.referrers})",
                   markup=False)

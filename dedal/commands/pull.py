@@ -16,6 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="output file or directory (default: <name>_<tag>.sif)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("--arch", help="accept an image for this architecture instead of the host's (e.g. arm64)")
+    p.add_argument("--verify", action="store_true", default=None,
+                   help="refuse an image not signed by a key of the local Apptainer keyring (apptainer verify "
+                        "--local; setting require_signature; setting signers: the fingerprints allowed)")
     add_registry_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
@@ -26,13 +29,17 @@ def run(args: argparse.Namespace) -> int:
     from dedal.stages import publish as pub
 
     opts = registry_options(args)
-    opts.pop("settings")
+    settings = opts.pop("settings")
     with Transfers(quiet=args.json):
         result = pub.pull(args.ref, args.output, arch=args.arch, force=args.force,
-                          progress=progress_printer(), **opts)
+                          progress=progress_printer(), verify=bool(args.verify or settings.require_signature),
+                          signers=list(settings.signers or []), **opts)
     if args.json:
         print_json(result.to_json())
         return 0
     out.print(f"pulled {result.reference} -> {result.path}", markup=False)
     out.print(f"  sif {result.sif_digest} ({result.size} bytes, {result.arch}), verified", markup=False)
+    if result.signed_by:
+        out.print(f"  signed by {', '.join(result.signed_by['names'])} ({', '.join(result.signed_by['fingerprints'])})",
+                  markup=False)
     return 0

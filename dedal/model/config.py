@@ -102,6 +102,10 @@ SETTINGS: List[Setting] = [
     Setting("layer_cache_push", "bool", _const(True), "push the layers a build made to the layer cache (off: only pull, e.g. in merge-request pipelines)"),
     Setting("registry_deadline_s", "float", _const(180.0), "seconds one registry operation (a publish, a pull, a layer of the cache) may go without progress (no byte sent or received, no answer), retries and waits included; none is started or retried after it (a transfer that moves is never cut)"),
     Setting("registry_timeout_s", "float", _const(60.0), "seconds without a byte from the registry before an attempt counts as failed (a stalled registry)"),
+    Setting("sign", "bool", _const(False), "publish images signed with Apptainer's PGP key (dedal publish --sign; `apptainer verify` accepts them); the key's passphrase, if any, in $DEDAL_SIGN_PASSPHRASE, never in a setting"),
+    Setting("sign_keyidx", "int", _const(0), "which secret key of Apptainer's keyring signs (`apptainer key list --secret`; the keyring of $APPTAINER_KEYSDIR, else ~/.apptainer/keys)"),
+    Setting("require_signature", "bool", _const(False), "pull only images signed by a key of the local Apptainer keyring (dedal pull --verify): an unsigned or wrongly signed image is refused and nothing is written"),
+    Setting("signers", "list", _const([]), "fingerprints of the keys an image must be signed by where a signature is required (empty: any key of the local keyring)"),
 ]
 
 BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}

@@ -9,6 +9,7 @@ the registry are not sent), so a rerun after any failure resumes where it stoppe
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -290,7 +291,9 @@ def run_pipeline(
         result = do_publish(summary.image, [ref], description=target.env.description if target.env else None,
                             source=source_url(source, strict=False) if source else None, revision=revision,
                             attachments=attachments, insecure=settings.registry_insecure, progress=note,
-                            gate=settings.verify_gate, client_options=client_options(settings))
+                            gate=settings.verify_gate, client_options=client_options(settings),
+                            sign=bool(settings.sign), sign_keyidx=int(settings.sign_keyidx),
+                            sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"))
         summary.published = list(result.references)
         record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"
 

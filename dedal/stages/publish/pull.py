@@ -3,8 +3,10 @@
 An image index is resolved by architecture; the manifest must have exactly one layer of
 the SIF media type (or the legacy, misspelt ``appliciation/vnd.sylabs.sif.layer.tar``).
 The blob is streamed into a temporary file next to the target, checked for size and
-sha256, opened as a SIF for the wanted architecture, and only then renamed into place:
-a refused pull leaves no file behind.
+sha256, opened as a SIF for the wanted architecture, with ``verify`` (``dedal pull
+--verify``, setting ``require_signature``) its signature checked by ``apptainer verify``
+against the local keyring (and the setting ``signers``), and only then renamed into
+place: a refused pull (an unsigned or wrongly signed image too) leaves no file behind.
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 from dedal.adapters import registry as reg
+from dedal.adapters import signing
 from dedal.adapters.registry import Credentials, Progress, RegistryClient, RegistryError, make_client
 from dedal.errors import UserError
 from dedal.model import sif as sifmod
@@ -48,6 +51,7 @@ class PullResult:
     layer_media_type: str
     created: Optional[str] = None
     title: Optional[str] = None
+    signed_by: Optional[Dict[str, Any]] = None  # with verify: the fingerprints and names of the signers
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)
@@ -85,11 +89,14 @@ def pull(
     force: bool = False,
     progress: Progress = None,
     client_options: Optional[Dict[str, Any]] = None,
+    verify: bool = False,
+    signers: Sequence[str] = (),
 ) -> PullResult:
     """Download the SIF of ``ref`` to ``out`` (default ``<name>_<tag>.sif``; a directory
     gets the layer's title). The bytes go to a temporary file next to ``out`` and are
-    renamed only after size, sha256, SIF header and architecture checks pass; nothing is
-    left behind otherwise."""
+    renamed only after size, sha256, SIF header and architecture checks pass, and with
+    ``verify`` its signature (by a key of the local keyring; one of ``signers`` where
+    given); nothing is left behind otherwise."""
     r = ref if isinstance(ref, Reference) else parse_reference(ref)
     if not r.tag and not r.digest:
         r = r.with_tag("latest")
@@ -99,6 +106,8 @@ def pull(
                         f"image {image} (the OCI referrers tag schema, for registries without the referrers "
                         f"API); pull oras://{r.host}/{r.repository}@{image} instead")
     want_arch = arch or sifmod.host_arch()
+    if verify:
+        signing.check_tool()  # before anything is downloaded
     client = make_client(r.host, insecure=insecure, creds=creds, repository=r.repository, username=username,
                          password=password, **(client_options or {}))
     manifest = _resolve_image(client, r, want_arch)
@@ -130,6 +139,14 @@ def pull(
         if info.primary_arch != want_arch:
             raise UserError(f"{r}: the image is for {info.primary_arch}, this host is {want_arch} "
                             f"(pass --arch {info.primary_arch} to download it anyway)")
+        signed_by = None
+        if verify:
+            if progress:
+                progress(f"verifying the signature of {r} (apptainer verify --local)")
+            try:
+                signed_by = signing.verify(tmp, signers=signers).to_json()
+            except UserError as exc:
+                raise UserError(str(exc).replace(str(tmp), str(r)) + "; nothing written") from None
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)
     finally:
@@ -140,7 +157,7 @@ def pull(
     ann = data.get("annotations") or {}
     return PullResult(reference=str(r), path=str(target), digest=manifest.digest, sif_digest=expected_digest,
                       size=expected_size, arch=info.primary_arch, layer_media_type=layer["mediaType"],
-                      created=ann.get(ANN_CREATED), title=title)
+                      created=ann.get(ANN_CREATED), title=title, signed_by=signed_by)
 
 
 def download_blob(client: RegistryClient, repository: str, digest: str, size: int, tmp: Path, what: str) -> None:

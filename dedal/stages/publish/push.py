@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal.adapters import registry as reg
+from dedal.adapters import signing
 from dedal.adapters.registry import Credentials, Progress, RegistryClient, make_client
 from dedal.errors import UserError
 from dedal.model import sif as sifmod
@@ -129,6 +131,7 @@ class PublishResult:
     arch: str
     created: str
     annotations: Dict[str, str]
+    signed_by: Optional[Dict[str, Any]] = None  # with sign: the signer (fingerprint, name) of what was pushed
     blobs_uploaded: List[str] = field(default_factory=list)
     blobs_skipped: List[str] = field(default_factory=list)
     attachments: List[Attachment] = field(default_factory=list)
@@ -161,6 +164,9 @@ def publish(
     progress: Progress = None,
     client_options: Optional[Dict[str, Any]] = None,
     gate: str = "passed",
+    sign: bool = False,
+    sign_keyidx: int = 0,
+    sign_passphrase: Optional[str] = None,
 ) -> PublishResult:
     """Push ``sif`` under every reference in ``refs`` (a reference without a tag gets the
     SIF's file stem), then the attachments. Blobs the registry has are not sent again.
@@ -171,8 +177,12 @@ def publish(
     strict gate ``good``, one whose planned checks did not all run (annotation ANN_SKIPPED).
 
     Provenance not given explicitly is read from the SIF's JSON.Labels object.
+
+    ``sign``: what is pushed is a copy of the SIF signed with Apptainer's PGP key
+    ``sign_keyidx`` (:mod:`dedal.adapters.signing`; the passphrase on its stdin), checked
+    with ``apptainer verify`` before anything is sent; the SIF itself is left as it is.
     """
-    path = Path(sif)
+    path = original = Path(sif)
     info = sifmod.read_sif(path)  # UserError when missing / not a SIF
     sifmod.primary_partition(info)
     if not refs:
@@ -188,6 +198,8 @@ def publish(
                 raise UserError(f"{ref}: no tag given and the file name {path.name!r} is not a valid tag")
             ref = ref.with_tag(stem)
         parsed.append(ref)
+    if sign:
+        signing.check_tool()
     with tempfile.TemporaryDirectory(prefix="dedal-attach-") as scratch:  # a directory's logs archive
         groups = group_attachments(attachments, Path(scratch))  # validate before any network traffic
         for group in groups:
@@ -221,6 +233,19 @@ def publish(
                 ann[key] = str(value)
         ann.update(annotations or {})
 
+        signed_by = None
+        if sign:  # a signed copy (a signature is an object in the SIF), next to nothing of the user's
+            copy = Path(scratch) / "signed" / path.name
+            copy.parent.mkdir()
+            if progress:
+                progress(f"signing a copy of {path.name} with Apptainer's PGP key {sign_keyidx}")
+            shutil.copyfile(path, copy)
+            try:
+                signed_by = signing.sign(copy, keyidx=sign_keyidx, passphrase=sign_passphrase).to_json()
+            except UserError as exc:
+                raise UserError(str(exc).replace(str(copy), str(path))) from None
+            path = copy
+            info = sifmod.read_sif(path)
         if progress:
             progress(f"hashing {path} ({human_size(info.file_size)})")
         sif_digest, sif_size = reg.file_digest(path)
@@ -228,8 +253,8 @@ def publish(
         raw = canonical_json(manifest)
         digest = sha256_digest(raw)
         result = PublishResult(references=[str(r) for r in parsed], digest=digest, manifest_size=len(raw),
-                               sif=str(path), sif_digest=sif_digest, sif_size=sif_size, arch=info.primary_arch,
-                               created=ann[ANN_CREATED], annotations=ann)
+                               sif=str(original), sif_digest=sif_digest, sif_size=sif_size, arch=info.primary_arch,
+                               created=ann[ANN_CREATED], annotations=ann, signed_by=signed_by)
         subject = {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw)}
 
         clients: Dict[str, RegistryClient] = {}

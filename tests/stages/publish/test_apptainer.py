@@ -72,3 +72,89 @@ def test_signature_survives_publish_and_pull(run_dedal, apptainer, registry, sif
     assert "Verified signature" in r.stdout + r.stderr
     r = apptainer("verify", str(sifs["good"]), check=False)  # the unsigned original does not verify
     assert r.returncode != 0
+
+
+# ----------------------------------------------------------------------------- dedal signs and requires signatures (issue 39, item 5)
+
+PASSPHRASE = "correct horse battery staple 39"
+
+
+def _keypair(apptainer, name: str, keysdir=None, password: str = PASSPHRASE) -> str:
+    """A PGP key pair in Apptainer's keyring (``keysdir``: another keyring); its fingerprint."""
+    extra = ["--keysdir", str(keysdir)] if keysdir else []
+    apptainer("key", "newpair", *extra, "--name", name, "--email", "t@example.org", "--comment", "dedal test",
+              "--password", password, "--bit-length", "2048", "--push=false")
+    listing = apptainer("key", "list", "--secret", *extra).stdout
+    return next(line.split()[-1] for line in listing.splitlines() if "Fingerprint:" in line).lower()
+
+
+def _one_error(r) -> str:
+    lines = [line for line in r.stderr.strip().splitlines() if not line.startswith("[")]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("dedal: error: "), r.stderr
+    return lines[0]
+
+
+def test_publish_sign_is_accepted_by_apptainer_verify(run_dedal, apptainer, registry, sifs, tmp_path):
+    fingerprint = _keypair(apptainer, "dedal signer")
+    ref = registry.ref("esd/signed:v1")
+    before = sha256_file(sifs["good"])
+    r = run_dedal("publish", str(sifs["good"]), ref, "--sign", "--json", env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE})
+    assert r.returncode == 0, r.stderr
+    result = __import__("json").loads(r.stdout)
+    assert result["signed_by"]["fingerprints"] == [fingerprint] and result["sif"] == str(sifs["good"])
+    assert sha256_file(sifs["good"]) == before, "the image itself is left as it is: a signed copy is pushed"
+    assert PASSPHRASE not in r.stdout + r.stderr
+    # Apptainer pulls it and accepts its signature
+    apptainer("pull", str(tmp_path / "by-apptainer.sif"), ref)
+    v = apptainer("verify", str(tmp_path / "by-apptainer.sif"))
+    assert "Verified signature" in v.stdout + v.stderr and fingerprint.upper() in v.stdout.upper()
+    # and so does dedal, requiring it
+    r = run_dedal("pull", ref, "-o", str(tmp_path / "by-dedal.sif"), "--verify", "--json")
+    assert r.returncode == 0, r.stderr
+    assert __import__("json").loads(r.stdout)["signed_by"]["fingerprints"] == [fingerprint]
+    assert sha256_file(tmp_path / "by-dedal.sif") == sha256_file(tmp_path / "by-apptainer.sif")
+    # the passphrase is in no file dedal or Apptainer wrote (logs, caches, results)
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_size < (8 << 20):
+            assert PASSPHRASE.encode() not in path.read_bytes(), path
+
+
+def test_pull_verify_refuses_unsigned_and_wrongly_signed_images(run_dedal, apptainer, registry, sifs, tmp_path):
+    mine = _keypair(apptainer, "trusted signer")
+    stranger = tmp_path / "stranger-keys"
+    _keypair(apptainer, "stranger", keysdir=stranger)
+    unsigned = registry.ref("esd/x:unsigned")
+    assert run_dedal("publish", str(sifs["good"]), unsigned).returncode == 0
+    out = tmp_path / "out.sif"
+    line = _one_error(run_dedal("pull", unsigned, "-o", str(out), "--verify"))
+    assert "the image is not signed" in line and unsigned in line
+    assert not out.exists() and not list(tmp_path.glob(".out.sif.part-*"))
+    line = _one_error(run_dedal("-s", "require_signature=true", "pull", unsigned, "-o", str(out)))
+    assert "not signed" in line and not out.exists()
+    assert run_dedal("pull", unsigned, "-o", str(out)).returncode == 0  # not required: pulled
+    out.unlink()
+
+    # signed by a key this keyring does not hold
+    wrong = registry.ref("esd/x:stranger")
+    r = run_dedal("publish", str(sifs["good"]), wrong, "--sign",
+                  env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE, "APPTAINER_KEYSDIR": str(stranger)})
+    assert r.returncode == 0, r.stderr
+    line = _one_error(run_dedal("pull", wrong, "-o", str(out), "--verify"))
+    assert "signature is not accepted" in line and "unknown entity" in line and not out.exists()
+
+    # signed by a key of the keyring, but not one the setting `signers` names
+    good = registry.ref("esd/x:mine")
+    assert run_dedal("publish", str(sifs["good"]), good, "--sign",
+                     env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE}).returncode == 0
+    line = _one_error(run_dedal("-s", "signers=['" + "f" * 40 + "']", "pull", good, "-o", str(out), "--verify"))
+    assert f"signed by {mine}, not by a key of the setting `signers`" in line and not out.exists()
+    assert run_dedal("-s", f"signers=['{mine}']", "pull", good, "-o", str(out), "--verify").returncode == 0
+
+
+def test_publish_sign_with_a_wrong_passphrase_sends_nothing(run_dedal, apptainer, registry, sifs):
+    _keypair(apptainer, "dedal signer")
+    ref = registry.ref("esd/nothing:v1")
+    r = run_dedal("publish", str(sifs["good"]), ref, "--sign", env={"DEDAL_SIGN_PASSPHRASE": "not it"})
+    line = _one_error(r)
+    assert "apptainer sign --keyidx 0 failed" in line and "passphrase" in line and "not it" not in line
+    assert registry.api("GET", "/v2/esd/nothing/tags/list").status_code == 404
