@@ -4,7 +4,10 @@ container measurements, check the transports, write the report.
 - :mod:`dedal.stages.verify.parsers`: ``parse_text`` / ``parse_file`` for OSU, nccl-tests, NCCL,
   UCX, Open MPI and Slurm outputs, with failure signatures detected in any log;
 - :mod:`dedal.stages.verify.findings`: the ``Finding`` record and the verdict ordering;
-- :mod:`dedal.stages.verify.checks`: measurements against thresholds (pure functions);
+- :mod:`dedal.stages.verify.checks`: native vs container measurements against thresholds (pure functions);
+- :mod:`dedal.stages.verify.expectations`: what each measurement should be on its hardware class (host
+  buffers, GPU buffers), declared as rows and judged once, against class bounds and the same host's
+  references (host-buffer latency, the CUDA floor of ``dedal_cuda_floor``);
 - :mod:`dedal.stages.verify.transports`: transport rules over the runtime's logs, judged against the host (pure functions);
 - :mod:`dedal.stages.verify.report`: ``verify.json``, ``report.md`` and PNG plots.
 """

@@ -7,11 +7,13 @@ for by its key (init, latency, bw, allreduce, nccl: dedal's program, plus the OS
 nccl-tests counterpart with ``osu``) or by program name.
 
 A GPU image (one that carries CUDA) also plans the GPU checks: the NCCL all-reduce
-(``nccl``) and, where its OSU micro-benchmarks are built ``+cuda``, OSU latency and
-bandwidth between device buffers (``osu_latency -d cuda D D``, ``osu_bw -d cuda D D``,
-named ``osu_latency-cuda``, ``osu_bw-cuda``; with ``latency``/``bw`` and ``osu``). On a
-host without GPU they are not run: :func:`gpu_planned` names them for the report, which
-lists each as ``skipped: no GPU``.
+(``nccl``), the platform's own floor for device-buffer messages (``dedal_cuda_floor``, with
+``latency``: a CUDA IPC ping-pong between two processes, CUDA copy + synchronize, copy
+bandwidth; within a node only), and, where its OSU micro-benchmarks are built ``+cuda``, OSU
+latency and bandwidth between device buffers (``osu_latency -d cuda D D``, ``osu_bw -d cuda
+D D``, named ``osu_latency-cuda``, ``osu_bw-cuda``; with ``latency``/``bw`` and ``osu``),
+which the expectations hold to that floor. On a host without GPU they are not run:
+:func:`gpu_planned` names them for the report, which lists each as ``skipped: no GPU``.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class Bench:
     pt2pt: bool = False
     gpu: bool = False
     device: str = ""
+    intra_only: bool = False  # measures something only one node has (CUDA IPC between two processes)
 
     @property
     def name(self) -> str:
@@ -70,6 +73,7 @@ CATALOGUE: Tuple[Bench, ...] = (
     Bench("bw", "dedal_bw", "dedal", pt2pt=True),
     Bench("allreduce", "dedal_allreduce", "dedal"),
     Bench("nccl", "dedal_nccl_allreduce", "dedal", gpu=True),
+    Bench("latency", "dedal_cuda_floor", "dedal", pt2pt=True, gpu=True, intra_only=True),
     Bench("init", "osu_init", "osu"),
     Bench("latency", "osu_latency", "osu", pt2pt=True),
     Bench("bw", "osu_bw", "osu", pt2pt=True),

@@ -6,12 +6,16 @@ tables; for init also the whole job's wall time, which includes the launcher and
 container start: reported, never failing). Every failed or skipped run, every inter-node
 run whose ranks all shared one machine, and every finding of the transport rules or the
 parsers over the logs becomes a finding that quotes its log lines, merged per side and code.
+The expectations of GPU buffers are judged once per side and scope over all its runs
+(:func:`expectation_findings`): a device-buffer latency against the host-buffer latency and
+the CUDA floor of the same host, which other runs measured.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from dedal.stages.verify import expectations
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.catalogue import METRICS, Bench
 from dedal.stages.verify.checks import (CheckResult, Thresholds, compare_init, compare_nccl_runs, compare_osu_runs,
@@ -21,6 +25,9 @@ from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.plan import SIDES, Plan, Run
 from dedal.stages.verify.report import summary_row
 
+#: the expectations of GPU buffers: judged over the runs of a side (:func:`expectation_findings`), not per log
+GPU_EXPECTATIONS = expectations.codes_of("cuda")
+
 
 def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
                  ) -> Tuple[List[CheckResult], Dict[str, Any], List[Dict[str, Any]]]:
@@ -29,45 +36,44 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
     checks: List[CheckResult] = []
     measurements: Dict[str, Any] = {}
     summary: List[Dict[str, Any]] = []
-    for scope, _nodes in plan.scopes:
-        for bench in plan.benches:
-            sel = [r for r in runs if r.scope == scope and r.bench == bench and r.rep > 0 and r.ok and r.parsed]
-            nat = [r.parsed for r in sel if r.side == "native"]
-            con = [r.parsed for r in sel if r.side == "container"]
-            name = f"{bench.name} {scope}"
-            if not nat or not con:
-                missing = " and ".join(s for s, v in (("native", nat), ("container", con)) if not v)
-                chk = CheckResult(name, bench.key, "", "failed", [F.error(
-                    "no-measurement", f"{name}: no successful {missing} run, nothing to compare", verdict="failed")])
-                checks.append(chk)
-                continue
-            if bench.parser == "nccl-tests":
-                chk = compare_nccl_runs(nat, con, thresholds, name=name)  # type: ignore[arg-type]
-            else:
-                chk = compare_osu_runs(nat, con, bench.table, thresholds, name=name)  # type: ignore[arg-type]
+    for scope, bench in plan.pairs():
+        sel = [r for r in runs if r.scope == scope and r.bench == bench and r.rep > 0 and r.ok and r.parsed]
+        nat = [r.parsed for r in sel if r.side == "native"]
+        con = [r.parsed for r in sel if r.side == "container"]
+        name = f"{bench.name} {scope}"
+        if not nat or not con:
+            missing = " and ".join(s for s, v in (("native", nat), ("container", con)) if not v)
+            chk = CheckResult(name, bench.key, "", "failed", [F.error(
+                "no-measurement", f"{name}: no successful {missing} run, nothing to compare", verdict="failed")])
             checks.append(chk)
-            if bench.key == "init":
-                job = compare_init([r.seconds * 1000 for r in sel if r.side == "native"],
-                                   [r.seconds * 1000 for r in sel if r.side == "container"], thresholds,
-                                   name=f"{bench.name} {scope} job wall time")
-                # whole-job time includes the launcher and the container start: reported, never failing
-                for f in job.findings:
-                    if f.severity == "error":
-                        f.severity, f.verdict = "warning", None
-                        f.code = "startup-overhead"
-                job.verdict = verdict_of(job.findings, "good") if job.verdict in ("bad", "suboptimal") else job.verdict
-                checks.append(job)
-            for c in checks[-2:] if bench.key == "init" else checks[-1:]:
-                measurements[c.name] = {
-                    "unit": c.unit, "metric": c.metric,
-                    "native": {(s.size if s.size is not None else 0): list(_values(sel, "native", c, s.size))
-                               for s in c.sizes},
-                    "container": {(s.size if s.size is not None else 0): list(_values(sel, "container", c, s.size))
-                                  for s in c.sizes},
-                }
-                rep = summary_row(c)
-                if rep:
-                    summary.append(rep)
+            continue
+        if bench.parser == "nccl-tests":
+            chk = compare_nccl_runs(nat, con, thresholds, name=name)  # type: ignore[arg-type]
+        else:
+            chk = compare_osu_runs(nat, con, bench.table, thresholds, name=name)  # type: ignore[arg-type]
+        checks.append(chk)
+        if bench.key == "init":
+            job = compare_init([r.seconds * 1000 for r in sel if r.side == "native"],
+                               [r.seconds * 1000 for r in sel if r.side == "container"], thresholds,
+                               name=f"{bench.name} {scope} job wall time")
+            # whole-job time includes the launcher and the container start: reported, never failing
+            for f in job.findings:
+                if f.severity == "error":
+                    f.severity, f.verdict = "warning", None
+                    f.code = "startup-overhead"
+            job.verdict = verdict_of(job.findings, "good") if job.verdict in ("bad", "suboptimal") else job.verdict
+            checks.append(job)
+        for c in checks[-2:] if bench.key == "init" else checks[-1:]:
+            measurements[c.name] = {
+                "unit": c.unit, "metric": c.metric,
+                "native": {(s.size if s.size is not None else 0): list(_values(sel, "native", c, s.size))
+                           for s in c.sizes},
+                "container": {(s.size if s.size is not None else 0): list(_values(sel, "container", c, s.size))
+                              for s in c.sizes},
+            }
+            rep = summary_row(c)
+            if rep:
+                summary.append(rep)
     return checks, measurements, summary
 
 
@@ -79,17 +85,16 @@ def remeasurable(checks: Sequence[CheckResult], runs: Sequence[Run], plan: Plan)
     0.4 us); a failed run or a wrong transport is bad as it is."""
     by_name = {c.name: c for c in checks}
     out: List[Tuple[str, Bench]] = []
-    for scope, _nodes in plan.scopes:
-        for bench in plan.benches:
-            check = by_name.get(f"{bench.name} {scope}")
-            if check is None or check.verdict != "bad":
-                continue
-            errors = [f for f in check.findings if f.severity == "error"]
-            if not errors or not all(f.code.endswith("-overhead") for f in errors):
-                continue
-            measured = [r for r in runs if r.scope == scope and r.bench == bench and r.rep > 0]
-            if measured and all(r.ok and r.parsed and r.parsed.get("verdict") == "good" for r in measured):
-                out.append((scope, bench))
+    for scope, bench in plan.pairs():
+        check = by_name.get(f"{bench.name} {scope}")
+        if check is None or check.verdict != "bad":
+            continue
+        errors = [f for f in check.findings if f.severity == "error"]
+        if not errors or not all(f.code.endswith("-overhead") for f in errors):
+            continue
+        measured = [r for r in runs if r.scope == scope and r.bench == bench and r.rep > 0]
+        if measured and all(r.ok and r.parsed and r.parsed.get("verdict") == "good" for r in measured):
+            out.append((scope, bench))
     return out
 
 
@@ -99,6 +104,8 @@ def skipped_checks(benches: Sequence[Bench], scopes: Sequence[Tuple[str, int]], 
     out = []
     for scope, _nodes in scopes:
         for bench in benches:
+            if bench.intra_only and scope != "intra-node":
+                continue
             metric, unit = METRICS[bench.key]
             out.append(skipped_check(f"{bench.name} {scope}", metric, unit, reason, gpu=bench.gpu))
     return out
@@ -210,6 +217,8 @@ def log_findings(runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host
         for f in rule + [f for f in own if f.code not in rule_codes]:
             if f.code in ("truncated",) and not parsed.get("returncode", 0) == 0:
                 continue  # a failed run's cut output: run-failed says it already
+            if f.code in GPU_EXPECTATIONS and side in SIDES:
+                continue  # judged over all the runs of the side: expectation_findings
             key = (side, f.code, f.severity)
             if key not in groups:
                 groups[key] = {"finding": f, "sources": [], "verdict": f.implied_verdict}
@@ -231,6 +240,30 @@ def log_findings(runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host
             seen = f" ({first})"
         out.append(Finding(f.severity, f.code, f"[{side}] {msg}{seen}", list(f.evidence) + [f"log: {first}"],
                            f.verdict))
+    return out
+
+
+def expectation_findings(runs: Sequence[Run], plan: Plan) -> List[Finding]:
+    """The GPU expectations (:mod:`dedal.stages.verify.expectations`, class ``cuda``) judged
+    once per side and scope over the facts of all its measured runs (the median of the
+    repetitions of each benchmark), so that device-buffer latency meets the host-buffer
+    latency and the CUDA floor measured in other runs. The floor is the native side's (the
+    platform's own), for the container side too; each finding names its side and scope."""
+    facts: Dict[Tuple[str, str], List[expectations.Fact]] = {}
+    for scope, bench in plan.pairs():
+        for side in SIDES:
+            sel = [r for r in runs if r.scope == scope and r.bench == bench and r.side == side and r.rep > 0
+                   and r.ok and r.parsed]
+            facts.setdefault((side, scope), []).extend(
+                expectations.median_facts([expectations.facts_of(r.parsed or {}) for r in sel], [r.rel for r in sel]))
+    out: List[Finding] = []
+    for (side, scope), found in facts.items():
+        floor = [f for f in facts.get(("native", scope), []) if f.key in expectations.FLOOR_FACTS]
+        own = [f for f in found if f.key not in expectations.FLOOR_FACTS]
+        floor = floor or [f for f in found if f.key in expectations.FLOOR_FACTS]
+        for f in expectations.judge(own + floor, scope=scope, hardware=["cuda"]):
+            f.message = f"[{side}] {f.message} ({scope})"
+            out.append(f)
     return out
 
 

@@ -41,6 +41,8 @@ PROGRAMS = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal
             "mpirun", "ompi_info", "ucx_info", "mpicc")
 #: the MPI benchmarks of dedal-benchmarks, and where dedal verify puts its own build of them
 BUNDLED_MPI = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce")
+#: the CUDA floor of device-buffer messages: plain C that finds the driver at run time, built like the others
+CUDA_FLOOR = "dedal_cuda_floor"
 BUNDLED_DIR = "/opt/dedal-verify/bin"
 OSU_LIBEXEC = "libexec/osu-micro-benchmarks/mpi"
 Progress = Optional[Callable[[str], None]]
@@ -286,24 +288,26 @@ def bundled_sources() -> Path:
     return src
 
 
-def compile_bundled(info: ImageInfo, cache: Path, *, runtime_name: str = "auto", progress: Progress = None) -> Path:
-    """Build dedal's MPI benchmarks with the image's own ``mpicc``, for an image that does
-    not carry the dedal-benchmarks package: the same binaries then run natively and in
-    the container (bound at BUNDLED_DIR on both sides). Cached per image and sources."""
+def compile_bundled(info: ImageInfo, cache: Path, *, runtime_name: str = "auto", progress: Progress = None,
+                    names: Sequence[str] = BUNDLED_MPI) -> Path:
+    """Build dedal's MPI benchmarks ``names`` with the image's own ``mpicc``, for an image that
+    does not carry them (no dedal-benchmarks package, or one from before ``dedal_cuda_floor``):
+    the same binaries then run natively and in the container (bound at BUNDLED_DIR on both
+    sides). Cached per image, sources and names."""
     src = bundled_sources()
-    digest = hashlib.sha256(info.identity.encode())
+    digest = hashlib.sha256(info.identity.encode() + " ".join(names).encode())
     for f in sorted(src.iterdir()):
         digest.update(f.name.encode() + f.read_bytes())
     out = cache / "verify-bench" / digest.hexdigest()[:16]
-    if all((out / name).is_file() for name in BUNDLED_MPI):
+    if all((out / name).is_file() for name in names):
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     if progress:
-        progress(f"the image has no dedal-benchmarks: building them with its own mpicc into {out}")
+        progress(f"building {', '.join(names)} with the image's own mpicc into {out}")
     script = " && ".join(f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o {BUNDLED_DIR}/{name} "
-                         f"/opt/dedal-verify/src/{name}.c" for name in BUNDLED_MPI)
+                         f"/opt/dedal-verify/src/{name}.c -ldl" for name in names)
     try:
         runtime.run_in(info.path, ["/bin/sh", "-c", script], what="mpicc of the bundled benchmarks in the image",
                        runtime=runtime_name, timeout=600,

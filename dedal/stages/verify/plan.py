@@ -72,6 +72,12 @@ class Plan:
             return max(2, self.ranks)
         return self.ranks * nodes
 
+    def pairs(self) -> List[Tuple[str, Bench]]:
+        """(scope, bench) of every check: each benchmark in each scope, those that measure
+        something only one node has (``intra_only``) within a node only."""
+        return [(scope, bench) for scope, _nodes in self.scopes for bench in self.benches
+                if not (bench.intra_only and scope != "intra-node")]
+
     def order(self) -> List[Tuple[str, Bench, int, str]]:
         """(scope, bench, repetition, side) in run order: warm-up first, then each
         repetition with native and container back to back, alternating who goes first."""
@@ -81,7 +87,7 @@ class Plan:
             if warm is not None:
                 for side in SIDES:
                     out.append((scope, warm, 0, side))
-        return out + self.again([(scope, bench) for scope, _nodes in self.scopes for bench in self.benches], 1)
+        return out + self.again(self.pairs(), 1)
 
     def again(self, pairs: Sequence[Tuple[str, Bench]], first: int) -> List[Tuple[str, Bench, int, str]]:
         """(scope, bench, repetition, side): ``repetitions`` repetitions of the (scope, bench)

@@ -23,7 +23,11 @@ The steps, each a function of its own:
 5. **checks** (:mod:`dedal.stages.verify.compare` with :mod:`dedal.stages.verify.checks`): the
    parsed runs compared native vs container per benchmark and scope, the transport rules
    applied to every log with the preflight's host facts; every TCP fallback, failed run
-   or failure signature becomes a finding that quotes its log lines. A GPU image on a host
+   or failure signature becomes a finding that quotes its log lines. Each side's numbers are
+   also held to what their hardware gives (:mod:`dedal.stages.verify.expectations`): device-
+   buffer latency against the same host's host-buffer latency and against the CUDA floor
+   that ``dedal_cuda_floor`` measures there (built with the image's mpicc where the image
+   lacks it), so a stack as slow natively as in the container is reported. A GPU image on a host
    without GPU plans its GPU checks all the same (OSU between device buffers, ``-d cuda D
    D``, and the NCCL all-reduce) and reports each as ``skipped: no GPU``; the verdict names
    them (``good (GPU checks skipped: no GPU)``), never plain "good" for what did not run.
@@ -59,7 +63,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dedal.adapters import mpi, runtime
 from dedal.adapters.slurm import Slurm
-from dedal.errors import Signals, UserError
+from dedal.errors import Signals, ToolError, UserError
 from dedal.stages.verify import compare
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
@@ -164,13 +168,25 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     extra_binds: List[Any] = []
     bundled_note = ""
     wants_bundled = any(k in opts.benchmarks for k in ("init", "latency", "bw", "allreduce"))
-    if wants_bundled and not any(p in info.programs for p in img.BUNDLED_MPI) and "mpicc" in info.programs:
-        built = img.compile_bundled(info, opts.cache_dir, runtime_name=opts.runtime, progress=progress)
-        for name in img.BUNDLED_MPI:
+    build = list(img.BUNDLED_MPI) if wants_bundled and not any(p in info.programs for p in img.BUNDLED_MPI) else []
+    # the CUDA floor that device-buffer messages are held to: built where the image does not carry it
+    floor = use_gpu and "latency" in opts.benchmarks and img.CUDA_FLOOR not in info.programs
+    if (build or floor) and "mpicc" in info.programs:
+        names = build + ([img.CUDA_FLOOR] if floor else [])
+        try:
+            built = img.compile_bundled(info, opts.cache_dir, runtime_name=opts.runtime, progress=progress, names=names)
+        except ToolError as exc:
+            if build:
+                raise
+            built, names = None, []  # without the floor the GPU checks still run, against the class bounds
+            bundled_note = f"{img.CUDA_FLOOR} could not be built with the image's mpicc: {exc}"
+        for name in names:
             info.programs[name] = f"{img.BUNDLED_DIR}/{name}"
-        extra_binds.append(runtime.Bind(built, img.BUNDLED_DIR, readonly=True))
-        bundled_note = (f"the image does not carry dedal-benchmarks: dedal verify built them with the image's own "
-                        f"mpicc ({built}) and runs those same binaries natively and in the container")
+        if built is not None:
+            extra_binds.append(runtime.Bind(built, img.BUNDLED_DIR, readonly=True))
+            what = "dedal-benchmarks" if build else img.CUDA_FLOOR
+            bundled_note = (f"the image does not carry {what}: dedal verify built {', '.join(names)} with the image's "
+                            f"own mpicc ({built}) and runs those same binaries natively and in the container")
         _say(progress, bundled_note)
     benches, notes = select_benchmarks(opts.benchmarks, info.programs, gpu=use_gpu, osu_cuda=info.osu_cuda)
     # a GPU image on a host without GPU: its GPU checks are reported as skipped, never as passed
@@ -315,6 +331,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                                f"{2 * opts.repetitions}"))
     findings += compare.run_findings(runs)
     findings += compare.log_findings(runs, logs, pf.host)
+    findings += compare.expectation_findings(runs, plan)
     transports = compare.transports(runs)
     for side in SIDES:
         for scope, tls in transports.get(side, {}).items():

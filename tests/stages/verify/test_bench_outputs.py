@@ -17,6 +17,7 @@ import pytest
 
 from dedal.stages.verify.checks import compare_osu_runs
 from dedal.stages.verify.parsers import parse_file, parse_text
+from dedal.stages.verify.parsers.osu import split_columns
 from tests.conftest import ROOT
 
 DATA = Path(__file__).parent / "data" / "runs"
@@ -64,8 +65,9 @@ def test_each_benchmark_title_is_recognised(source: str) -> None:
     header = re.search(r'printf\("(# Size[^"]*)\\n"\)', text)
     assert header, f"{source}: no '# Size' column line"
     out += header.group(1) + "\n"
+    values = len(split_columns(header.group(1).lstrip("# "))) - 1  # dedal_cuda_floor: three columns
     first = 0 if source == "dedal_latency.c" else (4 if "allreduce" in source else 1)
-    out += f"{first:<10} {1.5:18.2f}\n{first * 2 or 1:<10} {2.5:18.2f}\n"
+    out += f"{first:<10}" + f" {1.5:18.2f}" * values + f"\n{first * 2 or 1:<10}" + f" {2.5:18.2f}" * values + "\n"
     r = parse_text(out + f"$ mpirun -np 2 {Path(source).stem} -m 2\n")
     assert [t["benchmark"] for t in r["tables"]] == [Path(source).stem]
     assert r["tables"][0]["suite"] == "dedal-bench" and r["verdict"] == "good"
@@ -199,3 +201,40 @@ def test_nccl_benchmark_output_as_its_source_prints_it() -> None:
     assert r["verdict"] == "good"
     one = parse_text(text.replace("nranks 2", "nranks 1"))
     assert one["verdict"] == "degenerate"
+
+
+# ---------------------------------------------------------------------------- the CUDA floor
+
+
+def test_the_cuda_floor_runs_on_a_stand_in_driver(trixie_base, tmp_path: Path) -> None:
+    """dedal_cuda_floor built with the base's mpicc alone (no CUDA toolkit) and run on two ranks
+    against a stand-in libcuda.so.1 (tests/stages/verify/data/cuda/fake_libcuda.c: host memory,
+    IPC through shared-memory files): it finds the driver at run time, opens the peer's buffer
+    once, prints both tables, and dedal reads the floor's facts from them."""
+    from dedal.adapters import runtime
+    from dedal.stages.verify import expectations
+
+    for name in ("dedal_cuda_floor.c", "common.h"):
+        (tmp_path / name).write_bytes((SRC / name).read_bytes())
+    (tmp_path / "fake_libcuda.c").write_bytes((DATA.parent / "cuda" / "fake_libcuda.c").read_bytes())
+    work = [runtime.Bind(tmp_path, "/work")]
+    runtime.run_in(trixie_base.rootfs_dir, ["mpicc", "-O2", "-std=c11", "-Wall", "-Werror", "-I/work", "-o",
+                                            "/work/dedal_cuda_floor", "/work/dedal_cuda_floor.c", "-ldl"],
+                   binds=work, what="mpicc dedal_cuda_floor.c")
+    runtime.run_in(trixie_base.rootfs_dir, ["gcc", "-shared", "-fPIC", "-o", "/work/libcuda.so.1",
+                                            "/work/fake_libcuda.c"], binds=work, what="gcc fake_libcuda.c")
+    log = tmp_path / "floor.log"
+    runtime.run_in(trixie_base.rootfs_dir, ["mpirun", "-np", "2", "--oversubscribe", "-x", "LD_LIBRARY_PATH",
+                                            "/work/dedal_cuda_floor", "-m", "65536"],
+                   binds=work, env={"LD_LIBRARY_PATH": "/work"}, log=log, what="dedal_cuda_floor", timeout=120)
+    r = parse_file(log)
+    assert r["verdict"] == "good", r["findings"]
+    floor, bw = r["tables"]
+    assert (floor["benchmark"], bw["benchmark"]) == ("dedal_cuda_floor", "dedal_cuda_copy_bandwidth")
+    assert floor["columns"] == ["Size", "IPC Latency(us)", "D2H+sync(us)", "D2D+sync(us)"]
+    assert [row[0] for row in floor["rows"]] == [1 << i for i in range(17)] and all(
+        isinstance(v, float) for row in floor["rows"] for v in row[1:])
+    assert "GPU 0 of 1: fake GPU (sm_90), CUDA driver 13.0" in floor["meta"]
+    assert [row[0] for row in bw["rows"]] == [1 << i for i in range(17)]
+    assert {f.key for f in expectations.facts_of(r)} == {"cuda:ipc_latency_us", "cuda:copy_sync_us"}  # < 1 MiB
+    assert not list(Path("/dev/shm").glob("dedal-fakecuda.*"))  # the stand-in's IPC files were removed

@@ -14,7 +14,8 @@ from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS, gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.stages.verify.transports import HostFacts
-from dedal.stages.verify.compare import compare_runs, log_findings, remeasurable, run_findings, transports
+from dedal.stages.verify.compare import (compare_runs, expectation_findings, log_findings, remeasurable, run_findings,
+                                         skipped_checks, transports)
 from dedal.stages.verify.plan import Plan, Run
 from dedal.stages.verify.parsers import parse_file, parse_text
 
@@ -81,8 +82,15 @@ def test_benchmark_selection() -> None:
         "dedal_nccl_allreduce", "all_reduce_perf"]
     chosen, notes = select_benchmarks(["latency", "osu"], programs, gpu=True, osu_cuda=False)
     assert [b.name for b in chosen] == ["dedal_latency", "osu_latency"]
-    assert notes == ["osu_latency-cuda: the image's OSU micro-benchmarks are not built with CUDA "
+    assert notes == ["dedal_cuda_floor: not in the image",
+                     "osu_latency-cuda: the image's OSU micro-benchmarks are not built with CUDA "
                      "(osu-micro-benchmarks +cuda): no device-buffer runs"]
+    # the CUDA floor that device-buffer latency is held to: with latency on a GPU, within a node only
+    floor = {**programs, "dedal_cuda_floor": "/opt/view/bin/dedal_cuda_floor"}
+    chosen, notes = select_benchmarks(["latency", "osu"], floor, gpu=True, osu_cuda=True)
+    assert [b.name for b in chosen] == ["dedal_latency", "dedal_cuda_floor", "osu_latency", "osu_latency-cuda"]
+    assert chosen[1].intra_only and chosen[1].gpu and chosen[1].table == "dedal_cuda_floor"
+    assert [b.program for b in select_benchmarks(["latency"], floor, gpu=False)[0]] == ["dedal_latency"]
     chosen, notes = select_benchmarks(["osu_latency-cuda"], programs, gpu=True, osu_cuda=True)
     assert [b.name for b in chosen] == ["osu_latency-cuda"] and notes == []
     dev = chosen[0]
@@ -99,6 +107,17 @@ def test_benchmark_selection() -> None:
     assert ar.args(4 << 20, 1 << 20) == ["-m", str(1 << 20)]
     nccl = next(b for b in CATALOGUE if b.program == "all_reduce_perf")
     assert nccl.args(1, 1 << 28) == ["-b", "8", "-e", str(1 << 28), "-f", "2", "-g", "1"]
+
+
+def test_a_benchmark_of_one_node_runs_within_a_node_only() -> None:
+    lat = next(b for b in CATALOGUE if b.program == "dedal_latency")
+    floor = next(b for b in CATALOGUE if b.program == "dedal_cuda_floor")
+    plan = Plan("srun", [("intra-node", 1), ("inter-node", 2)], [lat, floor], 1, 2, 1)
+    assert [(s, b.program) for s, b in plan.pairs()] == [
+        ("intra-node", "dedal_latency"), ("intra-node", "dedal_cuda_floor"), ("inter-node", "dedal_latency")]
+    assert {(s, b.program) for s, b, _r, _side in plan.order()} == {
+        ("intra-node", "dedal_latency"), ("intra-node", "dedal_cuda_floor"), ("inter-node", "dedal_latency")}
+    assert [c.name for c in skipped_checks([floor], plan.scopes, "no GPU")] == ["dedal_cuda_floor intra-node"]
 
 
 def test_interleaved_order_intra_and_inter_node() -> None:
@@ -146,6 +165,61 @@ def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
     assert not [f for f in found if f.message.startswith("[native]") and f.severity != "info"]
     assert transports(runs) == {"native": {"intra-node": ["cma/memory", "sysv/memory"]},
                                 "container": {"intra-node": ["tcp/eth0", "tcp/lo"]}}
+
+
+H200 = Path(__file__).parent / "data" / "real" / "gpu"
+FLOOR_LOG = ("$ prterun -np 2 dedal_cuda_floor -m 4194304\n# dedal-bench CUDA Floor Test v1.1\n"
+             "# Size      IPC Latency(us)     D2H+sync(us)     D2D+sync(us)\n"
+             + "".join(f"{1 << i:<10} {18.5:18.2f} {15.1:16.2f} {12.2:16.2f}\n" for i in range(23)))
+
+
+def _gpu_runs(tmp_path: Path, floor: bool):
+    """Both sides ran the esd-gpu image's own binaries (the native side its unpacked root), so
+    both measured what the H200 recordings show: 150 us between GPU buffers, 0.35 us between
+    host buffers; and, where ``floor``, a CUDA IPC ping-pong of 18.5 us on that host."""
+    benches = {b.name: b for b in CATALOGUE}
+    runs = []
+    for side in ("native", "container"):
+        for rep in (1, 2):
+            for name, text in (("osu_latency-cuda", (H200 / "run2-C-osu-lat-DD.txt").read_text()),
+                               ("dedal_latency", (H200 / "dedal-latency.txt").read_text()),
+                               ("dedal_cuda_floor", FLOOR_LOG if floor else None)):
+                if text is None:
+                    continue
+                rel = f"raw/intra-node/{name}/{side}-{rep:02d}.log"
+                runs.append(Run(side, "intra-node", benches[name], rep, 2, 1, tmp_path / rel, rel, 0, 1.0, False,
+                                {**parse_text(text), "source": rel, "side": side, "returncode": 0}))
+    plan = Plan("mpirun", [("intra-node", 1)], [benches["dedal_latency"], benches["dedal_cuda_floor"],
+                                                 benches["osu_latency-cuda"]], 2, 2, 1)
+    return runs, plan
+
+
+def test_equally_slow_on_both_sides_is_reported_against_the_floor(tmp_path: Path) -> None:
+    """Issue 36: native and container both 150 us between GPU buffers compare as "good"; the
+    expectations judged over all the runs of each side say why it is bad."""
+    runs, plan = _gpu_runs(tmp_path, floor=True)
+    checks, _m, _s = compare_runs(runs, plan, Thresholds())
+    assert {c.name: c.verdict for c in checks}["osu_latency-cuda intra-node"] == "good"  # native vs container
+    found = expectation_findings(runs, plan)
+    by = {(f.message.split("]")[0][1:], f.code): f for f in found}
+    assert set(by) == {(side, code) for side in ("native", "container")
+                       for code in ("device-latency-vs-floor", "device-latency-vs-host")}
+    floor = by[("container", "device-latency-vs-floor")]
+    assert floor.implied_verdict == "bad" and "8.5x" in floor.message and "18.5 us" in floor.message
+    assert floor.message.endswith("(intra-node)")
+    assert "64 157.93" in floor.evidence and "log: raw/intra-node/osu_latency-cuda/container-01.log" in floor.evidence
+    # the floor is the native side's, also for the container side
+    assert "log: raw/intra-node/dedal_cuda_floor/native-01.log" in floor.evidence
+    vs_host = by[("native", "device-latency-vs-host")]
+    assert "464x the 0.34 us" in vs_host.message and vs_host.severity == "warning"
+    # the per-log class bound gives way to the judgement over all runs, which knows the floor
+    assert not [f for f in log_findings(runs, [], HostFacts(gpus=1)) if f.code.startswith("device-")]
+
+
+def test_without_the_floor_the_class_bound_judges(tmp_path: Path) -> None:
+    runs, plan = _gpu_runs(tmp_path, floor=False)
+    codes = sorted({f.code for f in expectation_findings(runs, plan)})
+    assert codes == ["device-latency-slow", "device-latency-vs-host"]
 
 
 def test_another_round_of_repetitions_is_interleaved_as_the_first() -> None:

@@ -9,6 +9,7 @@ Kinds (the names are part of the CLI, ``dedal verify parse FILE --kind KIND``):
 ``nccl-debug``     ``NCCL_DEBUG=INFO`` log: network, channel transports, GDRDMA
 ``ucx-info``       ``ucx_info -d``: memory domains, transports, devices
 ``ucx-log``        ``UCX_LOG_LEVEL=info`` / ``UCX_PROTO_INFO=y`` log, UCX WARN/ERROR
+``ucx-perftest``   ``ucx_perftest`` output: UCX's own latency/bandwidth, without MPI
 ``ompi-verbose``   Open MPI ``btl_base_verbose`` / ``pml_base_verbose`` output
 ``srun-mpi-list``  ``srun --mpi=list``: Slurm MPI plugins and PMIx versions
 ``failure``        a log whose main content is a known failure signature
@@ -20,7 +21,9 @@ code, message, evidence, verdict}``) and ``sections`` (every kind recognised in 
 text). The kind-specific keys are documented in each module; a log that mixes kinds
 (UCX warnings inside an OSU table, NCCL INFO lines inside nccl-tests output) gets the
 keys of every section. Failure signatures (crashes, PMIx errors, CUDA driver too old,
-missing ``--nv`` libraries ...) are looked for in every kind.
+missing ``--nv`` libraries ...) are looked for in every kind, and the numbers of the tables
+are held to what their hardware gives (:mod:`dedal.stages.verify.expectations`: a TCP-like
+latency between host buffers, a slow path between GPU buffers).
 
 Lines starting with ``#@ `` are ignored (provenance notes of recorded test data), except
 the ``#@ dedal-rank:`` lines of dedal's rank script, read into ``rank_machines`` (``{host,
@@ -30,9 +33,10 @@ The keys per kind (units as the tools print them: OSU latency in us, bandwidth i
 init in ms; NCCL bus bandwidth in GB/s, times in us):
 
 - ``osu``: ``version`` (``"7.5"``), ``versions``, ``tables`` (list of ``{benchmark``
-  (``osu_latency``...), ``title``, ``version``, ``device`` (cuda/rocm/None), ``columns``,
-  ``rows``: ``[[size, value, ...], ...]`` (no size for single-value tables such as
-  ``osu_barrier`` v5; text columns such as ``Validation`` kept as strings), ``meta``,
+  (``osu_latency``...), ``title``, ``version``, ``device`` (cuda/rocm/None), ``pt2pt`` (point
+  to point: not a collective, not init), ``columns``, ``rows``: ``[[size, value, ...], ...]``
+  (no size for single-value tables such as ``osu_barrier`` v5; text columns such as
+  ``Validation`` kept as strings), ``meta``,
   ``metric``, ``unit``, ``suite}``: ``osu`` or ``dedal-bench``, whose tables are named
   ``dedal_latency``...), ``init`` (first ``{nprocs, min_ms, max_ms, avg_ms}`` or None),
   ``inits`` (all of them), ``message_size_option`` (a ``-m`` seen on a command line),
@@ -55,6 +59,9 @@ init in ms; NCCL bus bandwidth in GB/s, times in us):
   lanes, transports, count, line}``), ``protocols``, ``transports_by_scope``
   (``{"intra-node": [...], "inter-node": [...], "self": [...]}``), ``ucx_warnings``,
   ``ucx_errors``, ``ucx_diag``;
+- ``ucx-perftest``: ``perftest`` (``{test, size, memory}`` from the command line or the
+  output), ``tables`` (the final row as one table in the ``osu`` layout, benchmark
+  ``ucx_perftest_<test>``, ``device`` the GPU memory type);
 - ``ompi-verbose``: ``pml``, ``selected`` (per framework), ``frameworks``,
   ``btl_components``, ``btl_used`` (count per BTL of ``Using X btl for send to``),
   ``btl_peers``, ``hosts``;
@@ -67,8 +74,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from dedal.errors import UserError
+from dedal.stages.verify import expectations
 from dedal.stages.verify.findings import Finding, verdict_of
-from dedal.stages.verify.parsers import nccl_debug, nccl_tests, ompi_verbose, osu, srun_mpi, ucx_info, ucx_log
+from dedal.stages.verify.parsers import (nccl_debug, nccl_tests, ompi_verbose, osu, srun_mpi, ucx_info, ucx_log,
+                                         ucx_perftest)
 from dedal.stages.verify.parsers._text import clean_lines, rank_machines
 from dedal.stages.verify.parsers.detect import detect_kind, sections
 from dedal.stages.verify.parsers.signatures import scan
@@ -79,6 +88,7 @@ KINDS: Dict[str, str] = {
     "nccl-debug": "NCCL_DEBUG=INFO log: network, 'via' transports, GPUDirect RDMA, NET plugins",
     "ucx-info": "ucx_info -d: memory domains, transports and devices",
     "ucx-log": "UCX_LOG_LEVEL=info / UCX_PROTO_INFO=y log: selected transports, WARN/ERROR lines",
+    "ucx-perftest": "ucx_perftest output: UCX's own latency/bandwidth (test, size, memory type), no MPI",
     "ompi-verbose": "Open MPI btl/pml verbose output: components, BTL used per peer",
     "srun-mpi-list": "srun --mpi=list: Slurm MPI plugins and PMIx versions",
     "failure": "a log whose main content is a known failure signature",
@@ -90,11 +100,12 @@ _PARSERS: Dict[str, Callable[[List[str]], Dict[str, Any]]] = {
     "nccl-debug": nccl_debug.parse,
     "ucx-info": ucx_info.parse,
     "ucx-log": ucx_log.parse,
+    "ucx-perftest": ucx_perftest.parse,
     "ompi-verbose": ompi_verbose.parse,
     "srun-mpi-list": srun_mpi.parse,
 }
 #: kinds that are parsed as extra sections when they occur inside a log of another kind
-_AUXILIARY = ("nccl-debug", "ompi-verbose", "ucx-log")
+_AUXILIARY = ("ucx-perftest", "nccl-debug", "ompi-verbose", "ucx-log")
 
 
 def _empty(value: Any) -> bool:
@@ -121,8 +132,11 @@ def parse_lines(lines: List[str], kind: Optional[str] = None) -> Dict[str, Any]:
         for key, value in data.items():
             if key not in result or _empty(result[key]):
                 result[key] = value
+            elif key == "tables" and value:  # OSU and ucx_perftest tables in one log: all of them
+                result[key] = result[key] + value
         findings.extend(part_findings)
         base = part_base if part == kind or base == "unknown" else base
+    findings.extend(expectations.judge(expectations.facts_of(result)))
     failure_findings = scan(lines)
     findings.extend(failure_findings)
     if kind == "failure":

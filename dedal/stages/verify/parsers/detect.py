@@ -4,7 +4,7 @@ Every kind has markers (regular expressions over lines). When several kinds are 
 (an OSU table with UCX warnings in between, nccl-tests run with ``NCCL_DEBUG=INFO``)
 the measurement wins and the others are parsed as sections of the same result:
 
-    nccl-tests > osu > srun-mpi-list > ucx-info > nccl-debug > ompi-verbose > ucx-log > failure
+    nccl-tests > osu > ucx-perftest > srun-mpi-list > ucx-info > nccl-debug > ompi-verbose > ucx-log > failure
 
 ``failure`` is a log whose main content is a known failure signature (no benchmark
 output, no debug log); ``unknown`` is a log with nothing recognizable.
@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Sequence
 
-from dedal.stages.verify.parsers import nccl_debug, ompi_verbose, osu, srun_mpi, ucx_log
+from dedal.stages.verify.parsers import nccl_debug, ompi_verbose, osu, srun_mpi, ucx_log, ucx_perftest
 from dedal.stages.verify.parsers import nccl_tests
 from dedal.stages.verify.parsers.signatures import scan
 
-PRIORITY = ("nccl-tests", "osu", "srun-mpi-list", "ucx-info", "nccl-debug", "ompi-verbose", "ucx-log")
+PRIORITY = ("nccl-tests", "osu", "ucx-perftest", "srun-mpi-list", "ucx-info", "nccl-debug", "ompi-verbose", "ucx-log")
 
 _NCCL_TESTS = (nccl_tests.HEADER, nccl_tests.AVG, nccl_tests.STARTING, nccl_tests.RANK)
 _UCX_INFO = re.compile(r"^#?\s*(?:Memory domain|Transport):\s*\S+")
@@ -39,6 +39,9 @@ def sections(lines: Sequence[str]) -> List[str]:
         if not found["osu"] and (osu.TITLE.match(line) or osu.INIT.search(line)
                                   or _OSU_COLUMNS.match(line)):
             found["osu"] = True
+        if not found["ucx-perftest"] and (ucx_perftest.HEADER.match(line) or
+                                          (line.startswith("Final:") and ucx_perftest.ROW.match(line))):
+            found["ucx-perftest"] = True
         if not found["srun-mpi-list"] and (srun_mpi.HEADER.match(line) or srun_mpi.VERSIONS.search(line)):
             found["srun-mpi-list"] = True
         if _UCX_INFO.match(line):

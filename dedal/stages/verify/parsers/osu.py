@@ -203,6 +203,8 @@ class _Table:
             "suite": self.suite,
             "version": self.version,
             "device": _device(self.title or ""),
+            # point to point (not a collective, not init): what the expectations' facts read
+            "pt2pt": bool(self.title) and not _is_collective(self.title or "") and "init" not in (self.title or "").lower(),
             "columns": columns,
             "rows": self.rows,
             "meta": self.meta,
@@ -398,6 +400,8 @@ def _range_findings(t: _Table, name: str, msg_opt: Optional[str]) -> List[Findin
 
 
 def _table_findings(t: _Table, name: str) -> List[Finding]:
+    """What a table says of itself (failed validation); what its numbers mean on their hardware
+    is judged by :mod:`dedal.stages.verify.expectations` from the table's facts."""
     out: List[Finding] = []
     cols = [c.lower() for c in (t.columns or [])]
     if "validation" in cols:
@@ -406,33 +410,4 @@ def _table_findings(t: _Table, name: str) -> List[Finding]:
         if bad:
             out.append(F.error("validation-failed", f"{name}: data validation failed for {len(bad)} message size(s)",
                                [" ".join(str(v) for v in r) for r in bad]))
-    if not t.rows or not t.has_size or len(t.columns or []) < 2:
-        return out
-    title = t.title or ""
-    metric = _metric(t.columns or [])["metric"]
-    pt2pt = not _is_collective(title) and _device(title) is None
-    if metric == "latency" and pt2pt and "init" not in title.lower():
-        small = [r for r in t.rows if isinstance(r[0], (int, float)) and r[0] <= 64 and isinstance(r[1], (int, float))]
-        if small:
-            lat = min(r[1] for r in small)
-            ev = [" ".join(str(v) for v in small[0])]
-            if lat >= 25.0:
-                out.append(F.error(
-                    "latency-tcp-like",
-                    f"{name}: small-message latency {lat:g} us is what TCP sockets give, not shared memory or an "
-                    f"RDMA fabric (< 5 us): likely a TCP fallback", ev))
-            elif lat >= 10.0:
-                out.append(F.warning(
-                    "latency-high",
-                    f"{name}: small-message latency {lat:g} us is high for shared memory or an RDMA fabric "
-                    f"(TCP or a slow path?)", ev))
-    if metric == "bandwidth" and pt2pt:
-        big = [r for r in t.rows if isinstance(r[0], (int, float)) and r[0] >= (1 << 20) and isinstance(r[1], (int, float))]
-        if big:
-            peak = max(r[1] for r in big)
-            if peak < 1000.0:
-                out.append(F.warning(
-                    "bandwidth-tcp-like",
-                    f"{name}: large-message bandwidth peaks at {peak:g} MB/s, what TCP over Ethernet gives",
-                    [" ".join(str(v) for v in big[-1])]))
     return out

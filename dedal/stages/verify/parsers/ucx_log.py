@@ -21,7 +21,8 @@ cuda_ipc between GPUs); between nodes an RDMA transport (rc, dc, ud, ...). TCP i
 selection is a TCP fallback (``bad``). ``WARN network device 'mlx5_0:1' is not
 available`` and ``transports 'rc' are not available`` mean the requested fabric is
 missing on that node, so UCX falls back to TCP (``bad``). Other WARN and ERROR lines
-are reported (``suboptimal``); DIAG lines are harmless and only counted.
+are reported (``suboptimal``); DIAG lines are harmless and only counted, except those that
+say UCX runs without its memory event hooks (UCM), noted (``ucx-memory-hooks-off``).
 """
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ TL_UNAVAILABLE = re.compile(r"transports? (?P<tls>'[^']+'(?:\s*,\s*'[^']+')*) (?
 
 # ranks in separate user namespaces (ch-run, some Apptainer set-ups) cannot open each other's
 # /proc/<pid>/fd: UCX's posix transport fails for that peer and sysv/cma are used instead
+#: DIAG lines of a UCX without its memory event hooks (UCM): no registration or memory-type cache
+MEMORY_HOOKS_OFF = re.compile(r"failed to (?:install|set) UCM (?:memtype )?event handler|"
+                              r"could not create UCP registration cache")
 POSIX_PROC_DENIED = re.compile(r"open\(/proc/\d+/fd/\d+\) failed: Permission denied")
 
 SHM_TLS = {"sysv", "posix", "xpmem", "knem", "cma", "mm", "self", "cuda_ipc", "rocm_ipc", "ze_ipc", "cuda_copy",
@@ -90,6 +94,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     unavailable_dev: List[str] = []
     unavailable_tl: List[str] = []
     diag = 0
+    no_hooks: List[str] = []
     ucx_lines = 0
 
     for raw in lines:
@@ -123,6 +128,8 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         level, msg = m.group("level"), m.group("msg").strip()
         if level == "DIAG":
             diag += 1
+            if MEMORY_HOOKS_OFF.search(msg):
+                no_hooks.append(line)
             continue
         if level in ("WARN", "WARNING"):
             if DEVICE_UNAVAILABLE.search(msg):
@@ -224,6 +231,10 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         findings.append(F.info("ucx-posix-proc-denied", f"UCX could not open a peer's /proc/<pid>/fd ({len(proc_denied)} "
                                "line(s)): the ranks run in separate user namespaces, so the posix shared-memory "
                                "transport is unusable between them and UCX uses sysv/cma (harmless)", proc_denied[:2]))
+    if no_hooks:
+        findings.append(F.info("ucx-memory-hooks-off", f"UCX could not install its memory event hooks (UCM; "
+                               f"{len(no_hooks)} line(s)): it runs without its registration cache and memory-type "
+                               "cache, which it would otherwise keep across messages", no_hooks[:3]))
     if error_lines:
         findings.append(F.warning("ucx-error", f"UCX printed {len(error_lines)} ERROR line(s) (the run may still "
                                   "have succeeded over other transports)", error_lines[:5]))

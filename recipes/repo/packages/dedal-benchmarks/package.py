@@ -1,6 +1,7 @@
 # dedal's bundled microbenchmarks: MPI init time, point-to-point latency and bandwidth,
-# an all-reduce, and (with +cuda) an NCCL all-reduce. The sources ship with this recipe
-# (src/), so the package needs no download and no mirror entry.
+# an all-reduce, the CUDA floor of device-buffer messages, and (with +cuda) an NCCL
+# all-reduce. The sources ship with this recipe (src/), so the package needs no download
+# and no mirror entry.
 import hashlib
 import os
 
@@ -16,7 +17,7 @@ class DedalBenchmarks(Package):
 
     # Spack's DAG hash covers package.py, not the files beside it: this checksum of src/
     # ties the hash to the sources (tests check that it is current).
-    SOURCES_SHA256 = "91b6e644a87a9330d4522716e525f1b61461373648fc78e9b49db9d7d1891224"
+    SOURCES_SHA256 = "c6f0131d43b078ed20007567158c9f116cd04ebc83226705015b632ef95b2dd2"
 
     version("1.1")  # 1.1: an untimed pass over every size before the timed ones (1.0: none)
 
@@ -26,7 +27,9 @@ class DedalBenchmarks(Package):
     depends_on("cuda", when="+cuda")
     depends_on("nccl", when="+cuda")
 
-    MPI_BENCHMARKS = ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce"]
+    # dedal_cuda_floor: the CUDA floor of device-buffer messages; plain C that finds the CUDA
+    # driver at run time (dlopen), so it builds without CUDA and runs only where a GPU is
+    MPI_BENCHMARKS = ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_cuda_floor"]
 
     def _sources(self):
         return join_path(self.package_dir, "src")
@@ -40,7 +43,8 @@ class DedalBenchmarks(Package):
         mkdirp(prefix.bin)
         mpicc = Executable(spec["mpi"].mpicc)
         for name in self.MPI_BENCHMARKS:
-            mpicc("-O2", "-std=c11", "-I" + src, "-o", join_path(prefix.bin, name), join_path(src, name + ".c"))
+            mpicc("-O2", "-std=c11", "-I" + src, "-o", join_path(prefix.bin, name), join_path(src, name + ".c"),
+                  "-ldl")
         if spec.satisfies("+cuda"):
             nvcc = Executable(join_path(spec["cuda"].prefix.bin, "nvcc"))
             nvcc("-O2", "-ccbin", spec["mpi"].mpicxx,
