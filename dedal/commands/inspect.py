@@ -68,6 +68,10 @@ def remote_summary(info: Dict[str, Any]) -> List[str]:
         if ann.get(key):
             lines.append(f"  {label:<12} {ann.pop(key)}")
     lines.append(f"  verdict      {info.get('verdict') or 'unverified'}")
+    prov = info.get("provenance")
+    if prov:
+        lines.append(f"  provenance   {prov.get('predicateType')} ({str(prov.get('digest'))[:19]})")
+        lines += [f"    {k}: {v}" for k, v in sorted(prov.items()) if k not in ("predicateType", "digest", "subject")]
     other = sorted(ann.items())
     if other:
         lines.append("  other annotations:")

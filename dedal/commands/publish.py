@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sign", action="store_true", default=None,
                    help="push a copy signed with Apptainer's PGP key (setting sign; key: setting sign_keyidx; its "
                         "passphrase in $DEDAL_SIGN_PASSPHRASE): `apptainer verify` and `dedal pull --verify` accept it")
+    p.add_argument("--provenance", action="store_true", default=None,
+                   help="attach an in-toto/SLSA provenance statement of the build's inputs (from the image's labels) "
+                        "as a referrer (setting provenance)")
     add_registry_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
@@ -78,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
             lock_hash=args.lock_hash, spack_commit=args.spack_commit, annotations=annotations,
             attachments=attachments, progress=progress_printer(), gate="off" if args.force else settings.verify_gate,
             sign=bool(args.sign or settings.sign), sign_keyidx=int(settings.sign_keyidx),
-            sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"), **opts,
+            sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"),
+            provenance=bool(args.provenance or settings.provenance), **opts,
         )
     if args.json:
         print_json(result.to_json())

@@ -105,6 +105,7 @@ SETTINGS: List[Setting] = [
     Setting("sign", "bool", _const(False), "publish images signed with Apptainer's PGP key (dedal publish --sign; `apptainer verify` accepts them); the key's passphrase, if any, in $DEDAL_SIGN_PASSPHRASE, never in a setting"),
     Setting("sign_keyidx", "int", _const(0), "which secret key of Apptainer's keyring signs (`apptainer key list --secret`; the keyring of $APPTAINER_KEYSDIR, else ~/.apptainer/keys)"),
     Setting("require_signature", "bool", _const(False), "pull only images signed by a key of the local Apptainer keyring (dedal pull --verify): an unsigned or wrongly signed image is refused and nothing is written"),
+    Setting("provenance", "bool", _const(False), "attach an in-toto/SLSA provenance statement of the build's inputs (env, lock, Spack commit, base, SOURCE_DATE_EPOCH, from the image's labels) to published images, as a referrer (dedal publish --provenance)"),
     Setting("signers", "list", _const([]), "fingerprints of the keys an image must be signed by where a signature is required (empty: any key of the local keyring)"),
 ]
 

@@ -64,6 +64,7 @@ ARTIFACT_SPDX = "application/spdx+json"
 ARTIFACT_FILE = "application/vnd.dedal.file.v1"
 ARTIFACT_LOGS = "application/vnd.dedal.logs.v1.tar+gzip"  # the other files of an attached directory
 ARTIFACT_LAYER = "application/vnd.dedal.layer.v1"  # a layer in a remote layer cache
+ARTIFACT_INTOTO = "application/vnd.in-toto+json"  # a provenance statement (dedal.model.provenance)
 LAYER_SQUASHFS = "application/vnd.dedal.layer.v1.squashfs"
 LAYER_MANIFEST = "application/vnd.dedal.layer.manifest.v1+json"
 

@@ -293,7 +293,8 @@ def run_pipeline(
                             attachments=attachments, insecure=settings.registry_insecure, progress=note,
                             gate=settings.verify_gate, client_options=client_options(settings),
                             sign=bool(settings.sign), sign_keyidx=int(settings.sign_keyidx),
-                            sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"))
+                            sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"),
+                            provenance=bool(settings.provenance))
         summary.published = list(result.references)
         record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"
 

@@ -31,6 +31,7 @@ from dedal.model.oci import (
     ANN_VERDICT,
     ARTIFACT_CYCLONEDX,
     ARTIFACT_FILE,
+    ARTIFACT_INTOTO,
     ARTIFACT_LOGS,
     ARTIFACT_SPDX,
     ARTIFACT_VERIFY,
@@ -109,6 +110,8 @@ def classify_attachment(path: Path) -> Tuple[str, str]:
         return ARTIFACT_LOGS, ARTIFACT_LOGS
     if name == "verify.json" or name.endswith(".verify.json"):
         return ARTIFACT_VERIFY, ARTIFACT_VERIFY
+    if name.endswith(".intoto.json"):
+        return ARTIFACT_INTOTO, ARTIFACT_INTOTO
     if name.endswith(".json"):
         data = _read_json(path) if path.stat().st_size < (64 << 20) else None
         if name.endswith(".cdx.json") or (isinstance(data, dict) and data.get("bomFormat") == "CycloneDX"):

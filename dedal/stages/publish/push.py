@@ -9,6 +9,7 @@ network traffic.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ from dedal.adapters import registry as reg
 from dedal.adapters import signing
 from dedal.adapters.registry import Credentials, Progress, RegistryClient, make_client
 from dedal.errors import UserError
+from dedal.model import provenance as prov_mod
 from dedal.model import sif as sifmod
 from dedal.model.oci import (
     ANN_ARCH,
@@ -167,6 +169,7 @@ def publish(
     sign: bool = False,
     sign_keyidx: int = 0,
     sign_passphrase: Optional[str] = None,
+    provenance: bool = False,
 ) -> PublishResult:
     """Push ``sif`` under every reference in ``refs`` (a reference without a tag gets the
     SIF's file stem), then the attachments. Blobs the registry has are not sent again.
@@ -181,6 +184,8 @@ def publish(
     ``sign``: what is pushed is a copy of the SIF signed with Apptainer's PGP key
     ``sign_keyidx`` (:mod:`dedal.adapters.signing`; the passphrase on its stdin), checked
     with ``apptainer verify`` before anything is sent; the SIF itself is left as it is.
+    ``provenance``: an in-toto statement of the build's inputs (:mod:`dedal.model.provenance`,
+    from the SIF's labels) about the SIF pushed, attached as a referrer.
     """
     path = original = Path(sif)
     info = sifmod.read_sif(path)  # UserError when missing / not a SIF
@@ -249,6 +254,13 @@ def publish(
         if progress:
             progress(f"hashing {path} ({human_size(info.file_size)})")
         sif_digest, sif_size = reg.file_digest(path)
+        if provenance:
+            statement = Path(scratch) / prov_mod.FILE_NAME
+            statement.write_text(json.dumps(prov_mod.statement(labels, name=path.name, sha256=sif_digest,
+                                                               source=source, revision=revision),
+                                            indent=1, sort_keys=True) + "\n")
+            os.utime(statement, (created, created))  # its created annotation: the image's (a republish adds none)
+            groups = groups + group_attachments([statement], Path(scratch) / "provenance")
         manifest = sif_manifest(sif_digest=sif_digest, sif_size=sif_size, title=path.name, annotations=ann)
         raw = canonical_json(manifest)
         digest = sha256_digest(raw)

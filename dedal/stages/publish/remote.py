@@ -13,11 +13,13 @@ from typing import Any, Dict, List, Optional, Union
 
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import Credentials, RegistryClient, RegistryError, make_client
+from dedal.model import provenance as prov_mod
 from dedal.model.oci import (
     ANN_ARCH,
     ANN_CREATED,
     ANN_TITLE,
     ANN_VERDICT,
+    ARTIFACT_INTOTO,
     ARTIFACT_VERIFY,
     FALLBACK_TAG,
     Reference,
@@ -50,6 +52,25 @@ def _verify_verdict(client: RegistryClient, repository: str, referrers: List[Dic
         except (RegistryError, ValueError, KeyError):
             verdict = None
     return {"digest": newest.get("digest"), "created": ann.get(ANN_CREATED), "verdict": verdict or "unknown"}
+
+
+def _provenance(client: RegistryClient, repository: str, attachments: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The newest provenance statement attached (:mod:`dedal.model.provenance`): the
+    inputs it records, flat; None where there is none or it cannot be read."""
+    found = [a for a in attachments if a.get("artifactType") == ARTIFACT_INTOTO and a.get("files")]
+    found.sort(key=lambda a: (a.get("annotations") or {}).get(ANN_CREATED, ""))
+    for entry in reversed(found):
+        blob = next((f for f in entry["files"] if f.get("mediaType") == ARTIFACT_INTOTO), None)
+        if blob is None:
+            continue
+        try:
+            data = json.loads(client.get_blob_bytes(repository, str(blob["digest"]), limit=1 << 20))
+        except (RegistryError, ValueError, KeyError):
+            continue
+        summary = prov_mod.summary(data)
+        if summary is not None:
+            return dict(summary, digest=entry.get("digest"))
+    return None
 
 
 @dataclass
@@ -150,6 +171,7 @@ def inspect_remote(
             entry["error"] = str(exc)
         attachments.append(entry)
     verdict = _verify_verdict(client, r.repository, refs)
+    provenance = _provenance(client, r.repository, attachments)
     sif_layer = None
     if not problems or all(p.startswith("legacy") for p in problems):
         layer = data["layers"][0]
@@ -169,4 +191,5 @@ def inspect_remote(
         "referrers": mode,
         "attachments": attachments,
         "verdict": verdict["verdict"] if verdict else "unverified",
+        "provenance": provenance,
     }

@@ -158,3 +158,35 @@ def test_publish_sign_with_a_wrong_passphrase_sends_nothing(run_dedal, apptainer
     line = _one_error(r)
     assert "apptainer sign --keyidx 0 failed" in line and "passphrase" in line and "not it" not in line
     assert registry.api("GET", "/v2/esd/nothing/tags/list").status_code == 404
+
+
+def test_provenance_statement_is_attached_and_read_by_inspect(run_dedal, apptainer, registry, tmp_path):
+    """--provenance: an in-toto statement of the build's inputs (from the image's labels)
+    about the SIF pushed (here the signed copy) hangs off the image as a referrer."""
+    import json
+
+    from tests.fixtures.registry import make_sif
+
+    labels = {"dedal.env": "tiny", "dedal.tag": "v1", "dedal.lock.sha256": "ab" * 32,
+              "dedal.spack.commit": "e8f8cf8543b31ff6ba81a5ab0e515bc9a4856384", "dedal.base.image": "debian-trixie",
+              "dedal.base.id": "debian-trixie-0123456789abcdef", "dedal.base.sha256": "cd" * 32,
+              "dedal.source_date_epoch": "1700000000", "dedal.version": "0.1"}
+    image = make_sif(tmp_path / "tiny.sif", arch=__import__("dedal.model.sif", fromlist=["x"]).host_arch(),
+                     payload=b"p" * 4096, labels=labels)
+    _keypair(apptainer, "dedal signer")
+    ref = registry.ref("esd/prov:v1")
+    r = run_dedal("publish", str(image), ref, "--sign", "--provenance", "--json",
+                  env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE})
+    assert r.returncode == 0, r.stderr
+    pushed = json.loads(r.stdout)
+    [att] = [a for a in pushed["attachments"] if a["artifact_type"] == "application/vnd.in-toto+json"]
+    assert att["files"] == ["provenance.intoto.json"]
+    info = json.loads(run_dedal("inspect", ref, "--json").stdout)
+    prov = info["provenance"]
+    assert prov["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert prov["subject"] == [{"name": "tiny.sif", "digest": {"sha256": pushed["sif_digest"].split(":")[1]}}]
+    assert prov["env"] == "tiny" and prov["tag"] == "v1" and prov["source_date_epoch"] == "1700000000"
+    assert prov["spack.lock"] == "sha256:" + "ab" * 32 and prov["base:debian-trixie"] == "sha256:" + "cd" * 32
+    assert prov["spack"] == "gitCommit:e8f8cf8543b31ff6ba81a5ab0e515bc9a4856384"
+    text = run_dedal("inspect", ref).stdout
+    assert "provenance   https://slsa.dev/provenance/v1" in text and "spack.lock: sha256:abab" in text
