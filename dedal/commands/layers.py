@@ -156,6 +156,7 @@ def _to_push(args: argparse.Namespace, store: LayerStore) -> List[str]:
 def run_push(args: argparse.Namespace) -> int:
     # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start
     from dedal.stages.build.cache import CacheReport, LayerCache
+    from dedal.stages.layer_audit import audit_stored
 
     store = _store(args)
     opts = registry_options(args)
@@ -166,7 +167,21 @@ def run_push(args: argparse.Namespace) -> int:
     cache.say = progress_printer(quiet=args.json)
     report = CacheReport()
     layers = [(f"{m.name}@{m.version}/{m.hash[:7]}", m.key) for m in manifests]
-    cache.push_layers(layers, store, report)
+    sendable = []
+    for label, key in layers:  # what a build would refuse to store is not offered to the machines sharing the cache
+        check = store.verify([key])
+        problem = "; ".join(check.corrupt) if check.corrupt else ""
+        if not problem:
+            try:
+                audit_stored(store, key)
+            except UserError as exc:
+                problem = exc.one_line()
+        if problem:
+            report.problems.append(f"{label}: not pushed: {problem}")
+            cache.say(f"layer cache {cache.ref}: {label} not pushed ({problem})")
+        else:
+            sendable.append((label, key))
+    cache.push_layers(sendable, store, report)
     answered = set(report.pushed) | set(report.skipped) | {p.split(": ", 1)[0] for p in report.problems}
     unsent = [label for label, _ in layers if label not in answered]  # after the registry stopped answering
     if args.json:

@@ -251,13 +251,20 @@ def audit_store(store: Any, memo: Optional[Path] = None) -> Any:
     check = store.verify()
     for key in list(check.ok):
         try:
-            man = store.manifest(key)
-            _check_listing(store.sqfs(key), man.sha256, man.prefix, man.install_root,
-                           f"layer {key} ({man.name}@{man.version})", memo)
+            audit_stored(store, key, memo)
         except UserError as exc:
             check.ok.remove(key)
             check.refused.append(exc.one_line())
     return check
+
+
+def audit_stored(store: Any, key: str, memo: Optional[Path] = None) -> int:
+    """The entry audit of the store's layer ``key`` against its own manifest (prefix,
+    install root; the sha256 the memo is keyed by is the manifest's: callers that have not
+    checked it run :meth:`LayerStore.verify` first). UserError naming the layer."""
+    man = store.manifest(key)
+    return _check_listing(store.sqfs(key), man.sha256, man.prefix, man.install_root,
+                          f"layer {key} ({man.name}@{man.version})", memo)
 
 
 def unpack_layer(sqfs: Path, prefix: str, root: Path, scratch: Path, install_root: str, where: str,

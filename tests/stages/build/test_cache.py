@@ -254,6 +254,13 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
     for name, (_, says) in POISON.items():
         assert any(f"({name}@" in line and says in line for line in check["refused"]), (name, check["refused"])
     assert all("\n" not in line for line in check["refused"])
+    # and `dedal layers push` does not offer them to the machines sharing a cache
+    res = run_dedal("layers", "--layers", str(first.store), "push", registry.ref("esd/seeded"), "--insecure", "--json",
+                    env=first.env)
+    pushed = json.loads(res.stdout)
+    assert res.returncode == 1 and pushed["pushed"] == [] and len(pushed["problems"]) == len(TINY), res.stdout
+    assert all(": not pushed: layer " in line and "refused" in line for line in pushed["problems"])
+    assert registry.api("GET", "/v2/esd/seeded/tags/list").status_code == 404
 
     # a build pulling from that cache takes none of them: each refused in one line, built here
     second = make_env(tmp_path / "b")
