@@ -180,8 +180,8 @@ def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
 def read_input(path: Path) -> str:
     """A user's input file as text, or one clear UserError line (a FIFO, a device: refused)."""
     try:
-        with open_regular(Path(path)) as fh:
-            return fh.read().decode("utf-8")
+        with open_regular(Path(path)) as fh:  # decoded as read_text() does (universal newlines)
+            return fh.read().decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
