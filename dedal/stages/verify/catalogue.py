@@ -9,7 +9,10 @@ nccl-tests counterpart with ``osu``) or by program name.
 A GPU image (one that carries CUDA) also plans the GPU checks: the NCCL all-reduce
 (``nccl``), the platform's own floor for device-buffer messages (``dedal_cuda_floor``, with
 ``latency``: a CUDA IPC ping-pong between two processes, CUDA copy + synchronize, copy
-bandwidth; within a node only), and, where its OSU micro-benchmarks are built ``+cuda``, OSU
+bandwidth; within a node only), dedal's latency and bandwidth between device buffers
+(``dedal_latency -d cuda``, ``dedal_bw -d cuda``: ``dedal_latency-cuda``, ``dedal_bw-cuda``;
+plain C that finds the CUDA driver at run time, so any image's mpicc builds them), and, where
+its OSU micro-benchmarks are built ``+cuda``, OSU
 latency and bandwidth between device buffers (``osu_latency -d cuda D D``, ``osu_bw -d cuda
 D D``, named ``osu_latency-cuda``, ``osu_bw-cuda``; with ``latency``/``bw`` and ``osu``),
 which the expectations hold to that floor. On a host without GPU they are not run:
@@ -62,8 +65,8 @@ class Bench:
             return ["-b", "8", "-e", str(nccl_max), "-f", "2", "-g", "1"]
         if self.key == "allreduce":
             return ["-m", str(min(max_size, 1 << 20))]
-        if self.device:  # OSU: options, then the buffer of each side (D: device)
-            return ["-d", self.device, "-m", str(max_size), "D", "D"]
+        if self.device:  # OSU: options, then the buffer of each side (D: device); dedal's: both on the device
+            return ["-d", self.device, "-m", str(max_size)] + (["D", "D"] if self.suite == "osu" else [])
         return ["-m", str(max_size)]
 
 
@@ -74,6 +77,8 @@ CATALOGUE: Tuple[Bench, ...] = (
     Bench("allreduce", "dedal_allreduce", "dedal"),
     Bench("nccl", "dedal_nccl_allreduce", "dedal", gpu=True),
     Bench("latency", "dedal_cuda_floor", "dedal", pt2pt=True, gpu=True, intra_only=True),
+    Bench("latency", "dedal_latency", "dedal", pt2pt=True, gpu=True, device="cuda"),
+    Bench("bw", "dedal_bw", "dedal", pt2pt=True, gpu=True, device="cuda"),
     Bench("init", "osu_init", "osu"),
     Bench("latency", "osu_latency", "osu", pt2pt=True),
     Bench("bw", "osu_bw", "osu", pt2pt=True),
@@ -89,11 +94,14 @@ METRICS = {"init": ("init", "ms"), "latency": ("latency", "us"), "bw": ("bandwid
 
 
 def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu: bool,
-                      osu_cuda: Optional[bool] = None) -> Tuple[List[Bench], List[str]]:
+                      osu_cuda: Optional[bool] = None, dedal_cuda: Optional[bool] = None
+                      ) -> Tuple[List[Bench], List[str]]:
     """The benchmarks to run (in catalogue order) and notes on what was asked for but is
     not in the image or not runnable here. GPU benchmarks only with ``gpu`` (the runner
     reports those left out as skipped checks, :func:`gpu_planned`); OSU's device-buffer
-    runs only where the image's OSU is built with CUDA (``osu_cuda``)."""
+    runs only where the image's OSU is built with CUDA (``osu_cuda``), dedal's where its
+    dedal-benchmarks know ``-d cuda`` (``dedal_cuda``; the runner builds them where not).
+    ``programs`` may name a device-buffer benchmark's own build (``dedal_latency-cuda``)."""
     keys = {w for w in wanted if w in KEYS}
     explicit = {w for w in wanted if w not in KEYS and w != "osu"}
     with_osu = "osu" in wanted
@@ -106,11 +114,16 @@ def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu
             continue
         if b.gpu and not gpu:
             continue
-        if b.program not in programs:
+        if b.program not in programs and b.name not in programs:
             if (b.suite == "dedal" or named) and not b.device:
                 notes.append(f"{b.program}: not in the image")
             continue
-        if b.device and not osu_cuda:
+        if b.device and b.suite == "dedal":
+            if not dedal_cuda and b.name not in programs:
+                if gpu:
+                    notes.append(f"{b.name}: the image's dedal-benchmarks predate device buffers (-d cuda)")
+                continue
+        elif b.device and not osu_cuda:
             if gpu:
                 notes.append(f"{b.name}: the image's OSU micro-benchmarks are "
                              f"{'not built with' if osu_cuda is False else 'not known to be built with'} CUDA "
@@ -120,7 +133,8 @@ def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu
     return chosen, notes
 
 
-def gpu_planned(wanted: Sequence[str], programs: Mapping[str, str], *, osu_cuda: Optional[bool] = None
-                ) -> List[Bench]:
+def gpu_planned(wanted: Sequence[str], programs: Mapping[str, str], *, osu_cuda: Optional[bool] = None,
+                dedal_cuda: Optional[bool] = None) -> List[Bench]:
     """The GPU benchmarks a verification of this image plans where the host has a GPU."""
-    return [b for b in select_benchmarks(wanted, programs, gpu=True, osu_cuda=osu_cuda)[0] if b.gpu]
+    return [b for b in select_benchmarks(wanted, programs, gpu=True, osu_cuda=osu_cuda, dedal_cuda=dedal_cuda)[0]
+            if b.gpu]

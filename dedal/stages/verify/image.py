@@ -37,12 +37,16 @@ from dedal.model import sif
 
 #: programs looked for in the image (and, for native host runs, on the host)
 PROGRAMS = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_nccl_allreduce",
+            "dedal_cuda_floor",
             "osu_init", "osu_latency", "osu_bw", "osu_allreduce", "all_reduce_perf",
             "mpirun", "ompi_info", "ucx_info", "mpicc")
 #: the MPI benchmarks of dedal-benchmarks, and where dedal verify puts its own build of them
 BUNDLED_MPI = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce")
 #: the CUDA floor of device-buffer messages: plain C that finds the driver at run time, built like the others
 CUDA_FLOOR = "dedal_cuda_floor"
+#: dedal's benchmarks that run between GPU buffers with -d cuda, and what such a build prints
+DEVICE_MPI = ("dedal_latency", "dedal_bw")
+DEVICE_TITLE = b"MPI-CUDA Latency Test"
 BUNDLED_DIR = "/opt/dedal-verify/bin"
 OSU_LIBEXEC = "libexec/osu-micro-benchmarks/mpi"
 Progress = Optional[Callable[[str], None]]
@@ -67,6 +71,7 @@ class ImageInfo:
     image_path_var: str = ""                                 # PATH inside the image
     identity: str = ""                                       # cache key of the native root
     mpirun_stub: str = ""      # the image's mpirun is a stub that only says to use srun (its path)
+    dedal_cuda: Optional[bool] = None  # the image's dedal_latency knows -d cuda (None: no dedal_latency)
 
     def to_json(self) -> Dict[str, Any]:
         keep = {k: v for k, v in self.labels.items()
@@ -74,7 +79,7 @@ class ImageInfo:
                                  "dedal.target", "org.opencontainers.image.created"))}
         return {"path": str(self.path), "kind": self.kind, "name": self.name, "arch": self.arch, "view": self.view,
                 "install_root": self.install_root, "target": self.target, "target_source": self.target_source,
-                "cuda": self.cuda, "osu_cuda": self.osu_cuda, "versions": self.versions, "programs": self.programs, "labels": keep}
+                "cuda": self.cuda, "osu_cuda": self.osu_cuda, "dedal_cuda": self.dedal_cuda, "versions": self.versions, "programs": self.programs, "labels": keep}
 
 
 def resolve_image(image: str, settings: Any) -> Path:
@@ -268,6 +273,8 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
                 host = _host_path(root, cpath)
                 if host is not None and host.is_file():
                     info.digests[name] = _sha256(host)
+                    if name == "dedal_latency":  # built from sources that know -d cuda (its title says so)
+                        info.dedal_cuda = DEVICE_TITLE in host.read_bytes()
     env, tag = lab.get("dedal.env"), lab.get("dedal.tag")
     if env:
         info.name = f"{env}-{tag}" if tag else str(env)

@@ -169,29 +169,40 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     bundled_note = ""
     wants_bundled = any(k in opts.benchmarks for k in ("init", "latency", "bw", "allreduce"))
     build = list(img.BUNDLED_MPI) if wants_bundled and not any(p in info.programs for p in img.BUNDLED_MPI) else []
-    # the CUDA floor that device-buffer messages are held to: built where the image does not carry it
-    floor = use_gpu and "latency" in opts.benchmarks and img.CUDA_FLOOR not in info.programs
-    if (build or floor) and "mpicc" in info.programs:
-        names = build + ([img.CUDA_FLOOR] if floor else [])
+    # on a GPU: the CUDA floor that device-buffer messages are held to, and dedal's benchmarks between
+    # device buffers (-d cuda), built where the image's dedal-benchmarks predate them
+    gpu_build: List[str] = []
+    if use_gpu and "latency" in opts.benchmarks and img.CUDA_FLOOR not in info.programs:
+        gpu_build.append(img.CUDA_FLOOR)
+    if use_gpu and not info.dedal_cuda:
+        gpu_build += [p for p, key in zip(img.DEVICE_MPI, ("latency", "bw")) if key in opts.benchmarks and p not in build]
+    if (build or gpu_build) and "mpicc" in info.programs:
+        names = build + gpu_build
         try:
             built = img.compile_bundled(info, opts.cache_dir, runtime_name=opts.runtime, progress=progress, names=names)
         except ToolError as exc:
             if build:
                 raise
-            built, names = None, []  # without the floor the GPU checks still run, against the class bounds
-            bundled_note = f"{img.CUDA_FLOOR} could not be built with the image's mpicc: {exc}"
-        for name in names:
-            info.programs[name] = f"{img.BUNDLED_DIR}/{name}"
+            built, names = None, []  # the GPU checks that need no build still run (the class bounds judge)
+            bundled_note = f"{', '.join(gpu_build)} could not be built with the image's mpicc: {exc}"
+        for name in names:  # dedal_latency/dedal_bw built for the GPU runs alone: only those use them
+            key = f"{name}-cuda" if name in img.DEVICE_MPI and name not in build else name
+            info.programs[key] = f"{img.BUNDLED_DIR}/{name}"
         if built is not None:
+            info.dedal_cuda = True
             extra_binds.append(runtime.Bind(built, img.BUNDLED_DIR, readonly=True))
-            what = "dedal-benchmarks" if build else img.CUDA_FLOOR
+            what = "dedal-benchmarks" if build else "dedal-benchmarks that know GPU buffers"
             bundled_note = (f"the image does not carry {what}: dedal verify built {', '.join(names)} with the image's "
                             f"own mpicc ({built}) and runs those same binaries natively and in the container")
         _say(progress, bundled_note)
-    benches, notes = select_benchmarks(opts.benchmarks, info.programs, gpu=use_gpu, osu_cuda=info.osu_cuda)
+    benches, notes = select_benchmarks(opts.benchmarks, info.programs, gpu=use_gpu, osu_cuda=info.osu_cuda,
+                                       dedal_cuda=info.dedal_cuda)
     # a GPU image on a host without GPU: its GPU checks are reported as skipped, never as passed
-    skipped = [] if use_gpu or not info.cuda else gpu_planned(opts.benchmarks, info.programs,
-                                                                osu_cuda=info.osu_cuda)
+    # (what a GPU host would run: the floor and the device-buffer builds too, where the image's mpicc builds them)
+    buildable = "mpicc" in info.programs
+    planned = {**({img.CUDA_FLOOR: img.BUNDLED_DIR} if buildable else {}), **info.programs}
+    skipped = [] if use_gpu or not info.cuda else gpu_planned(opts.benchmarks, planned, osu_cuda=info.osu_cuda,
+                                                                dedal_cuda=info.dedal_cuda or buildable)
     skip_reason = "GPU checks turned off (--no-gpu)" if opts.gpu is False else "no GPU"
     if not benches and skipped:
         raise UserError(f"{opts.image}: only GPU benchmarks were asked for ({', '.join(b.name for b in skipped)}) and "
@@ -213,7 +224,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         raise UserError(f"{outdir}: exists and is not a directory")
 
     # native
-    wanted = [b.program for b in benches]
+    wanted = list(dict.fromkeys(b.program for b in benches))
     host_programs = {p: mpi.host_which(p) for p in wanted}
     host_mpi = mpi.host_mpirun() if launcher == "mpirun" and all(host_programs.values()) else None
     native = img.prepare_native(info, mode=opts.native, wanted=wanted, cache=opts.cache_dir / "verify-native",
@@ -266,7 +277,8 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         if key in failed_series:
             run.skipped = f"not repeated: {failed_series[key].rel} failed"
             return
-        program = native.programs.get(bench.program) if side == "native" else info.programs[bench.program]
+        key = bench.name if bench.name in info.programs else bench.program  # a device-buffer build of its own
+        program = native.programs.get(key) if side == "native" else info.programs[key]
         argv = [program or bench.program, *bench.args(opts.max_size, opts.nccl_max_size)]
         env = run_env(opts, bench)
         root = native.root if side == "native" else container_root
@@ -340,6 +352,8 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
 
     meta = report_meta(opts, info, native, launcher, backend, nodes, plan, started, t0, transports, summary, pf)
     meta["runtime_choice"] = runtime_why
+    shared = compare.containers(runs)["mode"]  # measured from inside the ranks, not assumed
+    meta["runtime"] = f"{backend} ({shared})" if shared else backend
     meta["remeasured"] = remeasured
     report = VerifyReport(image=info.name, checks=checks, findings=findings, logs=logs, measurements=measurements,
                           host=pf.host, thresholds=thresholds, meta=meta)

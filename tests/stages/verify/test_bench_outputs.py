@@ -53,7 +53,13 @@ def test_recipe_builds_every_mpi_source() -> None:
 def test_each_benchmark_title_is_recognised(source: str) -> None:
     """The title each MPI benchmark prints makes the parser name its table dedal_<x>."""
     text = (SRC / source).read_text()
-    title = re.search(r'printf\("(# dedal-bench [^"]*?)v" DEDAL_BENCH_VERSION', text)
+    titles = re.findall(r'"(# dedal-bench [^"]*?)v" DEDAL_BENCH_VERSION', text)
+    if "MPI-CUDA" in text:  # -d cuda: the title with MPI-CUDA names the same table, between GPU buffers
+        (cuda, host) = titles
+        r = parse_text(cuda + "v1.0\n# Size   Latency (us)\n1   2.5\n2   2.5\n")
+        assert [(t["benchmark"], t["device"]) for t in r["tables"]] == [(Path(source).stem, "cuda")]
+        titles = [host]
+    title = re.match(r"(.*)", titles[0]) if titles else None
     assert title, f"{source}: no '# dedal-bench ... v' title"
     out = title.group(1) + "v1.0\n"
     if source == "dedal_init.c":
@@ -206,21 +212,22 @@ def test_nccl_benchmark_output_as_its_source_prints_it() -> None:
 # ---------------------------------------------------------------------------- the CUDA floor
 
 
-def test_the_cuda_floor_runs_on_a_stand_in_driver(trixie_base, tmp_path: Path) -> None:
-    """dedal_cuda_floor built with the base's mpicc alone (no CUDA toolkit) and run on two ranks
-    against a stand-in libcuda.so.1 (tests/stages/verify/data/cuda/fake_libcuda.c: host memory,
-    IPC through shared-memory files): it finds the driver at run time, opens the peer's buffer
-    once, prints both tables, and dedal reads the floor's facts from them."""
+def test_the_cuda_benchmarks_run_on_a_stand_in_driver(trixie_base, tmp_path: Path) -> None:
+    """dedal_cuda_floor and dedal_latency -d cuda built with the base's mpicc alone (no CUDA
+    toolkit) and run on two ranks against a stand-in libcuda.so.1 (data/cuda/fake_libcuda.c:
+    host memory, IPC through shared-memory files): they find the driver at run time, the floor
+    opens the peer's buffer once and prints both tables, and dedal reads the facts of each."""
     from dedal.adapters import runtime
     from dedal.stages.verify import expectations
 
-    for name in ("dedal_cuda_floor.c", "common.h"):
-        (tmp_path / name).write_bytes((SRC / name).read_bytes())
+    for src in SRC.iterdir():
+        (tmp_path / src.name).write_bytes(src.read_bytes())
     (tmp_path / "fake_libcuda.c").write_bytes((DATA.parent / "cuda" / "fake_libcuda.c").read_bytes())
     work = [runtime.Bind(tmp_path, "/work")]
-    runtime.run_in(trixie_base.rootfs_dir, ["mpicc", "-O2", "-std=c11", "-Wall", "-Werror", "-I/work", "-o",
-                                            "/work/dedal_cuda_floor", "/work/dedal_cuda_floor.c", "-ldl"],
-                   binds=work, what="mpicc dedal_cuda_floor.c")
+    for name in ("dedal_cuda_floor", "dedal_latency"):
+        runtime.run_in(trixie_base.rootfs_dir, ["mpicc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I/work",
+                                                "-o", f"/work/{name}", f"/work/{name}.c", "-ldl"],
+                       binds=work, what=f"mpicc {name}.c")
     runtime.run_in(trixie_base.rootfs_dir, ["gcc", "-shared", "-fPIC", "-o", "/work/libcuda.so.1",
                                             "/work/fake_libcuda.c"], binds=work, what="gcc fake_libcuda.c")
     log = tmp_path / "floor.log"
@@ -238,3 +245,12 @@ def test_the_cuda_floor_runs_on_a_stand_in_driver(trixie_base, tmp_path: Path) -
     assert [row[0] for row in bw["rows"]] == [1 << i for i in range(17)]
     assert {f.key for f in expectations.facts_of(r)} == {"cuda:ipc_latency_us", "cuda:copy_sync_us"}  # < 1 MiB
     assert not list(Path("/dev/shm").glob("dedal-fakecuda.*"))  # the stand-in's IPC files were removed
+    # dedal_latency -d cuda: its buffers from the driver (cuMemAlloc), given to MPI as they are
+    log = tmp_path / "latency.log"
+    runtime.run_in(trixie_base.rootfs_dir, ["mpirun", "-np", "2", "--oversubscribe", "-x", "LD_LIBRARY_PATH",
+                                            "/work/dedal_latency", "-d", "cuda", "-m", "64"],
+                   binds=work, env={"LD_LIBRARY_PATH": "/work"}, log=log, what="dedal_latency -d cuda", timeout=120)
+    (t,) = parse_file(log)["tables"]
+    assert (t["title"], t["benchmark"], t["device"]) == ("dedal-bench MPI-CUDA Latency Test", "dedal_latency", "cuda")
+    assert [row[0] for row in t["rows"]] == [0] + [1 << i for i in range(7)]
+    assert [f.key for f in expectations.facts_of(parse_file(log))] == ["cuda:latency_small_us"]

@@ -165,8 +165,8 @@ def test_preflight_stops_before_anything_runs(run_dedal, bench_image, tmp_path: 
 
 def test_gpu_image_without_gpu_says_what_was_skipped(run_dedal, bench_image, tmp_path: Path) -> None:
     """A GPU image (CUDA label, an NCCL benchmark) on this machine, which has no GPU: the MPI checks run,
-    the NCCL all-reduce is planned and reported as 'skipped: no GPU' (never run: its stand-in fails
-    loudly), and the verdict says so."""
+    the NCCL all-reduce, the CUDA floor and latency between GPU buffers are planned and reported as
+    'skipped: no GPU' (never run: the NCCL stand-in fails loudly), and the verdict says so."""
     from dedal.adapters.runtime import find_driver
     from dedal.stages.verify.preflight import gpu_driver
     from tests.fixtures.bench import _unlink_write
@@ -190,7 +190,9 @@ def test_gpu_image_without_gpu_says_what_was_skipped(run_dedal, bench_image, tmp
     checks = {c["name"]: c["verdict"] for c in data["checks"]}
     assert checks["dedal_nccl_allreduce intra-node"] == "skipped"
     assert checks["dedal_latency intra-node"] in ("good", "suboptimal")
-    assert data["counts"]["checks_skipped"] == 1
+    # with latency a GPU host also runs the CUDA floor and dedal_latency between GPU buffers (issue 36)
+    assert checks["dedal_cuda_floor intra-node"] == checks["dedal_latency-cuda intra-node"] == "skipped"
+    assert data["counts"]["checks_skipped"] == 3
     assert not (out / "raw/intra-node/dedal_nccl_allreduce").exists()
     assert "gpu-driver-missing" in {f["code"] for f in data["findings"]}
     assert f"verdict: {data['verdict'].upper()} (GPU checks skipped: no GPU)" in p.stdout

@@ -83,14 +83,22 @@ def test_benchmark_selection() -> None:
     chosen, notes = select_benchmarks(["latency", "osu"], programs, gpu=True, osu_cuda=False)
     assert [b.name for b in chosen] == ["dedal_latency", "osu_latency"]
     assert notes == ["dedal_cuda_floor: not in the image",
+                     "dedal_latency-cuda: the image's dedal-benchmarks predate device buffers (-d cuda)",
                      "osu_latency-cuda: the image's OSU micro-benchmarks are not built with CUDA "
                      "(osu-micro-benchmarks +cuda): no device-buffer runs"]
-    # the CUDA floor that device-buffer latency is held to: with latency on a GPU, within a node only
+    # the CUDA floor that device-buffer latency is held to (with latency on a GPU, within a node only),
+    # and dedal's own latency between device buffers where its build knows -d cuda
     floor = {**programs, "dedal_cuda_floor": "/opt/view/bin/dedal_cuda_floor"}
-    chosen, notes = select_benchmarks(["latency", "osu"], floor, gpu=True, osu_cuda=True)
-    assert [b.name for b in chosen] == ["dedal_latency", "dedal_cuda_floor", "osu_latency", "osu_latency-cuda"]
+    chosen, notes = select_benchmarks(["latency", "osu"], floor, gpu=True, osu_cuda=True, dedal_cuda=True)
+    assert [b.name for b in chosen] == ["dedal_latency", "dedal_cuda_floor", "dedal_latency-cuda", "osu_latency",
+                                        "osu_latency-cuda"]
     assert chosen[1].intra_only and chosen[1].gpu and chosen[1].table == "dedal_cuda_floor"
+    assert chosen[2].args(65536, 1) == ["-d", "cuda", "-m", "65536"] and chosen[2].table == "dedal_latency"
     assert [b.program for b in select_benchmarks(["latency"], floor, gpu=False)[0]] == ["dedal_latency"]
+    # an image whose dedal_latency predates -d cuda: the runner's own build of it, named for the GPU runs
+    own = {**floor, "dedal_latency-cuda": "/opt/dedal-verify/bin/dedal_latency"}
+    chosen, notes = select_benchmarks(["latency"], own, gpu=True, dedal_cuda=False)
+    assert [b.name for b in chosen] == ["dedal_latency", "dedal_cuda_floor", "dedal_latency-cuda"] and notes == []
     chosen, notes = select_benchmarks(["osu_latency-cuda"], programs, gpu=True, osu_cuda=True)
     assert [b.name for b in chosen] == ["osu_latency-cuda"] and notes == []
     dev = chosen[0]

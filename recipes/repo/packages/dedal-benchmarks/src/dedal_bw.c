@@ -1,5 +1,5 @@
 /* Uni-directional bandwidth rank 0 -> rank 1 with a window of non-blocking sends. */
-#include "common.h"
+#include "cuda_driver.h"
 
 #define WINDOW 64
 
@@ -10,11 +10,12 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     need_two_ranks(size, "dedal_bw");
     size_t max = max_size_from_args(argc, argv);
-    char *buf = buffer(max);
+    char *buf = bench_buffer(max, rank, argc, argv);  /* -d cuda: on the GPU (CUDA-aware MPI) */
     char ack = 0;
     MPI_Request req[WINDOW];
     if (rank == 0) {
-        printf("# dedal-bench MPI Bandwidth Test v" DEDAL_BENCH_VERSION "\n");
+        printf(on_device(argc, argv) ? "# dedal-bench MPI-CUDA Bandwidth Test v" DEDAL_BENCH_VERSION "\n"
+                                     : "# dedal-bench MPI Bandwidth Test v" DEDAL_BENCH_VERSION "\n");
         printf("# Size      Bandwidth (MB/s)\n");
     }
     /* One untimed pass over every size first, so that the first size measured does not
@@ -51,7 +52,7 @@ int main(int argc, char **argv) {
         if (rank == 0) printf("%-10zu %18.2f\n", s, (double)s * WINDOW * iters / us);  /* bytes/us = MB/s */
         fflush(stdout);
     }
-    free(buf);
+    if (!on_device(argc, argv)) free(buf);
     MPI_Finalize();
     return 0;
 }

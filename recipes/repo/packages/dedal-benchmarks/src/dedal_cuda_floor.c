@@ -1,5 +1,5 @@
 /* The platform's own floor for messages between GPU buffers, which no MPI stack can beat:
- * what dedal holds the device-buffer latency and bandwidth of OSU (-d cuda) to.
+ * what dedal holds the device-buffer latency and bandwidth of OSU and dedal-bench (-d cuda) to.
  *
  *   IPC Latency   two ranks on one node ping-pong through CUDA IPC: each copies the message
  *                 into the other's GPU buffer (its cudaIpc handle opened once), synchronizes
@@ -8,81 +8,14 @@
  *   D2D+sync      one device-to-device copy within the GPU and a stream synchronize;
  *   Copy Bandwidth  64 copies in flight into the peer's GPU buffer, one synchronize.
  *
- * Plain C against the CUDA driver API, found at run time (dlopen libcuda.so.1, the host
- * driver's library that `apptainer --nv` binds): it builds with the image's mpicc alone, no
- * CUDA toolkit, and runs with whatever driver the host has. Two ranks; rank r uses GPU r % n.
+ * Plain C against the CUDA driver API, found at run time (cuda_driver.h): it builds with the
+ * image's mpicc alone, no CUDA toolkit, and runs with whatever driver the host has. Two ranks;
+ * rank r uses GPU r % n.
  * Output in the OSU layout (dedal's parser reads it): a "CUDA Floor Test" table and a
  * "CUDA Copy Bandwidth Test" table. A step that fails prints "-" in its column and says why. */
-#include "common.h"
-#include <dlfcn.h>
+#include "cuda_driver.h"
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUstream;
-typedef struct { char reserved[64]; } CUipcMemHandle;
-#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 1
-#define CU_ATTR_CC_MAJOR 75
-#define CU_ATTR_CC_MINOR 76
 #define WINDOW 64
-
-static struct {
-    CUresult (*Init)(unsigned);
-    CUresult (*DriverGetVersion)(int *);
-    CUresult (*DeviceGetCount)(int *);
-    CUresult (*DeviceGet)(CUdevice *, int);
-    CUresult (*DeviceGetName)(char *, int, CUdevice);
-    CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
-    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*CtxSetCurrent)(CUcontext);
-    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
-    CUresult (*MemFree)(CUdeviceptr);
-    CUresult (*MemHostAlloc)(void **, size_t, unsigned);
-    CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
-    CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
-    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-    CUresult (*StreamCreate)(CUstream *, unsigned);
-    CUresult (*StreamSynchronize)(CUstream);
-    CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
-    CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
-    CUresult (*IpcCloseMemHandle)(CUdeviceptr);
-    CUresult (*GetErrorString)(CUresult, const char **);
-} cu;
-
-static void *lib;
-
-/* the versioned symbol where the driver API has one (cuMemAlloc_v2), else the plain one */
-static void *sym(const char *name, const char *v2) {
-    void *p = v2 ? dlsym(lib, v2) : NULL;
-    return p ? p : dlsym(lib, name);
-}
-
-static const char *load(void) {
-    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!lib) return dlerror();
-#define S(f, v2) if (!(*(void **)&cu.f = sym("cu" #f, v2))) return "cu" #f " not in libcuda.so.1"
-    S(Init, NULL); S(DriverGetVersion, NULL); S(DeviceGetCount, NULL); S(DeviceGet, NULL);
-    S(DeviceGetName, NULL); S(DeviceGetAttribute, NULL); S(DevicePrimaryCtxRetain, NULL);
-    S(CtxSetCurrent, NULL); S(MemAlloc, "cuMemAlloc_v2"); S(MemFree, "cuMemFree_v2"); S(MemHostAlloc, NULL);
-    S(MemsetD8, "cuMemsetD8_v2"); S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
-    S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"); S(StreamCreate, NULL); S(StreamSynchronize, NULL);
-    S(IpcGetMemHandle, NULL); S(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"); S(IpcCloseMemHandle, NULL);
-    S(GetErrorString, NULL);
-#undef S
-    return NULL;
-}
-
-static const char *err(CUresult r) {
-    const char *s = NULL;
-    if (cu.GetErrorString) cu.GetErrorString(r, &s);
-    return s ? s : "unknown CUDA error";
-}
-
-/* a CUDA call that must work: otherwise every rank stops with the call and its error */
-#define MUST(call) do { CUresult r_ = (call); if (r_) { \
-    fprintf(stderr, "dedal_cuda_floor: %s failed: %s (%d)\n", #call, err(r_), r_); \
-    MPI_Abort(MPI_COMM_WORLD, 3); } } while (0)
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);

@@ -1,5 +1,5 @@
 /* Point-to-point ping-pong latency between rank 0 and rank 1 (half round trip). */
-#include "common.h"
+#include "cuda_driver.h"
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -8,9 +8,10 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     need_two_ranks(size, "dedal_latency");
     size_t max = max_size_from_args(argc, argv);
-    char *buf = buffer(max);
+    char *buf = bench_buffer(max, rank, argc, argv);  /* -d cuda: on the GPU (CUDA-aware MPI) */
     if (rank == 0) {
-        printf("# dedal-bench MPI Latency Test v" DEDAL_BENCH_VERSION "\n");
+        printf(on_device(argc, argv) ? "# dedal-bench MPI-CUDA Latency Test v" DEDAL_BENCH_VERSION "\n"
+                                     : "# dedal-bench MPI Latency Test v" DEDAL_BENCH_VERSION "\n");
         printf("# Size          Latency (us)\n");
     }
     /* One untimed pass over every size first, so that the first size measured does not
@@ -42,7 +43,7 @@ int main(int argc, char **argv) {
         if (rank == 0) printf("%-10zu %18.2f\n", s, (now_us() - t0) / (2.0 * iters));
         fflush(stdout);
     }
-    free(buf);
+    if (!on_device(argc, argv)) free(buf);
     MPI_Finalize();
     return 0;
 }
