@@ -55,48 +55,66 @@ RANK_SCRIPT = r"""#!/bin/sh
 # (@NAMES@) go to the command inside on its standard input, which it loads first: no
 # file is left behind when srun SIGKILLs the rank. The exit status is the command's.
 # Called as `dedal-rank.sh @IMAGE@ MOUNTDIR IMAGE OFFSET CMD...` where CMD names an
-# image mounted at MOUNTDIR on the node dedal runs on: a node that does not have that
-# mount (another node of the step) mounts IMAGE itself, read-only, for this rank alone,
-# as Apptainer does on every node, and unmounts it when the rank ends (or, when srun
-# SIGKILLed the rank, the next rank that mounts on that node does).
+# image mounted at MOUNTDIR on the node dedal runs on: on a node that does not have that
+# mount (another node of the step) the ranks of the step mount IMAGE themselves, read-only,
+# once for all of them (named after the step daemon, their common parent); the last rank
+# to end unmounts it (or, when srun SIGKILLed the ranks, the next step that mounts on that
+# node does: the step daemon named in the directory is gone then).
 set -e
 umask 077
 # which machine this rank is on (parsers skip "#@" lines; dedal verify counts ranks per kernel)
-echo "#@ dedal-rank: host=$(hostname) boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) cpus=$(grep -c ^processor /proc/cpuinfo 2>/dev/null)" >&2
-mnt= here= how=
-if [ "${1:-}" = "@IMAGE@" ]; then
-  mnt=$2 img=$3 off=$4
-  shift 4
-  if [ -z "$(ls -A "$mnt" 2>/dev/null)" ]; then
-    # mounts of earlier ranks on this node that srun SIGKILLed (no trap runs then): the
-    # process named in the directory is gone, so nothing uses them any more
-    for old in /tmp/dedal-rank-root.*.*; do
-      [ -d "$old" ] && [ -O "$old" ] || continue
-      pid=${old#/tmp/dedal-rank-root.}
-      pid=${pid%%.*}
-      case $pid in ''|*[!0-9]*) continue ;; esac
-      [ -d "/proc/$pid" ] && continue
-      umount -l "$old" 2>/dev/null || fusermount3 -u -z "$old" 2>/dev/null || true
-      rmdir "$old" 2>/dev/null || true
-    done
-    here=$(mktemp -d "/tmp/dedal-rank-root.$$.XXXXXX")
-    if [ "$(id -u)" = 0 ] && mount -t squashfs -o "loop,ro,offset=$off" "$img" "$here" 2>/dev/null; then
-      how="umount -l"
-    elif squashfuse -o "offset=$off" "$img" "$here"; then
-      how="fusermount3 -u -z"
-    else
-      rmdir "$here"
-      echo "dedal-rank: cannot mount the image $img on $(hostname)" >&2
-      exit 1
-    fi
-  fi
-fi
+echo "#@ dedal-rank: host=$(hostname) boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) cpus=$(grep -c ^processor /proc/cpuinfo 2>/dev/null) node=${SLURMD_NODENAME:-}" >&2
+mnt= here=
+unmount() { umount -l "$1" 2>/dev/null || fusermount3 -u -z "$1" 2>/dev/null || true; }
 cleanup() {
-  if [ -n "$here" ]; then $how "$here" 2>/dev/null; rmdir "$here" 2>/dev/null; fi
+  # the last rank of the step on this node (no other holds fd 8) unmounts; each lets go of
+  # its own hold first, so that of ranks ending at once (scancel) one always gets there
+  if [ -n "$here" ] && flock -u 8 && flock -n -x 8; then
+    flock -x 9
+    unmount "$here"
+    rmdir "$here" 2>/dev/null || true
+    rm -f "$here.setup" "$here.use"
+  fi
   return 0
 }
 trap cleanup EXIT
 trap 'cleanup; trap - EXIT; exit 143' TERM
+if [ "${1:-}" = "@IMAGE@" ]; then
+  mnt=$2 img=$3 off=$4
+  shift 4
+  if [ -z "$(ls -A "$mnt" 2>/dev/null)" ]; then
+    # fd 8, shared: held while this rank runs; fd 9: one rank at a time sets up or tears down.
+    # The last rank out removes both files: a lock taken on a removed file counts for nothing
+    while :; do
+      here=
+      exec 8>>"/tmp/dedal-rank-root.$PPID.$off.use" 9>>"/tmp/dedal-rank-root.$PPID.$off.setup"
+      here=/tmp/dedal-rank-root.$PPID.$off
+      flock -s 8
+      [ "$(stat -Lc %i /proc/$$/fd/8)" = "$(stat -c %i "$here.use" 2>/dev/null)" ] && break
+    done
+    flock -x 9
+    for old in /tmp/dedal-rank-root.*.*.use; do
+      old=${old%.use}
+      [ -O "$old.use" ] || continue
+      pid=${old#/tmp/dedal-rank-root.}
+      pid=${pid%%.*}
+      case $pid in ''|*[!0-9]*) continue ;; esac
+      [ -d "/proc/$pid" ] && continue
+      unmount "$old"
+      rmdir "$old" 2>/dev/null || true
+      rm -f "$old.setup" "$old.use"
+    done
+    if ! mountpoint -q "$here" 2>/dev/null; then
+      mkdir -p "$here"
+      if ! { [ "$(id -u)" = 0 ] && mount -t squashfs -o "loop,ro,offset=$off" "$img" "$here" 2>/dev/null; } &&
+         ! squashfuse -o "offset=$off" "$img" "$here"; then
+        echo "dedal-rank: cannot mount the image $img on $(hostname)" >&2
+        exit 1
+      fi
+    fi
+    flock -u 9
+  fi
+fi
 if [ -n "$here" ]; then
   for a do
     shift
@@ -105,14 +123,31 @@ if [ -n "$here" ]; then
   done
 fi
 vars=$(export -p | sed -n -e 's/^declare -x /export /' -e '/^export \(@ALTERNATIVES@\)_[A-Za-z0-9_]*=/p')
+# DEDAL_STEPD: the step daemon that started this rank, so that a process left behind once the
+# step is gone (a container that outlived a SIGKILLed step) can be told from one of a live step
+if [ -z "$here" ]; then
+  # nothing to unmount afterwards: the runtime replaces this shell, so its parent is the step
+  # daemon, the same for every rank of the step on this node (Apptainer's --sharens joins the
+  # processes with the same parent into one container)
+  exec "$@" <<EOF
+$vars
+export DEDAL_STEPD=$PPID
+EOF
+fi
 set +e
 "$@" <<EOF
 $vars
+export DEDAL_STEPD=$PPID
 EOF
 """.replace("@NAMES@", ", ".join(p + "_*" for p in RANK_PREFIXES)).replace(
     "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@IMAGE@", IMAGE_TOKEN)
-# /proc/self/fd/0 rather than /dev/stdin: some sandboxes bind the image's own /dev
-_LOADER = 'set -a; . /proc/self/fd/0; set +a; exec "$@" </dev/null'
+# /proc/self/fd/0 rather than /dev/stdin: some sandboxes bind the image's own /dev. The
+# "#@ dedal-container:" line says, from inside, which container (mount namespace) the rank is
+# in and which mount of the image it reads (the device of the file system /bin/sh is on), so
+# that the report says how many of each the ranks of a node really had
+_LOADER = ('set -a; . /proc/self/fd/0; set +a; read -r h < /proc/sys/kernel/hostname; '
+           'echo "#@ dedal-container: host=$h mntns=$(readlink /proc/self/ns/mnt) '
+           'imagedev=$(stat -Lc %d /bin/sh 2>/dev/null)" >&2; exec "$@" </dev/null')
 MPIRUN_HINT = "no mpirun on the host: install Open MPI, load its module, or verify with --native rootfs"
 
 
@@ -264,8 +299,10 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
              script_dir: Path, nodes: int = 1, timeout: Optional[float] = None, runtime_name: str = "auto",
              binds: Sequence[runtime.Bind] = (), nv: bool = False, slurm_env: Optional[Mapping[str, str]] = None,
              note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None) -> StepResult:
-    """``srun --mpi=pmix`` with one sandbox of ``root`` per rank (see the module notes on
-    the rank environment), or the host's program directly when ``root`` is None.
+    """``srun --mpi=pmix`` with the ranks of a node in one container of ``root`` (Apptainer's
+    ``--sharens``; bwrap and ch-run sandboxes over the one mount of the image; see the module
+    notes on the rank environment), or the host's program directly when ``root`` is None.
+    A step that did not end well is followed by :func:`reap_left_behind` on its nodes.
     ``slurm_env``: the environment Slurm's commands run in (``SLURM_CONF``...; default
     this process's); ``env`` is added to it and given to the ranks. ``script_dir`` must
     be visible on every node (the rank script is written there). ``image_mount``: (mount
@@ -285,16 +322,64 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
         script = write_rank_script(script_dir)
         all_binds = [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
         with runtime.prepared(root, rank_command(program), binds=all_binds, env=env, runtime=runtime_name,
-                              nv=nv) as prep:
+                              nv=nv, per_node=True) as prep:
             mount = prep.mount or image_mount
             image = [IMAGE_TOKEN, mount[0], mount[1], str(mount[2])] if mount else []
             cmd = srun_command(["/bin/sh", os.fspath(script), *image, *prep.argv], ranks, nodes=nodes)
-            res = proc.run(cmd, what="srun", log=log, env=outer, timeout=timeout, check=False, shown=shown)
+            try:
+                res = proc.run(cmd, what="srun", log=log, env=outer, timeout=timeout, check=False, shown=shown)
+            except ToolError as exc:
+                if not _timed_out(exc):
+                    raise
+                reap_left_behind(log, outer)
+                return _killed(log, timeout, shown, start)
+        if res.returncode != 0:
+            reap_left_behind(log, outer)
         return StepResult(res.returncode, res.seconds, shown)
     except ToolError as exc:
         if not _timed_out(exc):
             raise
         return _killed(log, timeout, shown, start)
+
+
+# Kills what a step left running on a node: processes marked with the step daemon that started
+# them (DEDAL_STEPD, set by the rank script) where that daemon is gone. Under Slurm's
+# proctrack/linuxproc, the container that Apptainer's --sharens made for a node outlives a
+# SIGKILLed step (it is not a descendant of the step daemon any more); proctrack/cgroup kills it.
+REAP_SCRIPT = r"""
+for f in $(grep -lsz '^DEDAL_STEPD=' /proc/[0-9]*/environ 2>/dev/null); do
+  pid=${f#/proc/}; pid=${pid%/environ}
+  stepd=$(tr '\0' '
+' < "$f" 2>/dev/null | sed -n 's/^DEDAL_STEPD=//p' | head -n 1)
+  case $stepd in ''|*[!0-9]*) continue ;; esac
+  [ "$(cat "/proc/$stepd/comm" 2>/dev/null)" = slurmstepd ] && continue
+  kill -KILL "$pid" 2>/dev/null && echo "#@ dedal: reaped pid $pid on $(hostname) (its step daemon $stepd is gone)"
+done
+exit 0
+"""
+
+
+def reap_left_behind(log: Path, slurm_env: Mapping[str, str], timeout: float = 60) -> None:
+    """After a step that failed, timed out or was killed: one task on each node its ranks ran
+    on (the Slurm node names of the rank script's ``#@ dedal-rank:`` lines in ``log``) kills the processes the step
+    left there (:data:`REAP_SCRIPT`); what it reaped is appended to ``log``. Best effort: a
+    node that cannot be reached is left as it is."""
+    hosts = sorted(set(re.findall(r"^#@ dedal-rank: .* node=(\S+)$", _read(log), re.M)))
+    if not hosts:
+        return
+    cmd = ["srun", "-N", str(len(hosts)), "--ntasks-per-node=1", "-w", ",".join(hosts), "--quiet",
+           "/bin/sh", "-c", REAP_SCRIPT]
+    try:
+        proc.run(cmd, what="srun (reap)", log=log, env=dict(slurm_env), timeout=timeout, check=False)
+    except ToolError:
+        pass
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def run_ranks(launcher: str, root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int,

@@ -32,6 +32,13 @@ command sees the same sandbox with every backend:
   wrapper) the host's working directory where the image has it, else ``HOME``, else
   ``/``: bwrap's rule, without Apptainer's warning when it falls back;
 * GPUs: ``--nv`` (the host's driver libraries and device nodes);
+* one container per node for the ranks of an ``srun`` step (``sharens``): Apptainer >= 1.3's
+  ``--sharens``, whose first process on a node sets the container up (mounts the image once)
+  and whose others join it; the processes that share one are those with the same parent (the
+  step's ``slurmstepd`` on that node, which starts every rank: the rank script hands over to
+  the runtime with ``exec``). Without it every rank mounts the image anew and decompresses the MPI stack's
+  libraries and plugins again (MPI_Init 1.4x native at 2 ranks per node here, and one user
+  namespace per rank, which sites' namespace limits run out of);
 * as root without ``CAP_SYS_RESOURCE`` (containers, some CI runners) Apptainer refuses to
   start unless told to drop it: ``--drop-caps CAP_SYS_RESOURCE`` (and
   ``APPTAINER_DROP_CAPS`` for ``apptainer build``, :func:`process_env`); a non-root user who cannot open ``/dev/fuse`` gets ``--unsquash``
@@ -40,7 +47,9 @@ command sees the same sandbox with every backend:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -90,6 +99,25 @@ def must_drop_sys_resource(environ: Optional[Mapping[str, str]] = None) -> bool:
     return os.geteuid() == 0 and "APPTAINER_DROP_CAPS" not in env and lacks_capability(CAP_SYS_RESOURCE)
 
 
+#: the first release with --sharens (APPTAINER_SHARENS)
+SHARENS_SINCE = (1, 3)
+
+
+@functools.lru_cache(maxsize=None)
+def version(path: str) -> str:
+    """``apptainer --version`` of the Apptainer at ``path`` ("1.5.3"; "" where it does not answer)."""
+    res = proc.run([path, "--version"], what="apptainer --version", check=False, timeout=30)
+    if res.returncode != 0:
+        return ""
+    return res.stdout.strip().replace("apptainer version ", "")
+
+
+def has_sharens(path: str) -> bool:
+    """Whether the Apptainer at ``path`` has ``--sharens`` (1.3 and later)."""
+    found = re.match(r"(\d+)\.(\d+)", version(path))
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= SHARENS_SINCE
+
+
 def command(
     image: Path,
     cmd: Sequence[str],
@@ -102,13 +130,17 @@ def command(
     scripts: Sequence[str] = (),
     private: Optional[Mapping[str, Path]] = None,
     unsquash: bool = False,
+    sharens: bool = False,
 ) -> Prepared:
     """The ``apptainer exec`` command line (see the module notes). ``private``: container
     path -> host directory bound there first (the private ``/tmp``, maybe ``/dev/shm``);
     ``scripts`` is not used: the wrapper sources every ``/.singularity.d/env/*.sh`` the
-    image has, as Apptainer does."""
+    image has, as Apptainer does. ``sharens``: the processes with the same parent share one
+    container, where this Apptainer can (:func:`has_sharens`; else one container each)."""
     apptainer = proc.which("apptainer", HINTS["apptainer"])
     args = [apptainer, "exec", "--cleanenv", "--no-home", "--no-mount", "tmp,cwd"]
+    if sharens and has_sharens(apptainer):
+        args.append("--sharens")
     if must_drop_sys_resource():  # on the command line: it holds where srun starts it with another environment
         args += ["--drop-caps", "CAP_SYS_RESOURCE"]
     if writable:
@@ -175,10 +207,12 @@ def _needs_unsquash(kind: str) -> bool:
 
 @contextlib.contextmanager
 def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
-            env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool, nv: bool) -> Iterator[Prepared]:
+            env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool, nv: bool,
+            per_node: bool = False) -> Iterator[Prepared]:
     """Apptainer is given the root as it is, with the private directories it needs; in a
     writable directory root the missing mount points are made first (and removed
-    afterwards)."""
+    afterwards). ``per_node``: the ranks of an srun step share one container per node
+    (``--sharens``)."""
     image = Path(root)  # type: ignore[arg-type]
     _check_dev_binds(binds)
     with _private_dirs(_private_targets(binds, writable), binds) as private:
@@ -190,7 +224,7 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
             created = make_mount_points(image, wanted)
         try:
             prep = command(image, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv, private=private,
-                           unsquash=_needs_unsquash(kind))
+                           unsquash=_needs_unsquash(kind), sharens=per_node and not writable)
             prep.created = created
             yield prep
         finally:

@@ -34,10 +34,9 @@ def apptainer_probe(path: str) -> Tuple[str, str]:
     """``(version, problem)`` of the Apptainer at ``path``; ``problem`` says why it cannot
     run containers here ("" when it can): it must answer ``--version``, and without root
     it needs user namespaces (dedal's builds of Apptainer are not setuid)."""
-    res = proc.run([path, "--version"], what="apptainer --version", check=False, timeout=30)
-    if res.returncode != 0:
-        return "", f"`{path} --version` failed ({(res.stdout + res.stderr).strip()[:200]})"
-    version = res.stdout.strip().replace("apptainer version ", "")
+    version = apptainer.version(path)
+    if not version:
+        return "", f"`{path} --version` failed"
     if os.geteuid() != 0:
         try:
             if int(Path("/proc/sys/user/max_user_namespaces").read_text()) == 0:
@@ -92,9 +91,12 @@ def prepared(
     runtime: str = "auto",
     writable: bool = False,
     nv: bool = False,
+    per_node: bool = False,
 ) -> Iterator[Prepared]:
     """Mount the root if needed and yield the full command line for the chosen backend;
-    unmount (and remove mount points made in a writable root) afterwards."""
+    unmount (and remove mount points made in a writable root) afterwards. ``per_node``: the
+    command is one rank of an srun step, and the ranks on a node are to share one container:
+    Apptainer's ``--sharens`` (bwrap and ch-run already share the one mount of the image)."""
     if not cmd:
         raise UserError("no command given to run in the image")
     cmd = [os.fspath(c) for c in cmd]
@@ -106,8 +108,9 @@ def prepared(
     if writable and kind in ("squashfs", "sif"):
         raise UserError(f"{root}: a {kind} image is read-only; writable runs need a directory root")
     cwd_s = os.fspath(cwd) if cwd is not None else None
+    shared = {"per_node": per_node} if backend == "apptainer" else {}
     with BACKENDS[backend].prepare(root, kind, cmd, binds=binds, env=env, cwd=cwd_s, writable=writable,
-                                   nv=nv) as prep:
+                                   nv=nv, **shared) as prep:
         yield prep
 
 

@@ -176,6 +176,32 @@ def _machine_findings(runs: Sequence[Run]) -> List[Finding]:
     return out
 
 
+def containers(runs: Sequence[Run]) -> Dict[str, Any]:
+    """How the container side's ranks really ran, from the ``#@ dedal-container:`` lines they
+    wrote from inside: per run and node, the ranks, their mount namespaces (containers) and the
+    mounts of the image they read. ``mode``: ``shared per node`` where every node with several
+    ranks had one container, ``one per rank`` where each rank had its own, ``mixed``, or ""
+    where no node had several ranks (nothing to share); ``example``: one such node, in words."""
+    groups: List[Tuple[str, int, int, int]] = []  # (host, ranks, containers, image mounts)
+    for r in runs:
+        if r.side != "container" or not r.parsed:
+            continue
+        by: Dict[str, List[Dict[str, str]]] = {}
+        for c in r.parsed.get("rank_containers") or []:
+            by.setdefault(c.get("host") or "?", []).append(c)
+        for host, ranks in sorted(by.items()):
+            groups.append((host, len(ranks), len({c["mntns"] for c in ranks}),
+                           len({c["imagedev"] for c in ranks if c.get("imagedev")})))
+    several = [g for g in groups if g[1] > 1]
+    if not several:
+        return {"mode": "", "example": ""}
+    shared = all(g[2] == 1 for g in several)
+    apart = all(g[2] == g[1] for g in several)
+    host, ranks, spaces, mounts = several[0]
+    return {"mode": "shared per node" if shared else "one per rank" if apart else "mixed",
+            "example": f"{ranks} ranks on {host} in {spaces} container(s), reading {mounts or '?'} mount(s) of the image"}
+
+
 def run_findings(runs: Sequence[Run]) -> List[Finding]:
     """Failed runs (with the tail of their log), inter-node runs on one machine, skipped runs."""
     out: List[Finding] = []
@@ -194,6 +220,10 @@ def run_findings(runs: Sequence[Run]) -> List[Finding]:
                              f"({host}): Slurm's nodes share a host here, so these are not inter-node measurements",
                              [f"log: {r.rel}" for r in same[:3]]))
     out += _machine_findings(runs)
+    seen = containers(runs)
+    if seen["mode"]:
+        out.append(F.info("containers", f"container side: {seen['mode']} ({seen['example']}; measured from inside "
+                          "each rank: its mount namespace and the device of the image's file system)"))
     skipped = [r for r in runs if r.skipped]
     if skipped:
         out.append(F.warning("runs-skipped", f"{len(skipped)} repetition(s) not run after a failure of the same "

@@ -26,9 +26,12 @@ def container_text(backend: str, launcher: str) -> str:
     tmp = "/tmp" if launcher == "mpirun" else "the host's /tmp (PMIx rendezvous)"
     how = {"apptainer": f"apptainer exec (private /dev/shm, {tmp}; the image's environment scripts)", "bwrap": f"bubblewrap sandbox of the mounted image (private /dev and /run, "
            f"{tmp}; the image's environment scripts)", "charliecloud": "ch-run (own user namespace per process)"}
+    share = {"apptainer": "the ranks of a node in one container (--sharens where Apptainer has it)",
+             "bwrap": "a sandbox per rank over one mount of the image per node",
+             "charliecloud": "a ch-run per rank over one mount of the image per node"}
     where = ("the image's own mpirun and its ranks in one container" if launcher == "mpirun"
-             else "srun --mpi=pmix with one container per rank (Slurm's PMIx server on the host; a node other "
-             "than this one mounts the image itself for each rank)")
+             else f"srun --mpi=pmix, {share.get(backend, 'a container per rank')} (Slurm's PMIx server on the "
+             "host; a node other than this one mounts the image itself)")
     return f"{how.get(backend, backend)}; {where}"
 
 

@@ -135,10 +135,30 @@ def _rank_mounts() -> set:
         return {line.split()[1] for line in fh if line.split()[1].startswith("/tmp/dedal-rank-root.")}
 
 
-def test_the_mount_of_a_sigkilled_rank_is_undone_by_the_next_rank(tmp_path: Path) -> None:
-    """srun stops a step with SIGKILL, so a rank that mounted the image for itself never
-    unmounts it; the next rank that mounts on that node unmounts and removes it (its
-    process is gone), and leaves the mount of a rank still running alone."""
+def _rank_files() -> set:
+    return set(Path("/tmp").glob("dedal-rank-root.*"))
+
+
+def _step(script: Path, *ranks: list) -> subprocess.Popen:
+    """A stand-in for one step of srun on one node: a parent process (the step daemon) that
+    starts ``ranks`` (the rank script's arguments each) at once and waits for them."""
+    body = " ".join(f"/bin/sh {script} {' '.join(r)} &" for r in ranks) + " wait; true"
+    return subprocess.Popen(["/bin/sh", "-c", body], start_new_session=True, stderr=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _wait_for(what, ok, procs, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), what
+        time.sleep(0.05)
+
+
+def test_the_ranks_of_a_step_share_one_mount_and_a_killed_steps_is_undone(tmp_path: Path) -> None:
+    """On a node without the image mounted, the ranks of one step mount it once between them
+    (named after their common parent, the step daemon) and the last one out unmounts it. srun
+    stops a step with SIGKILL, so a step's mount can stay behind; the next step that mounts on
+    that node unmounts and removes it (its step daemon is gone)."""
     if os.geteuid() != 0 or not shutil.which("mksquashfs"):
         pytest.skip("mounting a squashfs needs root and squashfs-tools")
     script = mpi.write_rank_script(tmp_path)
@@ -150,37 +170,34 @@ def test_the_mount_of_a_sigkilled_rank_is_undone_by_the_next_rank(tmp_path: Path
     empty = tmp_path / "empty"
     empty.mkdir()
     rank = [mpi.IMAGE_TOKEN, str(empty), str(image), "0"]
-    before = _rank_mounts()
-    killed = subprocess.Popen(["/bin/sh", str(script), *rank, "sleep", "60"], start_new_session=True,
-                              stderr=subprocess.DEVNULL)
-    running = None
+    before, files = _rank_mounts(), _rank_files()
+    killed = _step(script, rank + ["sleep", "60"], rank + ["sleep", "60"])
+    second = None
     try:
-        deadline = time.monotonic() + 30
-        while not _rank_mounts() - before:
-            assert time.monotonic() < deadline and killed.poll() is None, "the rank never mounted the image"
-            time.sleep(0.05)
-        (left,) = _rank_mounts() - before
+        _wait_for("the killed step never mounted the image", lambda: _rank_mounts() - before, [killed])
+        time.sleep(0.5)  # both ranks are running
+        (left,) = _rank_mounts() - before  # one mount for the two ranks of the step
         os.killpg(killed.pid, signal.SIGKILL)  # what srun does to its tasks when it is stopped
         killed.wait(timeout=30)
         assert left in _rank_mounts()  # no trap ran: the mount stays
 
-        running = subprocess.Popen(["/bin/sh", str(script), *rank, "sleep", "60"], start_new_session=True,
-                                   stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while left in _rank_mounts() or len(_rank_mounts() - before) != 1:
-            assert time.monotonic() < deadline and running.poll() is None, _rank_mounts()
-            time.sleep(0.05)
+        second = _step(script, rank + ["sleep", "60"], rank + ["cat", f"{empty}/etc/hello"])
+        _wait_for(_rank_mounts(), lambda: left not in _rank_mounts() and len(_rank_mounts() - before) == 1, [second])
         (own,) = _rank_mounts() - before
-        assert own != left and not Path(left).exists()  # the dead rank's mount is gone, directory too
-        out = subprocess.run(["/bin/sh", str(script), *rank, "cat", f"{empty}/etc/hello"], capture_output=True,
-                             text=True, timeout=30)
-        assert out.stdout == "from the image\n" and own in _rank_mounts()  # a running rank's mount is kept
+        assert own != left and not Path(left).exists()  # the dead step's mount is gone, directory too
+        _wait_for("the second rank never printed", lambda: second.stdout.readable(), [second])
+        assert second.stdout.readline() == "from the image\n"  # the second rank read the step's one mount
+        time.sleep(0.5)
+        assert own in _rank_mounts()  # the first rank still runs: the mount is kept
+        os.killpg(second.pid, signal.SIGTERM)  # scancel: the ranks end, the last one out unmounts
+        second.wait(timeout=30)
+        _wait_for("the step's mount stayed", lambda: own not in _rank_mounts() and _rank_files() <= files, [])
     finally:
-        for p in (killed, running):
+        for p in (killed, second):
             if p is not None and p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=30)
         for path in _rank_mounts() - before:
             subprocess.run(["umount", "-l", path], check=False)
             subprocess.run(["rmdir", path], check=False)
-    assert _rank_mounts() == before
+    assert _rank_mounts() == before and _rank_files() <= files  # no mount, directory or lock file left

@@ -27,7 +27,8 @@ latency between host buffers, a slow path between GPU buffers).
 
 Lines starting with ``#@ `` are ignored (provenance notes of recorded test data), except
 the ``#@ dedal-rank:`` lines of dedal's rank script, read into ``rank_machines`` (``{host,
-boot_id, cpus}`` per rank of an ``srun`` step).
+boot_id, cpus}`` per rank of an ``srun`` step), and the ``#@ dedal-container:`` lines its ranks
+write from inside, read into ``rank_containers`` (``{host, mntns, imagedev}``).
 
 The keys per kind (units as the tools print them: OSU latency in us, bandwidth in MB/s,
 init in ms; NCCL bus bandwidth in GB/s, times in us):
@@ -78,7 +79,7 @@ from dedal.stages.verify import expectations
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.parsers import (nccl_debug, nccl_tests, ompi_verbose, osu, srun_mpi, ucx_info, ucx_log,
                                          ucx_perftest)
-from dedal.stages.verify.parsers._text import clean_lines, rank_machines
+from dedal.stages.verify.parsers._text import clean_lines, rank_containers, rank_machines
 from dedal.stages.verify.parsers.detect import detect_kind, sections
 from dedal.stages.verify.parsers.signatures import scan
 
@@ -154,6 +155,9 @@ def parse_text(text: Union[str, bytes], kind: Optional[str] = None) -> Dict[str,
     ranks = rank_machines(text)
     if ranks:
         result["rank_machines"] = ranks
+    containers = rank_containers(text)
+    if containers:
+        result["rank_containers"] = containers
     return result
 
 

@@ -71,7 +71,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-_RANK_LINE = re.compile(r"^#@ dedal-rank: host=(\S*) boot_id=(\S*) cpus=(\d*)\s*$")
+_RANK_LINE = re.compile(r"^#@ dedal-rank: host=(\S*) boot_id=(\S*) cpus=(\d*)(?: node=\S*)?\s*$")
 
 
 def rank_machines(text: Union[str, bytes]) -> List[dict]:
@@ -85,4 +85,21 @@ def rank_machines(text: Union[str, bytes]) -> List[dict]:
         m = _RANK_LINE.match(strip_srun_label(line.rstrip("\r")))
         if m:
             out.append({"host": m.group(1), "boot_id": m.group(2), "cpus": int(m.group(3)) if m.group(3) else None})
+    return out
+
+
+_CONTAINER_LINE = re.compile(r"^#@ dedal-container: host=(\S*) mntns=(\S*) imagedev=(\S*)\s*$")
+
+
+def rank_containers(text: Union[str, bytes]) -> List[dict]:
+    """The ``#@ dedal-container:`` lines each rank of an ``srun`` step writes from inside its
+    container: ``{host, mntns, imagedev}`` (its mount namespace, and the device of the mount
+    of the image it reads): how many containers and image mounts the ranks of a node had."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    out = []
+    for line in text.splitlines():
+        m = _CONTAINER_LINE.match(strip_srun_label(line.rstrip("\r")))
+        if m:
+            out.append({"host": m.group(1), "mntns": m.group(2), "imagedev": m.group(3)})
     return out
