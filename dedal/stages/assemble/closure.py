@@ -59,6 +59,7 @@ class ClosureReport:
     host_driver: Dict[str, int] = field(default_factory=dict)
     unreadable: Dict[str, str] = field(default_factory=dict)
     foreign: int = 0                                       # ELF files of another machine, passed over
+    opened: List[str] = field(default_factory=list)        # the paths the loader opens (symlinks kept)
 
     @property
     def ok(self) -> bool:
@@ -138,6 +139,7 @@ class _Resolver:
         self.lib = f"lib/{self.lib}"
         self.system = system_dirs(root, arch)
         self.found: Dict[Tuple[str, str, Tuple[int, int]], Optional[str]] = {}
+        self.opened: Dict[str, None] = {}  # directory/name of every library found, as the loader opens it
 
     def real(self, cpath: str) -> Optional[str]:
         """The image path ``cpath`` leads to (symlinks resolved inside the image), None if absent."""
@@ -177,6 +179,7 @@ class _Resolver:
         for d in dirs:
             hit = self.lookup(d, name, elf.ident)
             if hit is not None:
+                self.opened[posixpath.join(d, name)] = None
                 return hit
         return None
 
@@ -213,14 +216,24 @@ def check_closure(root: Path, dirs: Sequence[str], *, arch: str = "amd64",
     """Check every ELF file under the image directories ``dirs`` (image paths) of the image
     tree ``root`` and, in turn, every library they load from elsewhere in the image;
     ``library_path``: the image environment's LD_LIBRARY_PATH."""
+    return elf_closure(root, _elf_files(Path(root), dirs), arch=arch, library_path=library_path)[1]
+
+
+def elf_closure(root: Path, files: Sequence[str], *, arch: str = "amd64", library_path: Sequence[str] = ()
+                ) -> Tuple[List[str], ClosureReport]:
+    """The ELF closure of ``files`` (image paths of the image tree ``root``, symlinks followed
+    inside the image): the files and, in turn, every library they load, as the loader finds
+    them (their image paths, the files themselves first), and the report of what is missing
+    (:func:`check_closure`'s), with the paths the loader opens (``opened``: the symlinks of the
+    library names, which a copy of these files must keep)."""
     root = Path(root)
     machine = MACHINES.get(arch, MACHINES["amd64"])
     width = 1 if arch == "386" else 2  # x32 or 32-bit multilib files in a 64-bit image: not its programs
     resolver = _Resolver(root, arch, library_path)
     report = ClosureReport()
-    queue = collections.deque(_elf_files(root, dirs))
+    queue = collections.deque(dict.fromkeys(resolver.real(f) or f for f in files))  # a symlink: its file
     report.elf_files = len(queue)
-    done: Set[str] = set(queue)
+    done: Dict[str, None] = dict.fromkeys(queue)
     while queue:
         cpath = queue.popleft()
         try:
@@ -247,11 +260,12 @@ def check_closure(root: Path, dirs: Sequence[str], *, arch: str = "amd64",
             if hit is None:
                 missing.append(name)
             elif hit not in done:
-                done.add(hit)
+                done[hit] = None
                 queue.append(hit)
         if missing:
             report.missing[cpath] = missing
-    return report
+    report.opened = list(resolver.opened)
+    return list(done), report
 
 
 def require_closure(root: Path, dirs: Sequence[str], *, arch: str, where: str, log: Optional[Path] = None,

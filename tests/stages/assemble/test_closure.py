@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dedal.errors import UserError
-from dedal.stages.assemble.closure import (check_closure, host_driver_library, ld_so_conf_dirs, library_path_of,
-                                           require_closure)
+from dedal.stages.assemble.closure import (check_closure, elf_closure, host_driver_library, ld_so_conf_dirs,
+                                           library_path_of, require_closure)
 
 TRIPLET = "usr/lib/x86_64-linux-gnu"
 
@@ -86,6 +86,20 @@ def test_closure_resolves_rpath_runpath_origin_ld_so_conf_and_reports_the_rest(i
     assert msg.startswith("image t:latest: 2 ELF file(s) need libraries that are not in the image (libgone.so.2) "
                           "and are not the host driver's: /opt/sw/bad-1.0-ddd/lib/libbad.so: libgone.so.2; ")
     assert "\n" not in msg
+
+
+def test_the_closure_of_some_files_is_what_they_load(image):
+    """What a slimmed copy of the image keeps for a program: it, then what it loads in turn,
+    where the loader finds it (the view's symlink followed to the file)."""
+    files, report = elf_closure(image, ["/opt/view/lib/libapp.so"])
+    assert files == ["/opt/sw/app-1.0-bbb/lib/libapp.so", "/opt/sw/dep-1.0-aaa/lib/libdep.so.1",
+                     f"/{TRIPLET}/libsys.so.1", "/opt/extra/lib/libextra.so.1"]
+    assert report.ok and report.host_driver == {"libcuda.so.1": 1}
+    assert report.opened == ["/opt/sw/dep-1.0-aaa/lib/libdep.so.1", f"/{TRIPLET}/libsys.so.1",
+                             "/opt/extra/lib/libextra.so.1"]
+    files, report = elf_closure(image, ["/opt/sw/bad-1.0-ddd/lib/libbad.so"])
+    assert files == ["/opt/sw/bad-1.0-ddd/lib/libbad.so", f"/{TRIPLET}/libsysbroken.so.1"]
+    assert sorted(report.missing) == ["/opt/sw/bad-1.0-ddd/lib/libbad.so", f"/{TRIPLET}/libsysbroken.so.1"]
 
 
 def test_closure_of_a_complete_image_passes_and_is_logged(image, tmp_path):
