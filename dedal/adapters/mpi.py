@@ -63,7 +63,7 @@ RANK_SCRIPT = r"""#!/bin/sh
 set -e
 umask 077
 # which machine this rank is on (parsers skip "#@" lines; dedal verify counts ranks per kernel)
-echo "#@ dedal-rank: host=$(hostname) boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) cpus=$(grep -c ^processor /proc/cpuinfo 2>/dev/null) node=${SLURMD_NODENAME:-}" >&2
+echo "#@ dedal-rank: host=$(hostname) boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) cpus=$(grep -c ^processor /proc/cpuinfo 2>/dev/null) node=${SLURMD_NODENAME:-} step=${SLURM_JOB_ID:-}.${SLURM_STEP_ID:-}" >&2
 mnt= here=
 unmount() { umount -l "$1" 2>/dev/null || fusermount3 -u -z "$1" 2>/dev/null || true; }
 cleanup() {
@@ -123,21 +123,22 @@ if [ -n "$here" ]; then
   done
 fi
 vars=$(export -p | sed -n -e 's/^declare -x /export /' -e '/^export \(@ALTERNATIVES@\)_[A-Za-z0-9_]*=/p')
-# DEDAL_STEPD: the step daemon that started this rank, so that a process left behind once the
-# step is gone (a container that outlived a SIGKILLed step) can be told from one of a live step
+# DEDAL_STEP and DEDAL_STEPD: the step and the step daemon that started this rank, so that a
+# process left behind once the step is over (a container that outlived a SIGKILLed step) can be
+# told from one of a live step
 if [ -z "$here" ]; then
   # nothing to unmount afterwards: the runtime replaces this shell, so its parent is the step
   # daemon, the same for every rank of the step on this node (Apptainer's --sharens joins the
   # processes with the same parent into one container)
   exec "$@" <<EOF
 $vars
-export DEDAL_STEPD=$PPID
+export DEDAL_STEP=${SLURM_JOB_ID:-}.${SLURM_STEP_ID:-} DEDAL_STEPD=$PPID
 EOF
 fi
 set +e
 "$@" <<EOF
 $vars
-export DEDAL_STEPD=$PPID
+export DEDAL_STEP=${SLURM_JOB_ID:-}.${SLURM_STEP_ID:-} DEDAL_STEPD=$PPID
 EOF
 """.replace("@NAMES@", ", ".join(p + "_*" for p in RANK_PREFIXES)).replace(
     "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@IMAGE@", IMAGE_TOKEN)
@@ -147,7 +148,12 @@ EOF
 # that the report says how many of each the ranks of a node really had
 _LOADER = ('set -a; . /proc/self/fd/0; set +a; read -r h < /proc/sys/kernel/hostname; '
            'echo "#@ dedal-container: host=$h mntns=$(readlink /proc/self/ns/mnt) '
-           'imagedev=$(stat -Lc %d /bin/sh 2>/dev/null)" >&2; exec "$@" </dev/null')
+           'imagedev=$(stat -Lc %d /bin/sh 2>/dev/null)" >&2; @SESSION@exec "$@" </dev/null')
+# In a container that Apptainer's --sharens shares, Apptainer forwards a signal (srun's SIGTERM
+# when a step is cancelled) to the process group of the program it started, which is not one:
+# the signal reached nothing and the step outlived scancel. The program leads a session of its
+# own (setsid, where the image has it), so the signal reaches it and what it started.
+_SESSION = 'if command -v setsid >/dev/null; then exec setsid "$@" </dev/null; fi; '
 MPIRUN_HINT = "no mpirun on the host: install Open MPI, load its module, or verify with --native rootfs"
 
 
@@ -201,11 +207,13 @@ def srun_command(program: Sequence[str], ranks: int, *, nodes: int = 1, mpi: str
     return cmd + [os.fspath(p) for p in program]
 
 
-def rank_command(program: Sequence[str]) -> List[str]:
-    """The program as it runs inside a per-rank sandbox: load the rank's launcher
-    variables from standard input first (:data:`RANK_SCRIPT` gives them there), then run
-    with standard input closed off."""
-    return ["/bin/sh", "-c", _LOADER, "dedal-rank", *[os.fspath(p) for p in program]]
+def rank_command(program: Sequence[str], *, session: bool = False) -> List[str]:
+    """The program as it runs inside a rank's sandbox: load the rank's launcher variables
+    from standard input first (:data:`RANK_SCRIPT` gives them there), then run with standard
+    input closed off; ``session``: as the leader of a session of its own (in a container
+    that Apptainer's --sharens shares: see :data:`_SESSION`)."""
+    loader = _LOADER.replace("@SESSION@", _SESSION if session else "")
+    return ["/bin/sh", "-c", loader, "dedal-rank", *[os.fspath(p) for p in program]]
 
 
 _VISIBLE = 'for p do [ -e "$p" ] || echo "missing $(hostname) $p"; done'
@@ -320,9 +328,11 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
             res = proc.run(shown, what="srun", log=log, env=outer, timeout=timeout, check=False)
             return StepResult(res.returncode, res.seconds, shown)
         script = write_rank_script(script_dir)
+        offset = log.stat().st_size if log.exists() else 0
         all_binds = [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
-        with runtime.prepared(root, rank_command(program), binds=all_binds, env=env, runtime=runtime_name,
-                              nv=nv, per_node=True) as prep:
+        shared = runtime.shares_per_node(runtime_name)
+        with runtime.prepared(root, rank_command(program, session=shared), binds=all_binds, env=env,
+                              runtime=runtime_name, nv=nv, per_node=True) as prep:
             mount = prep.mount or image_mount
             image = [IMAGE_TOKEN, mount[0], mount[1], str(mount[2])] if mount else []
             cmd = srun_command(["/bin/sh", os.fspath(script), *image, *prep.argv], ranks, nodes=nodes)
@@ -333,7 +343,7 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
                     raise
                 reap_left_behind(log, outer)
                 return _killed(log, timeout, shown, start)
-        if res.returncode != 0:
+        if res.returncode != 0 or _cancelled(log, offset):
             reap_left_behind(log, outer)
         return StepResult(res.returncode, res.seconds, shown)
     except ToolError as exc:
@@ -342,37 +352,55 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
         return _killed(log, timeout, shown, start)
 
 
-# Kills what a step left running on a node: processes marked with the step daemon that started
-# them (DEDAL_STEPD, set by the rank script) where that daemon is gone. Under Slurm's
-# proctrack/linuxproc, the container that Apptainer's --sharens made for a node outlives a
-# SIGKILLed step (it is not a descendant of the step daemon any more); proctrack/cgroup kills it.
+# Kills what a step left running on a node: the processes the rank script marked (DEDAL_STEP,
+# DEDAL_STEPD) as of one of the steps named as arguments (steps that are over), or of a step
+# daemon that is gone. Under Slurm's proctrack/linuxproc, a container that Apptainer's
+# --sharens made for a node can outlive a SIGKILLed step (it is no descendant of the step
+# daemon any more, and the daemon cannot kill it); proctrack/cgroup kills it.
 REAP_SCRIPT = r"""
 for f in $(grep -lsz '^DEDAL_STEPD=' /proc/[0-9]*/environ 2>/dev/null); do
   pid=${f#/proc/}; pid=${pid%/environ}
-  stepd=$(tr '\0' '
-' < "$f" 2>/dev/null | sed -n 's/^DEDAL_STEPD=//p' | head -n 1)
-  case $stepd in ''|*[!0-9]*) continue ;; esac
-  [ "$(cat "/proc/$stepd/comm" 2>/dev/null)" = slurmstepd ] && continue
-  kill -KILL "$pid" 2>/dev/null && echo "#@ dedal: reaped pid $pid on $(hostname) (its step daemon $stepd is gone)"
+  marks=$(tr '\0' '\n' < "$f" 2>/dev/null)
+  step=$(echo "$marks" | sed -n 's/^DEDAL_STEP=//p' | head -n 1)
+  stepd=$(echo "$marks" | sed -n 's/^DEDAL_STEPD=//p' | head -n 1)
+  over=
+  for s do [ "$s" = "$step" ] && over=1; done
+  if [ -z "$over" ]; then
+    case $stepd in ''|*[!0-9]*) continue ;; esac
+    [ "$(cat "/proc/$stepd/comm" 2>/dev/null)" = slurmstepd ] && continue
+  fi
+  kill -KILL "$pid" 2>/dev/null && echo "#@ dedal: reaped pid $pid of step $step on $(hostname)"
 done
 exit 0
 """
 
 
 def reap_left_behind(log: Path, slurm_env: Mapping[str, str], timeout: float = 60) -> None:
-    """After a step that failed, timed out or was killed: one task on each node its ranks ran
-    on (the Slurm node names of the rank script's ``#@ dedal-rank:`` lines in ``log``) kills the processes the step
-    left there (:data:`REAP_SCRIPT`); what it reaped is appended to ``log``. Best effort: a
-    node that cannot be reached is left as it is."""
-    hosts = sorted(set(re.findall(r"^#@ dedal-rank: .* node=(\S+)$", _read(log), re.M)))
+    """After a step that failed, timed out or was cancelled: one task on each node its ranks
+    ran on (the Slurm node names and the step of the rank script's ``#@ dedal-rank:`` lines in
+    ``log``) kills the processes of that step still there (:data:`REAP_SCRIPT`); what it reaped
+    is appended to ``log``. Best effort: a node that cannot be reached is left as it is."""
+    ranks = re.findall(r"^#@ dedal-rank: .* node=(\S+) step=(\S+)$", _read(log), re.M)
+    hosts = sorted({node for node, _ in ranks})
     if not hosts:
         return
     cmd = ["srun", "-N", str(len(hosts)), "--ntasks-per-node=1", "-w", ",".join(hosts), "--quiet",
-           "/bin/sh", "-c", REAP_SCRIPT]
+           "/bin/sh", "-c", REAP_SCRIPT, "dedal-reap", *sorted({step for _, step in ranks})]
     try:
         proc.run(cmd, what="srun (reap)", log=log, env=dict(slurm_env), timeout=timeout, check=False)
     except ToolError:
         pass
+
+
+#: what srun and the step daemon print when a step is cancelled (scancel, a signal): srun's exit
+#: code may still be 0 then (Slurm 22.05, when the tasks end on the signal it forwards)
+_CANCELLED = re.compile(r"\*\*\* STEP \S+ ON \S+ CANCELLED AT|Timed out waiting for job step to complete|"
+                        r"Job step aborted|Force Terminated")
+
+
+def _cancelled(log: Path, offset: int) -> bool:
+    """Whether the step written to ``log`` from ``offset`` on was cancelled."""
+    return bool(_CANCELLED.search(_read(log)[offset:]))
 
 
 def _read(path: Path) -> str:

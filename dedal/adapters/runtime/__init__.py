@@ -31,7 +31,8 @@ The modules, one concern each:
   found as Apptainer's ``--nv`` finds it (nvliblist.conf names, the ld cache), for the
   GPU passthrough (``nv``) of bwrap and Charliecloud; Apptainer does its own (``--nv``);
 * :mod:`.launch`: the table of backends by name, ``resolve_runtime``, ``prepared``,
-  ``run_in``, ``run_interactive``, ``start_in``/``Running``, ``rpm_packages``.
+  ``run_in``, ``run_interactive``, ``start_in``/``Running``, ``rpm_packages``,
+  ``shares_per_node``.
 
 This package is the public face: callers use the names below.
 """
@@ -44,7 +45,7 @@ from dedal.adapters.runtime.common import (Bind, Prepared, RootArg, base_env, im
                                            wrap_with_image_env)
 from dedal.adapters.runtime.nvidia import HostDriver, find_driver, host_driver
 from dedal.adapters.runtime.launch import (BACKENDS, RUNTIMES, Running, choose_runtime, prepared, resolve_runtime,
-                                           rpm_packages, run_in, run_interactive, start_in)
+                                           rpm_packages, run_in, run_interactive, shares_per_node, start_in)
 
 __all__ = [
     "BACKENDS", "RUNTIMES", "Bind", "HostDriver", "Prepared", "RootArg", "Running",
@@ -52,5 +53,5 @@ __all__ = [
     "choose_runtime", "find_driver", "host_driver",
     "image_env_scripts", "mount_source", "mounted", "prepared", "resolve_runtime", "root_kind", "rpm_packages",
     "run_in",
-    "run_interactive", "start_in", "wrap_with_image_env",
+    "run_interactive", "shares_per_node", "start_in", "wrap_with_image_env",
 ]

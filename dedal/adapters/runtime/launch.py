@@ -80,6 +80,12 @@ def resolve_runtime(runtime: str = "auto") -> str:
     return choose_runtime(runtime)[0]
 
 
+def shares_per_node(runtime: str = "auto") -> bool:
+    """Whether ``runtime`` puts the ranks of an srun step on one node into one container
+    (``prepared(..., per_node=True)``): Apptainer with ``--sharens``."""
+    return resolve_runtime(runtime) == "apptainer" and apptainer.has_sharens(proc.which(apptainer.TOOL))
+
+
 @contextlib.contextmanager
 def prepared(
     root: RootArg,

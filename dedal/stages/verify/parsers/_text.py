@@ -71,7 +71,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-_RANK_LINE = re.compile(r"^#@ dedal-rank: host=(\S*) boot_id=(\S*) cpus=(\d*)(?: node=\S*)?\s*$")
+_RANK_LINE = re.compile(r"^#@ dedal-rank: host=(\S*) boot_id=(\S*) cpus=(\d*)(?: node=\S*)?(?: step=\S*)?\s*$")
 
 
 def rank_machines(text: Union[str, bytes]) -> List[dict]:
