@@ -164,7 +164,9 @@ def summary(result: Dict[str, Any]) -> str:
     kind = result["kind"]
     if result.get("tables") is not None and (result.get("tables") or result.get("inits")):
         ver = f" v{result['version']}" if result.get("version") else ""
-        suite = "dedal-bench" if result.get("suites") == ["dedal-bench"] else "OSU Micro-Benchmarks"
+        suites = {t.get("suite") for t in result["tables"]}
+        suite = ("dedal-bench" if result.get("suites") == ["dedal-bench"] else
+                 "ucx_perftest" if suites == {"ucx-perftest"} else "OSU Micro-Benchmarks")
         out.append(f"{suite}{ver}: {len(result['tables'])} table(s)")
         for t in result["tables"]:
             rows = t["rows"]

@@ -35,6 +35,18 @@ def test_human_summary(run_dedal, logs: Path) -> None:
     assert "via NET/Socket: 8" in p.stdout and "nccl-socket-transport" in p.stdout
 
 
+def test_human_summary_of_the_h200s_ucx_perftest(run_dedal) -> None:
+    """Issue 36: UCX's own test between GPU buffers on the H200, 155 us: BAD, and why."""
+    log = Path(__file__).parents[1] / "stages/verify/data/real/gpu/run2-C-perf-lat.txt"
+    p = run_dedal("verify", "parse", str(log))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].endswith("BAD  (kind ucx-perftest; sections ucx-perftest, ucx-log)")
+    assert lines[1] == "ucx_perftest: 1 table(s)" and "    8  155.15" in lines
+    assert "[error] device-latency-slow: ucx_perftest_unknown: small messages between GPU buffers take 155.15 us" \
+        in p.stdout
+
+
 def test_forced_kind(run_dedal, logs: Path) -> None:
     p = run_dedal("verify", "parse", str(logs / "slurm_pmix/srun_mpi_list_slurm_pmix_v5_oci.txt"),
                   "--kind", "srun-mpi-list", "--json")
