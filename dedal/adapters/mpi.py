@@ -33,6 +33,7 @@ are passed in the environment of ``srun`` instead.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -41,7 +42,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.adapters import proc, runtime, slurm
 from dedal.errors import ToolError, ToolMissing
@@ -306,10 +307,12 @@ def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env
 def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: Mapping[str, str], log: Path,
              script_dir: Path, nodes: int = 1, timeout: Optional[float] = None, runtime_name: str = "auto",
              binds: Sequence[runtime.Bind] = (), nv: bool = False, slurm_env: Optional[Mapping[str, str]] = None,
-             note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None) -> StepResult:
+             note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None,
+             share: bool = True) -> StepResult:
     """``srun --mpi=pmix`` with the ranks of a node in one container of ``root`` (Apptainer's
     ``--sharens``; bwrap and ch-run sandboxes over the one mount of the image; see the module
     notes on the rank environment), or the host's program directly when ``root`` is None.
+    ``share=False``: a container of its own for every rank (as plain ``srun apptainer exec``).
     A step that did not end well is followed by :func:`reap_left_behind` on its nodes.
     ``slurm_env``: the environment Slurm's commands run in (``SLURM_CONF``...; default
     this process's); ``env`` is added to it and given to the ranks. ``script_dir`` must
@@ -327,15 +330,10 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
         if root is None:
             res = proc.run(shown, what="srun", log=log, env=outer, timeout=timeout, check=False)
             return StepResult(res.returncode, res.seconds, shown)
-        script = write_rank_script(script_dir)
+        script = ["/bin/sh", os.fspath(write_rank_script(script_dir))]
         offset = log.stat().st_size if log.exists() else 0
-        all_binds = [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
-        shared = runtime.shares_per_node(runtime_name)
-        with runtime.prepared(root, rank_command(program, session=shared), binds=all_binds, env=env,
-                              runtime=runtime_name, nv=nv, per_node=True) as prep:
-            mount = prep.mount or image_mount
-            image = [IMAGE_TOKEN, mount[0], mount[1], str(mount[2])] if mount else []
-            cmd = srun_command(["/bin/sh", os.fspath(script), *image, *prep.argv], ranks, nodes=nodes)
+        with _rank_step(root, program, ranks, nodes=nodes, script=script, env=env, runtime_name=runtime_name,
+                        binds=binds, nv=nv, share=share, image_mount=image_mount) as cmd:
             try:
                 res = proc.run(cmd, what="srun", log=log, env=outer, timeout=timeout, check=False, shown=shown)
             except ToolError as exc:
@@ -350,6 +348,35 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
         if not _timed_out(exc):
             raise
         return _killed(log, timeout, shown, start)
+
+
+@contextlib.contextmanager
+def _rank_step(root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int, script: Sequence[str],
+               env: Mapping[str, str], runtime_name: str, binds: Sequence[runtime.Bind], nv: bool, share: bool,
+               image_mount: Optional[Tuple[str, str, int]] = None, cwd: Optional[str] = None) -> Iterator[List[str]]:
+    """The ``srun`` command line of a step of ``program`` in ``root``: each rank runs
+    ``script`` (the rank script, as a file or inline) around the runtime's command, the
+    host's ``/tmp`` bound (PMIx's rendezvous files); what ``prepared`` mounted stays mounted
+    while the block runs."""
+    all_binds = [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
+    shared = share and runtime.shares_per_node(runtime_name)
+    with runtime.prepared(root, rank_command(program, session=shared), binds=all_binds, env=env, cwd=cwd,
+                          runtime=runtime_name, nv=nv, per_node=share) as prep:
+        mount = prep.mount or image_mount
+        image = [IMAGE_TOKEN, mount[0], mount[1], str(mount[2])] if mount else []
+        yield srun_command([*script, *image, *prep.argv], ranks, nodes=nodes)
+
+
+def run_srun_attached(root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int,
+                      env: Mapping[str, str], runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (),
+                      nv: bool = False, share: bool = True, cwd: Optional[str] = None) -> int:
+    """:func:`run_srun`'s step, its output on this terminal (``dedal run``); the exit code.
+    The rank script goes inline (``sh -c``): nothing needs storage that every node sees."""
+    proc.which("srun", slurm.HINT)
+    inline = ["/bin/sh", "-c", RANK_SCRIPT, "dedal-rank"]
+    with _rank_step(root, program, ranks, nodes=nodes, script=inline, env=env, runtime_name=runtime_name,
+                    binds=binds, nv=nv, share=share, cwd=cwd) as cmd:
+        return proc.call(cmd, env={**os.environ, **env})
 
 
 # Kills what a step left running on a node: the processes the rank script marked (DEDAL_STEP,

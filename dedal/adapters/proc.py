@@ -12,6 +12,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,30 @@ def _run(argv: list, watch: Optional[Callable[[int], None]], *, timeout: Optiona
             stop(p)
             raise
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def call(cmd: Cmd, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None) -> int:
+    """Run a command attached to this process's terminal (stdin, stdout and stderr its own),
+    to its end; its exit code. For what the user talks to or reads as it comes: an
+    interactive shell (``dedal shell``), the ranks of ``dedal run``. Ctrl-C is the child's
+    to handle while it runs (the terminal sends it to both: a shell goes on, ``srun`` cancels
+    its step on the second), as ``os.system`` does; stopped otherwise (SIGTERM, an error),
+    the child is stopped as :func:`stop` does."""
+    argv = [os.fspath(c) for c in cmd]
+    try:
+        p = subprocess.Popen(argv, env=env, cwd=cwd)
+    except FileNotFoundError:
+        raise ToolMissing(argv[0]) from None
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        return p.wait()
+    except BaseException:
+        stop(p)
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

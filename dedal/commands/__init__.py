@@ -14,7 +14,7 @@ __all__ = ["build_parser"]
 
 
 # commands whose module is not named after them (``-`` becomes ``_`` otherwise)
-_MODULE_OF = {"shell": "exec"}
+_MODULE_OF = {"shell": "exec", "run": "exec"}
 
 
 def _command_module(argv: List[str]) -> Optional[str]:

@@ -1,4 +1,5 @@
-"""``dedal exec IMAGE -- CMD...`` and ``dedal shell IMAGE``: run something in an image.
+"""``dedal exec IMAGE -- CMD...``, ``dedal shell IMAGE`` and ``dedal run IMAGE -- CMD...``: run
+something in an image (``run``: on the ranks of a Slurm allocation).
 
 IMAGE is a SIF, a squashfs file, a root filesystem directory, or the name of a built
 base image (``dedal base list``). ``apptainer exec`` is used where Apptainer exists;
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from dedal.adapters import runtime
+from dedal.adapters import mpi, runtime
 from dedal.adapters.runtime import Bind
 from dedal.model import base, config
 from dedal.errors import UserError
@@ -46,6 +48,22 @@ def register(sub: Any) -> None:
     s = sub.add_parser("shell", help="interactive shell in an image")
     _common(s)
     s.set_defaults(func=cmd_shell)
+    r = sub.add_parser("run", help="run an MPI program of an image on the ranks of a Slurm allocation",
+                       description="Run a program of an image on the ranks of the Slurm allocation this runs in "
+                                   "(salloc, sbatch): srun --mpi=pmix with the ranks of each node in one container "
+                                   "(Apptainer's --sharens; bwrap and ch-run over one mount of the image per node), "
+                                   "as dedal verify measures it. dedal run IMAGE -- CMD [ARG...]")
+    _common(r)
+    r.add_argument("-n", "--ntasks", type=int, default=None, metavar="N",
+                   help="ranks (default: the allocation's, SLURM_NTASKS)")
+    r.add_argument("-N", "--nodes", type=int, default=None, metavar="N",
+                   help="nodes (default: the allocation's, SLURM_NNODES)")
+    r.add_argument("--per-rank", action="store_true",
+                   help="a container of its own for every rank, as plain `srun apptainer exec` (slower to start)")
+    r.add_argument("--print", action="store_true",
+                   help="print the equivalent srun command without dedal (for a job script) and exit")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
+    r.set_defaults(func=cmd_run)
 
 
 def parse_binds(specs: List[str]) -> List[Any]:
@@ -104,12 +122,21 @@ def _prepare(args: Any) -> Dict[str, Any]:
             "nv": args.nv}
 
 
-def cmd_exec(args: Any) -> int:
+def _command(args: Any, name: str) -> List[str]:
+    """The command after IMAGE (and ``--``); an option there is refused: as with ``apptainer
+    exec``, dedal's options go before the image, and what follows it belongs to the command."""
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
+    elif cmd and cmd[0].startswith("-"):
+        raise UserError(f"{cmd[0]}: options go before IMAGE: dedal {name} [OPTIONS] IMAGE -- CMD [ARG...]")
     if not cmd:
-        raise UserError("no command given: dedal exec IMAGE -- CMD [ARG...]")
+        raise UserError(f"no command given: dedal {name} IMAGE -- CMD [ARG...]")
+    return cmd
+
+
+def cmd_exec(args: Any) -> int:
+    cmd = _command(args, "exec")
     spec = _prepare(args)
     return runtime.run_interactive(spec.pop("root"), cmd, **spec)
 
@@ -119,3 +146,46 @@ def cmd_shell(args: Any) -> int:
     spec["env"].setdefault("PS1", "dedal> ")
     shell = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash --norc; else exec /bin/sh; fi']
     return runtime.run_interactive(spec.pop("root"), shell, **spec)
+
+
+def _allocation(args: Any) -> Tuple[int, int]:
+    """(ranks, nodes): as given, else the allocation's; outside an allocation, bad input."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        raise UserError("dedal run launches with srun inside a Slurm allocation (SLURM_JOB_ID is not set): "
+                        "salloc or sbatch first; one process outside Slurm: dedal exec IMAGE -- CMD")
+    counts = []
+    for flag, given, var in (("--ntasks", args.ntasks, "SLURM_NTASKS"), ("--nodes", args.nodes, "SLURM_NNODES")):
+        value = given if given is not None else os.environ.get(var, "1")
+        try:
+            n = int(value)
+        except ValueError:
+            raise UserError(f"{var}={value!r}: expected a number (or give {flag})") from None
+        if n < 1:
+            raise UserError(f"{flag}: expected a positive number, got {n}")
+        counts.append(n)
+    if counts[0] < counts[1]:
+        raise UserError(f"{counts[0]} rank(s) cannot fill {counts[1]} node(s)")
+    return counts[0], counts[1]
+
+
+def plain_srun(image: Path, cmd: List[str], ranks: int, nodes: int, *, binds: List[Any], nv: bool) -> List[str]:
+    """What ``dedal run`` does, as a job script says it without dedal: srun --mpi=pmix, the ranks
+    of a node joining one container (``--sharens``), the program leading a session of its own
+    (``setsid``: Apptainer forwards scancel's SIGTERM to its process group)."""
+    out = ["srun", "--mpi=pmix", "-N", str(nodes), "-n", str(ranks), "apptainer", "exec", "--sharens"]
+    if nv:
+        out.append("--nv")
+    for b in binds:
+        out += ["--bind", f"{b.src}:{b.target}" + (":ro" if b.readonly else "")]
+    return out + [str(image), "setsid", *cmd]
+
+
+def cmd_run(args: Any) -> int:
+    cmd = _command(args, "run")
+    spec = _prepare(args)
+    ranks, nodes = _allocation(args)
+    if args.print:
+        print(shlex.join(plain_srun(spec["root"], cmd, ranks, nodes, binds=spec["binds"], nv=spec["nv"])))
+        return 0
+    return mpi.run_srun_attached(spec["root"], cmd, ranks, nodes=nodes, env=spec["env"], runtime_name=spec["runtime"],
+                                 binds=spec["binds"], nv=spec["nv"], share=not args.per_rank, cwd=spec["cwd"])

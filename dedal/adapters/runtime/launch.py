@@ -157,15 +157,10 @@ def run_interactive(
     nv: bool = False,
 ) -> int:
     """Run ``cmd`` in ``root`` with the terminal's stdin/stdout/stderr (``dedal exec``/``shell``);
-    returns its exit code.
-
-    proc.run captures output, and an interactive shell needs the terminal itself, so this is
-    the one place that calls subprocess directly (still inside this adapter)."""
+    returns its exit code (:func:`dedal.adapters.proc.call`: an interactive shell needs the
+    terminal itself)."""
     with prepared(root, cmd, binds=binds, env=env, cwd=cwd, runtime=runtime, nv=nv) as prep:  # type: ignore[arg-type]
-        try:
-            return subprocess.call(prep.argv, env=prep.env)
-        except FileNotFoundError:
-            raise ToolMissing(prep.argv[0]) from None
+        return proc.call(prep.argv, env=prep.env)
 
 
 class Running:
