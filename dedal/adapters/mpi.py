@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shlex
 import shutil
 import tempfile
@@ -358,13 +359,75 @@ def _rank_step(root: runtime.RootArg, program: Sequence[str], ranks: int, *, nod
     ``script`` (the rank script, as a file or inline) around the runtime's command, the
     host's ``/tmp`` bound (PMIx's rendezvous files); what ``prepared`` mounted stays mounted
     while the block runs."""
-    all_binds = [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
-    shared = share and runtime.shares_per_node(runtime_name)
+    all_binds = _with_tmp(binds)
+    joined = isinstance(root, runtime.Instance)  # every node has it: the step overlaps the step that keeps it
+    shared = joined or (share and runtime.shares_per_node(runtime_name))
     with runtime.prepared(root, rank_command(program, session=shared), binds=all_binds, env=env, cwd=cwd,
                           runtime=runtime_name, nv=nv, per_node=share) as prep:
         mount = prep.mount or image_mount
         image = [IMAGE_TOKEN, mount[0], mount[1], str(mount[2])] if mount else []
-        yield srun_command([*script, *image, *prep.argv], ranks, nodes=nodes)
+        yield srun_command([*script, *image, *prep.argv], ranks, nodes=nodes, extra=["--overlap"] if joined else [])
+
+
+def _with_tmp(binds: Sequence[runtime.Bind]) -> List[runtime.Bind]:
+    """``binds`` with the host's ``/tmp`` at ``/tmp``: where PMIx puts its rendezvous files."""
+    return [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
+
+
+# Keeps one Apptainer instance of an image on a node while its step runs (one task per node):
+# `dedal-instance STOP START...` runs START (apptainer instance start ... IMAGE NAME), says so,
+# and runs STOP when the step ends (scancel, srun's SIGTERM when dedal stops it).
+INSTANCE_SCRIPT = r"""
+stop=$1
+shift
+"$@" >&2 || exit 1
+trap 'eval "$stop" >/dev/null 2>&1; exit 0' TERM INT HUP
+echo "#@ dedal-instance: ready on ${SLURMD_NODENAME:-$(hostname)}"
+while :; do sleep 3600 & wait $!; done
+"""
+
+
+@contextlib.contextmanager
+def node_instances(image: Path, nodes: int, *, log: Path, binds: Sequence[runtime.Bind] = (), nv: bool = False,
+                   slurm_env: Optional[Mapping[str, str]] = None, timeout: float = 180
+                   ) -> Iterator[Optional[runtime.Instance]]:
+    """One Apptainer instance of ``image`` on each of ``nodes`` nodes of the allocation this runs
+    in, for the block: a step of one task per node (``srun --overlap``) starts it and stops it
+    when the step ends; the steps that run in the block join it (:func:`run_srun` of the
+    :class:`~dedal.adapters.runtime.Instance` yielded), so that every step's ranks use its one
+    mount of the image, as the ranks of bwrap's and ch-run's steps use the one mount of the
+    image dedal made: the steps measure the image's steady state, not a cold mount each. None
+    (nothing started) outside an allocation, where each srun is a job of its own, or where the
+    instances did not start (said in ``log``). Afterwards an instance still there (its step
+    SIGKILLed) is stopped by a step of its own."""
+    env = dict(slurm_env if slurm_env is not None else os.environ)
+    if not env.get("SLURM_JOB_ID"):
+        yield None
+        return
+    name = f"dedal-{os.getpid()}-{secrets.token_hex(3)}"
+    stop = shlex.join(runtime.instance_stop_command(name))
+    start = runtime.instance_start_command(image, name, binds=_with_tmp(binds), nv=nv)
+    per_node = ["srun", "--overlap", "-N", str(nodes), "-n", str(nodes), "--ntasks-per-node=1", "--quiet"]
+    run_env = runtime.apptainer_env(env)
+    _header(log, [f"dedal: one Apptainer instance {name} of {image} per node ({nodes} node(s))"])
+    offset = log.stat().st_size
+    holder = proc.start([*per_node, "/bin/sh", "-c", INSTANCE_SCRIPT, "dedal-instance", stop, *start], log=log,
+                        env=run_env, die_with_parent=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while _read(log)[offset:].count("#@ dedal-instance: ready on ") < nodes:
+            if holder.poll() is not None or time.monotonic() > deadline:
+                _header(log, [f"dedal: the instances did not start (exit {holder.poll()}): one container per step"])
+                yield None
+                return
+            time.sleep(0.1)
+        yield runtime.Instance(name, Path(image))
+    finally:
+        proc.stop(holder, group=True)
+        res = proc.run([*per_node, "/bin/sh", "-c", f"{stop} >/dev/null 2>&1; exit 0"], what="srun (instance stop)",
+                       log=log, env=run_env, check=False, timeout=120)
+        if res.returncode != 0:
+            _header(log, [f"dedal: stopping instance {name} on the nodes exited {res.returncode}"])
 
 
 def run_srun_attached(root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int,
@@ -411,7 +474,8 @@ def reap_left_behind(log: Path, slurm_env: Mapping[str, str], timeout: float = 6
     hosts = sorted({node for node, _ in ranks})
     if not hosts:
         return
-    cmd = ["srun", "-N", str(len(hosts)), "--ntasks-per-node=1", "-w", ",".join(hosts), "--quiet",
+    cmd = ["srun", "-N", str(len(hosts)), "-n", str(len(hosts)), "--ntasks-per-node=1", "-w", ",".join(hosts),
+           "--quiet",
            "/bin/sh", "-c", REAP_SCRIPT, "dedal-reap", *sorted({step for _, step in ranks})]
     try:
         proc.run(cmd, what="srun (reap)", log=log, env=dict(slurm_env), timeout=timeout, check=False)

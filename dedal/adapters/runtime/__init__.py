@@ -7,7 +7,8 @@ root may be
 * a directory (a base root filesystem, a sandbox),
 * a squashfs file or a SIF (mounted read-only with squashfuse, a SIF at the offset of
   its primary system partition, and unmounted afterwards),
-* ``None``: the host's own root in a private mount namespace (bwrap ``--bind / /``).
+* ``None``: the host's own root in a private mount namespace (bwrap ``--bind / /``),
+* an :class:`Instance`: a running Apptainer instance, joined (``apptainer exec instance://``).
 
 Backends (``runtime``): ``apptainer`` (``apptainer exec``), ``bwrap`` (bubblewrap, the
 default where Apptainer is absent) and ``charliecloud`` (``ch-run``). ``auto`` picks
@@ -36,11 +37,13 @@ The modules, one concern each:
 
 This package is the public face: callers use the names below.
 """
-from dedal.adapters.runtime.apptainer import apptainer_build_sandbox
+from dedal.adapters.runtime.apptainer import apptainer_build_sandbox, instance_start_command, instance_stop_command
+from dedal.adapters.runtime.apptainer import process_env as apptainer_env
 from dedal.adapters.runtime.apptainer import command as apptainer_command
 from dedal.adapters.runtime.bwrap import command as bwrap_command
 from dedal.adapters.runtime.charliecloud import command as charliecloud_command
-from dedal.adapters.runtime.common import (Bind, Prepared, RootArg, base_env, image_env_scripts, mount_source, mounted,
+from dedal.adapters.runtime.common import (Bind, Instance, Prepared, RootArg, base_env, image_env_scripts, mount_source,
+                                           mounted,
                                            root_kind,
                                            wrap_with_image_env)
 from dedal.adapters.runtime.nvidia import HostDriver, find_driver, host_driver
@@ -48,8 +51,8 @@ from dedal.adapters.runtime.launch import (BACKENDS, RUNTIMES, Running, choose_r
                                            rpm_packages, run_in, run_interactive, shares_per_node, start_in)
 
 __all__ = [
-    "BACKENDS", "RUNTIMES", "Bind", "HostDriver", "Prepared", "RootArg", "Running",
-    "apptainer_build_sandbox", "apptainer_command", "base_env", "bwrap_command", "charliecloud_command",
+    "BACKENDS", "RUNTIMES", "Bind", "HostDriver", "Instance", "Prepared", "RootArg", "Running",
+    "apptainer_build_sandbox", "apptainer_command", "apptainer_env", "instance_start_command", "instance_stop_command", "base_env", "bwrap_command", "charliecloud_command",
     "choose_runtime", "find_driver", "host_driver",
     "image_env_scripts", "mount_source", "mounted", "prepared", "resolve_runtime", "root_kind", "rpm_packages",
     "run_in",

@@ -53,10 +53,11 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from dedal.adapters import proc
-from dedal.adapters.runtime.common import (ENV_DIR, HINTS, Bind, Prepared, RootArg, base_env, make_mount_points,
+from dedal.adapters.runtime.common import (ENV_DIR, HINTS, Bind, Instance, Prepared, RootArg, base_env,
+                                           make_mount_points,
                                            norm, remove_mount_points, wrap_with_image_env)
 from dedal.errors import UserError
 
@@ -119,7 +120,7 @@ def has_sharens(path: str) -> bool:
 
 
 def command(
-    image: Path,
+    image: Union[Path, str],
     cmd: Sequence[str],
     *,
     binds: Sequence[Bind] = (),
@@ -212,7 +213,10 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
     """Apptainer is given the root as it is, with the private directories it needs; in a
     writable directory root the missing mount points are made first (and removed
     afterwards). ``per_node``: the ranks of an srun step share one container per node
-    (``--sharens``)."""
+    (``--sharens``). An :class:`Instance` is joined (its binds are the instance's)."""
+    if isinstance(root, Instance):
+        yield command(root.ref, cmd, env=env, cwd=cwd, nv=nv)
+        return
     image = Path(root)  # type: ignore[arg-type]
     _check_dev_binds(binds)
     with _private_dirs(_private_targets(binds, writable), binds) as private:
@@ -229,6 +233,27 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
             yield prep
         finally:
             remove_mount_points(created)
+
+
+def instance_start_command(image: Path, name: str, *, binds: Sequence[Bind] = (), nv: bool = False) -> List[str]:
+    """``apptainer instance start`` of ``image`` as ``name``, with the sandbox :func:`command`
+    gives a command (no home, the caller's binds, GPU access); the commands that join it
+    (``exec instance://NAME``) get their environment from :func:`command`'s wrapper."""
+    apptainer = proc.which("apptainer", HINTS["apptainer"])
+    args = [apptainer, "instance", "start", "--no-home", "--no-mount", "tmp,cwd"]
+    if must_drop_sys_resource():
+        args += ["--drop-caps", "CAP_SYS_RESOURCE"]
+    if nv:
+        args.append("--nv")
+    for b in binds:
+        src = os.fspath(Path(b.src).resolve())
+        args += ["--bind", f"{src}:{b.target}" + (":ro" if b.readonly else "")]
+    return args + [os.fspath(image), name]
+
+
+def instance_stop_command(name: str) -> List[str]:
+    """``apptainer instance stop --force NAME`` (SIGKILL to what still runs in it)."""
+    return [proc.which("apptainer", HINTS["apptainer"]), "instance", "stop", "--force", name]
 
 
 def apptainer_build_sandbox(definition: Path, target: Path, *, log: Optional[Path] = None,

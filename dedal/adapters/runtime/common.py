@@ -42,7 +42,23 @@ HINTS = {
     "apptainer": "install Apptainer (https://apptainer.org/docs/admin/main/installation.html)",
     "squashfuse": "install squashfuse (apt-get install squashfuse fuse3)",
 }
-RootArg = Union[None, str, os.PathLike]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A running Apptainer instance of ``image`` (``apptainer instance start``), on every node of
+    an allocation: a root that commands join (``apptainer exec instance://NAME``), so that they
+    share its one mount of the image; its binds and GPU access are the instance's."""
+
+    name: str
+    image: Path
+
+    @property
+    def ref(self) -> str:
+        return f"instance://{self.name}"
+
+
+RootArg = Union[None, str, os.PathLike, Instance]
 
 
 @dataclass(frozen=True)
@@ -110,9 +126,11 @@ class Backend(Protocol):
 
 
 def root_kind(root: RootArg) -> str:
-    """``host``, ``dir``, ``squashfs`` or ``sif`` (by content, not by name)."""
+    """``host``, ``dir``, ``squashfs``, ``sif`` (by content, not by name) or ``instance``."""
     if root is None:
         return "host"
+    if isinstance(root, Instance):
+        return "instance"
     p = Path(root)
     if p.is_dir():
         return "dir"
@@ -131,7 +149,7 @@ def mount_source(root: RootArg) -> Optional[Tuple[Path, int]]:
     """The file and the offset of the squashfs to mount for ``root`` (a SIF's primary
     partition, a squashfs file at 0); None for a directory or the host."""
     kind = root_kind(root)
-    if kind in ("host", "dir"):
+    if kind in ("host", "dir", "instance"):
         return None
     if kind == "sif":
         info = sif.read_sif(root)  # type: ignore[arg-type]

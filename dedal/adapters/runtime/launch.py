@@ -111,6 +111,8 @@ def prepared(
     backend = resolve_runtime(runtime)
     if kind == "host" and backend != "bwrap":
         backend = "bwrap"  # only bwrap runs the host root in a private mount namespace
+    if kind == "instance" and backend != "apptainer":
+        raise UserError(f"{root}: an Apptainer instance runs with runtime apptainer, not {backend}")
     if writable and kind in ("squashfs", "sif"):
         raise UserError(f"{root}: a {kind} image is read-only; writable runs need a directory root")
     cwd_s = os.fspath(cwd) if cwd is not None else None

@@ -66,3 +66,38 @@ def test_srun_pmix_launch_of_the_images_open_mpi(run_dedal, slurm_cluster, bench
     assert {"dedal_latency intra-node", "dedal_init intra-node", "dedal_init intra-node job wall time"} == names
     # the per-rank hand-over files of the launcher's variables are gone
     assert set(Path("/tmp").glob("dedal-rank.*")) <= before
+
+
+@pytest.mark.apptainer
+def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(run_dedal, slurm_cluster, bench_image,
+                                                                   native_cache, apptainer, tmp_path: Path) -> None:
+    """Inside an allocation, with Apptainer, every container run of the verification joins one
+    instance per node (the steady state, as bwrap's runs share dedal's one mount); afterwards no
+    instance and no step of it is left."""
+    import re
+    import subprocess
+
+    got = subprocess.run(["salloc", "--no-shell", "-N", "1", "-n", "2"], env=slurm_cluster.env, capture_output=True,
+                         text=True, timeout=120)
+    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
+    assert job, got.stderr
+    env = dict(slurm_cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=job.group(1),
+               SLURM_JOBID=job.group(1), SLURM_NTASKS="2", SLURM_JOB_NUM_NODES="1", SLURM_NNODES="1")
+    out = tmp_path / "inst"
+    try:
+        p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "-b", "init",
+                      "-r", "2", "--timeout", "120", "-o", str(out), *WIDE, env=env, timeout=400)
+        assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{slurm_cluster.log_tail()}"
+        meta = json.loads((out / "verify.json").read_text())["meta"]
+        assert meta["runtime"] == "apptainer (shared per node)", meta["runtime"]
+        assert "joined one Apptainer instance per node (dedal-" in meta["container"], meta["container"]
+        logs = sorted((out / "raw" / "intra-node" / "dedal_init").glob("container-*.log"))
+        namespaces = {m for log in logs for m in re.findall(r"^#@ dedal-container: \S+ mntns=(\S+)", log.read_text(), re.M)}
+        assert len(logs) == 3 and len(namespaces) == 1, namespaces  # warm-up and both repetitions: the same container
+        steps = subprocess.run(["squeue", "-h", "-s", "-j", job.group(1)], env=slurm_cluster.env, capture_output=True,
+                               text=True, timeout=30).stdout
+        assert steps.strip() == "", steps  # the step that kept the instance ended with the verification
+        left = apptainer("instance", "list", "--all", check=False).stdout
+        assert "dedal-" not in left, left
+    finally:
+        subprocess.run(["scancel", job.group(1)], env=slurm_cluster.env, timeout=60)
