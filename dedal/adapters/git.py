@@ -125,3 +125,79 @@ def changed_paths(path: Path, since: str, until: str = "HEAD") -> Optional[List[
     except git.GitCommandError as exc:
         raise _error(f"comparing {since} with {until}", exc) from None
     return sorted(p for p in out.split("\0") if p)
+
+
+
+def _plain(git_dir: Path) -> "git.Git":
+    """git commands on the repository at ``git_dir`` (bare or not, a mirror's copy without
+    a config file too), named explicitly rather than searched for from a directory."""
+    path = Path(git_dir)
+    if not path.is_dir():
+        raise UserError(f"{git_dir}: not a git repository (no such directory)")
+    inner = path / ".git"
+    g = git.Git(str(path))
+    g.update_environment(GIT_DIR=str(inner if inner.is_dir() else path))
+    return g
+
+
+def resolve(git_dir: Path, ref: str) -> Optional[str]:
+    """The commit ``ref`` (a tag, branch, full or abbreviated commit) names in the
+    repository at ``git_dir``; None where it names none there (or there is no repository)."""
+    if not Path(git_dir).is_dir():
+        return None
+    try:
+        return _plain(git_dir).rev_parse("--verify", "--quiet", f"{ref}^{{commit}}").strip() or None
+    except git.GitCommandError:
+        return None
+
+
+def has_commit(git_dir: Path, commit: str) -> bool:
+    """Whether the repository at ``git_dir`` holds ``commit`` (40 hex digits)."""
+    return resolve(git_dir, commit) == commit
+
+
+def mirror_clone(url: str, dest: Path, commit: str) -> Path:
+    """A bare clone of ``url`` at ``dest`` that holds ``commit``: made the first time
+    (through a temporary name), fetched when it lacks the commit, left alone otherwise
+    (no network needed then)."""
+    dest = Path(dest)
+    if dest.exists():
+        if has_commit(dest, commit):
+            return dest
+        try:
+            _plain(dest).fetch(url, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+        except git.GitCommandError as exc:
+            raise _error(f"fetching {url} into {dest}", exc) from None
+    else:
+        tmp = dest.with_name(dest.name + f".partial-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            git.Repo.clone_from(url, tmp, bare=True)
+        except git.GitCommandError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _error(f"cloning {url}", exc) from None
+        os.replace(tmp, dest)
+    if not has_commit(dest, commit):
+        raise ToolError(f"finding commit {commit[:12]}", ["git", "cat-file", "-e", commit], 1, None,
+                        f"{url} has no commit {commit}")
+    return dest
+
+
+def archive(git_dir: Path, commit: str, prefix: str, dest: Path) -> None:
+    """``git archive`` of ``commit`` with every path under ``prefix``, gzip'ed by GNU gzip
+    without name or time (``gzip -n``, as GitHub's archive URLs serve them): the same
+    bytes from every clone. Written to a temporary name beside ``dest``, then renamed."""
+    dest = Path(dest)
+    tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    try:
+        # tar.<format>.command: git pipes its tar stream through the command
+        _plain(git_dir)(c="tar.tar.gz.command=gzip -cn").archive(
+            "--format=tar.gz", f"--prefix={prefix}", "-o", str(tmp), commit)
+    except git.GitCommandError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _error(f"archiving {commit[:12]} of {git_dir}", exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, dest)
