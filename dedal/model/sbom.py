@@ -3,7 +3,11 @@
 One component per package of the image (the runtime closure, or what the assembler
 put in), identified by its Spack DAG hash (``bom-ref``) and a package URL
 ``pkg:spack/<name>@<version>?arch=...&hash=...&namespace=...``; packages built into
-layers carry the layer's sha256, externals (provided by the base image) say so. The
+layers carry the layer's sha256, externals (provided by the base image) say so. A package
+whose source was archived from a git repository at a pinned commit (``recipes/gitsrc``,
+:mod:`dedal.model.git_sources`) names its origin: the repository (``vcs``, with the commit)
+and the archive (``distribution``, with its sha256) as external references, and the same as
+``dedal:source_*`` properties. The
 ``dependencies`` section is the link/run graph between those components; the metadata
 names the image (environment, tag), the lock hash, the Spack commit and the base.
 
@@ -57,6 +61,23 @@ def _variants(raw: Mapping[str, Any]) -> Dict[str, str]:
     return found
 
 
+def _origin_references(origin: Mapping[str, str]) -> List[Dict[str, Any]]:
+    """CycloneDX external references of a source archived from a git repository: the
+    repository at its commit, and the archive with its sha256."""
+    refs: List[Dict[str, Any]] = []
+    if origin.get("repository"):
+        ref = f" ({origin['ref']})" if origin.get("ref") and origin.get("ref") != origin.get("commit") else ""
+        refs.append({"type": "vcs", "url": origin["repository"],
+                     "comment": f"source: commit {origin.get('commit', '?')}{ref}"})
+    if origin.get("url"):
+        ref_doc: Dict[str, Any] = {"type": "distribution", "url": origin["url"],
+                                   "comment": f"source archive: {origin.get('archive') or 'as downloaded'}"}
+        if origin.get("sha256"):
+            ref_doc["hashes"] = [{"alg": "SHA-256", "content": origin["sha256"]}]
+        refs.append(ref_doc)
+    return refs
+
+
 def make_sbom(
     plan: Plan,
     hashes: Iterable[str],
@@ -68,13 +89,16 @@ def make_sbom(
     image_version: Optional[str] = None,
     properties: Optional[Mapping[str, str]] = None,
     roots: Optional[Iterable[str]] = None,
+    origins: Optional[Mapping[str, Mapping[str, str]]] = None,
 ) -> Dict[str, Any]:
     """The CycloneDX document for the packages ``hashes`` of ``plan``.
 
     ``layers``: DAG hash -> {key, sha256, size} of the layer it came from; ``lock``: the
     SpackLock (adds architecture and variants); ``created``: seconds since 1970 (the
     image's build date); ``properties``: extra metadata properties (base id, ...);
-    ``roots``: what the image was made for (default: the plan's roots)."""
+    ``roots``: what the image was made for (default: the plan's roots); ``origins``: DAG
+    hash -> where its source came from (:func:`dedal.model.git_sources.origin_record`:
+    repository, ref, commit, url, sha256, archive)."""
     selected = [h for h in dict.fromkeys(hashes) if h in plan.nodes]
     chosen = set(selected)
     top = [h for h in (plan.roots if roots is None else roots) if h in chosen]
@@ -111,6 +135,10 @@ def make_sbom(
             props.append({"name": "dedal:layer_key", "value": str(layer.get("key", ""))})
             if layer.get("size"):
                 props.append({"name": "dedal:layer_size", "value": str(layer["size"])})
+        origin = (origins or {}).get(h)
+        if origin:
+            comp["externalReferences"] = _origin_references(origin)
+            props += [{"name": f"dedal:source_{k}", "value": str(v)} for k, v in sorted(origin.items()) if v]
         if lnode is not None:
             for k, v in _variants(lnode.raw).items():
                 props.append({"name": f"spack:variant:{k}", "value": v})

@@ -60,14 +60,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from dedal import __version__
 from dedal.adapters import squashfs
 from dedal.errors import Signals, UserError
-from dedal.model import sbom as sbom_mod, sif as sif_mod
+from dedal.model import git_sources, sbom as sbom_mod, sif as sif_mod
 from dedal.model.base import (HOST_BASE, check_runtime_base, input_labels as base_input_labels, iter_cached,
                               runtime_base_name)
 from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
 from dedal.model.layers import LayerStore, sha256_file
 from dedal.model.owner import GONE, owner_tag, tag_state
 from dedal.model.plan import Plan
-from dedal.model.spack_env import read_spack_yaml, stage_manifest, write_env_dir
+from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import load_lock
 from dedal.stages.assemble import provenance
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
@@ -277,8 +277,12 @@ def assemble(
         base_props["dedal:only"] = ",".join(only_names)
     for comp, version in versions.items():  # the stack's versions, as the labels name them
         base_props[f"dedal:version:{comp}"] = f"{version} ({version_sources[comp]})"
+    # sources archived from git repositories: the manifests of the local package repositories name their origin
+    origins = git_sources.origins(local_inputs(manifest), ((h, plan.nodes[h].namespace, plan.nodes[h].name,
+                                                            plan.nodes[h].version) for h in hashes))
     sbom_doc = sbom_mod.make_sbom(plan, hashes, layers=layer_map, lock=lock, created=created, roots=roots,
-                                  properties=base_props)
+                                  properties=base_props,
+                                  origins={h: git_sources.origin_record(s) for h, s in origins.items()})
     sbom_bytes = sbom_mod.dumps(sbom_doc)
 
     logs = Path(settings.work_dir) / plan.env_name / "logs"
