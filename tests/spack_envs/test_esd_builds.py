@@ -1,6 +1,7 @@
 """The ESD environments built for real, end to end, as a maintainer's first
 `dedal build-image spack-envs/esd-cpu/env.yaml` does it: a real Spack, offline after fetch
-(every source from Debian's archive through recipes/debsrc), the build spread over the
+(every source from Debian's archive through recipes/debsrc, OSU's and nccl-tests' from the
+mirror recipes/gitsrc/archive.py filled on this machine: skipped where it has not), the build spread over the
 namespaced three-node test cluster, the image verified with `srun --mpi=pmix` across two
 of its nodes.
 
@@ -25,10 +26,12 @@ pytestmark = [pytest.mark.spack, pytest.mark.slow, pytest.mark.e2e, pytest.mark.
 ENVS = ROOT / "spack-envs"
 
 
-def test_esd_cpu_build_image_on_the_cluster(run_dedal, real_spack, netns_cluster: SlurmCluster, tmp_path: Path):
+def test_esd_cpu_build_image_on_the_cluster(run_dedal, real_spack, netns_cluster: SlurmCluster, tmp_path: Path,
+                                            git_sources_mirror):
     if os.geteuid() != 0:
         pytest.skip("needs root (base image through bubblewrap, the test cluster)")
     data = tmp_path / "data"  # under the session's temporary directory: shared by the nodes
+    git_sources_mirror(data / "mirror", ["osu-micro-benchmarks"])
     env = dict(netns_cluster.env, DEDAL_DATA_DIR=str(data), DEDAL_SPACK_ROOT=str(real_spack),
                DEDAL_CACHE_DIR=os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
                DEDAL_EXECUTOR="slurm", DEDAL_SLURM_NODES="3", DEDAL_STAGE_DIR="/dev/shm/dedal-esd",
@@ -43,7 +46,7 @@ def test_esd_cpu_build_image_on_the_cluster(run_dedal, real_spack, netns_cluster
     summary = json.loads(res.stdout)
     stages = {s["name"]: s["status"] for s in summary["stages"]}
     assert [stages[s] for s in ("fetch", "build", "assemble", "verify")] == ["done"] * 4, stages
-    assert summary["layers_built"] == 10 and summary["ok"]
+    assert summary["layers_built"] == 11 and summary["ok"]
     # the build went over the cluster's nodes
     jobs = json.loads((data / "work" / "esd-cpu" / "slurm-jobs.json").read_text())
     nodes = {j["node"] for j in jobs["jobs"] if j["status"] == "done"}
@@ -68,7 +71,27 @@ def test_esd_cpu_build_image_on_the_cluster(run_dedal, real_spack, netns_cluster
 
     # verified across two nodes with Slurm's PMIx: every run finished, over UCX, and the report
     # says where the ranks were (one machine, so its inter-node timings are not a fabric's)
-    _check_verified_across_nodes(Path(summary["report"]).parent)
+    report = _check_verified_across_nodes(Path(summary["report"]).parent)
+    # the OSU micro-benchmarks are in the image and verify ran them beside dedal's
+    osu = run_dedal("exec", sif, "--", "sh", "-c", "command -v osu_latency; command -v osu_bw", env=env, timeout=300)
+    assert osu.returncode == 0 and osu.stdout.count("/osu-micro-benchmarks/mpi/pt2pt/osu_") == 2, osu.stdout
+    assert {"osu_latency inter-node", "osu_bw inter-node"} <= {c["name"] for c in report["checks"]}
+    _check_source_origins(sbom_of(summary["image"]), ["osu-micro-benchmarks"])
+
+
+def sbom_of(sif: str) -> Path:
+    """The SBOM assembly writes beside an image (<tag>.sbom.cdx.json)."""
+    return Path(sif).with_name(Path(sif).stem + ".sbom.cdx.json")
+
+
+def _check_source_origins(sbom: Path, names: list) -> None:
+    """The SBOM names the git origin of the packages built from archived sources."""
+    comps = {c["name"]: c for c in json.loads(sbom.read_text())["components"]}
+    for name in names:
+        props = {p["name"]: p["value"] for p in comps[name]["properties"]}
+        assert props["dedal:source_repository"].startswith("https://github.com/"), name
+        assert len(props["dedal:source_commit"]) == 40 and len(props["dedal:source_sha256"]) == 64, name
+        assert [r["type"] for r in comps[name]["externalReferences"]] == ["vcs", "distribution"], name
 
 
 def _check_verified_across_nodes(report_dir: Path) -> dict:
@@ -86,7 +109,7 @@ def _check_verified_across_nodes(report_dir: Path) -> dict:
     return report
 
 
-def test_esd_gpu_builds_and_assembles_on_its_runtime_base(run_dedal, real_spack, tmp_path: Path):
+def test_esd_gpu_builds_and_assembles_on_its_runtime_base(run_dedal, real_spack, tmp_path: Path, git_sources_mirror):
     """CUDA-aware UCX and Open MPI built by Spack against Debian's CUDA 12.4 (no GPU needed),
     assembled on the CUDA runtime base (no toolkit, no dev tree), with the proofs the image
     can give without a GPU: Open MPI says it was built with CUDA, UCX has its CUDA
@@ -97,6 +120,7 @@ def test_esd_gpu_builds_and_assembles_on_its_runtime_base(run_dedal, real_spack,
     env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(real_spack),
            "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
     env_file = str(ENVS / "esd-gpu" / "env.yaml")
+    git_sources_mirror(tmp_path / "data" / "mirror", ["osu-micro-benchmarks", "nccl-tests"])
     for stage in ("fetch", "build"):
         res = run_dedal(stage, env_file, "--json", env=env, timeout=4 * 3600)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
@@ -117,10 +141,20 @@ def test_esd_gpu_builds_and_assembles_on_its_runtime_base(run_dedal, real_spack,
         assert label in labels, label
     bench = run_dedal("exec", sif, "--", "sh", "-c", "command -v dedal_nccl_allreduce", env=env, timeout=300)
     assert bench.returncode == 0 and bench.stdout.strip(), bench.stderr
+    # OSU built with CUDA (-d cuda: device buffers) and nccl-tests over MPI, on the image's PATH
+    found = run_dedal("exec", sif, "--", "sh", "-c", "for p in osu_latency osu_bw all_reduce_perf; do command -v $p; "
+                      "done; ldd $(command -v osu_bw) $(command -v all_reduce_perf)", env=env, timeout=300)
+    assert found.returncode == 0, found.stderr
+    paths = found.stdout.splitlines()[:3]
+    assert [p.rsplit("/", 1)[-1] for p in paths] == ["osu_latency", "osu_bw", "all_reduce_perf"], found.stdout
+    osu_libs, nccl_libs = found.stdout.split(paths[2] + ":", 1)[0], found.stdout.rsplit(paths[2] + ":", 1)[-1]
+    assert "libcudart.so.12 => /" in osu_libs and "libmpi.so.40 => /" in osu_libs  # CUDA-built: -d cuda
+    assert "libnccl.so.2 => /" in nccl_libs and "libmpi.so.40 => /" in nccl_libs  # over MPI ranks
+    _check_source_origins(sbom_of(sif), ["osu-micro-benchmarks", "nccl-tests"])
 
 
 def test_esd_neuro_build_image_runs_arbor_and_neuron_over_mpi(run_dedal, real_spack, netns_cluster: SlurmCluster,
-                                                              tmp_path: Path):
+                                                              tmp_path: Path, git_sources_mirror):
     """esd-neuro as its maintainer builds it: Python 3.11, NumPy, Arbor and NEURON on the MPI
     stack of esd-cpu, built here (local executor), verified across two nodes of the cluster,
     with the environment's application checks: Arbor's MPI ring and NEURON's ParallelContext
@@ -128,6 +162,7 @@ def test_esd_neuro_build_image_runs_arbor_and_neuron_over_mpi(run_dedal, real_sp
     if os.geteuid() != 0:
         pytest.skip("needs root (base image through bubblewrap, the test cluster)")
     data = tmp_path / "data"
+    git_sources_mirror(data / "mirror", ["osu-micro-benchmarks"])
     env = dict(netns_cluster.env, DEDAL_DATA_DIR=str(data), DEDAL_SPACK_ROOT=str(real_spack),
                DEDAL_CACHE_DIR=os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
                DEDAL_VERIFY_GATE="off")

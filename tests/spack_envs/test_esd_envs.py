@@ -91,7 +91,10 @@ def check_mpi_stack(lock: SpackLock, os_id: str, internal_pmix: bool = True, osu
         assert ucx[variant] is True, variant
     assert "rdma-core" in deps(lock, one(lock, "ucx"))
     if osu:
-        assert deps(lock, one(lock, "osu-micro-benchmarks"))["openmpi"] is ompi
+        bench = one(lock, "osu-micro-benchmarks")
+        assert deps(lock, bench)["openmpi"] is ompi
+        # the archived git source (recipes/repo/git-sources.json), not OSU's unreachable release tarball
+        assert bench.namespace == "dedal" and bench.version == "7.4-bed60f5"
     slurm = one(lock, "slurm")
     assert slurm.external and slurm.external_path == "/usr"
     built = [n for n in lock.nodes.values() if not n.external]
@@ -99,8 +102,9 @@ def check_mpi_stack(lock: SpackLock, os_id: str, internal_pmix: bool = True, osu
 
 
 def check_offline_sources(lock: SpackLock) -> None:
-    """Everything Spack builds has its source in Debian's archive (debsrc) or in this
-    repository (dedal-benchmarks): rdma-core is Debian's, an external."""
+    """Everything Spack builds has its source in Debian's archive (debsrc), in this
+    repository (dedal-benchmarks) or archived from a git repository (recipes/gitsrc: OSU,
+    nccl-tests): rdma-core is Debian's, an external."""
     rdma = one(lock, "rdma-core")
     assert rdma.external and rdma.external_path == "/usr"
     built = {n.name: n.namespace for n in lock.nodes.values() if not n.external}
@@ -110,7 +114,7 @@ def check_offline_sources(lock: SpackLock) -> None:
 
 def test_esd_cpu_concretizes_on_trixie(concretize):
     lock = concretize("esd-cpu")
-    check_mpi_stack(lock, "debian13")
+    check_mpi_stack(lock, "debian13", osu=True)
     check_offline_sources(lock)
     assert one(lock, "dedal-benchmarks").namespace == "dedal"
     assert compiler_majors(lock) == {"14"}
@@ -132,7 +136,7 @@ def check_neuro_sources(lock: SpackLock) -> None:
 
 def test_esd_neuro_concretizes_on_trixie(concretize):
     lock = concretize("esd-neuro")
-    check_mpi_stack(lock, "debian13")
+    check_mpi_stack(lock, "debian13", osu=True)
     ompi = one(lock, "openmpi")
     for name in ("arbor", "neuron"):
         node = one(lock, name)
@@ -156,14 +160,16 @@ def reachable(url: str) -> bool:
         return False
 
 
-def test_esd_neuro_fetch_fills_the_mirror_with_every_source(run_dedal, real_spack, tmp_path):
+def test_esd_neuro_fetch_fills_the_mirror_with_every_source(run_dedal, real_spack, tmp_path, git_sources_mirror):
     """`dedal fetch` (not --lock-only): Spack downloads what Debian's archive serves, dedal
-    takes the PyPI sources from PyPI's simple index by sha256; nothing is missing."""
+    takes the PyPI sources from PyPI's simple index by sha256; nothing is missing. OSU's
+    source is recipes/gitsrc/archive.py's, from this machine's mirror (GitHub is not asked)."""
     if os.geteuid() != 0:
         pytest.skip("needs root (the base image's root filesystem through bubblewrap)")
     for url in ("http://deb.debian.org/debian/", pypi.DEFAULT_INDEX + "/pip/"):
         if not reachable(url):
             pytest.skip(f"{url} is not reachable: this test downloads the sources")
+    git_sources_mirror(tmp_path / "data" / "mirror", ["osu-micro-benchmarks"])
     env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(real_spack),
            "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
     res = run_dedal("fetch", str(ENVS / "esd-neuro" / "env.yaml"), "--json", env=env, timeout=3600)
@@ -182,7 +188,7 @@ def test_esd_neuro_fetch_fills_the_mirror_with_every_source(run_dedal, real_spac
 
 def test_esd_gpu_concretizes_on_trixie_cuda(concretize):
     lock = concretize("esd-gpu")
-    check_mpi_stack(lock, "debian13")
+    check_mpi_stack(lock, "debian13", osu=True)
     check_offline_sources(lock)
     cuda = one(lock, "cuda")
     assert cuda.external and cuda.version == "12.4.131" and cuda.external_path == "/usr"
@@ -192,5 +198,11 @@ def test_esd_gpu_concretizes_on_trixie_cuda(concretize):
         node = one(lock, name)
         assert params(node)["cuda"] is True and deps(lock, node)["cuda"] is cuda, name
     assert deps(lock, one(lock, "dedal-benchmarks"))["nccl"] is nccl
+    osu = one(lock, "osu-micro-benchmarks")
+    assert params(osu)["cuda"] is True and deps(lock, osu)["cuda"] is cuda  # osu_latency -d cuda D D
+    tests = one(lock, "nccl-tests")
+    assert tests.namespace == "dedal" and tests.version == "2.13.6" and params(tests)["mpi"] is True
+    assert deps(lock, tests)["nccl"] is nccl and deps(lock, tests)["cuda"] is cuda
+    assert deps(lock, tests)["openmpi"] is one(lock, "openmpi")  # all_reduce_perf over MPI ranks
     # CUDA 12.4's nvcc takes GCC up to 13: every compiled node is gcc 13's
     assert compiler_majors(lock) == {"13"}
