@@ -181,6 +181,18 @@ def origins(repo_dirs: Iterable[Path], nodes: Iterable[Tuple[str, str, str, str]
     return found
 
 
+def archived_by_sha256(repo_dirs: Iterable[Path]) -> Dict[str, GitSource]:
+    """sha256 -> archived source, over the manifests of the package repositories among
+    ``repo_dirs`` (entries not recorded yet left out)."""
+    found: Dict[str, GitSource] = {}
+    for repo in repo_dirs:
+        manifest = in_repo(Path(repo))
+        for s in manifest.sources if manifest else []:
+            if s.sha256:
+                found.setdefault(s.sha256, s)
+    return found
+
+
 def origin_record(source: GitSource) -> Mapping[str, str]:
     """What the SBOM says of an archived source (plain strings)."""
     return {"repository": source.repository, "ref": source.ref, "commit": source.commit,

@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from dedal.adapters import git as gitad
 from dedal.adapters import pypi
@@ -24,6 +24,7 @@ from dedal.adapters.spack import Spack, user_cache
 from dedal.model.config import Settings
 from dedal.errors import DedalError, ToolError, UserError
 from dedal.model.base import base_identity, unknown_base
+from dedal.model.git_sources import GitSource, archived_by_sha256
 from dedal.stages.base import base_root, sandbox_runner
 from dedal.model.spack_env import carry_includes, inputs_digest, local_inputs, minimal_manifest, stage_manifest, write_env_dir
 from dedal.stages.workspace import Target, prepare
@@ -36,9 +37,11 @@ class MissingSource:
     kind: str            # source | patch | resource
     url: str
     mirror_path: str
+    digest: str = ""
+    hint: str = ""       # how to get it where downloading cannot (an archived git source)
 
     def line(self) -> str:
-        return f"{self.package} {self.kind} {self.url or '?'} -> {self.mirror_path}"
+        return f"{self.package} {self.kind} {self.url or '?'} -> {self.mirror_path}" + (f" ({self.hint})" if self.hint else "")
 
 
 @dataclass
@@ -108,7 +111,7 @@ def _missing(sources: List[dict], mirror: Path) -> Tuple[List[MissingSource], in
                 total += 1
                 if not any((mirror / p).exists() for p in paths):
                     missing.append(MissingSource(f"{pkg['name']}@{pkg['version']}", _KIND[kind],
-                                                 src.get("url") or "", paths[0]))
+                                                 src.get("url") or "", paths[0], src.get("digest") or ""))
     return missing, total
 
 
@@ -187,10 +190,22 @@ def _failed_downloads(log: Path) -> List[str]:
     return failed
 
 
+def _git_hints(missing: List[MissingSource], archived: Mapping[str, GitSource]) -> None:
+    """Name the origin of each missing source that is a git repository's archive (by its
+    sha256, as the package repositories' git-sources.json record it)."""
+    for m in missing:
+        s = archived.get(m.digest)
+        if s is not None:
+            m.hint = (f"archived from {s.repository} at {s.commit[:12]}: recipes/gitsrc/archive.py "
+                      "of dedal's checkout puts it into the mirror")
+
+
 def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
-                 note, pypi_index: str = "") -> Tuple[int, int, List[MissingSource], bool]:  # noqa: ANN001
+                 note, pypi_index: str = "", archived: Optional[Mapping[str, GitSource]] = None
+                 ) -> Tuple[int, int, List[MissingSource], bool]:  # noqa: ANN001
     """Every source of the concrete environment into ``mirror``: (sources, missing before,
-    still missing, listed per package); DedalError naming what could not be fetched."""
+    still missing, listed per package); DedalError naming what could not be fetched
+    (``archived``: sha256 -> a git repository's archive, named as such)."""
     sources = _list_sources(spack, fenv, work, logs, note)
     offline_hint = ("Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
                     f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}")
@@ -219,6 +234,7 @@ def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
         _from_pypi(sources, mirror, pypi_index, note)
         missing, total = _missing(sources, mirror)
     if missing:
+        _git_hints(missing, archived or {})
         lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
         raise DedalError(f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could "
                          f"not be fetched (no network?): {lines}. {offline_hint}")
@@ -341,7 +357,8 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     missing: List[MissingSource] = []
     listed = False
     if sources_too:
-        total, before, missing, listed = _fill_mirror(spack, fenv, work, logs, mirror, note, settings.pypi_index)
+        total, before, missing, listed = _fill_mirror(spack, fenv, work, logs, mirror, note, settings.pypi_index,
+                                                      archived_by_sha256(local_inputs(manifest)))
     plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock",
                                      lock_base=target.lock_base))
     return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),

@@ -113,3 +113,9 @@ def test_origins_by_namespace_name_and_version(tmp_path):
     record = gs.origin_record(found["h1"])
     assert record["repository"] == "https://github.com/example/osu" and record["sha256"] == SHA
     assert record["archive"] == f"git archive --prefix=osu-{COMMIT}/ {COMMIT} | gzip -n"
+
+
+def test_archived_by_sha256_leaves_out_what_is_not_recorded(tmp_path):
+    write(tmp_path, manifest(entry(), entry(package="nccl-tests", version="2.13.6", sha256="")))
+    found = gs.archived_by_sha256([tmp_path, tmp_path / "none"])
+    assert list(found) == [SHA] and found[SHA].package == "osu-micro-benchmarks"
