@@ -4,22 +4,15 @@ machine, without a source mirror, then pulls them all."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from dedal.model.layers import LayerStore
 from dedal.stages.build.cache import cache_tag
-from tests.fixtures.tiny import make_env
+from tests.fixtures.tiny import TINY_PACKAGES, make_env
 
-pytestmark = pytest.mark.registry
-TINY = ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
+pytestmark = [pytest.mark.registry, pytest.mark.usefixtures("as_root")]
 
-
-@pytest.fixture(autouse=True)
-def _root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespaces for the fixed install root)")
 
 
 def _push(run_dedal, tiny, *args):
@@ -51,7 +44,7 @@ def test_layers_push_seeds_a_cache_that_a_build_without_a_mirror_pulls(run_dedal
     assert _tags(registry) == [cache_tag(app.key)]
     res, plan = _push(run_dedal, first, cache, "--plan", str(first.data / "work" / "tiny" / "plan.json"))
     assert res.returncode == 0, res.stderr
-    assert _names(plan["pushed"]) == sorted(set(TINY) - {"dedal-app"}) and _names(plan["skipped"]) == ["dedal-app"]
+    assert _names(plan["pushed"]) == sorted(set(TINY_PACKAGES) - {"dedal-app"}) and _names(plan["skipped"]) == ["dedal-app"]
     assert plan["problems"] == [] and plan["not_sent"] == [] and plan["ref"] == cache
     assert _tags(registry) == sorted(cache_tag(k) for k in store.keys())
     # everything again, in words: nothing sent
@@ -63,12 +56,12 @@ def test_layers_push_seeds_a_cache_that_a_build_without_a_mirror_pulls(run_dedal
     assert art["layers"][0]["digest"] == f"sha256:{app.sha256}"
 
     # another machine: no mirror, a Spack that would fail every build; all comes from the cache
-    second = make_env(tmp_path / "b", fail=TINY)
+    second = make_env(tmp_path / "b", fail=TINY_PACKAGES)
     res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", "--json",
                     env=dict(second.env, DEDAL_MIRROR=str(tmp_path / "no-mirror")))
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
-    assert summary["built"] == [] and _names(summary["cache"]["pulled"]) == TINY
+    assert summary["built"] == [] and _names(summary["cache"]["pulled"]) == TINY_PACKAGES
     assert {m.key: m.sha256 for m in LayerStore(second.store).manifests()} == {m.key: m.sha256 for m in store.manifests()}
 
 

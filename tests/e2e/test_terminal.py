@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 
 from dedal.model.layers import LayerStore
 from tests.conftest import dedal_exe
 from tests.fixtures.terminal import CTRL_C, Terminal, in_terminal
-from tests.fixtures.tiny import make_env, stage_leftovers
+from tests.fixtures.tiny import TINY_PACKAGES, make_env, stage_leftovers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("as_root")]
 
-PACKAGES = ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
 
 
 def test_build_in_a_terminal(isolated_env, tmp_path):
@@ -29,7 +27,7 @@ def test_build_in_a_terminal(isolated_env, tmp_path):
     term = in_terminal([dedal_exe(), "build", str(tiny.env_file), "-j", "2"], dict(isolated_env, **tiny.env),
                        timeout=300, cwd=tmp_path)
     assert term.rc == 0, term.text[-3000:]
-    assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == PACKAGES
+    assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY_PACKAGES
     assert "Inappropriate ioctl" not in term.text
 
 
@@ -59,5 +57,5 @@ def test_ctrl_c_in_a_terminal_stops_the_build_and_the_rerun_resumes(isolated_env
     assert again.rc == 0, again.text[-3000:]
     built = sorted(b.split("@")[0] for b in json.loads(again.stdout)["built"])
     assert built == sorted({"dedal-tool", "dedal-app"} | ({"libdedal"} - names))
-    assert sorted(m.name for m in store.manifests()) == PACKAGES
+    assert sorted(m.name for m in store.manifests()) == TINY_PACKAGES
     assert not re.search(r"Traceback|Inappropriate ioctl", term.text + again.text)

@@ -13,6 +13,7 @@ import yaml
 from dedal.adapters import git as gitad
 from dedal.errors import ToolError
 from tests.conftest import SPACK_DATA
+from tests.fixtures.tiny import TINY_PACKAGES
 from tests.standin import install_standin
 
 pytestmark = pytest.mark.usefixtures("as_root")
@@ -83,7 +84,7 @@ def test_fetch_clones_spack_concretizes_fills_mirror_and_plans(run_dedal, tmp_pa
     assert lock == json.loads((SPACK_DATA / "tiny-dedal.spack.lock").read_text())  # the stand-in replays it
     mirror = tmp_path / "data" / "mirror"
     assert sorted(p.name for p in mirror.iterdir() if p.is_dir() and not p.name.startswith("_")) == \
-        ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
+        TINY_PACKAGES
     plan = json.loads(Path(result["plan"]).read_text())
     assert len(plan["to_build"]) == 5 and plan["base_image"] == "host"
     # a rerun concretizes nothing and fetches nothing

@@ -14,16 +14,10 @@ import pytest
 
 from dedal.model.layers import LayerStore
 from dedal.stages.build.cache import cache_tag
-from tests.fixtures.tiny import make_env
+from tests.fixtures.tiny import TINY_PACKAGES, make_env
 
-pytestmark = pytest.mark.registry
-TINY = ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
+pytestmark = [pytest.mark.registry, pytest.mark.usefixtures("as_root")]
 
-
-@pytest.fixture(autouse=True)
-def _root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespaces for the fixed install root)")
 
 
 def _build(run_dedal, tiny, cache, **env):
@@ -40,7 +34,7 @@ def test_a_second_machine_pulls_what_the_first_pushed(run_dedal, registry, tmp_p
     first = make_env(tmp_path / "a")
     res, summary = _build(run_dedal, first, cache)
     assert res.returncode == 0, res.stderr
-    assert names(summary["built"]) == TINY and names(summary["cache"]["pushed"]) == TINY
+    assert names(summary["built"]) == TINY_PACKAGES and names(summary["cache"]["pushed"]) == TINY_PACKAGES
     assert summary["cache"]["pulled"] == [] and summary["cache"]["problems"] == []
     a_store = LayerStore(first.store)
     for m in a_store.manifests():
@@ -49,10 +43,10 @@ def test_a_second_machine_pulls_what_the_first_pushed(run_dedal, registry, tmp_p
         assert art["layers"][0]["digest"] == f"sha256:{m.sha256}" and art["layers"][0]["size"] == m.size
 
     # another machine, its own store, a Spack that would fail every build: all comes from the cache
-    second = make_env(tmp_path / "b", fail=TINY)
+    second = make_env(tmp_path / "b", fail=TINY_PACKAGES)
     res, summary = _build(run_dedal, second, cache)
     assert res.returncode == 0, res.stderr
-    assert summary["built"] == [] and names(summary["cache"]["pulled"]) == TINY
+    assert summary["built"] == [] and names(summary["cache"]["pulled"]) == TINY_PACKAGES
     assert summary["cache"]["pushed"] == [] and summary["cache"]["bytes_pulled"] == sum(
         m.size for m in a_store.manifests())
     b_store = LayerStore(second.store)
@@ -89,7 +83,7 @@ def test_an_unreachable_cache_is_reported_and_the_build_goes_on(run_dedal, tmp_p
     tiny = make_env(tmp_path)
     res, summary = _build(run_dedal, tiny, "oras://127.0.0.1:9/esd/layers")
     assert res.returncode == 0, res.stderr
-    assert names(summary["built"]) == TINY
+    assert names(summary["built"]) == TINY_PACKAGES
     assert len(summary["cache"]["problems"]) == 2  # one lookup and one push: the registry is not asked again
 
 
@@ -111,13 +105,13 @@ def test_without_a_mirror_every_layer_comes_from_the_cache(run_dedal, registry, 
     assert res.returncode == 0, res.stderr
 
     # another machine with no source mirror at all and a Spack that would fail every build
-    second = make_env(tmp_path / "b", fail=TINY)
+    second = make_env(tmp_path / "b", fail=TINY_PACKAGES)
     res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", "--json",
                     env=_no_mirror(second, tmp_path))
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
-    assert summary["built"] == [] and names(summary["cache"]["pulled"]) == TINY
-    assert LayerStore(second.store).verify().clean and len(LayerStore(second.store).keys()) == len(TINY)
+    assert summary["built"] == [] and names(summary["cache"]["pulled"]) == TINY_PACKAGES
+    assert LayerStore(second.store).verify().clean and len(LayerStore(second.store).keys()) == len(TINY_PACKAGES)
     assert not (tmp_path / "no-mirror").exists()
     # and with every layer in the store, no cache is needed either
     res = run_dedal("build", str(second.env_file), "--json", env=_no_mirror(second, tmp_path))
@@ -136,7 +130,7 @@ def test_without_a_mirror_a_layer_the_cache_lacks_is_refused_by_name_before_anyt
                           headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).headers["Docker-Content-Digest"]
     assert registry.api("DELETE", f"/v2/esd/layers/manifests/{digest}").status_code == 202
 
-    second = make_env(tmp_path / "b", fail=TINY)
+    second = make_env(tmp_path / "b", fail=TINY_PACKAGES)
     res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", env=_no_mirror(second, tmp_path))
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
@@ -157,7 +151,7 @@ def test_without_a_mirror_a_cached_layer_that_fails_its_checks_is_refused_by_nam
     good = data.read_bytes()
     data.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
 
-    second = make_env(tmp_path / "b", fail=TINY)
+    second = make_env(tmp_path / "b", fail=TINY_PACKAGES)
     res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", env=_no_mirror(second, tmp_path))
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
@@ -244,13 +238,13 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
     report = CacheReport()
     LayerCache(registry.ref("esd/layers"), insecure=True).push_layers(
         [(m.name, m.key) for m in poisoned.manifests()], poisoned, report)
-    assert sorted(report.pushed) == TINY, report
+    assert sorted(report.pushed) == TINY_PACKAGES, report
 
     # `dedal layers verify` flags such layers where they are already in a store
     res = run_dedal("layers", "--layers", str(first.store), "verify", "--json", env=first.env)
     assert res.returncode == 1, res.stderr
     check = json.loads(res.stdout)
-    assert check["ok"] == 0 and len(check["refused"]) == len(TINY) and not check["clean"]
+    assert check["ok"] == 0 and len(check["refused"]) == len(TINY_PACKAGES) and not check["clean"]
     for name, (_, says) in POISON.items():
         assert any(f"({name}@" in line and says in line for line in check["refused"]), (name, check["refused"])
     assert all("\n" not in line for line in check["refused"])
@@ -258,7 +252,7 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
     res = run_dedal("layers", "--layers", str(first.store), "push", registry.ref("esd/seeded"), "--insecure", "--json",
                     env=first.env)
     pushed = json.loads(res.stdout)
-    assert res.returncode == 1 and pushed["pushed"] == [] and len(pushed["problems"]) == len(TINY), res.stdout
+    assert res.returncode == 1 and pushed["pushed"] == [] and len(pushed["problems"]) == len(TINY_PACKAGES), res.stdout
     assert all(": not pushed: layer " in line and "refused" in line for line in pushed["problems"])
     assert registry.api("GET", "/v2/esd/seeded/tags/list").status_code == 404
 
@@ -266,8 +260,8 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
     second = make_env(tmp_path / "b")
     res, summary = _build(run_dedal, second, registry.ref("esd/layers"), DEDAL_LAYER_CACHE_PUSH="false")
     assert res.returncode == 0, res.stderr
-    assert summary["cache"]["pulled"] == [] and names(summary["built"]) == TINY
-    assert len(summary["cache"]["problems"]) == len(TINY)
+    assert summary["cache"]["pulled"] == [] and names(summary["built"]) == TINY_PACKAGES
+    assert len(summary["cache"]["problems"]) == len(TINY_PACKAGES)
     for name, (_, says) in POISON.items():
         assert sum(1 for line in summary["cache"]["problems"] if line.startswith(f"{name}@") and says in line) == 1, \
             (name, summary["cache"]["problems"])
@@ -275,10 +269,10 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
     assert store.verify().clean and not list(store.tmp_dir.iterdir())
     assert all("pulled" not in m.log for m in store.manifests())
     res = run_dedal("layers", "--layers", str(second.store), "verify", env=second.env)
-    assert res.returncode == 0 and f"{len(TINY)} layers ok" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and f"{len(TINY_PACKAGES)} layers ok" in res.stdout, res.stdout + res.stderr
 
     # without a source mirror the build is refused, naming the layers and why
-    third = make_env(tmp_path / "c", fail=TINY)
+    third = make_env(tmp_path / "c", fail=TINY_PACKAGES)
     res = run_dedal("build", str(third.env_file), "--cache", registry.ref("esd/layers"), "--insecure",
                     env=_no_mirror(third, tmp_path))
     assert res.returncode == 2, res.stderr

@@ -14,7 +14,7 @@ import pytest
 from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.model.layers import LayerStore
-from tests.fixtures.tiny import make_env, node_builds_of, stage_leftovers
+from tests.fixtures.tiny import TINY_PACKAGES, make_env, node_builds_of, stage_leftovers
 from tests.conftest import dedal_exe, interruptible
 
 pytestmark = pytest.mark.usefixtures("as_root")
@@ -29,7 +29,7 @@ def test_build_then_rerun_does_nothing(run_dedal, tiny):
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert sorted(x.split("@")[0] for x in summary["built"]) == \
-        ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
+        TINY_PACKAGES
     store = LayerStore(tiny.store)
     manifests = store.manifests()
     assert len(manifests) == 5

@@ -22,13 +22,12 @@ from dedal.stages.build.executors.slurm import record as slurm_record, run as sl
 from dedal.model.layers import LayerStore
 from dedal.stages.stage_dir import STAGE_OWNER
 from dedal.model.owner import Owner
-from tests.fixtures.tiny import TinyEnv, make_env, node_builds_of, stage_leftovers
+from tests.fixtures.tiny import TINY_PACKAGES, TinyEnv, make_env, node_builds_of, stage_leftovers
 from tests.conftest import ROOT, dedal_exe, interruptible
 from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("as_root")]
 
-TINY = ["dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime", "libdedal"]
 MPI_CUDA_SPECS = ["openmpi@5 fabrics=ucx schedulers=slurm +cuda", "ucx +cuda", "pmix", "osu-micro-benchmarks +cuda",
                   "nccl-tests", "hwloc +cuda", "cuda@12.2"]
 
@@ -113,7 +112,7 @@ def test_builds_through_real_jobs_in_dependency_order_and_rerun_submits_nothing(
     rec = record(tiny)
     assert rec["finished"] and not rec["interrupted"] and rec["simulated"]["ratio"] >= 1.0
     assert 1 <= len(rec["jobs"]) <= 5
-    assert names([p for j in rec["jobs"] for p in j["packages"]]) == TINY
+    assert names([p for j in rec["jobs"] for p in j["packages"]]) == TINY_PACKAGES
     ids = {j["id"]: j for j in rec["jobs"]}
     for j in rec["jobs"]:
         assert j["status"] == "done" and j["state"] == "COMPLETED" and j["node"] in slurm_cluster.nodes
@@ -185,7 +184,7 @@ def test_without_keep_going_unstarted_jobs_are_cancelled(slurm_cluster: SlurmClu
     assert res.returncode == 1, res.stderr
     summary = json.loads(res.stdout)
     assert names(list(summary["failed"])) == ["gcc-runtime"]
-    assert names(summary["blocked"]) == [n for n in TINY if n != "gcc-runtime"]
+    assert names(summary["blocked"]) == [n for n in TINY_PACKAGES if n != "gcc-runtime"]
     rec = record(tiny)
     ids = [j["slurm_id"] for j in rec["jobs"]]
     states = Slurm(slurm_cluster.env).states(ids)
@@ -294,7 +293,7 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmClust
     res = run_dedal("build", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
     assert res.returncode == 0, res.stderr
     again = json.loads(res.stdout)
-    assert sorted(names(again["built"]) + names(again["reused"])) == TINY
+    assert sorted(names(again["built"]) + names(again["reused"])) == TINY_PACKAGES
     assert names(again["reused"]) == built
 
 
@@ -328,14 +327,14 @@ def test_jobs_of_a_killed_dedal_are_followed_by_the_next_build(slurm_cluster: Sl
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["jobs"] == 0 and summary["adopted"] >= 2, summary  # dedal-bootstrap's job, dedal-app's
-    assert names(summary["built"] + summary["reused"]) == TINY and not summary["failed"]
+    assert names(summary["built"] + summary["reused"]) == TINY_PACKAGES and not summary["failed"]
     after = record(tiny)
     assert [j["slurm_id"] for j in after["jobs"]] == [j["slurm_id"] for j in before["jobs"]]
     assert after["finished"] and all(j["status"] == "done" for j in after["jobs"])
     assert after["driver"]["pid"] != before["driver"]["pid"]
     states = Slurm(slurm_cluster.env).states([j["slurm_id"] for j in after["jobs"]])
     assert {s.state for s in states.values()} == {State.COMPLETED}
-    assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
+    assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY_PACKAGES
     assert stage_leftovers(tiny.stage) == []
 
 
@@ -359,10 +358,10 @@ def test_a_dedal_killed_while_submitting_leaves_the_rest_to_the_next_build(slurm
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["adopted"] >= 1 and summary["jobs"] >= 1, summary
-    assert names(summary["built"] + summary["reused"]) == TINY and not summary["failed"]
+    assert names(summary["built"] + summary["reused"]) == TINY_PACKAGES and not summary["failed"]
     after = record(tiny)  # the jobs this build submitted: those of the packages the lost job held
     assert names([p for j in after["jobs"] for p in j["packages"]]) == names(last["packages"]) and after["finished"]
-    assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
+    assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY_PACKAGES
 
 
 def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_them(
@@ -389,7 +388,7 @@ def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_th
     assert done.returncode == 0, done.stderr
     last = json.loads(done.stdout)
     assert not last["detached"] and last["jobs"] == 0 and last["adopted"] >= 1
-    assert names(last["built"] + last["reused"]) == TINY and not last["failed"]
+    assert names(last["built"] + last["reused"]) == TINY_PACKAGES and not last["failed"]
     after = record(tiny)
     assert after["finished"] and not after["detached"]
     assert [j["slurm_id"] for j in after["jobs"]] == [j["slurm_id"] for j in rec["jobs"]]
@@ -421,7 +420,7 @@ def test_a_layer_that_appears_while_the_next_build_starts_is_reported_built(slur
     summary = json.loads(capsys.readouterr().out)
     assert appeared and summary["adopted"] >= 1, summary
     assert set(appeared) <= set(summary["built"]), (appeared, summary)
-    assert names(summary["built"] + summary["reused"]) == TINY and not summary["failed"]
+    assert names(summary["built"] + summary["reused"]) == TINY_PACKAGES and not summary["failed"]
 
 
 def test_build_image_with_slurm_detach_stops_after_submitting(slurm_cluster: SlurmCluster, run_dedal,
@@ -463,7 +462,7 @@ def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmClus
     path.write_text(json.dumps(dict(claim, driver=dead)))
     res = run_dedal("build", str(tiny.env_file), "--json", env=env)
     assert res.returncode == 0, res.stderr
-    assert names(json.loads(res.stdout)["built"]) == TINY
+    assert names(json.loads(res.stdout)["built"]) == TINY_PACKAGES
     after = json.loads(path.read_text())
     assert after["finished"] and not after["submitting"] and after["driver"]["pid"] != dead["pid"]
 
@@ -549,7 +548,7 @@ def test_a_followed_job_lost_to_its_node_is_resubmitted(slurm_cluster: SlurmClus
     wait_for("the jobs followed", lambda: not record(tiny)["detached"], proc=proc)
     _, err = lose_node_until_resubmitted(slurm_cluster, tiny, job, node, proc)
     assert "following" in err and "NODE_FAIL" in err and "resubmitting (attempt 2 of 3)" in err, err
-    assert record(tiny)["finished"] and sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY
+    assert record(tiny)["finished"] and sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY_PACKAGES
 
 
 def test_job_past_its_estimated_limit_is_resubmitted_with_slurm_time(slurm_cluster: SlurmCluster, isolated_env,
