@@ -81,6 +81,11 @@ class GitSources:
         return {"format": FORMAT, "namespace": self.namespace,
                 "sources": [s.to_json() for s in sorted(self.sources, key=lambda s: (s.package, s.version))]}
 
+    @classmethod
+    def from_json(cls, data: Any, where: str = MANIFEST) -> "GitSources":
+        """The manifest from its JSON form; UserError (one line naming ``where``) when it is not one."""
+        return _from_json(data, where)
+
     def replaced(self, entry: GitSource) -> "GitSources":
         """A copy with ``entry`` in place of the entry of the same package and version."""
         rest = [s for s in self.sources if (s.package, s.version) != (entry.package, entry.version)]
@@ -97,8 +102,8 @@ class GitSources:
 def _entry(raw: Any, where: str) -> GitSource:
     if not isinstance(raw, dict):
         raise UserError(f"{where}: not an object")
-    known = set(GitSource.__dataclass_fields__)
-    unknown = sorted(set(raw) - known)
+    known = list(GitSource.__dataclass_fields__)  # in order: the first defect said is always the same
+    unknown = sorted(set(raw) - set(known))
     if unknown:
         raise UserError(f"{where}: unknown key {unknown[0]!r}")
     values: Dict[str, Any] = {}
@@ -127,7 +132,7 @@ def _entry(raw: Any, where: str) -> GitSource:
     return GitSource(**values)
 
 
-def from_json(data: Any, where: str) -> GitSources:
+def _from_json(data: Any, where: str) -> GitSources:
     if not isinstance(data, dict):
         raise UserError(f"{where}: not a JSON object")
     unknown = sorted(set(data) - {"format", "namespace", "sources"})
@@ -152,7 +157,7 @@ def from_json(data: Any, where: str) -> GitSources:
 
 def read(path: Path) -> GitSources:
     """The manifest at ``path``; UserError (one line naming the file) when it is not one."""
-    manifest = from_json(parse_json(read_input(Path(path)), path), str(path))
+    manifest = GitSources.from_json(parse_json(read_input(Path(path)), path), str(path))
     manifest.path = Path(path)
     return manifest
 
