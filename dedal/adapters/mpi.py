@@ -475,8 +475,7 @@ def reap_left_behind(log: Path, slurm_env: Mapping[str, str], timeout: float = 6
     if not hosts:
         return
     cmd = ["srun", "-N", str(len(hosts)), "-n", str(len(hosts)), "--ntasks-per-node=1", "-w", ",".join(hosts),
-           "--quiet",
-           "/bin/sh", "-c", REAP_SCRIPT, "dedal-reap", *sorted({step for _, step in ranks})]
+           "--quiet", "/bin/sh", "-c", REAP_SCRIPT, "dedal-reap", *sorted({step for _, step in ranks})]
     try:
         proc.run(cmd, what="srun (reap)", log=log, env=dict(slurm_env), timeout=timeout, check=False)
     except ToolError:
