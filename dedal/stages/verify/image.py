@@ -34,6 +34,7 @@ from dedal.adapters import runtime, squashfs
 from dedal.errors import UserError
 from dedal.model.names import name_problem
 from dedal.model import sif
+from dedal.ui.activity import activity
 
 #: programs looked for in the image (and, for native host runs, on the host)
 PROGRAMS = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_nccl_allreduce",
@@ -453,12 +454,13 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
     try:
         if progress:
             progress(f"unpacking the image's root filesystem for the native runs into {final}")
-        if info.kind == "sif":
-            _copy_partition(info.path, sq)
-            source = sq
-        else:
-            source = info.path
-        squashfs.extract(source, tmp)
+        with activity(f"unpacking {info.path.name} for the native runs", after=3, announce=False):
+            if info.kind == "sif":
+                _copy_partition(info.path, sq)
+                source = sq
+            else:
+                source = info.path
+            squashfs.extract(source, tmp)
         (tmp / ".dedal-unpacked").write_text(json.dumps({"image": str(info.path), "identity": info.identity}) + "\n")
         if final.exists():  # another verification unpacked it meanwhile
             shutil.rmtree(tmp, ignore_errors=True)

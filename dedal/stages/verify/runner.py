@@ -71,6 +71,7 @@ from dedal.stages.verify import preflight as pre
 from dedal.stages.verify.apps import run_apps
 from dedal.stages.verify.catalogue import Bench, gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
+from dedal.ui.activity import activity
 from dedal.stages.verify.transports import judge_fabric
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.meta import container_text, report_meta
@@ -297,9 +298,12 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {of}'} of "
                 f"{bench.name} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
                 f"{side}: " + (native.description if side == "native" else container_text(backend, launcher))]
-        res = mpi.run_ranks(launcher, root, argv, ranks, nodes=nnodes, env=env, log=run.log,
-                            script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
-                            nv=bench.gpu, note=note, image_mount=image_mount if side == "container" else None)
+        # a run of seconds (a bandwidth sweep, ranks waiting for slow nodes) is not silent on a terminal
+        with activity(f"[{i}/{total}] {side} {bench.name} {scope} {'warm-up' if rep == 0 else f'rep {rep}/{of}'}",
+                      log=run.log, after=3, announce=False):
+            res = mpi.run_ranks(launcher, root, argv, ranks, nodes=nnodes, env=env, log=run.log,
+                                script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
+                                nv=bench.gpu, note=note, image_mount=image_mount if side == "container" else None)
         run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
         run.parsed = parse_file(run.log, bench.parser)
         run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
