@@ -246,3 +246,41 @@ def _restart_node(cluster: SlurmCluster, node: str) -> None:
         f.write(f"slurmd {p.pid}\n")
     cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
     cluster.wait_nodes_usable([node], timeout=90)
+
+
+@pytest.mark.apptainer
+def test_verify_with_apptainer_in_an_allocation_one_instance_per_node(run_dedal, netns_cluster: SlurmCluster,
+                                                                      bench_image, native_cache, apptainer,
+                                                                      tmp_path: Path) -> None:
+    """`dedal verify` inside an allocation of two nodes with Apptainer: every container run, on
+    both nodes, joins the one instance of its node (its ranks in one mount namespace, the same
+    in every run), and afterwards neither node has an instance, a step or a process of it left."""
+    got = subprocess.run(["salloc", "--no-shell", "-N", "2", "-n", "4"], env=netns_cluster.env, capture_output=True,
+                         text=True, timeout=120)
+    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
+    assert job, got.stderr
+    jid = job.group(1)
+    env = dict(netns_cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=jid, SLURM_JOBID=jid,
+               SLURM_NTASKS="4", SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2")
+    out = tmp_path / "verify"
+    try:
+        p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "--nodes", "2",
+                      "--ranks", "2", "-b", "init", "-r", "1", "--timeout", "180", "-o", str(out), *WIDE, env=env,
+                      timeout=900)
+        assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{netns_cluster.log_tail()}"
+        meta = json.loads((out / "verify.json").read_text())["meta"]
+        assert meta["runtime"] == "apptainer (shared per node)" and "one Apptainer instance per node" in meta["container"]
+        logs = sorted((out / "raw" / "inter-node" / "dedal_init").glob("container-*.log"))
+        per_node: Dict[str, set] = {}
+        for log in logs:
+            for host, ns in re.findall(r"^#@ dedal-container: host=(\S+) mntns=(\S+)", log.read_text(), re.M):
+                per_node.setdefault(host, set()).add(ns)
+        assert sorted(per_node) == ["node1", "node2"] and all(len(v) == 1 for v in per_node.values()), per_node
+        steps = subprocess.run(["squeue", "-h", "-s", "-j", jid], env=netns_cluster.env, capture_output=True,
+                               text=True, timeout=30).stdout
+        assert steps.strip() == "", steps
+        left = srun(netns_cluster, "--jobid", jid, "-N2", "-n2", "--overlap", "sh", "-c",
+                    "apptainer instance list 2>/dev/null | grep -c dedal- || true")
+        assert [line.strip() for line in left.stdout.splitlines()] == ["0", "0"], left.stdout + left.stderr
+    finally:
+        subprocess.run(["scancel", jid], env=netns_cluster.env, timeout=60)
