@@ -143,11 +143,15 @@ def _no_action(parser: argparse.ArgumentParser):
 def run_parse(args: argparse.Namespace) -> int:
     if args.kind is not None and args.kind not in KINDS:
         raise UserError(f"unknown log kind {args.kind!r}; known kinds: {', '.join(KINDS)}")
+    from dedal.model import config
+    from dedal.stages.verify.options import site_rule_table
+
+    rows = site_rule_table(config.from_args(args))  # a site's rows (the verify_rules setting) judge too
     if args.file == "-":
-        result = parse_text(sys.stdin.buffer.read(), args.kind)
+        result = parse_text(sys.stdin.buffer.read(), args.kind, rows=rows)
         result["source"] = "<stdin>"
     else:
-        result = parse_file(args.file, args.kind)
+        result = parse_file(args.file, args.kind, rows=rows)
     if args.json:
         print_json(result)
     else:

@@ -57,6 +57,7 @@ SETTINGS: List[Setting] = [
     Setting("work_dir", "path", _under("data_dir", "work"), "per-environment artifacts: spack.yaml, spack.lock, plan.json, logs"),
     Setting("images_dir", "path", _under("data_dir", "images"), "assembled images: <env>/<tag>.sif"),
     Setting("reports_dir", "path", _under("data_dir", "reports"), "verification reports: <image>/verify.json, report.md, plots"),
+    Setting("verify_rules", "path", _const(None), "a site's verification rules: a YAML file whose 'rules:' list adds or overrides rows of dedal's rules table (the shape of an env file's dedal.verify.rules; e.g. 'Slingshot needs the OFI plugin'); empty: dedal's rows only", optional=True),
     Setting("base_cache", "path", _under("cache_dir", "base"), "built base root filesystems, keyed by the hash of their definition"),
     Setting("stage_dir", "path", _const(Path("/dev/shm")), "node-local directory where packages are built and images assembled"),
     Setting("install_root", "path", _const(Path("/opt/esd/software")), "fixed install root of Spack prefixes, at build time and in the image"),

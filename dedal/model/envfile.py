@@ -52,6 +52,45 @@ APP_SCHEMA: Dict[str, Any] = {
     },
 }
 
+# a row of the verification rules (dedal.stages.verify.rules): a site adds or overrides one. "when"
+# names the fact it reads ("seen": stack:what, e.g. nccl:socket-network; "fact": a measured
+# class:name, e.g. host:latency_small_us, with its range), the scope, host conditions, a regular
+# expression one of the seen items matches; code "*" with "means" re-grades other rows' findings.
+_HOST_VALUE = {"type": ["boolean", "null"]}
+RULE_SCHEMA: Dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["code", "when", "severity"],
+    "properties": {
+        "code": {"type": "string", "pattern": "^(?:\\*|[a-z0-9][a-z0-9-]*)$"},
+        "when": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "seen": {"type": "string", "pattern": "^[a-z0-9*-]+:[a-z0-9*_-]+$"},
+                "fact": {"type": "string", "pattern": "^[a-z0-9]+:[a-z0-9_]+$"},
+                "scope": {"enum": ["", "intra-node", "inter-node", "self", "unknown", "gpu"]},
+                "host": {"type": "object", "additionalProperties": False,
+                         "properties": {"fabric": _HOST_VALUE, "multi_node": _HOST_VALUE, "gpus": _HOST_VALUE,
+                                        "gpu_p2p": _HOST_VALUE, "gdrdma": _HOST_VALUE}},
+                "match": {"type": "string"},
+                "at_least": {"type": "number"},
+                "below": {"type": "number"},
+                "of": {"type": "string"},
+                "unless": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "severity": {"enum": ["info", "warning", "error"]},
+        "verdict": {"enum": ["good", "suboptimal", "bad", "failed", "degenerate"]},
+        "message": {"type": "string", "minLength": 1},
+        "means": {"type": "string"},
+    },
+}
+RULES_FILE_SCHEMA: Dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["rules"],
+    "properties": {"rules": {"type": "array", "items": RULE_SCHEMA}},
+}
+
 DEDAL_SCHEMA: Dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -86,6 +125,7 @@ DEDAL_SCHEMA: Dict[str, Any] = {
                 "env": {"type": "object", "additionalProperties": {"type": "string"}},
                 "thresholds": THRESHOLDS_SCHEMA,
                 "apps": {"type": "array", "items": APP_SCHEMA},
+                "rules": {"type": "array", "items": RULE_SCHEMA},
             },
         },
     },
@@ -146,6 +186,7 @@ class VerifySpec:
     env: Dict[str, str] = field(default_factory=dict)
     thresholds: Dict[str, float] = field(default_factory=dict)
     apps: List[AppCheck] = field(default_factory=list)
+    rules: List[Dict[str, Any]] = field(default_factory=list)  # the site's rule rows, as written
 
 
 @dataclass
@@ -235,15 +276,28 @@ def _message(err: jsonschema.ValidationError) -> str:
     return f"{where}: {err.message}"
 
 
-def parse_env(data: Any, path: Path) -> EnvFile:
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping with a 'spack:' section, got {type(data).__name__}")
+def _validate(data: Any, schema: Dict[str, Any], path: Path) -> None:
+    """The first defect of ``data`` against ``schema`` as one :class:`UserError` naming ``path``."""
     import jsonschema
 
-    validator = jsonschema.Draft7Validator(ENV_SCHEMA)
+    validator = jsonschema.Draft7Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise UserError(f"{path}: {_message(errors[0])}")
+
+
+def load_rules_file(path: Path) -> List[Dict[str, Any]]:
+    """A site's file of verification rules (the ``verify_rules`` setting): ``rules:``, a list of
+    rows of the same shape as ``dedal.verify.rules``."""
+    data = load_yaml(path)
+    _validate(data if data is not None else {}, RULES_FILE_SCHEMA, path)
+    return [dict(r) for r in data["rules"]]
+
+
+def parse_env(data: Any, path: Path) -> EnvFile:
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping with a 'spack:' section, got {type(data).__name__}")
+    _validate(data, ENV_SCHEMA, path)
     ded = data.get("dedal") or {}
     verify = dict(ded.get("verify") or {})
     apps = [AppCheck.from_json(a) for a in verify.pop("apps", [])]

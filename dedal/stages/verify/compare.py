@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.stages.verify import expectations
 from dedal.stages.verify import findings as F
+from dedal.stages.verify.rules import Rule
 from dedal.stages.verify.catalogue import METRICS, Bench
 from dedal.stages.verify.checks import (CheckResult, Thresholds, compare_init, compare_nccl_runs, compare_osu_runs,
                                         series_from_nccl, series_from_osu, skipped_check)
@@ -231,7 +232,8 @@ def run_findings(runs: Sequence[Run]) -> List[Finding]:
     return out
 
 
-def log_findings(runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host: HostFacts) -> List[Finding]:
+def log_findings(runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host: HostFacts,
+                 rows: Optional[Sequence[Rule]] = None) -> List[Finding]:
     """Transport rules and the parsers' own findings over every log, merged per side and
     code: one finding that says in how many runs it was seen and quotes the first."""
     groups: Dict[Tuple[str, str, str], Dict[str, Any]] = {}
@@ -241,7 +243,7 @@ def log_findings(runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host
     sources += [(r.side, r.parsed) for r in runs if r.parsed is not None]
     for side, parsed in sources:
         totals[side] = totals.get(side, 0) + 1
-        rule = check_transports([parsed], host)
+        rule = check_transports([parsed], host, rows)
         rule_codes = {f.code for f in rule}
         own = [Finding.from_json(f) for f in parsed.get("findings") or []]
         for f in rule + [f for f in own if f.code not in rule_codes]:

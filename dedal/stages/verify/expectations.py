@@ -22,31 +22,20 @@ where the host's own floor was measured), severity, verdict and message. :func:`
 applies every row to every fact once, for ``dedal verify parse`` (the facts of one log) and
 for ``dedal verify`` (the facts of all the runs of one side and scope) alike.
 
-The rows are data, so that they become rows of the one rules table of issue 38 unchanged
-(code, when: hardware class + scope + the facts read, severity, message).
+The rows are rows of the one rules table (:data:`dedal.stages.verify.rules.RULES`, issue 38):
+:data:`EXPECTATIONS` is its measured rows and :func:`judge` its judge over measured facts; the
+facts themselves (:class:`~dedal.stages.verify.facts.Fact`) are read here from the tables.
 """
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from dedal.stages.verify import rules
+from dedal.stages.verify.facts import Fact
 from dedal.stages.verify.findings import Finding
+from dedal.stages.verify.rules import FACTS, Rule
 
-#: every fact an expectation may read: ``class:name`` -> (unit, better: lower|higher, what it is)
-FACTS: Dict[str, Tuple[str, str, str]] = {
-    "host:latency_small_us": ("us", "lower", "point-to-point latency between host buffers, smallest at <= 64 B"),
-    "host:bandwidth_large_mbs": ("MB/s", "higher", "point-to-point bandwidth between host buffers, peak at >= 1 MiB"),
-    "cuda:latency_small_us": ("us", "lower", "point-to-point latency between GPU buffers, smallest at <= 64 B"),
-    "cuda:bandwidth_large_mbs": ("MB/s", "higher", "point-to-point bandwidth between GPU buffers, peak at >= 1 MiB"),
-    "cuda:collective_small_us": ("us", "lower", "a collective (all-reduce ...) between GPU buffers, smallest latency "
-                                 "at <= 64 B"),
-    "cuda:ipc_latency_us": ("us", "lower", "dedal_cuda_floor: CUDA IPC ping-pong between two processes (one copy "
-                            "into the peer's buffer, synchronize, a host message), half round trip, smallest at <= 64 B"),
-    "cuda:copy_sync_us": ("us", "lower", "dedal_cuda_floor: one device-to-host copy + synchronize, smallest at <= 64 B"),
-    "cuda:copy_bandwidth_mbs": ("MB/s", "higher", "dedal_cuda_floor: copies into the peer process's GPU buffer, "
-                                "64 in flight, peak at >= 1 MiB"),
-}
 SMALL_MAX = 64          # bytes: a "small message" (latency facts)
 LARGE_MIN = 1 << 20     # bytes: a "large message" (bandwidth facts)
 #: the benchmark whose tables are the platform's own floor, and the fact of each of its columns
@@ -54,111 +43,16 @@ FLOOR_BENCHMARK = "dedal_cuda_floor"
 FLOOR_COLUMNS = {"ipc latency": "ipc_latency_us", "d2h+sync": "copy_sync_us"}
 FLOOR_BANDWIDTH = "dedal_cuda_copy_bandwidth"
 
-
-@dataclass(frozen=True)
-class Fact:
-    """One number a parse result shows: ``hardware`` class, ``name`` (a key of :data:`FACTS`
-    without its class), the benchmark it comes from (``subject``), value, unit, and the lines
-    that show it (``evidence``)."""
-
-    hardware: str
-    name: str
-    subject: str
-    value: float
-    unit: str
-    evidence: Tuple[str, ...] = ()
-
-    @property
-    def key(self) -> str:
-        return f"{self.hardware}:{self.name}"
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"fact": self.key, "subject": self.subject, "value": self.value, "unit": self.unit,
-                "evidence": list(self.evidence)}
-
-
-@dataclass(frozen=True)
-class Expectation:
-    """One declared expectation. It fires for a fact ``hardware:fact`` whose value is
-    ``>= at_least`` and ``< below`` (either may be None), both in the fact's unit, or times the
-    best value of the reference fact ``of`` where one is named (no reference measured: not
-    judged). ``scope``: only where the fact was measured in that scope ("" anywhere; a log whose
-    scope is unknown is judged by every row); ``unless``: not judged where one of these facts
-    was measured. ``message`` is formatted with ``subject``, ``value``, ``unit``, ``limit``, and
-    where ``of`` is set ``ref`` (its benchmark), ``ref_value``, ``ratio``."""
-
-    code: str
-    hardware: str
-    fact: str
-    message: str
-    at_least: Optional[float] = None
-    below: Optional[float] = None
-    of: str = ""
-    scope: str = ""
-    unless: Tuple[str, ...] = ()
-    severity: str = "error"
-    verdict: Optional[str] = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.hardware}:{self.fact}"
-
-
+#: an expectation is a measured row of the rules table
+Expectation = Rule
 #: the facts of the host's own floor: where one was measured, the class bounds of GPU buffers are moot
 FLOOR = ("cuda:ipc_latency_us", "cuda:copy_sync_us")
-
-EXPECTATIONS: Tuple[Expectation, ...] = (
-    # --- host buffers: shared memory within a node, an RDMA fabric between nodes -------------
-    Expectation("latency-tcp-like", "host", "latency_small_us", at_least=25.0,
-                message="{subject}: small-message latency {value:g} us is what TCP sockets give, not shared memory "
-                        "or an RDMA fabric (< 5 us): likely a TCP fallback"),
-    Expectation("latency-high", "host", "latency_small_us", at_least=10.0, below=25.0, severity="warning",
-                message="{subject}: small-message latency {value:g} us is high for shared memory or an RDMA fabric "
-                        "(TCP or a slow path?)"),
-    Expectation("bandwidth-tcp-like", "host", "bandwidth_large_mbs", below=1000.0, severity="warning",
-                message="{subject}: large-message bandwidth peaks at {value:g} MB/s, what TCP over Ethernet gives"),
-    # --- GPU buffers: the class bound, where the host's own floor is not known ----------------
-    Expectation("device-latency-slow", "cuda", "latency_small_us", at_least=50.0, unless=FLOOR,
-                message="{subject}: small messages between GPU buffers take {value:g} us (at least {limit:g} us): "
-                        "one CUDA copy and synchronize takes 2-20 us and GPUs exchange small messages in about as "
-                        "much (CUDA IPC, GDRCopy, GPUDirect RDMA), so the MPI/UCX stack takes a slow path; it is "
-                        "slow natively too where the native side runs the same stack"),
-    Expectation("device-latency-high", "cuda", "latency_small_us", at_least=20.0, below=50.0,
-                unless=FLOOR, severity="warning",
-                message="{subject}: small messages between GPU buffers take {value:g} us, high for CUDA IPC or "
-                        "GPUDirect (2-20 us; GDRCopy missing?)"),
-    Expectation("device-collective-slow", "cuda", "collective_small_us", at_least=100.0, severity="warning",
-                message="{subject}: a collective of small GPU buffers takes {value:g} us (at least {limit:g} us): "
-                        "where small messages between GPU buffers take 2-20 us, a collective of a few ranks takes "
-                        "tens of us (the slow path of point-to-point messages, or many ranks?)"),
-    # --- GPU buffers against the same host's own references ------------------------------------
-    Expectation("device-latency-vs-host", "cuda", "latency_small_us", at_least=100.0, of="host:latency_small_us",
-                severity="warning",
-                message="{subject}: small messages between GPU buffers take {value:g} us, {ratio:.0f}x the "
-                        "{ref_value:g} us between host buffers on this host ({ref}; expected within 100x)"),
-    Expectation("device-latency-vs-floor", "cuda", "latency_small_us", at_least=2.0, of="cuda:ipc_latency_us",
-                scope="intra-node",
-                message="{subject}: small messages between GPU buffers take {value:g} us, {ratio:.1f}x the "
-                        "platform's own floor measured by dedal on this host ({ref}: a CUDA IPC ping-pong of "
-                        "{ref_value:g} us; expected within 2x): the MPI/UCX stack adds a slow path"),
-    Expectation("device-latency-vs-copy", "cuda", "latency_small_us", at_least=4.0, of="cuda:copy_sync_us",
-                scope="intra-node", unless=("cuda:ipc_latency_us",),
-                message="{subject}: small messages between GPU buffers take {value:g} us, {ratio:.1f}x one CUDA "
-                        "copy + synchronize on this host ({ref}: {ref_value:g} us; expected within 4x)"),
-    Expectation("device-bandwidth-vs-copy", "cuda", "bandwidth_large_mbs", below=0.9, of="cuda:copy_bandwidth_mbs",
-                scope="intra-node", severity="warning",
-                message="{subject}: large messages between GPU buffers peak at {value:g} MB/s, {ratio:.0%} of the "
-                        "CUDA copies into a peer's buffer on this host ({ref}: {ref_value:g} MB/s; expected 90 %)"),
-)
+EXPECTATIONS: Tuple[Rule, ...] = tuple(r for r in rules.RULES if r.measured)
 #: the finding codes of the rows (findings with these codes come from :func:`judge`)
 CODES = frozenset(e.code for e in EXPECTATIONS)
 #: the facts that dedal_cuda_floor measures (the platform's own, whichever side ran it)
 FLOOR_FACTS = frozenset(FLOOR + ("cuda:copy_bandwidth_mbs",))
-
-
-def codes_of(hardware: str) -> frozenset:
-    """The finding codes of the rows of one hardware class."""
-    return frozenset(e.code for e in EXPECTATIONS if e.hardware == hardware)
+codes_of = rules.codes_of
 
 
 def _rows(table: Mapping[str, Any], column: int, *, small: bool) -> List[Tuple[int, float, str]]:
@@ -185,8 +79,8 @@ def _fact(hardware: str, name: str, subject: str, rows: List[Tuple[int, float, s
 def facts_of(parsed: Mapping[str, Any]) -> List[Fact]:
     """The facts of one parse result: of each point-to-point table (``pt2pt``: OSU, dedal-bench,
     ucx_perftest) its small-message latency or large-message bandwidth, by the class of its
-    buffers (``cuda`` where OSU ran with ``-d cuda``, ucx_perftest with ``-m cuda``), and of
-    ``dedal_cuda_floor`` its columns."""
+    buffers (``cuda`` where OSU ran with ``-d cuda``, ucx_perftest with ``-m cuda``), of
+    ``dedal_cuda_floor`` its columns, and of nccl-tests between nodes its peak bus bandwidth."""
     out: List[Optional[Fact]] = []
     for t in parsed.get("tables") or []:
         columns = [str(c).lower() for c in t.get("columns") or []]
@@ -212,6 +106,12 @@ def facts_of(parsed: Mapping[str, Any]) -> List[Fact]:
             out.append(_fact(hardware, "latency_small_us", bench, _rows(t, 1, small=True)))
         elif t.get("metric") == "bandwidth":
             out.append(_fact(hardware, "bandwidth_large_mbs", bench, _rows(t, 1, small=False)))
+    peak, avg = parsed.get("peak_busbw"), parsed.get("avg_busbw")
+    if isinstance(peak, (int, float)) and len(parsed.get("hosts") or []) > 1 and parsed.get("nranks") != 1:
+        evidence = [f"peak busbw {peak:g} GB/s at {parsed.get('peak_busbw_size')} B"]
+        evidence += [f"# Avg bus bandwidth : {avg:g}"] if isinstance(avg, (int, float)) else []
+        out.append(Fact("nccl", "busbw_peak_gbs", parsed.get("test") or "nccl-tests", float(peak), "GB/s",
+                        tuple(evidence)))
     return [f for f in out if f is not None and f.key in FACTS]
 
 
@@ -233,71 +133,15 @@ def median_facts(facts_per_run: Iterable[Sequence[Fact]], logs: Sequence[str] = 
     return out
 
 
-def _best(facts: Sequence[Fact]) -> Fact:
-    better = FACTS[facts[0].key][1]
-    return (min if better == "lower" else max)(facts, key=lambda f: f.value)
-
-
 def judge(facts: Iterable[Fact], *, scope: Optional[str] = None, hardware: Optional[Sequence[str]] = None,
-          rows: Sequence[Expectation] = EXPECTATIONS) -> List[Finding]:
-    """Every row of ``rows`` applied once to every fact it reads; a finding per fact that falls
-    in a row's range, quoting the fact's lines (and its reference's). ``scope``: where the
-    facts were measured (None: unknown, every row applies); ``hardware``: judge only the rows
-    of these classes."""
-    by_key: Dict[str, List[Fact]] = {}
-    for f in facts:
-        by_key.setdefault(f.key, []).append(f)
-    out: List[Finding] = []
-    for row in rows:
-        if hardware is not None and row.hardware not in hardware:
-            continue
-        if row.scope and scope is not None and scope != row.scope:
-            continue
-        if any(by_key.get(u) for u in row.unless):
-            continue
-        ref: Optional[Fact] = None
-        if row.of:
-            if not by_key.get(row.of):
-                continue
-            ref = _best(by_key[row.of])
-        scale = ref.value if ref is not None else 1.0
-        for f in by_key.get(row.key, []):
-            if row.at_least is not None and not f.value >= row.at_least * scale:
-                continue
-            if row.below is not None and not f.value < row.below * scale:
-                continue
-            limit = (row.at_least if row.at_least is not None else row.below or 0.0) * scale
-            values = {"subject": f.subject, "value": f.value, "unit": f.unit, "limit": limit}
-            if ref is not None:
-                values.update(ref=ref.subject, ref_value=ref.value, ratio=f.value / ref.value if ref.value else 0.0)
-            evidence = list(f.evidence) + (list(ref.evidence) if ref is not None else [])
-            out.append(Finding(row.severity, row.code, row.message.format(**values), evidence, row.verdict))
-    return out
+          rows: Sequence[Rule] = EXPECTATIONS) -> List[Finding]:
+    """The measured rows of the rules table applied once to every fact they read
+    (:func:`dedal.stages.verify.rules.judge`, no host: the class bounds and the same host's
+    references); ``scope``: where the facts were measured (None: unknown, every row applies);
+    ``hardware``: judge only the rows of these classes."""
+    return rules.judge(facts=facts, scope=scope, hardware=hardware or [r.hardware for r in rows], rows=rows)
 
 
-def check_table(rows: Sequence[Expectation] = EXPECTATIONS) -> List[str]:
-    """What is wrong with a table of expectations (empty: nothing): unknown facts, rows that
-    can never fire, references that are not facts, unknown severities, messages that name
-    values they are not given."""
-    problems = []
-    for row in rows:
-        where = f"{row.code}:"
-        if row.key not in FACTS:
-            problems.append(f"{where} reads {row.key}, not a fact")
-        for ref in (row.of, *row.unless):
-            if ref and ref not in FACTS:
-                problems.append(f"{where} refers to {ref}, not a fact")
-        if row.at_least is None and row.below is None:
-            problems.append(f"{where} has no range")
-        if row.at_least is not None and row.below is not None and row.below <= row.at_least:
-            problems.append(f"{where} has an empty range")
-        if row.severity not in ("info", "warning", "error"):
-            problems.append(f"{where} severity {row.severity!r}")
-        values = {"subject": "x", "value": 1.0, "unit": "us", "limit": 1.0}
-        if row.of:
-            values.update(ref="y", ref_value=1.0, ratio=1.0)
-        try:
-            row.message.format(**values)
-        except (KeyError, IndexError, ValueError) as exc:
-            problems.append(f"{where} message: {exc}")
-    return problems
+def check_table(rows: Sequence[Rule] = EXPECTATIONS) -> List[str]:
+    """What is wrong with a table of expectations (:func:`dedal.stages.verify.rules.check_table`)."""
+    return rules.check_table(rows)

@@ -12,13 +12,14 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.adapters.runtime import RUNTIMES
 from dedal.errors import UserError
 from dedal.model import config
-from dedal.model.envfile import AppCheck, load_env
+from dedal.model.envfile import AppCheck, load_env, load_rules_file
 from dedal.stages.verify import image as img
+from dedal.stages.verify import rules
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS
 from dedal.stages.verify.checks import Thresholds
 
@@ -50,6 +51,11 @@ class Options:
     images_dir: Optional[Path] = None
     apps: List[AppCheck] = field(default_factory=list)  # application checks (the env file's dedal.verify.apps)
     remeasure: bool = True  # a check bad on timing alone is measured once more (runner.remeasurable)
+    rules: List[Dict[str, Any]] = field(default_factory=list)  # a site's rule rows (verify_rules, dedal.verify.rules)
+
+    def rule_table(self) -> Tuple[rules.Rule, ...]:
+        """dedal's rules with the site's rows (:func:`dedal.stages.verify.rules.with_site`)."""
+        return rules.with_site(rules.rules_from_config(self.rules))
 
     def settings_digest(self) -> str:
         """What decides a verification besides the image (sha256 of them): a report made
@@ -62,6 +68,8 @@ class Options:
                 "apps": [a.to_json() for a in self.apps]}
         if not self.remeasure:  # only when off: the digests of reports made before it stay as they were
             keys["remeasure"] = False
+        if self.rules:  # likewise: only where a site has rows of its own
+            keys["rules"] = list(self.rules)
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()
 
 
@@ -169,6 +177,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         timeout=args.timeout if args.timeout is not None else DEFAULT_TIMEOUT,
         images_dir=Path(settings.images_dir), apps=list(spec.apps) if spec else [],
         remeasure=getattr(args, "remeasure", True),
+        rules=site_rules(settings) + (list(spec.rules) if spec else []),
     )
     if opts.ranks < 1 or (opts.ranks < 2 and (opts.nodes or 1) < 2):
         raise UserError(f"--ranks {opts.ranks}: at least 2 ranks are needed to measure communication "
@@ -183,7 +192,22 @@ def options_from_args(args: argparse.Namespace) -> Options:
         raise UserError(f"{opts.nodes} nodes need the srun launcher (inside a Slurm allocation); mpirun runs on "
                         "this node")
     Thresholds.from_mapping(opts.thresholds)  # unknown keys and bad values fail now, before anything runs
+    opts.rule_table()  # and so do rules that could never fire
     return opts
+
+
+def site_rule_table(settings: Any) -> Tuple[rules.Rule, ...]:
+    """dedal's rules with the rows of the site's ``verify_rules`` file (``dedal verify parse``)."""
+    return rules.with_site(rules.rules_from_config(site_rules(settings)))
+
+
+def site_rules(settings: Any) -> List[Dict[str, Any]]:
+    """The rule rows of the site's file (the ``verify_rules`` setting: a YAML file with a
+    ``rules:`` list, checked by the same schema as ``dedal.verify.rules``); none without one."""
+    path = settings.values.get("verify_rules") if hasattr(settings, "values") else None
+    if not path:
+        return []
+    return load_rules_file(Path(path))
 
 
 def _benchmark_list(text: str) -> List[str]:

@@ -7,8 +7,10 @@ line) because nothing measured afterwards would mean anything:
 
 - **pmix** (under Slurm): ``srun --mpi=list`` must list ``pmix``; with only Slurm's
   PMIx 4 server (``pmix_v4``) Open MPI 5's ob1 pml hangs, so UCX is used (note);
-- **infiniband**: ``/dev/infiniband`` present or not (``HostFacts.has_infiniband``):
-  without it TCP between nodes is all there is, and is not called a fallback;
+- **infiniband**: an RDMA fabric, ``/dev/infiniband`` (IB, RoCE, EFA) or Slingshot's ``/dev/cxi*``,
+  present or not (``HostFacts.has_infiniband``): without one TCP between nodes is all there is,
+  and the rules (:data:`dedal.stages.verify.rules.TCP_BETWEEN_NODES_WITHOUT_FABRIC`) do not call it
+  a fallback;
 - **gpu-driver**: the NVIDIA kernel driver version (``/proc/driver/nvidia/version``)
   against the image's CUDA (the minimum driver of each CUDA release, and CUDA's minor
   version compatibility within a major release); **gpu-passthrough**: the runtime can
@@ -33,7 +35,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from dedal.errors import DedalError
 from dedal.model import sif
 from dedal.stages.verify import findings as F
-from dedal.stages.verify.transports import HostFacts
+from dedal.stages.verify import rules
+from dedal.stages.verify.facts import HostFacts
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.parsers import parse_text
 
@@ -250,12 +253,27 @@ def infiniband(devdir: Path = Path("/dev/infiniband")) -> List[str]:
         return []
 
 
-def check_infiniband(devices: Sequence[str], *, multi_node: bool) -> List[Finding]:
-    if devices:
-        return [F.info("infiniband", f"/dev/infiniband has {', '.join(devices[:6])}: RDMA transports are expected "
-                       "between nodes (a TCP transport there is a fallback)")]
-    return [F.info("no-infiniband", "no /dev/infiniband on this host: between nodes only TCP is possible"
-                   + (", so TCP between nodes is expected, not a fallback" if multi_node else ""))]
+def slingshot(devdir: Path = Path("/dev")) -> List[str]:
+    """HPE Slingshot's CXI devices (``/dev/cxi0`` ...): an RDMA fabric without /dev/infiniband."""
+    try:
+        return sorted(p.name for p in devdir.glob("cxi[0-9]*"))
+    except OSError:
+        return []
+
+
+def check_infiniband(devices: Sequence[str], *, multi_node: bool,
+                     rows: Sequence[rules.Rule] = rules.RULES) -> List[Finding]:
+    """The host's fabric, and how the rules grade TCP between nodes on it (the same row that
+    judges the run logs: :func:`dedal.stages.verify.rules.graded`)."""
+    fabric = bool(devices)
+    ctx = rules.graded("tcp", "inter-node", HostFacts(has_infiniband=fabric, multi_node=multi_node), rows)
+    how = ("TCP between nodes is expected, not a fallback" if ctx is not None and ctx.severity == "info" else
+           "a TCP transport between nodes is a fallback")
+    if fabric:
+        return [F.info("infiniband", f"RDMA devices {', '.join(devices[:6])}: RDMA transports are expected between "
+                       f"nodes ({how})")]
+    return [F.info("no-infiniband", "no RDMA device on this host (/dev/infiniband, /dev/cxi*): between nodes only "
+                   "TCP is possible" + (f", so {how}" if multi_node else ""))]
 
 
 def check_pmix(parsed: Mapping[str, Any]) -> List[Finding]:
@@ -328,13 +346,14 @@ def run_preflight(*, image_target: Optional[str], image_cuda: Optional[str], ima
                   nvidia_version: Path = Path("/proc/driver/nvidia/version"),
                   nvidia_gpus: Path = Path("/proc/driver/nvidia/gpus"),
                   infiniband_dir: Path = Path("/dev/infiniband"),
+                  cxi_dir: Path = Path("/dev"),
                   loadavg: Path = Path("/proc/loadavg"),
                   machine: Optional[str] = None) -> Preflight:
     """Every check; ``srun_mpi_list`` returns ``srun --mpi=list``'s output (called only
     under Slurm). ``want_gpu`` None means: GPU benchmarks if the host has GPUs."""
     machine = machine or os.uname().machine
     multi = nodes >= 2
-    ib = infiniband(infiniband_dir)
+    ib = infiniband(infiniband_dir) + slingshot(cxi_dir)
     drv = gpu_driver(nvidia_version, nvidia_gpus)
     use_gpu = bool(want_gpu) if want_gpu is not None else bool(drv["driver"] and drv["gpus"] and image_cuda)
     cpu = cpu_info(cpuinfo)

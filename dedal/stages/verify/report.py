@@ -185,8 +185,12 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _log_summary(result: Mapping[str, Any]) -> Dict[str, Any]:
-    """A parse result without its bulky parts (full protocol tables, per-channel evidence)."""
-    drop = {"protocols", "transport_evidence", "btl_peers", "frameworks", "devices"}
+    """A parse result without its bulky parts (full protocol tables, per-channel evidence, the
+    evidence lines the parsers keep for the rules: the findings quote them)."""
+    drop = {"protocols", "transport_evidence", "btl_peers", "frameworks", "devices", "ucx_transport_evidence",
+            "ucx_unavailable", "network_lines", "socket_lines", "ib_lines", "ib_unopenable", "no_verbs_lines",
+            "gdr_enabled_lines", "gdr_disabled_lines", "plugin_lines", "plugin_missing_lines", "plugin_failure",
+            "list_lines"}
     return _jsonable({k: v for k, v in result.items() if k not in drop})
 
 

@@ -72,7 +72,6 @@ from dedal.stages.verify.apps import run_apps
 from dedal.stages.verify.catalogue import Bench, gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.ui.activity import activity
-from dedal.stages.verify.transports import judge_fabric
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.meta import container_text, report_meta
 from dedal.stages.verify.options import Options, add_arguments, options_from_args
@@ -152,6 +151,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         except (ValueError, TypeError):
             raise UserError(f"{opts.image}: label dedal.verify.thresholds is not a JSON object: {raw!r}") from None
     thresholds = Thresholds.from_mapping({**label_th, **opts.thresholds})
+    rows = opts.rule_table()  # dedal's rules with the site's (verify_rules, dedal.verify.rules)
 
     # preflight
     pf = pre.run_preflight(image_target=info.target, image_cuda=info.cuda, image_arch=info.arch, launcher=launcher,
@@ -245,7 +245,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         ucx_log = rawdir / "container-ucx_info-d.txt"
         runtime.run_in(opts.image, ["ucx_info", "-d"], log=ucx_log, what="ucx_info -d", runtime=opts.runtime,
                        check=False, timeout=120)
-        parsed = parse_file(ucx_log, "ucx-info")
+        parsed = parse_file(ucx_log, "ucx-info", host=pf.host, rows=rows)
         parsed["source"] = str(ucx_log.relative_to(outdir))
         parsed["side"] = "image"
         logs.append(parsed)
@@ -305,11 +305,11 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                                 script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
                                 nv=bench.gpu, note=note, image_mount=image_mount if side == "container" else None)
         run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
-        run.parsed = parse_file(run.log, bench.parser)
+        # judged once, against the host's facts and in the run's scope, with the site's rules
+        run.parsed = parse_file(run.log, bench.parser, host=pf.host, scope=scope, rows=rows)
         run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
                            "benchmark": bench.name,
                            "repetition": rep, "returncode": run.returncode, "seconds": round(run.seconds, 3)})
-        judge_fabric(run.parsed, pf.host, scope)
         if not run.ok and rep > 0:
             failed_series[key] = run
         state = "ok" if run.ok else ("TIMED OUT" if run.timed_out else f"FAILED (exit {run.returncode})")
@@ -354,7 +354,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                                f"{opts.repetitions} more were run, and the check rests on all "
                                f"{2 * opts.repetitions}"))
     findings += compare.run_findings(runs)
-    findings += compare.log_findings(runs, logs, pf.host)
+    findings += compare.log_findings(runs, logs, pf.host, rows)
     findings += compare.expectation_findings(runs, plan)
     transports = compare.transports(runs)
     for side in SIDES:

@@ -16,8 +16,8 @@ from dedal.cli import build_parser
 from dedal.errors import UserError
 from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE
-from dedal.stages.verify.transports import HostFacts, judge_fabric
-from dedal.stages.verify.findings import error, info, warning
+from dedal.stages.verify.parsers import parse_file, parse_text
+from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.plan import Plan
 
 
@@ -43,31 +43,26 @@ def test_runs_within_a_node_keep_two_ranks_at_one_rank_per_node() -> None:
     assert Plan("srun", [], [init], 1, 3, 0).ranks_for(init, 1) == 3
 
 
-def _log(*findings) -> dict:
-    return {"verdict": "bad", "tables": [{"rows": [[0, 70.0]]}], "findings": [f.to_json() for f in findings]}
+# an inter-node run's UCX selection over TCP and its OSU latency table (72 us: what TCP gives)
+_TCP_RUN = ("[1.0] [n1:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 inter-node cfg#2 tag(tcp/eth0)\n"
+            "# OSU MPI Latency Test v7.4\n# Size          Latency (us)\n0                      72.00\n"
+            "1                      72.50\n")
 
 
 def test_tcp_between_nodes_is_expected_without_rdma() -> None:
-    tcp = error("ucx-tcp-inter-node", "UCX uses TCP between nodes (an RDMA transport expected): tcp/eth0", ["line"])
-    lat = error("latency-tcp-like", "small-message latency 72 us is what TCP sockets give", ["0 72.0"])
-    high = warning("latency-high", "small-message latency 18 us is high for shared memory or an RDMA fabric",
-                   ["0 18.0"])
-    judged = judge_fabric(_log(tcp, lat, high), HostFacts(has_infiniband=False, multi_node=True), "inter-node")
+    judged = parse_text(_TCP_RUN, host=HostFacts(has_infiniband=False, multi_node=True), scope="inter-node")
     assert judged["verdict"] == "good"
-    assert {f["code"]: f["severity"] for f in judged["findings"]} == {"ucx-tcp-inter-node": "info",
-                                                                     "latency-tcp-like": "info",
-                                                                     "latency-high": "info"}
-    assert all("no RDMA network" in f["message"] and f["evidence"] for f in judged["findings"])
+    tcp = [f for f in judged["findings"] if f["code"] in ("ucx-tcp-inter-node", "latency-tcp-like")]
+    assert {f["code"]: f["severity"] for f in tcp} == {"ucx-tcp-inter-node": "info", "latency-tcp-like": "info"}
+    assert all("no RDMA network" in f["message"] and f["evidence"] for f in tcp)
 
 
 def test_tcp_between_nodes_stays_a_fallback_with_infiniband_or_within_a_node() -> None:
-    tcp = error("ucx-tcp-inter-node", "UCX uses TCP between nodes", ["line"])
-    assert judge_fabric(_log(tcp), HostFacts(has_infiniband=True), "inter-node")["verdict"] == "bad"
-    assert judge_fabric(_log(tcp), HostFacts(), "intra-node")["verdict"] == "bad"
-    other = error("run-failed", "exited with code 1")
-    judged = judge_fabric(_log(tcp, other), HostFacts(), "inter-node")
-    assert judged["verdict"] == "bad"  # what else the log says still counts
-    assert judge_fabric(_log(info("x", "y")), HostFacts(), "inter-node")["verdict"] == "bad"  # nothing to regrade
+    assert parse_text(_TCP_RUN, host=HostFacts(has_infiniband=True), scope="inter-node")["verdict"] == "bad"
+    assert parse_text(_TCP_RUN, host=HostFacts(), scope="intra-node")["verdict"] == "bad"
+    assert parse_text(_TCP_RUN)["verdict"] == "bad"  # the log alone: the host's network is not known
+    failed = parse_text(_TCP_RUN + "Segmentation fault\n", host=HostFacts(), scope="inter-node")
+    assert failed["verdict"] == "failed"  # what else the log says still counts
 
 
 def test_ucx_1_13_tcp_of_unknown_placement_between_nodes_is_expected_without_rdma(local_data) -> None:
@@ -76,20 +71,17 @@ def test_ucx_1_13_tcp_of_unknown_placement_between_nodes_is_expected_without_rdm
     says 'UCX uses TCP' (bad); judged as an inter-node run on nodes without RDMA it is the
     expected path between the nodes. TCP on lo, an intra-node run, or InfiniBand present
     keep it an error."""
-    from dedal.stages.verify.parsers import parse_file
-
     path = local_data / "ompi5_ucx1.13_tcp_eth0_internode_netns.log"
     parsed = parse_file(path)
     assert parsed["ucx_version"] == "1.13.1" and parsed["transports_by_scope"]["unknown"] == ["tcp/eth0"]
     assert parsed["verdict"] == "bad" and [f["code"] for f in parsed["findings"]] == ["ucx-tcp-transport"]
-    judged = judge_fabric(parse_file(path), HostFacts(has_infiniband=False, multi_node=True), "inter-node")
+    judged = parse_file(path, host=HostFacts(has_infiniband=False, multi_node=True), scope="inter-node")
     assert judged["verdict"] == "good"
     assert [(f["code"], f["severity"]) for f in judged["findings"]] == [("ucx-tcp-transport", "info")]
-    assert judge_fabric(parse_file(path), HostFacts(has_infiniband=True), "inter-node")["verdict"] == "bad"
-    assert judge_fabric(parse_file(path), HostFacts(), "intra-node")["verdict"] == "bad"
-    on_lo = parse_file(path)
-    on_lo["transports_by_scope"]["unknown"] = ["tcp/lo"]
-    assert judge_fabric(on_lo, HostFacts(), "inter-node")["verdict"] == "bad"
+    assert parse_file(path, host=HostFacts(has_infiniband=True), scope="inter-node")["verdict"] == "bad"
+    assert parse_file(path, host=HostFacts(), scope="intra-node")["verdict"] == "bad"
+    on_lo = path.read_text().replace("tcp/eth0", "tcp/lo")
+    assert parse_text(on_lo, host=HostFacts(), scope="inter-node")["verdict"] == "bad"
 
 
 def test_rank_script_mounts_the_image_where_it_is_missing(tmp_path: Path) -> None:

@@ -21,9 +21,11 @@ code, message, evidence, verdict}``) and ``sections`` (every kind recognised in 
 text). The kind-specific keys are documented in each module; a log that mixes kinds
 (UCX warnings inside an OSU table, NCCL INFO lines inside nccl-tests output) gets the
 keys of every section. Failure signatures (crashes, PMIx errors, CUDA driver too old,
-missing ``--nv`` libraries ...) are looked for in every kind, and the numbers of the tables
-are held to what their hardware gives (:mod:`dedal.stages.verify.expectations`: a TCP-like
-latency between host buffers, a slow path between GPU buffers).
+missing ``--nv`` libraries ...) are looked for in every kind. What a log shows of its transports,
+protocols and plugins (per scope, with the lines that show it: :func:`dedal.stages.verify.facts.seen_of`)
+and the numbers of its tables (:func:`dedal.stages.verify.expectations.facts_of`) are facts,
+judged once by the rules table (:mod:`dedal.stages.verify.rules`): TCP within a node or between
+nodes that have a fabric, a TCP-like latency between host buffers, a slow path between GPU buffers.
 
 Lines starting with ``#@ `` are ignored (provenance notes of recorded test data), except
 the ``#@ dedal-rank:`` lines of dedal's rank script, read into ``rank_machines`` (``{host,
@@ -72,10 +74,11 @@ init in ms; NCCL bus bandwidth in GB/s, times in us):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from dedal.errors import UserError
-from dedal.stages.verify import expectations
+from dedal.stages.verify import expectations, rules
+from dedal.stages.verify.facts import HostFacts, seen_of
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.parsers import (nccl_debug, nccl_tests, ompi_verbose, osu, srun_mpi, ucx_info, ucx_log,
                                          ucx_perftest)
@@ -113,8 +116,12 @@ def _empty(value: Any) -> bool:
     return value is None or value == [] or value == {}
 
 
-def parse_lines(lines: List[str], kind: Optional[str] = None) -> Dict[str, Any]:
-    """Parse cleaned lines (see :func:`clean_lines`); ``kind`` None means detect it."""
+def parse_lines(lines: List[str], kind: Optional[str] = None, *, host: Optional[HostFacts] = None,
+                scope: Optional[str] = None, rows: Optional[Sequence[rules.Rule]] = None) -> Dict[str, Any]:
+    """Parse cleaned lines (see :func:`clean_lines`); ``kind`` None means detect it. What the
+    parsers saw is judged once by the rules (:func:`dedal.stages.verify.rules.judge`): against
+    ``host`` where the preflight found it (None: the log alone), in ``scope`` where the run's is
+    known, with ``rows`` (a site's table; default dedal's)."""
     if kind is not None and kind not in KINDS:
         raise UserError(f"unknown log kind {kind!r}; known kinds: {', '.join(KINDS)}")
     present = sections(lines)
@@ -137,7 +144,10 @@ def parse_lines(lines: List[str], kind: Optional[str] = None) -> Dict[str, Any]:
                 result[key] = result[key] + value
         findings.extend(part_findings)
         base = part_base if part == kind or base == "unknown" else base
-    findings.extend(expectations.judge(expectations.facts_of(result)))
+    judged = rules.judge(seen_of(result), expectations.facts_of(result), host=host, scope=scope,
+                         rows=rules.RULES if rows is None else rows)
+    judged_codes = {f.code for f in judged}
+    findings = [f for f in findings if f.code not in judged_codes] + judged
     failure_findings = scan(lines)
     findings.extend(failure_findings)
     if kind == "failure":
@@ -149,9 +159,10 @@ def parse_lines(lines: List[str], kind: Optional[str] = None) -> Dict[str, Any]:
     return result
 
 
-def parse_text(text: Union[str, bytes], kind: Optional[str] = None) -> Dict[str, Any]:
-    """Parse a log given as text (or bytes). See the module docstring for the result."""
-    result = parse_lines(clean_lines(text), kind)
+def parse_text(text: Union[str, bytes], kind: Optional[str] = None, **judged: Any) -> Dict[str, Any]:
+    """Parse a log given as text (or bytes). See the module docstring for the result; ``judged``:
+    the ``host``, ``scope`` and ``rows`` of :func:`parse_lines`."""
+    result = parse_lines(clean_lines(text), kind, **judged)
     ranks = rank_machines(text)
     if ranks:
         result["rank_machines"] = ranks
@@ -161,8 +172,9 @@ def parse_text(text: Union[str, bytes], kind: Optional[str] = None) -> Dict[str,
     return result
 
 
-def parse_file(path: Union[str, Path], kind: Optional[str] = None) -> Dict[str, Any]:
-    """Parse a log file; a missing or unreadable file is a :class:`UserError`."""
+def parse_file(path: Union[str, Path], kind: Optional[str] = None, **judged: Any) -> Dict[str, Any]:
+    """Parse a log file; a missing or unreadable file is a :class:`UserError`. ``judged``: the
+    ``host``, ``scope`` and ``rows`` of :func:`parse_lines`."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"{p}: no such file")
@@ -172,7 +184,7 @@ def parse_file(path: Union[str, Path], kind: Optional[str] = None) -> Dict[str, 
         data = p.read_bytes()
     except OSError as exc:
         raise UserError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    result = parse_text(data, kind)
+    result = parse_text(data, kind, **judged)
     result["source"] = str(p)
     return result
 

@@ -12,11 +12,13 @@ Lines look like ``host:pid:tid [dev] NCCL INFO <message>``. What is extracted:
   connections exist but none does, None when the log shows no network connection;
 - ``plugins``: NET plugin events (not found, loaded, initialised, failed, assigned).
 
-Rules a careful engineer applies: a socket transport between nodes is ``bad``; a GPU to
-GPU hop through host shared memory (``SHM``) or a network path without GPUDirect RDMA
-is ``suboptimal``; an external NET plugin that loads but fails, after which NCCL falls
-back to its own transport, is reported with the lines that prove it (``bad`` when what is
-left between nodes is TCP sockets).
+These are facts, each with the lines that show it (``network_lines``, ``socket_lines``,
+``ib_lines``, ``ib_unopenable``: RDMA devices NCCL found and could not open, ``no_verbs_lines``,
+``plugin_lines``, ``plugin_missing_lines``, ``gdr_*_lines``); the rules of
+:mod:`dedal.stages.verify.rules` judge them against the host: a socket transport between nodes
+(a fallback where there is a fabric), NCCL on sockets where the log names a fabric (its network
+plugin or the IB device missing), a GPU to GPU hop through host shared memory, a network path
+without GPUDirect RDMA, an external NET plugin that failed.
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ PLUGIN_FAIL = re.compile(r"(?:plugin/net\.cc:\d+ -> [1-9]\d*|NET/Plugin\s*:?\s*F
                          r"Failed to initialize NET plugin|NET/OFI .*(?:Invalid|[Ff]ailed|[Ee]rror|Unable))")
 INTERNAL_FAIL = re.compile(r"Failed to initialize NET plugin (?:IB|Socket)\s*$")
 NO_VERBS = re.compile(r"Failed to open libibverbs|NET/IB\s*:\s*No device found|NET/IB\s*:\s*No IB device", re.IGNORECASE)
+#: an RDMA device NCCL found and could not open (in a container without it, or without permission)
+IB_UNOPENABLE = re.compile(r"NET/IB\s*:\s*Unable to open device (?P<dev>\S+)")
 
 
 def normalize_transport(via: str) -> str:
@@ -88,6 +92,10 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     plugin_init_lines: List[str] = []
     plugin_missing_lines: List[str] = []
     no_verbs: List[str] = []
+    ib_lines: List[str] = []
+    ib_unopenable: List[str] = []
+    network_lines: List[str] = []
+    socket_lines: List[str] = []
     warns: List[str] = []
     nccl_lines = 0
 
@@ -106,6 +114,8 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         m = USING_NETWORK.match(msg)
         if m:
             networks[m.group("net")] += 1
+            if len(network_lines) < 3:
+                network_lines.append(line)
             continue
         m = NET_IB.match(msg)
         if m:
@@ -113,12 +123,23 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 if dev not in ib_devices:
                     ib_devices.append(dev)
             oob = oob or m.group("oob")
+            if len(ib_lines) < 2:
+                ib_lines.append(line)
+            continue
+        m = IB_UNOPENABLE.search(msg)
+        if m:
+            if m.group("dev") not in ib_unopenable:
+                ib_unopenable.append(m.group("dev"))
+            ib_lines.append(line)
+            no_verbs.append(line)
             continue
         m = NET_SOCKET.match(msg)
         if m:
             for itf in re.findall(r"\[\d+\]\s*(\S+)", m.group("ifs")) or [m.group("ifs")]:
                 if itf not in socket_ifs:
                     socket_ifs.append(itf)
+            if len(socket_lines) < 2:
+                socket_lines.append(line)
             continue
         m = VIA.search(msg)
         if m:
@@ -209,57 +230,21 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     # host has no IB device: that is the no-device case below, not a plugin failing
     real_failures = [ln for ln in plugin_fail_lines
                      if not (INTERNAL_FAIL.search(ln) and no_verbs and not external)]
-    fail_evidence = plugin_init_lines[:1] + plugin_fail_lines
     fell_back = bool(external) and bool(plugins["assigned"]) and all(
         not any(a.startswith(e.split(" (")[0]) for e in external) for a in plugins["assigned"])
+    plugin_evidence: List[str] = []
+    plugin_failure = ""
     if real_failures or fell_back:
         plugins["failed"] = True
         ext = ", ".join(external) or "an external NET plugin"
         if plugins["aws_ofi_nccl"]:
             ext += f" (aws-ofi-nccl {plugins['aws_ofi_nccl']})"
         to = plugins["assigned"][0] if plugins["assigned"] else network
-        msg = f"NET plugin {ext} failed to initialise" + (f"; NCCL fell back to its internal {to} transport" if to else "")
-        ev = _dedupe(fail_evidence)[:3] + [ln for ln in lines if "Assigned NET plugin" in ln][:1]
+        plugin_failure = f"{ext} failed to initialise" + (f"; NCCL fell back to its internal {to} transport" if to else "")
+        plugin_evidence = _dedupe(plugin_init_lines[:1] + plugin_fail_lines)[:3] + \
+            [ln for ln in lines if "Assigned NET plugin" in ln][:1]
         if to == "Socket" and nnodes != 1:
-            # the fabric's plugin is gone and what is left between nodes is TCP
-            ev += [ln.strip() for ln in lines if "Using network Socket" in ln][:1]
-            findings.append(F.error("nccl-plugin-failure", msg + ": traffic between nodes goes over TCP sockets", ev))
-        else:
-            findings.append(F.warning("nccl-plugin-failure", msg, ev))
-    elif plugins["not_found"] and not external:
-        findings.append(F.info("nccl-plugin-not-found", "no external NET plugin (libnccl-net.so) found; "
-                               "NCCL uses its internal IB/Socket transports", plugin_missing_lines[:2]))
-    if no_verbs:
-        text = "NCCL cannot use InfiniBand/RoCE: libibverbs or an IB device is missing (not bound into the container?)"
-        if nnodes == 1:  # one node: the network carries no data, only where the job spans nodes
-            findings.append(F.info("nccl-no-ibverbs", text + "; one node, so no data goes over the network",
-                                   _dedupe(no_verbs)[:3]))
-        else:
-            findings.append(F.warning("nccl-no-ibverbs", text, _dedupe(no_verbs)[:3]))
-
-    socket_lines = [ln for t in transports if t.startswith("NET/Socket") for ln in evidence.get(t, [])]
-    if socket_lines or (network == "Socket" and (nnodes or 0) > 1):
-        n = sum(n for t, n in transports.items() if t.startswith("NET/Socket"))
-        ev = socket_lines or [ln for ln in lines if "Using network Socket" in ln][:2]
-        ev = ev + [ln for ln in lines if "NET/Socket : Using" in ln][:1]
-        findings.append(F.error(
-            "nccl-socket-transport",
-            f"NCCL uses TCP sockets between nodes (NET/Socket, {n} connections), not InfiniBand/RoCE or another "
-            "RDMA network: a socket fallback", ev))
-    shm = {t: n for t, n in transports.items() if t.startswith("SHM")}
-    if shm:
-        ev = [ln for t in shm for ln in evidence[t]]
-        findings.append(F.warning(
-            "nccl-shm-hop",
-            f"GPU to GPU traffic goes through host shared memory ({', '.join(f'{t}: {n}' for t, n in shm.items())}) "
-            "instead of P2P/NVLink: no peer-to-peer access between these GPUs (topology, IOMMU/ACS or container "
-            "isolation)", ev))
-    ib_net = {t: n for t, n in net_transports.items() if not t.startswith("NET/Socket")}
-    if ib_net and not any("GDRDMA" in t for t in ib_net) and not gdr_enabled:
-        ev = [ln for t in ib_net for ln in evidence.get(t, [])][:3] + gdr_disabled[:2]
-        findings.append(F.warning(
-            "nccl-no-gdrdma", "network connections do not use GPUDirect RDMA (data is staged through host memory): "
-            "nvidia-peermem / dmabuf unavailable, or NCCL_NET_GDR_LEVEL too strict", ev))
+            plugin_evidence += [ln.strip() for ln in lines if "Using network Socket" in ln][:1]
     if warns:
         findings.append(F.warning("nccl-warn", f"NCCL printed {len(warns)} WARN line(s)", _dedupe(warns)[:5]))
 
@@ -280,6 +265,16 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         "transport_evidence": evidence,
         "gdrdma": gdrdma,
         "plugins": plugins,
+        "network_lines": network_lines,
+        "socket_lines": socket_lines,
+        "ib_lines": ib_lines[:3],
+        "ib_unopenable": ib_unopenable,
+        "no_verbs_lines": _dedupe(no_verbs)[:3],
+        "gdr_enabled_lines": gdr_enabled[:2],
+        "gdr_disabled_lines": gdr_disabled[:2],
+        "plugin_lines": plugin_evidence,
+        "plugin_failure": plugin_failure,
+        "plugin_missing_lines": plugin_missing_lines[:2],
         "_findings": findings,
         "_base_verdict": "good" if has_data else "unknown",
         "_recognized": recognized,

@@ -44,8 +44,6 @@ CMD = re.compile(r"\b(?P<test>[a-z_]+_perf)(?:_mpi)?\b")
 TYPES = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "fp8_e4m3",
          "fp8_e5m2", "char", "int", "float16", "float32", "float64"}
 
-#: inter-node bus bandwidth below this (GB/s) is what NCCL over TCP sockets gives
-SOCKET_LIKE_BUSBW = 8.0
 
 
 def _wrong(tok: str) -> Optional[float]:
@@ -211,13 +209,6 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             [r_line for r_line in (f"# Avg bus bandwidth : {avg:g}" if avg is not None else "",) if r_line]
             + ([f"#  Rank  0 on {ranks[0]['host']} device {ranks[0]['device']} {ranks[0]['name']}"] if ranks else []),
             verdict="degenerate"))
-    elif rows and peak is not None and len(hosts) > 1 and peak < SOCKET_LIKE_BUSBW:
-        findings.append(F.error(
-            "busbw-socket-like",
-            f"{name}: {len(hosts)} nodes but peak bus bandwidth only {peak:g} GB/s (avg {avg if avg is not None else avg_rows:g}): "
-            "what NCCL over TCP sockets gives, not an RDMA fabric; check NCCL_DEBUG=INFO for NET/Socket",
-            [f"peak busbw {peak:g} GB/s at {peak_row['size']} B" if peak_row else ""]
-            + ([f"# Avg bus bandwidth : {avg:g}"] if avg is not None else [])))
 
     return {
         "test": test,

@@ -5,10 +5,12 @@ component vader returned success``, ``[host:pid] select: component ob1 selected`
 most telling, ``[host:pid] mca: bml: Using sm btl for send to [[52108,1],0] on node vm``:
 the BTL that each process really uses for each peer.
 
-Rules: shared memory (``sm``, ``vader``) within a node; a fabric BTL (``uct``, ``ofi``,
-``openib``, ``usnic``) or ``pml ucx``/``cm`` between nodes; ``tcp`` used for a peer is a
-TCP fallback (``bad``). Component init failures are listed (``info``): most are the
-normal pruning of components for hardware the node does not have.
+The BTL used for each peer (``btl_peers``, with the line that shows it) is a fact the rules of
+:mod:`dedal.stages.verify.rules` judge: shared memory (``sm``, ``vader``) within a node; a
+fabric BTL (``uct``, ``ofi``, ``openib``, ``usnic``) or ``pml ucx``/``cm`` between nodes;
+``tcp`` within a node, or between nodes that have a fabric, is a TCP fallback. Component init
+failures are listed (``info``): most are the normal pruning of components for hardware the node
+does not have.
 """
 from __future__ import annotations
 
@@ -54,7 +56,6 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     btl_used: Counter = Counter()
     peers: List[Dict[str, Any]] = []
     hosts: List[str] = []
-    tcp_evidence: Dict[str, List[str]] = {"intra": [], "inter": []}
     failures: List[str] = []
     recognized_lines = 0
 
@@ -123,19 +124,11 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             same = _short(node) == _short(host)
             btl_used[btl] += 1
             peers.append({"host": host, "pid": int(pid), "btl": btl, "peer": mm.group("peer"), "node": node,
-                          "same_node": same})
-            if btl == "tcp":
-                tcp_evidence["intra" if same else "inter"].append(line)
+                          "same_node": same, "line": line})
             continue
 
     pml = selected.most_common(1)[0][0] if selected else None
     btl_fw = frameworks.get("btl", {})
-    if tcp_evidence["intra"]:
-        findings.append(F.error("ompi-tcp-intra-node", "Open MPI sends to peers on the same node over the tcp BTL "
-                                "instead of shared memory (sm/vader)", tcp_evidence["intra"][:3]))
-    if tcp_evidence["inter"]:
-        findings.append(F.error("ompi-tcp-inter-node", "Open MPI sends to other nodes over the tcp BTL: a TCP "
-                                "fallback when the nodes have InfiniBand/RoCE", tcp_evidence["inter"][:3]))
     if failures:
         comps = sorted({INIT_RESULT.search(f).group("comp") for f in failures if INIT_RESULT.search(f)})
         findings.append(F.info("ompi-component-init-failed", f"components that did not initialise: {', '.join(comps)}",

@@ -10,8 +10,8 @@ Slurm 22 and later::
 
 Slurm 20/21 prefix every line with ``srun: `` and list the versions as plugins
 (``srun: pmix_v3``); older Slurm (2.x) names them by plugin type (``srun: mpi/pmi2``), the
-``mpi/`` is dropped here. The image's Open MPI 5 is launched with ``srun --mpi=pmix``, so a
-list without ``pmix`` is ``bad``.
+``mpi/`` is dropped here. The image's Open MPI 5 is launched with ``srun --mpi=pmix``: a list
+without ``pmix`` is judged by the rules (``pmix-missing``, :mod:`dedal.stages.verify.rules`).
 """
 from __future__ import annotations
 
@@ -73,14 +73,11 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             findings.append(F.info("pmix-available", f"Slurm MPI plugins: {', '.join(plugins)}"
                                    + (f"; PMIx versions: {', '.join(versions)}" if versions else ""),
                                    [header] + evidence))
-        else:
-            findings.append(F.error("pmix-missing", "Slurm has no pmix MPI plugin: `srun --mpi=pmix` cannot launch "
-                                    f"the image's Open MPI 5 (plugins: {', '.join(plugins) or 'none listed'})",
-                                    [header] + [ln.strip() for ln in lines if ln.strip()][:6]))
     return {
         "plugins": plugins,
         "pmix_versions": versions,
         "has_pmix": has_pmix,
+        "list_lines": ([header] + [ln.strip() for ln in lines if ln.strip() and ln.strip() != header][:6]) if header else [],
         "_findings": findings,
         "_base_verdict": "good" if plugins else "unknown",
         "_recognized": recognized,

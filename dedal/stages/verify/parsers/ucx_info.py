@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.findings import Finding
-from dedal.stages.verify.parsers.ucx_log import transport_family
+from dedal.stages.verify.facts import transport_family
 
 MD = re.compile(r"^#?\s*Memory domain:\s*(?P<name>\S+)")
 COMPONENT = re.compile(r"^#?\s*Component:\s*(?P<name>\S+)")

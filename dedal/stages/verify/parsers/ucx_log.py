@@ -16,13 +16,14 @@ the ``UCX INFO`` tag (UCX 1.17+), commented with ``#`` (``ucx_info -e``), or cut
 header: such rows take the scope their transports imply (shared memory: intra-node, RDMA:
 inter-node). A ``ucx-protocols`` note quotes the rows when no TCP is among them.
 
-Rules: within a node UCX must use shared memory (sysv, posix, cma, knem, xpmem, or
-cuda_ipc between GPUs); between nodes an RDMA transport (rc, dc, ud, ...). TCP in a
-selection is a TCP fallback (``bad``). ``WARN network device 'mlx5_0:1' is not
-available`` and ``transports 'rc' are not available`` mean the requested fabric is
-missing on that node, so UCX falls back to TCP (``bad``). Other WARN and ERROR lines
-are reported (``suboptimal``); DIAG lines are harmless and only counted, except those that
-say UCX runs without its memory event hooks (UCM), noted (``ucx-memory-hooks-off``).
+What UCX selected is kept per scope with the lines that show it (``transports_by_scope``,
+``ucx_transport_evidence``), and what it was asked for and could not open (``WARN network
+device 'mlx5_0:1' is not available``, ``transports 'rc' are not available``: ``ucx_unavailable``):
+facts, judged by the rules of :mod:`dedal.stages.verify.rules` (TCP within a node, TCP between
+nodes that have a fabric, a missing device: fallbacks). Other WARN and ERROR lines are reported
+(``suboptimal``), except perftest's own note that the benchmark is not pinned to a CPU; DIAG lines
+are harmless and only counted, except those that say UCX runs without its memory event hooks
+(UCM), noted (``ucx-memory-hooks-off``).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 from dedal.stages.verify import findings as F
+from dedal.stages.verify.facts import transport_family
 from dedal.stages.verify.findings import Finding
 
 UCX_LINE = re.compile(r"\bUCX\s+(?P<level>INFO|WARN|WARNING|ERROR|DIAG|DEBUG|TRACE|FATAL|PRINT)\s+(?P<msg>.*)$")
@@ -58,19 +60,9 @@ TL_UNAVAILABLE = re.compile(r"transports? (?P<tls>'[^']+'(?:\s*,\s*'[^']+')*) (?
 MEMORY_HOOKS_OFF = re.compile(r"failed to (?:install|set) UCM (?:memtype )?event handler|"
                               r"could not create UCP registration cache")
 POSIX_PROC_DENIED = re.compile(r"open\(/proc/\d+/fd/\d+\) failed: Permission denied")
+#: WARN lines about the benchmark process, not the transports (ucx_perftest without -c)
+BENIGN_WARN = re.compile(r"CPU affinity is not set \(bound to \d+ cpus\)")
 
-SHM_TLS = {"sysv", "posix", "xpmem", "knem", "cma", "mm", "self", "cuda_ipc", "rocm_ipc", "ze_ipc", "cuda_copy",
-           "rocm_copy", "ze_copy", "gdr_copy"}
-TCP_TLS = {"tcp", "sockcm"}
-
-
-def transport_family(tl: str) -> str:
-    """``sysv`` -> ``shm``; ``rc_mlx5`` -> ``rdma``; ``tcp`` -> ``tcp``."""
-    if tl in TCP_TLS:
-        return "tcp"
-    if tl in SHM_TLS:
-        return "shm"
-    return "rdma"
 
 
 def has_ucx_lines(lines: List[str]) -> bool:
@@ -93,6 +85,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     proc_denied: List[str] = []
     unavailable_dev: List[str] = []
     unavailable_tl: List[str] = []
+    benign: List[str] = []
     diag = 0
     no_hooks: List[str] = []
     ucx_lines = 0
@@ -136,6 +129,8 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 unavailable_dev.append(line)
             elif TL_UNAVAILABLE.search(msg):
                 unavailable_tl.append(line)
+            elif BENIGN_WARN.search(msg):
+                benign.append(line)
             else:
                 warn_lines.append(line)
             continue
@@ -188,45 +183,40 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             if t not in lst:
                 lst.append(t)
 
-    def tcp_in(scope: str) -> List[str]:
-        return [t for t in by_scope.get(scope, []) if transport_family(t.split("/")[0]) == "tcp"]
-
-    scopes_with_peers = [s for s in by_scope if s != "self"]
-    for scope, code, what in (("intra-node", "ucx-tcp-intra-node", "within a node (shared memory expected)"),
-                              ("inter-node", "ucx-tcp-inter-node", "between nodes (an RDMA transport expected)")):
-        tcp = tcp_in(scope)
-        if tcp:
-            ev = [s["line"] for s in selections.values() if s["scope"] == scope and any(t in tcp for t in s["transports"])][:2]
-            ev += [p["line"] for p in protocols.values() if p["scope"] == scope and any(t in tcp for t in p["transports"])][:2]
-            forced = f" (UCX_TLS={env['UCX_TLS']})" if "UCX_TLS" in env else ""
-            findings.append(F.error(code, f"UCX uses TCP {what}: {', '.join(tcp)}{forced}", ev))
-    if not scopes_with_peers and tcp_in("self"):
-        ev = [s["line"] for s in selections.values() if s["scope"] == "self"][:2]
-        findings.append(F.warning("ucx-tcp-self", f"UCX selected TCP ({', '.join(tcp_in('self'))}) even for "
-                                  "loopback; shared memory transports are excluded", ev))
-    for scope in [s for s in by_scope if s not in ("self", "intra-node", "inter-node")]:
-        tcp = tcp_in(scope)
-        if tcp:
-            findings.append(F.error("ucx-tcp-transport", f"UCX uses TCP ({', '.join(tcp)})", evidence.get(scope, [])[:2]))
-
+    # evidence per scope and transport: the selection lines and protocol rows that name it
+    tl_evidence: Dict[str, Dict[str, List[str]]] = {}
+    for sel in selections.values():
+        for t in sel["transports"]:
+            lst = tl_evidence.setdefault(sel["scope"], {}).setdefault(t, [])
+            if len(lst) < 2:
+                lst.append(sel["line"])
+    for p in protocols.values():
+        for t in p["transports"]:
+            lst = tl_evidence.setdefault(p["scope"], {}).setdefault(t, [])
+            if len(lst) < 4:
+                lst.append(p["line"])
+    # what UCX was asked for and could not open (the rules judge it against the host's fabric)
+    unavailable: List[Dict[str, Any]] = []
     if unavailable_dev:
         m = DEVICE_UNAVAILABLE.search(unavailable_dev[0])
         dev = m.group("dev") if m else "?"
         alt = (m.group("alt") or "").strip() if m else ""
         hosts = sorted({h.group("host") for h in (PREFIX.search(x) for x in unavailable_dev) if h})
-        findings.append(F.error(
-            "ucx-device-unavailable",
-            f"UCX: requested network device '{dev}' is not available on {', '.join(hosts) or 'a node'} "
-            f"({len(unavailable_dev)} line(s)); UCX can only use {alt or 'other devices'}: a TCP fallback",
-            unavailable_dev[:3]))
+        unavailable.append({"what": "device", "items": [dev], "lines": unavailable_dev[:3], "detail":
+                            f"requested network device '{dev}' is not available on {', '.join(hosts) or 'a node'} "
+                            f"({len(unavailable_dev)} line(s)); UCX can only use {alt or 'other devices'}"})
     if unavailable_tl:
         m = TL_UNAVAILABLE.search(unavailable_tl[0])
-        findings.append(F.error(
-            "ucx-transport-unavailable",
-            f"UCX: transports {m.group('tls') if m else '?'} are not available ({len(unavailable_tl)} line(s)); "
-            f"left: {(m.group('alt') or '?').strip() if m else '?'}", unavailable_tl[:3]))
+        unavailable.append({"what": "transport", "items": [m.group("tls") if m else "?"], "lines": unavailable_tl[:3],
+                            "detail": f"transports {m.group('tls') if m else '?'} are not available "
+                                      f"({len(unavailable_tl)} line(s)); left: "
+                                      f"{(m.group('alt') or '?').strip() if m else '?'}"})
+
     if warn_lines:
         findings.append(F.warning("ucx-warn", f"UCX printed {len(warn_lines)} WARN line(s)", warn_lines[:5]))
+    if benign:
+        findings.append(F.info("ucx-perftest-affinity", "ucx_perftest runs without CPU affinity (its own note about "
+                               "the benchmark's pinning, not about the transports)", benign[:1]))
     if proc_denied:
         findings.append(F.info("ucx-posix-proc-denied", f"UCX could not open a peer's /proc/<pid>/fd ({len(proc_denied)} "
                                "line(s)): the ranks run in separate user namespaces, so the posix shared-memory "
@@ -239,7 +229,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         findings.append(F.warning("ucx-error", f"UCX printed {len(error_lines)} ERROR line(s) (the run may still "
                                   "have succeeded over other transports)", error_lines[:5]))
     fast = {scope: [t for t in tls if transport_family(t.split("/")[0]) != "tcp"] for scope, tls in by_scope.items()}
-    if protocols and not any(tcp_in(scope) for scope in by_scope):
+    if protocols and fast == by_scope:
         rows = [p["line"] for p in protocols.values()]
         findings.append(F.info("ucx-protocols", "UCX protocol tables: " + "; ".join(
             f"{scope}: {', '.join(tls)}" for scope, tls in fast.items() if tls), rows[:2] + rows[2:][-1:]))
@@ -252,7 +242,9 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         "selections": [{k: v for k, v in s.items()} for s in selections.values()],
         "protocols": [{k: v for k, v in p.items() if k != "line"} for p in protocols.values()],
         "transports_by_scope": by_scope,
-        "ucx_warnings": len(warn_lines) + len(unavailable_dev) + len(unavailable_tl),
+        "ucx_transport_evidence": tl_evidence,
+        "ucx_unavailable": unavailable,
+        "ucx_warnings": len(warn_lines) + len(benign) + len(unavailable_dev) + len(unavailable_tl),
         "ucx_errors": len(error_lines),
         "ucx_diag": diag,
         "_findings": findings,
