@@ -7,6 +7,11 @@ from typing import Iterable, List, Optional, Union
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "[1725158980.057833] [host:154756:0]" (UCX), "[host:1234] " (Open MPI), "  7: " (srun -l)
 _SRUN_LABEL = re.compile(r"^\s{0,3}\d{1,6}: ")
+# prefixes a launcher or a log collector puts before each line of a program's output:
+# mpirun --tag-output ("[1,0]<stdout>:", "[1,mpirank:0,algo-1]<stderr>:"), a CI's or log
+# service's time stamp ("2019-12-01T22:04:48.1127607Z ")
+_LINE_PREFIXES = (re.compile(r"^\[\d+,[^\]<>]*\d+[^\]<>]*\]<(?:stdout|stderr)>:"),
+                  re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z "))
 
 
 def clean_lines(text: Union[str, bytes]) -> List[str]:
@@ -15,7 +20,8 @@ def clean_lines(text: Union[str, bytes]) -> List[str]:
     - bytes are decoded as UTF-8 with replacement (logs are not always clean);
     - CRLF / CR line ends, ANSI colour codes, NUL bytes and trailing blanks are removed;
     - lines starting with ``#@ `` (provenance notes of the test data) are dropped;
-    - when most lines carry an ``srun -l`` task label (``0: ``), the labels are removed.
+    - when most lines carry an ``srun -l`` task label (``0: ``), an ``mpirun --tag-output`` label
+      (``[1,0]<stdout>:``) or a time stamp (``2019-12-01T22:04:48.1127607Z ``), these are removed.
     Tabs are kept (``srun --mpi=list`` indents with them); parsers split on any blank.
     """
     if isinstance(text, bytes):
@@ -32,6 +38,10 @@ def clean_lines(text: Union[str, bytes]) -> List[str]:
     labelled = sum(1 for ln in out if _SRUN_LABEL.match(ln))
     if labelled and labelled * 2 >= sum(1 for ln in out if ln.strip()):
         out = [strip_srun_label(ln) for ln in out]  # `srun -l` output: every line starts with "<task>: "
+    for prefix in _LINE_PREFIXES:  # the same for mpirun --tag-output and time-stamped logs
+        tagged = sum(1 for ln in out if prefix.match(ln))
+        if tagged and tagged * 2 >= sum(1 for ln in out if ln.strip()):
+            out = [prefix.sub("", ln, count=1) for ln in out]
     return out
 
 

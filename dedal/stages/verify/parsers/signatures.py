@@ -59,7 +59,9 @@ _KEYS: Dict[str, Tuple[str, ...]] = {
     "direct-launch-without-pmi": ("direct launched", "pmi support"),
     "cuda-driver-too-old": ("insufficient", "forward compatibility", "unsupported display driver", "unsatisfied condition"),
     "gpu-runtime-setup-failed": ("nvidia-container-cli", "container creation failed", "failed to initialize nvml"),
-    "container-start-failed": ("container creation failed",),
+    "container-start-failed": ("container creation failed", "retval ="),
+    "nv-bind-failed": ("library bind directory", "nv files may not be bound"),
+    "nv-files-not-bound": ("skipping user bind", "skipping mount"),
     "nvml-driver-mismatch": ("version mismatch",),
     "nv-tools-missing": ("nvidia-smi",),
     "nv-libraries-missing": ("nv libraries", "nv files", "nv binaries", "libcuda.so", "libnvidia-ml.so",
@@ -76,6 +78,7 @@ _KEYS: Dict[str, Tuple[str, ...]] = {
     "assertion-failed": ("assertion",),
     "crash-backtrace": ("==== backtrace",),
     "shm-single-copy-failed": ("process_vm_", "read -1, expected", "write -1, expected"),
+    "shm-single-copy-refused": ("read -1, expected", "write -1, expected"),
     "shm-single-copy-unavailable": ("/dev/knem", "xpmem segment", "restrictive ptrace", "cma support is not available"),
 }
 
@@ -156,11 +159,20 @@ SIGNATURES: Sequence[Signature] = (
          r"container creation failed: .*nvidia|Failed to initialize NVML: (?:Unknown Error|Insufficient Permissions)",
          "the container runtime's GPU set-up failed (nvidia-container-cli missing or unable to reach the driver, or "
          "the GPU device nodes refused inside the container): the GPU is not usable in the container"),
-    _sig("container-start-failed", r"FATAL:\s+container creation failed",
+    _sig("container-start-failed", r"FATAL:\s+container creation failed|^ABORT\s*:\s*Retval = [1-9]\d*",
          "the container runtime could not create the container", suppressed_by=("gpu-runtime-setup-failed",)),
     _sig("nvml-driver-mismatch", r"Failed to initialize NVML: Driver/library version mismatch",
          "the NVIDIA kernel driver and its user-space libraries have different versions (driver updated without a "
          "reboot, or another version's libraries bound into the container): no GPU is usable"),
+    _sig("nv-bind-failed",
+         r"Library bind directory not present in container|\bnv files may not be bound with --writable",
+         "the container runtime could not bind the host's NVIDIA driver libraries into the container (no "
+         "/.singularity.d/libs in the image, or --writable without an overlay): no usable GPU in the container"),
+    _sig("nv-files-not-bound",
+         r"Skipping user bind, non existent bind point \(file\) in container: '[^']*nvidia|"
+         r"Skipping mount \S*nvidia\S* \[(?:files|libs|binaries)\]",
+         "--nv skipped NVIDIA files it could not bind into the container (no such file in the image and no "
+         "overlay/underlay): the driver's tools are missing inside", severity="warning", verdict="suboptimal"),
     _sig("nv-tools-missing",
          r"\bnvidia-smi: (?:command )?not found|\"nvidia-smi\": executable file not found",
          "the NVIDIA tools are not inside the container (started without `--nv` / the NVIDIA runtime)"),
@@ -186,7 +198,7 @@ SIGNATURES: Sequence[Signature] = (
     _sig("nccl-failure",
          r"Test NCCL failure|NCCL error[: ]|Failed to initialize any NET plugin|\bnccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error\b|"
          r"NCCL WARN .*(?:unhandled (?:system|cuda) error|internal error|system error|remote process exited|"
-         r"Connection closed|Call to \w+ failed|Cuda failure)",
+         r"Connection closed|Call to (?!ibv_open_device\b)\w+ failed|Cuda failure)",
          "an NCCL call failed"),
     _sig("nccl-net-failure",
          r"NET/OFI (?:Couldn't|Could not|Unable to) (?!find)|NET/OFI Request completed with error|"
@@ -207,10 +219,17 @@ SIGNATURES: Sequence[Signature] = (
     # --- shared-memory single copy (CMA/XPMEM/KNEM) ------------------------------------
     _sig("shm-single-copy-failed",
          r"process_vm_(?:readv|writev)\(.*\) returned -1|process_vm_(?:readv|writev) delivered \d+ instead of \d+|"
-         r"^(?:\[[^\]]+\]\s*)?(?:Read|Write) -1, expected \d+, errno = \d+",
+         r"^(?:\[[^\]]+\]\s*)?(?:Read|Write) -1, expected \d+, errno = (?!1\b)\d+",
          "shared-memory single copy (CMA) between ranks failed: the kernel refused process_vm_readv/writev (ranks in "
          "separate container namespaces, no CAP_SYS_PTRACE, or kernel.yama.ptrace_scope); run the ranks in one "
          "container, or disable CMA (UCX_TLS=^cma, --mca btl_sm_single_copy_mechanism none)"),
+    _sig("shm-single-copy-refused",
+         r"^(?:\[[^\]]+\]\s*)?(?:Read|Write) -1, expected \d+, errno = 1\b",
+         "Open MPI's shared-memory single copy (CMA: process_vm_readv/writev) is refused with errno 1 (EPERM) and "
+         "each such transfer goes the slow way: the classic container slowdown (no CAP_SYS_PTRACE, ranks in separate "
+         "namespaces, or kernel.yama.ptrace_scope); run the ranks in one container, or set "
+         "btl_sm_single_copy_mechanism / btl_vader_single_copy_mechanism to none",
+         verdict="bad"),
     _sig("shm-single-copy-unavailable",
          r"failed to open the /dev/knem device|Could not generate an xpmem segment id|"
          r"CMA support is not available due to restrictive ptrace settings",

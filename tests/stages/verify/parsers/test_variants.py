@@ -428,7 +428,11 @@ SIGNATURE_SAMPLES = {
     "ucx-endpoint-failed": "[cn0244:260472] pml_ucx.c:421  Error: ucp_ep_create(proc=47) failed: Input/output error",
     "assertion-failed": "[x1004c6s4b1n0:114645:0:114645]  ucp_worker.c:783  Assertion `progress_count == 0' failed",
     "crash-backtrace": "==== backtrace (tid:3549626) ====",
-    "shm-single-copy-failed": "[v4.radia.run:00192] Read -1, expected 10024, errno = 1",
+    "shm-single-copy-failed": "process_vm_readv delivered 0 instead of 480960, error message Operation not permitted",
+    # issue 38: real lines, their logs under tests/stages/verify/data/real/
+    "shm-single-copy-refused": "[v4.radia.run:00192] Read -1, expected 10024, errno = 1",
+    "nv-bind-failed": "WARNING: nv files may not be bound with --writable",
+    "nv-files-not-bound": "WARNING: Skipping user bind, non existent bind point (file) in container: '/bin/nvidia-smi'",
     "shm-single-copy-unavailable": "WARNING: Open MPI failed to open the /dev/knem device due to a local",
 }
 
