@@ -204,7 +204,7 @@ def model(r: Dict[str, Any]) -> List[str]:
     d = cold - native
     per = {m: [x["init_ratio"] for (n, _, mode), x in sorted(rows.items()) if mode == m and x["init_ratio"]]
            for m in MODES[1:]}
-    span = {m: f"{min(v):.2f}-{max(v):.2f}x" for m, v in per.items() if v}
+    span = {m: f"median {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})" for m, v in per.items() if v}
     return [
         "What it says:", "",
         f"- MPI_Init against native, over every row: a container per rank {span.get('apptainer per rank', '-')}, "
