@@ -41,7 +41,6 @@ import json
 import os
 import posixpath
 import shutil
-import stat
 import subprocess
 import sys
 import tarfile
@@ -165,8 +164,8 @@ def find_programs(slim: Slim, info: img.ImageInfo, names: Iterable[str]) -> List
     out = []
     for name in names:
         for d in image_path_dirs(info) + ["/usr/sbin", "/sbin"]:
-            host = slim.root / d.lstrip("/") / name
-            if host.exists() or host.is_symlink():
+            # links resolved inside the image: Spack's /opt/view is an absolute link into it
+            if slim.real(f"{d}/{name}") is not None:
                 got = slim.add(f"{d}/{name}")
                 if got:
                     out.append(got)
@@ -270,7 +269,7 @@ def launcher_fix(info: img.ImageInfo, root: Path) -> Optional[Tuple[str, str]]:
     if not info.mpirun_stub:
         return None
     prterun = os.path.join(os.path.dirname(info.mpirun_stub), "prterun")
-    if not (root / prterun.lstrip("/")).exists():
+    if runtime.host_path(root, prterun) is None:  # (/opt/view is a link into the image)
         raise UserError(f"the image's mpirun ({info.mpirun_stub}) is Spack's srun stub and it has no prterun beside it")
     script = ("#!/bin/sh\n# dedal GPU kit: Open MPI 5's own launcher in place of Spack's srun stub "
               "(~legacylaunchers); one GPU machine has no Slurm\n"

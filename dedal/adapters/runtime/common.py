@@ -232,6 +232,17 @@ def resolve_in_image(rootdir: Path, cpath: str, depth: int = 0) -> Tuple[str, st
     return cur, ""
 
 
+def host_path(rootdir: Path, cpath: str) -> Optional[Path]:
+    """Where the image's ``cpath`` lies on this host, its symlinks resolved inside the image (an
+    absolute link such as Spack's ``/opt/view -> /opt/._view/HASH`` points into the image, not
+    at the host); None where it is not in the image."""
+    try:
+        existing, missing = resolve_in_image(rootdir, cpath)
+    except UserError:  # a loop of links
+        return None
+    return None if missing else in_root(rootdir, existing)
+
+
 def make_mount_points(rootdir: Path, dests: Sequence[Tuple[str, bool]]) -> List[Path]:
     """In a writable directory root: create missing mount points (dirs, or files for file
     binds); returns what was created, deepest last, for removal afterwards."""

@@ -113,33 +113,16 @@ def _labels_from_dir(root: Path) -> Dict[str, Any]:
 
 def is_launcher_stub(path: Path) -> bool:
     """Spack's ``openmpi schedulers=slurm ~legacylaunchers`` installs ``mpirun``/``mpiexec``
-    as a few-line script that prints "use srun" and exits 2: no launcher at all."""
+    as a few-line script (its ``nolegacylaunchers.sh``) that says it is "installed without the
+    mpiexec/mpirun commands", to use srun, and exits 2: no launcher at all. Told by those
+    words: a script that only names the stub is not it (the GPU kit's launcher in its place,
+    whose comment says "srun stub (~legacylaunchers)", was taken for it)."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(4096)
     except OSError:
         return False
-    return head.startswith(b"#!") and b"legacylaunchers" in head and b"srun" in head
-
-
-def _host_path(root: Path, cpath: str, depth: int = 0) -> Optional[Path]:
-    """Where the image's ``cpath`` lies on this host (symlinks resolved inside the image)."""
-    if depth > 40:
-        return None
-    parts = [x for x in cpath.split("/") if x]
-    cur = ""
-    for i, part in enumerate(parts):
-        nxt = f"{cur}/{part}"
-        host = root / nxt.lstrip("/")
-        if host.is_symlink():
-            target = os.readlink(host)
-            base = target if target.startswith("/") else f"{cur}/{target}"
-            rest = "/".join(parts[i + 1:])
-            return _host_path(root, os.path.normpath(f"{base}/{rest}" if rest else base), depth + 1)
-        if not host.exists():
-            return None
-        cur = nxt
-    return root / cur.lstrip("/")
+    return head.startswith(b"#!") and b"legacylaunchers" in head and b"without the mpiexec/mpirun commands" in head
 
 
 def _sha256(path: Path) -> str:
@@ -252,7 +235,7 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
                 info.programs[parts[1]] = parts[2]
             elif line.startswith("path "):
                 info.image_path_var = line[5:]
-        stub = _host_path(root, info.programs["mpirun"]) if "mpirun" in info.programs else None
+        stub = runtime.host_path(root, info.programs["mpirun"]) if "mpirun" in info.programs else None
         if stub is not None and is_launcher_stub(stub):
             info.mpirun_stub = info.programs.pop("mpirun")
         for name in ("osu_init", "osu_latency", "osu_bw", "osu_allreduce"):
@@ -265,13 +248,13 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
                 for hit in sorted(base.glob(f"*/*/osu-micro-benchmarks-*/{OSU_LIBEXEC}/{sub}/{name}"))[:1]:
                     cands.append("/" + str(hit.relative_to(root)))
             for cand in cands:
-                host = _host_path(root, cand)
+                host = runtime.host_path(root, cand)
                 if host is not None and host.is_file():
                     info.programs[name] = cand
                     break
         for name, cpath in info.programs.items():
             if name.startswith(("dedal_", "osu_")) or name == "all_reduce_perf":
-                host = _host_path(root, cpath)
+                host = runtime.host_path(root, cpath)
                 if host is not None and host.is_file():
                     info.digests[name] = _sha256(host)
                     if name == "dedal_latency":  # built from sources that know -d cuda (its title says so)
@@ -508,7 +491,7 @@ def prepare_native(info: ImageInfo, *, mode: str, wanted: Sequence[str], cache: 
         for name, digest in info.digests.items():
             if name not in wanted:
                 continue
-            host = _host_path(root, info.programs[name])
+            host = runtime.host_path(root, info.programs[name])
             if host is None or not host.is_file() or _sha256(host) != digest:
                 differ.append(name)
         if differ:

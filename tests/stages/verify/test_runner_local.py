@@ -237,7 +237,7 @@ def test_mpirun_stub_of_a_slurm_open_mpi_is_no_launcher(run_dedal, bench_image, 
     failing every run."""
     from tests.fixtures.bench import _unlink_write
 
-    stub = '#!/bin/sh\necho "openmpi ~legacylaunchers schedulers=slurm"\necho "use srun"\nexit 2\n'  # its gist
+    stub = (Path(__file__).parent / "data" / "launchers" / "spack-openmpi-nolegacylaunchers.sh").read_text()  # Spack's own
     tree = tmp_path / "slurm-image"
     subprocess.run(["cp", "-al", str(bench_image.root), str(tree)], check=True)
     mpirun = tree / "usr/bin/mpirun"

@@ -76,8 +76,12 @@ def test_benchmark_selection() -> None:
                                            "osu_latency"]
     assert not any("nccl" in n or "all_reduce" in n for n in notes)  # GPU checks left out are skipped checks
     # a GPU image plans the NCCL all-reduce, and OSU between device buffers where its OSU is built +cuda
+    # (and every OSU run there: OSU built +cuda links libcuda, host buffers or not, and exits 127 without
+    # the driver, as esd-gpu's did on a host without GPU)
     assert [b.name for b in gpu_planned(list(KEYS) + ["osu"], programs, osu_cuda=True)] == [
-        "dedal_nccl_allreduce", "all_reduce_perf", "osu_latency-cuda"]  # no osu_bw in this image
+        "dedal_nccl_allreduce", "osu_latency", "all_reduce_perf", "osu_latency-cuda"]  # no osu_bw in this image
+    chosen, _ = select_benchmarks(list(KEYS) + ["osu"], programs, gpu=False, osu_cuda=True)
+    assert [b.program for b in chosen] == ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce"]
     assert [b.name for b in gpu_planned(list(KEYS) + ["osu"], programs, osu_cuda=False)] == [
         "dedal_nccl_allreduce", "all_reduce_perf"]
     chosen, notes = select_benchmarks(["latency", "osu"], programs, gpu=True, osu_cuda=False)
@@ -452,17 +456,19 @@ def test_nodes_that_are_one_machine_and_more_ranks_than_cpus(tmp_path: Path) -> 
 
 def test_launcher_stub_is_told_from_a_launcher(tmp_path: Path) -> None:
     """What Spack's openmpi recipe installs as mpirun/mpiexec with schedulers=slurm
-    ~legacylaunchers (its nolegacylaunchers.sh: a few echo lines naming the variant and srun,
-    exit 2) against a launcher and a program. The real file: the test below (Spack needed)."""
+    ~legacylaunchers (its nolegacylaunchers.sh, copied from Spack e8f8cf85's
+    var/spack/repos/builtin/packages/openmpi/) against a launcher, a launcher whose comment
+    names the stub (the GPU kit's, taken for the stub before), and a program."""
     from dedal.stages.verify.image import is_launcher_stub
 
-    stub = tmp_path / "stub"
-    stub.write_text('#!/bin/sh\necho "openmpi ~legacylaunchers schedulers=slurm: no mpirun"\n'
-                    'echo "use srun to launch your MPI executables."\nexit 2\n')
-    assert is_launcher_stub(stub)
+    assert is_launcher_stub(Path(__file__).parent / "data" / "launchers" / "spack-openmpi-nolegacylaunchers.sh")
     script = tmp_path / "mpirun"
     script.write_text("#!/bin/sh\nexec prterun \"$@\"\n")
     assert not is_launcher_stub(script)
+    kit = tmp_path / "kit-mpirun"
+    kit.write_text("#!/bin/sh\n# dedal GPU kit: Open MPI 5's own launcher in place of Spack's srun stub "
+                   "(~legacylaunchers)\nexec /opt/view/bin/prterun --personality ompi \"$@\"\n")
+    assert not is_launcher_stub(kit)
     assert not is_launcher_stub(Path("/bin/sh"))          # a program
     assert not is_launcher_stub(tmp_path / "missing")
 
