@@ -193,3 +193,4 @@ def test_the_ranks_of_a_step_share_one_mount_and_a_killed_steps_is_undone(tmp_pa
             subprocess.run(["umount", "-l", path], check=False)
             subprocess.run(["rmdir", path], check=False)
     assert _rank_mounts() == before and _rank_files() <= files  # no mount, directory or lock file left
+

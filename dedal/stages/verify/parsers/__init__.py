@@ -148,7 +148,8 @@ def parse_lines(lines: List[str], kind: Optional[str] = None, *, host: Optional[
                          rows=rules.RULES if rows is None else rows)
     judged_codes = {f.code for f in judged}
     findings = [f for f in findings if f.code not in judged_codes] + judged
-    failure_findings = scan(lines)
+    failure_findings = [_no_gpu_used(f) if f.code == "nv-libraries-missing" and host is not None and not host.gpus
+                        else f for f in scan(lines)]
     findings.extend(failure_findings)
     if kind == "failure":
         result["failures"] = [f.code for f in failure_findings]
@@ -157,6 +158,15 @@ def parse_lines(lines: List[str], kind: Optional[str] = None, *, host: Optional[
     result["findings"] = [f.to_json() for f in findings]
     result["lines"] = len(lines)
     return result
+
+
+def _no_gpu_used(found: Finding) -> Finding:
+    """A GPU driver that cannot be loaded where the run uses no GPU (a GPU image verified on a
+    host without one): the image's CUDA-aware components (Open MPI's accelerator and GPU memory
+    components, UCX's cuda transports) try to load it and go on without: expected, not a fault
+    of the container. Where the run uses GPUs it stays what it is: the driver is missing inside."""
+    return Finding("info", "cuda-driver-absent", "no GPU is used here: the image's CUDA-aware components find no "
+                   "GPU driver to load, as expected, and go on without it", found.evidence, "good")
 
 
 def parse_text(text: Union[str, bytes], kind: Optional[str] = None, **judged: Any) -> Dict[str, Any]:

@@ -2,6 +2,8 @@
 whether it is a failure or a note."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from dedal.stages.verify.parsers import parse_text
 from dedal.stages.verify.parsers import signatures
 from dedal.stages.verify.parsers.signatures import scan
@@ -56,3 +58,21 @@ def test_a_missing_pml_stays_a_failure_and_is_named() -> None:
 def test_a_help_text_without_its_names_stays_a_failure() -> None:
     (f,) = scan(["A requested component was not found, or was unable to be opened.  This"])
     assert f.code == "ompi-component-missing" and f.implied_verdict == "failed"
+
+
+def test_a_gpu_driver_not_loaded_where_no_gpu_is_used_is_expected() -> None:
+    """A real run of the esd-gpu image's dedal_init on a host without NVIDIA driver: Open MPI's
+    CUDA components cannot load libcuda and go on without it. On a host (run) without GPUs that
+    is expected (good); where the run uses GPUs the driver is missing inside (failed); with no
+    host known, as `dedal verify parse` of the log alone, it cannot be told and stays failed."""
+    from dedal.stages.verify.facts import HostFacts
+    from dedal.stages.verify.parsers import parse_file
+
+    log = Path(__file__).parent.parent / "data" / "no_gpu_host" / "esd-gpu-dedal-init.log"
+    none = parse_file(log, host=HostFacts(gpus=0), scope="intra-node")
+    codes = {f["code"]: f for f in none["findings"]}
+    assert none["verdict"] == "good" and codes["cuda-driver-absent"]["severity"] == "info", none["findings"]
+    assert "nv-libraries-missing" not in codes
+    used = parse_file(log, host=HostFacts(gpus=1), scope="intra-node")
+    assert used["verdict"] == "failed" and "nv-libraries-missing" in {f["code"] for f in used["findings"]}
+    assert parse_file(log)["verdict"] == "failed"
