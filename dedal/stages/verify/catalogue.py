@@ -93,6 +93,13 @@ METRICS = {"init": ("init", "ms"), "latency": ("latency", "us"), "bw": ("bandwid
            "allreduce": ("latency", "us"), "nccl": ("busbw", "GB/s")}
 
 
+def needs_driver(bench: Bench, osu_cuda: Optional[bool]) -> bool:
+    """Whether ``bench`` cannot start without the GPU driver: a GPU benchmark, or any of OSU's
+    where the image's OSU is built with CUDA (its programs link libcuda, host buffers or not:
+    on a host without driver they exit 127; with one they need it bound, ``--nv``)."""
+    return bench.gpu or (bench.suite == "osu" and bool(osu_cuda))
+
+
 def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu: bool,
                       osu_cuda: Optional[bool] = None, dedal_cuda: Optional[bool] = None
                       ) -> Tuple[List[Bench], List[str]]:
@@ -112,7 +119,7 @@ def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu
         asked = named or (b.key in keys and (b.suite == "dedal" or with_osu))
         if not asked:
             continue
-        if b.gpu and not gpu:
+        if needs_driver(b, osu_cuda) and not gpu:
             continue
         if b.program not in programs and b.name not in programs:
             if (b.suite == "dedal" or named) and not b.device:
@@ -135,6 +142,7 @@ def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu
 
 def gpu_planned(wanted: Sequence[str], programs: Mapping[str, str], *, osu_cuda: Optional[bool] = None,
                 dedal_cuda: Optional[bool] = None) -> List[Bench]:
-    """The GPU benchmarks a verification of this image plans where the host has a GPU."""
+    """The benchmarks a verification of this image plans only where the host has a GPU (its
+    driver): the GPU benchmarks, and OSU's where the image's OSU is built with CUDA."""
     return [b for b in select_benchmarks(wanted, programs, gpu=True, osu_cuda=osu_cuda, dedal_cuda=dedal_cuda)[0]
-            if b.gpu]
+            if needs_driver(b, osu_cuda)]

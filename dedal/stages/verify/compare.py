@@ -101,14 +101,16 @@ def remeasurable(checks: Sequence[CheckResult], runs: Sequence[Run], plan: Plan)
 
 def skipped_checks(benches: Sequence[Bench], scopes: Sequence[Tuple[str, int]], reason: str) -> List[CheckResult]:
     """One skipped check per benchmark and scope that was planned and could not run here
-    (GPU checks on a host without GPU), each saying ``skipped: <reason>``."""
+    (checks that need a GPU, on a host without one: :func:`~dedal.stages.verify.catalogue.gpu_planned`),
+    each saying ``skipped: <reason>``; GPU checks all (OSU's host-buffer runs too where OSU is
+    built with CUDA: they need the GPU driver to start)."""
     out = []
     for scope, _nodes in scopes:
         for bench in benches:
             if bench.intra_only and scope != "intra-node":
                 continue
             metric, unit = METRICS[bench.key]
-            out.append(skipped_check(f"{bench.name} {scope}", metric, unit, reason, gpu=bench.gpu))
+            out.append(skipped_check(f"{bench.name} {scope}", metric, unit, reason, gpu=True))
     return out
 
 

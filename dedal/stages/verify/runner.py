@@ -69,7 +69,7 @@ from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
 from dedal.stages.verify.apps import run_apps
-from dedal.stages.verify.catalogue import Bench, gpu_planned, select_benchmarks
+from dedal.stages.verify.catalogue import Bench, gpu_planned, needs_driver, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.ui.activity import activity
 from dedal.stages.verify.findings import Finding
@@ -268,7 +268,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     elif backend == "apptainer" and launcher == "srun":
         instance = mounts.enter_context(mpi.node_instances(
             Path(opts.image), scopes[-1][1], log=rawdir / "instances.log", binds=extra_binds,
-            nv=any(b.gpu for b in benches)))
+            nv=any(needs_driver(b, info.osu_cuda) for b in benches)))
         if instance is not None:
             container_root = instance
     runs: List[Run] = []
@@ -303,7 +303,8 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                       log=run.log, after=3, announce=False):
             res = mpi.run_ranks(launcher, root, argv, ranks, nodes=nnodes, env=env, log=run.log,
                                 script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
-                                nv=bench.gpu, note=note, image_mount=image_mount if side == "container" else None)
+                                nv=needs_driver(bench, info.osu_cuda), note=note,
+                                image_mount=image_mount if side == "container" else None)
         run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
         # judged once, against the host's facts and in the run's scope, with the site's rules
         run.parsed = parse_file(run.log, bench.parser, host=pf.host, scope=scope, rows=rows)
