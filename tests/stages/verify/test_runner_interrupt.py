@@ -44,6 +44,24 @@ def _processes(marker: str) -> List[Tuple[int, List[str]]]:
     return found
 
 
+def _marked() -> List[Tuple[int, List[str]]]:
+    """(pid, argv) of every process a rank script marked (DEDAL_STEPD in its environment): the
+    rank script execs the runtime, so after a few milliseconds no rank has the script's folder
+    on its command line; the mark stays with the runtime and what it starts outside the container."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        except OSError:
+            continue
+        if b"\0DEDAL_STEPD=" in b"\0" + environ and argv:
+            found.append((int(entry.name), argv))
+    return found
+
+
 def _mounts_of(image: Path) -> List[str]:
     """Mount points of ``image`` (a kernel squashfs on a loop device, or squashfuse), as
     dedal mounts an image for the container runs; others' mounts are not counted."""
@@ -79,6 +97,7 @@ def test_sigterm_stops_srun_its_ranks_and_its_job(slurm_cluster, bench_image, na
     marker = str(out / "raw" / ".launch")  # the rank script's folder: on srun's and every rank's command line
     env = dict(isolated_env, **slurm_cluster.facts, DEDAL_CACHE_DIR=str(native_cache))  # SLURM_CONF...
     assert not _queue(env), "the test cluster is busy before the test"
+    assert not _marked(), f"rank processes run before the test: {_marked()}"
     # latency up to 64 MiB: each step runs for seconds, long enough to be caught running
     dedal = subprocess.Popen([dedal_exe(), "verify", str(bench_image.sif), "--launcher", "srun", "-b", "latency",
                               "-r", "3", "--max-size", "64M", "--timeout", "600", "-o", str(out), *WIDE],
@@ -88,7 +107,7 @@ def test_sigterm_stops_srun_its_ranks_and_its_job(slurm_cluster, bench_image, na
     try:
         deadline = time.monotonic() + RANK_WAIT_S
         while True:
-            ranks = [(pid, argv) for pid, argv in _processes(marker) if argv[:1] == ["/bin/sh"]]
+            ranks = _marked()
             if ranks:
                 break
             assert dedal.poll() is None, f"dedal ended before a rank ran: {dedal.communicate()}"
@@ -102,11 +121,11 @@ def test_sigterm_stops_srun_its_ranks_and_its_job(slurm_cluster, bench_image, na
         dedal.send_signal(signal.SIGTERM)
         stdout, stderr = dedal.communicate(timeout=EXIT_WAIT_S)
 
-        left = _processes(marker)
+        left = _processes(marker) + _marked()
         gone = time.monotonic() + QUEUE_WAIT_S
         while (left or _queue(env)) and time.monotonic() < gone:
             time.sleep(0.5)
-            left = _processes(marker)
+            left = _processes(marker) + _marked()
         queue = _queue(env)
         assert not left, f"srun or ranks outlived dedal: {[(pid, ' '.join(argv[:2])) for pid, argv in left]}"
         assert not queue, f"the Slurm job outlived dedal: {queue}"
@@ -120,7 +139,7 @@ def test_sigterm_stops_srun_its_ranks_and_its_job(slurm_cluster, bench_image, na
         if dedal.poll() is None:
             dedal.kill()
             dedal.communicate()
-        for pid, _ in _processes(marker):
+        for pid, _ in _processes(marker) + _marked():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
