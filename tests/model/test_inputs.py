@@ -44,6 +44,23 @@ def test_yaml_defects(text: str, expect: str) -> None:
     assert expect in _one_line(err, "f.yaml: ")
 
 
+def test_yaml_flow_depth_is_refused_before_pyyaml_reads_it(monkeypatch) -> None:
+    """PyYAML's scanner is quadratic in the flow depth: a deep file is refused by counting its
+    brackets, and PyYAML never sees it; brackets in quotes and comments do not count."""
+    import yaml
+
+    def never(*_a, **_k):
+        raise AssertionError("PyYAML read a file that was deep enough to refuse first")
+
+    for deep in ("a: " + "{b: " * 1500 + "1" + "}" * 1500, "[" * 100_000 + "]" * 100_000):
+        monkeypatch.setattr(yaml, "safe_load", never)
+        with pytest.raises(UserError, match=f"nested deeper than {MAX_DEPTH} levels"):
+            parse_yaml(deep, "f.yaml")
+    monkeypatch.undo()
+    quoted = "a: \"" + "[" * 100 + "\"\nb: '" + "{" * 100 + "'\n# " + "[" * 100 + "\nc: [1, [2]]\n"
+    assert parse_yaml(quoted, "f.yaml") == {"a": "[" * 100, "b": "{" * 100, "c": [1, [2]]}
+
+
 @pytest.mark.parametrize("text,expect", [
     # line and column 1-based (PyYAML's marks are 0-based), then PyYAML's problem and its context
     ("spack:\n  specs: [zlib\n", ":3:1: not valid YAML: expected ',' or ']', but got '<stream end>' "
