@@ -1,14 +1,19 @@
-"""recipes/repo's application benchmarks of the EBRAINS/EUHPC container paper, the parts
-that run without Spack: dedal.neuron-ringtest (NEURON's ringtest). What the recipe does is
-held against the pinned tree (the archive recipes/gitsrc/archive.py put into this machine's
-mirror; skipped where it has not run): its launcher runs the files the tree has, and the
-reference spikes are what its docstring says. The recipes' constants are read from their
-text (a recipe imports spack, which is not here)."""
+"""recipes/repo's two application benchmarks of the EBRAINS/EUHPC container paper, the
+parts that run without Spack: dedal.neuron-ringtest (NEURON's ringtest) and
+dedal.arbor-busyring (the paper's Arbor ring). What each recipe does is held against the
+pinned tree (the archive recipes/gitsrc/archive.py put into this machine's mirror; skipped
+where it has not run): every source edit finds its text exactly once, the launcher runs the
+files the tree has, busyring-input writes what the tree's gen-inputs.py writes, and the
+reference spikes are what the ringtest recipe says. The recipes' constants are read from
+their text (a recipe imports spack, which is not here)."""
 from __future__ import annotations
 
 import ast
+import json
 import os
+import re
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Dict
@@ -50,6 +55,70 @@ def pinned_tree(package: str) -> Dict[str, bytes]:
             if member.isfile():
                 files[member.name[len(entry.prefix):]] = tar.extractfile(member).read()
     return files
+
+
+# ----------------------------------------------------------------------------- arbor-busyring
+
+def test_busyring_edits_each_find_their_text_once():
+    tree = pinned_tree("arbor-busyring")
+    c = constants("arbor-busyring")
+    edits = c["CMAKE_EDITS"] + c["ARBOR_09_EDITS"]
+    assert {name for name, _, _ in edits} == {"CMakeLists.txt", "ring.cpp"}
+    for name, old, new in edits:
+        assert tree[name].decode().count(old) == 1, (name, old)
+    # the submodule the upstream CMakeLists adds is not in the archive: the edits take it out
+    assert not any(path.startswith("ext/json/") for path in tree)
+    cmake = tree["CMakeLists.txt"].decode()
+    for _, old, new in c["CMAKE_EDITS"]:
+        cmake = cmake.replace(old, new.format(arbor="0.9.0"))
+    assert "ext/json" not in cmake and "find_package(arbor 0.9.0 CONFIG REQUIRED)" in cmake
+    assert "find_package(nlohmann_json CONFIG REQUIRED)" in cmake and "add_executable(busyring ring.cpp)" in cmake
+    assert "install(TARGETS busyring" in c["CMAKE_INSTALL"] and "install(" not in tree["CMakeLists.txt"].decode()
+    # after the 0.9 edits no Arbor 0.10 name is left
+    ring = tree["ring.cpp"].decode()
+    for _, old, new in c["ARBOR_09_EDITS"]:
+        ring = ring.replace(old, new)
+    assert "arb::units" not in ring and "_from_milliseconds" not in ring and '"Um"' not in ring
+
+
+def test_busyring_units_are_arbor_09s_bare_units():
+    """ring.cpp's quantities are all in units whose factor is 1 in Arbor 0.9's bare numbers:
+    the shim defines exactly the unit names ring.cpp uses, each as 1."""
+    ring = pinned_tree("arbor-busyring")["ring.cpp"].decode()
+    used = set(re.findall(r"\bU::(\w+)", ring))
+    assert used == {"ms", "mV", "Ohm", "cm", "F", "m2"}
+    [shim] = [new for _, old, new in constants("arbor-busyring")["ARBOR_09_EDITS"] if "arb::units" in old]
+    assert set(re.findall(r"(\w+) = 1\b", shim)) == used
+
+
+def run_input_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "busyring-input"
+    script.write_text(constants("arbor-busyring")["INPUT_SCRIPT"])
+    script.chmod(0o755)
+    return subprocess.run([str(script), *args], text=True, capture_output=True, timeout=30)
+
+
+def test_busyring_input_writes_what_gen_inputs_writes(tmp_path):
+    tree = pinned_tree("arbor-busyring")
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "gen-inputs.py").write_bytes(tree["gen-inputs.py"])
+    subprocess.run([sys.executable, "gen-inputs.py"], cwd=gen, check=True, timeout=60)
+    written = sorted(gen.glob("input-*.json"))
+    assert len(written) == 7  # 1 .. 64 nodes
+    for path in written:
+        theirs = json.loads(path.read_text())
+        res = run_input_script(tmp_path, str(theirs["num-cells"]), str(theirs["duration"]), theirs["name"])
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == theirs, path.name
+    res = run_input_script(tmp_path, "128000")
+    assert json.loads(res.stdout)["num-cells"] == 128000 and json.loads(res.stdout)["duration"] == 200
+
+
+@pytest.mark.parametrize("args", [[], ["many"], ["12", "5."], ["12", ".5"], ["12", "1.2.3"], ["12", "200", 'a"b']])
+def test_busyring_input_refuses_what_is_no_json(tmp_path, args):
+    res = run_input_script(tmp_path, *args)
+    assert res.returncode == 2 and res.stdout == "" and res.stderr.startswith("usage: busyring-input CELLS")
 
 
 # ----------------------------------------------------------------------------- neuron-ringtest
