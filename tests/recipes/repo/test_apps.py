@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
+import yaml
 
 from dedal.model import git_sources as gs
 from dedal.model.config import load_settings
@@ -165,3 +166,15 @@ def test_ringtest_launcher_runs_special_with_the_tree_on_the_paths(tmp_path):
                          text=True, capture_output=True, timeout=30)
     assert res.stdout.splitlines()[:2] == [f"{share}:/x", f"{share}:/y"]
 
+
+# ----------------------------------------------------------------------------- esd-neuro
+
+def test_esd_neuro_has_both_at_the_manifests_versions():
+    """Both are specs of esd-neuro, pinned to the version of their archive."""
+    spack = yaml.safe_load((ROOT / "spack-envs" / "esd-neuro" / "env.yaml").read_text())["spack"]
+    names = [spec.split()[0].split("@")[0] for spec in spack["specs"]]
+    manifest = gs.read(MANIFEST)
+    for package in ("neuron-ringtest", "arbor-busyring"):
+        assert package in names
+        entry = manifest.find(package)
+        assert spack["packages"][package]["require"] == f"@{entry.version}"
