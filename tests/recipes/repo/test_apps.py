@@ -74,6 +74,7 @@ def test_busyring_edits_each_find_their_text_once():
         cmake = cmake.replace(old, new.format(arbor="0.9.0"))
     assert "ext/json" not in cmake and "find_package(arbor 0.9.0 CONFIG REQUIRED)" in cmake
     assert "find_package(nlohmann_json CONFIG REQUIRED)" in cmake and "add_executable(busyring ring.cpp)" in cmake
+    assert "find_package(pugixml CONFIG REQUIRED)" in cmake  # arbor::arborio's link interface names it
     assert "install(TARGETS busyring" in c["CMAKE_INSTALL"] and "install(" not in tree["CMakeLists.txt"].decode()
     # after the 0.9 edits no Arbor 0.10 name is left
     ring = tree["ring.cpp"].decode()

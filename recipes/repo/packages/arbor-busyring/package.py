@@ -28,9 +28,11 @@ class ArborBusyring(CMakePackage):
     stops):
     - CMakeLists.txt adds the submodule ext/json, which no archive of the commit holds:
       nlohmann-json comes from Spack (find_package(nlohmann_json), as the repository's
-      first commit did; Arbor itself needs the same 3.11.2). The Arbor version it asks
-      for is the one it is built against, and busyring is installed to bin/ (upstream
-      has no install rule).
+      first commit did; Arbor itself needs the same 3.11.2). Arbor's exported arborio
+      target names pugixml::pugixml and nlohmann_json::nlohmann_json without finding them
+      (its config finds only Threads and MPI): both are found here. The Arbor version
+      it asks for is the one it is built against, and busyring is installed to bin/
+      (upstream has no install rule).
     - ring.cpp is written for Arbor 0.10 (typed units, arb::units, LLNL units). Against
       Arbor 0.9 (esd-neuro's) three lines change: `namespace U = arb::units` becomes
       plain factors of 1 (every quantity in ring.cpp is given in the unit Arbor 0.9 takes
@@ -60,12 +62,14 @@ class ArborBusyring(CMakePackage):
     depends_on("arbor@0.9:+mpi")
     depends_on("mpi")
     depends_on("nlohmann-json@3.11.2:", type="build")  # header-only
+    depends_on("pugixml")  # arbor::arborio links pugixml::pugixml (Spack's Arbor takes no bundled one)
 
     # (file, text in the tree, text it becomes; {arbor}: the Arbor version built against)
     CMAKE_EDITS = [
         ("CMakeLists.txt", "find_package(arbor 0.10.0 CONFIG REQUIRED)", "find_package(arbor {arbor} CONFIG REQUIRED)"),
         ("CMakeLists.txt", 'set(JSON_Install OFF CACHE INTERNAL "")\n', ""),
-        ("CMakeLists.txt", "add_subdirectory(ext/json)\n", "find_package(nlohmann_json CONFIG REQUIRED)\n"),
+        ("CMakeLists.txt", "add_subdirectory(ext/json)\n",
+         "find_package(nlohmann_json CONFIG REQUIRED)\nfind_package(pugixml CONFIG REQUIRED)\n"),
     ]
     CMAKE_INSTALL = "\ninstall(TARGETS busyring RUNTIME DESTINATION bin)  # dedal\n"
     # builds against Arbor 0.9 (ring.cpp is written for 0.10's typed units)
