@@ -63,7 +63,7 @@ exec "$share/x86_64/special" -mpi -python "$share/ringtest.py" "$@"
 
     def install(self, spec, prefix):
         share = self.share
-        install_tree(".", share, ignore=lambda path: path.startswith(".github"))
+        install_tree(self.stage.source_path, share, ignore=lambda path: path.startswith(".github"))
         mechs = join_path(share, "x86_64")
         nrnivmodl = Executable(join_path(spec["neuron"].prefix.bin, "nrnivmodl"))
         with working_dir(share):
