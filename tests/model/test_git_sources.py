@@ -37,7 +37,7 @@ def write(tmp_path: Path, data) -> Path:
 def test_the_committed_manifest_reads_and_every_entry_is_recorded():
     m = gs.read(ROOT / "recipes" / "repo" / gs.MANIFEST)
     assert m.namespace == "dedal"
-    assert {s.package for s in m.sources} == {"osu-micro-benchmarks", "nccl-tests"}
+    assert {s.package for s in m.sources} == {"osu-micro-benchmarks", "nccl-tests", "neuron-ringtest", "arbor-busyring"}
     for s in m.sources:
         assert len(s.sha256) == 64 and s.size > 0, s.spec  # recorded by recipes/gitsrc/archive.py --record
         assert s.repository.startswith("https://github.com/") and s.url.startswith(s.repository + "/archive/")

@@ -1,7 +1,8 @@
 """The ESD environments built for real, end to end, as a maintainer's first
 `dedal build-image spack-envs/esd-cpu/env.yaml` does it: a real Spack, offline after fetch
-(every source from Debian's archive through recipes/debsrc, OSU's and nccl-tests' from the
-mirror recipes/gitsrc/archive.py filled on this machine: skipped where it has not), the build spread over the
+(every source from Debian's archive through recipes/debsrc, OSU's, nccl-tests', ringtest's and
+busyring's from the mirror recipes/gitsrc/archive.py filled on this machine: skipped where
+it has not), the build spread over the
 namespaced three-node test cluster, the image verified with `srun --mpi=pmix` across two
 of its nodes.
 
@@ -158,11 +159,13 @@ def test_esd_neuro_build_image_runs_arbor_and_neuron_over_mpi(run_dedal, real_sp
     """esd-neuro as its maintainer builds it: Python 3.11, NumPy, Arbor and NEURON on the MPI
     stack of esd-cpu, built here (local executor), verified across two nodes of the cluster,
     with the environment's application checks: Arbor's MPI ring and NEURON's ParallelContext
-    on 2 ranks over 2 nodes, in the image."""
+    on 2 ranks over 2 nodes, in the image; then the paper's two application benchmarks, small,
+    on one rank in the image: NEURON's ringtest with its reference spikes, the Arbor busyring
+    on the paper's model."""
     if os.geteuid() != 0:
         pytest.skip("needs root (base image through bubblewrap, the test cluster)")
     data = tmp_path / "data"
-    git_sources_mirror(data / "mirror", ["osu-micro-benchmarks"])
+    git_sources_mirror(data / "mirror", ["osu-micro-benchmarks", "neuron-ringtest", "arbor-busyring"])
     env = dict(netns_cluster.env, DEDAL_DATA_DIR=str(data), DEDAL_SPACK_ROOT=str(real_spack),
                DEDAL_CACHE_DIR=os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
                DEDAL_VERIFY_GATE="off")
@@ -175,3 +178,17 @@ def test_esd_neuro_build_image_runs_arbor_and_neuron_over_mpi(run_dedal, real_sp
     assert {n: c["verdict"] for n, c in apps.items()} == {"app arbor-ring": "good", "app neuron-mpi": "good"}, apps
     ring = (Path(summary["report"]).parent / "raw" / "apps" / "arbor-ring.log").read_text()
     assert "arbor ring: ranks=2 cells=10 cells_spiked=10" in ring and "srun --mpi=pmix -N 2 -n 2" in ring
+
+    # the paper's application benchmarks (recipes/repo, archived git sources), on one rank (an
+    # MPI singleton): ringtest's defaults give its reference spikes; busyring runs the paper's
+    # model on 64 cells for 20 ms
+    apps = run_dedal("exec", summary["image"], "--", "sh", "-c",
+                     'cd "$(mktemp -d)" && ringtest -tstop 100 && sort -k1,1g -k2,2n spk1.std > spk1.sorted && '
+                     "cmp spk1.sorted /opt/view/share/neuron-ringtest/reference_data/spk1.100ms.std.ref && "
+                     "echo ringtest-spikes-match && busyring-input 64 20 > in.json && busyring in.json",
+                     env=env, timeout=1800)
+    assert apps.returncode == 0, apps.stdout[-3000:] + apps.stderr[-3000:]
+    assert "runtime=" in apps.stdout and "ringtest-spikes-match" in apps.stdout
+    assert "cell stats: 64 cells;" in apps.stdout and " spikes generated at a rate of " in apps.stdout
+    assert "model-run" in apps.stdout  # Arbor's meter report
+    _check_source_origins(sbom_of(summary["image"]), ["osu-micro-benchmarks", "neuron-ringtest", "arbor-busyring"])

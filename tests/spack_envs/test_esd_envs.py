@@ -149,6 +149,13 @@ def test_esd_neuro_concretizes_on_trixie(concretize):
     assert python.version == "3.11.2" and python.namespace == "debsrc" and not python.external
     numpy = one(lock, "py-numpy")
     assert deps(lock, numpy)["python"] is python and deps(lock, numpy)["openblas"] is one(lock, "openblas")
+    # the paper's application benchmarks (recipes/repo, archived git sources) on this NEURON and Arbor
+    ringtest = one(lock, "neuron-ringtest")
+    assert ringtest.namespace == "dedal" and ringtest.version == "2025.07.21-78b996a"
+    assert deps(lock, ringtest)["neuron"] is neuron and deps(lock, ringtest)["openmpi"] is ompi
+    busyring = one(lock, "arbor-busyring")
+    assert busyring.namespace == "dedal" and busyring.version == "2024.09.19-0adb4ae" and params(busyring)["ipo"]
+    assert deps(lock, busyring)["arbor"] is one(lock, "arbor") and deps(lock, busyring)["openmpi"] is ompi
     check_neuro_sources(lock)
 
 
@@ -163,13 +170,14 @@ def reachable(url: str) -> bool:
 def test_esd_neuro_fetch_fills_the_mirror_with_every_source(run_dedal, real_spack, tmp_path, git_sources_mirror):
     """`dedal fetch` (not --lock-only): Spack downloads what Debian's archive serves, dedal
     takes the PyPI sources from PyPI's simple index by sha256; nothing is missing. OSU's
-    source is recipes/gitsrc/archive.py's, from this machine's mirror (GitHub is not asked)."""
+    source, ringtest's and busyring's are recipes/gitsrc/archive.py's, from this machine's
+    mirror (GitHub is not asked)."""
     if os.geteuid() != 0:
         pytest.skip("needs root (the base image's root filesystem through bubblewrap)")
     for url in ("http://deb.debian.org/debian/", pypi.DEFAULT_INDEX + "/pip/"):
         if not reachable(url):
             pytest.skip(f"{url} is not reachable: this test downloads the sources")
-    git_sources_mirror(tmp_path / "data" / "mirror", ["osu-micro-benchmarks"])
+    git_sources_mirror(tmp_path / "data" / "mirror", ["osu-micro-benchmarks", "neuron-ringtest", "arbor-busyring"])
     env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(real_spack),
            "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
     res = run_dedal("fetch", str(ENVS / "esd-neuro" / "env.yaml"), "--json", env=env, timeout=3600)

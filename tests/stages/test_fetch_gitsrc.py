@@ -13,7 +13,8 @@ REPO = ROOT / "recipes" / "repo"
 
 
 def listing() -> List[dict]:
-    """What dedal/data/list_sources.py says of esd-gpu's two archived sources and one other."""
+    """What dedal/data/list_sources.py says of the archived sources (esd-gpu's two, esd-neuro's
+    ringtest and busyring) and one other."""
     manifest = git_sources.in_repo(REPO)
     entries = [{"name": s.package, "version": s.version, "hash": "h" + s.package[:6], "has_code": True,
                 "sources": [{"fetcher": "URLFetchStrategy", "url": s.url, "digest": s.sha256, "commit": None,
@@ -29,13 +30,16 @@ def listing() -> List[dict]:
 
 def test_a_missing_archived_source_names_its_origin_and_the_script(tmp_path):
     missing, total = _missing(listing(), tmp_path / "mirror")
-    assert total == 3 and len(missing) == 3
+    assert total == 5 and len(missing) == 5
     _git_hints(missing, git_sources.archived_by_sha256([REPO, ROOT / "spack-envs" / "debian-trixie-externals.yaml"]))
     lines = {m.package.split("@")[0]: m.line() for m in missing}
     assert lines["osu-micro-benchmarks"].endswith(
         "(archived from https://github.com/sherrywong1220/osu-micro-benchmarks-7.4 at bed60f564c29: "
         "recipes/gitsrc/archive.py of dedal's checkout puts it into the mirror)")
     assert "archived from https://github.com/NVIDIA/nccl-tests at 0b4c4cb99fb1" in lines["nccl-tests"]
+    assert "archived from https://github.com/neuronsimulator/ringtest at 78b996a7a9f2" in lines["neuron-ringtest"]
+    assert ("archived from https://github.com/thorstenhater/euhpc-arbor-benchmark at 0adb4ae9ff03"
+            in lines["arbor-busyring"])
     assert lines["zlib"] == f"zlib@1.3.1 source http://deb.debian.org/z.tar.gz -> _source-cache/archive/ab/{'ab' * 32}.tar.gz"
 
 

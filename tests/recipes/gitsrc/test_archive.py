@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 import git
 import pytest
+import yaml
 
 from dedal.model import git_sources as gs
 from dedal.model.config import load_settings
@@ -153,6 +154,24 @@ def test_the_recipe_pins_the_recorded_archive(entry):
     assert entry.version in pinned, f"recipes/repo/packages/{entry.package} has no version {entry.version}"
     assert pinned[entry.version]["sha256"] == entry.sha256
     assert pinned[entry.version]["url"] in (None, entry.url)  # None: the builtin's URL, GitHub's tag archive
+
+
+def test_the_environments_require_the_recorded_versions():
+    """An environment that pins one of these packages pins a version the manifest records
+    (a version without an archive would send `dedal fetch` to GitHub)."""
+    recorded = {}
+    for s in entries():
+        recorded.setdefault(s.package, set()).add(s.version)
+    pinned = {}
+    for env_file in sorted((ROOT / "spack-envs").glob("*/env.yaml")):
+        packages = yaml.safe_load(env_file.read_text())["spack"].get("packages", {})
+        for package in recorded:
+            require = packages.get(package, {}).get("require")
+            if require is not None:
+                pinned[(env_file.parent.name, package)] = require
+                assert require.lstrip("@=") in recorded[package], (env_file, package, require)
+    assert pinned[("esd-neuro", "neuron-ringtest")] and pinned[("esd-neuro", "arbor-busyring")]
+    assert pinned[("esd-cpu", "osu-micro-benchmarks")]
 
 
 @pytest.mark.parametrize("entry", entries(), ids=lambda e: e.spec)
