@@ -465,11 +465,16 @@ exit 0
 """
 
 
-def reap_left_behind(log: Path, slurm_env: Mapping[str, str], timeout: float = 60) -> None:
+def reap_left_behind(log: Path, slurm_env: Mapping[str, str], timeout: float = 180) -> None:
     """After a step that failed, timed out or was cancelled: one task on each node its ranks
     ran on (the Slurm node names and the step of the rank script's ``#@ dedal-rank:`` lines in
     ``log``) kills the processes of that step still there (:data:`REAP_SCRIPT`); what it reaped
-    is appended to ``log``. Best effort: a node that cannot be reached is left as it is."""
+    is appended to ``log``. Best effort: a node that cannot be reached is left as it is.
+
+    The reaping job waits for its nodes: processes that outlived the cancelled step keep that
+    job COMPLETING until Slurm gives up on them (``UnkillableStepTimeout``, 60 s by default,
+    after ``KillWait``), and only then is the node free. A 60 s limit lost that race about
+    every other time on the test cluster and left the processes running."""
     ranks = re.findall(r"^#@ dedal-rank: .* node=(\S+) step=(\S+)$", _read(log), re.M)
     hosts = sorted({node for node, _ in ranks})
     if not hosts:
