@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,13 +229,15 @@ def summary_text(app: AppCheck, check: CheckResult, runs: Sequence[AppRun]) -> s
 
 def measurement(app: AppCheck, runs: Sequence[AppRun]) -> Dict[str, Any]:
     """The check's entry in verify.json's ``measurements``: the values of the measured correct
-    runs per side (one "size", 0, as MPI init's) and every run with its log and correctness."""
+    runs per side (one "size", 0, as MPI init's), container / native of their medians, and
+    every run with its log and correctness."""
     assert app.metric is not None
     vals = {side: [r.value for r in runs if r.side == side and r.rep > 0 and r.ok and r.value is not None]
             for side in SIDES}
+    nat, con = (statistics.median(vals[s]) if vals[s] else None for s in SIDES)
     return {"unit": app.metric.unit, "metric": METRIC, "better": app.metric.better,
             "overhead_pct": app.metric.overhead_pct, "native": {0: vals["native"]}, "container": {0: vals["container"]},
-            "runs": [r.to_json() for r in runs]}
+            "ratio": round(con / nat, 6) if nat and con is not None else None, "runs": [r.to_json() for r in runs]}
 
 
 def remeasurable(check: CheckResult, runs: Sequence[AppRun]) -> bool:
@@ -345,9 +348,9 @@ def run_benchmarks(apps: Sequence[AppCheck], sides: Mapping[str, Side], *, launc
                          "side")
             series(count + 1, 2 * count, False)
             check = judge_benchmark(app, runs, noise_sigmas=noise_sigmas)
-            check.findings.append(F.info("remeasured", f"{name}: over its threshold after {count} repetitions on timing "
-                                         f"alone (every run correct); {count} more were run, and the check rests on "
-                                         f"all {2 * count}"))
+            check.findings.append(F.info("remeasured", f"{name}: over its threshold after {count} repetitions on "
+                                         f"timing alone (every run correct); {count} more were run, and the check "
+                                         f"rests on all {2 * count}"))
             remeasured.append(name)
         if left_out:
             check.findings.append(F.warning("runs-skipped", f"{name}: {len(left_out)} run(s) not run after a failed "

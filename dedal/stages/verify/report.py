@@ -424,6 +424,9 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
               f"- bandwidth loss (from {th.bandwidth_min_size} B) and large-message latency growth: {th.bandwidth_pct:g} %",
               f"- NCCL bus bandwidth loss (from {th.busbw_min_size} B): {th.busbw_pct:g} %",
               f"- MPI init overhead: {th.init_overhead_pct:g} %",
+              *(["- application benchmarks: container / native of the medians within each application's own "
+                 "overhead_pct (its section says which)"] if any(c.metric == "app" and c.sizes for c in report.checks)
+                else []),
               f"- statistics: median of the repetitions; min..max shown; an exceeded threshold is noise (warning) "
               f"only when the ranges overlap and the excess is within {th.noise_sigmas:g} deviations of the "
               f"repetitions (interquartile range / 1.349 of each side); otherwise it fails the check", ""]

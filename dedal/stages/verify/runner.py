@@ -401,8 +401,9 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     meta["remeasured"] = remeasured + bench_again  # an application benchmark's own note is in its check
     if app_benches:
         meta["app_benchmarks"] = "; ".join(
-            f"{a.name} ({a.ranks} rank(s) on {a.nodes} node(s), {a.metric.repetitions or opts.repetitions} "  # type: ignore[union-attr]
-            f"repetition(s) per side)" for a in app_benches) + (
+            f"{a.name} ({a.ranks} rank(s) on {a.nodes} node(s), "
+            f"{(a.metric.repetitions if a.metric else None) or opts.repetitions} repetition(s) per side)"
+            for a in app_benches) + (
             ": native and container interleaved after one warm-up per side, each run in its own working directory; "
             "raw/apps/<name>/<side>-<repetition>.log")
     report = VerifyReport(image=info.name, checks=checks, findings=findings, logs=logs, measurements=measurements,

@@ -80,7 +80,8 @@ def test_table_and_plot(sc, tmp_path: Path) -> None:
     results["rows"][1]["problems"] = ["app-overhead"]
     md = sc.markdown(results)
     assert "| 1 | 4 | 10 [9.8..10.2] | 10.5 [10.4..10.6] | 1.05 | 10 | 1 | 1.05 | 1 | 0.952 | good |" in md
-    assert "| 2 | 8 | 5.2 [5.1..5.3] | 5.5 [5.4..5.6] | 1.06 | 5 | 0.52 | 0.55 | 0.962 | 0.909 | bad (app-overhead) |" in md
+    assert ("| 2 | 8 | 5.2 [5.1..5.3] | 5.5 [5.4..5.6] | 1.06 | 5 | 0.52 | 0.55 | 0.962 | 0.909 | "
+            "bad (app-overhead) |") in md
     png = sc.plot_png(results)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     weak = dict(results, mode="weak")

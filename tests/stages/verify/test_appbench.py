@@ -82,7 +82,8 @@ def test_what_makes_a_run_wrong() -> None:
     # the command line in the log's header is no output: a metric named there is not found
     header = AppCheck(name="x", command=["arbor-ring", "ring.json"],
                       metric=AppMetric(match=r"(?P<value>\d+) --ntasks", unit="s"))
-    assert _judged(header, "arbor-ring-native.log").problems == ["its output lacks the metric /(?P<value>\\d+) --ntasks/"]
+    assert _judged(header, "arbor-ring-native.log").problems == [
+        "its output lacks the metric /(?P<value>\\d+) --ntasks/"]
 
 
 def _series(app: AppCheck, native: Sequence[float], container: Sequence[float], *,
@@ -111,6 +112,7 @@ def test_ratio_within_the_threshold_is_good() -> None:
                             "/^(?P<value>\\d+) spikes generated/ found, expect's value 38 on both sides)")
     m = measurement(ARBOR, runs)
     assert m["native"] == {0: [6.87, 6.91, 6.85]} and m["container"] == {0: [7.03, 7.06, 7.01]}
+    assert m["ratio"] == round(7.03 / 6.87, 6) and m["better"] == "lower" and m["overhead_pct"] == 10.0
     assert [(r["side"], r["repetition"], r["log"]) for r in m["runs"][:3]] == [
         ("native", 0, "raw/apps/x/native-warmup.log"), ("container", 0, "raw/apps/x/container-warmup.log"),
         ("native", 1, "raw/apps/x/native-01.log")]
@@ -126,7 +128,8 @@ def test_a_container_slower_beyond_the_threshold_and_its_spread_is_bad() -> None
     assert "(+15.43 %); limit 10 %" in err.message
     assert remeasurable(check, runs)  # every run correct: bad on timing alone
     # a higher-is-better metric (a rate): the container losing 15 % is as bad, gaining is fine
-    rate = AppCheck(name="rate", command=["x"], metric=AppMetric(match="(?P<value>.+)", unit="cells/s", better="higher"))
+    rate = AppCheck(name="rate", command=["x"],
+                    metric=AppMetric(match="(?P<value>.+)", unit="cells/s", better="higher"))
     assert judge_benchmark(rate, _series(rate, [100, 101, 99], [85, 86, 84])).verdict == "bad"
     assert judge_benchmark(rate, _series(rate, [100, 101, 99], [115, 116, 114])).verdict == "good"
     # and a threshold of its own
@@ -191,3 +194,4 @@ def test_report_shows_the_ratio_and_every_run() -> None:
                               "at most 1.100)\n")
     assert "| native 1 | raw/apps/x/native-01.log | - | 1.0 | **no**: its output lacks /x/ |" in section
     assert "| container 3 | raw/apps/x/container-03.log | 7.01 | 1.0 | yes |" in section
+    assert "- application benchmarks: container / native of the medians within each application's own" in md

@@ -302,6 +302,7 @@ def test_app_benchmark_native_and_container(run_dedal, bench_image, native_cache
     assert size["native"]["n"] == size["container"]["n"] == 2 and size["state"] == "ok"
     m = data["measurements"]["app lat"]
     assert len(m["native"]["0"]) == len(m["container"]["0"]) == 2 and m["better"] == "lower"
+    assert m["ratio"] == pytest.approx(size["container"]["median"] / size["native"]["median"], rel=1e-5)
     names = ["native-warmup", "container-warmup", "native-01", "container-01", "container-02", "native-02"]
     assert [f"{r['side']}-{'warmup' if r['repetition'] == 0 else '%02d' % r['repetition']}" for r in m["runs"]] == names
     for name in names:
