@@ -43,6 +43,7 @@ import io
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -78,6 +79,13 @@ def app_at(app: AppCheck, nodes: int, ranks_per_node: int, *, command: Optional[
             raise SystemExit("--reference-output and --reference-expected go together where the app has no reference")
     return dataclasses.replace(app, nodes=nodes, ranks=nodes * ranks_per_node, reference=reference,
                                command=["/bin/sh", "-c", command.format(**fill)] if command else list(app.command))
+
+
+def shown_command(command: Sequence[str]) -> str:
+    """The command as the env file gave it: a shell line as it is, an argument list quoted."""
+    if len(command) == 3 and list(command[:2]) == ["/bin/sh", "-c"]:
+        return command[2]
+    return shlex.join(command)
 
 
 # ---------------------------------------------------------------------------- results
@@ -169,6 +177,7 @@ def plot_png(results: Dict[str, Any]) -> bytes:
     weak scaling's values normalised to the base (ideal 1); a rate's normalised value either way."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FormatStrFormatter
 
     rows = [r for r in results["rows"] if r["native"] or r["container"]]
     fig = Figure(figsize=(7.5, 7.0), dpi=100)
@@ -200,11 +209,14 @@ def plot_png(results: Dict[str, Any]) -> bytes:
     ax.set_xscale("log", base=2)
     if mode == "strong":
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
     ax.set_ylabel(f"{results['app']} ({unit}, {'higher' if hib else 'lower'} is better)")
     ax.set_title(f"{results['app']}: {mode} scaling, native and container")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    bx.set_ylabel("speed-up over the base" if mode == "strong" and not hib else "normalised to the base")
+    base = f"{min(r['nodes'] for r in rows)}-node native" if rows else "the base"
+    bx.set_ylabel(f"speed-up over {base}" if mode == "strong" and not hib else f"normalised to {base}")
     bx.set_xlabel("nodes")
     nodes = sorted({r["nodes"] for r in rows})
     if nodes:
@@ -301,7 +313,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         points.append(point(n, at.ranks, report, f"app {app.name}", rel))
     results = {"app": app.name, "mode": args.mode, "unit": app.metric.unit,
                "higher_is_better": app.metric.higher_is_better, "image": str(args.image),
-               "command": args.command or " ".join(app.command), "ranks_per_node": rpn,
+               "command": args.command or shown_command(app.command), "ranks_per_node": rpn,
                "repetitions": args.repetitions or app.metric.repetitions or load_env(args.env_file).verify.repetitions,
                "date": time.strftime("%Y-%m-%d"), "host": platform.node(), "plot": f"{app.name}-{args.mode}.png",
                "extra_verify_options": extra}

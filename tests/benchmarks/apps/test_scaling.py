@@ -69,6 +69,8 @@ def test_the_app_at_n_nodes(sc) -> None:
     weak = sc.app_at(app, 4, 2, command="special -python ringtest.py -nring {ranks}", keep_reference=False)
     assert weak.command == ["/bin/sh", "-c", "special -python ringtest.py -nring 8"] and weak.reference is None
     assert app.nodes == 1 and app.ranks == 4  # the env file's app is left as it was
+    assert sc.shown_command(weak.command) == "special -python ringtest.py -nring 8"
+    assert sc.shown_command(["arbor-ring", "ring 1.json"]) == "arbor-ring 'ring 1.json'"
 
 
 def test_table_and_plot(sc, tmp_path: Path) -> None:
