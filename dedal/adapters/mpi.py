@@ -272,12 +272,14 @@ def _killed(log: Path, timeout: Optional[float], cmd: List[str], start: float) -
 
 def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: Mapping[str, str], log: Path,
                timeout: Optional[float] = None, runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (),
-               nv: bool = False, oversubscribe: bool = False, note: Sequence[str] = ()) -> StepResult:
+               nv: bool = False, oversubscribe: bool = False, note: Sequence[str] = (),
+               cwd: Optional[Path] = None) -> StepResult:
     """``mpirun`` of ``root`` inside ``root`` (the launcher and all ranks in one sandbox),
     or the host's own ``mpirun`` with the caller's environment when ``root`` is None.
     ``note`` lines are written to ``log`` first (as ``#@`` lines, which parsers skip),
     then the command and every rank's stdout and stderr. A timeout is returned as exit
-    code 124, not raised."""
+    code 124, not raised. ``cwd``: the working directory of mpirun and its ranks (a path
+    the sandbox has at the same place: a bind of the caller's)."""
     cmd = mpirun_command(program, ranks, env=env, oversubscribe=oversubscribe)
     _header(log, note)
     start = time.monotonic()
@@ -292,10 +294,10 @@ def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env
             proc.which("mpirun", MPIRUN_HINT)
             host_env = dict(os.environ)
             host_env.update(run_env)
-            res = proc.run(cmd, what="mpirun", log=log, env=host_env, timeout=timeout, check=False)
+            res = proc.run(cmd, what="mpirun", log=log, env=host_env, timeout=timeout, check=False, cwd=cwd)
         else:
             res = runtime.run_in(root, cmd, binds=binds, env=run_env, log=log, what="mpirun", runtime=runtime_name,
-                                 timeout=timeout, check=False, nv=nv)
+                                 timeout=timeout, check=False, nv=nv, cwd=cwd)
     except ToolError as exc:
         if not _timed_out(exc):
             raise
@@ -309,7 +311,7 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
              script_dir: Path, nodes: int = 1, timeout: Optional[float] = None, runtime_name: str = "auto",
              binds: Sequence[runtime.Bind] = (), nv: bool = False, slurm_env: Optional[Mapping[str, str]] = None,
              note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None,
-             share: bool = True) -> StepResult:
+             share: bool = True, cwd: Optional[Path] = None) -> StepResult:
     """``srun --mpi=pmix`` with the ranks of a node in one container of ``root`` (Apptainer's
     ``--sharens``; bwrap and ch-run sandboxes over the one mount of the image; see the module
     notes on the rank environment), or the host's program directly when ``root`` is None.
@@ -320,7 +322,9 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
     be visible on every node (the rank script is written there). ``image_mount``: (mount
     directory, image file, offset) when ``root`` is an image the caller mounted: a rank on
     a node without that mount mounts the image there itself (so does a ``root`` that
-    ``prepared`` mounts). A timeout is returned as exit code 124, not raised."""
+    ``prepared`` mounts). A timeout is returned as exit code 124, not raised. ``cwd``: the
+    ranks' working directory (on storage every node sees, bound into the container at the
+    same path by the caller)."""
     proc.which("srun", slurm.HINT)
     outer = dict(slurm_env if slurm_env is not None else os.environ)
     outer.update(env)
@@ -329,12 +333,13 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
     start = time.monotonic()
     try:
         if root is None:
-            res = proc.run(shown, what="srun", log=log, env=outer, timeout=timeout, check=False)
+            res = proc.run(shown, what="srun", log=log, env=outer, timeout=timeout, check=False, cwd=cwd)
             return StepResult(res.returncode, res.seconds, shown)
         script = ["/bin/sh", os.fspath(write_rank_script(script_dir))]
         offset = log.stat().st_size if log.exists() else 0
         with _rank_step(root, program, ranks, nodes=nodes, script=script, env=env, runtime_name=runtime_name,
-                        binds=binds, nv=nv, share=share, image_mount=image_mount) as cmd:
+                        binds=binds, nv=nv, share=share, image_mount=image_mount,
+                        cwd=os.fspath(cwd) if cwd is not None else None) as cmd:
             try:
                 res = proc.run(cmd, what="srun", log=log, env=outer, timeout=timeout, check=False, shown=shown)
             except ToolError as exc:
@@ -508,17 +513,18 @@ def _read(path: Path) -> str:
 def run_ranks(launcher: str, root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int,
               env: Mapping[str, str], log: Path, script_dir: Path, timeout: Optional[float] = None,
               runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (), nv: bool = False,
-              note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None) -> StepResult:
+              note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None,
+              cwd: Optional[Path] = None) -> StepResult:
     """``program`` on ``ranks`` ranks the way verification launches everything: with
     ``launcher`` "srun", :func:`run_srun` over ``nodes`` nodes; otherwise :func:`run_mpirun`
     on this machine, oversubscribed when there are more ranks than CPUs (``nodes`` and
-    ``image_mount`` concern srun only)."""
+    ``image_mount`` concern srun only); ``cwd``: the ranks' working directory."""
     if launcher == "srun":
         return run_srun(root, program, ranks, env=env, log=log, script_dir=script_dir, nodes=nodes,
                         timeout=timeout, runtime_name=runtime_name, binds=binds, nv=nv, note=note,
-                        image_mount=image_mount)
+                        image_mount=image_mount, cwd=cwd)
     return run_mpirun(root, program, ranks, env=env, log=log, timeout=timeout, runtime_name=runtime_name,
-                      binds=binds, nv=nv, oversubscribe=ranks > (os.cpu_count() or 1), note=note)
+                      binds=binds, nv=nv, oversubscribe=ranks > (os.cpu_count() or 1), note=note, cwd=cwd)
 
 
 # ---------------------------------------------------------------------------- host facts

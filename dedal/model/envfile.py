@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # jsonschema itself only when an environment file is read (50
     import jsonschema
 
 _ABS_PATH = {"type": "string", "pattern": "^/"}
+# a path below a directory: not absolute, no '..' component
+_REL_PATH = {"type": "string", "pattern": r"^(?!/)(?!(?:.*/)?\.\.(?:/|$)).+$"}
 
 THRESHOLDS_SCHEMA = {
     "type": "object",
@@ -49,6 +51,30 @@ APP_SCHEMA: Dict[str, Any] = {
         "expect": {"type": "string"},
         "timeout": {"type": "number", "exclusiveMinimum": 0},
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        # an application benchmark: the number the run prints, native against container
+        "metric": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["match", "unit"],
+            "properties": {
+                "match": {"type": "string", "minLength": 1},
+                "unit": {"type": "string", "minLength": 1},
+                "better": {"enum": ["lower", "higher"]},
+                "overhead_pct": {"type": "number", "minimum": 0},
+                "repetitions": {"type": "integer", "minimum": 1},
+            },
+        },
+        # a file the run writes (relative to its working directory) that must hold the lines of
+        # a file in the image, in any order (a spike raster against the reference raster)
+        "reference": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["output", "expected"],
+            "properties": {
+                "output": _REL_PATH,
+                "expected": _ABS_PATH,
+            },
+        },
     },
 }
 
@@ -147,12 +173,65 @@ ENV_SCHEMA: Dict[str, Any] = {
 }
 
 
+#: the container may be this much slower (or, higher better, lose this much) than native: an
+#: application's time to solution varies more between runs than a microbenchmark's
+DEFAULT_APP_OVERHEAD_PCT = 10.0
+
+
+@dataclass
+class AppMetric:
+    """What makes an application check a benchmark: the number its output carries (``match``,
+    a regular expression whose group ``value`` captures it, e.g. ``time to solution:
+    (?P<value>[0-9.]+) s``), its unit, which way is better, and how much worse the container
+    may be than native (``overhead_pct``, judged on the medians of ``repetitions`` runs per
+    side; None: the verification's repetitions)."""
+
+    match: str
+    unit: str
+    better: str = "lower"
+    overhead_pct: float = DEFAULT_APP_OVERHEAD_PCT
+    repetitions: Optional[int] = None
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.better == "higher"
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "AppMetric":
+        reps = data.get("repetitions")
+        return cls(match=data["match"], unit=data["unit"], better=data.get("better", "lower"),
+                   overhead_pct=float(data.get("overhead_pct", DEFAULT_APP_OVERHEAD_PCT)),
+                   repetitions=int(reps) if reps is not None else None)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"match": self.match, "unit": self.unit, "better": self.better, "overhead_pct": self.overhead_pct,
+                "repetitions": self.repetitions}
+
+
+@dataclass
+class AppReference:
+    """A file every run must write (``output``, relative to the run's working directory) with
+    the lines of ``expected`` (a file in the image), in any order: a spike raster written by
+    several ranks in whatever order they finish, against the reference raster."""
+
+    output: str
+    expected: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"output": self.output, "expected": self.expected}
+
+
 @dataclass
 class AppCheck:
     """An application run in the image on its ranks, as users will run it (``srun --mpi=pmix``
     or the image's ``mpirun``): the benchmarks say the MPI stack is fast, this says the
     application actually starts, talks MPI and computes. Passes on exit 0 with ``expect``
-    (a regular expression) found in its output."""
+    (a regular expression) found in its output.
+
+    With a ``metric`` it is an application benchmark: run natively and in the container,
+    interleaved, and compared (:mod:`dedal.stages.verify.appbench`); then a group ``value`` in
+    ``expect`` must capture the same text in every run of both sides (a spike count), and a
+    ``reference`` file is checked after every run."""
 
     name: str
     command: List[str]          # a string in the file runs as ``/bin/sh -c STRING``
@@ -161,17 +240,29 @@ class AppCheck:
     expect: str = ""
     timeout: float = 600.0
     env: Dict[str, str] = field(default_factory=dict)
+    metric: Optional[AppMetric] = None
+    reference: Optional[AppReference] = None
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "AppCheck":
         command = data["command"]
+        ref = data.get("reference")
         return cls(name=data["name"], command=["/bin/sh", "-c", command] if isinstance(command, str) else list(command),
                    ranks=int(data.get("ranks", 2)), nodes=int(data.get("nodes", 1)), expect=data.get("expect", ""),
-                   timeout=float(data.get("timeout", 600.0)), env=dict(data.get("env") or {}))
+                   timeout=float(data.get("timeout", 600.0)), env=dict(data.get("env") or {}),
+                   metric=AppMetric.from_json(data["metric"]) if data.get("metric") else None,
+                   reference=AppReference(ref["output"], ref["expected"]) if ref else None)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"name": self.name, "command": list(self.command), "ranks": self.ranks, "nodes": self.nodes,
-                "expect": self.expect, "timeout": self.timeout, "env": dict(self.env)}
+        out: Dict[str, Any] = {"name": self.name, "command": list(self.command), "ranks": self.ranks,
+                               "nodes": self.nodes, "expect": self.expect, "timeout": self.timeout,
+                               "env": dict(self.env)}
+        # only where set: an app check's form (and the settings digest of its reports) stays as it was
+        if self.metric is not None:
+            out["metric"] = self.metric.to_json()
+        if self.reference is not None:
+            out["reference"] = self.reference.to_json()
+        return out
 
 
 @dataclass
@@ -237,6 +328,28 @@ class EnvFile:
         return dest
 
 
+def app_problem(app: AppCheck) -> str:
+    """What is wrong with an app entry beyond its shape (``key: why``; "" when nothing): its
+    regular expressions, and a reference, which only a benchmark's runs can check (they run
+    in a working directory of their own, where the file is found afterwards)."""
+    try:
+        re.compile(app.expect, re.MULTILINE)
+    except re.error as e:
+        return f"expect: not a regular expression: {e}"
+    if app.metric is None:
+        if app.reference is not None:
+            return "reference: needs a metric (a reference file is checked on the runs of an app benchmark)"
+        return ""
+    try:
+        match = re.compile(app.metric.match, re.MULTILINE)
+    except re.error as e:
+        return f"metric.match: not a regular expression: {e}"
+    if "value" not in match.groupindex:
+        return (f"metric.match: needs a group named value that captures the number (e.g. 'time: "
+                f"(?P<value>[0-9.]+) s'), got {_describe(app.metric.match)}")
+    return ""
+
+
 def _describe(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -260,6 +373,8 @@ def _message(err: jsonschema.ValidationError) -> str:
     if validator == "pattern":
         if err.validator_value == "^/":
             return f"{where}: expected an absolute path, got {_describe(err.instance)}"
+        if err.validator_value == _REL_PATH["pattern"]:
+            return f"{where}: expected a relative path without '..', got {_describe(err.instance)}"
         return f"{where}: invalid value {_describe(err.instance)} (must match {err.validator_value})"
     if validator == "enum":
         return f"{where}: expected one of {', '.join(map(str, err.validator_value))}, got {_describe(err.instance)}"
@@ -305,10 +420,9 @@ def parse_env(data: Any, path: Path) -> EnvFile:
     for i, app in enumerate(apps):
         if app.name in names[:i]:
             raise UserError(f"{path}: dedal.verify.apps.{i}.name: {app.name!r} is used twice")
-        try:
-            re.compile(app.expect, re.MULTILINE)
-        except re.error as e:
-            raise UserError(f"{path}: dedal.verify.apps.{i}.expect: not a regular expression: {e}") from None
+        problem = app_problem(app)
+        if problem:
+            raise UserError(f"{path}: dedal.verify.apps.{i}.{problem}")
     for key in ("base_image", "runtime_base"):  # unknown: said now, not after fetch has written its work dir
         problem = unknown_base(ded[key]) if ded.get(key) else ""
         if problem:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dedal.model.envfile import load_env
+from dedal.model.envfile import AppMetric, AppReference, load_env
 from tests.conftest import ROOT
 
 
@@ -59,7 +59,38 @@ def test_spack_section_is_passed_untouched_and_written(tmp_path):
      "dedal.verify.apps.0.timeout: must be more than 0"),
     ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", "rank": 2}]}}},
      "dedal.verify.apps.0: unknown key 'rank'"),
-])
+] + [({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", **app}]}}}, message)
+     for app, message in [
+    # application benchmarks: the metric, the reference, and what only a benchmark can check
+    ({"metric": {"match": "t=(?P<value>[0-9.]+)"}}, "dedal.verify.apps.0.metric: missing key 'unit'"),
+    ({"metric": {"unit": "s"}}, "dedal.verify.apps.0.metric: missing key 'match'"),
+    ({"metric": "t=(?P<value>[0-9.]+)"}, "dedal.verify.apps.0.metric: expected object, got 't=(?P<value>[0-9.]+)'"),
+    ({"metric": {"match": "t=([0-9.]+)", "unit": "s"}},
+     "dedal.verify.apps.0.metric.match: needs a group named value that captures the number"),
+    ({"metric": {"match": "t=(?P<value>[0-9.]+", "unit": "s"}},
+     "dedal.verify.apps.0.metric.match: not a regular expression: missing ), unterminated subpattern"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s", "better": "less"}},
+     "dedal.verify.apps.0.metric.better: expected one of lower, higher, got 'less'"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s", "overhead_pct": -5}},
+     "dedal.verify.apps.0.metric.overhead_pct: must be at least 0, got -5"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s", "repetitions": 0}},
+     "dedal.verify.apps.0.metric.repetitions: must be at least 1, got 0"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": ""}}, "dedal.verify.apps.0.metric.unit: must not be empty"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s", "repeat": 3}},
+     "dedal.verify.apps.0.metric: unknown key 'repeat' (known: better, match, overhead_pct, repetitions, unit)"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "reference": {"output": "spk2.std"}},
+     "dedal.verify.apps.0.reference: missing key 'expected'"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "reference": {"output": "/tmp/spk2.std", "expected": "/r"}},
+     "dedal.verify.apps.0.reference.output: expected a relative path without '..', got '/tmp/spk2.std'"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "reference": {"output": "out/../../x", "expected": "/r"}},
+     "dedal.verify.apps.0.reference.output: expected a relative path without '..', got 'out/../../x'"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "reference": {"output": "spk2.std", "expected": "ref.std"}},
+     "dedal.verify.apps.0.reference.expected: expected an absolute path, got 'ref.std'"),
+    ({"reference": {"output": "spk2.std", "expected": "/opt/ringtest/spk.ref"}},
+     "dedal.verify.apps.0.reference: needs a metric"),
+    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "expect": "(?P<value>\\d+ spikes"},
+     "dedal.verify.apps.0.expect: not a regular expression"),
+]])
 def test_bad_environment_files(tmp_path, doc, message):
     (tmp_path / "env.yaml").write_text(yaml.safe_dump(doc))
     from dedal.errors import UserError
@@ -108,3 +139,63 @@ def test_verify_apps(tmp_path):
          "timeout": 600.0, "env": {}}]
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}}))
     assert load_env(tmp_path).verify.apps == []
+
+
+def test_verify_app_benchmarks(tmp_path):
+    """An app with a metric is a benchmark: lower is better and 10 % by default, the repetitions
+    those of the verification unless it has its own; an app check's form is what it was (no
+    metric or reference keys: the settings digest of its reports stays the same)."""
+    (tmp_path / "env.yaml").write_text("""
+spack: {specs: [zlib]}
+dedal:
+  verify:
+    apps:
+    - name: ringtest
+      command: special -python ringtest.py -tstop 100
+      ranks: 4
+      expect: 'runtime='
+      metric:
+        match: 'runtime=(?P<value>[0-9.eE+-]+)'
+        unit: s
+      reference:
+        output: spk4.std
+        expected: /opt/ringtest/reference_data/spk1.100ms.std.ref
+    - name: arbor-ring
+      command: [arbor-ring, input.json]
+      expect: '(?P<value>\\d+) spikes generated'
+      metric: {match: 'model-run +(?P<value>[0-9.]+)', unit: s, better: lower, overhead_pct: 5, repetitions: 3}
+    - name: rate
+      command: [bench]
+      metric: {match: 'rate (?P<value>[0-9.]+)', unit: cells/s, better: higher}
+    - name: plain
+      command: [/bin/true]
+""")
+    ring, arbor, rate, plain = load_env(tmp_path).verify.apps
+    assert ring.metric == AppMetric("runtime=(?P<value>[0-9.eE+-]+)", "s", "lower", 10.0, None)
+    assert ring.reference == AppReference("spk4.std", "/opt/ringtest/reference_data/spk1.100ms.std.ref")
+    assert ring.command == ["/bin/sh", "-c", "special -python ringtest.py -tstop 100"]
+    assert arbor.metric == AppMetric("model-run +(?P<value>[0-9.]+)", "s", "lower", 5.0, 3)
+    assert arbor.expect == "(?P<value>\\d+) spikes generated" and arbor.reference is None
+    assert rate.metric is not None and rate.metric.higher_is_better and not ring.metric.higher_is_better
+    assert ring.to_json()["metric"] == {"match": "runtime=(?P<value>[0-9.eE+-]+)", "unit": "s", "better": "lower",
+                                        "overhead_pct": 10.0, "repetitions": None}
+    assert ring.to_json()["reference"] == {"output": "spk4.std",
+                                           "expected": "/opt/ringtest/reference_data/spk1.100ms.std.ref"}
+    assert plain.metric is None and plain.reference is None
+    assert set(plain.to_json()) == {"name", "command", "ranks", "nodes", "expect", "timeout", "env"}
+
+
+def test_bad_app_benchmark_cli_exit_2_one_line(run_dedal, tmp_path):
+    """dedal verify --env-file with a metric lacking its value group: one line, exit 2, before
+    the image is even looked at."""
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
+        {"name": "ring", "command": ["ring"], "metric": {"match": "took ([0-9.]+) s", "unit": "s"}}]}}}))
+    image = tmp_path / "image.sif"
+    image.write_bytes(b"")
+    res = run_dedal("verify", str(image), "--env-file", str(env_file), "-o", str(tmp_path / "out"))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"dedal: error: {env_file}: dedal.verify.apps.0.metric.match: needs a group named "
+                                 "value"), res.stderr
+    assert not (tmp_path / "out").exists()

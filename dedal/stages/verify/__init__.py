@@ -14,6 +14,9 @@ container measurements, check the transports, write the report.
   buffers, GPU buffers), declared as rows and judged once, against class bounds and the same host's
   references (host-buffer latency, the CUDA floor of ``dedal_cuda_floor``);
 - :mod:`dedal.stages.verify.transports`: the judge over the runtime's logs of a report, against the host;
+- :mod:`dedal.stages.verify.apps`: the environment file's application checks (in the container: exit 0, the
+  expected output); :mod:`dedal.stages.verify.appbench`: its application benchmarks (an app with a metric:
+  native vs container, interleaved, every run's correctness checked, the medians compared by ``checks``);
 - :mod:`dedal.stages.verify.report`: ``verify.json``, ``report.md`` and PNG plots.
 """
 from __future__ import annotations

@@ -42,7 +42,7 @@ def judge(app: AppCheck, returncode: Optional[int], timed_out: bool, seconds: fl
         text = log.read_text(errors="replace")
     except OSError:
         text = ""
-    output = "\n".join(_output_lines(text, sum(a.count("\n") for a in app.command)))
+    output = program_output(app, text)
     match = re.search(app.expect, output, re.MULTILINE) if app.expect else None
     if timed_out:
         problem = f"did not finish within {app.timeout:g} s"
@@ -51,7 +51,7 @@ def judge(app: AppCheck, returncode: Optional[int], timed_out: bool, seconds: fl
     elif app.expect and match is None:
         problem = f"exited 0 but its output lacks /{app.expect}/"
     else:
-        line = _line_of(output, match) if match else ""
+        line = line_of(output, match) if match else ""
         found = f"; expected output: {line}" if line else ""
         finding = F.info("app-check", f"{check_name(app)}: exit 0 in {seconds:.1f} s, {where}{found}",
                          [f"log: {rel}"])
@@ -59,6 +59,12 @@ def judge(app: AppCheck, returncode: Optional[int], timed_out: bool, seconds: fl
     finding = F.error("app-check-failed", f"{check_name(app)} ({where}) {problem}; log {rel}",
                       [ln for ln in output.splitlines() if ln.strip()][-6:] + [f"log: {rel}"])
     return CheckResult(check_name(app), METRIC, UNIT, "bad", [finding])
+
+
+def program_output(app: AppCheck, text: str) -> str:
+    """What ``app`` printed: its run's log (``text``) without dedal's lines, where its
+    expected output and its metric are looked for."""
+    return "\n".join(_output_lines(text, sum(a.count("\n") for a in app.command)))
 
 
 def _output_lines(text: str, continued: int) -> List[str]:
@@ -77,7 +83,8 @@ def _output_lines(text: str, continued: int) -> List[str]:
     return out
 
 
-def _line_of(text: str, match: "re.Match[str]") -> str:
+def line_of(text: str, match: "re.Match[str]") -> str:
+    """The line of ``text`` where ``match`` is (at most 200 characters)."""
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
     return text[start:end if end >= 0 else len(text)].strip()[:200]
@@ -86,12 +93,14 @@ def _line_of(text: str, match: "re.Match[str]") -> str:
 def run_apps(apps: Sequence[AppCheck], *, root: runtime.RootArg, launcher: str, nodes: int, outdir: Path,
              runtime_name: str, env: Dict[str, str], binds: Sequence[runtime.Bind] = (),
              image_mount: Optional[Tuple[str, str, int]] = None, progress: Any = None) -> List[CheckResult]:
-    """Run every app check in the container ``root``; one CheckResult each (skipped where it
-    cannot run here). ``env`` (the verification's variables) is given to every rank, the
-    app's own ``env`` over it."""
+    """Run every app check (those without a metric) in the container ``root``; one CheckResult
+    each (skipped where it cannot run here). ``env`` (the verification's variables) is given to
+    every rank, the app's own ``env`` over it."""
     out: List[CheckResult] = []
     rawdir = outdir / "raw"
     for app in apps:
+        if app.metric is not None:
+            continue  # an application benchmark: native and container (dedal.stages.verify.appbench)
         reason = skip_reason(app, launcher, nodes)
         if reason:
             out.append(skipped_check(check_name(app), METRIC, UNIT, reason))

@@ -213,8 +213,9 @@ def _spread(native: Sequence[float], container: Sequence[float]) -> Optional[flo
 
 
 def _compare(name: str, metric: str, unit: str, native: Series, container: Series, *, higher_is_better: bool,
-             limit_for, noise_sigmas: float = 3.0) -> CheckResult:
-    """Shared engine: ``limit_for(size) -> (limit, "us"|"%") or None`` says what applies at a size."""
+             limit_for, noise_sigmas: float = 3.0, sized: bool = True) -> CheckResult:
+    """Shared engine: ``limit_for(size) -> (limit, "us"|"%") or None`` says what applies at a size;
+    ``sized=False``: one number per run, no message sizes (MPI init, an application's metric)."""
     result = CheckResult(name, metric, unit, "good", higher_is_better=higher_is_better)
     sizes = _common_sizes(native, container)
     if not sizes:
@@ -265,10 +266,10 @@ def _compare(name: str, metric: str, unit: str, native: Series, container: Serie
         if not group:
             continue
         worst_cmp = max(group, key=excess)
-        ev = [_describe(s, unit, metric) for s in group[:5]]
+        ev = [_describe(s, unit, sized) for s in group[:5]]
         what = "exceeds" if sev == "error" else "exceeds, within run-to-run noise,"
-        count = f" at {len(group)} size(s); worst" if metric != "init" else ":"
-        msg = f"{name}: container {what} the {metric} threshold{count} {_describe(worst_cmp, unit, metric)}"
+        count = f" at {len(group)} size(s); worst" if sized else ":"
+        msg = f"{name}: container {what} the {metric} threshold{count} {_describe(worst_cmp, unit, sized)}"
         code = f"{metric}-overhead" if sev == "error" else f"{metric}-noisy"
         result.findings.append(Finding(sev, code, msg, ev))
     result.verdict = verdict_of(result.findings, "good")
@@ -295,8 +296,8 @@ def deciding_size(check: CheckResult) -> Optional[SizeComparison]:
     return max(rel, key=lambda s: sign * (s.delta_pct or 0.0)) if rel else (check.sizes[0] if check.sizes else None)
 
 
-def _describe(s: SizeComparison, unit: str, metric: str = "") -> str:
-    where = f"{s.size} B: " if s.size is not None and metric != "init" else ""
+def _describe(s: SizeComparison, unit: str, sized: bool = True) -> str:
+    where = f"{s.size} B: " if s.size is not None and sized else ""
     pct = f" ({s.delta_pct:+.2f} %)" if s.delta_pct is not None else ""
     lim = f"; limit {s.limit:g} {s.limit_unit}" if s.limit is not None else ""
     return (f"{where}native {s.native.median:.4g} {unit} [{s.native.min:.4g}..{s.native.max:.4g}], container "
@@ -342,9 +343,26 @@ def compare_init(native: Sequence[float], container: Sequence[float], thresholds
     Start-up has a heavy right tail (cold caches on the first run), hence the median of repetitions;
     the runner should also run one unmeasured warm-up."""
     th = thresholds or Thresholds()
-    res = _compare(name, "init", "ms", {0: list(native)} if native else {}, {0: list(container)} if container else {},
-                   higher_is_better=False, limit_for=lambda size: (th.init_overhead_pct, "%"),
-                   noise_sigmas=th.noise_sigmas)
+    return _compare_one(name, "init", "ms", native, container, higher_is_better=False, limit_pct=th.init_overhead_pct,
+                        noise_sigmas=th.noise_sigmas)
+
+
+def compare_app(native: Sequence[float], container: Sequence[float], *, name: str, unit: str, higher_is_better: bool,
+                overhead_pct: float, noise_sigmas: float = 3.0) -> CheckResult:
+    """An application's metric (one number per run, e.g. its time to solution in s): the
+    container may be at most ``overhead_pct`` % worse than native, medians against medians,
+    with the noise rule of every check (an application's time varies more between runs than a
+    microbenchmark's, hence its own threshold, 10 % unless the environment file says)."""
+    return _compare_one(name, "app", unit, native, container, higher_is_better=higher_is_better,
+                        limit_pct=overhead_pct, noise_sigmas=noise_sigmas)
+
+
+def _compare_one(name: str, metric: str, unit: str, native: Sequence[float], container: Sequence[float], *,
+                 higher_is_better: bool, limit_pct: float, noise_sigmas: float) -> CheckResult:
+    """:func:`_compare` of one number per run (no message size: the one comparison's size is None)."""
+    res = _compare(name, metric, unit, {0: list(native)} if native else {}, {0: list(container)} if container else {},
+                   higher_is_better=higher_is_better, limit_for=lambda size: (limit_pct, "%"),
+                   noise_sigmas=noise_sigmas, sized=False)
     for s in res.sizes:
         s.size = None
     return res

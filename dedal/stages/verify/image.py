@@ -268,6 +268,19 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
     return info
 
 
+def read_image_files(path: Path, cpaths: Sequence[str]) -> Dict[str, Optional[bytes]]:
+    """The bytes of files of the image (``cpaths``, absolute inside it; links resolved inside
+    the image), None for each it lacks: the reference data an application benchmark's runs are
+    held to, read once, before the runs."""
+    out: Dict[str, Optional[bytes]] = {}
+    with runtime.mounted(path) as root:
+        assert root is not None
+        for cpath in cpaths:
+            host = runtime.host_path(root, cpath)
+            out[cpath] = host.read_bytes() if host is not None and host.is_file() else None
+    return out
+
+
 # ---------------------------------------------------------------------------- bundled benchmarks
 
 
@@ -472,7 +485,8 @@ def prepare_native(info: ImageInfo, *, mode: str, wanted: Sequence[str], cache: 
     (None: absent); ``host_mpi``: the host's mpirun (None: none)."""
     host_programs = host_programs or {}
     start = time.monotonic()
-    have_host = all(host_programs.get(p) for p in wanted) and (launcher == "srun" or bool(host_mpi))
+    # nothing wanted (only application benchmarks): their native side is the image's own files
+    have_host = bool(wanted) and all(host_programs.get(p) for p in wanted) and (launcher == "srun" or bool(host_mpi))
     if mode == "host" and not have_host:
         missing = [p for p in wanted if not host_programs.get(p)]
         what = ", ".join(missing) if missing else "mpirun"

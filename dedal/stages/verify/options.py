@@ -94,7 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", "-b", default=None, metavar="LIST",
                    help="comma-separated: init, latency, bw, allreduce, nccl, osu (the OSU/nccl-tests "
                         "counterparts when the image has them; on GPUs also OSU between device buffers), or "
-                        "program names (osu_bw-cuda: OSU's -d cuda D D) (default: all)")
+                        "program names (osu_bw-cuda: OSU's -d cuda D D) (default: all); the env file's application "
+                        "checks and benchmarks (apps) run whatever is chosen: 'apps' alone runs only them")
     p.add_argument("--max-size", type=_size, default=None, metavar="BYTES",
                    help=f"largest message of latency/bandwidth/all-reduce (default {DEFAULT_MAX_SIZE}; K/M suffix)")
     p.add_argument("--nccl-max-size", type=_size, default=None, metavar="BYTES",
@@ -191,6 +192,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
     if opts.launcher == "mpirun" and (opts.nodes or 1) > 1:
         raise UserError(f"{opts.nodes} nodes need the srun launcher (inside a Slurm allocation); mpirun runs on "
                         "this node")
+    if "apps" in opts.benchmarks and not opts.apps:
+        raise UserError("--benchmarks apps: no application checks to run (dedal.verify.apps of an --env-file)")
     Thresholds.from_mapping(opts.thresholds)  # unknown keys and bad values fail now, before anything runs
     opts.rule_table()  # and so do rules that could never fire
     return opts
@@ -212,9 +215,9 @@ def site_rules(settings: Any) -> List[Dict[str, Any]]:
 
 def _benchmark_list(text: str) -> List[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    known = set(KEYS) | {"osu"} | {b.name for b in CATALOGUE}
+    known = set(KEYS) | {"osu", "apps"} | {b.name for b in CATALOGUE}
     bad = [n for n in names if n not in known]
     if bad or not names:
         raise UserError(f"--benchmarks {text!r}: unknown {', '.join(bad) or 'empty list'}; known: "
-                        f"{', '.join(KEYS)}, osu, or program names ({', '.join(b.name for b in CATALOGUE)})")
+                        f"{', '.join(KEYS)}, osu, apps, or program names ({', '.join(b.name for b in CATALOGUE)})")
     return names

@@ -14,12 +14,13 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from dedal.stages.verify.catalogue import Bench
 from dedal.stages.verify.options import Options
 
 SIDES = ("native", "container")
+T = TypeVar("T")
 
 #: debug output every run has on (the caller's --env can override each)
 DEBUG_ENV = {
@@ -93,13 +94,22 @@ class Plan:
         """(scope, bench, repetition, side): ``repetitions`` repetitions of the (scope, bench)
         pairs from repetition ``first`` on, each covering every pair before the next, native
         and container back to back, alternating who goes first (odd: native)."""
-        out: List[Tuple[str, Bench, int, str]] = []
-        for rep in range(first, first + self.repetitions):
-            sides = SIDES if rep % 2 == 1 else tuple(reversed(SIDES))
-            for scope, bench in pairs:
-                for side in sides:
-                    out.append((scope, bench, rep, side))
-        return out
+        return [(scope, bench, rep, side) for (scope, bench), rep, side in interleaved(pairs, first, self.repetitions)]
+
+
+def interleaved(items: Sequence[T], first: int, count: int) -> List[Tuple[T, int, str]]:
+    """(item, repetition, side): ``count`` repetitions from ``first`` on, each covering every
+    item before the next, native and container back to back, alternating who goes first
+    (odd repetitions: native), so that drift of the machine hits both sides alike. The one
+    order of every comparison: the benchmarks' (:meth:`Plan.again`) and the application
+    benchmarks' (:mod:`dedal.stages.verify.appbench`)."""
+    out: List[Tuple[T, int, str]] = []
+    for rep in range(first, first + count):
+        sides = SIDES if rep % 2 == 1 else tuple(reversed(SIDES))
+        for item in items:
+            for side in sides:
+                out.append((item, rep, side))
+    return out
 
 
 def choose_launcher(choice: str) -> str:

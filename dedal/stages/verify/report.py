@@ -391,6 +391,8 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
         if c.skipped:
             continue  # its row in the table and its note say all there is
         lines += [f"## {c.name}: {c.verdict}", ""]
+        if c.metric == "app" and c.sizes:  # an application benchmark: its number is the ratio
+            lines += [_app_ratio_line(c), ""]
         if c.name in plots:
             lines += [f"![{c.name}]({plots[c.name]})", ""]
         if c.sizes:
@@ -406,6 +408,8 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
                              f"{_fmt(s.container.median)} [{_fmt(s.container.min)}..{_fmt(s.container.max)}] | "
                              f"{diff} | {lim} | {ok} |")
             lines.append("")
+        if c.metric == "app":
+            lines += _app_runs(c, report.measurements.get(c.name))
     infos = [f for _, f in all_findings(report) if f.severity == "info"]
     if infos:
         lines += ["## Notes", ""] + [f"- `{f.code}`: {f.message}" for f in infos] + [""]
@@ -420,6 +424,9 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
               f"- bandwidth loss (from {th.bandwidth_min_size} B) and large-message latency growth: {th.bandwidth_pct:g} %",
               f"- NCCL bus bandwidth loss (from {th.busbw_min_size} B): {th.busbw_pct:g} %",
               f"- MPI init overhead: {th.init_overhead_pct:g} %",
+              *(["- application benchmarks: container / native of the medians within each application's own "
+                 "overhead_pct (its section says which)"] if any(c.metric == "app" and c.sizes for c in report.checks)
+                else []),
               f"- statistics: median of the repetitions; min..max shown; an exceeded threshold is noise (warning) "
               f"only when the ranges overlap and the excess is within {th.noise_sigmas:g} deviations of the "
               f"repetitions (interquartile range / 1.349 of each side); otherwise it fails the check", ""]
@@ -428,6 +435,33 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
     if report.meta:
         lines += ["## Provenance", ""] + [f"- {k}: {val}" for k, val in report.meta.items()] + [""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _app_ratio_line(c: CheckResult) -> str:
+    """An application benchmark's result in one line: container / native of the medians, and
+    the ratio its threshold allows."""
+    s = c.sizes[0]
+    if not s.native.median:
+        return "container / native: - (the native median is 0)"
+    allowed = ratio_limit(s, c.higher_is_better)
+    bound = f"; allowed: {'at least' if c.higher_is_better else 'at most'} {allowed:.3f}" if allowed is not None else ""
+    return (f"container / native: **{s.container.median / s.native.median:.3f}** (medians of the repetitions, "
+            f"{'higher' if c.higher_is_better else 'lower'} is better{bound})")
+
+
+def _app_runs(c: CheckResult, measured: Any) -> List[str]:
+    """The table of an application benchmark's runs (verify.json's ``measurements``: each
+    run's log, metric, time and correctness); none for a check without runs."""
+    runs = measured.get("runs") if isinstance(measured, Mapping) else None
+    if not runs:
+        return []
+    out = [f"| run | log | value ({c.unit}) | seconds | correct |", "| --- | --- | ---: | ---: | --- |"]
+    for r in runs:
+        name = f"{r['side']} {'warm-up' if r['repetition'] == 0 else r['repetition']}"
+        value = "-" if r.get("value") is None else f"{r['value']:g}"
+        ok = "yes" if r.get("correct") else "**no**: " + _md_escape("; ".join(r.get("problems") or ["failed"]))
+        out.append(f"| {name} | {_md_escape(str(r['log']))} | {value} | {r['seconds']:.1f} | {ok} |")
+    return out + [""]
 
 
 def _upper_verdict(report: VerifyReport) -> str:

@@ -41,6 +41,9 @@ The steps, each a function of its own:
 After the runs of step 4, the environment file's application checks (``dedal.verify.apps``,
 :mod:`dedal.stages.verify.apps`) run in the container, launched as the benchmarks are; each
 is a check of its own in steps 5 and 6 (exit 0 and the expected output: good, else bad).
+Those with a ``metric`` are application benchmarks (:mod:`dedal.stages.verify.appbench`): run
+natively and in the container, interleaved as the benchmarks are, every run's correctness
+checked, the medians of their metric compared (``-b apps``: only the applications run).
 
 Settings come from (later wins): built-in defaults, the image's label
 ``dedal.verify.thresholds`` (JSON), the environment file's ``dedal.verify`` section
@@ -64,11 +67,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from dedal.adapters import mpi, runtime
 from dedal.adapters.slurm import Slurm
 from dedal.errors import Signals, ToolError, UserError
-from dedal.stages.verify import compare
+from dedal.stages.verify import appbench, compare
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
-from dedal.stages.verify.apps import run_apps
+from dedal.stages.verify.apps import run_apps, skip_reason as app_skip_reason
 from dedal.stages.verify.catalogue import Bench, gpu_planned, needs_driver, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.ui.activity import activity
@@ -77,7 +80,7 @@ from dedal.stages.verify.meta import container_text, report_meta
 from dedal.stages.verify.options import Options, add_arguments, options_from_args
 from dedal.stages.verify.parsers import parse_file
 from dedal.stages.verify.plan import SIDES, Plan, Run, allocation_nodes, choose_launcher, run_env
-from dedal.stages.verify.report import VerifyReport, console_lines, slug, write_report
+from dedal.stages.verify.report import VerifyReport, console_lines, slug, summary_row, write_report
 from dedal.ui.console import err, print_json
 
 __all__ = ["Options", "Outcome", "add_arguments", "main", "options_from_args", "verify"]
@@ -168,15 +171,17 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     use_gpu = bool(pf.facts.get("gpu_benchmarks"))
     extra_binds: List[Any] = []
     bundled_note = ""
-    wants_bundled = any(k in opts.benchmarks for k in ("init", "latency", "bw", "allreduce"))
+    wanted_benchmarks = [b for b in opts.benchmarks if b != "apps"]  # "apps": the application checks alone
+    wants_bundled = any(k in wanted_benchmarks for k in ("init", "latency", "bw", "allreduce"))
     build = list(img.BUNDLED_MPI) if wants_bundled and not any(p in info.programs for p in img.BUNDLED_MPI) else []
     # on a GPU: the CUDA floor that device-buffer messages are held to, and dedal's benchmarks between
     # device buffers (-d cuda), built where the image's dedal-benchmarks predate them
     gpu_build: List[str] = []
-    if use_gpu and "latency" in opts.benchmarks and img.CUDA_FLOOR not in info.programs:
+    if use_gpu and "latency" in wanted_benchmarks and img.CUDA_FLOOR not in info.programs:
         gpu_build.append(img.CUDA_FLOOR)
     if use_gpu and not info.dedal_cuda:
-        gpu_build += [p for p, key in zip(img.DEVICE_MPI, ("latency", "bw")) if key in opts.benchmarks and p not in build]
+        gpu_build += [p for p, key in zip(img.DEVICE_MPI, ("latency", "bw")) if key in wanted_benchmarks
+                      and p not in build]
     if (build or gpu_build) and "mpicc" in info.programs:
         names = build + gpu_build
         try:
@@ -196,19 +201,19 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             bundled_note = (f"the image does not carry {what}: dedal verify built {', '.join(names)} with the image's "
                             f"own mpicc ({built}) and runs those same binaries natively and in the container")
         _say(progress, bundled_note)
-    benches, notes = select_benchmarks(opts.benchmarks, info.programs, gpu=use_gpu, osu_cuda=info.osu_cuda,
+    benches, notes = select_benchmarks(wanted_benchmarks, info.programs, gpu=use_gpu, osu_cuda=info.osu_cuda,
                                        dedal_cuda=info.dedal_cuda)
     # a GPU image on a host without GPU: its GPU checks are reported as skipped, never as passed
     # (what a GPU host would run: the floor and the device-buffer builds too, where the image's mpicc builds them)
     buildable = "mpicc" in info.programs
     planned = {**({img.CUDA_FLOOR: img.BUNDLED_DIR} if buildable else {}), **info.programs}
-    skipped = [] if use_gpu or not info.cuda else gpu_planned(opts.benchmarks, planned, osu_cuda=info.osu_cuda,
+    skipped = [] if use_gpu or not info.cuda else gpu_planned(wanted_benchmarks, planned, osu_cuda=info.osu_cuda,
                                                                 dedal_cuda=info.dedal_cuda or buildable)
     skip_reason = "GPU checks turned off (--no-gpu)" if opts.gpu is False else "no GPU"
     if not benches and skipped:
         raise UserError(f"{opts.image}: only GPU benchmarks were asked for ({', '.join(b.name for b in skipped)}) and "
                         f"they cannot run here: {skip_reason}")
-    if not benches:
+    if not benches and wanted_benchmarks:
         have = ", ".join(p for p in info.programs if p.startswith(("dedal_", "osu_", "all_reduce"))) or "none"
         raise UserError(f"{opts.image}: none of the requested benchmarks ({', '.join(opts.benchmarks)}) is in the "
                         f"image (found: {have}); build the environment with the dedal-benchmarks package")
@@ -234,11 +239,25 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     _say(progress, f"native: {native.description}")
 
     scopes = [("intra-node", 1)] + ([("inter-node", 2)] if launcher == "srun" and nodes >= 2 else [])
+    # the application benchmarks, and the nodes the runs span (an application may run on more than 2)
+    app_benches = [a for a in opts.apps if a.metric is not None]
+    span = max([scopes[-1][1]] + [a.nodes for a in opts.apps if not app_skip_reason(a, launcher, nodes)])
     if launcher == "srun":
-        _check_shared(outdir, [native.root, info.path], scopes[-1][1])
+        _check_shared(outdir, [native.root, info.path], span)
+    references: Dict[str, Optional[bytes]] = {}
+    wanted_refs = sorted({a.reference.expected for a in app_benches if a.reference is not None})
+    if wanted_refs:
+        references = img.read_image_files(opts.image, wanted_refs)
     rawdir = outdir / "raw"
     _clean_previous(outdir)
     rawdir.mkdir(parents=True, exist_ok=True)
+    # each application benchmark run writes in a directory of its own under raw/apps, at the same path on
+    # both sides: bound into the native sandbox and the container (an Apptainer instance gets it at its start)
+    app_binds: List[runtime.Bind] = []
+    if app_benches:
+        appdir = appbench.apps_dir(outdir)
+        appdir.mkdir(parents=True, exist_ok=True)
+        app_binds.append(runtime.Bind(appdir, str(appdir)))
 
     logs: List[Dict[str, Any]] = [{**p, "side": "host"} for p in pf.logs]
     if "ucx_info" in info.programs:
@@ -267,7 +286,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             image_mount = (str(container_root), str(source[0]), source[1])
     elif backend == "apptainer" and launcher == "srun":
         instance = mounts.enter_context(mpi.node_instances(
-            Path(opts.image), scopes[-1][1], log=rawdir / "instances.log", binds=extra_binds,
+            Path(opts.image), span, log=rawdir / "instances.log", binds=extra_binds + app_binds,
             nv=any(needs_driver(b, info.osu_cuda) for b in benches)))
         if instance is not None:
             container_root = instance
@@ -338,11 +357,21 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         app_checks = run_apps(opts.apps, root=container_root, launcher=launcher, nodes=nodes, outdir=outdir,
                               runtime_name=opts.runtime, env=dict(opts.env), binds=extra_binds,
                               image_mount=image_mount, progress=progress)
+        # native as the benchmarks' native side (the image's root unpacked, or the host's programs)
+        sides = {"native": appbench.Side(native.root, "bwrap", (img.native_binds() if native.root is not None else [])
+                                         + extra_binds + app_binds),
+                 "container": appbench.Side(container_root, opts.runtime, extra_binds + app_binds, image_mount)}
+        bench_checks, bench_measurements, bench_again = appbench.run_benchmarks(
+            app_benches, sides, launcher=launcher, nodes=nodes, outdir=outdir, env=dict(opts.env),
+            repetitions=opts.repetitions, references=references, noise_sigmas=thresholds.noise_sigmas,
+            remeasure=opts.remeasure, progress=progress)
     finally:
         mounts.close()
     checks, measurements, summary = judged
     checks += compare.skipped_checks(skipped, scopes, skip_reason)
-    checks += app_checks
+    checks += app_checks + bench_checks
+    measurements.update(bench_measurements)
+    summary += [row for row in (summary_row(c) for c in bench_checks) if row]
     if skipped:
         _say(progress, f"{len(skipped) * len(scopes)} GPU check(s) skipped: {skip_reason}")
     findings: List[Finding] = list(pf.findings)
@@ -369,7 +398,14 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     meta["runtime"] = f"{backend} ({shared})" if shared else backend
     if isinstance(container_root, runtime.Instance):
         meta["container"] += f"; every container run joined one Apptainer instance per node ({container_root.name})"
-    meta["remeasured"] = remeasured
+    meta["remeasured"] = remeasured + bench_again  # an application benchmark's own note is in its check
+    if app_benches:
+        meta["app_benchmarks"] = "; ".join(
+            f"{a.name} ({a.ranks} rank(s) on {a.nodes} node(s), "
+            f"{(a.metric.repetitions if a.metric else None) or opts.repetitions} repetition(s) per side)"
+            for a in app_benches) + (
+            ": native and container interleaved after one warm-up per side, each run in its own working directory; "
+            "raw/apps/<name>/<side>-<repetition>.log")
     report = VerifyReport(image=info.name, checks=checks, findings=findings, logs=logs, measurements=measurements,
                           host=pf.host, thresholds=thresholds, meta=meta)
     paths = write_report(report, outdir)

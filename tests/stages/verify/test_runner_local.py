@@ -138,6 +138,7 @@ def test_bad_input_exits_2_and_writes_nothing(run_dedal, bench_image, tmp_path: 
         ((str(tmp_path / "missing.sif"),), "no such image"),
         ((str(bench_image.sif), "--env", "NOT A PAIR"), "--env"),
         ((str(bench_image.sif), "--benchmarks", "latency,foo"), "unknown foo"),
+        ((str(bench_image.sif), "--benchmarks", "apps"), "--benchmarks apps: no application checks to run"),
         ((str(bench_image.sif), "-t", "latency_overhead=1"), "unknown verification threshold"),
         ((str(bench_image.sif), "--ranks", "1"), "at least 2 ranks"),
         ((str(bench_image.sif), "--launcher", "mpirun", "--nodes", "2"), "srun launcher"),
@@ -257,3 +258,92 @@ def test_mpirun_stub_of_a_slurm_open_mpi_is_no_launcher(run_dedal, bench_image, 
     last = p.stderr.strip().splitlines()[-1]
     assert "is Spack's stub for openmpi schedulers=slurm ~legacylaunchers" in last, last
     assert "--launcher srun" in last and not out.exists()
+
+
+def test_app_benchmark_native_and_container(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
+    """Application benchmarks (an app with a metric), only them (-b apps): dedal_latency's 8-byte
+    latency as the metric, native (the image's root unpacked) and in the container, interleaved
+    after a warm-up per side, each run in a working directory of its own where rank 0 writes
+    /etc/shells in reverse, held to the image's /etc/shells after sorting lines. ``lat`` is good;
+    ``slower``'s container reports every latency 50 us higher (the test image's dedal_latency under
+    Apptainer, DEDAL_TEST_CONTAINER_EXTRA_US): bad on timing alone, so measured once more, and bad;
+    ``wrong`` holds its file to /etc/debian_version and expects the 8-byte latency (which the
+    slower container changes) to be the same on both sides: bad twice over, however fast."""
+    import yaml
+
+    if shutil.which("apptainer") is None:
+        pytest.skip("needs Apptainer: the test image's slower container is slower only under Apptainer")
+    write = 'dedal_latency -m 8 || exit 1; if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then tac /etc/shells > shells.txt; fi'
+    metric = {"match": r"^8 +(?P<value>[0-9.]+)$", "unit": "us"}
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
+        {"name": "lat", "command": write, "expect": r"^# dedal-bench MPI Latency Test v(?P<value>[0-9.]+)$",
+         "metric": {**metric, "overhead_pct": 1000000, "repetitions": 2},
+         "reference": {"output": "shells.txt", "expected": "/etc/shells"}},
+        {"name": "slower", "command": ["dedal_latency", "-m", "8"], "env": {"DEDAL_TEST_CONTAINER_EXTRA_US": "50"},
+         "metric": {**metric, "repetitions": 1}},
+        {"name": "wrong", "command": write, "env": {"DEDAL_TEST_CONTAINER_EXTRA_US": "50"},
+         "expect": r"^8 +(?P<value>[0-9.]+)$", "metric": {**metric, "overhead_pct": 1000000, "repetitions": 1},
+         "reference": {"output": "shells.txt", "expected": "/etc/debian_version"}}]}}}))
+    out = tmp_path / "report"
+    p = run_dedal("verify", str(bench_image.sif), "-o", str(out), "-b", "apps", "--env-file", str(env_file),
+                  env={"DEDAL_CACHE_DIR": str(native_cache)}, timeout=400)
+    assert p.returncode == 1, f"{p.stdout}\n{p.stderr}"
+    data = json.loads((out / "verify.json").read_text())
+    checks = {c["name"]: c for c in data["checks"]}
+    assert set(checks) == {"app lat", "app slower", "app wrong"}  # -b apps: no microbenchmark ran
+    assert not (out / "raw" / "intra-node").exists()
+    assert data["meta"]["native_mode"] == "rootfs"
+
+    # lat: good, its ratio from the medians of 2 repetitions per side, every run's log and working directory
+    lat = checks["app lat"]
+    assert lat["verdict"] == "good" and (lat["metric"], lat["unit"]) == ("app", "us")
+    [size] = lat["sizes"]
+    assert size["native"]["n"] == size["container"]["n"] == 2 and size["state"] == "ok"
+    m = data["measurements"]["app lat"]
+    assert len(m["native"]["0"]) == len(m["container"]["0"]) == 2 and m["better"] == "lower"
+    assert m["ratio"] == pytest.approx(size["container"]["median"] / size["native"]["median"], rel=1e-5)
+    names = ["native-warmup", "container-warmup", "native-01", "container-01", "container-02", "native-02"]
+    assert [f"{r['side']}-{'warmup' if r['repetition'] == 0 else '%02d' % r['repetition']}" for r in m["runs"]] == names
+    for name in names:
+        log = (out / "raw/apps/lat" / f"{name}.log").read_text()
+        assert log.startswith("#@ dedal verify: ") and "# dedal-bench MPI Latency Test v" in log
+        assert sorted((out / "raw/apps/lat" / name / "shells.txt").read_text().splitlines()) == \
+            sorted((bench_image.root / "etc/shells").read_text().splitlines())
+    assert all(r["correct"] and r["expected"] for r in m["runs"]) and len({r["expected"] for r in m["runs"]}) == 1
+    [note] = [f for f in lat["findings"] if f["code"] == "app-benchmark"]
+    assert "container/native " in note["message"] and "6 of 6 run(s) correct" in note["message"]
+    assert "shells.txt equal to /etc/shells after sorting lines" in note["message"]
+    order = re.findall(r"\] (native|container)\s+app lat (warm-up|rep \d/2)", p.stderr)
+    assert order == [("native", "warm-up"), ("container", "warm-up"), ("native", "rep 1/2"), ("container", "rep 1/2"),
+                     ("container", "rep 2/2"), ("native", "rep 2/2")]
+
+    # slower: 50 us more in the container, far over 10 %: measured once more, still bad, and the ratio says by how much
+    slower = checks["app slower"]
+    assert slower["verdict"] == "bad"
+    assert [f["code"] for f in slower["findings"] if f["severity"] == "error"] == ["app-overhead"]
+    assert "remeasured" in {f["code"] for f in slower["findings"]} and data["meta"]["remeasured"] == ["app slower"]
+    [size] = slower["sizes"]
+    assert size["native"]["n"] == size["container"]["n"] == 2
+    assert size["container"]["median"] / size["native"]["median"] > 1.1 and size["delta"] >= 49
+    assert sorted(f.name for f in (out / "raw/apps/slower").glob("*.log")) == [
+        "container-01.log", "container-02.log", "container-warmup.log", "native-01.log", "native-02.log",
+        "native-warmup.log"]
+
+    # wrong: another file than the reference, and a value the container changes
+    wrong = checks["app wrong"]
+    assert wrong["verdict"] == "bad"
+    assert {f["code"] for f in wrong["findings"] if f["severity"] == "error"} == {
+        "app-output-wrong", "app-value-differs", "no-measurement"}  # no correct run: its timing is no result
+    [bad] = [f for f in wrong["findings"] if f["code"] == "app-output-wrong"]
+    assert bad["message"].startswith("app wrong: 4 of 4 run(s) incorrect: shells.txt differs from /etc/debian_version "
+                                     "after sorting lines: 8 line(s) not in the reference")
+    assert "(native-warmup, container-warmup, native-01, container-01)" in bad["message"]
+
+    # the report and the console
+    md = (out / "report.md").read_text()
+    assert "## app lat: good\n\ncontainer / native: **" in md and "## app slower: bad" in md
+    assert "| native 1 | raw/apps/lat/native-01.log |" in md
+    row = next(line for line in p.stdout.splitlines() if line.startswith("app slower ")).split()
+    assert float(row[-3]) > 1.1 and row[-2:] == ["fail", "bad"], row  # the ratio, the state, the verdict
+    assert "check app wrong: bad" in p.stdout

@@ -101,3 +101,44 @@ def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(run_dedal, s
         assert "dedal-" not in left, left
     finally:
         subprocess.run(["scancel", job.group(1)], env=slurm_cluster.env, timeout=60)
+
+
+@pytest.mark.apptainer
+def test_app_benchmark_in_an_allocation(run_dedal, slurm_cluster, bench_image, native_cache, apptainer,
+                                        tmp_path: Path) -> None:
+    """An application benchmark as esd-neuro's run on a cluster: srun --mpi=pmix inside an
+    allocation, the container side joining the Apptainer instance kept per node, the native side
+    the image's root in a sandbox per rank; every run in its own working directory (bound into the
+    instance at its start, and into the sandboxes), where rank 0 writes the file held to the image's."""
+    import re
+    import subprocess
+
+    import yaml
+
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
+        {"name": "lat", "ranks": 2, "expect": r"^# dedal-bench MPI Latency Test v(?P<value>[0-9.]+)$",
+         "command": 'dedal_latency -m 8 || exit 1; [ "$PMIX_RANK" != 0 ] || tac /etc/shells > shells.txt',
+         "metric": {"match": r"^8 +(?P<value>[0-9.]+)$", "unit": "us", "overhead_pct": 1000000, "repetitions": 1},
+         "reference": {"output": "shells.txt", "expected": "/etc/shells"}}]}}}))
+    got = subprocess.run(["salloc", "--no-shell", "-N", "1", "-n", "2"], env=slurm_cluster.env, capture_output=True,
+                         text=True, timeout=120)
+    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
+    assert job, got.stderr
+    env = dict(slurm_cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=job.group(1),
+               SLURM_JOBID=job.group(1), SLURM_NTASKS="2", SLURM_JOB_NUM_NODES="1", SLURM_NNODES="1")
+    out = tmp_path / "apps"
+    try:
+        p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "-b", "apps",
+                      "--env-file", str(env_file), "--timeout", "120", "-o", str(out), env=env, timeout=400)
+        assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{slurm_cluster.log_tail()}"
+        data = json.loads((out / "verify.json").read_text())
+        [check] = data["checks"]
+        assert check["name"] == "app lat" and check["verdict"] == "good", check["findings"]
+        assert "joined one Apptainer instance per node (dedal-" in data["meta"]["container"]
+        for name in ("native-warmup", "container-warmup", "native-01", "container-01"):
+            assert "srun --mpi=pmix" in (out / "raw/apps/lat" / f"{name}.log").read_text()
+            assert (out / "raw/apps/lat" / name / "shells.txt").is_file(), name
+        assert all(r["correct"] for r in data["measurements"]["app lat"]["runs"])
+    finally:
+        subprocess.run(["scancel", job.group(1)], env=slurm_cluster.env, timeout=60)
