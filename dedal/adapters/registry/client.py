@@ -54,10 +54,10 @@ import requests
 import requests.exceptions
 
 from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_credentials
-from dedal.adapters.registry.errors import (ANSWER_LIMIT, ERROR_BODY_LIMIT, TRANSIENT_ERRORS, NotFound, RegistryAuthError,
-                                            TooLarge, read_body, redact_url, short_reason)
-from dedal.errors import too_large
+from dedal.adapters.registry.errors import (ANSWER_LIMIT, ERROR_BODY_LIMIT, TRANSIENT_ERRORS, NotFound,
+                                            RegistryAuthError, TooLarge, read_body, redact_url, short_reason)
 from dedal.adapters.registry.stall import Counted, Stall, stall
+from dedal.errors import too_large
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
 from dedal.ui.activity import Activity, activity
 from dedal.ui.console import human_size

@@ -15,8 +15,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from dedal.adapters.registry import make_client
-from dedal.adapters.registry.errors import ANSWER_LIMIT, TooLarge
+from dedal.adapters.registry import ANSWER_LIMIT, TooLarge, make_client
 
 pytestmark = pytest.mark.reliability
 
