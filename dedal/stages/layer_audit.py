@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from dedal.adapters import squashfs
-from dedal.errors import DedalError, UserError
+from dedal.errors import DedalError, ToolError, UserError
 from dedal.model.layers import sha256_file
 
 
@@ -376,8 +376,9 @@ def check_image_root(image: Path, offset: int, install_root: Optional[str], wher
     <problem>``, one line, for the first problem; the number of entries otherwise."""
     try:
         entries = squashfs.entries(Path(image), offset=offset)
-    except DedalError as exc:
-        raise UserError(f"{where}: unreadable root file system ({exc.one_line()})") from None
+    except ToolError as exc:  # the tool's reason; not its command line, whose file is a temporary one
+        raise UserError(f"{where}: unreadable root file system ({exc.what} exited with code {exc.returncode}: "
+                        f"{exc.detail})") from None
     problem = image_listing_problem(entries, install_root)
     if problem:
         raise UserError(f"{where}: refused: {problem}")

@@ -104,7 +104,7 @@ HOSTILE = [
      "symlink /etc/host -> ../../../../etc/passwd climbs out of the image's root"),
     # unsquashfs refuses to list a name '..' (image_entry_rules covers the listing that shows one)
     ("dotdot", dict(shape=lambda root: (root / "etc" / "Q7").write_text("x"), patch=(b"Q7", b"..")),
-     "unreadable root file system (unsquashfs -lls: "),
+     "unreadable root file system (unsquashfs -lls exited with code 1: "),
     ("linebreak", dict(shape=lambda root: (root / "etc" / "a\nb").write_text("x")), "line break"),
     ("badroot", dict(labels={**LABELS, "dedal.install_root": "/"}), "its labels name install root '/'"),
 ]
@@ -188,5 +188,6 @@ def test_a_corrupt_root_file_system_is_one_line(run_dedal, registry, tmp_path):
     r = run_dedal("pull", ref, "-o", str(out / "image.sif"))
     lines = [line for line in r.stderr.strip().splitlines() if not line.startswith("[")]  # not progress
     assert r.returncode == 2 and len(lines) == 1, r.stderr
-    assert lines[0].startswith(f"dedal: error: {ref}: unreadable root file system (unsquashfs -lls"), lines[0]
+    assert lines[0].startswith(f"dedal: error: {ref}: unreadable root file system "
+                               "(unsquashfs -lls exited with code "), lines[0]
     assert str(out) not in lines[0] and list(out.iterdir()) == []
