@@ -281,8 +281,8 @@ class RegistryClient(oras.provider.Registry):
                 response = self.session.request(method, url, data=data, json=json, headers=hdrs, stream=True,
                                                 verify=not self.insecure, timeout=timeouts,
                                                 allow_redirects=True)
-                if method == "HEAD":
-                    response._content = b""  # its Content-Length is the size of what a GET would send
+                if method == "HEAD":  # no body (http.client reads none), whatever its Content-Length says
+                    response._content = b"".join(response.iter_content(CHUNK))  # and the connection kept
                 elif response.status_code >= 300:
                     response._content = _error_body(response)
                 elif not stream:
