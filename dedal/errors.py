@@ -177,11 +177,29 @@ def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_input(path: Path) -> str:
-    """A user's input file as text, or one clear UserError line (a FIFO, a device: refused)."""
+INPUT_LIMIT = 8 << 20  # bytes of an input file read whole: env.yaml, settings, base definitions, manifests, plans
+
+
+def too_large(what: str, limit: int, size: Optional[int] = None) -> str:
+    """The one line for an input over the bytes dedal reads of its kind (``size``: where
+    known; a stream is cut off after ``limit``)."""
+    got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+    limit_text = f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
+    return f"{what}: too large ({got}; dedal reads at most {limit_text} of it)"
+
+
+def read_input(path: Path, limit: int = INPUT_LIMIT) -> str:
+    """A user's input file as text, or one clear UserError line: a FIFO, a device refused
+    at once, a file over ``limit`` bytes (never read into memory whole)."""
     try:
         with open_regular(Path(path)) as fh:  # decoded as read_text() does (universal newlines)
-            return fh.read().decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise UserError(too_large(str(path), limit, size))
+            data = fh.read(limit + 1)  # a file that grows meanwhile is cut off here
+            if len(data) > limit:
+                raise UserError(too_large(str(path), limit))
+            return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:

@@ -2,6 +2,13 @@
 
 Output goes to a log file when one is given (the evidence a ToolError points at),
 otherwise it is captured and the tail is put into the error.
+
+No child gets dedal's secrets (:data:`SECRET_VARS`: the signing key's passphrase, the
+registry password) in its environment, whether it inherits dedal's or is given one made
+from it (``{**os.environ, ...}``): a Spack build, mksquashfs, sbatch's job, a container
+started by Apptainer would otherwise all hold them, and Spack records a build's
+environment in the prefix. The one tool that needs a secret gets it on its standard input
+(``apptainer sign``, :mod:`dedal.adapters.signing`); the registry is spoken to in-process.
 """
 from __future__ import annotations
 
@@ -16,12 +23,24 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Mapping, Optional, Sequence, Union
+from typing import IO, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from dedal.errors import ToolError, ToolMissing
 
 Cmd = Sequence[Union[str, os.PathLike]]
 OUTPUT_KEPT = 4 << 20  # bytes of a failed command's logged output that its ToolError carries
+
+
+SECRET_VARS = ("DEDAL_SIGN_PASSPHRASE", "DEDAL_REGISTRY_PASSWORD")
+
+
+def child_env(env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment a child gets: ``env`` (default this process's) without
+    :data:`SECRET_VARS`."""
+    given = dict(os.environ if env is None else env)
+    for name in SECRET_VARS:
+        given.pop(name, None)
+    return given
 
 
 @dataclass
@@ -85,11 +104,11 @@ def run(
             with open(log, "a", encoding="utf-8", errors="replace") as fh:
                 fh.write(f"$ {shlex.join(argv)}\n")
                 fh.flush()
-                proc = _run(argv, watch, stdout=stdout or fh, stderr=fh, env=env, cwd=cwd,
+                proc = _run(argv, watch, stdout=stdout or fh, stderr=fh, env=child_env(env), cwd=cwd,
                             timeout=timeout, input=input, text=stdout is None)
             out, err = "", ""
         else:
-            proc = _run(argv, watch, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            proc = _run(argv, watch, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(env),
                         cwd=cwd, timeout=timeout, input=input, text=stdout is None)
             out = proc.stdout if stdout is None else ""
             err = proc.stderr if stdout is None else proc.stderr.decode("utf-8", "replace")
@@ -180,7 +199,7 @@ def call(cmd: Cmd, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[Pat
     the child is stopped as :func:`stop` does."""
     argv = [os.fspath(c) for c in cmd]
     try:
-        p = subprocess.Popen(argv, env=env, cwd=cwd)
+        p = subprocess.Popen(argv, env=child_env(env), cwd=cwd)
     except FileNotFoundError:
         raise ToolMissing(argv[0]) from None
     main = threading.current_thread() is threading.main_thread()
@@ -229,7 +248,7 @@ def start(
     out = open(log, "ab") if log is not None else subprocess.DEVNULL
     try:
         return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env(env), cwd=cwd,
             start_new_session=new_session,
             preexec_fn=_terminated_with(os.getpid()) if die_with_parent else None,
         )

@@ -188,15 +188,18 @@ def read_text(image: Path, member: str) -> Optional[str]:
 _LS = re.compile(r"^(?P<mode>\S{10})\s+(?P<owner>\S+)\s+(?P<size>\d+|\d+,\s*\d+)\s+\S+\s+\S+\s+(?P<path>.*)$")
 
 
-def entries(image: Path) -> List[Dict[str, str]]:
+def entries(image: Path, *, offset: int = 0) -> List[Dict[str, str]]:
     """Every entry of an image: path (relative, without the squashfs-root prefix), mode string,
-    size and, for symlinks, the target. Used to audit layers before they are trusted.
+    size (``major,minor`` for a device) and, for symlinks, the target. Used to audit layers
+    and pulled images before they are trusted; ``offset``: where the squashfs starts in the
+    file (a SIF's partition).
 
     A line that does not parse (a name holding a line break continues on the next line) is
     returned as ``{"unparsed": line}``, for the audit to refuse: skipping it would let a
     name hide the rest of its entry."""
     proc.which("unsquashfs", HINT)
-    out = proc.run(["unsquashfs", "-lls", "-n", "-d", "", os.fspath(image)], what="unsquashfs -lls").stdout
+    at = ["-o", str(int(offset))] if offset else []
+    out = proc.run(["unsquashfs", *at, "-lls", "-n", "-d", "", os.fspath(image)], what="unsquashfs -lls").stdout
     result: List[Dict[str, str]] = []
     for line in out.splitlines():
         m = _LS.match(line)
@@ -211,7 +214,8 @@ def entries(image: Path) -> List[Dict[str, str]]:
         path = path.lstrip("/")
         if not path:
             continue
-        result.append({"path": path, "mode": m.group("mode"), "size": m.group("size"), "target": target})
+        result.append({"path": path, "mode": m.group("mode"), "size": re.sub(r"\s+", "", m.group("size")),
+                       "target": target})
     return result
 
 

@@ -39,8 +39,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import yaml
 
 from dedal.adapters import git as gitad
-from dedal.errors import UserError
+from dedal.errors import UserError, read_input
 from dedal.model.envfile import EnvFile, load_env
+from dedal.model.inputs import load_json
 from dedal.model.plan import Plan
 from dedal.stages.assemble import image_paths, select_packages
 
@@ -128,8 +129,8 @@ def watched_paths(root: Path, env_file: Path) -> List[str]:
     directory = env_file.parent
     watched = {_rel(directory, root)}
     try:
-        data = yaml.safe_load(env_file.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = yaml.safe_load(read_input(env_file))
+    except (UserError, yaml.YAMLError):
         data = None
     entries: List[Any] = []
     if isinstance(data, dict):
@@ -353,7 +354,7 @@ def _plan_of(target: Any) -> Any:
     path = target.workdir / "plan.json"
     if path.is_file():
         try:
-            return Plan.from_json(json.loads(path.read_text()), str(path))
+            return Plan.from_json(load_json(path), str(path))
         except (ValueError, UserError):
             pass
     return target.plan()
@@ -387,8 +388,8 @@ def _report_dirs(reports_dir: Path, name: str, tag: str, image: Optional[Path]) 
         hit = rel in names
         if not hit and image is not None:
             try:
-                data = json.loads(cand.read_text())
-            except (OSError, ValueError):
+                data = json.loads(read_input(cand))
+            except (UserError, ValueError):
                 data = {}
             ref = str(data.get("image", "")) if isinstance(data, dict) else ""
             hit = bool(ref) and (ref == str(image) or posixpath.basename(ref) == image.name)

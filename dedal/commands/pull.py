@@ -11,7 +11,10 @@ from dedal.ui.progress import Transfers
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pull", help="download a SIF image from an OCI registry and verify it",
                        description="Resolve the reference, download the SIF to a temporary file, check its size, "
-                                   "sha256, SIF header and architecture, then rename it into place.")
+                                   "sha256, SIF header and architecture, audit the entries of its root file system "
+                                   "(no setuid file outside the system's program directories, no device but /dev's "
+                                   "harmless ones, no world-writable directory without the sticky bit, no symlink out "
+                                   "of the install root or above the root), then rename it into place.")
     p.add_argument("ref", metavar="REF", help="oras://HOST[:PORT]/REPO:TAG or oras://HOST/REPO@sha256:...")
     p.add_argument("-o", "--output", metavar="FILE", help="output file or directory (default: <name>_<tag>.sif)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
@@ -38,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(result.to_json())
         return 0
     out.print(f"pulled {result.reference} -> {result.path}", markup=False)
-    out.print(f"  sif {result.sif_digest} ({result.size} bytes, {result.arch}), verified", markup=False)
+    out.print(f"  sif {result.sif_digest} ({result.size} bytes, {result.arch}), verified; "
+              f"{result.entries} entries audited", markup=False)
     if result.signed_by:
         out.print(f"  signed by {', '.join(result.signed_by['names'])} ({', '.join(result.signed_by['fingerprints'])})",
                   markup=False)

@@ -195,10 +195,11 @@ def _unknown(name: str, known: List[str]) -> str:
 
 
 def _definition_file(name: str) -> Optional[Path]:
-    """``name`` as the path of a definition file (.yaml/.yml/.def), when it is one."""
+    """``name`` as the path of a definition file (.yaml/.yml/.def), when it is one (a FIFO
+    or a device too: read_input refuses it, saying what it is)."""
     candidate = Path(name)
     try:
-        return candidate if candidate.suffix in (".yaml", ".yml", ".def") and candidate.is_file() else None
+        return candidate if candidate.suffix in (".yaml", ".yml", ".def") and candidate.exists() else None
     except (OSError, ValueError):  # a name too long, a NUL: no file
         return None
 

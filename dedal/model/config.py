@@ -236,7 +236,7 @@ def load_settings(
     environ = os.environ if environ is None else environ
     layers: List[Tuple[str, Dict[str, Any], bool]] = []
     files = [Path(config_file)] if config_file else [p for p in default_config_files() if p.is_file()]
-    if config_file and not Path(config_file).is_file():
+    if config_file and not Path(config_file).exists():  # a FIFO, a device: read_input says what it is
         raise UserError(f"{config_file}: configuration file not found")
     for path in files:
         layers.append((f"file {path}", read_config_file(path), False))

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from dedal.errors import UserError, open_regular
+from dedal.errors import UserError, open_regular, too_large
 
 LAUNCH_SCRIPT = "#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC\x00"
@@ -261,8 +261,15 @@ def check_arch(info: SifInfo, arch: Optional[str] = None) -> None:
         raise UserError(f"{info.path}: SIF image is for {info.primary_arch}, this host is {want}")
 
 
-def read_object(path: Union[str, os.PathLike], descriptor: Descriptor) -> bytes:
-    """The bytes of one data object (meant for the small ones: definition, JSON, SBOM)."""
+OBJECT_LIMIT = 16 << 20  # bytes of a small object read whole (esd-neuro's SBOM, the largest here, has 72 KiB)
+
+
+def read_object(path: Union[str, os.PathLike], descriptor: Descriptor, limit: int = OBJECT_LIMIT) -> bytes:
+    """The bytes of one data object (meant for the small ones: definition, JSON, SBOM);
+    UserError for one over ``limit`` bytes (a SIF is input: its descriptors say anything)."""
+    if descriptor.size > limit:
+        raise UserError(too_large(f"{path}: object {descriptor.id} ({descriptor.name or descriptor.datatype_name})",
+                                  limit, descriptor.size))
     with open_regular(Path(path)) as fh:
         fh.seek(descriptor.offset)
         data = fh.read(descriptor.size)

@@ -405,7 +405,10 @@ def parse_lock(text: str, path: Optional[Path] = None) -> SpackLock:
     return lock
 
 
+LOCK_LIMIT = 64 << 20  # bytes of a spack.lock (the largest here, jedi-ci's 700 specs, has 0.25 MiB)
+
+
 def load_lock(path: Path) -> SpackLock:
     path = Path(path)
-    text = read_input(path)
+    text = read_input(path, LOCK_LIMIT)
     return parse_lock(text, path)

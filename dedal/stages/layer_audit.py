@@ -2,8 +2,11 @@
 anywhere, whatever its source: a package just built (here or on a Slurm node,
 :func:`check_packed` before it is stored), a layer pulled from a remote layer cache
 (:func:`check_packed` before it is stored), the dependencies a build job materializes and
-the layers an assembly composes (:func:`audit_layer`), and a store's layers as they are
-(:func:`audit_store`, ``dedal layers verify``).
+the layers an assembly composes (:func:`audit_layer`), a store's layers as they are
+(:func:`audit_store`, ``dedal layers verify``), and the root file system of an image
+pulled from a registry, before it is stored (:func:`check_image_root`: the layers' rules
+under its install root, the base operating system's setuid programs and harmless /dev
+nodes allowed elsewhere).
 
 Its manifest names the package, the install root and the key, and a prefix that is one
 directory name; the squashfs matches the manifest's size and sha256; every entry is
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from dedal.adapters import squashfs
-from dedal.errors import DedalError, UserError
+from dedal.errors import DedalError, ToolError, UserError
 from dedal.model.layers import sha256_file
 
 
@@ -88,17 +91,25 @@ def entry_problem(entry: Mapping[str, str], prefix: str, install_root: str) -> O
     if path == prefix and mode[:1] != "d":
         return f"the prefix {prefix!r} is not a directory"
     if mode[:1] == "l":
-        target = entry.get("target", "")
-        if not target:
-            return f"symlink {path!r} has no target"
-        root = posixpath.normpath(install_root)
-        if target.startswith("/"):
-            if not inside(posixpath.normpath(target), root):
-                return f"symlink {path} -> {target} points outside the install root {install_root}"
-        else:
-            resolved = posixpath.normpath(posixpath.join(root, posixpath.dirname(path), target))
-            if not inside(resolved, root):
-                return f"symlink {path} -> {target} escapes the install root {install_root}"
+        return symlink_problem(path, entry.get("target", ""), install_root)
+    return None
+
+
+def symlink_problem(path: str, target: str, install_root: str, shown: str = "") -> Optional[str]:
+    """Why a symlink at ``path`` (relative to the install root) may not point at ``target``:
+    an absolute target outside the install root, a relative one that climbs out of it.
+    ``shown``: the symlink's name in the message (default ``path``)."""
+    shown = shown or path
+    if not target:
+        return f"symlink {shown!r} has no target"
+    root = posixpath.normpath(install_root)
+    if target.startswith("/"):
+        if not inside(posixpath.normpath(target), root):
+            return f"symlink {shown} -> {target} points outside the install root {install_root}"
+    else:
+        resolved = posixpath.normpath(posixpath.join(root, posixpath.dirname(path), target))
+        if not inside(resolved, root):
+            return f"symlink {shown} -> {target} escapes the install root {install_root}"
     return None
 
 AUDIT_RULES = 3  # bump when entry_problem or prefix_problem changes: remembered audits are then redone
@@ -265,6 +276,113 @@ def audit_stored(store: Any, key: str, memo: Optional[Path] = None) -> int:
     man = store.manifest(key)
     return _check_listing(store.sqfs(key), man.sha256, man.prefix, man.install_root,
                           f"layer {key} ({man.name}@{man.version})", memo)
+
+
+# ------------------------------------------------------------------ a whole image's root
+
+# Where a base operating system keeps its programs: the only places a pulled image may
+# have setuid or setgid files (Debian's su, mount, passwd, unix_chkpwd, ssh-keysign...).
+SYSTEM_PROGRAM_DIRS = ("bin", "sbin", "lib", "usr/bin", "usr/sbin", "usr/lib", "usr/libexec")
+# The device nodes debootstrap leaves in /dev (major,minor): the ones that give no access
+# to any hardware or memory. Apptainer mounts its own /dev over them; dedal verify unpacks
+# them onto the host, where /dev/mem or a disk's block device would be real.
+HARMLESS_DEVICES = {"dev/null": "1,3", "dev/zero": "1,5", "dev/full": "1,7", "dev/random": "1,8",
+                    "dev/urandom": "1,9", "dev/tty": "5,0", "dev/console": "5,1", "dev/ptmx": "5,2"}
+INSTALL_ROOT_LABEL = "dedal.install_root"
+
+
+def _climbs_out(path: str, target: str) -> bool:
+    """Whether the relative ``target`` of a symlink at ``path`` (relative to the image's
+    root) climbs above the root: a name such a link resolves to outside an unpacked copy."""
+    depth = path.count("/")  # the symlink's directory's depth
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part and part != ".":
+            depth += 1
+    return False
+
+
+def image_entry_problem(entry: Mapping[str, str], install_root: Optional[str]) -> Optional[str]:
+    """Why one entry of a whole image's root file system (a pulled image) may not be
+    stored (None: it may).
+
+    Under the image's install root (its label ``dedal.install_root``: the layers) the
+    layers' own rules hold (:func:`mode_problem`, :func:`symlink_problem`). The rest is the
+    base operating system's, audited as :func:`mode_problem` audits a layer with the two
+    things a base legitimately has (what debootstrap makes, which assemble takes as it is):
+    setuid and setgid programs in :data:`SYSTEM_PROGRAM_DIRS`, and the
+    :data:`HARMLESS_DEVICES` in /dev. Its symlinks resolve inside the image when it runs,
+    absolute ones too; a relative one may not climb above the root. No entry is named
+    ``.`` or ``..`` or holds a line break."""
+    path = entry["path"]
+    shown = "/" + path
+    if "\n" in path or "\r" in path:
+        return f"the name {shown!r} holds a line break"
+    if {"", ".", ".."} & set(path.split("/")):
+        return f"path {shown!r} is outside the image's root"
+    mode = entry.get("mode", "")
+    target = entry.get("target", "")
+    root = install_root.strip("/") if install_root else ""
+    if root and path.startswith(root + "/"):
+        problem = mode_problem(shown, mode)
+        if problem or mode[:1] != "l":
+            return problem
+        return symlink_problem(path[len(root) + 1:], target, install_root or "", shown)
+    if mode[:1] == "c" and HARMLESS_DEVICES.get(path) == entry.get("size"):
+        return None
+    if len(mode) == 10 and mode[0] == "-" and path.startswith(tuple(d + "/" for d in SYSTEM_PROGRAM_DIRS)):
+        return None  # a program of the system: setuid/setgid is all mode_problem refuses of a regular file
+    problem = mode_problem(shown, mode)
+    if problem:
+        if mode[:1] == "-":
+            problem += f", outside the system's program directories (/{', /'.join(SYSTEM_PROGRAM_DIRS)})"
+        elif mode[:1] == "c":
+            problem += " other than /dev's harmless ones (null, zero, full, random, urandom, tty, console, ptmx)"
+        return problem
+    if mode[:1] == "l":
+        if not target:
+            return f"symlink {shown!r} has no target"
+        if not target.startswith("/") and _climbs_out(path, target):
+            return f"symlink {shown} -> {target} climbs out of the image's root"
+    return None
+
+
+def image_listing_problem(entries: Sequence[Mapping[str, str]], install_root: Optional[str]) -> Optional[str]:
+    """The first entry of a whole image's listing that may not be stored (see
+    :func:`image_entry_problem`), or a path listed twice."""
+    if install_root is not None and (root_problem(install_root) or not install_root.strip("/")):
+        return f"its labels name install root {install_root!r}, not an absolute directory"
+    if not entries:
+        return "its root file system holds nothing"
+    seen = set()
+    for e in entries:
+        if e.get("unparsed"):
+            return f"an entry's name holds a line break (listing line {e['unparsed'][:80]!r})"
+        problem = image_entry_problem(e, install_root)
+        if problem:
+            return problem
+        if e["path"] in seen:
+            return f"path {'/' + e['path']!r} is listed twice"
+        seen.add(e["path"])
+    return None
+
+
+def check_image_root(image: Path, offset: int, install_root: Optional[str], where: str) -> int:
+    """The entry audit of an image's root file system (the squashfs at ``offset`` in
+    ``image``) before the image is stored (``dedal pull``): UserError ``WHERE: refused:
+    <problem>``, one line, for the first problem; the number of entries otherwise."""
+    try:
+        entries = squashfs.entries(Path(image), offset=offset)
+    except ToolError as exc:  # the tool's reason; not its command line, whose file is a temporary one
+        raise UserError(f"{where}: unreadable root file system ({exc.what} exited with code {exc.returncode}: "
+                        f"{exc.detail})") from None
+    problem = image_listing_problem(entries, install_root)
+    if problem:
+        raise UserError(f"{where}: refused: {problem}")
+    return len(entries)
 
 
 def unpack_layer(sqfs: Path, prefix: str, root: Path, scratch: Path, install_root: str, where: str,

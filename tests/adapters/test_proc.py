@@ -122,3 +122,46 @@ def test_children_never_inherit_the_terminal(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     seen = dict(line.split(" ", 1) for line in res.stdout.splitlines())
     assert seen == {"terminal": "True", "run": "/dev/null", "logged": "/dev/null", "start": "/dev/null"}, seen
+
+
+# ------------------------------------------------------------------ dedal's secrets stay in dedal (issue 39)
+
+SECRET = "s3cret-passphrase-39"
+
+
+@pytest.fixture
+def secrets_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in proc.SECRET_VARS:
+        monkeypatch.setenv(name, SECRET)
+    monkeypatch.setenv("DEDAL_NOT_SECRET_39", "kept")
+
+
+def test_no_child_sees_the_passphrase_or_the_registry_password(secrets_set: None, tmp_path: Path) -> None:
+    """Inherited (env=None) or given as dedal's environment plus more (what the adapters
+    pass: ``{**os.environ, ...}``): run, start and call give no child the secrets, and every
+    other variable as before."""
+    shown = [proc.run(["env"]).stdout, proc.run(["env"], env={**os.environ, "X": "1"}).stdout]
+    proc.run(["env"], log=tmp_path / "run.log")
+    shown.append((tmp_path / "run.log").read_text())
+    p = proc.start(["env"], log=tmp_path / "start.log", env={**os.environ})
+    p.wait()
+    shown.append((tmp_path / "start.log").read_text())
+    assert proc.call(["sh", "-c", f"env > {tmp_path / 'call.out'}"]) == 0
+    shown.append((tmp_path / "call.out").read_text())
+    for text in shown:
+        assert "DEDAL_NOT_SECRET_39=kept" in text and "PATH=" in text
+        assert SECRET not in text and not any(f"{name}=" in text for name in proc.SECRET_VARS), text
+
+
+def test_spack_run_on_the_host_does_not_see_them(secrets_set: None, tmp_path: Path) -> None:
+    """The Spack adapter's host runner hands Spack dedal's environment with its own added:
+    a stand-in ``bin/spack`` that prints its environment finds no secret in it."""
+    from dedal.adapters.spack import Spack
+
+    root = tmp_path / "spack"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "spack").write_text("#!/bin/sh\nexec env\n")
+    (root / "bin" / "spack").chmod(0o755)
+    out = Spack(root, tmp_path / "cache")._run(["--version"]).stdout
+    assert "SPACK_DISABLE_LOCAL_CONFIG=1" in out and "DEDAL_NOT_SECRET_39=kept" in out
+    assert SECRET not in out

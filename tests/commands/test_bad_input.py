@@ -86,6 +86,17 @@ CASES: Dict[str, tuple] = {
                          "c.yaml:4:1: not valid YAML: expected ',' or ']'"),
     "base definition YAML": (["base", "show", "b.yaml"], {"b.yaml": "name: x\nsuite: trixie\npackages: {base: [a}\n"},
                              "b.yaml:3:20: not valid YAML: expected ',' or ']', but got '}'"),
+    # issue 39: an input read whole is bounded: 8 MiB (INPUT_LIMIT), a spack.lock 64 MiB (LOCK_LIMIT)
+    "env file over 8 MiB": (["plan", "e/env.yaml"], {"e/env.yaml": ENV + "#" * (9 << 20) + "\n"},
+                            "e/env.yaml: too large (9437208 bytes; dedal reads at most 8 MiB of it)"),
+    "plan over 8 MiB": (["plan", "p.json"], {"p.json": " " * (9 << 20) + "{}"},
+                        "p.json: too large (9437186 bytes; dedal reads at most 8 MiB of it)"),
+    "config over 8 MiB": (["-c", "c.yaml", "config", "show"], {"c.yaml": "#" * (9 << 20)},
+                          "c.yaml: too large (9437184 bytes; dedal reads at most 8 MiB of it)"),
+    "base definition over 8 MiB": (["base", "show", "b.yaml"], {"b.yaml": "#" * (9 << 20)},
+                                   "b.yaml: too large (9437184 bytes; dedal reads at most 8 MiB of it)"),
+    "lock over 64 MiB": (["plan", "big.lock"], {"big.lock": LOCK + " " * (64 << 20)},
+                         "big.lock: too large ("),
 }
 
 
@@ -205,3 +216,41 @@ def test_real_spack_says_what_is_wrong_with_the_input(run_dedal, real_spack, tri
         assert not data.exists(), sorted(str(p) for p in data.rglob("*"))
     else:
         assert "concretize -f` exited with code 1" in lines[0]
+
+
+@pytest.mark.parametrize("argv,name", [(["plan", "{}"], "env.yaml"), (["plan", "{}"], "x.lock"),
+                                       (["plan", "{}"], "plan.json"), (["-c", "{}", "config", "show"], "c.yaml"),
+                                       (["base", "show", "{}"], "b.yaml")])
+@pytest.mark.parametrize("kind", ["FIFO", "device"])
+def test_an_input_that_is_no_regular_file_is_refused_at_once(argv: List[str], name: str, kind: str, run_dedal,
+                                                             tmp_path: Path) -> None:
+    """A FIFO nobody writes to is never waited on, /dev/zero (endless) never read."""
+    path = tmp_path / name
+    if kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    r = run_dedal(*[a.replace("{}", str(path)) for a in argv], timeout=60)
+    lines = r.stderr.strip().splitlines()
+    what = "a FIFO" if kind == "FIFO" else "a character device"
+    assert r.returncode == 2 and lines == [f"dedal: error: {path}: is {what}, not a regular file"], r.stderr
+
+
+def test_a_sif_object_over_its_limit_is_one_line(run_dedal, tmp_path: Path) -> None:
+    """A SIF's descriptors say what they like: a labels object over OBJECT_LIMIT (16 MiB) is
+    refused before it is read."""
+    import subprocess
+
+    from dedal.model import sif
+
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "f").write_text("x")
+    part = tmp_path / "p.sqfs"
+    subprocess.run(["mksquashfs", str(tmp_path / "root"), str(part), "-quiet", "-no-progress"], check=True)
+    big = {"dedal.env": "x", "pad": "a" * (17 << 20)}
+    sif.write_sif(tmp_path / "big.sif", part, definition="", labels=big, metadata={})
+    r = run_dedal("inspect", str(tmp_path / "big.sif"))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"dedal: error: {tmp_path / 'big.sif'}: object 3 (labels.json): too large (17825828 bytes; "
+        "dedal reads at most 16 MiB of it)"], r.stderr

@@ -8,8 +8,9 @@ This is its public face; the parts are split the way Spack splits ``spack.oci``:
 * ``client``: ``RegistryClient``, oras-py's ``Registry`` with dedal's transport
   underneath (retries with backoff, https probing, chunked uploads, streaming
   downloads, manifests as raw bytes, referrers, tags);
-* ``errors``: ``NotFound``, ``RegistryAuthError``, what counts as a transient failure,
-  and URLs and reasons cut down for messages.
+* ``errors``: ``NotFound``, ``RegistryAuthError``, ``TooLarge`` (an answer over
+  ``ANSWER_LIMIT``, exit 2), what counts as a transient failure, and URLs and reasons
+  cut down for messages.
 
 The values it carries (media types, ``Manifest``, digests, ``RegistryError``) are
 ``dedal.model.oci``'s and are re-exported here for callers that only speak to the
@@ -36,7 +37,8 @@ from dedal.adapters.registry.client import (
     client_options,
     make_client,
 )
-from dedal.adapters.registry.errors import TRANSIENT_ERRORS, NotFound, RegistryAuthError, redact_url, short_reason
+from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, NotFound, RegistryAuthError, TooLarge,
+                                            redact_url, short_reason)
 from dedal.model.oci import (
     DOCKER_MANIFEST,
     DOCKER_MANIFEST_LIST,
@@ -53,5 +55,5 @@ __all__ = [
     "RegistryError", "RegistryAuthError", "NotFound", "Credentials", "RegistryAuth", "auth_files",
     "credentials_from_file", "resolve_credentials", "parse_challenge", "RegistryClient", "client_options", "make_client", "Progress",
     "sha256_digest", "file_digest", "redact_url", "short_reason", "CHUNK", "RETRY_STATUS",
-    "TRANSIENT_ERRORS",
+    "TRANSIENT_ERRORS", "TooLarge", "ANSWER_LIMIT",
 ]

@@ -25,8 +25,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import requests
 
 from dedal.adapters import proc
-from dedal.adapters.registry.errors import TRANSIENT_ERRORS, RegistryAuthError, redact_url, short_reason
-from dedal.errors import UserError
+from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, RegistryAuthError, read_body, redact_url,
+                                            short_reason)
+from dedal.errors import UserError, read_input
 from dedal.model.oci import RegistryError
 
 log = logging.getLogger("dedal.registry")
@@ -112,12 +113,10 @@ def _credential_helper(helper: str, host: str, origin: str) -> Optional[Credenti
 def credentials_from_file(path: Path, host: str, repository: str = "") -> Optional[Credentials]:
     """Look ``host`` (or ``host/repository`` prefixes, most specific first) up in one
     Docker/Podman auth file; credential helpers named there are asked through ``proc``."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         return None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read registry credentials ({exc.strerror})") from None
+    try:  # a FIFO or device refused at once, a file over INPUT_LIMIT unread (read_input)
+        data = json.loads(read_input(path))
     except ValueError:
         raise UserError(f"{path}: not valid JSON (registry credentials file)") from None
     if not isinstance(data, dict):
@@ -260,7 +259,8 @@ class RegistryAuth:
         log.debug("requesting a bearer token from %s (service=%s, scope=%s, with credentials: %s)",
                   redact_url(realm), query.get("service"), query.get("scope"), bool(self.creds))
         try:
-            r = session.get(realm, params=query, headers=headers, verify=verify, timeout=60)
+            r = session.get(realm, params=query, headers=headers, verify=verify, timeout=60, stream=True)
+            body = read_body(r, ANSWER_LIMIT, f"the answer of token server {redact_url(realm)}")
         except TRANSIENT_ERRORS as exc:
             raise RegistryError(f"token server {redact_url(realm)} of {self.host} unreachable "
                                 f"({short_reason(exc)})") from None
@@ -273,7 +273,7 @@ class RegistryAuth:
         if r.status_code != 200:
             raise RegistryAuthError(f"token server {redact_url(realm)} answered HTTP {r.status_code}")
         try:
-            data = r.json()
+            data = json.loads(body)
             token = data.get("token") or data.get("access_token")
         except (ValueError, AttributeError):
             token = None

@@ -26,6 +26,9 @@ downloads and URL building; ``RegistryClient.do_request`` underneath adds
   machine or a private network (:func:`local_registry`) plain http is the fallback
   without asking, as Apptainer (go-containerregistry) does: ``apptainer pull
   oras://127.0.0.1:5000/...`` works without ``--no-https``, and so does dedal;
+* every answer read whole (a manifest, an index, a tag list, an error) at most
+  ``ANSWER_LIMIT`` bytes, a small blob ``get_blob_bytes``'s limit: a registry is input,
+  and a larger answer is refused (``TooLarge``, exit 2) before it is in memory;
 * raw manifest bytes in and out (digests are over bytes, so dedal never lets a JSON
   library re-serialise a manifest it has to refer to), the OCI 1.1 referrers API and
   the tag listing.
@@ -51,8 +54,10 @@ import requests
 import requests.exceptions
 
 from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_credentials
-from dedal.adapters.registry.errors import TRANSIENT_ERRORS, NotFound, RegistryAuthError, redact_url, short_reason
+from dedal.adapters.registry.errors import (ANSWER_LIMIT, ERROR_BODY_LIMIT, TRANSIENT_ERRORS, NotFound,
+                                            RegistryAuthError, TooLarge, read_body, redact_url, short_reason)
 from dedal.adapters.registry.stall import Counted, Stall, stall
+from dedal.errors import too_large
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
 from dedal.ui.activity import Activity, activity
 from dedal.ui.console import human_size
@@ -151,7 +156,7 @@ class RegistryClient(oras.provider.Registry):
         timeouts = self._timeouts(f"GET {url}", first=True)
         shown.step(f"GET {url}")
         try:
-            self.session.get(url, verify=not self.insecure, timeout=timeouts)
+            self.session.get(url, verify=not self.insecure, timeout=timeouts, stream=True).close()  # body unread
             return "https"
         except requests.exceptions.SSLError as exc:
             if self.insecure or local_registry(self.host):
@@ -176,7 +181,7 @@ class RegistryClient(oras.provider.Registry):
         timeouts = self._timeouts(f"GET {url}", first=True)
         shown.step(f"GET {url} (https: {https_failure})")
         try:
-            self.session.get(url, timeout=timeouts)
+            self.session.get(url, timeout=timeouts, stream=True).close()  # body unread
             return "http"
         except TRANSIENT_ERRORS as exc:
             raise RegistryError(f"registry {self.host} unreachable over https ({https_failure}) "
@@ -272,9 +277,18 @@ class RegistryClient(oras.provider.Registry):
             timeouts = self._timeouts(f"{method} {redact_url(url)}", sending=hasattr(data, "read"))
             self.stats["requests"] += 1
             try:
-                response = self.session.request(method, url, data=data, json=json, headers=hdrs, stream=stream,
+                # always streamed: an answer read whole is read here, bounded (ANSWER_LIMIT)
+                response = self.session.request(method, url, data=data, json=json, headers=hdrs, stream=True,
                                                 verify=not self.insecure, timeout=timeouts,
                                                 allow_redirects=True)
+                if method == "HEAD":  # no body (http.client reads none), whatever its Content-Length says
+                    response._content = b"".join(response.iter_content(CHUNK))  # and the connection kept
+                elif response.status_code >= 300:
+                    response._content = _error_body(response)
+                elif not stream:
+                    # what requests does for stream=False, bounded (.content, .json() read it)
+                    response._content = read_body(response, ANSWER_LIMIT,
+                                                  f"the answer to {method} {redact_url(url)}")
             except requests.exceptions.SSLError as exc:
                 raise RegistryError(f"{method} {redact_url(url)}: TLS error ({short_reason(exc)}); pass --insecure "
                                     "only if you trust this registry") from None
@@ -333,13 +347,13 @@ class RegistryClient(oras.provider.Registry):
         """A RegistryError naming the request, the status and the registry's error codes."""
         detail = ""
         try:
-            body = response.json()
+            body = json.loads(response.content)
             errs = body.get("errors") if isinstance(body, dict) else None
             if errs:
                 detail = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ")
                                    for e in errs if isinstance(e, dict))
         except ValueError:
-            pass
+            pass  # no error codes to show: the status says it
         msg = f"{method} {redact_url(url)}: HTTP {response.status_code} {response.reason or ''}".rstrip()
         if detail:
             msg += f" ({detail})"
@@ -523,18 +537,28 @@ class RegistryClient(oras.provider.Registry):
             raise self.error(r, "GET", self.url(f"/v2/{repository}/blobs/{digest}"))
         return r
 
-    def get_blob_bytes(self, repository: str, digest: str, limit: int = 64 << 20) -> bytes:
-        """A small blob in memory, checked against its digest."""
+    def get_blob_bytes(self, repository: str, digest: str, limit: int = 16 << 20) -> bytes:
+        """A small blob in memory (a config, a layer's manifest, a report), checked against
+        its digest; TooLarge (exit 2) beyond ``limit`` bytes."""
         with self.get_blob_stream(repository, digest) as r:
             data = b""
             for chunk in r.iter_content(CHUNK):
                 self.progressed()
                 data += chunk
                 if len(data) > limit:
-                    raise RegistryError(f"blob {digest} is larger than {human_size(limit)}")
+                    raise TooLarge(too_large(f"blob {repository}@{digest}", limit))
         if sha256_digest(data) != digest:
             raise RegistryError(f"blob {repository}@{digest}: the registry sent bytes with another sha256")
         return data
+
+
+def _error_body(response: requests.Response) -> bytes:
+    """The body of an error answer, for its error codes: empty where it is over
+    ERROR_BODY_LIMIT (the status is the answer; a flood is not read further)."""
+    try:
+        return read_body(response, ERROR_BODY_LIMIT, "an error answer")
+    except TooLarge:
+        return b""
 
 
 def local_registry(host: str) -> bool:

@@ -2,8 +2,9 @@
 
 The error classes the transport raises (``RegistryError`` itself is defined with the
 OCI values in ``dedal.model.oci``, since a manifest that is not what it should be is
-one too), the exceptions worth a retry, and the two helpers that keep messages short
-and safe: ``redact_url`` drops user info and query strings (upload state, signed
+one too; ``TooLarge``, exit 2, for an answer over the bytes dedal reads of it, which
+:func:`read_body` bounds), the exceptions worth a retry, and the two helpers that keep
+messages short and safe: ``redact_url`` drops user info and query strings (upload state, signed
 tokens) and ``short_reason`` turns requests' nested exception texts into a few words.
 Shared by the credential/challenge code (``auth``), the client, and the publish stage's
 download loop.
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
+import requests
 import requests.exceptions
 
+from dedal.errors import too_large
 from dedal.model.oci import RegistryError
 
 TRANSIENT_ERRORS = (
@@ -29,6 +32,33 @@ class RegistryAuthError(RegistryError):
 
 class NotFound(RegistryError):
     """A manifest, blob or repository does not exist."""
+
+
+class TooLarge(RegistryError):
+    """What a registry sent is larger than dedal reads of its kind: refused input, exit 2."""
+
+    exit_code = 2
+
+
+ANSWER_LIMIT = 4 << 20  # bytes of an answer read whole (a manifest, an index, a token): the
+#                         4 MiB the OCI distribution spec has registries accept for a manifest
+ERROR_BODY_LIMIT = 64 << 10  # bytes of an error answer read for its error codes
+
+
+def read_body(response: requests.Response, limit: int, what: str) -> bytes:
+    """The body of a streamed ``response``, at most ``limit`` bytes: TooLarge (and the
+    connection closed) for a larger one, whether its Content-Length says so or not."""
+    length = response.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > limit:
+        response.close()
+        raise TooLarge(too_large(what, limit, int(length)))
+    data = bytearray()
+    for chunk in response.iter_content(1 << 16):
+        data += chunk
+        if len(data) > limit:
+            response.close()
+            raise TooLarge(too_large(what, limit))
+    return bytes(data)
 
 
 def redact_url(url: str) -> str:

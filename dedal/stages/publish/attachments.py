@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
 
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import Progress, RegistryClient
-from dedal.errors import UserError
+from dedal.errors import UserError, read_input
 from dedal.stages.verify.checks import skipped_of
 from dedal.model.oci import (
     ANN_CREATED,
@@ -78,10 +78,19 @@ class AttachmentGroup:
     annotations: Dict[str, str] = field(default_factory=dict)
 
 
-def _read_json(path: Path) -> Any:
+ATTACHED_JSON_LIMIT = 64 << 20  # bytes of an attached JSON file read to classify it or take its verdict
+
+
+def _read_json(path: Path, strict: bool = False) -> Any:
+    """An attached JSON file's data, None where it is not JSON (or, unless ``strict``, is
+    no regular file or over ATTACHED_JSON_LIMIT: then it is attached as a plain file)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        return json.loads(read_input(path, ATTACHED_JSON_LIMIT))
+    except ValueError:
+        return None
+    except UserError:
+        if strict:
+            raise
         return None
 
 
@@ -113,7 +122,7 @@ def classify_attachment(path: Path) -> Tuple[str, str]:
     if name.endswith(".intoto.json"):
         return ARTIFACT_INTOTO, ARTIFACT_INTOTO
     if name.endswith(".json"):
-        data = _read_json(path) if path.stat().st_size < (64 << 20) else None
+        data = _read_json(path)
         if name.endswith(".cdx.json") or (isinstance(data, dict) and data.get("bomFormat") == "CycloneDX"):
             return ARTIFACT_CYCLONEDX, ARTIFACT_CYCLONEDX
         if name.endswith(".spdx.json") or (isinstance(data, dict) and "spdxVersion" in data):
@@ -162,7 +171,7 @@ def group_attachments(paths: Iterable[Union[str, os.PathLike]], scratch: Path) -
         if group.artifact_type == ARTIFACT_VERIFY:
             report = next((f for f in group.files if f.media_type == ARTIFACT_VERIFY), None)
             if report is not None:
-                data = _read_json(report.path)
+                data = _read_json(report.path, strict=True)
                 if data is None:
                     raise UserError(f"--attach {report.path}: not valid JSON")
                 group.annotations[ANN_VERDICT] = verdict_of(data)

@@ -3,7 +3,8 @@
 An image index is resolved by architecture; the manifest must have exactly one layer of
 the SIF media type (or the legacy, misspelt ``appliciation/vnd.sylabs.sif.layer.tar``).
 The blob is streamed into a temporary file next to the target, checked for size and
-sha256, opened as a SIF for the wanted architecture, with ``verify`` (``dedal pull
+sha256, opened as a SIF for the wanted architecture, its root file system's entries
+audited as assemble audits the layers (:func:`audit_root`), with ``verify`` (``dedal pull
 --verify``, setting ``require_signature``) its signature checked by ``apptainer verify``
 against the local keyring (and the setting ``signers``), and only then renamed into
 place: a refused pull (an unsigned or wrongly signed image too) leaves no file behind.
@@ -21,6 +22,7 @@ from dedal.adapters import signing
 from dedal.adapters.registry import Credentials, Progress, RegistryClient, RegistryError, make_client
 from dedal.errors import UserError
 from dedal.model import sif as sifmod
+from dedal.stages.layer_audit import INSTALL_ROOT_LABEL, check_image_root
 from dedal.ui.progress import meter
 from dedal.model.oci import (
     ANN_CREATED,
@@ -52,6 +54,7 @@ class PullResult:
     created: Optional[str] = None
     title: Optional[str] = None
     signed_by: Optional[Dict[str, Any]] = None  # with verify: the fingerprints and names of the signers
+    entries: int = 0  # entries of the root file system, audited
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)
@@ -94,7 +97,7 @@ def pull(
 ) -> PullResult:
     """Download the SIF of ``ref`` to ``out`` (default ``<name>_<tag>.sif``; a directory
     gets the layer's title). The bytes go to a temporary file next to ``out`` and are
-    renamed only after size, sha256, SIF header and architecture checks pass, and with
+    renamed only after size, sha256, SIF header, architecture and entry checks pass, and with
     ``verify`` its signature (by a key of the local keyring; one of ``signers`` where
     given); nothing is left behind otherwise."""
     r = ref if isinstance(ref, Reference) else parse_reference(ref)
@@ -139,6 +142,12 @@ def pull(
         if info.primary_arch != want_arch:
             raise UserError(f"{r}: the image is for {info.primary_arch}, this host is {want_arch} "
                             f"(pass --arch {info.primary_arch} to download it anyway)")
+        if progress:
+            progress(f"auditing the entries of {r}'s root file system")
+        try:
+            entries = audit_root(tmp, info, str(r))
+        except UserError as exc:
+            raise UserError(str(exc).replace(str(tmp), str(r)) + "; nothing written") from None
         signed_by = None
         if verify:
             if progress:
@@ -157,7 +166,20 @@ def pull(
     ann = data.get("annotations") or {}
     return PullResult(reference=str(r), path=str(target), digest=manifest.digest, sif_digest=expected_digest,
                       size=expected_size, arch=info.primary_arch, layer_media_type=layer["mediaType"],
-                      created=ann.get(ANN_CREATED), title=title, signed_by=signed_by)
+                      created=ann.get(ANN_CREATED), title=title, signed_by=signed_by, entries=entries)
+
+
+def audit_root(path: Path, info: sifmod.SifInfo, where: str) -> int:
+    """The entry audit of the image's root file system (:func:`check_image_root`: what
+    assemble's audit holds the layers to under the install root its labels name, the base
+    operating system's setuid programs and harmless /dev nodes elsewhere); UserError
+    ``WHERE: refused: ...`` otherwise. The number of entries."""
+    found = info.by_type(sifmod.DATA_LABELS)
+    labels = sifmod.read_json_object(path, found[0]) if found else {}
+    install_root = labels.get(INSTALL_ROOT_LABEL) if isinstance(labels, dict) else None
+    if install_root is not None and not isinstance(install_root, str):
+        raise UserError(f"{where}: refused: its labels name install root {install_root!r}, not a path")
+    return check_image_root(path, sifmod.primary_partition(info).offset, install_root, where)
 
 
 def download_blob(client: RegistryClient, repository: str, digest: str, size: int, tmp: Path, what: str) -> None:

@@ -3,6 +3,7 @@ registries Apptainer reaches that way too (this machine, a private network)."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 import requests
@@ -38,7 +39,7 @@ class _NoTLS:
         self.asked.append((url, kw.get("verify")))
         if url.startswith("https://") or self.http_down:
             raise self.exc if url.startswith("https://") else requests.exceptions.ConnectionError("refused")
-        return None
+        return SimpleNamespace(close=lambda: None)  # an answer whose body the probe never reads
 
 
 @pytest.mark.parametrize("exc", [requests.exceptions.SSLError("wrong version number"),
