@@ -54,8 +54,9 @@ import requests
 import requests.exceptions
 
 from dedal.adapters.registry.auth import Credentials, RegistryAuth, resolve_credentials
-from dedal.adapters.registry.errors import (ANSWER_LIMIT, ERROR_BODY_LIMIT, TRANSIENT_ERRORS, NotFound,
-                                            RegistryAuthError, TooLarge, read_body, redact_url, short_reason)
+from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, NotFound,
+                                            RegistryAuthError, TooLarge, error_body, read_body, redact_url, short_reason,
+                                            transport_failure)
 from dedal.adapters.registry.stall import Counted, Stall, stall
 from dedal.errors import too_large
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
@@ -168,8 +169,8 @@ class RegistryClient(oras.provider.Registry):
                                 "(setting registry_insecure)") from None
         except TRANSIENT_ERRORS as exc:
             if self.insecure or local_registry(self.host):
-                return self._plain_http_answers(_failure(exc, timeouts), shown)
-            raise RegistryError(f"registry {self.host} unreachable over https ({_failure(exc, timeouts)}); if it "
+                return self._plain_http_answers(transport_failure(exc, timeouts), shown)
+            raise RegistryError(f"registry {self.host} unreachable over https ({transport_failure(exc, timeouts)}); if it "
                                 "serves plain HTTP, pass --insecure (setting registry_insecure)") from None
 
     def _plain_http_answers(self, https_failure: str, shown: Activity) -> str:
@@ -185,7 +186,7 @@ class RegistryClient(oras.provider.Registry):
             return "http"
         except TRANSIENT_ERRORS as exc:
             raise RegistryError(f"registry {self.host} unreachable over https ({https_failure}) "
-                                f"and http ({_failure(exc, timeouts)})") from None
+                                f"and http ({transport_failure(exc, timeouts)})") from None
 
     def url(self, path: str) -> str:
         return f"{self.base}{path}"
@@ -284,7 +285,7 @@ class RegistryClient(oras.provider.Registry):
                 if method == "HEAD":  # no body (http.client reads none), whatever its Content-Length says
                     response._content = b"".join(response.iter_content(CHUNK))  # and the connection kept
                 elif response.status_code >= 300:
-                    response._content = _error_body(response)
+                    response._content = error_body(response)
                 elif not stream:
                     # what requests does for stream=False, bounded (.content, .json() read it)
                     response._content = read_body(response, ANSWER_LIMIT,
@@ -296,8 +297,8 @@ class RegistryClient(oras.provider.Registry):
                 attempt += 1
                 if attempt >= attempts:
                     raise RegistryError(f"{method} {redact_url(url)}: connection failed after {attempt} "
-                                        f"attempt(s) ({_failure(exc, timeouts)})") from None
-                self.wait_before_retry(attempt, f"{method} {redact_url(url)}: {_failure(exc, timeouts)}",
+                                        f"attempt(s) ({transport_failure(exc, timeouts)})") from None
+                self.wait_before_retry(attempt, f"{method} {redact_url(url)}: {transport_failure(exc, timeouts)}",
                                        kind=type(exc).__name__)
                 continue
             if response.status_code == 401 and auth_rounds < 3:
@@ -552,15 +553,6 @@ class RegistryClient(oras.provider.Registry):
         return data
 
 
-def _error_body(response: requests.Response) -> bytes:
-    """The body of an error answer, for its error codes: empty where it is over
-    ERROR_BODY_LIMIT (the status is the answer; a flood is not read further)."""
-    try:
-        return read_body(response, ERROR_BODY_LIMIT, "an error answer")
-    except TooLarge:
-        return b""
-
-
 def local_registry(host: str) -> bool:
     """A registry Apptainer reaches over plain http when https fails, without
     ``--no-https`` (go-containerregistry's ``name.Registry.Scheme``): ``localhost:PORT``,
@@ -604,12 +596,3 @@ def _retry_after(response: requests.Response) -> Optional[float]:
     except ValueError:
         return None  # an HTTP date: backoff as usual
 
-
-def _failure(exc: BaseException, timeouts: Tuple[float, float]) -> str:
-    """A transport failure in a few words; a timeout with the time waited (``no answer in
-    10 s``: the registry took the connection and said nothing)."""
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return f"no connection in {timeouts[0]:.0f} s"
-    if isinstance(exc, requests.exceptions.Timeout):
-        return f"no answer in {timeouts[1]:.0f} s"
-    return short_reason(exc)

@@ -11,6 +11,7 @@ download loop.
 """
 from __future__ import annotations
 
+from typing import Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -59,6 +60,25 @@ def read_body(response: requests.Response, limit: int, what: str) -> bytes:
             response.close()
             raise TooLarge(too_large(what, limit))
     return bytes(data)
+
+
+def error_body(response: requests.Response) -> bytes:
+    """The body of an error answer, for its error codes: empty where it is over
+    ERROR_BODY_LIMIT (the status is the answer; a flood is not read further)."""
+    try:
+        return read_body(response, ERROR_BODY_LIMIT, "an error answer")
+    except TooLarge:
+        return b""
+
+
+def transport_failure(exc: BaseException, timeouts: Tuple[float, float]) -> str:
+    """A transport failure in a few words; a timeout with the time waited (``no answer in
+    10 s``: the registry took the connection and said nothing)."""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return f"no connection in {timeouts[0]:.0f} s"
+    if isinstance(exc, requests.exceptions.Timeout):
+        return f"no answer in {timeouts[1]:.0f} s"
+    return short_reason(exc)
 
 
 def redact_url(url: str) -> str:
