@@ -13,12 +13,27 @@ section 5); the runner uses the UCX pml, which works.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
+from typing import Dict, Tuple
 
 import pytest
 
 pytestmark = pytest.mark.slurm
 WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "init_overhead_pct=1000000"]
+
+
+def _allocation(cluster, native_cache: Path) -> Tuple[str, Dict[str, str]]:
+    """A job of one node and 2 tasks with no shell (``salloc --no-shell``), and the environment
+    dedal sees inside it (what salloc would export): the job id and that environment."""
+    got = subprocess.run(["salloc", "--no-shell", "-N", "1", "-n", "2"], env=cluster.env, capture_output=True,
+                         text=True, timeout=120)
+    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
+    assert job, got.stderr
+    env = dict(cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=job.group(1),
+               SLURM_JOBID=job.group(1), SLURM_NTASKS="2", SLURM_JOB_NUM_NODES="1", SLURM_NNODES="1")
+    return job.group(1), env
 
 
 def test_srun_pmix_launch_of_the_images_open_mpi(run_dedal, slurm_cluster, bench_image, native_cache,
@@ -74,15 +89,8 @@ def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(run_dedal, s
     """Inside an allocation, with Apptainer, every container run of the verification joins one
     instance per node (the steady state, as bwrap's runs share dedal's one mount); afterwards no
     instance and no step of it is left."""
-    import re
-    import subprocess
 
-    got = subprocess.run(["salloc", "--no-shell", "-N", "1", "-n", "2"], env=slurm_cluster.env, capture_output=True,
-                         text=True, timeout=120)
-    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
-    assert job, got.stderr
-    env = dict(slurm_cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=job.group(1),
-               SLURM_JOBID=job.group(1), SLURM_NTASKS="2", SLURM_JOB_NUM_NODES="1", SLURM_NNODES="1")
+    job, env = _allocation(slurm_cluster, native_cache)
     out = tmp_path / "inst"
     try:
         p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "-b", "init",
@@ -94,13 +102,13 @@ def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(run_dedal, s
         logs = sorted((out / "raw" / "intra-node" / "dedal_init").glob("container-*.log"))
         namespaces = {m for log in logs for m in re.findall(r"^#@ dedal-container: \S+ mntns=(\S+)", log.read_text(), re.M)}
         assert len(logs) == 3 and len(namespaces) == 1, namespaces  # warm-up and both repetitions: the same container
-        steps = subprocess.run(["squeue", "-h", "-s", "-j", job.group(1)], env=slurm_cluster.env, capture_output=True,
+        steps = subprocess.run(["squeue", "-h", "-s", "-j", job], env=slurm_cluster.env, capture_output=True,
                                text=True, timeout=30).stdout
         assert steps.strip() == "", steps  # the step that kept the instance ended with the verification
         left = apptainer("instance", "list", "--all", check=False).stdout
         assert "dedal-" not in left, left
     finally:
-        subprocess.run(["scancel", job.group(1)], env=slurm_cluster.env, timeout=60)
+        subprocess.run(["scancel", job], env=slurm_cluster.env, timeout=60)
 
 
 @pytest.mark.apptainer
@@ -110,8 +118,6 @@ def test_app_benchmark_in_an_allocation(run_dedal, slurm_cluster, bench_image, n
     allocation, the container side joining the Apptainer instance kept per node, the native side
     the image's root in a sandbox per rank; every run in its own working directory (bound into the
     instance at its start, and into the sandboxes), where rank 0 writes the file held to the image's."""
-    import re
-    import subprocess
 
     import yaml
 
@@ -121,12 +127,7 @@ def test_app_benchmark_in_an_allocation(run_dedal, slurm_cluster, bench_image, n
          "command": 'dedal_latency -m 8 || exit 1; [ "$PMIX_RANK" != 0 ] || tac /etc/shells > shells.txt',
          "metric": {"match": r"^8 +(?P<value>[0-9.]+)$", "unit": "us", "overhead_pct": 1000000, "repetitions": 1},
          "reference": {"output": "shells.txt", "expected": "/etc/shells"}}]}}}))
-    got = subprocess.run(["salloc", "--no-shell", "-N", "1", "-n", "2"], env=slurm_cluster.env, capture_output=True,
-                         text=True, timeout=120)
-    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
-    assert job, got.stderr
-    env = dict(slurm_cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=job.group(1),
-               SLURM_JOBID=job.group(1), SLURM_NTASKS="2", SLURM_JOB_NUM_NODES="1", SLURM_NNODES="1")
+    job, env = _allocation(slurm_cluster, native_cache)
     out = tmp_path / "apps"
     try:
         p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "-b", "apps",
@@ -141,4 +142,4 @@ def test_app_benchmark_in_an_allocation(run_dedal, slurm_cluster, bench_image, n
             assert (out / "raw/apps/lat" / name / "shells.txt").is_file(), name
         assert all(r["correct"] for r in data["measurements"]["app lat"]["runs"])
     finally:
-        subprocess.run(["scancel", job.group(1)], env=slurm_cluster.env, timeout=60)
+        subprocess.run(["scancel", job], env=slurm_cluster.env, timeout=60)
