@@ -18,7 +18,7 @@ the simulated one. Variants (``--variant``):
   (the default ``slurm.time``, 04:00:00);
 * ``estimate``: what ``dedal build`` submits now: each job's limit its estimate times
   ``slurm.time_factor`` (2) in whole minutes, at most ``slurm.time``
-  (:func:`dedal.stages.build.executors.slurm.job_time_limit`);
+  (:func:`dedal.stages.building.executors.slurm.job_time_limit`);
 * ``hints``: ``estimate`` with ``slurm.order_hints`` on: the schedule with fixed start
   times, each job also waiting (``afterany``) for its order hints, and each hint dropped
   (``scontrol update``) once its planned time has passed, as the executor does.
@@ -61,7 +61,7 @@ sys.path.insert(0, str(HERE))
 
 from dedal.adapters.slurm import Slurm, State  # noqa: E402
 from dedal.model.config import BY_KEY  # noqa: E402
-from dedal.stages.build.executors.slurm import job_time_limit, live_hints  # noqa: E402
+from dedal.stages.building.executors.slurm import job_time_limit, live_hints  # noqa: E402
 from dedal.schedule import Job, TimeLimits, job_topo, make_schedule, simulate, simulate_backfill  # noqa: E402
 from robustness import actual, noise_draws  # noqa: E402
 from run import LIMITS, workloads, write  # noqa: E402

@@ -6,7 +6,7 @@ import argparse
 from dedal.commands._registry import add_insecure_option, insecure_override
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
-from dedal.stages.build import run_build
+from dedal.stages.building import run_build
 from dedal.errors import UserError
 from dedal.stages.workspace import resolve
 

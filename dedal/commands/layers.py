@@ -155,7 +155,7 @@ def _to_push(args: argparse.Namespace, store: LayerStore) -> List[str]:
 
 def run_push(args: argparse.Namespace) -> int:
     # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start
-    from dedal.stages.build.cache import CacheReport, LayerCache
+    from dedal.stages.building.cache import CacheReport, LayerCache
     from dedal.stages.layer_audit import audit_stored
 
     store = _store(args)

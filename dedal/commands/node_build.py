@@ -11,7 +11,7 @@ from dedal.model.config import from_args
 from dedal.ui.console import print_json
 from dedal.errors import DedalError, UserError
 from dedal.model.layers import LayerStore
-from dedal.stages.build.node import JobResult, run_job
+from dedal.stages.building.node import JobResult, run_job
 from dedal.model.plan import Plan
 
 

@@ -13,7 +13,7 @@ from dedal.model.attempts import Attempts, age_text
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.errors import DedalError, UserError
-from dedal.stages.build.executors.slurm import RECORD, read_record, record_driver
+from dedal.stages.building.executors.slurm import RECORD, read_record, record_driver
 from dedal.model.layers import LayerStore
 from dedal.model.owner import GONE
 from dedal.model.plan import Plan

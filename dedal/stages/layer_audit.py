@@ -16,7 +16,7 @@ no world-writable directory without the sticky bit; symlinks point into the inst
 else is refused with a UserError naming the layer and the entry. :func:`unpack_layer`
 unpacks an audited layer so that nothing already in the destination can redirect it (see
 there). :func:`parallel` is the thread pool the audit and the extraction of the layers
-share. Stages share it from here (``stages/build`` and ``stages/assemble`` import no
+share. Stages share it from here (``stages/building`` and ``stages/assemble`` import no
 internals of each other)."""
 from __future__ import annotations
 

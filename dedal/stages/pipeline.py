@@ -19,7 +19,7 @@ from dedal.errors import DedalError, UserError
 from dedal.model.config import Settings
 from dedal.model.layers import sha256_file
 from dedal.stages.assemble import assemble as do_assemble, image_paths
-from dedal.stages.build import run_build
+from dedal.stages.building import run_build
 from dedal.stages.fetch import run_fetch
 from dedal.stages.verify.checks import skipped_of, skipped_text
 from dedal.stages.verify.findings import gate_allows, gate_refusal, verdict_with

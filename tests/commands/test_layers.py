@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dedal.model.layers import LayerStore
-from dedal.stages.build.cache import cache_tag
+from dedal.stages.building.cache import cache_tag
 from tests.fixtures.tiny import TINY_PACKAGES, make_env
 
 pytestmark = [pytest.mark.registry, pytest.mark.usefixtures("as_root")]

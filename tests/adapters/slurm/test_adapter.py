@@ -154,7 +154,7 @@ def test_time_limit_not_in_a_slurm_format(text) -> None:
 
 
 def test_job_time_limit_from_its_estimate() -> None:
-    from dedal.stages.build.executors.slurm import job_time_limit
+    from dedal.stages.building.executors.slurm import job_time_limit
     assert job_time_limit(300.0, 2.0, "04:00:00") == "0:10:00"
     assert job_time_limit(301.0, 2.0, "04:00:00") == "0:11:00"   # whole minutes, rounded up
     assert job_time_limit(5.0, 2.0, "04:00:00") == "0:01:00"     # at least one

@@ -39,7 +39,7 @@ from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
 from dedal.stages.layer_audit import audit_layer, check_packed, parallel, unpack_layer
 from dedal.stages.base import sandbox_runner
-from dedal.stages.build.records import split_records
+from dedal.stages.building.records import split_records
 from dedal.stages.stage_dir import Stage
 
 class LayerRefused(DedalError):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dedal.model.layers import LayerStore
-from dedal.stages.build.cache import cache_tag
+from dedal.stages.building.cache import cache_tag
 from tests.fixtures.tiny import TINY_PACKAGES, make_env
 
 pytestmark = [pytest.mark.registry, pytest.mark.usefixtures("as_root")]
@@ -218,7 +218,7 @@ POISON = {  # package: (how, what the one line says)
 
 @pytest.mark.reliability
 def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registry, tmp_path):  # noqa: F811
-    from dedal.stages.build.cache import CacheReport, LayerCache
+    from dedal.stages.building.cache import CacheReport, LayerCache
 
     first = make_env(tmp_path / "a")  # built without the cache: nothing pushed
     res = run_dedal("build", str(first.env_file), "--json", env=first.env)

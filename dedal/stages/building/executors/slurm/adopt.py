@@ -19,8 +19,8 @@ from dedal.adapters.slurm import State
 from dedal.errors import UserError
 from dedal.model.owner import ALIVE, GONE, UNKNOWN
 from dedal.schedule import Job
-from dedal.stages.build.executors.slurm.follow import Following
-from dedal.stages.build.executors.slurm.record import GONE_AFTER_S, age_s, now, read_record, record_driver
+from dedal.stages.building.executors.slurm.follow import Following
+from dedal.stages.building.executors.slurm.record import GONE_AFTER_S, age_s, now, read_record, record_driver
 
 
 class Adopting(Following):

@@ -3,7 +3,7 @@
 A run reports the layers already present, then adopts the jobs of an earlier dedal
 that is gone (:mod:`.adopt`) and follows them, or claims the environment in the record
 before planning (so no other dedal submits meanwhile); then it plans the jobs
-(:func:`~dedal.stages.build.executors.slurm.jobs.capacity`,
+(:func:`~dedal.stages.building.executors.slurm.jobs.capacity`,
 :func:`dedal.schedule.schedule_plan`), submits them and follows them to their end
 (:mod:`.submit`, :mod:`.follow`). ``slurm.detach`` (``dedal build --detach``) submits
 and returns, the record saying that no dedal follows the jobs, so the next build
@@ -26,10 +26,10 @@ from dedal.errors import UserError
 from dedal.model.config import Settings
 from dedal.model.plan import Plan
 from dedal.schedule import Schedule, schedule_plan
-from dedal.stages.build.executors.common import BuildSummary
-from dedal.stages.build.executors.slurm.adopt import Adopting
-from dedal.stages.build.executors.slurm.jobs import capacity
-from dedal.stages.build.executors.slurm.record import RECORD, read_record, save_record
+from dedal.stages.building.executors.common import BuildSummary
+from dedal.stages.building.executors.slurm.adopt import Adopting
+from dedal.stages.building.executors.slurm.jobs import capacity
+from dedal.stages.building.executors.slurm.record import RECORD, read_record, save_record
 from dedal.ui.progress import BuildProgress
 
 

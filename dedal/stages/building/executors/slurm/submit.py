@@ -8,7 +8,7 @@ that produce the layers it needs. A job runs ``dedal node-build`` for its packag
 the node's ``stage_dir`` (/dev/shm): the plan, the layer store, the mirror and the work
 directory must be on storage the nodes share. Its script is rendered from the
 job-script template (``slurm.template``, by default the one dedal ships), its
-``--time`` comes from :func:`~dedal.stages.build.executors.slurm.jobs.job_time_limit`.
+``--time`` comes from :func:`~dedal.stages.building.executors.slurm.jobs.job_time_limit`.
 
 Order hints (``slurm.order_hints``; by default where every duration was measured,
 :func:`dedal.schedule.wants_order_hints`, :func:`dedal.schedule.tighten`): a job may also
@@ -33,10 +33,10 @@ from dedal.adapters.slurm import JobState, default_template, render_job_script
 from dedal.errors import UserError
 from dedal.model.config import Settings
 from dedal.schedule import Job, job_topo
-from dedal.stages.build.executors.common import node_build_command
-from dedal.stages.build.executors.slurm.jobs import job_name, job_time_limit, live_hints, safe_name
-from dedal.stages.build.executors.slurm.record import Tracked, heartbeat_due, now
-from dedal.stages.build.executors.slurm.tracking import Tracking
+from dedal.stages.building.executors.common import node_build_command
+from dedal.stages.building.executors.slurm.jobs import job_name, job_time_limit, live_hints, safe_name
+from dedal.stages.building.executors.slurm.record import Tracked, heartbeat_due, now
+from dedal.stages.building.executors.slurm.tracking import Tracking
 
 
 class Submitting(Tracking):

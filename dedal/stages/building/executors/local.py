@@ -18,7 +18,7 @@ from typing import Dict, Set, Tuple
 
 from dedal.adapters import proc
 from dedal.model.config import Settings
-from dedal.stages.build.executors.common import (BuildSummary, blocked_by_failure, bottom_levels, node_build_command,
+from dedal.stages.building.executors.common import (BuildSummary, blocked_by_failure, bottom_levels, node_build_command,
                                                  read_result, remaining_s)
 from dedal.model.layers import LayerStore
 from dedal.model.plan import Plan

@@ -18,7 +18,7 @@ import pytest
 
 from dedal import cli
 from dedal.adapters.slurm import Slurm, State
-from dedal.stages.build.executors.slurm import record as slurm_record, run as slurm_run
+from dedal.stages.building.executors.slurm import record as slurm_record, run as slurm_run
 from dedal.model.layers import LayerStore
 from dedal.stages.stage_dir import STAGE_OWNER
 from dedal.model.owner import Owner
@@ -497,7 +497,7 @@ def test_a_build_that_cannot_plan_releases_its_claim(slurm_cluster: SlurmCluster
     bad = run_dedal("build", str(tiny.env_file), env=build_env(tiny, slurm_cluster, DEDAL_SLURM_PARTITION="nosuch"))
     assert bad.returncode == 2 and "no usable Slurm nodes in partition nosuch" in bad.stderr, bad.stderr
     # nothing was submitted and no build came before: no record is left claiming the environment
-    # (with an earlier build's record, that one is put back: tests/stages/build/executors/slurm)
+    # (with an earlier build's record, that one is put back: tests/stages/building/executors/slurm)
     assert not (workdir(tiny) / "slurm-jobs.json").exists()
     ok = run_dedal("build", str(tiny.env_file), env=build_env(tiny, slurm_cluster))
     assert ok.returncode == 0, ok.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from dedal.stages.build.records import RECORDS, split_records
+from dedal.stages.building.records import RECORDS, split_records
 
 
 def _prefix(tmp_path, uid: int, when: float):

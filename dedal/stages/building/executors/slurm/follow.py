@@ -30,9 +30,9 @@ from typing import Dict, List, Sequence, Set
 
 from dedal.adapters.slurm import JobState, State
 from dedal.schedule import Job
-from dedal.stages.build.executors.common import blocked_by_failure, read_result
-from dedal.stages.build.executors.slurm.record import Tracked, heartbeat_due
-from dedal.stages.build.executors.slurm.submit import Submitting
+from dedal.stages.building.executors.common import blocked_by_failure, read_result
+from dedal.stages.building.executors.slurm.record import Tracked, heartbeat_due
+from dedal.stages.building.executors.slurm.submit import Submitting
 
 UNKNOWN_GRACE_S = 60.0  # a job neither squeue nor sacct knows for this long is lost
 

@@ -3,8 +3,8 @@
 :func:`~dedal.stages.workspace.prepare` writes the environment's artifacts into its work
 directory (spack.yaml, spack.lock, plan.json): every job, local or on Slurm, reads those
 and nothing else. The jobs run through an executor (``executors/``: local process pool
-or Slurm), each one :func:`dedal.stages.build.node.run_job` on its node. With a remote
-layer cache (:mod:`~dedal.stages.build.cache`) the layers it has are pulled first and
+or Slurm), each one :func:`dedal.stages.building.node.run_job` on its node. With a remote
+layer cache (:mod:`~dedal.stages.building.cache`) the layers it has are pulled first and
 the ones built pushed after. The source mirror is needed only for what must be built:
 a build whose every missing layer the cache has runs without one. Each attempt is
 recorded (:mod:`dedal.model.attempts`).
@@ -20,9 +20,9 @@ from dedal.model.attempts import Attempts
 from dedal.model.layers import LayerStore
 from dedal.stages.base import base_root
 from dedal.adapters.registry import client_options
-from dedal.stages.build.cache import CacheReport, LayerCache
-from dedal.stages.build.executors.common import BuildSummary
-from dedal.stages.build.node import missing_mirror
+from dedal.stages.building.cache import CacheReport, LayerCache
+from dedal.stages.building.executors.common import BuildSummary
+from dedal.stages.building.node import missing_mirror
 from dedal.stages.workspace import Target, prepare
 from dedal.ui.progress import BuildProgress
 
@@ -57,10 +57,10 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
                     raise missing_mirror(mirror, lacking, f" (the layer cache's copies were refused: "
                                                           f"{'; '.join(report.problems)})" if report.problems else "")
             if executor == "slurm":
-                from dedal.stages.build.executors import slurm
+                from dedal.stages.building.executors import slurm
                 summary = slurm.build(plan, plan_path, settings, keep_going=keep_going, progress=progress)
             else:
-                from dedal.stages.build.executors import local
+                from dedal.stages.building.executors import local
                 summary = local.build(plan, plan_path, settings, jobs=jobs, keep_going=keep_going, progress=progress)
             if cache is not None:
                 built = {plan.nodes[h].label: h for h in plan.to_build}
@@ -101,7 +101,7 @@ def _slurm_jobs(plan, executor: str) -> list:  # noqa: ANN001
     next attempt replaces the record)."""
     if executor != "slurm" or not plan.env_dir:
         return []
-    from dedal.stages.build.executors.slurm import read_record
+    from dedal.stages.building.executors.slurm import read_record
     try:
         record = read_record(Path(plan.env_dir)) or {}
     except DedalError:

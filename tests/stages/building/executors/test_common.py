@@ -5,7 +5,7 @@ import pytest
 
 from dedal.model.plan import make_plan
 from dedal.model.spack_lock import load_lock
-from dedal.stages.build.executors.common import remaining_s
+from dedal.stages.building.executors.common import remaining_s
 from tests.conftest import SPACK_DATA
 
 

@@ -1,12 +1,12 @@
 """The state of one Slurm build: its jobs, its packages, its record.
 
 :class:`Tracking` holds what the executor knows while it submits and follows the jobs:
-each job as :class:`~dedal.stages.build.executors.slurm.record.Tracked`, in
+each job as :class:`~dedal.stages.building.executors.slurm.record.Tracked`, in
 submission order (a topological order of the jobs), the job that builds each package
 now, and how far each package is (queued, running, built, failed, blocked, or a
 leftover of a stopped job). Everything that changes goes to the record
 (:meth:`Tracking.write_record`, ``<env dir>/slurm-jobs.json``) and, per package, to the
-progress display and the :class:`~dedal.stages.build.executors.common.BuildSummary`.
+progress display and the :class:`~dedal.stages.building.executors.common.BuildSummary`.
 
 The executor is this class and the layers built on it, each in its own module:
 submission (:mod:`.submit`), following the jobs (:mod:`.follow`), adoption of an
@@ -24,9 +24,9 @@ from dedal.model.layers import LayerStore
 from dedal.model.owner import Owner
 from dedal.model.plan import Plan
 from dedal.schedule import Schedule
-from dedal.stages.build.executors.common import BuildSummary
-from dedal.stages.build.executors.slurm.record import RECORD_FORMAT, Tracked, job_entry, now, save_record
-from dedal.stages.build.node import package_log
+from dedal.stages.building.executors.common import BuildSummary
+from dedal.stages.building.executors.slurm.record import RECORD_FORMAT, Tracked, job_entry, now, save_record
+from dedal.stages.building.node import package_log
 from dedal.ui.progress import BuildProgress
 
 

@@ -8,7 +8,7 @@
   delaying it, and on full nodes cores stay idle (benchmarks/schedule/cluster.md).
 * Order hints: a job may also wait (``afterany``) for jobs whose cores it is planned to
   take over; :func:`live_hints` says which of them still matter (see
-  :mod:`dedal.stages.build.executors.slurm.submit` for how they are held and dropped).
+  :mod:`dedal.stages.building.executors.slurm.submit` for how they are held and dropped).
 * Capacity: the nodes and cores per node the schedule plans for, from ``slurm.*`` and
   ``sinfo``.
 

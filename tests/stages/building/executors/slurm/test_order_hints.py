@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
-from dedal.stages.build.executors.slurm import Tracked
-from dedal.stages.build.executors.slurm.run import _Build
+from dedal.stages.building.executors.slurm import Tracked
+from dedal.stages.building.executors.slurm.run import _Build
 from dedal.schedule import Job
 
 
