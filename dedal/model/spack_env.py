@@ -65,8 +65,10 @@ def stage_manifest(
     if mirror is not None:
         # file://localhost/<path>, not file:///<path>: Spack 0.23 on Python 3.13 (Debian
         # trixie) turns the latter into "file:path" (urlunsplit no longer adds "//"
-        # for an empty host) and finds nothing in the mirror
-        spack["mirrors:"] = {"dedal": f"file://localhost{Path(mirror).resolve()}"}
+        # for an empty host) and finds nothing in the mirror. The path as given (made
+        # absolute), not resolved: the sandbox binds the mirror at that path, so a mirror
+        # setting that is a symbolic link must name the same place as the bind
+        spack["mirrors:"] = {"dedal": f"file://localhost{Path(os.path.abspath(mirror))}"}
     spack["view"] = view if isinstance(view, bool) else {"default": {"root": str(view), "link": "all"}}
     return data
 
