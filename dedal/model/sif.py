@@ -580,7 +580,7 @@ def summarize(path: Union[str, os.PathLike]) -> Dict[str, Any]:
         "definition": definition,
         "sizes": {"file": info.file_size, "rootfs_partition": part.size if part else 0,
                   "metadata_objects": sum(d.size for d in info.descriptors if d.datatype != DATA_PARTITION),
-                  "layers": sum(int(l.get("size", 0) or 0) for l in layers if isinstance(l, dict))},
+                  "layers": sum(int(layer.get("size", 0) or 0) for layer in layers if isinstance(layer, dict))},
         "rootfs": rootfs,
         "primary_arch": info.primary_arch,
     }

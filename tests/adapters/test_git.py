@@ -3,7 +3,6 @@ gzip'ed as `gzip -n` does), commits and refs resolved, and bare clones for them;
 repositories made here (no network)."""
 from __future__ import annotations
 
-import gzip
 import hashlib
 import shutil
 import subprocess

@@ -7,7 +7,6 @@ intended change with ``DEDAL_UPDATE_GOLDEN=1 pytest tests/ci/test_gitlab.py``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from dedal.adapters import git as gitad
 from dedal.errors import UserError
 from tests.conftest import SPACK_DATA
 from tests.ci.conftest import GOLDEN, EnvsRepo, write_env
+from tests.fixtures.golden import assert_golden
 
 ALL = ["cpu", "esd-gpu", "neuro", "quiet"]
 
@@ -28,11 +28,7 @@ def names(selection: ci.Selection):
 
 
 def golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("DEDAL_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert path.is_file(), f"{path} missing: run with DEDAL_UPDATE_GOLDEN=1 to create it"
-    assert text == path.read_text(), f"{name} differs from the golden file (DEDAL_UPDATE_GOLDEN=1 to accept)"
+    assert_golden(name, text, GOLDEN)
 
 
 # --------------------------------------------------------------------------- golden files

@@ -2,12 +2,14 @@
 SBOM is tested with the assembly, tests/stages/assemble/test_units.py)."""
 from __future__ import annotations
 
+import hashlib
 import json
 
 from dedal.model import git_sources, sbom
 from dedal.model.plan import make_plan
 from dedal.model.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
+from tests.fixtures.golden import assert_golden
 
 COMMIT = "0b4c4cb99fb1381edec1f78c37230688ea1ceb26"
 SHA = "52b472a58a4918d3221a9b8c4bd9335382643d7e241983918b64692d685cc3d1"
@@ -52,3 +54,22 @@ def test_a_commit_named_by_itself_is_not_repeated():
     comp = next(c for c in sbom.make_sbom(plan, [app], origins={app: origin})["components"])
     assert comp["externalReferences"] == [{"type": "vcs", "url": "https://x.example/r",
                                            "comment": f"source: commit {COMMIT}"}]
+
+
+def test_sbom_matches_the_golden_file(monkeypatch):
+    """The whole CycloneDX document, as the image carries it, from fixed inputs (layer
+    digests, creation time, properties, one archived source and dedal's version)."""
+    monkeypatch.setattr(sbom, "__version__", "0.0.0+golden")
+    lock = load_lock(SPACK_DATA / "tiny-dedal.spack.lock")
+    plan = tiny_plan()
+    hashes = sorted(plan.runtime_closure)
+    layers = {h: {"key": plan.nodes[h].key, "sha256": hashlib.sha256(h.encode()).hexdigest(), "size": 4096}
+              for h in hashes if not plan.nodes[h].external}
+    app = next(h for h in hashes if plan.nodes[h].name == "dedal-app")
+    source = git_sources.GitSource(package="dedal-app", version="1.0", repository="https://github.com/example/app",
+                                   ref="v1.0", commit=COMMIT, prefix="app-1.0/",
+                                   url="https://github.com/example/app/archive/v1.0.tar.gz", sha256=SHA, size=33658)
+    doc = sbom.make_sbom(plan, hashes, layers=layers, lock=lock, created=1700000000, roots=plan.roots,
+                         properties={"dedal:base_image": "host", "dedal:base_id": "host:test"},
+                         origins={app: git_sources.origin_record(source)})
+    assert_golden("sbom.cdx.json", sbom.dumps(doc).decode())

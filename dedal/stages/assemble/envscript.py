@@ -78,3 +78,12 @@ def _export(name: str, value: str, old: str) -> str:
 
 def env_lines(env: Mapping[str, str]) -> str:
     return "".join(f"export {k}={_q(v)}\n" for k, v in sorted(env.items()))
+
+
+def base_environment_script(inherited: str, env: Mapping[str, str]) -> str:
+    """``/.singularity.d/env/90-environment.sh``: what an Apptainer-built base had there
+    (``inherited``, else a bare ``#!/bin/sh``), then the base's environment as exports,
+    Spack's own variables left out."""
+    head = inherited.rstrip("\n") + "\n" if inherited else "#!/bin/sh\n"
+    own = {k: v for k, v in env.items() if not k.startswith("SPACK")}
+    return head + "# environment of the base image\n" + env_lines(own)

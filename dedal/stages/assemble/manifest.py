@@ -115,8 +115,8 @@ def existing_image(sif_path: Path, json_path: Path, sbom_path: Path, digest: str
             sbom=str(sbom_path), sha256=data["sha256"], size=data["size"], squashfs_size=data.get("squashfs_size", 0),
             created=int(data.get("created_epoch", 0)), base_image=data["base"].get("name", ""),
             base_id=data["base_id"], roots=data["roots"], only=data["only"],
-            keep_build_deps=data["keep_build_deps"], layers=[{k: v for k, v in l.items() if k != "prefix"}
-                                                             for l in data["layers"]],
+            keep_build_deps=data["keep_build_deps"], layers=[{k: v for k, v in layer.items() if k != "prefix"}
+                                                             for layer in data["layers"]],
             labels=data["labels"], versions=data["versions"], method="none",
             runtime_base=(data.get("runtime_base") or {}).get("name", ""),
             runtime_base_id=(data.get("runtime_base") or {}).get("id", ""), elf_closure=data.get("elf_closure", {}))

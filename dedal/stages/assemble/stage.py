@@ -73,7 +73,7 @@ from dedal.stages.assemble import provenance
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
 from dedal.stages.layer_audit import LayerInfo, audit_layers, inside
 from dedal.stages.assemble.closure import library_path_of, require_closure
-from dedal.stages.assemble.envscript import env_lines
+from dedal.stages.assemble.envscript import base_environment_script
 from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths,
                                             inputs_digest)
 from dedal.stages.assemble.metadata import (BUNDLED_PMIX_HEADER, bundled_pmix_node, definition_text, image_versions,
@@ -263,9 +263,7 @@ def assemble(
         labels_out.update(runtime_base_labels(build_base, base, base_digest, shared))
     runscript_sh = runscript_text(runscript) if runscript.strip() or not inherited["runscript"] \
         else inherited["runscript"]
-    env90 = (inherited["90-environment.sh"].rstrip("\n") + "\n" if inherited["90-environment.sh"]
-             else "#!/bin/sh\n") + "# environment of the base image\n" + env_lines(
-        {k: v for k, v in (base.env if base else {}).items() if not k.startswith("SPACK")})
+    env90 = base_environment_script(inherited["90-environment.sh"], base.env if base else {})
     layer_map = {i.hash: {"key": i.key, "sha256": i.sha256, "size": i.size} for i in infos}
 
     base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id,

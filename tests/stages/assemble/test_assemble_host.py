@@ -49,7 +49,7 @@ def test_sif_layout_as_apptainer_builds_it(host_image):
     meta = sif.read_json_object(out, info.by_name("inspect-metadata.json"))
     assert meta["type"] == "container" and meta["data"]["attributes"]["labels"] == result["labels"]
     assert "91-environment.sh" in "".join(meta["data"]["attributes"]["environment"])
-    assert sorted(l["name"] for l in meta["dedal"]["layers"]) == sorted(TINY_RUNTIME)
+    assert sorted(layer["name"] for layer in meta["dedal"]["layers"]) == sorted(TINY_RUNTIME)
 
 
 def test_labels_carry_provenance(host_env, host_image):
@@ -68,7 +68,7 @@ def test_labels_carry_provenance(host_env, host_image):
     assert labels["org.label-schema.description"] == "tiny stand-in image"
     layers = json.loads(labels["dedal.layers"])
     store = LayerStore(host_env.store)
-    assert sorted(l["name"] for l in layers) == sorted(TINY_RUNTIME)
+    assert sorted(layer["name"] for layer in layers) == sorted(TINY_RUNTIME)
     for layer in layers:
         man = store.manifest(layer["key"])
         assert layer["sha256"] == man.sha256 == sha256_file(store.sqfs(layer["key"]))
@@ -140,7 +140,7 @@ def test_sbom_everywhere_the_same(host_image):
     assert sorted(c["name"] for c in doc["components"]) == sorted(TINY_RUNTIME + ("glibc",))
     for c in doc["components"]:
         assert c["purl"].startswith(f"pkg:spack/{c['name']}@{c['version']}?")
-    by_key = {l["key"]: l["sha256"] for l in result["layers"]}
+    by_key = {layer["key"]: layer["sha256"] for layer in result["layers"]}
     hashed = [c for c in doc["components"] if "hashes" in c]
     assert len(hashed) == 3 and all(any(h["content"] in by_key.values() for h in c["hashes"]) for c in hashed)
 
@@ -152,7 +152,7 @@ def test_image_manifest(host_image):
     assert manifest["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest() == result["sha256"]
     assert manifest["size"] == out.stat().st_size
     assert manifest["base_id"] == result["base_id"] and manifest["sbom"] == result["sbom"]
-    assert [l["key"] for l in manifest["layers"]] == [l["key"] for l in result["layers"]]
+    assert [layer["key"] for layer in manifest["layers"]] == [layer["key"] for layer in result["layers"]]
     assert manifest["created"] == "2023-11-14T22:13:20Z"
 
 
@@ -161,7 +161,7 @@ def test_inspect_shows_layers_and_sbom(host_env, host_image):
     r = host_env.dedal("inspect", str(out), "--json")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
-    assert sorted(l["name"] for l in info["layers"]) == sorted(TINY_RUNTIME)
+    assert sorted(layer["name"] for layer in info["layers"]) == sorted(TINY_RUNTIME)
     assert info["sbom"]["valid"] and info["sbom"]["components"] == 4
     text = host_env.dedal("inspect", str(out)).stdout
     assert "FS (Squashfs/*System/amd64)" in text and "dedal.lock.sha256" in text and "layers: 3" in text
@@ -195,7 +195,7 @@ def test_default_path_up_to_date_and_force(host_env):
 def test_only_subset(host_env, tmp_path):
     res = host_env.assemble_json("--only", "libdedal", env={"SOURCE_DATE_EPOCH": SDE})
     assert Path(res["image"]).name == "latest-only-libdedal.sif"
-    assert sorted(l["name"] for l in res["layers"]) == ["gcc-runtime", "libdedal"]
+    assert sorted(layer["name"] for layer in res["layers"]) == ["gcc-runtime", "libdedal"]
     assert res["labels"]["dedal.only"] == "libdedal" and res["only"] == ["libdedal"]
     tree = partition_tree(Path(res["image"]), tmp_path / "root")
     view = tree / str((tree / "opt/view").readlink()).lstrip("/")
@@ -206,7 +206,7 @@ def test_only_subset(host_env, tmp_path):
 
 def test_keep_build_deps(host_env, tmp_path):
     res = host_env.assemble_json("--keep-build-deps", "-o", str(tmp_path / "all.sif"))
-    assert sorted(l["name"] for l in res["layers"]) == sorted(TINY_RUNTIME + TINY_BUILD_ONLY)
+    assert sorted(layer["name"] for layer in res["layers"]) == sorted(TINY_RUNTIME + TINY_BUILD_ONLY)
     assert res["labels"]["dedal.keep_build_deps"] == "true"
 
 
@@ -340,6 +340,6 @@ def test_from_the_plan_json(host_env, tmp_path):
     r = host_env.dedal("assemble", str(plan_json), "-o", str(tmp_path / "p.sif"), "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert sorted(l["name"] for l in res["layers"]) == sorted(TINY_RUNTIME)
+    assert sorted(layer["name"] for layer in res["layers"]) == sorted(TINY_RUNTIME)
     assert "maintainer" not in res["labels"]  # the environment file's extras are not in a plan
     assert res["labels"]["dedal.env"] == "tiny"

@@ -53,7 +53,7 @@ def test_layout_and_labels(trixie_env, trixie_image, trixie_base_image):
         assert p in paths, p
     assert not [p for p in paths if p.startswith("tmp/")], "nothing left in /tmp"
     inspect = json.loads(trixie_env.dedal("inspect", str(out), "--json").stdout)
-    assert sorted(l["name"] for l in inspect["layers"]) == sorted(TINY_RUNTIME)
+    assert sorted(layer["name"] for layer in inspect["layers"]) == sorted(TINY_RUNTIME)
     assert inspect["labels"] == labels
 
 
@@ -67,8 +67,8 @@ def test_view_program_runs_with_libraries_from_the_layers(trixie_env, trixie_ima
     lines = r.stdout.splitlines()
     assert lines[0] == "/opt/view/bin/dedal-app"
     assert "not found" not in r.stdout
-    standin = [l for l in lines if "libstandin_" in l]
-    assert len(standin) == 3 and all("=> /opt/esd/software/" in l for l in standin)
+    standin = [line for line in lines if "libstandin_" in line]
+    assert len(standin) == 3 and all("=> /opt/esd/software/" in line for line in standin)
     r = exec_in(trixie_env, image, "sh", "-c", "echo $PATH; cat /etc/os-release | head -1")
     assert r.stdout.splitlines()[0].startswith("/opt/view/bin:") and "Debian" in r.stdout
 
@@ -80,7 +80,7 @@ def test_mpirun_of_a_program_built_with_the_images_open_mpi(trixie_env, trixie_i
     assert r.returncode == 0, r.stderr
     r = exec_in(trixie_env, image, "mpirun", "-np", "2", *UCX, "./hello", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    hellos = sorted(l for l in r.stdout.splitlines() if l.startswith("hello"))
+    hellos = sorted(line for line in r.stdout.splitlines() if line.startswith("hello"))
     assert [h.split()[1] for h in hellos] == ["0/2", "1/2"]
     assert all("sum=1" in h and "Open MPI v5." in h for h in hellos)
 

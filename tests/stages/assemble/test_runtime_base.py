@@ -79,7 +79,7 @@ def test_labels_sbom_and_manifest_name_both_bases(gpu_env, gpu_image, bases):
         sif.DATA_LABELS)[0])
     assert meta == labels
     inspect = json.loads(gpu_env.dedal("inspect", gpu_image["image"], "--json").stdout)
-    assert sorted(l["name"] for l in inspect["layers"]) == sorted(TINY_RUNTIME)
+    assert sorted(layer["name"] for layer in inspect["layers"]) == sorted(TINY_RUNTIME)
 
 
 def test_program_runs_on_the_runtime_base(gpu_env, gpu_image):

@@ -1,0 +1,21 @@
+"""``ruff check`` over the checkout, with the settings in pyproject.toml ([tool.ruff]:
+pyflakes and pycodestyle's errors). CI runs the test suite and nothing else, so this
+test is how it lints; ruff comes with the test extras (``pip install -e .[test]``)."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ruff") is None,
+                    reason="ruff is not installed (it comes with the test extras: pip install -e '.[test]')")
+def test_ruff_check_finds_nothing() -> None:
+    res = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, f"ruff check found problems (fix them; see [tool.ruff] in pyproject.toml):\n" \
+                                f"{res.stdout}{res.stderr}"
