@@ -22,7 +22,7 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import Iterator, List, Optional, Union
+from typing import BinaryIO, Iterator, List, Optional, Union
 
 from dedal.model.owner import GONE, UNKNOWN, owner_tag, tag_state
 
@@ -138,17 +138,22 @@ def write_json(path: Union[str, os.PathLike], data: object, indent: Optional[int
 def sha256_file(path: Union[str, os.PathLike], start: int = 0, size: Optional[int] = None,
                 chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file, or of its ``size`` bytes from ``start`` (a SIF partition)."""
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        fh.seek(start)
-        left = size
-        while left is None or left > 0:
-            block = fh.read(chunk if left is None else min(chunk, left))
-            if not block:
-                break
-            h.update(block)
-            if left is not None:
-                left -= len(block)
+        return sha256_stream(fh, start, size, chunk)
+
+
+def sha256_stream(fh: BinaryIO, start: int = 0, size: Optional[int] = None, chunk: int = 1 << 20) -> str:
+    """:func:`sha256_file` of a file the caller opened (with its own checks)."""
+    h = hashlib.sha256()
+    fh.seek(start)
+    left = size
+    while left is None or left > 0:
+        block = fh.read(chunk if left is None else min(chunk, left))
+        if not block:
+            break
+        h.update(block)
+        if left is not None:
+            left -= len(block)
     return h.hexdigest()
 
 

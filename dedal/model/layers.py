@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dedal.errors import UserError
+from dedal.model.artifacts import sha256_file
 from dedal.model.inputs import load_json
 from dedal.model.owner import ALIVE, GONE, UNKNOWN, owner_tag, tag_state
 
@@ -43,14 +44,6 @@ def layer_key(name: str, version: str, dag_hash: str, install_root: str, base_id
                f'"install_root": {_json_str(str(install_root))}}}')
     digest = hashlib.sha256(payload.encode()).hexdigest()[:16]
     return f"{_UNSAFE.sub('_', name)}-{_UNSAFE.sub('_', version)[:40]}-{dag_hash[:7]}-{digest}"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _owned(name: str) -> bool:

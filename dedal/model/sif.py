@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal.errors import UserError, open_regular, too_large
+from dedal.model.artifacts import sha256_file
 
 LAUNCH_SCRIPT = "#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC\x00"
@@ -347,15 +348,6 @@ def _copy_into(dst, src: Path) -> int:
     return total
 
 
-def _file_digest(path: Path, skip: int = 0) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        fh.seek(skip)
-        for chunk in iter(lambda: fh.read(8 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_sif(
     out: Union[str, os.PathLike],
     squashfs: Union[str, os.PathLike],
@@ -417,7 +409,7 @@ def write_sif(
         h = hashlib.sha256()
         for o in objects:
             h.update(struct.pack("<iq", o.datatype, o.size) + o.name.encode() + o.extra)
-            h.update(hashlib.sha256(o.data).digest() if o.data is not None else bytes.fromhex(_file_digest(o.path, o.skip)))  # type: ignore[arg-type]
+            h.update(hashlib.sha256(o.data).digest() if o.data is not None else bytes.fromhex(sha256_file(o.path, start=o.skip, chunk=8 << 20)))  # type: ignore[arg-type]
         h.update(struct.pack("<q", t))
         ident = uuid.UUID(bytes=h.digest()[:16], version=4)
     else:

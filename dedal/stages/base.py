@@ -23,7 +23,7 @@ from dedal.errors import Signals, ToolError, UserError
 from dedal.model.base import (HOST_BASE, BaseDefinition, BaseImage, definition_id, iter_cached, load_definition,
                               parse_os_release, read_base)
 from dedal.model.image import STD_PATH, image_tops
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 from dedal.ui.activity import activity
 
 Progress = Optional[Callable[[str], None]]

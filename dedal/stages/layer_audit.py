@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from dedal.adapters import squashfs
 from dedal.errors import DedalError, ToolError, UserError
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dedal.errors import DedalError, UserError
 from dedal.model.config import Settings
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.building import run_build
 from dedal.stages.fetch import run_fetch

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from dedal import __version__
 from dedal.errors import UserError
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 from dedal.stages.layer_audit import LayerInfo
 from dedal.stages.assemble.metadata import base_json, iso_date
 

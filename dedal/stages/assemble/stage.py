@@ -64,7 +64,8 @@ from dedal.model import git_sources, sbom as sbom_mod, sif as sif_mod
 from dedal.model.base import (HOST_BASE, check_runtime_base, input_labels as base_input_labels, iter_cached,
                               runtime_base_name)
 from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
-from dedal.model.layers import LayerStore, sha256_file
+from dedal.model.artifacts import sha256_file
+from dedal.model.layers import LayerStore
 from dedal.model.owner import GONE, owner_tag, tag_state
 from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from dedal import CHECKOUT
 from dedal.adapters import runtime, squashfs
 from dedal.errors import UserError
+from dedal.model.artifacts import sha256_file
 from dedal.model.names import name_problem
 from dedal.model import sif
 from dedal.ui.activity import activity
@@ -123,14 +124,6 @@ def is_launcher_stub(path: Path) -> bool:
     except OSError:
         return False
     return head.startswith(b"#!") and b"legacylaunchers" in head and b"without the mpiexec/mpirun commands" in head
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _spec_facts(root: Path, install_root: str) -> Dict[str, Any]:
@@ -256,7 +249,7 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
             if name.startswith(("dedal_", "osu_")) or name == "all_reduce_perf":
                 host = runtime.host_path(root, cpath)
                 if host is not None and host.is_file():
-                    info.digests[name] = _sha256(host)
+                    info.digests[name] = sha256_file(host)
                     if name == "dedal_latency":  # built from sources that know -d cuda (its title says so)
                         info.dedal_cuda = DEVICE_TITLE in host.read_bytes()
     env, tag = lab.get("dedal.env"), lab.get("dedal.tag")
@@ -506,7 +499,7 @@ def prepare_native(info: ImageInfo, *, mode: str, wanted: Sequence[str], cache: 
             if name not in wanted:
                 continue
             host = runtime.host_path(root, info.programs[name])
-            if host is None or not host.is_file() or _sha256(host) != digest:
+            if host is None or not host.is_file() or sha256_file(host) != digest:
                 differ.append(name)
         if differ:
             raise UserError(f"--native-root {root}: {', '.join(differ)} differ from the image's (not the same "
