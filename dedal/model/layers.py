@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dedal.errors import UserError
-from dedal.model.artifacts import sha256_file
+from dedal.model.artifacts import is_temporary, reap_temporaries, sha256_file, temp_path, temp_state
 from dedal.model.inputs import load_json
-from dedal.model.owner import ALIVE, GONE, UNKNOWN, owner_tag, tag_state
+from dedal.model.owner import ALIVE, GONE, UNKNOWN
 
 LAYER_FORMAT = 2  # 2: Spack's build records beside the layer (<key>.records/), not in it
 TMP_GRACE_S = 6 * 3600
@@ -48,7 +48,7 @@ def layer_key(name: str, version: str, dag_hash: str, install_root: str, base_id
 
 def _owned(name: str) -> bool:
     """Whether a temporary's name records its owner (:meth:`LayerStore.temp_path`)."""
-    return name.count("~") >= 5
+    return is_temporary(name)
 
 
 def _young(path: Path) -> bool:
@@ -62,8 +62,7 @@ def _young(path: Path) -> bool:
 def temp_owner(name: str) -> str:
     """ALIVE, GONE or UNKNOWN: the state of the process a :meth:`LayerStore.temp_path`
     name records (UNKNOWN for other names, and where this host cannot tell)."""
-    key, sep, _rest = name.partition("~")
-    return tag_state(name, key + sep) if sep else UNKNOWN
+    return temp_state(name)
 
 
 @dataclass
@@ -152,25 +151,16 @@ class LayerStore:
     def temp_path(self, key: str, suffix: str = ".sqfs") -> Path:
         """A unique name inside the store (same filesystem: the final rename is atomic) that
         names its owner (:func:`temp_owner`), so that the temporaries of a killed process
-        are known as such and removed by the next build (:meth:`reap_temporaries`)."""
+        are known as such and removed by the next build (:meth:`reap_temporaries`): the
+        one temporary name of :mod:`dedal.model.artifacts`, in ``.tmp/``."""
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        return self.tmp_dir / f"{key[:100]}~{owner_tag()}~{time.monotonic_ns()}{suffix}"
+        return temp_path(self.tmp_dir / key, suffix)
 
     def reap_temporaries(self) -> List[str]:
         """Remove the temporaries of dedal processes that are gone (killed during mksquashfs,
         say); those of live processes, of other hosts, and unnamed ones stay (``gc``
         removes the last after a grace period). Returns the names removed."""
-        removed: List[str] = []
-        if not self.tmp_dir.is_dir():
-            return removed
-        for tmp in sorted(self.tmp_dir.iterdir()):
-            if temp_owner(tmp.name) == GONE:
-                try:
-                    tmp.unlink()
-                    removed.append(tmp.name)
-                except FileNotFoundError:
-                    pass  # another builder reaped it first
-        return removed
+        return reap_temporaries(self.tmp_dir)
 
     # -- queries ---------------------------------------------------------------
     def has(self, key: str) -> bool:

@@ -64,9 +64,9 @@ from dedal.model import git_sources, sbom as sbom_mod, sif as sif_mod
 from dedal.model.base import (HOST_BASE, check_runtime_base, input_labels as base_input_labels, iter_cached,
                               runtime_base_name)
 from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
+from dedal.model import artifacts
 from dedal.model.artifacts import sha256_file
 from dedal.model.layers import LayerStore
-from dedal.model.owner import GONE, owner_tag, tag_state
 from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import load_lock
@@ -130,22 +130,12 @@ def _resolve_plan(target_or_plan: Any) -> Tuple[Any, Any]:
 
 def reap_temporaries(*outputs: Path) -> List[str]:
     """Remove what an assembly of these outputs killed outright (kill -9, a node lost)
-    left: ``.<name>.assemble~<owner>...`` files whose owner is gone (on this host).
-    SIGTERM and SIGINT clean up themselves (Signals); other hosts' files are left alone."""
+    left: the temporaries named after them (:func:`dedal.model.artifacts.temp_path`) whose
+    owner is gone (on this host). SIGTERM and SIGINT clean up themselves (Signals); other
+    hosts' files are left alone."""
     removed: List[str] = []
     for out in outputs:
-        prefix = f".{out.name}.assemble~"
-        try:
-            names = os.listdir(out.parent)
-        except OSError:
-            continue
-        for name in names:
-            if name.startswith(prefix) and tag_state(name, prefix) == GONE:
-                try:
-                    os.unlink(out.parent / name)
-                    removed.append(name)
-                except FileNotFoundError:
-                    pass
+        removed += artifacts.reap_temporaries(out.parent, of=out.name)
     return removed
 
 
@@ -292,7 +282,7 @@ def assemble(
 
     sif_path.parent.mkdir(parents=True, exist_ok=True)
     reap_temporaries(sif_path)  # every temporary of this output is named after the SIF
-    tmp_tag = f".{sif_path.name}.assemble~{owner_tag()}"
+    tmp_tag = artifacts.temp_path(sif_path).name
     tmp_sqfs = sif_path.with_name(tmp_tag + ".sqfs")
     tmp_sif = sif_path.with_name(tmp_tag + ".sif")
     tmp_json = json_path.with_name(tmp_tag + ".image.json")
