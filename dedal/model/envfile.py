@@ -7,7 +7,6 @@ Validated with a JSON schema so that every mistake is one precise line
 from __future__ import annotations
 
 import copy
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import yaml
 
 from dedal.errors import UserError
+from dedal.model.artifacts import write_atomic
 from dedal.model.base import unknown_base
 from dedal.model.inputs import load_yaml
 
@@ -320,12 +320,7 @@ class EnvFile:
         return entry
 
     def write_spack_yaml(self, directory: Path) -> Path:
-        directory.mkdir(parents=True, exist_ok=True)
-        dest = directory / "spack.yaml"
-        tmp = dest.with_suffix(".yaml.tmp")
-        tmp.write_text(yaml.safe_dump(self.spack_yaml(), sort_keys=False))
-        os.replace(tmp, dest)
-        return dest
+        return write_atomic(directory / "spack.yaml", yaml.safe_dump(self.spack_yaml(), sort_keys=False))
 
 
 def app_problem(app: AppCheck) -> str:

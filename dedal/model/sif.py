@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal.errors import UserError, open_regular, too_large
-from dedal.model.artifacts import sha256_file
+from dedal.model.artifacts import sha256_file, temp_path
 
 LAUNCH_SCRIPT = "#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC\x00"
@@ -369,7 +369,7 @@ def write_sif(
     4. SBOM (CycloneDX JSON) ``sbom.cdx.json`` when given, 5. the primary system partition
     (squashfs, ``arch`` default the host's) aligned to 4096 bytes.
 
-    Written to ``out.tmp-<pid>`` then renamed. Deterministic: same inputs, same bytes.
+    Written to a temporary name (:func:`dedal.model.artifacts.temp_path`) then renamed. Deterministic: same inputs, same bytes.
 
     ``in_place``: ``squashfs`` is a file that already holds the squashfs at the offset
     ``partition_offset`` gives for these objects (``mksquashfs -offset``); the header and
@@ -416,7 +416,7 @@ def write_sif(
         ident = uuid.UUID(image_id)
 
     data_offset = DESCRIPTORS_OFFSET + DESCRIPTOR_CAPACITY * DESCRIPTOR.size
-    tmp = sq if in_place else out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = sq if in_place else temp_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     table = bytearray(DESCRIPTOR_CAPACITY * DESCRIPTOR.size)
     try:

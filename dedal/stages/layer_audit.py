@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from dedal.adapters import squashfs
 from dedal.errors import DedalError, ToolError, UserError
-from dedal.model.artifacts import sha256_file
+from dedal.model.artifacts import sha256_file, write_atomic
 
 
 @dataclass
@@ -245,10 +245,7 @@ def _check_listing(sqfs: Path, digest: str, prefix: str, install_root: str, wher
         raise UserError(f"{where}: refused: {problem}")
     if memo_file is not None:
         try:
-            memo_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = memo_file.with_name(f".{memo_file.name}.{os.getpid()}.{threading.get_ident()}")
-            tmp.write_text(json.dumps({**passed, "files": len(entries)}) + "\n")
-            os.replace(tmp, memo_file)
+            write_atomic(memo_file, json.dumps({**passed, "files": len(entries)}) + "\n")
         except OSError:
             pass  # not remembered: listed again next time
     return len(entries)

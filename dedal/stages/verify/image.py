@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from dedal import CHECKOUT
 from dedal.adapters import runtime, squashfs
 from dedal.errors import UserError
-from dedal.model.artifacts import sha256_file
+from dedal.model.artifacts import atomic_path, sha256_file
 from dedal.model.names import name_problem
 from dedal.model import sif
 from dedal.ui.activity import activity
@@ -298,22 +298,16 @@ def compile_bundled(info: ImageInfo, cache: Path, *, runtime_name: str = "auto",
     out = cache / "verify-bench" / digest.hexdigest()[:16]
     if all((out / name).is_file() for name in names):
         return out
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     if progress:
         progress(f"building {', '.join(names)} with the image's own mpicc into {out}")
     script = " && ".join(f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o {BUNDLED_DIR}/{name} "
                          f"/opt/dedal-verify/src/{name}.c -ldl" for name in names)
-    try:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:  # replaces an incomplete ``out`` whole
+        tmp.mkdir()
         runtime.run_in(info.path, ["/bin/sh", "-c", script], what="mpicc of the bundled benchmarks in the image",
                        runtime=runtime_name, timeout=600,
                        binds=[runtime.Bind(src, "/opt/dedal-verify/src", readonly=True), runtime.Bind(tmp, BUNDLED_DIR)])
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
     return out
 
 
