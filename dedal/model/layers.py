@@ -163,8 +163,18 @@ class LayerStore:
         return reap_temporaries(self.tmp_dir)
 
     # -- queries ---------------------------------------------------------------
+    def current(self, key: str) -> Optional[str]:
+        """None when layer ``key`` is stored whole, else why it must be built (or taken from
+        a cache) again. The key pins every input of the layer (:func:`layer_key`), so its
+        manifest is the stamp: a new DAG hash, install root or base is a new key."""
+        if not self.manifest_path(key).is_file():
+            return f"no layer {key} in {self.root}"
+        if not self.sqfs(key).is_file():
+            return f"layer {key}: its manifest has no squashfs"
+        return None
+
     def has(self, key: str) -> bool:
-        return self.manifest_path(key).is_file() and self.sqfs(key).is_file()
+        return self.current(key) is None
 
     def manifest(self, key: str) -> LayerManifest:
         path = self.manifest_path(key)

@@ -100,17 +100,34 @@ def _image_path(target: Target) -> Path:
     return image_paths(target.settings, target.plan(), None, [])[0]
 
 
-def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[dict]:
-    """A finished verification of exactly this image (same sha256) with the same settings
-    (an older report without their digest is not), if there is one."""
+def _verify_report(outdir: Path, sha256: str, settings_sha256: str) -> Tuple[Optional[dict], Optional[str]]:
+    """(the report, None) for a finished verification of exactly this image (same sha256)
+    with the same settings (an older report without their digest is not); else (None, why
+    verify must run again)."""
     try:
         data = json.loads((outdir / "verify.json").read_text())
     except (OSError, json.JSONDecodeError):
-        return None
+        return None, f"no readable {outdir / 'verify.json'}"
     meta = data.get("meta") or {}
-    if meta.get("image_sha256") == sha256 and meta.get("settings_sha256") == settings_sha256 and data.get("verdict"):
-        return data
-    return None
+    if meta.get("image_sha256") != sha256:
+        return None, "the report is of another image (sha256)"
+    if meta.get("settings_sha256") != settings_sha256:
+        return None, "the report was made with other verification settings"
+    if not data.get("verdict"):
+        return None, "the report has no verdict (an unfinished verification)"
+    return data, None
+
+
+def verify_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[str]:
+    """None when ``outdir/verify.json`` is the finished verification of the image of this
+    ``sha256`` with these settings (its stamp: ``meta.image_sha256`` and
+    ``meta.settings_sha256``), else why verify must run again."""
+    return _verify_report(outdir, sha256, settings_sha256)[1]
+
+
+def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[dict]:
+    """The report of :func:`verify_current`, None without a current one."""
+    return _verify_report(outdir, sha256, settings_sha256)[0]
 
 
 def _report_dir(target: Target, image: Path) -> Path:

@@ -75,8 +75,7 @@ from dedal.stages.assemble.apptainer_files import base_singularity, runscript_te
 from dedal.stages.layer_audit import LayerInfo, audit_layers, inside
 from dedal.stages.assemble.closure import library_path_of, require_closure
 from dedal.stages.assemble.envscript import base_environment_script
-from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths,
-                                            inputs_digest)
+from dedal.stages.assemble.manifest import IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths
 from dedal.stages.assemble.metadata import (BUNDLED_PMIX_HEADER, bundled_pmix_node, definition_text, image_versions,
                                             inspect_metadata, iso_date, make_labels, pmix_version_of_header,
                                             runtime_base_labels)
@@ -233,7 +232,7 @@ def assemble(
     }
     if base is not build_base:
         inputs["runtime_base"] = {"id": base.id, "sha256": base_digest}
-    digest = inputs_digest(inputs)
+    digest = artifacts.inputs_digest(inputs)
     if not force:
         kept = existing_image(sif_path, json_path, sbom_path, digest)
         if kept is not None:
