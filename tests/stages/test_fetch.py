@@ -69,7 +69,7 @@ def test_git_checkout_pins_updates_and_works_without_the_remote(tmp_path):
     assert gitad.checkout(url, "master" if "master" in git.Repo(url).heads else "main", tmp_path / "b") == second
     with pytest.raises(ToolError, match="not a commit, tag or branch"):
         gitad.checkout(url, "no-such-ref", tmp_path / "c")
-    assert not (tmp_path / "c").exists() and not list(tmp_path.glob("c.partial-*"))
+    assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c.tmp~*"))
 
 
 def test_fetch_clones_spack_concretizes_fills_mirror_and_plans(run_dedal, tmp_path):
