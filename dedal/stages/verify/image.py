@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from dedal import CHECKOUT
 from dedal.adapters import runtime, squashfs
 from dedal.errors import UserError
+from dedal.model import artifacts
 from dedal.model.artifacts import atomic_path, sha256_file
 from dedal.model.names import name_problem
 from dedal.model import sif
@@ -432,8 +433,8 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
             os.utime(final / ".dedal-unpacked")  # used now: the last to be pruned
         return final, True
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f".{final.name}.tmp-{os.getpid()}"
-    sq = cache / f".{final.name}.sqfs-{os.getpid()}"
+    artifacts.reap_temporaries(cache, of=final.name)  # half-unpacked roots of killed verifications
+    tmp, sq = artifacts.temp_path(final), artifacts.temp_path(final, ".sqfs")
     try:
         if progress:
             progress(f"unpacking the image's root filesystem for the native runs into {final}")
