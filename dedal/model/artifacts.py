@@ -129,12 +129,6 @@ def write_atomic(path: Union[str, os.PathLike], data: Union[bytes, str], mode: O
     return path
 
 
-def write_json(path: Union[str, os.PathLike], data: object, indent: Optional[int] = 1,
-               sort_keys: bool = False, **kwargs: object) -> Path:
-    """``json.dumps(data)`` and a newline, through :func:`write_atomic`."""
-    return write_atomic(path, json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n", **kwargs)  # type: ignore[arg-type]
-
-
 def sha256_file(path: Union[str, os.PathLike], start: int = 0, size: Optional[int] = None,
                 chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file, or of its ``size`` bytes from ``start`` (a SIF partition)."""
