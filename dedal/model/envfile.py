@@ -19,30 +19,18 @@ import yaml
 from dedal.errors import UserError
 from dedal.model.base import unknown_base
 from dedal.model.inputs import load_yaml
-from dedal.model.schema import Validator, describe, load_schema
+from dedal.model import env_defaults
+from dedal.model.env_defaults import (  # the schema's defaults: the dataclasses below take them
+    DEFAULT_APP_OVERHEAD_PCT, DEFAULT_LAUNCHER, DEFAULT_NODES, DEFAULT_RANKS, DEFAULT_REPETITIONS, DEFAULT_TAG,
+    ENV_SCHEMA, ENV_VALIDATOR)
+from dedal.model.schema import Validator, describe
 
-ENV_SCHEMA: Dict[str, Any] = load_schema("env")  # dedal/data/schema/env.schema.json: shapes and defaults
-_ENV = Validator(ENV_SCHEMA)
 # a site's file of verification rules: ``rules:``, rows of the same shape as dedal.verify.rules
 RULES_FILE_SCHEMA: Dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["rules"],
     "properties": {"rules": {"type": "array", "items": {"$ref": "#/definitions/rule"}}},
     "definitions": ENV_SCHEMA["definitions"],
 }
-
-# the defaults, as the schema gives them (the dataclasses below are built with them too)
-_DEDAL_DEFAULTS = _ENV.defaults("dedal")
-_VERIFY_DEFAULTS = _ENV.defaults("dedal", "verify")
-_APP_DEFAULTS = _ENV.defaults("#", "app")
-_METRIC_DEFAULTS = _ENV.defaults("#", "metric")
-DEFAULT_TAG: str = _DEDAL_DEFAULTS["tag"]
-DEFAULT_RANKS: int = _VERIFY_DEFAULTS["ranks"]
-DEFAULT_NODES: int = _VERIFY_DEFAULTS["nodes"]
-DEFAULT_REPETITIONS: int = _VERIFY_DEFAULTS["repetitions"]
-DEFAULT_LAUNCHER: str = _VERIFY_DEFAULTS["launcher"]
-#: the container may be this much slower (or, higher better, lose this much) than native: an
-#: application's time to solution varies more between runs than a microbenchmark's
-DEFAULT_APP_OVERHEAD_PCT: float = _METRIC_DEFAULTS["overhead_pct"]
 
 
 @dataclass
@@ -55,7 +43,7 @@ class AppMetric:
 
     match: str
     unit: str
-    better: str = _METRIC_DEFAULTS["better"]
+    better: str = env_defaults.METRIC["better"]
     overhead_pct: float = DEFAULT_APP_OVERHEAD_PCT
     repetitions: Optional[int] = None
 
@@ -103,10 +91,10 @@ class AppCheck:
 
     name: str
     command: List[str]          # a string in the file runs as ``/bin/sh -c STRING``
-    ranks: int = _APP_DEFAULTS["ranks"]
-    nodes: int = _APP_DEFAULTS["nodes"]
-    expect: str = _APP_DEFAULTS["expect"]
-    timeout: float = _APP_DEFAULTS["timeout"]
+    ranks: int = env_defaults.APP["ranks"]
+    nodes: int = env_defaults.APP["nodes"]
+    expect: str = env_defaults.APP["expect"]
+    timeout: float = env_defaults.APP["timeout"]
     env: Dict[str, str] = field(default_factory=dict)
     metric: Optional[AppMetric] = None
     reference: Optional[AppReference] = None
@@ -138,13 +126,13 @@ class AppCheck:
 class VerifySpec:
     """The ``dedal.verify`` section; its defaults are the schema's."""
 
-    enabled: bool = _VERIFY_DEFAULTS["enabled"]
+    enabled: bool = env_defaults.VERIFY["enabled"]
     ranks: int = DEFAULT_RANKS
     nodes: int = DEFAULT_NODES
     repetitions: int = DEFAULT_REPETITIONS
     launcher: str = DEFAULT_LAUNCHER
     benchmarks: List[str] = field(default_factory=list)
-    gpu: bool = _VERIFY_DEFAULTS["gpu"]
+    gpu: bool = env_defaults.VERIFY["gpu"]
     env: Dict[str, str] = field(default_factory=dict)
     thresholds: Dict[str, float] = field(default_factory=dict)
     apps: List[AppCheck] = field(default_factory=list)
@@ -157,17 +145,17 @@ class EnvFile:
     spack: Dict[str, Any]
     name: str
     tag: str = DEFAULT_TAG
-    description: str = _DEDAL_DEFAULTS["description"]
+    description: str = env_defaults.DEDAL["description"]
     base_image: Optional[str] = None
     runtime_base: Optional[str] = None  # assemble on this base instead of base_image (layers stay keyed on it)
     install_root: Optional[str] = None
     view: Optional[str] = None
-    registry: str = _DEDAL_DEFAULTS["registry"]
+    registry: str = env_defaults.DEDAL["registry"]
     lock: Optional[Path] = None
-    keep_build_deps: bool = _DEDAL_DEFAULTS["keep_build_deps"]
-    rebuild: bool = _DEDAL_DEFAULTS["rebuild"]  # CI: rebuild the published image (dedal rebuild) and fail on a difference
+    keep_build_deps: bool = env_defaults.DEDAL["keep_build_deps"]
+    rebuild: bool = env_defaults.DEDAL["rebuild"]  # CI: rebuild the published image (dedal rebuild) and fail on a difference
     only: List[str] = field(default_factory=list)
-    runscript: str = _DEDAL_DEFAULTS["runscript"]
+    runscript: str = env_defaults.DEDAL["runscript"]
     labels: Dict[str, str] = field(default_factory=dict)
     verify: VerifySpec = field(default_factory=VerifySpec)
 
@@ -246,7 +234,7 @@ def load_rules_file(path: Path) -> List[Dict[str, Any]]:
 def parse_env(data: Any, path: Path) -> EnvFile:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping with a 'spack:' section, got {type(data).__name__}")
-    data = _validate(data, _ENV, path)
+    data = _validate(data, ENV_VALIDATOR, path)
     ded = data["dedal"]
     verify = dict(ded["verify"])
     apps = [AppCheck.from_json(a) for a in verify.pop("apps")]

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from dedal.adapters.runtime import RUNTIMES
 from dedal.errors import UserError
 from dedal.model import config
-from dedal.model.envfile import (DEFAULT_LAUNCHER, DEFAULT_RANKS, DEFAULT_REPETITIONS, AppCheck, VerifySpec,
-                                 load_env, load_rules_file)
+from dedal.model.env_defaults import DEFAULT_LAUNCHER, DEFAULT_RANKS, DEFAULT_REPETITIONS
+from dedal.model.envfile import AppCheck, VerifySpec, load_env, load_rules_file
 from dedal.stages.verify import image as img
 from dedal.stages.verify import rules
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS
