@@ -210,10 +210,13 @@ def app_problem(app: AppCheck) -> str:
 
 
 def _refuse(path: Path, problems: List[str]) -> None:
-    """Every problem of the file ``path`` in one :class:`UserError`, one line each, each line
-    naming the file (``one_line`` joins them for the terminal)."""
+    """Every problem of the file ``path`` in one :class:`UserError`: ``FILE: PROBLEM`` for one,
+    else ``FILE: N problems:`` and a line each, ``;`` between them (``one_line`` joins the lines
+    for the terminal: ``FILE: 2 problems: dedal.tag: ...; dedal.verify.ranks: ...``)."""
+    if len(problems) == 1:
+        raise UserError(f"{path}: {problems[0]}")
     if problems:
-        raise UserError("\n".join(f"{path}: {p}" for p in problems))
+        raise UserError(f"{path}: {len(problems)} problems:\n" + ";\n".join(f"  {p}" for p in problems))
 
 
 def _validate(data: Any, validator: Validator, path: Path) -> Any:

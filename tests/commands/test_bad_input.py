@@ -73,6 +73,8 @@ CASES: Dict[str, tuple] = {
                                         "dedal.base_image: unknown base image 'debian-trixxie'"),
     "fetch: unknown runtime_base": (["fetch", "e/env.yaml"], {"e/env.yaml": _bad_env("unknown-runtime-base")},
                                     "dedal.runtime_base: unknown base image 'nope'"),
+    "plan: every fault of an env file": (["plan", "e/env.yaml"], {"e/env.yaml": _bad_env("several-faults")},
+                                         "e/env.yaml: 5 problems: dedal: unknown key 'colour' (known: "),
     "fetch: unknown base_image setting": (["-s", "base_image=bogus", "fetch", "e/env.yaml"], {"e/env.yaml": ENV},
                                           "setting base_image: unknown base image 'bogus'; known: "),
     "fetch: spack.config not a mapping": (["fetch", "e/env.yaml"], {"e/env.yaml": _bad_env("spack-config-not-mapping")},

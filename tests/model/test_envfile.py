@@ -47,12 +47,15 @@ def expected_faults(path: Path) -> List[str]:
 @pytest.mark.parametrize("path", BAD_ENVS, ids=lambda p: p.stem)
 def test_bad_environment_files(path):
     """One file per fault (tests/fixtures/data/bad-env/, named for it): every fault it expects is
-    said, each on a line of its own naming the file, and only those."""
+    said, each on a line of its own, and only those."""
     faults = expected_faults(path)
     assert faults, f"{path.name}: no '# expect: ' line"
     with pytest.raises(UserError) as info:
         load_env(path)
     lines = str(info.value).splitlines()
+    if len(faults) > 1:  # FILE: N problems:, then one line each
+        assert lines[0] == f"{path}: {len(faults)} problems:", lines
+        lines = [f"{path}: {line.strip().rstrip(';')}" for line in lines[1:]]
     assert len(lines) == len(faults), lines
     for line, fault in zip(lines, faults):
         assert line.startswith(f"{path}: ") and fault in line, (line, fault)
