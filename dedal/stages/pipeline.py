@@ -23,6 +23,7 @@ from dedal.stages.building import run_build
 from dedal.stages.fetch import run_fetch
 from dedal.stages.verify.checks import skipped_of, skipped_text
 from dedal.stages.verify.findings import gate_allows, gate_refusal, verdict_with
+from dedal.stages.verify.options import Given, verify_options as merge_verify_options
 from dedal.stages.verify.runner import Options, verify as run_verify
 from dedal.stages.workspace import Target
 from dedal.ui.progress import BuildProgress
@@ -121,23 +122,10 @@ def _report_dir(target: Target, image: Path) -> Path:
 
 def verify_options(target: Target, image: Path, outdir: Path, verify_env: Optional[Dict[str, str]] = None) -> Options:
     """The verification build-image runs: the environment file's dedal.verify section
-    (defaults without one), ``verify_env`` over its variables."""
-    settings = target.settings
+    (defaults without one), ``verify_env`` over its variables; merged and checked as
+    ``dedal verify --env-file`` merges and checks them (:func:`dedal.stages.verify.options.verify_options`)."""
     spec = target.env.verify if target.env is not None else None
-    env = dict(spec.env) if spec else {}
-    env.update(verify_env or {})
-    opts = Options(
-        image=image, output=outdir, reports_dir=Path(settings.reports_dir),
-        cache_dir=Path(settings.cache_dir), runtime=settings.runtime,
-        ranks=spec.ranks if spec else 2, nodes=spec.nodes if spec and spec.nodes > 1 else None,
-        repetitions=spec.repetitions if spec else 5, launcher=spec.launcher if spec else "auto",
-        env=env, thresholds=dict(spec.thresholds) if spec else {},
-        gpu=True if spec and spec.gpu else None, images_dir=Path(settings.images_dir),
-        apps=list(spec.apps) if spec else [],
-    )
-    if spec and spec.benchmarks:
-        opts.benchmarks = list(spec.benchmarks)
-    return opts
+    return merge_verify_options(image, outdir, target.settings, spec, Given(env=dict(verify_env or {})))
 
 
 def run_pipeline(

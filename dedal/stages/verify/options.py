@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from dedal.adapters.runtime import RUNTIMES
 from dedal.errors import UserError
 from dedal.model import config
-from dedal.model.envfile import AppCheck, load_env, load_rules_file
+from dedal.model.env_defaults import DEFAULT_LAUNCHER, DEFAULT_RANKS, DEFAULT_REPETITIONS
+from dedal.model.envfile import AppCheck, VerifySpec, load_env, load_rules_file
 from dedal.stages.verify import image as img
 from dedal.stages.verify import rules
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS
@@ -35,10 +36,10 @@ class Options:
     reports_dir: Path
     cache_dir: Path
     runtime: str = "auto"
-    ranks: int = 2
+    ranks: int = DEFAULT_RANKS
     nodes: Optional[int] = None
-    repetitions: int = 5
-    launcher: str = "auto"
+    repetitions: int = DEFAULT_REPETITIONS
+    launcher: str = DEFAULT_LAUNCHER
     benchmarks: List[str] = field(default_factory=lambda: list(KEYS) + ["osu"])
     env: Dict[str, str] = field(default_factory=dict)
     thresholds: Dict[str, Any] = field(default_factory=dict)
@@ -73,14 +74,78 @@ class Options:
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Given:
+    """What a command line sets over the environment file (None, empty: not given)."""
+
+    ranks: Optional[int] = None
+    nodes: Optional[int] = None
+    repetitions: Optional[int] = None
+    launcher: Optional[str] = None
+    benchmarks: Optional[List[str]] = None
+    env: Dict[str, str] = field(default_factory=dict)
+    thresholds: Dict[str, float] = field(default_factory=dict)
+    gpu: Optional[bool] = None
+    max_size: Optional[int] = None
+    nccl_max_size: Optional[int] = None
+    native: str = "auto"
+    native_root: Optional[Path] = None
+    timeout: Optional[float] = None
+    remeasure: bool = True
+
+
+def verify_options(image: Path, output: Optional[Path], settings: Any, spec: Optional[VerifySpec],
+                   given: Given = Given()) -> Options:
+    """The one merge of a verification's options, for ``dedal verify`` and build-image alike:
+    the defaults (the environment file schema's, then these), the environment file's
+    ``dedal.verify`` section (``spec``; None without a file), what was ``given`` on the command
+    line (or build-image's ``--verify-env``), and the site's rule rows before the file's. Checked
+    here, once, before anything runs."""
+    spec = spec if spec is not None else VerifySpec()
+    thresholds: Dict[str, Any] = {**spec.thresholds, **given.thresholds}
+    opts = Options(
+        image=image, output=output, reports_dir=Path(settings.reports_dir), cache_dir=Path(settings.cache_dir),
+        runtime=settings.runtime,
+        ranks=given.ranks if given.ranks is not None else spec.ranks,
+        nodes=given.nodes if given.nodes is not None else (spec.nodes if spec.nodes > 1 else None),
+        repetitions=given.repetitions if given.repetitions is not None else spec.repetitions,
+        launcher=given.launcher or spec.launcher,
+        benchmarks=list(given.benchmarks or spec.benchmarks or list(KEYS) + ["osu"]),
+        env={**spec.env, **given.env}, thresholds=thresholds,
+        gpu=given.gpu if given.gpu is not None else (True if spec.gpu else None),
+        max_size=given.max_size or DEFAULT_MAX_SIZE, nccl_max_size=given.nccl_max_size or DEFAULT_NCCL_MAX,
+        native=given.native, native_root=given.native_root,
+        timeout=given.timeout if given.timeout is not None else DEFAULT_TIMEOUT,
+        images_dir=Path(settings.images_dir), apps=list(spec.apps), remeasure=given.remeasure,
+        rules=site_rules(settings) + list(spec.rules),
+    )
+    # one rank per node is fine on one node too: the runs within a node use 2 (Plan.ranks_for)
+    if opts.ranks < 1:
+        raise UserError(f"--ranks {opts.ranks}: at least 1 (1 rank per node: the runs within a node still use 2)")
+    if opts.repetitions < 1:
+        raise UserError(f"--repetitions {opts.repetitions}: at least 1")
+    if opts.nodes is not None and opts.nodes < 1:
+        raise UserError(f"--nodes {opts.nodes}: at least 1")
+    if opts.timeout <= 0:
+        raise UserError("--timeout must be positive")
+    if opts.launcher == "mpirun" and (opts.nodes or 1) > 1:
+        raise UserError(f"{opts.nodes} nodes need the srun launcher (inside a Slurm allocation); mpirun runs on "
+                        "this node")
+    if "apps" in opts.benchmarks and not opts.apps:
+        raise UserError("--benchmarks apps: no application checks to run (dedal.verify.apps of an --env-file)")
+    Thresholds.from_mapping(opts.thresholds)  # unknown keys and bad values fail now, before anything runs
+    opts.rule_table()  # and so do rules that could never fire
+    return opts
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, default=None, metavar="N",
-                   help="ranks per node for init and all-reduce (default: env file, else 2; latency and bandwidth "
-                        "always use 2 ranks; 1 only with 2+ nodes, and then the runs within a node use 2)")
+                   help=f"ranks per node for init and all-reduce (default: env file, else {DEFAULT_RANKS}; latency and "
+                        "bandwidth always use 2 ranks; at 1, the runs within a node use 2)")
     p.add_argument("--nodes", type=int, default=None, metavar="N",
                    help="nodes for the inter-node runs (srun; default: the allocation's SLURM_JOB_NUM_NODES, else 1)")
     p.add_argument("--repetitions", "-r", type=int, default=None, metavar="N",
-                   help="repetitions of each benchmark on each side (default: env file, else 5)")
+                   help=f"repetitions of each benchmark on each side (default: env file, else {DEFAULT_REPETITIONS})")
     p.add_argument("--no-remeasure", dest="remeasure", action="store_false",
                    help="judge a check over its threshold on timing alone at once (default: run it as many "
                         "repetitions again, native and container interleaved, and judge all of them)")
@@ -149,54 +214,22 @@ def _pairs(specs: Sequence[str], what: str) -> Dict[str, str]:
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
+    """``dedal verify``'s options: its command line and ``--env-file`` through :func:`verify_options`."""
     settings = config.from_args(args, runtime=getattr(args, "runtime", None))
     image = img.resolve_image(args.image, settings)
-    spec = None
-    if args.env_file is not None:
-        spec = load_env(args.env_file).verify
-    thresholds: Dict[str, Any] = dict(spec.thresholds) if spec else {}
+    spec = load_env(args.env_file).verify if args.env_file is not None else None
+    thresholds: Dict[str, float] = {}
     for key, value in _pairs(args.threshold, "--threshold").items():
         try:
             thresholds[key] = float(value)
         except ValueError:
             raise UserError(f"--threshold {key}={value}: expected a number") from None
-    env: Dict[str, str] = dict(spec.env) if spec else {}
-    env.update(_pairs(args.env, "--env"))
-    opts = Options(
-        image=image, output=args.output, reports_dir=Path(settings.reports_dir), cache_dir=Path(settings.cache_dir),
-        runtime=settings.runtime,
-        ranks=args.ranks if args.ranks is not None else (spec.ranks if spec else 2),
-        nodes=args.nodes if args.nodes is not None else (spec.nodes if spec and spec.nodes > 1 else None),
-        repetitions=args.repetitions if args.repetitions is not None else (spec.repetitions if spec else 5),
-        launcher=args.launcher or (spec.launcher if spec else "auto"),
-        benchmarks=_benchmark_list(args.benchmarks) if args.benchmarks else (
-            list(spec.benchmarks) if spec and spec.benchmarks else list(KEYS) + ["osu"]),
-        env=env, thresholds=thresholds,
-        gpu=args.gpu if args.gpu is not None else (True if spec and spec.gpu else None),
-        max_size=args.max_size or DEFAULT_MAX_SIZE, nccl_max_size=args.nccl_max_size or DEFAULT_NCCL_MAX,
-        native=args.native, native_root=args.native_root,
-        timeout=args.timeout if args.timeout is not None else DEFAULT_TIMEOUT,
-        images_dir=Path(settings.images_dir), apps=list(spec.apps) if spec else [],
-        remeasure=getattr(args, "remeasure", True),
-        rules=site_rules(settings) + (list(spec.rules) if spec else []),
-    )
-    if opts.ranks < 1 or (opts.ranks < 2 and (opts.nodes or 1) < 2):
-        raise UserError(f"--ranks {opts.ranks}: at least 2 ranks are needed to measure communication "
-                        "(1 rank per node only with --nodes 2 or more)")
-    if opts.repetitions < 1:
-        raise UserError(f"--repetitions {opts.repetitions}: at least 1")
-    if opts.nodes is not None and opts.nodes < 1:
-        raise UserError(f"--nodes {opts.nodes}: at least 1")
-    if opts.timeout <= 0:
-        raise UserError("--timeout must be positive")
-    if opts.launcher == "mpirun" and (opts.nodes or 1) > 1:
-        raise UserError(f"{opts.nodes} nodes need the srun launcher (inside a Slurm allocation); mpirun runs on "
-                        "this node")
-    if "apps" in opts.benchmarks and not opts.apps:
-        raise UserError("--benchmarks apps: no application checks to run (dedal.verify.apps of an --env-file)")
-    Thresholds.from_mapping(opts.thresholds)  # unknown keys and bad values fail now, before anything runs
-    opts.rule_table()  # and so do rules that could never fire
-    return opts
+    given = Given(ranks=args.ranks, nodes=args.nodes, repetitions=args.repetitions, launcher=args.launcher,
+                  benchmarks=_benchmark_list(args.benchmarks) if args.benchmarks else None,
+                  env=_pairs(args.env, "--env"), thresholds=thresholds, gpu=args.gpu, max_size=args.max_size,
+                  nccl_max_size=args.nccl_max_size, native=args.native, native_root=args.native_root,
+                  timeout=args.timeout, remeasure=getattr(args, "remeasure", True))
+    return verify_options(image, args.output, settings, spec, given)
 
 
 def site_rule_table(settings: Any) -> Tuple[rules.Rule, ...]:
