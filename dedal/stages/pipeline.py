@@ -273,8 +273,7 @@ def run_pipeline(
         # imported here: the registry client (requests) and GitPython would add ~0.25 s to every `dedal` start, --help included
         from dedal.adapters import git
         from dedal.adapters.registry import client_options
-        from dedal.stages.publish import publish as do_publish
-        from dedal.stages.publish.push import source_url
+        from dedal.stages.publish import publish as do_publish, source_url
         attachments = []
         outdir = Path(summary.report).parent if summary.report else None
         if outdir is not None and outdir.is_dir():
