@@ -28,7 +28,6 @@ settings are dedal's own ``DEDAL_*`` settings, set as CI/CD variables (``ci/READ
 """
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import shutil
@@ -40,6 +39,7 @@ import yaml
 
 from dedal.adapters import git as gitad
 from dedal.errors import UserError, read_input
+from dedal.model import verify_report
 from dedal.model.envfile import EnvFile, load_env
 from dedal.model.inputs import load_json
 from dedal.model.plan import Plan
@@ -388,10 +388,9 @@ def _report_dirs(reports_dir: Path, name: str, tag: str, image: Optional[Path]) 
         hit = rel in names
         if not hit and image is not None:
             try:
-                data = json.loads(read_input(cand))
-            except (UserError, ValueError):
-                data = {}
-            ref = str(data.get("image", "")) if isinstance(data, dict) else ""
+                ref = verify_report.load(cand).image
+            except UserError:
+                ref = ""
             hit = bool(ref) and (ref == str(image) or posixpath.basename(ref) == image.name)
         if hit and d not in found:
             found.append(d)

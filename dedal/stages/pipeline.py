@@ -8,7 +8,6 @@ the registry are not sent), so a rerun after any failure resumes where it stoppe
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,14 +16,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dedal.errors import DedalError, UserError
 from dedal.model.config import Settings
+from dedal.model import verify_report
 from dedal.model.layers import sha256_file
+from dedal.model.verify_report import VerifyRecord
 from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.building import run_build
 from dedal.stages.fetch import run_fetch
-from dedal.stages.verify.checks import skipped_of, skipped_text
-from dedal.stages.verify.findings import gate_allows, gate_refusal, verdict_with
-from dedal.stages.verify.options import Given, verify_options as merge_verify_options
-from dedal.stages.verify.runner import Options, verify as run_verify
+from dedal.stages.verify import (Given, Options, gate_allows, gate_refusal, skipped_text, verdict_with,
+                                  verify as run_verify, verify_options as merge_verify_options)
 from dedal.stages.workspace import Target
 from dedal.ui.progress import BuildProgress
 
@@ -101,17 +100,14 @@ def _image_path(target: Target) -> Path:
     return image_paths(target.settings, target.plan(), None, [])[0]
 
 
-def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[dict]:
+def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[VerifyRecord]:
     """A finished verification of exactly this image (same sha256) with the same settings
     (an older report without their digest is not), if there is one."""
     try:
-        data = json.loads((outdir / "verify.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        record = verify_report.load(outdir / "verify.json")
+    except UserError:  # none, unreadable or not JSON: there is no current report
         return None
-    meta = data.get("meta") or {}
-    if meta.get("image_sha256") == sha256 and meta.get("settings_sha256") == settings_sha256 and data.get("verdict"):
-        return data
-    return None
+    return record if record.is_of(sha256, settings_sha256) else None
 
 
 def _report_dir(target: Target, image: Path) -> Path:
@@ -215,7 +211,7 @@ def run_pipeline(
         outdir, opts, current = report_of_image()
         if current is not None and not reverify:
             take_report(current, outdir)
-            record.status, record.detail = "current", (f"verdict {current.get('verdict_text') or summary.verdict} "
+            record.status, record.detail = "current", (f"verdict {current.verdict_text or summary.verdict} "
                                                        "(report of this image)")
         else:
             outcome = run_verify(opts, progress=note)
@@ -225,16 +221,16 @@ def run_pipeline(
             record.detail = f"verdict {outcome.report.verdict_text}; report {summary.report}"
         apply_gate()
 
-    def report_of_image() -> Tuple[Path, Options, Optional[dict]]:
+    def report_of_image() -> Tuple[Path, Options, Optional[VerifyRecord]]:
         """Where the image's report lies, the verification build-image runs, and the report of
         exactly this image with those settings (None without one)."""
         outdir = _report_dir(target, Path(summary.image))
         opts = verify_options(target, Path(summary.image), outdir, verify_env)
         return outdir, opts, _verify_report_current(outdir, summary.image_sha256, opts.settings_digest())
 
-    def take_report(report: dict, outdir: Path) -> None:
-        summary.verdict, summary.report = report["verdict"], str(outdir / "report.md")
-        summary.skipped = skipped_of(report)
+    def take_report(report: VerifyRecord, outdir: Path) -> None:
+        summary.verdict, summary.report = report.verdict, str(outdir / "report.md")
+        summary.skipped = report.skipped
 
     def apply_gate() -> None:
         """``verify_gate`` on the verdict of this image; an image without one is ``unverified``."""
@@ -265,8 +261,7 @@ def run_pipeline(
         # imported here: the registry client (requests) and GitPython would add ~0.25 s to every `dedal` start, --help included
         from dedal.adapters import git
         from dedal.adapters.registry import client_options
-        from dedal.stages.publish import publish as do_publish
-        from dedal.stages.publish.push import source_url
+        from dedal.stages.publish import publish as do_publish, source_url
         attachments = []
         outdir = Path(summary.report).parent if summary.report else None
         if outdir is not None and outdir.is_dir():

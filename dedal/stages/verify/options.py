@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from dedal.adapters.runtime import RUNTIMES
 from dedal.errors import UserError
 from dedal.model import config
 from dedal.model.env_defaults import DEFAULT_LAUNCHER, DEFAULT_RANKS, DEFAULT_REPETITIONS
@@ -136,70 +135,6 @@ def verify_options(image: Path, output: Optional[Path], settings: Any, spec: Opt
     Thresholds.from_mapping(opts.thresholds)  # unknown keys and bad values fail now, before anything runs
     opts.rule_table()  # and so do rules that could never fire
     return opts
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ranks", type=int, default=None, metavar="N",
-                   help=f"ranks per node for init and all-reduce (default: env file, else {DEFAULT_RANKS}; latency and "
-                        "bandwidth always use 2 ranks; at 1, the runs within a node use 2)")
-    p.add_argument("--nodes", type=int, default=None, metavar="N",
-                   help="nodes for the inter-node runs (srun; default: the allocation's SLURM_JOB_NUM_NODES, else 1)")
-    p.add_argument("--repetitions", "-r", type=int, default=None, metavar="N",
-                   help=f"repetitions of each benchmark on each side (default: env file, else {DEFAULT_REPETITIONS})")
-    p.add_argument("--no-remeasure", dest="remeasure", action="store_false",
-                   help="judge a check over its threshold on timing alone at once (default: run it as many "
-                        "repetitions again, native and container interleaved, and judge all of them)")
-    p.add_argument("--launcher", choices=("auto", "mpirun", "srun"), default=None,
-                   help="auto: srun inside a Slurm allocation, else mpirun")
-    p.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a variable for every run, native and container (e.g. UCX_TLS=tcp); repeatable")
-    p.add_argument("--threshold", "-t", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a check threshold (latency_overhead_us, bandwidth_pct, busbw_pct, "
-                        "init_overhead_pct, ...); repeatable")
-    p.add_argument("--benchmarks", "-b", default=None, metavar="LIST",
-                   help="comma-separated: init, latency, bw, allreduce, nccl, osu (the OSU/nccl-tests "
-                        "counterparts when the image has them; on GPUs also OSU between device buffers), or "
-                        "program names (osu_bw-cuda: OSU's -d cuda D D) (default: all); the env file's application "
-                        "checks and benchmarks (apps) run whatever is chosen: 'apps' alone runs only them")
-    p.add_argument("--max-size", type=_size, default=None, metavar="BYTES",
-                   help=f"largest message of latency/bandwidth/all-reduce (default {DEFAULT_MAX_SIZE}; K/M suffix)")
-    p.add_argument("--nccl-max-size", type=_size, default=None, metavar="BYTES",
-                   help=f"largest NCCL all-reduce (default {DEFAULT_NCCL_MAX})")
-    gpu = p.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu", dest="gpu", action="store_true", default=None,
-                     help="run the GPU (NCCL) benchmarks (default: when the host has GPUs and the image CUDA)")
-    gpu.add_argument("--no-gpu", dest="gpu", action="store_false", help="skip the GPU benchmarks")
-    p.add_argument("--native", choices=("auto", "host", "rootfs"), default="auto",
-                   help="native side: the host's MPI and programs (host), or the image's root filesystem "
-                        "unpacked and run without a container (rootfs); auto: host where it has them")
-    p.add_argument("--native-root", type=Path, default=None, metavar="DIR",
-                   help="use this unpacked copy of the image as the native root (its benchmark binaries must be "
-                        "byte-identical to the image's)")
-    p.add_argument("--env-file", type=Path, default=None, metavar="ENV.yaml",
-                   help="environment file whose dedal.verify section gives ranks, repetitions, env, thresholds, "
-                        "application checks (apps) ...")
-    p.add_argument("--runtime", choices=RUNTIMES, default=None,
-                   help="container runtime (setting runtime)")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help=f"limit of one run (default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--output", "-o", type=Path, default=None, metavar="DIR",
-                   help="report directory (default: <reports_dir>/<image>)")
-    p.add_argument("--json", action="store_true", help="print verify.json (and the file paths) on stdout")
-
-
-def _size(text: str) -> int:
-    t = text.strip().upper().rstrip("B")
-    mult = 1
-    for suffix, factor in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        if t.endswith(suffix):
-            t, mult = t[:-1], factor
-    try:
-        value = int(float(t) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size in bytes (e.g. 65536, 64K, 4M), got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a size must be at least 1 byte, got {text!r}")
-    return value
 
 
 def _pairs(specs: Sequence[str], what: str) -> Dict[str, str]:
