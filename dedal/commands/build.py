@@ -6,9 +6,7 @@ import argparse
 from dedal.commands._registry import add_insecure_option, insecure_override
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
-from dedal.stages.building import run_build
 from dedal.errors import UserError
-from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dedal.stages.building import run_build  # the stage's imports: only when it runs, not for --help
+    from dedal.stages.workspace import resolve
+
     settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
                          layer_store=args.layers, stage_dir=args.stage_dir, layer_cache=args.cache,
                          registry_insecure=insecure_override(args), **{"slurm.detach": args.detach})
