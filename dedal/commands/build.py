@@ -32,7 +32,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dedal.stages.building import run_build  # the stage's imports: only when it runs, not for --help
     from dedal.stages.workspace import resolve
 
     settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
@@ -41,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     if settings.get("slurm.detach") and settings.executor != "slurm":
         raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")
     target = resolve(args.target, settings)
+    from dedal.stages.building import run_build  # the stage's imports: after the input is checked
+
     summary = run_build(target, executor=settings.executor, jobs=max(1, settings.jobs),
                         keep_going=settings.keep_going, quiet=args.json)
     if args.json:
