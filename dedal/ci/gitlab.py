@@ -43,7 +43,6 @@ from dedal.model import verify_report
 from dedal.model.envfile import EnvFile, load_env
 from dedal.model.inputs import load_json
 from dedal.model.plan import Plan
-from dedal.stages.assemble import image_paths, select_packages
 
 STAGES = ("fetch", "build", "assemble", "verify", "publish")
 DEFAULT_ENVS_DIR = "spack-envs"
@@ -362,6 +361,9 @@ def _plan_of(target: Any) -> Any:
 
 def image_path(target: Any) -> Path:
     """Where ``dedal assemble ENV`` (no -o) writes the environment's SIF."""
+    # the assemble stage (its adapters, the registry client) only for `dedal ci collect`, not for generate
+    from dedal.stages.assemble import image_paths, select_packages
+
     plan = _plan_of(target)
     env = target.env
     only = list(env.only) if env is not None and env.only else None
