@@ -4,7 +4,7 @@ N nodes of the Slurm allocation this runs in, as the ESD container paper's figur
 (time against nodes, container and native, the ideal line; weak scaling normalised to the
 1-node native time).
 
-Every node count is one verification of its own (:func:`dedal.stages.verify.runner.verify`):
+Every node count is one verification of its own (:func:`dedal.stages.verify.verify`):
 the same native side (the image's root unpacked, or the host's programs), the container launched
 as users launch it (``srun --mpi=pmix``, the ranks of a node in one container), native and
 container interleaved after a warm-up per side, every run's correctness checked (exit, expect,
@@ -55,7 +55,8 @@ sys.path.insert(0, str(ROOT))
 
 from dedal.errors import DedalError  # noqa: E402
 from dedal.model.envfile import AppCheck, AppReference, load_env  # noqa: E402
-from dedal.stages.verify.runner import add_arguments, options_from_args, verify  # noqa: E402
+from dedal.commands.verify import add_run_arguments as add_arguments  # noqa: E402
+from dedal.stages.verify import options_from_args, verify  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 MODES = ("strong", "weak")

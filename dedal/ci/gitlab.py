@@ -28,7 +28,6 @@ settings are dedal's own ``DEDAL_*`` settings, set as CI/CD variables (``ci/READ
 """
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import shutil
@@ -40,11 +39,10 @@ import yaml
 
 from dedal.adapters import git as gitad
 from dedal.errors import UserError, read_input
-from dedal.model import artifacts
+from dedal.model import artifacts, verify_report
 from dedal.model.envfile import EnvFile, load_env
 from dedal.model.inputs import load_json
 from dedal.model.plan import Plan
-from dedal.stages.assemble import image_paths, select_packages
 
 STAGES = ("fetch", "build", "assemble", "verify", "publish")
 DEFAULT_ENVS_DIR = "spack-envs"
@@ -359,6 +357,9 @@ def _plan_of(target: Any) -> Any:
 
 def image_path(target: Any) -> Path:
     """Where ``dedal assemble ENV`` (no -o) writes the environment's SIF."""
+    # the assemble stage (its adapters, the registry client) only for `dedal ci collect`, not for generate
+    from dedal.stages.assemble import image_paths, select_packages
+
     plan = _plan_of(target)
     env = target.env
     only = list(env.only) if env is not None and env.only else None
@@ -385,10 +386,9 @@ def _report_dirs(reports_dir: Path, name: str, tag: str, image: Optional[Path]) 
         hit = rel in names
         if not hit and image is not None:
             try:
-                data = json.loads(read_input(cand))
-            except (UserError, ValueError):
-                data = {}
-            ref = str(data.get("image", "")) if isinstance(data, dict) else ""
+                ref = verify_report.load(cand).image
+            except UserError:
+                ref = ""
             hit = bool(ref) and (ref == str(image) or posixpath.basename(ref) == image.name)
         if hit and d not in found:
             found.append(d)

@@ -7,8 +7,6 @@ from dedal.model.config import from_args
 from dedal.ui.console import err, human_seconds, human_size, out, print_json
 from dedal.ui.progress import Transfers
 from dedal.errors import UserError
-from dedal.stages.assemble import assemble
-from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dedal.stages.assemble import assemble  # the stage's imports: only when it runs, not for --help
+    from dedal.stages.workspace import resolve
+
     settings = from_args(args, layer_store=args.layers, stage_dir=args.stage_dir)
     only = None
     if args.only:

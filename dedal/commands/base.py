@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from dedal.model import base
-from dedal.stages.base import ensure_base
 from dedal.model import config
 
 
@@ -36,6 +35,8 @@ def _mb(n: int) -> str:
 
 
 def cmd_build(args: Any) -> int:
+    from dedal.stages.base import ensure_base  # debootstrap and the runtimes: only to build
+
     settings = config.from_args(args, debian_mirror=args.mirror)
     name = args.name or settings.base_image
     t0 = time.monotonic()

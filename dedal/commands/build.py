@@ -6,9 +6,7 @@ import argparse
 from dedal.commands._registry import add_insecure_option, insecure_override
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
-from dedal.stages.building import run_build
 from dedal.errors import UserError
-from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,12 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dedal.stages.workspace import resolve
+
     settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
                          layer_store=args.layers, stage_dir=args.stage_dir, layer_cache=args.cache,
                          registry_insecure=insecure_override(args), **{"slurm.detach": args.detach})
     if settings.get("slurm.detach") and settings.executor != "slurm":
         raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")
     target = resolve(args.target, settings)
+    from dedal.stages.building import run_build  # the stage's imports: after the input is checked
+
     summary = run_build(target, executor=settings.executor, jobs=max(1, settings.jobs),
                         keep_going=settings.keep_going, quiet=args.json)
     if args.json:

@@ -10,12 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from dedal.adapters import git as gitad
-from dedal.ci import gitlab as ci
 from dedal.model.config import from_args
 from dedal.ui.console import err, out, print_json
 from dedal.errors import UserError
-from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,6 +75,8 @@ def _root(args: argparse.Namespace) -> Path:
         if not root.is_dir():
             raise UserError(f"--repo {args.repo}: no such directory")
         return root.resolve()
+    from dedal.adapters import git as gitad  # GitPython: only when the command runs, not for --help
+
     try:
         return gitad.toplevel(Path.cwd())
     except UserError:
@@ -87,6 +86,8 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from dedal.ci import gitlab as ci  # the stages' imports: only when the command runs
+
     root = _root(args)
     selection = ci.select(root, envs=args.envs, envs_dir=args.envs_dir, changed_since=args.changed_since,
                           all_envs=args.all_envs)
@@ -113,6 +114,9 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_collect(args: argparse.Namespace) -> int:
+    from dedal.ci import gitlab as ci  # the stages' imports: only when the command runs
+    from dedal.stages.workspace import resolve
+
     settings = from_args(args)
     target = resolve(args.target, settings)
     result = ci.collect(args.stage, target, Path(args.dir) if args.dir else None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dedal.stages.sifdiff import diff_images, render
 from dedal.ui.console import print_json
 
 
@@ -28,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dedal.stages.sifdiff import diff_images, render  # only when it runs, not for --help
+
     result = diff_images(Path(args.a), Path(args.b), files=not args.no_files)
     if args.json:
         print_json(result.to_json())

@@ -5,9 +5,7 @@ import argparse
 
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
-from dedal.stages.fetch import envs_checkout, run_fetch
 from dedal.ui.progress import BuildProgress
-from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dedal.stages.fetch import envs_checkout, run_fetch  # the stage's imports: only when it runs
+    from dedal.stages.workspace import resolve
+
     settings = from_args(args, mirror=args.mirror, envs_url=args.envs_url, envs_ref=args.envs_ref)
     env_arg = args.target
     if settings.envs_url:

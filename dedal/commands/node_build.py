@@ -5,14 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dedal.adapters.spack import locate, user_cache
-from dedal.stages.base import base_root
 from dedal.model.config import from_args
 from dedal.ui.console import print_json
 from dedal.errors import DedalError, UserError
-from dedal.model.layers import LayerStore
-from dedal.stages.building.node import JobResult, run_job
-from dedal.model.plan import Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the stage's imports: only when it runs, not for --help
+    from dedal.adapters.spack import locate, user_cache
+    from dedal.model.layers import LayerStore
+    from dedal.model.plan import Plan
+    from dedal.stages.base import base_root
+    from dedal.stages.building.node import JobResult, run_job
+
     settings = from_args(args)
     plan = Plan.read(Path(args.plan))
     hashes = [h for h in args.hashes.split(",") if h]

@@ -10,9 +10,6 @@ from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.errors import UserError
 from dedal.model.cores import REF_CORES
-from dedal.model.layers import LayerStore
-from dedal.schedule import schedule_plan
-from dedal.stages.workspace import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dedal.model.layers import LayerStore  # imported when the command runs, not for --help
+    from dedal.stages.workspace import resolve
+
     settings = from_args(args, layer_store=args.layers, install_root=args.install_root)
     target = resolve(args.target, settings)
     plan = target.plan() if target.given_plan else target.make_plan(LayerStore(Path(settings.layer_store)))
@@ -81,6 +81,8 @@ def simulate(plan, settings, args: argparse.Namespace) -> int:
     for flag, value in (("--nodes", args.nodes), ("--cores", args.cores)):
         if value is not None and value < 1:
             raise UserError(f"{flag}: expected a positive number, got {value}")
+    from dedal.schedule import schedule_plan
+
     sched = schedule_plan(plan, settings, nodes=args.nodes, cores=args.cores)
     if args.json:
         data = sched.to_json()

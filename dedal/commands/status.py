@@ -8,16 +8,13 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
-from dedal.adapters.slurm import Slurm
 from dedal.model.attempts import Attempts, age_text
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.errors import DedalError, UserError
-from dedal.stages.building.executors.slurm import RECORD, read_record, record_driver
 from dedal.model.layers import LayerStore
 from dedal.model.owner import GONE
 from dedal.model.plan import Plan
-from dedal.stages.workspace import resolve
 
 FINAL = ("done", "failed", "blocked", "cancelled", "lost")
 
@@ -36,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def env_dir_of(arg: str, settings) -> Tuple[str, Path, Optional[Plan]]:
+    # the stages' imports (the build stage's are heavy): only when the command runs, not for --help
+    from dedal.stages.building.executors.slurm import RECORD
+    from dedal.stages.workspace import resolve
+
     path = Path(arg)
     if path.is_dir() and not (path / "env.yaml").exists() and \
             any((path / n).exists() for n in (RECORD, "plan.json", "jobs")):
@@ -59,6 +60,8 @@ def _live_states(jobs: List[dict]) -> Tuple[Dict[str, dict], str]:
     ids = [j["slurm_id"] for j in jobs if j.get("slurm_id") and j.get("status") not in FINAL]
     if not ids:
         return {}, ""
+    from dedal.adapters.slurm import Slurm
+
     try:
         return {k: v.to_json() for k, v in Slurm().states(ids).items()}, ""
     except DedalError as exc:
@@ -83,6 +86,8 @@ def _status_from_live(job: dict, live: Optional[dict]) -> str:
 
 
 def slurm_status(record: dict) -> dict:
+    from dedal.stages.building.executors.slurm import record_driver
+
     live, note = _live_states(record.get("jobs", []))
     jobs = []
     packages: Dict[str, str] = {}
@@ -154,6 +159,8 @@ def local_status(results: List[Path]) -> dict:
 
 
 def collect(env_dir: Path) -> Optional[dict]:
+    from dedal.stages.building.executors.slurm import RECORD, read_record
+
     record = read_record(env_dir)
     results = list((env_dir / "jobs").glob("*.json")) if (env_dir / "jobs").is_dir() else []
     newest_local = max((p.stat().st_mtime for p in results), default=0.0)

@@ -3,7 +3,7 @@
 Layout of the subcommand (argparse sub-parsers under ``verify``)::
 
     dedal verify parse FILE [--kind KIND] [--json]   parse one log, print its verdict
-    dedal verify run IMAGE [options]                 the runner (dedal.stages.verify.runner)
+    dedal verify run IMAGE [options]                 the runner (dedal.stages.verify.verify)
     dedal verify IMAGE [options]                     same as ``verify run IMAGE``
 
 ``parse`` and ``run`` are ordinary sub-parsers. The shorthand ``dedal verify IMAGE``
@@ -11,9 +11,11 @@ works because the sub-parser action of ``verify`` treats a first argument that i
 a sub-command name as the IMAGE of ``run`` (an image literally named ``parse`` or
 ``run`` is written ``dedal verify run ./parse``).
 
-The runner lives in :mod:`dedal.stages.verify.runner`. When that module exists it provides
-``add_arguments(parser)`` (its options) and ``main(args) -> int``; this module wires
-them under ``run``. Until then ``verify run`` explains that the runner is missing.
+The verification itself is the verify stage's (:func:`dedal.stages.verify.verify`: checked
+options in, the report out); this module holds its command line: the options
+(:func:`add_run_arguments`), the settings read from them
+(:func:`dedal.stages.verify.options_from_args`), what is printed and the exit code
+(:func:`run_verify`).
 
 ``verify parse`` exits 0 whenever the file was parsed, whatever the verdict (the verdict
 is in the output), and 2 on bad input (missing file, unknown kind).
@@ -21,13 +23,15 @@ is in the output), and 2 on bad input (missing file, unknown kind).
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from dedal.ui.console import print_json
+from dedal.adapters.runtime import RUNTIMES
 from dedal.errors import UserError
-from dedal.stages.verify.parsers import KINDS, parse_file, parse_text
+from dedal.model.env_defaults import DEFAULT_RANKS, DEFAULT_REPETITIONS
+from dedal.stages.verify import DEFAULT_MAX_SIZE, DEFAULT_NCCL_MAX, DEFAULT_TIMEOUT, KINDS, parse_file, parse_text
+from dedal.ui.console import err, print_json
 
 SUBCOMMANDS = ("parse", "run")
 
@@ -110,27 +114,100 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "Exit code non-zero when a check fails.",
     )
     run.add_argument("image", metavar="IMAGE", help="the image (SIF file, or an image name of this workspace)")
-    runner = _runner()
-    if runner is not None and hasattr(runner, "add_arguments") and hasattr(runner, "main"):
-        runner.add_arguments(run)
-        run.set_defaults(func=runner.main)
-    else:
-        run.set_defaults(func=_runner_missing)
+    add_run_arguments(run)
+    run.set_defaults(func=run_verify)
     p.set_defaults(func=_no_action(p))
 
 
-def _runner() -> Any:
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``dedal verify run IMAGE`` (IMAGE itself is added by :func:`register`);
+    :func:`dedal.stages.verify.options_from_args` reads them."""
+    p.add_argument("--ranks", type=int, default=None, metavar="N",
+                   help=f"ranks per node for init and all-reduce (default: env file, else {DEFAULT_RANKS}; latency and "
+                        "bandwidth always use 2 ranks; at 1, the runs within a node use 2)")
+    p.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help="nodes for the inter-node runs (srun; default: the allocation's SLURM_JOB_NUM_NODES, else 1)")
+    p.add_argument("--repetitions", "-r", type=int, default=None, metavar="N",
+                   help=f"repetitions of each benchmark on each side (default: env file, else {DEFAULT_REPETITIONS})")
+    p.add_argument("--no-remeasure", dest="remeasure", action="store_false",
+                   help="judge a check over its threshold on timing alone at once (default: run it as many "
+                        "repetitions again, native and container interleaved, and judge all of them)")
+    p.add_argument("--launcher", choices=("auto", "mpirun", "srun"), default=None,
+                   help="auto: srun inside a Slurm allocation, else mpirun")
+    p.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a variable for every run, native and container (e.g. UCX_TLS=tcp); repeatable")
+    p.add_argument("--threshold", "-t", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a check threshold (latency_overhead_us, bandwidth_pct, busbw_pct, "
+                        "init_overhead_pct, ...); repeatable")
+    p.add_argument("--benchmarks", "-b", default=None, metavar="LIST",
+                   help="comma-separated: init, latency, bw, allreduce, nccl, osu (the OSU/nccl-tests "
+                        "counterparts when the image has them; on GPUs also OSU between device buffers), or "
+                        "program names (osu_bw-cuda: OSU's -d cuda D D) (default: all); the env file's application "
+                        "checks and benchmarks (apps) run whatever is chosen: 'apps' alone runs only them")
+    p.add_argument("--max-size", type=_size, default=None, metavar="BYTES",
+                   help=f"largest message of latency/bandwidth/all-reduce (default {DEFAULT_MAX_SIZE}; K/M suffix)")
+    p.add_argument("--nccl-max-size", type=_size, default=None, metavar="BYTES",
+                   help=f"largest NCCL all-reduce (default {DEFAULT_NCCL_MAX})")
+    gpu = p.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu", dest="gpu", action="store_true", default=None,
+                     help="run the GPU (NCCL) benchmarks (default: when the host has GPUs and the image CUDA)")
+    gpu.add_argument("--no-gpu", dest="gpu", action="store_false", help="skip the GPU benchmarks")
+    p.add_argument("--native", choices=("auto", "host", "rootfs"), default="auto",
+                   help="native side: the host's MPI and programs (host), or the image's root filesystem "
+                        "unpacked and run without a container (rootfs); auto: host where it has them")
+    p.add_argument("--native-root", type=Path, default=None, metavar="DIR",
+                   help="use this unpacked copy of the image as the native root (its benchmark binaries must be "
+                        "byte-identical to the image's)")
+    p.add_argument("--env-file", type=Path, default=None, metavar="ENV.yaml",
+                   help="environment file whose dedal.verify section gives ranks, repetitions, env, thresholds, "
+                        "application checks (apps) ...")
+    p.add_argument("--runtime", choices=RUNTIMES, default=None,
+                   help="container runtime (setting runtime)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"limit of one run (default {DEFAULT_TIMEOUT:g})")
+    p.add_argument("--output", "-o", type=Path, default=None, metavar="DIR",
+                   help="report directory (default: <reports_dir>/<image>)")
+    p.add_argument("--json", action="store_true", help="print verify.json (and the file paths) on stdout")
+
+
+def _size(text: str) -> int:
+    t = text.strip().upper().rstrip("B")
+    mult = 1
+    for suffix, factor in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if t.endswith(suffix):
+            t, mult = t[:-1], factor
     try:
-        return importlib.import_module("dedal.stages.verify.runner")
-    except ModuleNotFoundError as exc:
-        if exc.name != "dedal.stages.verify.runner":
-            raise
-        return None
+        value = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes (e.g. 65536, 64K, 4M), got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a size must be at least 1 byte, got {text!r}")
+    return value
 
 
-def _runner_missing(args: argparse.Namespace) -> int:
-    raise UserError("the verification runner (dedal.stages.verify.runner) is not part of this dedal yet; "
-                    "`dedal verify parse FILE` is available")
+def run_verify(args: argparse.Namespace) -> int:
+    """``dedal verify run IMAGE``: the options checked, the verification run
+    (:func:`dedal.stages.verify.verify`), its verdict printed; the exit code is the verdict's."""
+    from dedal.stages.verify import console_lines, options_from_args, verify
+
+    opts = options_from_args(args)
+
+    def progress(text: str) -> None:
+        err.print(text, markup=False, highlight=False)
+
+    outcome = verify(opts, progress=progress)
+    rep = outcome.report
+    if args.json:
+        data = rep.to_json()
+        data["report_dir"] = str(outcome.outdir)
+        data["files"] = {k: str(v) for k, v in outcome.paths.items()}
+        print_json(data)
+        return rep.exit_code
+    for line in console_lines(rep):
+        print(line)
+    print(f"report: {outcome.paths['report.md']} (verify.json, "
+          f"{sum(1 for k in outcome.paths if k.startswith('plot:'))} plot(s)); raw logs: {outcome.outdir / 'raw'}")
+    return rep.exit_code
 
 
 def _no_action(parser: argparse.ArgumentParser):
@@ -144,7 +221,7 @@ def run_parse(args: argparse.Namespace) -> int:
     if args.kind is not None and args.kind not in KINDS:
         raise UserError(f"unknown log kind {args.kind!r}; known kinds: {', '.join(KINDS)}")
     from dedal.model import config
-    from dedal.stages.verify.options import site_rule_table
+    from dedal.stages.verify import site_rule_table
 
     rows = site_rule_table(config.from_args(args))  # a site's rows (the verify_rules setting) judge too
     if args.file == "-":

@@ -9,6 +9,11 @@ from typing import List
 
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENV_IN_IMAGE = "/opt/dedal/env"        # spack.yaml + spack.lock of the image (like containerize's /opt/spack-environment)
+# the files of ENV_IN_IMAGE besides spack.yaml and spack.lock: the environment file and the base
+# definitions the image was assembled from (assemble writes them, rebuild reads them back)
+ENV_FILE = "env.yaml"
+BASE_FILE = "base.yaml"
+RUNTIME_BASE_FILE = "runtime-base.yaml"
 SBOM_IN_IMAGE = "/opt/dedal/sbom.cdx.json"
 ENV_SCRIPT = "/.singularity.d/env/91-environment.sh"
 SYMLINKS = {".run": ".singularity.d/actions/run", ".exec": ".singularity.d/actions/exec",

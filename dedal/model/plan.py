@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, Optional, Set
 from dedal.model import durations
 from dedal.errors import UserError
 from dedal.model.artifacts import write_atomic
+from dedal.model.env_defaults import DEFAULT_TAG
 from dedal.model.inputs import load_json
 from dedal.model.names import safe_name
 from dedal.model.layers import LayerStore, layer_key
@@ -230,7 +231,7 @@ def make_plan(
     base_image: str,
     base_id: str,
     view: str = "/opt/view",
-    tag: str = "latest",
+    tag: str = DEFAULT_TAG,
     store: Optional[LayerStore] = None,
     measured: Optional[Mapping[tuple, float]] = None,
     runtime_base: str = "",

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
 from dedal.adapters import git as gitad
-from dedal.adapters import pypi
 from dedal.adapters import runtime as rt
 from dedal.adapters.spack import Spack, user_cache
 from dedal.model.config import Settings
@@ -122,6 +121,8 @@ def _from_pypi(sources: List[dict], mirror: Path, index: str, note) -> int:  # n
     added; what is not found stays missing and is reported with the rest."""
     if not index:
         return 0
+    from dedal.adapters import pypi  # requests: only for a fetch that asks PyPI
+
     index_client = pypi.PyPI(index)
     added = 0
     for pkg in sources:

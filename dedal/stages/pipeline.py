@@ -8,7 +8,6 @@ the registry are not sent), so a rerun after any failure resumes where it stoppe
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,13 +16,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dedal.errors import DedalError, UserError
 from dedal.model.config import Settings
+from dedal.model import verify_report
 from dedal.model.artifacts import sha256_file
+from dedal.model.verify_report import VerifyRecord
 from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.building import run_build
 from dedal.stages.fetch import run_fetch
-from dedal.stages.verify.checks import skipped_of, skipped_text
-from dedal.stages.verify.findings import gate_allows, gate_refusal, verdict_with
-from dedal.stages.verify.runner import Options, verify as run_verify
+from dedal.stages.verify import (Given, Options, gate_allows, gate_refusal, skipped_text, verdict_with,
+                                  verify as run_verify, verify_options as merge_verify_options)
 from dedal.stages.workspace import Target
 from dedal.ui.progress import BuildProgress
 
@@ -100,22 +100,21 @@ def _image_path(target: Target) -> Path:
     return image_paths(target.settings, target.plan(), None, [])[0]
 
 
-def _verify_report(outdir: Path, sha256: str, settings_sha256: str) -> Tuple[Optional[dict], Optional[str]]:
+def _verify_report(outdir: Path, sha256: str, settings_sha256: str) -> Tuple[Optional[VerifyRecord], Optional[str]]:
     """(the report, None) for a finished verification of exactly this image (same sha256)
     with the same settings (an older report without their digest is not); else (None, why
     verify must run again)."""
     try:
-        data = json.loads((outdir / "verify.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        record = verify_report.load(outdir / "verify.json")
+    except UserError:  # none, unreadable or not JSON: there is no current report
         return None, f"no readable {outdir / 'verify.json'}"
-    meta = data.get("meta") or {}
-    if meta.get("image_sha256") != sha256:
+    if record.is_of(sha256, settings_sha256):
+        return record, None
+    if record.meta.image_sha256 != sha256:
         return None, "the report is of another image (sha256)"
-    if meta.get("settings_sha256") != settings_sha256:
+    if record.meta.settings_sha256 != settings_sha256:
         return None, "the report was made with other verification settings"
-    if not data.get("verdict"):
-        return None, "the report has no verdict (an unfinished verification)"
-    return data, None
+    return None, "the report has no verdict (an unfinished verification)"
 
 
 def verify_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[str]:
@@ -125,7 +124,7 @@ def verify_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[
     return _verify_report(outdir, sha256, settings_sha256)[1]
 
 
-def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[dict]:
+def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[VerifyRecord]:
     """The report of :func:`verify_current`, None without a current one."""
     return _verify_report(outdir, sha256, settings_sha256)[0]
 
@@ -138,23 +137,10 @@ def _report_dir(target: Target, image: Path) -> Path:
 
 def verify_options(target: Target, image: Path, outdir: Path, verify_env: Optional[Dict[str, str]] = None) -> Options:
     """The verification build-image runs: the environment file's dedal.verify section
-    (defaults without one), ``verify_env`` over its variables."""
-    settings = target.settings
+    (defaults without one), ``verify_env`` over its variables; merged and checked as
+    ``dedal verify --env-file`` merges and checks them (:func:`dedal.stages.verify.options.verify_options`)."""
     spec = target.env.verify if target.env is not None else None
-    env = dict(spec.env) if spec else {}
-    env.update(verify_env or {})
-    opts = Options(
-        image=image, output=outdir, reports_dir=Path(settings.reports_dir),
-        cache_dir=Path(settings.cache_dir), runtime=settings.runtime,
-        ranks=spec.ranks if spec else 2, nodes=spec.nodes if spec and spec.nodes > 1 else None,
-        repetitions=spec.repetitions if spec else 5, launcher=spec.launcher if spec else "auto",
-        env=env, thresholds=dict(spec.thresholds) if spec else {},
-        gpu=True if spec and spec.gpu else None, images_dir=Path(settings.images_dir),
-        apps=list(spec.apps) if spec else [],
-    )
-    if spec and spec.benchmarks:
-        opts.benchmarks = list(spec.benchmarks)
-    return opts
+    return merge_verify_options(image, outdir, target.settings, spec, Given(env=dict(verify_env or {})))
 
 
 def run_pipeline(
@@ -244,7 +230,7 @@ def run_pipeline(
         outdir, opts, current = report_of_image()
         if current is not None and not reverify:
             take_report(current, outdir)
-            record.status, record.detail = "current", (f"verdict {current.get('verdict_text') or summary.verdict} "
+            record.status, record.detail = "current", (f"verdict {current.verdict_text or summary.verdict} "
                                                        "(report of this image)")
         else:
             outcome = run_verify(opts, progress=note)
@@ -254,16 +240,16 @@ def run_pipeline(
             record.detail = f"verdict {outcome.report.verdict_text}; report {summary.report}"
         apply_gate()
 
-    def report_of_image() -> Tuple[Path, Options, Optional[dict]]:
+    def report_of_image() -> Tuple[Path, Options, Optional[VerifyRecord]]:
         """Where the image's report lies, the verification build-image runs, and the report of
         exactly this image with those settings (None without one)."""
         outdir = _report_dir(target, Path(summary.image))
         opts = verify_options(target, Path(summary.image), outdir, verify_env)
         return outdir, opts, _verify_report_current(outdir, summary.image_sha256, opts.settings_digest())
 
-    def take_report(report: dict, outdir: Path) -> None:
-        summary.verdict, summary.report = report["verdict"], str(outdir / "report.md")
-        summary.skipped = skipped_of(report)
+    def take_report(report: VerifyRecord, outdir: Path) -> None:
+        summary.verdict, summary.report = report.verdict, str(outdir / "report.md")
+        summary.skipped = report.skipped
 
     def apply_gate() -> None:
         """``verify_gate`` on the verdict of this image; an image without one is ``unverified``."""
@@ -294,8 +280,7 @@ def run_pipeline(
         # imported here: the registry client (requests) and GitPython would add ~0.25 s to every `dedal` start, --help included
         from dedal.adapters import git
         from dedal.adapters.registry import client_options
-        from dedal.stages.publish import publish as do_publish
-        from dedal.stages.publish.push import source_url
+        from dedal.stages.publish import publish as do_publish, source_url
         attachments = []
         outdir = Path(summary.report).parent if summary.report else None
         if outdir is not None and outdir.is_dir():

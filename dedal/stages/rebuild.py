@@ -32,9 +32,8 @@ from dedal.errors import DedalError, UserError
 from dedal.model import sif as sif_mod
 from dedal.model.base import load_definition
 from dedal.model.inputs import load_yaml
-from dedal.model.image import ENV_IN_IMAGE
+from dedal.model.image import BASE_FILE, ENV_FILE, ENV_IN_IMAGE, RUNTIME_BASE_FILE
 from dedal.stages import image_files
-from dedal.stages.assemble.provenance import BASE_FILE, ENV_FILE, RUNTIME_BASE_FILE
 from dedal.stages.reproducible import LABEL as SDE_LABEL
 from dedal.stages.sifdiff import DiffResult, diff_images
 

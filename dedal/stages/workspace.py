@@ -18,6 +18,7 @@ from dedal.errors import UserError
 from dedal.model import durations
 from dedal.model.base import base_identity, runtime_base_name
 from dedal.model.config import Settings
+from dedal.model.env_defaults import DEFAULT_TAG
 from dedal.model.envfile import EnvFile, load_env
 from dedal.model.inputs import load_json
 from dedal.model.names import name_problem
@@ -82,7 +83,7 @@ class Target:
     def tag(self) -> str:
         if self.given_plan:
             return self.given_plan.tag
-        return self.env.tag if self.env else "latest"
+        return self.env.tag if self.env else DEFAULT_TAG
 
     @property
     def workdir(self) -> Path:

@@ -316,3 +316,15 @@ def test_templates_and_parent_pipeline_are_plain_gitlab_yaml():
                                                              "job": "dedal-generate"}]
     assert parent["dedal-images"]["trigger"]["strategy"] == "depend"
     assert yaml.safe_load((root / ".gitlab-ci.yml").read_text())["include"] == [{"local": "ci/gitlab-ci.yml"}]
+
+
+def test_report_directories_are_found_by_name_or_by_the_image_their_verify_json_names(tmp_path):
+    """CI attaches the reports of an image: named after it, or whose verify.json (read through
+    dedal.model.verify_report) names it; an unreadable one names nothing."""
+    reports = tmp_path / "reports"
+    for rel, data in (("demo/latest", {"verdict": "good"}), ("other", {"image": "/x/images/demo/v1.sif"}),
+                      ("broken", None), ("unrelated", {"image": "/x/else.sif"})):
+        (reports / rel).mkdir(parents=True)
+        (reports / rel / "verify.json").write_text("{oops" if data is None else json.dumps(data))
+    found = ci._report_dirs(reports, "demo", "latest", Path("/y/demo/v1.sif"))
+    assert [d.relative_to(reports).as_posix() for d in found] == ["other", "demo/latest"]

@@ -10,7 +10,7 @@ from typing import Dict, List, Union
 import pytest
 import yaml
 
-from tests.conftest import SPACK_DATA
+from tests.conftest import ROOT, SPACK_DATA
 from tests.standin import install_standin
 
 pytestmark = pytest.mark.reliability
@@ -18,6 +18,11 @@ pytestmark = pytest.mark.reliability
 LOCK = (SPACK_DATA / "tiny-zlib.spack.lock").read_text()
 BAD = b"\xff\xfe\x00bad"
 ENV = "spack:\n  specs: [zlib]\n"
+BAD_ENV = ROOT / "tests" / "fixtures" / "data" / "bad-env"  # one file per fault, shared with tests/model
+
+
+def _bad_env(fault: str) -> str:
+    return (BAD_ENV / f"{fault}.yaml").read_text()
 
 
 def _lock(mutate) -> str:  # noqa: ANN001
@@ -60,17 +65,19 @@ CASES: Dict[str, tuple] = {
     "build without a mirror": (["build", "g.lock", "--layers", "L"], {"g.lock": LOCK}, "source mirror"),
     "build a non-UTF-8 lock": (["-s", "mirror=.", "build", "x.lock", "--layers", "L"], {"x.lock": BAD}, "not UTF-8"),
     # issue 35: values the env file can be checked for before anything is written, YAML's line and column
-    "fetch: unknown base_image": (["fetch", "e/env.yaml"], {"e/env.yaml": ENV + "dedal:\n  base_image: debian-trixxie\n"},
+    "fetch: unknown base_image": (["fetch", "e/env.yaml"], {"e/env.yaml": _bad_env("unknown-base-image")},
                                   "e/env.yaml: dedal.base_image: unknown base image 'debian-trixxie'; known: "
                                   "debian-trixie, "),
     "build-image: unknown base_image": (["build-image", "e/env.yaml"],
-                                        {"e/env.yaml": ENV + "dedal:\n  base_image: debian-trixxie\n"},
+                                        {"e/env.yaml": _bad_env("unknown-base-image")},
                                         "dedal.base_image: unknown base image 'debian-trixxie'"),
-    "fetch: unknown runtime_base": (["fetch", "e/env.yaml"], {"e/env.yaml": ENV + "dedal:\n  runtime_base: nope\n"},
+    "fetch: unknown runtime_base": (["fetch", "e/env.yaml"], {"e/env.yaml": _bad_env("unknown-runtime-base")},
                                     "dedal.runtime_base: unknown base image 'nope'"),
+    "plan: every fault of an env file": (["plan", "e/env.yaml"], {"e/env.yaml": _bad_env("several-faults")},
+                                         "e/env.yaml: 5 problems: dedal: unknown key 'colour' (known: "),
     "fetch: unknown base_image setting": (["-s", "base_image=bogus", "fetch", "e/env.yaml"], {"e/env.yaml": ENV},
                                           "setting base_image: unknown base image 'bogus'; known: "),
-    "fetch: spack.config not a mapping": (["fetch", "e/env.yaml"], {"e/env.yaml": ENV + "  config: 5\n"},
+    "fetch: spack.config not a mapping": (["fetch", "e/env.yaml"], {"e/env.yaml": _bad_env("spack-config-not-mapping")},
                                           "e/env.yaml: spack.config: expected object, got 5"),
     "fetch: env file YAML": (["fetch", "e/env.yaml"], {"e/env.yaml": "spack:\n  specs: [zlib\n"},
                              "e/env.yaml:3:1: not valid YAML: expected ',' or ']', but got '<stream end>' "

@@ -126,6 +126,23 @@ def test_a_command_imports_its_own_module_only():
     assert loaded("nosuch") == everything
 
 
+def test_command_modules_import_their_stages_only_when_they_run():
+    """Registering a command (its --help, an argument error, `dedal --help`, `dedal completion`)
+    imports no stage and no HTTP or git client: the test suite starts dedal some 370 times,
+    and the build stage alone cost half a second of each start. build-image (the pipeline,
+    for its stage names) and verify (its parsers, for --kind) still import theirs."""
+    import subprocess
+    import sys
+    light = ["assemble", "base", "build", "ci", "completion", "config", "diff", "exec", "fetch", "images",
+             "inspect", "layers", "node-build", "plan", "publish", "pull", "rebuild", "status"]
+    probe = ("import sys; from dedal.cli import build_parser\n"
+             f"for name in {light!r}: build_parser([name])\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'oras', 'jsonschema', 'git')\n"
+             "             or m.startswith(('dedal.stages', 'dedal.schedule', 'dedal.ci', 'dedal.adapters.registry'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_a_bare_lock_takes_its_base_from_the_plan_json_beside_it(run_dedal, tmp_path):
     """Spack's lock names no base image: `dedal plan LOCK` takes it from the plan.json that `dedal fetch`
     (here `plan -o`) wrote next to the lock, and says when it falls back to the setting."""

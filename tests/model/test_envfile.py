@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List
 
 import pytest
 import yaml
 
+from dedal.errors import UserError
 from dedal.model.envfile import AppMetric, AppReference, load_env
 from tests.conftest import ROOT
 
@@ -34,69 +36,29 @@ def test_spack_section_is_passed_untouched_and_written(tmp_path):
     assert written["repos"] == [str(tmp_path / "repo")]
 
 
-@pytest.mark.parametrize("doc, message", [
-    ({"dedal": {"name": "x"}}, "missing 'spack:' section"),
-    ({"spack": {"specs": []}, "dedl": {}}, "unknown key 'dedl'"),
-    ({"spack": {}, "dedal": {"colour": "red"}}, "dedal: unknown key 'colour'"),
-    ({"spack": {}, "dedal": {"verify": {"repetitions": "five"}}}, "dedal.verify.repetitions: expected integer, got 'five'"),
-    ({"spack": {}, "dedal": {"install_root": "opt/x"}}, "dedal.install_root: expected an absolute path"),
-    ({"spack": {}, "dedal": {"verify": {"launcher": "ssh"}}}, "dedal.verify.launcher: expected one of auto, mpirun, srun"),
-    ({"spack": {}, "dedal": {"verify": {"thresholds": {"latency_overhead_us": -1}}}}, "must be at least 0"),
-    ({"spack": {}, "dedal": {"registry": "docker://x"}}, "dedal.registry: invalid value"),
-    ({"spack": []}, "spack: expected object"),
-    ({"spack": {}, "dedal": {"runtime_base": ""}}, "dedal.runtime_base: must not be empty"),
-    ({"spack": {}, "dedal": {"runtime_base": ["a"]}}, "dedal.runtime_base: expected string, got ['a']"),
-    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x"}]}}}, "dedal.verify.apps.0: missing key 'command'"),
-    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": []}]}}},
-     "dedal.verify.apps.0.command: expected a non-empty string or list of strings, got []"),
-    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "true", "expect": "("}]}}},
-     "dedal.verify.apps.0.expect: not a regular expression"),
-    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a"}, {"name": "x", "command": "b"}]}}},
-     "dedal.verify.apps.1.name: 'x' is used twice"),
-    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", "ranks": 0}]}}},
-     "dedal.verify.apps.0.ranks: must be at least 1"),
-    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", "timeout": 0}]}}},
-     "dedal.verify.apps.0.timeout: must be more than 0"),
-    ({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", "rank": 2}]}}},
-     "dedal.verify.apps.0: unknown key 'rank'"),
-] + [({"spack": {}, "dedal": {"verify": {"apps": [{"name": "x", "command": "a", **app}]}}}, message)
-     for app, message in [
-    # application benchmarks: the metric, the reference, and what only a benchmark can check
-    ({"metric": {"match": "t=(?P<value>[0-9.]+)"}}, "dedal.verify.apps.0.metric: missing key 'unit'"),
-    ({"metric": {"unit": "s"}}, "dedal.verify.apps.0.metric: missing key 'match'"),
-    ({"metric": "t=(?P<value>[0-9.]+)"}, "dedal.verify.apps.0.metric: expected object, got 't=(?P<value>[0-9.]+)'"),
-    ({"metric": {"match": "t=([0-9.]+)", "unit": "s"}},
-     "dedal.verify.apps.0.metric.match: needs a group named value that captures the number"),
-    ({"metric": {"match": "t=(?P<value>[0-9.]+", "unit": "s"}},
-     "dedal.verify.apps.0.metric.match: not a regular expression: missing ), unterminated subpattern"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s", "better": "less"}},
-     "dedal.verify.apps.0.metric.better: expected one of lower, higher, got 'less'"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s", "overhead_pct": -5}},
-     "dedal.verify.apps.0.metric.overhead_pct: must be at least 0, got -5"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s", "repetitions": 0}},
-     "dedal.verify.apps.0.metric.repetitions: must be at least 1, got 0"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": ""}}, "dedal.verify.apps.0.metric.unit: must not be empty"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s", "repeat": 3}},
-     "dedal.verify.apps.0.metric: unknown key 'repeat' (known: better, match, overhead_pct, repetitions, unit)"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "reference": {"output": "spk2.std"}},
-     "dedal.verify.apps.0.reference: missing key 'expected'"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "reference": {"output": "/tmp/spk2.std", "expected": "/r"}},
-     "dedal.verify.apps.0.reference.output: expected a relative path without '..', got '/tmp/spk2.std'"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "reference": {"output": "out/../../x", "expected": "/r"}},
-     "dedal.verify.apps.0.reference.output: expected a relative path without '..', got 'out/../../x'"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "reference": {"output": "spk2.std", "expected": "ref.std"}},
-     "dedal.verify.apps.0.reference.expected: expected an absolute path, got 'ref.std'"),
-    ({"reference": {"output": "spk2.std", "expected": "/opt/ringtest/spk.ref"}},
-     "dedal.verify.apps.0.reference: needs a metric"),
-    ({"metric": {"match": "t=(?P<value>.+)", "unit": "s"}, "expect": "(?P<value>\\d+ spikes"},
-     "dedal.verify.apps.0.expect: not a regular expression"),
-]])
-def test_bad_environment_files(tmp_path, doc, message):
-    (tmp_path / "env.yaml").write_text(yaml.safe_dump(doc))
-    from dedal.errors import UserError
+BAD_ENVS = sorted((ROOT / "tests" / "fixtures" / "data" / "bad-env").glob("*.yaml"))
+
+
+def expected_faults(path: Path) -> List[str]:
+    """What a bad environment file must be refused with: its ``# expect: ...`` lines, at the top."""
+    return [line[len("# expect: "):] for line in path.read_text().splitlines() if line.startswith("# expect: ")]
+
+
+@pytest.mark.parametrize("path", BAD_ENVS, ids=lambda p: p.stem)
+def test_bad_environment_files(path):
+    """One file per fault (tests/fixtures/data/bad-env/, named for it): every fault it expects is
+    said, each on a line of its own, and only those."""
+    faults = expected_faults(path)
+    assert faults, f"{path.name}: no '# expect: ' line"
     with pytest.raises(UserError) as info:
-        load_env(tmp_path / "env.yaml")
-    assert message in str(info.value)
+        load_env(path)
+    lines = str(info.value).splitlines()
+    if len(faults) > 1:  # FILE: N problems:, then one line each
+        assert lines[0] == f"{path}: {len(faults)} problems:", lines
+        lines = [f"{path}: {line.strip().rstrip(';')}" for line in lines[1:]]
+    assert len(lines) == len(faults), lines
+    for line, fault in zip(lines, faults):
+        assert line.startswith(f"{path}: ") and fault in line, (line, fault)
     assert "\n" not in info.value.one_line()
 
 

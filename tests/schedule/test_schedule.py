@@ -19,6 +19,7 @@ from dedal.schedule import (CoreModel, Job, Workload, allot, anneal, dag_bound, 
                             schedule_problems, simulate, simulate_backfill, tighten, wants_order_hints)
 from dedal.model.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
+from tests.fixtures.schedules import shared_schedule
 
 BIG_LOCKS = ["mpi-cuda.spack.lock", "mpi-cuda-extcuda.spack.lock", "mpi-cuda-pure.spack.lock",
              "cscs-prgenv-gnu.spack.lock", "jedi-ci.spack.lock"]
@@ -93,7 +94,7 @@ def check_schedule(wl: Workload, jobs: List[Job], nodes: int, cores: int) -> Non
 @pytest.mark.parametrize("nodes, cores", [(1, 8), (4, 64), (16, 2)])
 def test_schedule_properties_on_real_locks(lock_name: str, nodes: int, cores: int) -> None:
     wl = workload(lock_name)
-    sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0)
+    sched = shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0)
     check_schedule(wl, sched.jobs, nodes, cores)
     lb, cp, work = lower_bound(wl, nodes, cores, 3.0)
     assert sched.lower_bound_s == pytest.approx(lb)
@@ -102,8 +103,8 @@ def test_schedule_properties_on_real_locks(lock_name: str, nodes: int, cores: in
     assert sched.makespan_s >= sched.dag_bound_s - 1e-6 >= lb - 2e-6
     assert 0 < sched.utilization <= 1.0
     # never worse than the baselines in the same model
-    per_package = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy="per-package")
-    single = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy="single-node")
+    per_package = shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy="per-package")
+    single = shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy="single-node")
     check_schedule(wl, per_package.jobs, nodes, cores)
     assert len(per_package.jobs) == len(wl.order)
     assert sched.makespan_s <= per_package.makespan_s + 1e-6
@@ -115,9 +116,9 @@ def test_ratio_close_to_one_where_the_dag_allows(lock_name: str) -> None:
     """With nodes to spare the critical path decides: the schedule comes within 5 %,
     and grouping strictly beats one job per package."""
     wl = workload(lock_name)
-    sched = make_schedule(wl, nodes=4, cores=64, overhead_s=3.0)
+    sched = shared_schedule(wl, nodes=4, cores=64, overhead_s=3.0)
     assert sched.ratio < 1.05, sched.to_json(with_jobs=False)
-    per_package = make_schedule(wl, nodes=4, cores=64, overhead_s=3.0, strategy="per-package")
+    per_package = shared_schedule(wl, nodes=4, cores=64, overhead_s=3.0, strategy="per-package")
     assert sched.makespan_s < per_package.makespan_s
     assert len(sched.jobs) < len(wl.order)
 
@@ -365,7 +366,7 @@ def test_anneal_never_worse_valid_and_deterministic() -> None:
     """The annealing probe returns valid jobs, never a longer schedule than it started from,
     and the same jobs for the same seed."""
     wl = workload("mpi-cuda-pure.spack.lock")
-    sched = make_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
+    sched = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
     first, sim = anneal(wl, sched.jobs, nodes=1, cores=8, overhead_s=3.0, evaluations=1500, seed=3)
     check_schedule(wl, first, 1, 8)
     assert sim.makespan_s <= sched.makespan_s + 1e-9
@@ -448,16 +449,18 @@ def test_tighten_on_real_locks() -> None:
             assert [j.to_json() for j in back] == [j.to_json() for j in better]
     # through make_schedule: only when asked (slurm.order_hints), and then never longer
     wl = workload("cscs-prgenv-gnu.spack.lock")
-    plain = make_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
+    plain = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
     assert not any(j.order for j in plain.jobs)
-    hinted = make_schedule(wl, nodes=1, cores=8, overhead_s=3.0, hints=True)
+    hinted = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0, hints=True)
     check_schedule(wl, hinted.jobs, 1, 8)
     assert any(j.order for j in hinted.jobs) and hinted.makespan_s < plain.makespan_s
 
 
-def test_order_hints_auto_only_when_every_duration_is_measured() -> None:
+def test_order_hints_auto_only_when_every_duration_is_measured(monkeypatch) -> None:
     """slurm.order_hints auto: hints where every package to build has a measured duration
     (an earlier build of its name and version), none where any estimate is the model's."""
+    # schedule_plan's make_schedule: the schedules other tests of this lock computed
+    monkeypatch.setattr("dedal.schedule.make.make_schedule", shared_schedule)
     lock = load_lock(SPACK_DATA / "cscs-prgenv-gnu.spack.lock")
     guessed = plan_of("cscs-prgenv-gnu.spack.lock")
     # the same durations as the model's, but measured: only where they come from changes
@@ -484,9 +487,9 @@ def test_single_node_ahead_of_both_baselines() -> None:
     is strictly shorter than one job per package and than one package at a time."""
     for lock_name in ("mpi-cuda.spack.lock", "mpi-cuda-pure.spack.lock", "cscs-prgenv-gnu.spack.lock"):
         wl = workload(lock_name)
-        ours = make_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
+        ours = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
         for strategy in ("per-package", "single-node"):
-            base = make_schedule(wl, nodes=1, cores=8, overhead_s=3.0, strategy=strategy)
+            base = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0, strategy=strategy)
             assert ours.makespan_s < base.makespan_s - 1e-6, (lock_name, strategy)
 
 
@@ -557,7 +560,7 @@ def test_backfill_model_on_real_locks() -> None:
     limits of the estimate x 2: benchmarks/schedule/cluster.md)."""
     wl = workload("cscs-prgenv-gnu.spack.lock")
     for nodes, cores in ((64, 8), (1, 8)):
-        sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0)
+        sched = shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0)
         limits = {j.id: 2 * j.est_s for j in sched.jobs}
         model = simulate_backfill(sched.jobs, nodes=nodes, cores=cores, limits=limits)
         assert sorted(model.starts) == sorted(j.id for j in sched.jobs)

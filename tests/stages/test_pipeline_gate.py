@@ -154,3 +154,28 @@ def test_publish_alone_refuses_an_unverified_image(tmp_path, monkeypatch, gate):
 def test_publish_alone_with_the_gate_off_publishes_an_unverified_image(tmp_path, monkeypatch):
     summary, stages, sent, _ = _publish_only(tmp_path, monkeypatch, "off", report=False)
     assert summary.ok and len(sent) == 1 and stages["publish"].status == "done"
+
+
+@pytest.mark.parametrize("verify", [{"ranks": 1}, {"ranks": 1, "nodes": 2, "launcher": "srun"},
+                                    {"ranks": 4, "repetitions": 3, "env": {"UCX_TLS": "tcp"},
+                                     "thresholds": {"bandwidth_pct": 5}}])
+def test_build_image_and_dedal_verify_merge_the_env_file_alike(tmp_path, monkeypatch, verify):
+    """One merge: build-image's verification and `dedal verify IMAGE --env-file` of the same file
+    have the same options (settings digest), ``ranks: 1`` on one node accepted by both."""
+    import yaml
+
+    from dedal.cli import build_parser
+    from dedal.model.envfile import load_env
+    from dedal.stages.verify.options import options_from_args
+
+    target, image = _target(tmp_path, monkeypatch, "good")
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": verify}}))
+    target.env = load_env(env_file)
+    monkeypatch.setenv("DEDAL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DEDAL_CACHE_DIR", str(tmp_path / "cache"))
+    from_pipeline = pipeline.verify_options(target, image, _outdir(target, image))
+    from_command = options_from_args(build_parser().parse_args(
+        ["verify", str(image), "--env-file", str(env_file), "-o", str(_outdir(target, image))]))
+    assert from_pipeline.ranks == from_command.ranks == verify["ranks"]
+    assert from_pipeline.settings_digest() == from_command.settings_digest()

@@ -8,7 +8,9 @@ This is its public face; the parts are split the way Spack splits ``spack.oci``:
 * ``client``: ``RegistryClient``, oras-py's ``Registry`` with dedal's transport
   underneath (retries with backoff, https probing, chunked uploads, streaming
   downloads, manifests as raw bytes, referrers, tags);
-* ``errors``: ``NotFound``, ``RegistryAuthError``, ``TooLarge`` (an answer over
+* ``download``: ``download_blob``, one blob streamed to a file, its length and sha256
+  checked (``IntegrityError`` where they are not what the manifest states);
+* ``errors``: ``NotFound``, ``IntegrityError``, ``RegistryAuthError``, ``TooLarge`` (an answer over
   ``ANSWER_LIMIT``, exit 2), what counts as a transient failure, and URLs and reasons
   cut down for messages.
 
@@ -37,8 +39,9 @@ from dedal.adapters.registry.client import (
     client_options,
     make_client,
 )
-from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, NotFound, RegistryAuthError, TooLarge,
-                                            redact_url, short_reason)
+from dedal.adapters.registry.download import download_blob
+from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, IntegrityError, NotFound, RegistryAuthError,
+                                            TooLarge, redact_url, short_reason)
 from dedal.model.oci import (
     DOCKER_MANIFEST,
     DOCKER_MANIFEST_LIST,
@@ -55,5 +58,5 @@ __all__ = [
     "RegistryError", "RegistryAuthError", "NotFound", "Credentials", "RegistryAuth", "auth_files",
     "credentials_from_file", "resolve_credentials", "parse_challenge", "RegistryClient", "client_options", "make_client", "Progress",
     "sha256_digest", "file_digest", "redact_url", "short_reason", "CHUNK", "RETRY_STATUS",
-    "TRANSIENT_ERRORS", "TooLarge", "ANSWER_LIMIT",
+    "TRANSIENT_ERRORS", "TooLarge", "ANSWER_LIMIT", "IntegrityError", "download_blob",
 ]

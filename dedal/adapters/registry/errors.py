@@ -27,6 +27,10 @@ TRANSIENT_ERRORS = (
 )
 
 
+class IntegrityError(RegistryError):
+    """What the registry sent is not what its manifest promises (size, digest, SIF)."""
+
+
 class RegistryAuthError(RegistryError):
     """Authentication was required and failed (no, or wrong, credentials)."""
 

@@ -32,11 +32,8 @@ import yaml
 
 from dedal.errors import UserError
 from dedal.model.envfile import load_yaml
-from dedal.model.image import ENV_IN_IMAGE
+from dedal.model.image import BASE_FILE, ENV_FILE, ENV_IN_IMAGE, RUNTIME_BASE_FILE
 
-ENV_FILE = "env.yaml"
-BASE_FILE = "base.yaml"
-RUNTIME_BASE_FILE = "runtime-base.yaml"
 KEEP = ("spack.yaml", "spack.lock", ENV_FILE, BASE_FILE, RUNTIME_BASE_FILE, "repos", "includes")
 _IGNORED = ("__pycache__",)
 

@@ -13,21 +13,27 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from dedal.errors import DedalError, Interrupted, UserError
 from dedal.model.attempts import Attempts
 from dedal.model.layers import LayerStore
 from dedal.stages.base import base_root
-from dedal.adapters.registry import client_options
-from dedal.stages.building.cache import CacheReport, LayerCache
 from dedal.stages.building.executors.common import BuildSummary
 from dedal.stages.building.node import missing_mirror
 from dedal.stages.workspace import Target, prepare
 from dedal.ui.progress import BuildProgress
 
+if TYPE_CHECKING:
+    from dedal.stages.building.cache import LayerCache
+
 
 def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, quiet: bool = False) -> BuildSummary:
+    # the layer cache and its registry client (requests, oras-py) here, not at import: every
+    # `dedal node-build` of a build job and `dedal status` import this package
+    from dedal.adapters.registry import client_options
+    from dedal.stages.building.cache import CacheReport, LayerCache
+
     settings = target.settings
     # every check on the input before the first write (bad input writes nothing)
     target.lock()

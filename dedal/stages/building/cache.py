@@ -31,14 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from dedal.adapters import registry as reg
-from dedal.adapters.registry import RegistryClient, make_client
+from dedal.adapters.registry import IntegrityError, RegistryClient, download_blob, make_client
 from dedal.errors import DedalError, UserError
 from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.oci import (ARTIFACT_LAYER, EMPTY_JSON, LAYER_MANIFEST, LAYER_SQUASHFS, OCI_MANIFEST, RegistryError,
                              canonical_json, layer_artifact, parse_reference)
 from dedal.model.plan import Plan
 from dedal.stages.layer_audit import check_packed
-from dedal.stages.publish.pull import IntegrityError, download_blob
 from dedal.ui.console import human_size
 
 ANN_KEY = "org.dedal.layer.key"

@@ -34,14 +34,14 @@ from dedal.model.oci import (
 )
 from dedal.stages.publish.attachments import Attachment, group_attachments, verdict_of
 from dedal.stages.publish.pull import IntegrityError, PullResult, default_pull_name, pull
-from dedal.stages.publish.push import PublishResult, publish
+from dedal.stages.publish.push import PublishResult, publish, source_url
 from dedal.stages.publish.remote import ImageEntry, inspect_remote, list_images
 
 __all__ = [
     "Reference", "parse_reference", "publish", "PublishResult", "pull", "PullResult", "list_images",
     "ImageEntry", "inspect_remote", "is_remote", "Attachment", "group_attachments", "verdict_of",
     "IntegrityError", "SIF_CONFIG_MEDIA_TYPE", "SIF_LAYER_MEDIA_TYPE", "SIF_LAYER_MEDIA_TYPE_PROTO",
-    "EMPTY_JSON_DIGEST", "default_pull_name",
+    "EMPTY_JSON_DIGEST", "default_pull_name", "source_url",
     # re-exported from the registry adapter for callers that used them through this module
     "RegistryError", "make_client",
 ]

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import Progress, RegistryClient
 from dedal.errors import UserError, read_input
-from dedal.stages.verify.checks import skipped_of
+from dedal.model import verify_report
 from dedal.model.oci import (
     ANN_CREATED,
     ANN_SKIPPED,
@@ -48,20 +48,9 @@ from dedal.model.oci import (
 
 
 def verdict_of(report: Any) -> str:
-    """The verdict of a verify.json: ``verdict`` (string), else ``passed``/``ok`` (bool),
-    else ``status``; "unknown" when there is none."""
-    if not isinstance(report, dict):
-        return "unknown"
-    for key in ("verdict", "result", "status"):
-        value = report.get(key)
-        if isinstance(value, str) and value:
-            return value.lower()
-        if isinstance(value, dict) and isinstance(value.get("verdict"), str):
-            return value["verdict"].lower()
-    for key in ("passed", "ok", "pass"):
-        if isinstance(report.get(key), bool):
-            return "pass" if report[key] else "fail"
-    return "unknown"
+    """The verdict of a verify.json's data (:func:`dedal.model.verify_report.verdict_in`):
+    ``verdict`` (string), else ``passed``/``ok`` (bool), else ``status``; "unknown" when there is none."""
+    return verify_report.verdict_in(report)
 
 
 @dataclass
@@ -81,16 +70,12 @@ class AttachmentGroup:
 ATTACHED_JSON_LIMIT = 64 << 20  # bytes of an attached JSON file read to classify it or take its verdict
 
 
-def _read_json(path: Path, strict: bool = False) -> Any:
-    """An attached JSON file's data, None where it is not JSON (or, unless ``strict``, is
-    no regular file or over ATTACHED_JSON_LIMIT: then it is attached as a plain file)."""
+def _read_json(path: Path) -> Any:
+    """An attached JSON file's data, to classify it; None where it is not JSON, no regular
+    file or over ATTACHED_JSON_LIMIT (then it is attached as a plain file)."""
     try:
         return json.loads(read_input(path, ATTACHED_JSON_LIMIT))
-    except ValueError:
-        return None
-    except UserError:
-        if strict:
-            raise
+    except (ValueError, UserError):
         return None
 
 
@@ -171,11 +156,9 @@ def group_attachments(paths: Iterable[Union[str, os.PathLike]], scratch: Path) -
         if group.artifact_type == ARTIFACT_VERIFY:
             report = next((f for f in group.files if f.media_type == ARTIFACT_VERIFY), None)
             if report is not None:
-                data = _read_json(report.path, strict=True)
-                if data is None:
-                    raise UserError(f"--attach {report.path}: not valid JSON")
-                group.annotations[ANN_VERDICT] = verdict_of(data)
-                skipped = skipped_of(data)
+                record = verify_report.load(report.path, ATTACHED_JSON_LIMIT, where=f"--attach {report.path}")
+                group.annotations[ANN_VERDICT] = record.verdict
+                skipped = record.skipped
                 if skipped:  # the gate of `dedal publish` and who pulls it see what was never measured
                     group.annotations[ANN_SKIPPED] = skipped
     return result

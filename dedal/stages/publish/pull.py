@@ -11,20 +11,18 @@ place: a refused pull (an unsigned or wrongly signed image too) leaves no file b
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
-from dedal.adapters import registry as reg
 from dedal.adapters import signing
-from dedal.adapters.registry import Credentials, Progress, RegistryClient, RegistryError, make_client
+from dedal.adapters.registry import Credentials, IntegrityError, Progress, RegistryClient, RegistryError, make_client
+from dedal.adapters.registry.download import download_blob
 from dedal.errors import UserError
 from dedal.model import sif as sifmod
 from dedal.model.artifacts import atomic_path, reap_temporaries
 from dedal.stages.layer_audit import INSTALL_ROOT_LABEL, check_image_root
-from dedal.ui.progress import meter
 from dedal.model.oci import (
     ANN_CREATED,
     ANN_TITLE,
@@ -37,10 +35,6 @@ from dedal.model.oci import (
     parse_reference,
 )
 from dedal.ui.console import human_size
-
-
-class IntegrityError(RegistryError):
-    """What the registry sent is not what its manifest promises (size, digest, SIF)."""
 
 
 @dataclass
@@ -175,42 +169,3 @@ def audit_root(path: Path, info: sifmod.SifInfo, where: str) -> int:
     if install_root is not None and not isinstance(install_root, str):
         raise UserError(f"{where}: refused: its labels name install root {install_root!r}, not a path")
     return check_image_root(path, sifmod.primary_partition(info).offset, install_root, where)
-
-
-def download_blob(client: RegistryClient, repository: str, digest: str, size: int, tmp: Path, what: str) -> None:
-    """Stream a blob into ``tmp`` checking length and sha256; broken transfers restart."""
-    attempt = 0
-    furthest = 0  # bytes the furthest attempt got: only more is progress (a retry reads the start again)
-    while True:
-        h = hashlib.sha256()
-        got = 0
-        try:
-            with client.get_blob_stream(repository, digest) as response, open(tmp, "wb") as fh, \
-                    meter(f"download {digest[7:19]}", size) as m:
-                for chunk in response.iter_content(reg.CHUNK):
-                    got += len(chunk)
-                    m.update(got)
-                    client.progressed(new=got > furthest)  # bytes came: the operation's deadline starts again
-                    furthest = max(furthest, got)
-                    if got > size:
-                        raise IntegrityError(f"{what}: the registry sent more than the {size} bytes the "
-                                             "manifest states; refusing the download")
-                    h.update(chunk)
-                    fh.write(chunk)
-                fh.flush()
-                os.fsync(fh.fileno())
-            break
-        except reg.TRANSIENT_ERRORS as exc:
-            attempt += 1
-            if attempt > client.retries:
-                raise RegistryError(f"{what}: download of {digest} broke off after {attempt} attempt(s) "
-                                    f"({reg.short_reason(exc)})") from None
-            client.wait_before_retry(attempt, f"download of {digest[:19]} broke off ({reg.short_reason(exc)})",
-                                     kind="download")
-    if got != size:
-        raise IntegrityError(f"{what}: size mismatch: the manifest states {size} bytes, the registry sent {got}; "
-                             "refusing the download")
-    actual = "sha256:" + h.hexdigest()
-    if actual != digest:
-        raise IntegrityError(f"{what}: sha256 mismatch: the manifest states {digest}, the downloaded bytes "
-                             f"are {actual}; refusing the download")

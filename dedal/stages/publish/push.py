@@ -48,7 +48,7 @@ from dedal.model.oci import (
     valid_tag,
 )
 from dedal.stages.publish.attachments import Attachment, add_to_fallback_index, group_attachments, push_attachment
-from dedal.stages.verify.findings import gate_refusal
+from dedal.stages.verify import gate_refusal
 from dedal.ui.console import human_size
 
 

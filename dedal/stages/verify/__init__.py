@@ -17,10 +17,42 @@ container measurements, check the transports, write the report.
 - :mod:`dedal.stages.verify.apps`: the environment file's application checks (in the container: exit 0, the
   expected output); :mod:`dedal.stages.verify.appbench`: its application benchmarks (an app with a metric:
   native vs container, interleaved, every run's correctness checked, the medians compared by ``checks``);
-- :mod:`dedal.stages.verify.report`: ``verify.json``, ``report.md`` and PNG plots.
+- :mod:`dedal.stages.verify.report`: ``verify.json``, ``report.md`` and PNG plots (read back
+  through :mod:`dedal.model.verify_report`);
+- :mod:`dedal.stages.verify.options` and :mod:`dedal.stages.verify.runner`: the checked options
+  and :func:`verify` (options in, :class:`Outcome` out); the command line is
+  :mod:`dedal.commands.verify`'s.
+
+This face is what other packages import. The verdict rules load with it; the runner, the
+parsers and the report (MPI, runtimes, Slurm: about half a second) load on first use of one
+of their names, so that ``dedal publish`` or a gate does not pay for them.
 """
 from __future__ import annotations
 
-from dedal.stages.verify.findings import VERDICTS, Finding, worst
+import importlib
+from typing import Any
 
-__all__ = ["VERDICTS", "Finding", "worst"]
+from dedal.stages.verify.checks import skipped_of, skipped_text
+from dedal.stages.verify.findings import VERDICTS, GATES, Finding, gate_allows, gate_refusal, verdict_with, worst
+
+# name -> module that defines it, imported on first use (PEP 562)
+_LAZY = {
+    "Options": "options", "options_from_args": "options", "Given": "options", "verify_options": "options", "site_rule_table": "options",
+    "DEFAULT_MAX_SIZE": "options", "DEFAULT_NCCL_MAX": "options", "DEFAULT_TIMEOUT": "options",
+    "Outcome": "runner", "verify": "runner",
+    "KINDS": "parsers", "parse_file": "parsers", "parse_text": "parsers",
+    "VerifyReport": "report", "console_lines": "report",
+    "CATALOGUE": "catalogue", "KEYS": "catalogue",
+}
+
+__all__ = ["VERDICTS", "GATES", "Finding", "worst", "gate_allows", "gate_refusal", "verdict_with", "skipped_of",
+           "skipped_text", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dedal.errors import UserError
+from dedal.model import verify_report
+from dedal.model.verify_report import SKIPPED, exit_code, skipped_text  # noqa: F401 (re-exported)
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.findings import Finding, verdict_of, verdict_with, worst
 
@@ -136,9 +138,9 @@ class SizeComparison:
         return d
 
 
-#: the verdict of a check that was planned but not run (e.g. a GPU check on a host without GPU):
-#: it neither passes nor fails, and the overall verdict, taken over what ran, says it is partial
-SKIPPED = "skipped"
+#: SKIPPED (dedal.model.verify_report): the verdict of a check that was planned but not run (e.g. a
+#: GPU check on a host without GPU): it neither passes nor fails, and the overall verdict, taken over
+#: what ran, says it is partial. It, exit_code and skipped_text are the report model's, re-exported.
 
 
 @dataclass
@@ -440,36 +442,14 @@ def overall_verdict(checks: Iterable[CheckResult] = (), findings: Iterable[Findi
     return worst(*(c.verdict for c in checks if not c.skipped), *(f.implied_verdict for f in findings))
 
 
-def skipped_text(checks: Iterable[CheckResult]) -> str:
-    """What was planned and not run, for the verdict: ``GPU checks skipped: no GPU`` ("" when
-    everything ran)."""
-    skipped = [c for c in checks if c.skipped]
-    if not skipped:
-        return ""
-    what = "GPU checks" if all(c.gpu for c in skipped) else "checks"
-    reasons = sorted({c.skip_reason for c in skipped if c.skip_reason})
-    return f"{what} skipped: {'; '.join(reasons) or 'not run'}"
-
-
 def skipped_of(report: Any) -> str:
-    """:func:`skipped_text` of a ``verify.json`` read back (its dict): what the gate and the
-    registry annotation need to know; "" for a report without skipped checks (older reports,
+    """What was planned and not run, of a ``verify.json`` read back (its dict): what the gate and
+    the registry annotation need to know; "" for a report without skipped checks (older reports,
     written before checks could be skipped, included)."""
-    checks = report.get("checks") if isinstance(report, dict) else None
-    if not isinstance(checks, list):
-        return ""
-    return skipped_text(CheckResult(str(c.get("name", "")), str(c.get("metric", "")), str(c.get("unit", "")), SKIPPED,
-                                    skip_reason=str(c.get("skip_reason") or ""), gpu=bool(c.get("gpu")))
-                        for c in checks if isinstance(c, dict) and c.get("verdict") == SKIPPED)
+    return verify_report.from_json(report).skipped
 
 
 def verdict_text(verdict: str, checks: Iterable[CheckResult]) -> str:
     """The verdict as people read it: ``good (GPU checks skipped: no GPU)`` where planned checks
     did not run, so that it never reads "good" for what was not measured."""
     return verdict_with(verdict, skipped_text(checks))
-
-
-def exit_code(verdict: str) -> int:
-    """Process exit code for a verification verdict: 0 when it passed (good, or suboptimal with
-    warnings), 1 when a check failed or nothing could be verified."""
-    return 0 if verdict in ("good", "suboptimal") else 1

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from dedal.model.verify_report import verdict_with
+
 SEVERITIES = ("info", "warning", "error")
 VERDICTS = ("good", "suboptimal", "bad", "failed", "degenerate", "unknown")
 VERDICT_ORDER = ("unknown", "good", "suboptimal", "degenerate", "bad", "failed")
@@ -129,11 +131,6 @@ def gate_allows(verdict: str, gate: str = "passed", skipped: str = "") -> bool:
     if gate == "off":
         return True
     return verdict in _PASSING[gate] and not (gate == "good" and skipped)
-
-
-def verdict_with(verdict: str, skipped: str = "") -> str:
-    """The verdict as people read it, with what did not run: ``good (GPU checks skipped: no GPU)``."""
-    return f"{verdict} ({skipped})" if skipped else verdict
 
 
 def gate_refusal(verdict: str, gate: str, skipped: str = "") -> Tuple[str, List[str]]:

@@ -34,6 +34,7 @@ from dedal.adapters import runtime, squashfs
 from dedal.errors import UserError
 from dedal.model import artifacts
 from dedal.model.artifacts import atomic_path, sha256_file
+from dedal.model.env_defaults import DEFAULT_TAG
 from dedal.model.names import name_problem
 from dedal.model import sif
 from dedal.ui.activity import activity
@@ -95,7 +96,7 @@ def resolve_image(image: str, settings: Any) -> Path:
         pass
     if "/" not in image:
         env, _, tag = image.partition(":")
-        tag = tag or "latest"
+        tag = tag or DEFAULT_TAG
         if not name_problem(env) and not name_problem(tag):  # "..:x" is not an environment
             cand = Path(settings.images_dir) / env / f"{tag}.sif"
             if cand.is_file():

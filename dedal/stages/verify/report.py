@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.model.artifacts import write_atomic
-from dedal.stages.verify.checks import (CheckResult, SizeComparison, Thresholds, deciding_size, exit_code,
-                                        overall_verdict, skipped_text, verdict_text)
+from dedal.model.verify_report import SCHEMA_VERSION, exit_code, skipped_text
+from dedal.stages.verify.checks import (CheckResult, SizeComparison, Thresholds, deciding_size, overall_verdict,
+                                        verdict_text)
 from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.findings import Finding, as_finding
 
-SCHEMA_VERSION = 1
 _VERDICT_WORD = {
     "good": "GOOD: the image performs like bare metal",
     "suboptimal": "SUBOPTIMAL: within thresholds, with warnings",
@@ -465,7 +465,8 @@ def _worst_text(c: CheckResult) -> str:
 
 
 def load_report(path: Path) -> Dict[str, Any]:
-    """Read a ``verify.json`` back (for publish, CI summaries)."""
+    """A ``verify.json`` back as its whole data (every field, for tests and tools); publish, the
+    pipeline and CI read it typed, through :func:`dedal.model.verify_report.load`."""
     return json.loads(Path(path).read_text())
 
 

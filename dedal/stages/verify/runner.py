@@ -49,12 +49,12 @@ Settings come from (later wins): built-in defaults, the image's label
 ``dedal.verify.thresholds`` (JSON), the environment file's ``dedal.verify`` section
 (``--env-file``), the command line (:mod:`dedal.stages.verify.options`).
 
-This module drives the steps (:func:`verify`) and is the command's entry point
-(``main``, with ``add_arguments`` and ``options_from_args`` of the options).
+This module drives the steps: :func:`verify` takes the checked :class:`Options` and returns
+the :class:`Outcome` (the report, its files). The command line (its options, printing the
+verdict, the exit code) is :mod:`dedal.commands.verify`'s.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -77,13 +77,12 @@ from dedal.stages.verify.checks import Thresholds
 from dedal.ui.activity import activity
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.meta import container_text, report_meta
-from dedal.stages.verify.options import Options, add_arguments, options_from_args
+from dedal.stages.verify.options import Options, options_from_args
 from dedal.stages.verify.parsers import parse_file
 from dedal.stages.verify.plan import SIDES, Plan, Run, allocation_nodes, choose_launcher, run_env
-from dedal.stages.verify.report import VerifyReport, console_lines, slug, summary_row, write_report
-from dedal.ui.console import err, print_json
+from dedal.stages.verify.report import VerifyReport, slug, summary_row, write_report
 
-__all__ = ["Options", "Outcome", "add_arguments", "main", "options_from_args", "verify"]
+__all__ = ["Options", "Outcome", "options_from_args", "verify"]
 
 
 def _say(progress: Optional[Callable[[str], None]], text: str) -> None:
@@ -424,28 +423,3 @@ def _clean_previous(outdir: Path) -> None:
     for png in outdir.glob("*.png"):
         png.unlink()
     shutil.rmtree(outdir / "raw", ignore_errors=True)
-
-
-
-# ---------------------------------------------------------------------------- CLI
-
-
-def main(args: argparse.Namespace) -> int:
-    opts = options_from_args(args)
-
-    def progress(text: str) -> None:
-        err.print(text, markup=False, highlight=False)
-
-    outcome = verify(opts, progress=progress)
-    rep = outcome.report
-    if args.json:
-        data = rep.to_json()
-        data["report_dir"] = str(outcome.outdir)
-        data["files"] = {k: str(v) for k, v in outcome.paths.items()}
-        print_json(data)
-        return rep.exit_code
-    for line in console_lines(rep):
-        print(line)
-    print(f"report: {outcome.paths['report.md']} (verify.json, "
-          f"{sum(1 for k in outcome.paths if k.startswith('plot:'))} plot(s)); raw logs: {outcome.outdir / 'raw'}")
-    return rep.exit_code

@@ -126,3 +126,21 @@ def test_gpu_checks_skipped_without_gpu_are_never_good(tmp_path: Path, local_dat
     assert bad.verdict_text == "bad (GPU checks skipped: no GPU)" and bad.exit_code == 1
     # everything ran: the verdict reads as before
     assert make_report(local_data).verdict_text == "good"
+
+
+def test_the_model_reads_what_the_writer_writes(tmp_path: Path) -> None:
+    """dedal.model.verify_report (publish, pipeline, CI) reads verify.json as write_report writes it."""
+    from dedal.model import verify_report
+    from dedal.stages.verify.checks import CheckResult, skipped_check
+
+    report = VerifyReport(image="gpu.sif", checks=[CheckResult("osu_latency", "latency", "us", "good"),
+                                                   skipped_check("nccl", "busbw", "GB/s", "no GPU", gpu=True)],
+                          meta={"image_sha256": "abc", "settings_sha256": "def"})
+    write_report(report, tmp_path)
+    rec = verify_report.load(tmp_path / "verify.json")
+    assert (rec.image, rec.verdict, rec.verdict_text, rec.exit_code) == (
+        report.image, report.overall, report.verdict_text, report.exit_code)
+    assert [(c.name, c.verdict, c.skip_reason, c.gpu) for c in rec.checks] == [
+        (c.name, c.verdict, c.skip_reason, c.gpu) for c in report.checks]
+    assert rec.schema == verify_report.SCHEMA_VERSION and rec.is_of("abc", "def")
+    assert rec.skipped == verify_report.skipped_text(report.checks) == "GPU checks skipped: no GPU"

@@ -140,7 +140,7 @@ def test_bad_input_exits_2_and_writes_nothing(run_dedal, bench_image, tmp_path: 
         ((str(bench_image.sif), "--benchmarks", "latency,foo"), "unknown foo"),
         ((str(bench_image.sif), "--benchmarks", "apps"), "--benchmarks apps: no application checks to run"),
         ((str(bench_image.sif), "-t", "latency_overhead=1"), "unknown verification threshold"),
-        ((str(bench_image.sif), "--ranks", "1"), "at least 2 ranks"),
+        ((str(bench_image.sif), "--ranks", "0"), "--ranks 0: at least 1"),
         ((str(bench_image.sif), "--launcher", "mpirun", "--nodes", "2"), "srun launcher"),
     ]
     for args, message in cases:

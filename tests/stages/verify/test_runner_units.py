@@ -54,7 +54,7 @@ def test_options_defaults_and_precedence(tmp_path: Path, monkeypatch) -> None:
     (("-t", "bandwidth_pct=fast"), "expected a number"),
     (("-t", "nope=1"), "unknown verification threshold"),
     (("-b", "latency,,quux"), "unknown quux"),
-    (("--ranks", "1"), "at least 2 ranks"),
+    (("--ranks", "0"), "--ranks 0: at least 1"),
     (("--launcher", "mpirun", "--nodes", "3"), "srun launcher"),
 ])
 def test_bad_options(tmp_path: Path, args, message) -> None:
