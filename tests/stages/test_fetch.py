@@ -179,3 +179,15 @@ def test_fetch_environment_from_a_spack_envs_repository(run_dedal, tmp_path):
     res = run_dedal("fetch", "spack-envs/tiny/env.yaml", "--envs-url", url, "--envs-ref", first, "--json", env=env)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["env"] == "tiny"
+
+
+def test_current_says_why_fetch_concretizes_again(tmp_path):
+    from dedal.stages.fetch import CONCRETIZED_STAMP, current
+    assert current(tmp_path, "d1") == "no spack.lock yet"
+    (tmp_path / "spack.lock").write_text("{}")
+    assert "no .concretized-from stamp" in current(tmp_path, "d1")
+    (tmp_path / CONCRETIZED_STAMP).write_text("d0")
+    assert "changed since the last concretization" in current(tmp_path, "d1")
+    (tmp_path / CONCRETIZED_STAMP).write_text("d1")
+    assert current(tmp_path, "d1") is None
+    assert "is given" in current(tmp_path, "d1", given_lock=tmp_path / "other.lock")
