@@ -2,14 +2,13 @@
 paths that changed between two commits (`dedal ci generate --changed-since`)."""
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 import git
 
 from dedal.errors import ToolError, UserError
+from dedal.model.artifacts import atomic_path, reap_temporaries
 
 
 def _error(what: str, exc: git.GitCommandError, log: Path = None) -> ToolError:
@@ -73,24 +72,19 @@ def checkout(url: str, ref: str, dest: Path) -> str:
             raise ToolError(f"checking out {ref}", ["git", "checkout", ref], 1, None,
                             f"{ref!r} is not a commit, tag or branch of {url}") from None
         return repo.head.commit.hexsha
-    tmp = dest.with_name(dest.name + f".partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        repo = git.Repo.clone_from(url, tmp, no_checkout=True)
+    reap_temporaries(dest.parent, of=dest.name)  # half clones of killed runs
+    with atomic_path(dest) as tmp:
         try:
-            commit = repo.commit(f"origin/{ref}") if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs] else repo.commit(ref)
-        except (git.BadName, ValueError):
-            raise ToolError(f"checking out {ref}", ["git", "checkout", ref], 1, None,
-                            f"{ref!r} is not a commit, tag or branch of {url}") from None
-        repo.git.checkout("--detach", commit.hexsha)
-    except git.GitCommandError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise _error(f"cloning {url}", exc) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    os.replace(tmp, dest)
+            repo = git.Repo.clone_from(url, tmp, no_checkout=True)
+            try:
+                commit = repo.commit(f"origin/{ref}") if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs] else repo.commit(ref)
+            except (git.BadName, ValueError):
+                raise ToolError(f"checking out {ref}", ["git", "checkout", ref], 1, None,
+                                f"{ref!r} is not a commit, tag or branch of {url}") from None
+            repo.git.checkout("--detach", commit.hexsha)
+        except git.GitCommandError as exc:
+            raise _error(f"cloning {url}", exc) from None
     return commit.hexsha
 
 
@@ -169,15 +163,13 @@ def mirror_clone(url: str, dest: Path, commit: str) -> Path:
         except git.GitCommandError as exc:
             raise _error(f"fetching {url} into {dest}", exc) from None
     else:
-        tmp = dest.with_name(dest.name + f".partial-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            git.Repo.clone_from(url, tmp, bare=True)
-        except git.GitCommandError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise _error(f"cloning {url}", exc) from None
-        os.replace(tmp, dest)
+        reap_temporaries(dest.parent, of=dest.name)
+        with atomic_path(dest) as tmp:
+            try:
+                git.Repo.clone_from(url, tmp, bare=True)
+            except git.GitCommandError as exc:
+                raise _error(f"cloning {url}", exc) from None
     if not has_commit(dest, commit):
         raise ToolError(f"finding commit {commit[:12]}", ["git", "cat-file", "-e", commit], 1, None,
                         f"{url} has no commit {commit}")
@@ -188,16 +180,10 @@ def archive(git_dir: Path, commit: str, prefix: str, dest: Path) -> None:
     """``git archive`` of ``commit`` with every path under ``prefix``, gzip'ed by GNU gzip
     without name or time (``gzip -n``, as GitHub's archive URLs serve them): the same
     bytes from every clone. Written to a temporary name beside ``dest``, then renamed."""
-    dest = Path(dest)
-    tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-    try:
-        # tar.<format>.command: git pipes its tar stream through the command
-        _plain(git_dir)(c="tar.tar.gz.command=gzip -cn").archive(
-            "--format=tar.gz", f"--prefix={prefix}", "-o", str(tmp), commit)
-    except git.GitCommandError as exc:
-        tmp.unlink(missing_ok=True)
-        raise _error(f"archiving {commit[:12]} of {git_dir}", exc) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, dest)
+    with atomic_path(Path(dest)) as tmp:
+        try:
+            # tar.<format>.command: git pipes its tar stream through the command
+            _plain(git_dir)(c="tar.tar.gz.command=gzip -cn").archive(
+                "--format=tar.gz", f"--prefix={prefix}", "-o", str(tmp), commit)
+        except git.GitCommandError as exc:
+            raise _error(f"archiving {commit[:12]} of {git_dir}", exc) from None

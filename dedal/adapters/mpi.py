@@ -47,6 +47,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.adapters import proc, runtime, slurm
 from dedal.errors import ToolError, ToolMissing
+from dedal.model.artifacts import write_atomic
 
 #: variables of a rank that the launcher sets and the program needs inside the sandbox
 RANK_PREFIXES = ("PMIX", "PMI", "SLURM")
@@ -243,13 +244,7 @@ def missing_on_nodes(paths: Sequence[Path], nodes: int, *, timeout: float = 120)
 
 def write_rank_script(directory: Path) -> Path:
     """Write :data:`RANK_SCRIPT` into ``directory`` (on storage every node sees)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "dedal-rank.sh"
-    tmp = directory / f".dedal-rank.sh.{os.getpid()}"
-    tmp.write_text(RANK_SCRIPT)
-    tmp.chmod(0o755)
-    os.replace(tmp, path)
-    return path
+    return write_atomic(directory / "dedal-rank.sh", RANK_SCRIPT, mode=0o755)
 
 
 def _header(log: Path, lines: Sequence[str]) -> None:

@@ -11,7 +11,6 @@ the downloaded bytes are hashed again: the mirror gets exactly the file Spack ve
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import requests
 import requests.exceptions
 
 from dedal.errors import DedalError
+from dedal.model.artifacts import atomic_path
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
@@ -95,20 +95,17 @@ class PyPI:
     def download(self, item: IndexFile, dest: Path) -> None:
         """``item`` to ``dest`` (temporary name, renamed once its sha256 is checked)."""
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
         digest = hashlib.sha256()
         try:
-            with self.session.get(item.url, stream=True, timeout=self.timeout) as resp:
-                if resp.status_code != 200:
-                    raise PyPIError(item.url, f"HTTP {resp.status_code}", resp.status_code)
-                with open(tmp, "wb") as fh:
-                    for chunk in resp.iter_content(1 << 20):
-                        digest.update(chunk)
-                        fh.write(chunk)
-            if digest.hexdigest() != item.sha256:
-                raise PyPIError(item.url, f"sha256 {digest.hexdigest()} differs from the index's {item.sha256}")
-            os.replace(tmp, dest)
+            with atomic_path(dest) as tmp:
+                with self.session.get(item.url, stream=True, timeout=self.timeout) as resp:
+                    if resp.status_code != 200:
+                        raise PyPIError(item.url, f"HTTP {resp.status_code}", resp.status_code)
+                    with open(tmp, "wb") as fh:
+                        for chunk in resp.iter_content(1 << 20):
+                            digest.update(chunk)
+                            fh.write(chunk)
+                if digest.hexdigest() != item.sha256:
+                    raise PyPIError(item.url, f"sha256 {digest.hexdigest()} differs from the index's {item.sha256}")
         except requests.exceptions.RequestException as exc:
             raise PyPIError(item.url, str(exc)) from None
-        finally:
-            tmp.unlink(missing_ok=True)

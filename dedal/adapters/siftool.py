@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 from dedal.adapters import proc
 from dedal.errors import ToolMissing
+from dedal.model.artifacts import atomic_path
 
 HINT = "run ./setup.sh (go install github.com/sylabs/sif/v2/cmd/siftool@v2.24.2)"
 LAUNCH_SCRIPT = b"#!/usr/bin/env run-singularity\n"
@@ -100,9 +101,7 @@ def create(
 ) -> None:
     """Build a SIF with siftool alone, in the order ``apptainer build`` uses (not reproducible:
     siftool stamps the current time and a random ID). Written to a temporary name, then renamed."""
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.siftool-{os.getpid()}")
-    try:
+    with atomic_path(Path(out)) as tmp:
         _run("new", os.fspath(tmp), log=log)
         _run("add", os.fspath(tmp), os.fspath(definition), "--datatype", "1", "--groupid", "1", log=log)
         _run("add", os.fspath(tmp), os.fspath(metadata), "--datatype", "6", "--groupid", "1",
@@ -117,7 +116,3 @@ def create(
              "--partfs", "1", "--partarch", str(_ARCH_NUM[arch]), "--groupid", "1", log=log)
         with open(tmp, "r+b") as fh:  # siftool has no option for the launch script
             fh.write(LAUNCH_SCRIPT)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()

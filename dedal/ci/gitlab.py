@@ -39,7 +39,7 @@ import yaml
 
 from dedal.adapters import git as gitad
 from dedal.errors import UserError, read_input
-from dedal.model import verify_report
+from dedal.model import artifacts, verify_report
 from dedal.model.envfile import EnvFile, load_env
 from dedal.model.inputs import load_json
 from dedal.model.plan import Plan
@@ -326,11 +326,7 @@ def render(selection: Selection, templates: str = DEFAULT_TEMPLATES, command: st
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    artifacts.write_atomic(path, text)
 
 
 # --------------------------------------------------------------------------- artifacts
@@ -417,13 +413,8 @@ def collect(stage: str, target: Any, directory: Optional[Path] = None, dotenv: O
         if src.is_file():
             out = dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-            try:
+            with artifacts.atomic_path(out) as tmp:
                 shutil.copy2(src, tmp)
-                os.replace(tmp, out)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
             result.files.append(rel)
         else:
             result.missing.append(str(src))

@@ -11,13 +11,13 @@ success from them. The newest ``KEEP`` attempts are kept.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
+from dedal.model.artifacts import write_atomic
 from dedal.model.owner import GONE, Owner
 
 ATTEMPTS_DIR = "builds"
@@ -104,11 +104,7 @@ class Attempts:
 
     def save(self, attempt: BuildAttempt) -> None:
         """Write (through a temporary file) the attempt's own file, and no other."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"{attempt.id}.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(attempt.to_json(), indent=1) + "\n")
-        os.replace(tmp, path)
+        write_atomic(self.dir / f"{attempt.id}.json", json.dumps(attempt.to_json(), indent=1) + "\n")
 
     def all(self) -> List[BuildAttempt]:
         """Every readable attempt, oldest first (unreadable files are skipped: a record,

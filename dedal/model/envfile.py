@@ -8,7 +8,6 @@ expected integer, got 'five'``), and all of them are said at once.
 from __future__ import annotations
 
 import copy
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from dedal.errors import UserError
+from dedal.model.artifacts import write_atomic
 from dedal.model.base import unknown_base
 from dedal.model.inputs import load_yaml
 from dedal.model import env_defaults
@@ -179,12 +179,7 @@ class EnvFile:
         return entry
 
     def write_spack_yaml(self, directory: Path) -> Path:
-        directory.mkdir(parents=True, exist_ok=True)
-        dest = directory / "spack.yaml"
-        tmp = dest.with_suffix(".yaml.tmp")
-        tmp.write_text(yaml.safe_dump(self.spack_yaml(), sort_keys=False))
-        os.replace(tmp, dest)
-        return dest
+        return write_atomic(directory / "spack.yaml", yaml.safe_dump(self.spack_yaml(), sort_keys=False))
 
 
 def app_problem(app: AppCheck) -> str:

@@ -14,13 +14,13 @@ Pure: reads and writes only the manifest.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from dedal.errors import UserError, read_input
+from dedal.model.artifacts import write_atomic
 from dedal.model.inputs import parse_json
 
 MANIFEST = "git-sources.json"
@@ -93,10 +93,7 @@ class GitSources:
 
     def write(self, path: Path) -> Path:
         """Whole or not at all (a temporary name, renamed)."""
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_atomic(path, json.dumps(self.to_json(), indent=2) + "\n", mkdir=False)
 
 
 def _entry(raw: Any, where: str) -> GitSource:

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dedal.errors import UserError
+from dedal.model.artifacts import is_temporary, reap_temporaries, sha256_file, temp_path, temp_state
 from dedal.model.inputs import load_json
-from dedal.model.owner import ALIVE, GONE, UNKNOWN, owner_tag, tag_state
+from dedal.model.owner import ALIVE, GONE, UNKNOWN
 
 LAYER_FORMAT = 2  # 2: Spack's build records beside the layer (<key>.records/), not in it
 TMP_GRACE_S = 6 * 3600
@@ -45,17 +46,9 @@ def layer_key(name: str, version: str, dag_hash: str, install_root: str, base_id
     return f"{_UNSAFE.sub('_', name)}-{_UNSAFE.sub('_', version)[:40]}-{dag_hash[:7]}-{digest}"
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _owned(name: str) -> bool:
     """Whether a temporary's name records its owner (:meth:`LayerStore.temp_path`)."""
-    return name.count("~") >= 5
+    return is_temporary(name)
 
 
 def _young(path: Path) -> bool:
@@ -69,8 +62,7 @@ def _young(path: Path) -> bool:
 def temp_owner(name: str) -> str:
     """ALIVE, GONE or UNKNOWN: the state of the process a :meth:`LayerStore.temp_path`
     name records (UNKNOWN for other names, and where this host cannot tell)."""
-    key, sep, _rest = name.partition("~")
-    return tag_state(name, key + sep) if sep else UNKNOWN
+    return temp_state(name)
 
 
 @dataclass
@@ -159,29 +151,30 @@ class LayerStore:
     def temp_path(self, key: str, suffix: str = ".sqfs") -> Path:
         """A unique name inside the store (same filesystem: the final rename is atomic) that
         names its owner (:func:`temp_owner`), so that the temporaries of a killed process
-        are known as such and removed by the next build (:meth:`reap_temporaries`)."""
+        are known as such and removed by the next build (:meth:`reap_temporaries`): the
+        one temporary name of :mod:`dedal.model.artifacts`, in ``.tmp/``."""
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        return self.tmp_dir / f"{key[:100]}~{owner_tag()}~{time.monotonic_ns()}{suffix}"
+        return temp_path(self.tmp_dir / key, suffix)
 
     def reap_temporaries(self) -> List[str]:
         """Remove the temporaries of dedal processes that are gone (killed during mksquashfs,
         say); those of live processes, of other hosts, and unnamed ones stay (``gc``
         removes the last after a grace period). Returns the names removed."""
-        removed: List[str] = []
-        if not self.tmp_dir.is_dir():
-            return removed
-        for tmp in sorted(self.tmp_dir.iterdir()):
-            if temp_owner(tmp.name) == GONE:
-                try:
-                    tmp.unlink()
-                    removed.append(tmp.name)
-                except FileNotFoundError:
-                    pass  # another builder reaped it first
-        return removed
+        return reap_temporaries(self.tmp_dir)
 
     # -- queries ---------------------------------------------------------------
+    def current(self, key: str) -> Optional[str]:
+        """None when layer ``key`` is stored whole, else why it must be built (or taken from
+        a cache) again. The key pins every input of the layer (:func:`layer_key`), so its
+        manifest is the stamp: a new DAG hash, install root or base is a new key."""
+        if not self.manifest_path(key).is_file():
+            return f"no layer {key} in {self.root}"
+        if not self.sqfs(key).is_file():
+            return f"layer {key}: its manifest has no squashfs"
+        return None
+
     def has(self, key: str) -> bool:
-        return self.manifest_path(key).is_file() and self.sqfs(key).is_file()
+        return self.current(key) is None
 
     def manifest(self, key: str) -> LayerManifest:
         path = self.manifest_path(key)

@@ -4,15 +4,14 @@ every later stage reads it instead of the lock.
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Set
 
 from dedal.model import durations
 from dedal.errors import UserError
+from dedal.model.artifacts import write_atomic
 from dedal.model.env_defaults import DEFAULT_TAG
 from dedal.model.inputs import load_json
 from dedal.model.names import safe_name
@@ -151,14 +150,9 @@ class Plan:
         path = Path(path)
         if not path.name or path.is_dir():
             raise UserError(f"{path}: is a directory; give the plan's file name (e.g. {path / 'plan.json'})")
-        tmp = path.with_name(f".{path.name[:200]}.tmp{os.getpid()}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, path)
+            write_atomic(path, json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
             raise UserError(f"{path}: cannot write the plan ({exc.strerror or exc})") from None
         return path
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal.errors import UserError, open_regular, too_large
+from dedal.model.artifacts import sha256_file, temp_path
 
 LAUNCH_SCRIPT = "#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC\x00"
@@ -347,15 +348,6 @@ def _copy_into(dst, src: Path) -> int:
     return total
 
 
-def _file_digest(path: Path, skip: int = 0) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        fh.seek(skip)
-        for chunk in iter(lambda: fh.read(8 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_sif(
     out: Union[str, os.PathLike],
     squashfs: Union[str, os.PathLike],
@@ -377,7 +369,7 @@ def write_sif(
     4. SBOM (CycloneDX JSON) ``sbom.cdx.json`` when given, 5. the primary system partition
     (squashfs, ``arch`` default the host's) aligned to 4096 bytes.
 
-    Written to ``out.tmp-<pid>`` then renamed. Deterministic: same inputs, same bytes.
+    Written to a temporary name (:func:`dedal.model.artifacts.temp_path`) then renamed. Deterministic: same inputs, same bytes.
 
     ``in_place``: ``squashfs`` is a file that already holds the squashfs at the offset
     ``partition_offset`` gives for these objects (``mksquashfs -offset``); the header and
@@ -417,14 +409,14 @@ def write_sif(
         h = hashlib.sha256()
         for o in objects:
             h.update(struct.pack("<iq", o.datatype, o.size) + o.name.encode() + o.extra)
-            h.update(hashlib.sha256(o.data).digest() if o.data is not None else bytes.fromhex(_file_digest(o.path, o.skip)))  # type: ignore[arg-type]
+            h.update(hashlib.sha256(o.data).digest() if o.data is not None else bytes.fromhex(sha256_file(o.path, start=o.skip, chunk=8 << 20)))  # type: ignore[arg-type]
         h.update(struct.pack("<q", t))
         ident = uuid.UUID(bytes=h.digest()[:16], version=4)
     else:
         ident = uuid.UUID(image_id)
 
     data_offset = DESCRIPTORS_OFFSET + DESCRIPTOR_CAPACITY * DESCRIPTOR.size
-    tmp = sq if in_place else out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = sq if in_place else temp_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     table = bytearray(DESCRIPTOR_CAPACITY * DESCRIPTOR.size)
     try:

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import yaml
 
 from dedal.errors import UserError
+from dedal.model.artifacts import write_atomic
 from dedal.model.inputs import load_yaml
 
 PROJECTION = "{name}-{version}-{hash}"
@@ -124,10 +125,7 @@ def inputs_digest(manifest_file: Path, manifest: Mapping[str, Any]) -> str:
 
 
 def write_env_dir(envdir: Path, manifest: Dict[str, Any], lock: Optional[Path]) -> Path:
-    envdir.mkdir(parents=True, exist_ok=True)
-    tmp = envdir / "spack.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    os.replace(tmp, envdir / "spack.yaml")
+    write_atomic(envdir / "spack.yaml", yaml.safe_dump(manifest, sort_keys=False))
     if lock is not None:
         shutil.copyfile(lock, envdir / "spack.lock")
     return envdir

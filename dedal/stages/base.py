@@ -8,7 +8,6 @@ reusing its compressed bulk (:func:`base_part`).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -23,7 +22,7 @@ from dedal.errors import Signals, ToolError, UserError
 from dedal.model.base import (HOST_BASE, BaseDefinition, BaseImage, definition_id, iter_cached, load_definition,
                               parse_os_release, read_base)
 from dedal.model.image import STD_PATH, image_tops
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import atomic_path, inputs_digest, sha256_file, write_atomic
 from dedal.ui.activity import activity
 
 Progress = Optional[Callable[[str], None]]
@@ -228,10 +227,7 @@ def base_sha256(base: Any, settings: Any) -> str:
         pass
     digest = sha256_file(sqfs)
     try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}) + "\n")
-        os.replace(tmp, memo)
+        write_atomic(memo, json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}) + "\n")
     except OSError:
         pass  # a read-only cache only costs hashing again next time
     return digest
@@ -252,20 +248,15 @@ def base_part(base: Any, base_digest: str, tops: Sequence[str], settings: Any, l
         return None
     if any(_WILDCARD.search(t) or t in (".", "..") for t in tops):
         return None
-    key = hashlib.sha256(json.dumps([BASE_PART_FORMAT, base_digest, sorted(tops), squashfs.version()]).encode())
+    key = inputs_digest([BASE_PART_FORMAT, base_digest, sorted(tops), squashfs.version()], length=16)
     parts = Path(settings.cache_dir) / "assemble" / "base-parts"
-    path = parts / f"{base.id}-{key.hexdigest()[:16]}.sqfs"
+    path = parts / f"{base.id}-{key}.sqfs"
     if path.is_file():
         return path
     parts.mkdir(parents=True, exist_ok=True)
     say(f"base {base.id} without {', '.join('/' + t for t in tops)}: packed once, kept in {parts}")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        with activity(f"{base.id}: mksquashfs base part", log=log, announce=False):
-            squashfs.pack([Path(base.rootfs_dir)], tmp, exclude=list(tops), log=log, what="mksquashfs (base part)")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp, activity(f"{base.id}: mksquashfs base part", log=log, announce=False):
+        squashfs.pack([Path(base.rootfs_dir)], tmp, exclude=list(tops), log=log, what="mksquashfs (base part)")
     # one part per base (the set of names rarely changes), none for bases no longer cached
     cached = {b.id for b in iter_cached(settings)} | {base.id}
     for old in parts.glob("*.sqfs"):

@@ -295,6 +295,25 @@ class _Undo:
                 pass
 
 
+CONCRETIZED_STAMP = ".concretized-from"  # in the work directory: the inputs digest spack.lock was made from
+
+
+def current(work: Path, manifest_digest: str, given_lock: Optional[Path] = None) -> Optional[str]:
+    """None when ``work``'s spack.lock was concretized from these inputs (the manifest and
+    its local inputs, :func:`dedal.model.spack_env.inputs_digest`), else why fetch must
+    concretize (or take the given lock) again."""
+    if given_lock is not None:
+        return f"the lock {given_lock} is given"
+    if not (work / "spack.lock").is_file():
+        return "no spack.lock yet"
+    stamp = work / CONCRETIZED_STAMP
+    if not stamp.is_file():
+        return f"no {CONCRETIZED_STAMP} stamp beside spack.lock"
+    if stamp.read_text() != manifest_digest:
+        return "the manifest or one of its local inputs changed since the last concretization"
+    return None
+
+
 def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> FetchResult:  # noqa: ANN001
     """Concretize (unless a lock is given), fill the mirror, write the plan; with
     ``sources_too`` False only the lock and the plan (whether an environment
@@ -323,14 +342,15 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     manifest = carry_includes(target.env.spack_yaml() if target.env else minimal_manifest(target.lock().root_specs), work)
     write_env_dir(work, manifest, given_lock)
     manifest_digest = inputs_digest(work / "spack.yaml", manifest)
-    stamp = work / ".concretized-from"
+    stamp = work / CONCRETIZED_STAMP
+    stale = current(work, manifest_digest, given_lock)
 
     # Spack works in its own environment directory: the user's manifest plus a writable
     # install tree and stage (concretization opens the store; nothing is installed there)
     fenv = work / "fetch-env"
     write_env_dir(fenv, stage_manifest(manifest, install_root=str(work / "fetch-store"), stage=work / "fetch-stage",
                                        mirror=mirror), given_lock)
-    if given_lock is None and (work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest:
+    if stale is None:
         shutil.copyfile(work / "spack.lock", fenv / "spack.lock")
     root, root_env = base_root(target.base_image, settings, note)  # built here the first time: minutes
     cache = user_cache(settings, spack_root)
@@ -342,8 +362,8 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     concretized = False
     if given_lock is not None:
         stamp.unlink(missing_ok=True)
-    elif not ((work / "spack.lock").is_file() and stamp.is_file() and stamp.read_text() == manifest_digest):
-        note("concretizing in the base image")
+    elif stale is not None:
+        note(f"concretizing in the base image ({stale})")
         (fenv / "spack.lock").unlink(missing_ok=True)
         try:
             with activity(f"concretizing in {target.base_image}", log=logs / "concretize.log", announce=False):

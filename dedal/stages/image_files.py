@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import stat
 import struct
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from dedal.errors import UserError
+from dedal.model.artifacts import atomic_path
 
 MAX_COPY_BYTES = 256 << 20   # what `copy_out` copies at most (an image's /opt/dedal/env is kilobytes)
 MAX_COPY_ENTRIES = 100_000
@@ -98,26 +98,19 @@ def copy_out(root: Path, rel: str, dest: Path, where: str, *, required: Sequence
     """Copy directory ``rel`` of the tree at ``root`` (a mounted image) to ``dest`` (which
     is replaced): directories and regular files only, nothing followed, at most
     ``max_bytes`` and ``max_entries``, the files named in ``required`` present (else
-    :class:`Missing`); written as ``.<dest>.tmp-<pid>`` and renamed, so a refusal or a
-    read error leaves nothing. UserError (one line) for whatever is refused."""
+    :class:`Missing`); written under a temporary name (:func:`atomic_path`) and renamed,
+    so a refusal or a read error leaves nothing. UserError (one line) for whatever is refused."""
     dest = Path(dest)
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    if os.path.lexists(tmp):
-        shutil.rmtree(tmp)
     fd = open_dir(Path(root), rel, where)
     budget = [max_bytes, max_entries]
     try:
-        _copy_dir(fd, tmp, rel.strip("/"), where, budget)
-        absent = [name for name in required if not (tmp / name).is_file()]
-        if absent:
-            raise Missing(f"{where}: it has no {', '.join(absent)}")
-        if os.path.lexists(dest):
-            shutil.rmtree(dest) if dest.is_dir() and not dest.is_symlink() else dest.unlink()
-        os.rename(tmp, dest)
+        with atomic_path(dest) as tmp:
+            _copy_dir(fd, tmp, rel.strip("/"), where, budget)
+            absent = [name for name in required if not (tmp / name).is_file()]
+            if absent:
+                raise Missing(f"{where}: it has no {', '.join(absent)}")
     finally:
         os.close(fd)
-        if os.path.lexists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 

@@ -33,11 +33,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from dedal.adapters import squashfs
 from dedal.errors import DedalError, ToolError, UserError
+from dedal.model.artifacts import sha256_file, write_atomic
 from dedal.model.layer_rules import (
     AUDIT_RULES, HARMLESS_DEVICES, INSTALL_ROOT_LABEL, SYSTEM_PROGRAM_DIRS, LayerInfo, entry_problem,
     image_entry_problem, image_listing_problem, inside, listing_problem, mode_problem, prefix_problem, root_problem,
     symlink_problem)
-from dedal.model.layers import sha256_file
 
 __all__ = [
     # the rules (dedal.model.layer_rules)
@@ -145,10 +145,7 @@ def _check_listing(sqfs: Path, digest: str, prefix: str, install_root: str, wher
         raise UserError(f"{where}: refused: {problem}")
     if memo_file is not None:
         try:
-            memo_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = memo_file.with_name(f".{memo_file.name}.{os.getpid()}.{threading.get_ident()}")
-            tmp.write_text(json.dumps({**passed, "files": len(entries)}) + "\n")
-            os.replace(tmp, memo_file)
+            write_atomic(memo_file, json.dumps({**passed, "files": len(entries)}) + "\n")
         except OSError:
             pass  # not remembered: listed again next time
     return len(entries)

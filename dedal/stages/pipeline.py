@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from dedal.errors import DedalError, UserError
 from dedal.model.config import Settings
 from dedal.model import verify_report
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 from dedal.model.verify_report import VerifyRecord
 from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.building import run_build
@@ -100,14 +100,33 @@ def _image_path(target: Target) -> Path:
     return image_paths(target.settings, target.plan(), None, [])[0]
 
 
-def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[VerifyRecord]:
-    """A finished verification of exactly this image (same sha256) with the same settings
-    (an older report without their digest is not), if there is one."""
+def _verify_report(outdir: Path, sha256: str, settings_sha256: str) -> Tuple[Optional[VerifyRecord], Optional[str]]:
+    """(the report, None) for a finished verification of exactly this image (same sha256)
+    with the same settings (an older report without their digest is not); else (None, why
+    verify must run again)."""
     try:
         record = verify_report.load(outdir / "verify.json")
     except UserError:  # none, unreadable or not JSON: there is no current report
-        return None
-    return record if record.is_of(sha256, settings_sha256) else None
+        return None, f"no readable {outdir / 'verify.json'}"
+    if record.is_of(sha256, settings_sha256):
+        return record, None
+    if record.meta.image_sha256 != sha256:
+        return None, "the report is of another image (sha256)"
+    if record.meta.settings_sha256 != settings_sha256:
+        return None, "the report was made with other verification settings"
+    return None, "the report has no verdict (an unfinished verification)"
+
+
+def verify_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[str]:
+    """None when ``outdir/verify.json`` is the finished verification of the image of this
+    ``sha256`` with these settings (its stamp: ``meta.image_sha256`` and
+    ``meta.settings_sha256``), else why verify must run again."""
+    return _verify_report(outdir, sha256, settings_sha256)[1]
+
+
+def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[VerifyRecord]:
+    """The report of :func:`verify_current`, None without a current one."""
+    return _verify_report(outdir, sha256, settings_sha256)[0]
 
 
 def _report_dir(target: Target, image: Path) -> Path:

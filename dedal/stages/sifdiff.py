@@ -10,7 +10,6 @@ only one image has is one difference, with the number of entries below it.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import os
 import stat
@@ -23,6 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from dedal.adapters import squashfs
 from dedal.errors import DedalError, UserError, open_regular
 from dedal.model import sif as sif_mod
+from dedal.model.artifacts import sha256_stream
 from dedal.stages.image_files import raw_names, shown
 
 TEXT_LIMIT = 1 << 20       # bytes of a file or object shown as a text diff (larger: "content" only)
@@ -74,18 +74,8 @@ class DiffResult:
 
 
 def _sha256(path: Path, start: int = 0, size: Optional[int] = None) -> str:
-    h = hashlib.sha256()
-    with open_regular(path) as fh:
-        fh.seek(start)
-        left = size
-        while left is None or left > 0:
-            chunk = fh.read(8 << 20 if left is None else min(8 << 20, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            if left is not None:
-                left -= len(chunk)
-    return h.hexdigest()
+    with open_regular(path) as fh:  # a regular file only, not what a link points at
+        return sha256_stream(fh, start, size, chunk=8 << 20)
 
 
 # ---------------------------------------------------------------------------- content

@@ -17,6 +17,7 @@ from typing import List, Optional, Tuple
 
 from dedal.adapters import overlay
 from dedal.errors import DedalError, UserError, signals_held
+from dedal.model.artifacts import write_atomic
 from dedal.model.owner import GONE, Owner
 
 STAGE_OWNER = ".dedal-owner"  # in each stage: which process made it (host, boot, PID namespace)
@@ -99,9 +100,7 @@ class Stage:
                     self.reaped.append(old)
             with signals_held():  # a stage exists only with its owner record
                 self.path = Path(tempfile.mkdtemp(prefix=f"dedal-{self.label}-", dir=self.parent))
-                tmp = self.path / (STAGE_OWNER + ".tmp")
-                tmp.write_text(json.dumps(Owner.me().to_json()) + "\n")
-                os.replace(tmp, self.path / STAGE_OWNER)
+                write_atomic(self.path / STAGE_OWNER, json.dumps(Owner.me().to_json()) + "\n", mkdir=False)
         except OSError as exc:
             self.__exit__()
             raise UserError(f"stage directory {self.parent}: cannot create a stage ({exc.strerror})") from None

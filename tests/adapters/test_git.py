@@ -53,7 +53,7 @@ def test_archive_is_git_archive_through_gzip_n(repo, tmp_path):
         assert tar.extractfile("pkg-1.0/README").read() == b"one\n"
         assert tar.getmember("pkg-1.0/configure").mode & 0o111
     assert set(names) == {"pkg-1.0", "pkg-1.0/README", "pkg-1.0/configure"}
-    assert list(tmp_path.glob(".a.tar.gz.partial-*")) == []
+    assert list(tmp_path.glob(".a.tar.gz.tmp~*")) == []
 
 
 def test_the_same_bytes_from_a_bare_clone_without_config(repo, tmp_path):

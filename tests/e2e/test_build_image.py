@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 from tests.conftest import SPACK_DATA, dedal_exe, fill_tiny_mirror, is_real_spack
 from tests.fixtures.terminal import in_terminal
 from tests.standin import install_standin

@@ -157,3 +157,12 @@ def test_layer_key_digest_is_that_of_the_json_payload(dag_hash, root, base):
     payload = json.dumps({"format": LAYER_FORMAT, "hash": dag_hash, "install_root": root, "base": base}, sort_keys=True)
     digest = hashlib.sha256(payload.encode()).hexdigest()[:16]
     assert layer_key("zlib", "1.3", dag_hash, root, base).endswith("-" + digest)
+
+
+def test_current_is_none_for_a_whole_layer_else_says_what_is_missing(tmp_path: Path) -> None:
+    store = LayerStore(tmp_path)
+    assert "no layer k-1" in store.current("k-1") and not store.has("k-1")
+    store.manifest_path("k-1").write_text("{}")
+    assert "has no squashfs" in store.current("k-1") and not store.has("k-1")
+    store.sqfs("k-1").write_bytes(b"sqsh")
+    assert store.current("k-1") is None and store.has("k-1")

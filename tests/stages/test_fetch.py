@@ -69,7 +69,7 @@ def test_git_checkout_pins_updates_and_works_without_the_remote(tmp_path):
     assert gitad.checkout(url, "master" if "master" in git.Repo(url).heads else "main", tmp_path / "b") == second
     with pytest.raises(ToolError, match="not a commit, tag or branch"):
         gitad.checkout(url, "no-such-ref", tmp_path / "c")
-    assert not (tmp_path / "c").exists() and not list(tmp_path.glob("c.partial-*"))
+    assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c.tmp~*"))
 
 
 def test_fetch_clones_spack_concretizes_fills_mirror_and_plans(run_dedal, tmp_path):
@@ -179,3 +179,15 @@ def test_fetch_environment_from_a_spack_envs_repository(run_dedal, tmp_path):
     res = run_dedal("fetch", "spack-envs/tiny/env.yaml", "--envs-url", url, "--envs-ref", first, "--json", env=env)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["env"] == "tiny"
+
+
+def test_current_says_why_fetch_concretizes_again(tmp_path):
+    from dedal.stages.fetch import CONCRETIZED_STAMP, current
+    assert current(tmp_path, "d1") == "no spack.lock yet"
+    (tmp_path / "spack.lock").write_text("{}")
+    assert "no .concretized-from stamp" in current(tmp_path, "d1")
+    (tmp_path / CONCRETIZED_STAMP).write_text("d0")
+    assert "changed since the last concretization" in current(tmp_path, "d1")
+    (tmp_path / CONCRETIZED_STAMP).write_text("d1")
+    assert current(tmp_path, "d1") is None
+    assert "is given" in current(tmp_path, "d1", given_lock=tmp_path / "other.lock")

@@ -217,19 +217,20 @@ def test_unpack_audits_what_was_written(tmp_path: Path) -> None:
 
 
 def test_a_killed_assemblys_temporaries_are_reaped(tmp_path: Path) -> None:
-    """kill -9 during an assembly leaves .<image>.assemble~<owner>...; the next assembly of
+    """kill -9 during an assembly leaves .<image>.tmp~<owner>~...; the next assembly of
     that image removes the files of owners that are gone, not those of live ones."""
     import sys
 
-    from dedal.model.owner import owner_tag
+    from dedal.model.artifacts import temp_path
     from dedal.stages.assemble.stage import reap_temporaries
 
     sif = tmp_path / "images" / "env" / "latest.sif"
     sif.parent.mkdir(parents=True)
-    child = subprocess.run([sys.executable, "-c", "from dedal.model.owner import owner_tag; print(owner_tag())"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    dead = [sif.with_name(f".{sif.name}.assemble~{child}{ext}") for ext in (".sqfs", ".image.json")]
-    live = sif.with_name(f".{sif.name}.assemble~{owner_tag()}.sif")
+    code = "import sys; from dedal.model.artifacts import temp_path; print(temp_path(sys.argv[1]).name)"
+    child = subprocess.run([sys.executable, "-c", code, str(sif)], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    dead = [sif.with_name(f"{child}{ext}") for ext in (".sqfs", ".image.json")]
+    live = sif.with_name(temp_path(sif).name + ".sif")
     other = sif.with_name(f".{sif.name}.assemble-12345.sqfs")  # an older dedal's name: no owner
     for p in (*dead, live, other):
         p.write_bytes(b"partial")

@@ -9,7 +9,7 @@ import pytest
 
 from dedal.errors import DedalError
 from dedal.model.config import load_settings
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 from dedal.stages import pipeline
 from dedal.stages.verify.checks import CheckResult, skipped_check
 from dedal.stages.verify.report import VerifyReport, write_report

@@ -9,11 +9,11 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal import __version__
 from dedal.errors import UserError
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 from dedal.stages.layer_audit import LayerInfo
 from dedal.stages.assemble.metadata import base_json, iso_date
 
@@ -72,10 +72,6 @@ def image_paths(settings: Any, plan: Any, output: Optional[Union[str, os.PathLik
     return sif_path, sif_path.with_name(f"{stem}.image.json"), sif_path.with_name(f"{stem}.sbom.cdx.json")
 
 
-def inputs_digest(data: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
 def image_manifest(result: AssembleResult, digest: str, plan: Any, base: Any, infos: Sequence[LayerInfo],
                     hashes: Sequence[str], runtime: Any = None) -> Dict[str, Any]:
     """The manifest: ``base`` is the build base (the layers' key), ``runtime`` the base the
@@ -99,15 +95,36 @@ def image_manifest(result: AssembleResult, digest: str, plan: Any, base: Any, in
     }
 
 
-def existing_image(sif_path: Path, json_path: Path, sbom_path: Path, digest: str) -> Optional[AssembleResult]:
-    """The result of an earlier assembly with the same inputs, if its files are intact."""
+def _recorded(sif_path: Path, json_path: Path, sbom_path: Path, digest: str) -> Tuple[Optional[dict], Optional[str]]:
+    """(the image manifest, None) when the image was assembled from inputs of this
+    ``digest`` and its files are intact; else (None, why it must be assembled again)."""
     try:
         data = json.loads(json_path.read_text())
     except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("inputs") != digest or not sbom_path.is_file():
-        return None
-    if not sif_path.is_file() or sif_path.stat().st_size != data.get("size") or sha256_file(sif_path) != data.get("sha256"):
+        return None, f"no readable {json_path.name}"
+    if not isinstance(data, dict):
+        return None, f"{json_path.name} is not an image manifest"
+    if data.get("inputs") != digest:
+        return None, "its inputs changed (environment, layers, base, labels, runscript or image date)"
+    if not sbom_path.is_file():
+        return None, f"no {sbom_path.name}"
+    if not sif_path.is_file():
+        return None, f"no {sif_path.name}"
+    if sif_path.stat().st_size != data.get("size") or sha256_file(sif_path) != data.get("sha256"):
+        return None, f"{sif_path.name} differs from its manifest (size or sha256)"
+    return data, None
+
+
+def current(sif_path: Path, json_path: Path, sbom_path: Path, digest: str) -> Optional[str]:
+    """None when the image at ``sif_path`` is current for the inputs of ``digest`` (the
+    stamp is ``inputs`` in its ``.image.json``), else why assemble must run again."""
+    return _recorded(sif_path, json_path, sbom_path, digest)[1]
+
+
+def existing_image(sif_path: Path, json_path: Path, sbom_path: Path, digest: str) -> Optional[AssembleResult]:
+    """The result of an earlier assembly with the same inputs, if its files are intact."""
+    data, _why = _recorded(sif_path, json_path, sbom_path, digest)
+    if data is None:
         return None
     try:
         return AssembleResult(

@@ -64,8 +64,9 @@ from dedal.model import git_sources, sbom as sbom_mod, sif as sif_mod
 from dedal.model.base import (HOST_BASE, check_runtime_base, input_labels as base_input_labels, iter_cached,
                               runtime_base_name)
 from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
-from dedal.model.layers import LayerStore, sha256_file
-from dedal.model.owner import GONE, owner_tag, tag_state
+from dedal.model import artifacts
+from dedal.model.artifacts import sha256_file
+from dedal.model.layers import LayerStore
 from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import load_lock
@@ -74,8 +75,7 @@ from dedal.stages.assemble.apptainer_files import base_singularity, runscript_te
 from dedal.stages.layer_audit import LayerInfo, audit_layers, inside
 from dedal.stages.assemble.closure import library_path_of, require_closure
 from dedal.stages.assemble.envscript import base_environment_script
-from dedal.stages.assemble.manifest import (IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths,
-                                            inputs_digest)
+from dedal.stages.assemble.manifest import IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths
 from dedal.stages.assemble.metadata import (BUNDLED_PMIX_HEADER, bundled_pmix_node, definition_text, image_versions,
                                             inspect_metadata, iso_date, make_labels, pmix_version_of_header,
                                             runtime_base_labels)
@@ -129,22 +129,12 @@ def _resolve_plan(target_or_plan: Any) -> Tuple[Any, Any]:
 
 def reap_temporaries(*outputs: Path) -> List[str]:
     """Remove what an assembly of these outputs killed outright (kill -9, a node lost)
-    left: ``.<name>.assemble~<owner>...`` files whose owner is gone (on this host).
-    SIGTERM and SIGINT clean up themselves (Signals); other hosts' files are left alone."""
+    left: the temporaries named after them (:func:`dedal.model.artifacts.temp_path`) whose
+    owner is gone (on this host). SIGTERM and SIGINT clean up themselves (Signals); other
+    hosts' files are left alone."""
     removed: List[str] = []
     for out in outputs:
-        prefix = f".{out.name}.assemble~"
-        try:
-            names = os.listdir(out.parent)
-        except OSError:
-            continue
-        for name in names:
-            if name.startswith(prefix) and tag_state(name, prefix) == GONE:
-                try:
-                    os.unlink(out.parent / name)
-                    removed.append(name)
-                except FileNotFoundError:
-                    pass
+        removed += artifacts.reap_temporaries(out.parent, of=out.name)
     return removed
 
 
@@ -242,7 +232,7 @@ def assemble(
     }
     if base is not build_base:
         inputs["runtime_base"] = {"id": base.id, "sha256": base_digest}
-    digest = inputs_digest(inputs)
+    digest = artifacts.inputs_digest(inputs)
     if not force:
         kept = existing_image(sif_path, json_path, sbom_path, digest)
         if kept is not None:
@@ -291,7 +281,7 @@ def assemble(
 
     sif_path.parent.mkdir(parents=True, exist_ok=True)
     reap_temporaries(sif_path)  # every temporary of this output is named after the SIF
-    tmp_tag = f".{sif_path.name}.assemble~{owner_tag()}"
+    tmp_tag = artifacts.temp_path(sif_path).name
     tmp_sqfs = sif_path.with_name(tmp_tag + ".sqfs")
     tmp_sif = sif_path.with_name(tmp_tag + ".sif")
     tmp_json = json_path.with_name(tmp_tag + ".image.json")

@@ -34,6 +34,7 @@ from dedal.adapters import runtime as rt
 from dedal.adapters import squashfs
 from dedal.adapters.spack import Spack
 from dedal.errors import BuildError, DedalError, Signals, ToolError, UserError
+from dedal.model.artifacts import write_atomic
 from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
@@ -73,10 +74,7 @@ class JobResult:
         return asdict(self)
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
 
 
 SPACK_DEFAULT_JOBS = 16  # Spack's config:build_jobs when not set (etc/spack/defaults/config.yaml)

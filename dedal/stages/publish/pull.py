@@ -21,6 +21,7 @@ from dedal.adapters.registry import Credentials, IntegrityError, Progress, Regis
 from dedal.adapters.registry.download import download_blob
 from dedal.errors import UserError
 from dedal.model import sif as sifmod
+from dedal.model.artifacts import atomic_path, reap_temporaries
 from dedal.stages.layer_audit import INSTALL_ROOT_LABEL, check_image_root
 from dedal.model.oci import (
     ANN_CREATED,
@@ -124,8 +125,8 @@ def pull(
     expected_digest, expected_size = layer["digest"], layer["size"]
     if progress:
         progress(f"downloading {r} ({human_size(expected_size)}) to {target}")
-    tmp = target.parent / f".{target.name}.part-{os.getpid()}"
-    try:
+    reap_temporaries(target.parent, of=target.name)  # downloads of killed pulls
+    with atomic_path(target) as tmp:
         download_blob(client, r.repository, expected_digest, expected_size, tmp, str(r))
         try:
             info = sifmod.read_sif(tmp)
@@ -151,12 +152,6 @@ def pull(
             except UserError as exc:
                 raise UserError(str(exc).replace(str(tmp), str(r)) + "; nothing written") from None
         os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    finally:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
     ann = data.get("annotations") or {}
     return PullResult(reference=str(r), path=str(target), digest=manifest.digest, sif_digest=expected_digest,
                       size=expected_size, arch=info.primary_arch, layer_media_type=layer["mediaType"],

@@ -32,6 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from dedal import CHECKOUT
 from dedal.adapters import runtime, squashfs
 from dedal.errors import UserError
+from dedal.model import artifacts
+from dedal.model.artifacts import atomic_path, sha256_file
 from dedal.model.env_defaults import DEFAULT_TAG
 from dedal.model.names import name_problem
 from dedal.model import sif
@@ -124,14 +126,6 @@ def is_launcher_stub(path: Path) -> bool:
     except OSError:
         return False
     return head.startswith(b"#!") and b"legacylaunchers" in head and b"without the mpiexec/mpirun commands" in head
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _spec_facts(root: Path, install_root: str) -> Dict[str, Any]:
@@ -257,7 +251,7 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
             if name.startswith(("dedal_", "osu_")) or name == "all_reduce_perf":
                 host = runtime.host_path(root, cpath)
                 if host is not None and host.is_file():
-                    info.digests[name] = _sha256(host)
+                    info.digests[name] = sha256_file(host)
                     if name == "dedal_latency":  # built from sources that know -d cuda (its title says so)
                         info.dedal_cuda = DEVICE_TITLE in host.read_bytes()
     env, tag = lab.get("dedal.env"), lab.get("dedal.tag")
@@ -306,22 +300,16 @@ def compile_bundled(info: ImageInfo, cache: Path, *, runtime_name: str = "auto",
     out = cache / "verify-bench" / digest.hexdigest()[:16]
     if all((out / name).is_file() for name in names):
         return out
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     if progress:
         progress(f"building {', '.join(names)} with the image's own mpicc into {out}")
     script = " && ".join(f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o {BUNDLED_DIR}/{name} "
                          f"/opt/dedal-verify/src/{name}.c -ldl" for name in names)
-    try:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:  # replaces an incomplete ``out`` whole
+        tmp.mkdir()
         runtime.run_in(info.path, ["/bin/sh", "-c", script], what="mpicc of the bundled benchmarks in the image",
                        runtime=runtime_name, timeout=600,
                        binds=[runtime.Bind(src, "/opt/dedal-verify/src", readonly=True), runtime.Bind(tmp, BUNDLED_DIR)])
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
     return out
 
 
@@ -446,8 +434,8 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
             os.utime(final / ".dedal-unpacked")  # used now: the last to be pruned
         return final, True
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f".{final.name}.tmp-{os.getpid()}"
-    sq = cache / f".{final.name}.sqfs-{os.getpid()}"
+    artifacts.reap_temporaries(cache, of=final.name)  # half-unpacked roots of killed verifications
+    tmp, sq = artifacts.temp_path(final), artifacts.temp_path(final, ".sqfs")
     try:
         if progress:
             progress(f"unpacking the image's root filesystem for the native runs into {final}")
@@ -507,7 +495,7 @@ def prepare_native(info: ImageInfo, *, mode: str, wanted: Sequence[str], cache: 
             if name not in wanted:
                 continue
             host = runtime.host_path(root, info.programs[name])
-            if host is None or not host.is_file() or _sha256(host) != digest:
+            if host is None or not host.is_file() or sha256_file(host) != digest:
                 differ.append(name)
         if differ:
             raise UserError(f"--native-root {root}: {', '.join(differ)} differ from the image's (not the same "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Sequence
 
 from dedal import __version__
-from dedal.model.layers import sha256_file
+from dedal.model.artifacts import sha256_file
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
 from dedal.stages.verify.options import Options

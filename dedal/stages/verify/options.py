@@ -8,14 +8,13 @@ options are checked here, before anything runs (unknown thresholds included).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.errors import UserError
 from dedal.model import config
+from dedal.model.artifacts import inputs_digest
 from dedal.model.env_defaults import DEFAULT_LAUNCHER, DEFAULT_RANKS, DEFAULT_REPETITIONS
 from dedal.model.envfile import AppCheck, VerifySpec, load_env, load_rules_file
 from dedal.stages.verify import image as img
@@ -70,7 +69,7 @@ class Options:
             keys["remeasure"] = False
         if self.rules:  # likewise: only where a site has rows of its own
             keys["rules"] = list(self.rules)
-        return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()
+        return inputs_digest(keys)
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from dedal.model.artifacts import write_atomic
 from dedal.model.verify_report import SCHEMA_VERSION, exit_code, skipped_text
 from dedal.stages.verify.checks import (CheckResult, SizeComparison, Thresholds, deciding_size, overall_verdict,
                                         verdict_text)
@@ -197,21 +196,7 @@ def _log_summary(result: Mapping[str, Any]) -> Dict[str, Any]:
 # ---- files ---------------------------------------------------------------------------
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(path, data, mode=0o644, fsync=True)
 
 
 def slug(name: str) -> str:

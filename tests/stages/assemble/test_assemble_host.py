@@ -13,7 +13,8 @@ import yaml
 
 from dedal.model import sif
 from dedal.adapters import siftool, squashfs
-from dedal.model.layers import LayerStore, sha256_file
+from dedal.model.artifacts import sha256_file
+from dedal.model.layers import LayerStore
 from tests.fixtures.images import SDE, TINY_BUILD_ONLY, TINY_RUNTIME, partition_tree
 from tests.fixtures import base as helpers
 

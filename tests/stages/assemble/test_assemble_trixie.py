@@ -32,7 +32,7 @@ def test_layout_and_labels(trixie_env, trixie_image, trixie_base_image):
     assert [r["type"] for r in rows][:3] == ["Def.FILE", "JSON.Generic", "JSON.Labels"]
     labels = trixie_image["labels"]
     assert labels["dedal.base.id"] == trixie_base_image.id
-    from dedal.model.layers import sha256_file
+    from dedal.model.artifacts import sha256_file
     assert labels["dedal.base.sha256"] == sha256_file(trixie_base_image.squashfs)  # the base's content
     assert labels["dedal.version.openmpi"].startswith("5.") and labels["dedal.version.openmpi.source"].startswith("base")
     assert labels["dedal.version.pmix"].startswith("5.") and labels["dedal.version.ucx"].startswith("1.")

@@ -313,3 +313,19 @@ def test_bundled_pmix_is_read_from_the_open_mpi_layer(tmp_path):
     squashfs.pack([tmp_path / "empty"], tmp_path / "other.sqfs", keep_as_directory=True)
     layer = tmp_path / "other.sqfs"  # an Open MPI layer without the header: no label, no error
     assert bundled_pmix(plan, hashes, lock, [info], Store()) is None
+
+
+def test_current_says_why_an_image_is_assembled_again(tmp_path: Path) -> None:
+    from dedal.model.artifacts import sha256_file
+    from dedal.stages.assemble.manifest import current
+    sif, js, sbom_path = tmp_path / "t.sif", tmp_path / "t.image.json", tmp_path / "t.sbom.cdx.json"
+    assert "no readable t.image.json" in current(sif, js, sbom_path, "d")
+    sif.write_bytes(b"SIF")
+    js.write_text(json.dumps({"inputs": "old", "size": 3, "sha256": sha256_file(sif)}))
+    assert "inputs changed" in current(sif, js, sbom_path, "d")
+    js.write_text(json.dumps({"inputs": "d", "size": 3, "sha256": sha256_file(sif)}))
+    assert "no t.sbom.cdx.json" in current(sif, js, sbom_path, "d")
+    sbom_path.write_text("{}")
+    assert current(sif, js, sbom_path, "d") is None
+    sif.write_bytes(b"SIG")
+    assert "differs from its manifest" in current(sif, js, sbom_path, "d")

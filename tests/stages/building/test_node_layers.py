@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dedal.model.layers import LayerStore, sha256_file
+from dedal.model.artifacts import sha256_file
+from dedal.model.layers import LayerStore
 from tests.fixtures.tiny import make_env
 
 pytestmark = pytest.mark.reliability

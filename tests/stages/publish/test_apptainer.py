@@ -128,7 +128,7 @@ def test_pull_verify_refuses_unsigned_and_wrongly_signed_images(run_dedal, appta
     out = tmp_path / "out.sif"
     line = _one_error(run_dedal("pull", unsigned, "-o", str(out), "--verify"))
     assert "the image is not signed" in line and unsigned in line
-    assert not out.exists() and not list(tmp_path.glob(".out.sif.part-*"))
+    assert not out.exists() and not list(tmp_path.glob(".out.sif.tmp~*"))
     line = _one_error(run_dedal("-s", "require_signature=true", "pull", unsigned, "-o", str(out)))
     assert "not signed" in line and not out.exists()
     assert run_dedal("pull", unsigned, "-o", str(out)).returncode == 0  # not required: pulled

@@ -169,7 +169,7 @@ def test_hostile_images_are_refused_and_nothing_is_left(run_dedal, registry, tmp
         assert r.returncode == 2 and len(lines) == 1, (name, r.stderr)
         assert lines[0].startswith(f"dedal: error: {ref}: ") and expect in lines[0], (name, lines[0])
         assert "refused: " in lines[0] or "invalid characters in name" in lines[0], lines[0]
-        assert lines[0].endswith("; nothing written") and ".part-" not in lines[0], lines[0]
+        assert lines[0].endswith("; nothing written") and ".tmp~" not in lines[0], lines[0]
         assert list(out.iterdir()) == [], name
 
 

@@ -14,7 +14,6 @@ record holds it. The record is replaced atomically, so a reader never sees half 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Callable, List, Mapping, Optional
 
 from dedal.errors import UserError
+from dedal.model.artifacts import write_atomic
 from dedal.model.owner import Owner
 from dedal.schedule import Job
 
@@ -106,10 +106,7 @@ def job_entry(t: Tracked, label: Callable[[str], str], pkg_status: Mapping[str, 
 
 def save_record(env_dir: Path, data: Mapping) -> None:
     """Replace ``<env_dir>/slurm-jobs.json`` with ``data`` (through a temporary file)."""
-    path = Path(env_dir) / RECORD
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(Path(env_dir) / RECORD, json.dumps(data, indent=1) + "\n", mkdir=False)
 
 
 def read_record(env_dir: Path) -> Optional[dict]:
