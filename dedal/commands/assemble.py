@@ -8,7 +8,10 @@ from dedal.ui.console import err, human_seconds, human_size, out, print_json
 from dedal.ui.progress import Transfers
 from dedal.errors import UserError
 from dedal.stages.assemble import assemble
-from dedal.stages.workspace import resolve
+from dedal.model.image_options import ImageOptions
+from dedal.model.sif import source_date_epoch
+from dedal.model.target import resolve
+from dedal.stages.workspace import prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,10 +49,15 @@ def run(args: argparse.Namespace) -> int:
         if not only:
             raise UserError("--only: no package named")
     target = resolve(args.target, settings)
+    image = ImageOptions.of(target.env, only=only, keep_build_deps=args.keep_build_deps,
+                            runtime_base=args.runtime_base, source_date_epoch=source_date_epoch())
+    if target.given_plan is not None:  # a plan.json as it is: nothing written
+        plan, lock = target.given_plan, None
+    else:  # the work directory prepared, the lock parsed once
+        plan, _path, lock = prepare(target)
     progress = None if args.json else (lambda line: err.print(line, markup=False, highlight=False))
     with Transfers(quiet=args.json):
-        result = assemble(target, settings, output=args.output, only=only, keep_build_deps=args.keep_build_deps,
-                          progress=progress, force=args.force, runtime_base=args.runtime_base)
+        result = assemble(plan, image, settings, lock=lock, output=args.output, progress=progress, force=args.force)
     if args.json:
         print_json(result.to_json())
         return 0

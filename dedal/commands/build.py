@@ -8,7 +8,8 @@ from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.stages.building import run_build
 from dedal.errors import UserError
-from dedal.stages.workspace import resolve
+from dedal.model.target import resolve
+from dedal.stages.workspace import prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
                          registry_insecure=insecure_override(args), **{"slurm.detach": args.detach})
     if settings.get("slurm.detach") and settings.executor != "slurm":
         raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")
-    target = resolve(args.target, settings)
-    summary = run_build(target, executor=settings.executor, jobs=max(1, settings.jobs),
+    prepared = prepare(resolve(args.target, settings))  # the lock parsed and plan.json written once
+    summary = run_build(prepared, settings, executor=settings.executor, jobs=max(1, settings.jobs),
                         keep_going=settings.keep_going, quiet=args.json)
     if args.json:
         print_json(summary.to_json())

@@ -15,7 +15,7 @@ from dedal.ci import gitlab as ci
 from dedal.model.config import from_args
 from dedal.ui.console import err, out, print_json
 from dedal.errors import UserError
-from dedal.stages.workspace import resolve
+from dedal.model.target import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:

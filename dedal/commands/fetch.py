@@ -7,7 +7,7 @@ from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.stages.fetch import envs_checkout, run_fetch
 from dedal.ui.progress import BuildProgress
-from dedal.stages.workspace import resolve
+from dedal.model.target import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         env_arg = str(checkout / args.target)
     target = resolve(env_arg, settings)
     with BuildProgress(0, title=f"fetch {target.name}", quiet=args.json) as progress:
-        result = run_fetch(target, progress=progress, sources_too=not args.lock_only)
+        result, _prepared = run_fetch(target, progress=progress, sources_too=not args.lock_only)
     if args.json:
         print_json(result.to_json())
     elif not result.mirrored:

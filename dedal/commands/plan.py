@@ -12,7 +12,7 @@ from dedal.errors import UserError
 from dedal.model.cores import REF_CORES
 from dedal.model.layers import LayerStore
 from dedal.schedule import schedule_plan
-from dedal.stages.workspace import resolve
+from dedal.model.target import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = from_args(args, layer_store=args.layers, install_root=args.install_root)
     target = resolve(args.target, settings)
-    plan = target.plan() if target.given_plan else target.make_plan(LayerStore(Path(settings.layer_store)))
+    plan = target.given_plan or target.make_plan(target.read_lock(), LayerStore(Path(settings.layer_store)))
     if args.output:
         plan.write(Path(args.output))
     if args.simulate:

@@ -17,7 +17,7 @@ from dedal.stages.building.executors.slurm import RECORD, read_record, record_dr
 from dedal.model.layers import LayerStore
 from dedal.model.owner import GONE
 from dedal.model.plan import Plan
-from dedal.stages.workspace import resolve
+from dedal.model.target import resolve
 
 FINAL = ("done", "failed", "blocked", "cancelled", "lost")
 

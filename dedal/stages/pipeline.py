@@ -17,6 +17,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dedal.errors import DedalError, UserError
 from dedal.model.config import Settings
+from dedal.model.image_options import ImageOptions
+from dedal.model.plan import Plan
+from dedal.model.target import Target
 from dedal.model.layers import sha256_file
 from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.building import run_build
@@ -24,7 +27,7 @@ from dedal.stages.fetch import run_fetch
 from dedal.stages.verify.checks import skipped_of, skipped_text
 from dedal.stages.verify.findings import gate_allows, gate_refusal, verdict_with
 from dedal.stages.verify.runner import Options, verify as run_verify
-from dedal.stages.workspace import Target
+from dedal.stages.workspace import Prepared, prepare
 from dedal.ui.progress import BuildProgress
 
 STAGES = ("fetch", "build", "assemble", "verify", "publish")
@@ -95,9 +98,10 @@ def _registry(target: Target) -> str:
     return target.settings.registry
 
 
-def _image_path(target: Target) -> Path:
-    """Where `dedal assemble` puts this environment's image by default."""
-    return image_paths(target.settings, target.plan(), None, [])[0]
+def _image_path(target: Target, plan: Optional[Plan]) -> Path:
+    """Where `dedal assemble` puts this environment's image by default; ``plan``: this run's,
+    if a stage prepared it (else the target's is read, nothing written)."""
+    return image_paths(target.settings, plan if plan is not None else target.plan(), None, [])[0]
 
 
 def _verify_report_current(outdir: Path, sha256: str, settings_sha256: str) -> Optional[dict]:
@@ -142,6 +146,7 @@ def verify_options(target: Target, image: Path, outdir: Path, verify_env: Option
 
 def run_pipeline(
     target: Target,
+    image: ImageOptions,
     *,
     stages: List[str],
     executor: str,
@@ -151,7 +156,17 @@ def run_pipeline(
     verify_env: Optional[Dict[str, str]] = None,
     reverify: bool = False,
 ) -> PipelineSummary:
+    """Run ``stages`` of ``target``'s environment in order. The plan is prepared once (by
+    fetch, else by the first stage that needs it) and every later stage takes it;
+    ``image`` (the image options and date) the command resolved."""
     settings: Settings = target.settings
+    prepared: List[Prepared] = []  # the one plan of this run, once a stage has prepared it
+
+    def the_plan() -> Prepared:
+        if not prepared:
+            prepared.append(prepare(target))
+        return prepared[0]
+
     summary = PipelineSummary(env=target.name, stages=[StageRecord(s) for s in STAGES])
     records = {r.name: r for r in summary.stages}
     for r in summary.stages:
@@ -180,14 +195,15 @@ def run_pipeline(
             record.status = "done"
 
     def fetch(record: StageRecord) -> None:
-        result = run_fetch(target, progress=progress)
+        result, fetched = run_fetch(target, progress=progress)
+        prepared[:] = [fetched]
         sources = f"{result.sources} sources ({result.fetched} fetched)"
         record.detail = f"{sources}, {'concretized' if result.concretized else 'lock reused'}"
         if not result.concretized and result.fetched == 0:
             record.status = "current"
 
     def build(record: StageRecord) -> None:
-        result = run_build(target, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
+        result = run_build(the_plan(), settings, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
         summary.layers_built = len(result.built)
         summary.layers_reused = len(result.reused)
         record.detail = f"{len(result.built)} built, {len(result.reused)} reused"
@@ -204,7 +220,8 @@ def run_pipeline(
             raise StageFailed(f"{len(result.failed)} package(s) failed: {failed}")
 
     def assemble(record: StageRecord) -> None:
-        result = do_assemble(target, settings, progress=note)
+        plan, _path, lock = the_plan()
+        result = do_assemble(plan, image, settings, lock=lock, progress=note)
         summary.image, summary.image_size, summary.image_sha256 = result.image, result.size, result.sha256
         record.detail = f"{result.image} ({result.size / 2**20:.1f} MiB, {len(result.layers)} layers)"
         if result.status == "present":
@@ -213,7 +230,7 @@ def run_pipeline(
     def need_image() -> None:
         if summary.image:
             return
-        path = _image_path(target)
+        path = _image_path(target, prepared[0].plan if prepared else None)
         if not path.is_file():
             raise UserError(f"no image {path} yet: run the assemble stage first (--from assemble)")
         summary.image, summary.image_size, summary.image_sha256 = str(path), path.stat().st_size, sha256_file(path)

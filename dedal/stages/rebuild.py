@@ -184,14 +184,18 @@ def rebuild(image: Path, settings_for: Callable[[Dict[str, Any]], Any], *, workd
     settings = settings_for(overrides)
 
     from dedal.stages.pipeline import run_pipeline
-    from dedal.stages.workspace import resolve
+    from dedal.model.image_options import ImageOptions
+    from dedal.model.target import resolve
 
     target = resolve(str(env_file), settings)
+    # assembly takes the date as a value; the variable is set too, for the tools the build runs
+    # (compilers honour it) as they ran when the image was made
     saved = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = str(sde)
     try:
         say(f"fetch, build, assemble {target.name} with SOURCE_DATE_EPOCH={sde}")
-        summary = run_pipeline(target, stages=["fetch", "build", "assemble"], executor=settings.executor,
+        summary = run_pipeline(target, ImageOptions.of(target.env, source_date_epoch=sde),
+                               stages=["fetch", "build", "assemble"], executor=settings.executor,
                                jobs=max(1, int(settings.jobs or 1)), keep_going=False, quiet=quiet)
     finally:
         if saved is None:

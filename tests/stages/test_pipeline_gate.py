@@ -2,6 +2,7 @@
 not run: a GPU image verified on a host without GPU is never "good" enough for the strict gate."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,8 @@ from dedal.model.layers import sha256_file
 from dedal.stages import pipeline
 from dedal.stages.verify.checks import CheckResult, skipped_check
 from dedal.stages.verify.report import VerifyReport, write_report
-from dedal.stages.workspace import Target
+from dedal.model.image_options import ImageOptions
+from dedal.model.target import Target
 
 
 def _gpu_report(image: Path, sha256: str, target: Target) -> VerifyReport:
@@ -33,15 +35,15 @@ def _target(tmp_path: Path, monkeypatch, gate: str):
     image = tmp_path / "images" / "gpu.sif"
     image.parent.mkdir()
     image.write_bytes(b"not really a SIF: the verify stage only hashes it here")
-    monkeypatch.setattr(pipeline, "_image_path", lambda target: image)
+    monkeypatch.setattr(pipeline, "_image_path", lambda target, plan: image)
     settings = load_settings(config_file=None, environ={}, overrides={
         "data_dir": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache"), "verify_gate": gate})
     return Target(settings=settings, name="gpu"), image
 
 
 def _run(target: Target, **kw) -> pipeline.PipelineSummary:
-    return pipeline.run_pipeline(target, stages=["verify", "publish"], executor="local", jobs=1, keep_going=False,
-                                 quiet=True, **kw)
+    return pipeline.run_pipeline(target, ImageOptions(), stages=["verify", "publish"], executor="local", jobs=1,
+                                 keep_going=False, quiet=True, **kw)
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["report-of-this-image", "verified-now"])
@@ -96,8 +98,8 @@ def test_a_report_made_with_other_settings_is_not_current(tmp_path, monkeypatch)
         report=_gpu_report(image, sha256_file(image), target), paths=write_report(
             _gpu_report(image, sha256_file(image), target), opts.output)))
     assert _run(target).ok and not ran  # same settings: the report is current
-    target.env = EnvFile(path=tmp_path / "env.yaml", spack={}, name="gpu",
-                         verify=VerifySpec(apps=[AppCheck(name="ring", command=["python3", "ring.py"])]))
+    target = replace(target, env=EnvFile(path=tmp_path / "env.yaml", spack={}, name="gpu",  # a Target is frozen
+                                         verify=VerifySpec(apps=[AppCheck(name="ring", command=["python3", "ring.py"])])))
     outdir = Path(target.settings.reports_dir) / "gpu" / "latest"  # build-image's report directory with an env file
     write_report(_gpu_report(image, sha256_file(image), target), outdir)
     assert _run(target).ok and not ran  # the report of these settings is current too
@@ -125,7 +127,8 @@ def _publish_only(tmp_path, monkeypatch, gate: str, report: bool):
     sent = []
     monkeypatch.setattr(publish_stage, "publish", lambda sif, refs, **kw: sent.append(kw) or SimpleNamespace(
         references=refs, blobs_uploaded=[]))
-    summary = pipeline.run_pipeline(target, stages=["publish"], executor="local", jobs=1, keep_going=False, quiet=True)
+    summary = pipeline.run_pipeline(target, ImageOptions(), stages=["publish"], executor="local", jobs=1,
+                                    keep_going=False, quiet=True)
     return summary, {s.name: s for s in summary.stages}, sent, _outdir(target, image)
 
 

@@ -33,6 +33,7 @@ import yaml
 from dedal.errors import UserError
 from dedal.model.envfile import load_yaml
 from dedal.model.image import ENV_IN_IMAGE
+from dedal.model.plan import Plan
 
 ENV_FILE = "env.yaml"
 BASE_FILE = "base.yaml"
@@ -96,14 +97,14 @@ def copy_inputs(manifest: Mapping[str, Any], env_dir: Path) -> None:
         d.chmod(0o755)
 
 
-def dedal_section(plan: Any, env: Any, *, only: List[str], keep_build_deps: bool, runscript: str,
+def dedal_section(plan: Plan, env_file: Optional[Path], *, only: List[str], keep_build_deps: bool, runscript: str,
                   labels: Mapping[str, str], description: str, runtime_base: str = "") -> Dict[str, Any]:
     """The ``dedal:`` section of ``env.yaml``: the environment file's own (verify and
     registry settings kept), with every value that decides the image made explicit."""
     raw: Dict[str, Any] = {}
-    if env is not None:
+    if env_file is not None:
         try:
-            found = load_yaml(Path(env.path)).get("dedal") or {}
+            found = load_yaml(Path(env_file)).get("dedal") or {}
             raw = dict(found) if isinstance(found, dict) else {}
         except (UserError, OSError):  # read once already; the values below are what counts
             raw = {}
