@@ -47,7 +47,8 @@ class Target:
     def install_root(self) -> str:
         if self.given_plan:
             return self.given_plan.install_root
-        return (self.env.install_root if self.env and self.env.install_root else None) or str(self.settings.install_root)
+        return ((self.env.install_root if self.env and self.env.install_root else None)
+                or str(self.settings.install_root))
 
     @property
     def view(self) -> str:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import yaml
 
@@ -37,6 +37,10 @@ from dedal.stages import image_files
 from dedal.stages.assemble.provenance import BASE_FILE, ENV_FILE, RUNTIME_BASE_FILE
 from dedal.stages.reproducible import LABEL as SDE_LABEL
 from dedal.stages.sifdiff import DiffResult, diff_images
+
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
 
 Progress = Optional[Callable[[str], None]]
 
@@ -129,7 +133,7 @@ def check_carried(env_dir: Path, where: str) -> None:
                             "(base-images/<name>.yaml) and compares them with the carried definition")
 
 
-def check_inputs(env_dir: Path, labels: Dict[str, str], settings: Any) -> Dict[str, Any]:
+def check_inputs(env_dir: Path, labels: Dict[str, str], settings: Settings) -> Dict[str, Any]:
     """The overrides that make this dedal use the image's inputs; UserError where it cannot."""
     overrides: Dict[str, Any] = {}
     for carried, label in ((BASE_FILE, "dedal.base.image"), (RUNTIME_BASE_FILE, "dedal.runtime_base.image")):

@@ -98,8 +98,9 @@ def test_a_report_made_with_other_settings_is_not_current(tmp_path, monkeypatch)
         report=_gpu_report(image, sha256_file(image), target), paths=write_report(
             _gpu_report(image, sha256_file(image), target), opts.output)))
     assert _run(target).ok and not ran  # same settings: the report is current
+    ring = AppCheck(name="ring", command=["python3", "ring.py"])
     target = replace(target, env=EnvFile(path=tmp_path / "env.yaml", spack={}, name="gpu",  # a Target is frozen
-                                         verify=VerifySpec(apps=[AppCheck(name="ring", command=["python3", "ring.py"])])))
+                                         verify=VerifySpec(apps=[ring])))
     outdir = Path(target.settings.reports_dir) / "gpu" / "latest"  # build-image's report directory with an env file
     write_report(_gpu_report(image, sha256_file(image), target), outdir)
     assert _run(target).ok and not ran  # the report of these settings is current too

@@ -26,7 +26,7 @@ import json
 import posixpath
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -34,6 +34,10 @@ from dedal.errors import UserError
 from dedal.model.envfile import load_yaml
 from dedal.model.image import ENV_IN_IMAGE
 from dedal.model.plan import Plan
+
+if TYPE_CHECKING:
+    from dedal.model.base import BaseImage
+
 
 ENV_FILE = "env.yaml"
 BASE_FILE = "base.yaml"
@@ -121,7 +125,7 @@ def dedal_section(plan: Plan, env_file: Optional[Path], *, only: List[str], keep
     return raw
 
 
-def definition_of(base: Any) -> Optional[Path]:
+def definition_of(base: Optional[BaseImage]) -> Optional[Path]:
     """The definition file a built base keeps beside its root (None: host, or none kept)."""
     return Path(base.path) / base.definition_file if base is not None and base.definition_file else None
 

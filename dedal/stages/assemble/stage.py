@@ -55,7 +55,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal import __version__
 from dedal.adapters import squashfs
@@ -98,7 +98,7 @@ def _say(progress: Progress, start: float) -> Callable[[str], None]:
     return say
 
 
-def _find_base(plan: Any, settings: Any, say: Callable[[str], None]) -> Any:
+def _find_base(plan: Plan, settings: Settings, say: Callable[[str], None]) -> Any:
     """The built base the plan's layers were made for (None for the host)."""
     if plan.base_image == HOST_BASE:
         return None
@@ -135,8 +135,8 @@ def reap_temporaries(*outputs: Path) -> List[str]:
     return removed
 
 
-def bundled_pmix(plan: Any, hashes: Sequence[str], lock: Any, infos: Sequence[LayerInfo],
-                 store: Any) -> Optional[Tuple[str, str]]:
+def bundled_pmix(plan: Plan, hashes: Sequence[str], lock: SpackLock, infos: Sequence[LayerInfo],
+                 store: LayerStore) -> Optional[Tuple[str, str]]:
     """(version, source) of the PMIx an Open MPI built with its own (``+internal-pmix``)
     carries, read from that Open MPI's layer; None where the image's Open MPI has none."""
     ompi = bundled_pmix_node(plan, hashes, lock)

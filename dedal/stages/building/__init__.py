@@ -2,12 +2,13 @@
 
 :func:`~dedal.stages.workspace.prepare` (the command's, once) writes the environment's
 artifacts into its work directory (spack.yaml, spack.lock, plan.json): every job, local or
-on Slurm, reads those and nothing else; :func:`run_build` takes that prepared plan. The jobs run through an executor (``executors/``: local process pool
-or Slurm), each one :func:`dedal.stages.building.node.run_job` on its node. With a remote
-layer cache (:mod:`~dedal.stages.building.cache`) the layers it has are pulled first and
-the ones built pushed after. The source mirror is needed only for what must be built:
-a build whose every missing layer the cache has runs without one. Each attempt is
-recorded (:mod:`dedal.model.attempts`).
+on Slurm, reads those and nothing else; :func:`run_build` takes that prepared plan. The
+jobs run through an executor (``executors/``: local process pool or Slurm), each one
+:func:`dedal.stages.building.node.run_job` on its node. With a remote layer cache
+(:mod:`~dedal.stages.building.cache`) the layers it has are pulled first and the ones
+built pushed after. The source mirror is needed only for what must be built: a build
+whose every missing layer the cache has runs without one. Each attempt is recorded
+(:mod:`dedal.model.attempts`).
 """
 from __future__ import annotations
 
