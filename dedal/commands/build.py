@@ -6,7 +6,7 @@ import argparse
 from dedal.commands._registry import add_insecure_option, insecure_override
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, out, print_json
-from dedal.stages.building import run_build
+from dedal.stages.building import check_build, run_build
 from dedal.errors import UserError
 from dedal.model.target import resolve
 from dedal.stages.workspace import prepare
@@ -40,8 +40,11 @@ def run(args: argparse.Namespace) -> int:
                          registry_insecure=insecure_override(args), **{"slurm.detach": args.detach})
     if settings.get("slurm.detach") and settings.executor != "slurm":
         raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")
-    prepared = prepare(resolve(args.target, settings))  # the lock parsed and plan.json written once
-    summary = run_build(prepared, settings, executor=settings.executor, jobs=max(1, settings.jobs),
+    target = resolve(args.target, settings)
+    lock = target.read_lock()  # parsed once, and checked against the environment file
+    plan = target.work_plan(lock)
+    cache = check_build(plan, settings)  # bad input is refused before anything is written
+    summary = run_build(prepare(target, lock, plan), settings, cache, executor=settings.executor, jobs=max(1, settings.jobs),
                         keep_going=settings.keep_going, quiet=args.json)
     if args.json:
         print_json(summary.to_json())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -139,6 +139,14 @@ class Target:
         return make_plan(lock, env_name=self.name, install_root=self.install_root, base_image=self.base_image,
                          base_id=self.base_id(), view=self.view, tag=self.tag, store=store, measured=measured,
                          runtime_base=self.runtime_base)
+
+    def work_plan(self, lock: SpackLock) -> Plan:
+        """The plan as :func:`dedal.stages.workspace.prepare` writes it: against today's store,
+        naming the work directory and its copy of the lock (a given plan.json: its own
+        environment directory). Pure: the checks before a stage's first write use it."""
+        if self.given_plan is not None and self.plan_path is not None:
+            return replace(self.make_plan(lock), env_dir=self.given_plan.env_dir)
+        return replace(self.make_plan(lock), env_dir=str(self.workdir), lock_path=str(self.workdir / "spack.lock"))
 
     def plan(self) -> Plan:
         """A given plan.json as is; otherwise a fresh plan against the current store (the lock

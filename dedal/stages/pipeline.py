@@ -22,7 +22,7 @@ from dedal.model.plan import Plan
 from dedal.model.target import Target
 from dedal.model.layers import sha256_file
 from dedal.stages.assemble import assemble as do_assemble, image_paths
-from dedal.stages.building import run_build
+from dedal.stages.building import check_build, run_build
 from dedal.stages.fetch import run_fetch
 from dedal.stages.verify.checks import skipped_of, skipped_text
 from dedal.stages.verify.findings import gate_allows, gate_refusal, verdict_with
@@ -203,7 +203,14 @@ def run_pipeline(
             record.status = "current"
 
     def build(record: StageRecord) -> None:
-        result = run_build(the_plan(), settings, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
+        if prepared:  # by fetch
+            cache = check_build(prepared[0].plan, settings)
+        else:  # every check before the work directory is written
+            lock = target.read_lock()
+            plan = target.work_plan(lock)
+            cache = check_build(plan, settings)
+            prepared.append(prepare(target, lock, plan))
+        result = run_build(prepared[0], settings, cache, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
         summary.layers_built = len(result.built)
         summary.layers_reused = len(result.reused)
         record.detail = f"{len(result.built)} built, {len(result.reused)} reused"

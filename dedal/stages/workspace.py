@@ -7,7 +7,6 @@ per command: every later stage of that command takes the :class:`Prepared` value
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -25,15 +24,16 @@ class Prepared(NamedTuple):
     lock: SpackLock
 
 
-def prepare(target: Target, lock: Optional[SpackLock] = None) -> Prepared:
+def prepare(target: Target, lock: Optional[SpackLock] = None, plan: Optional[Plan] = None) -> Prepared:
     """Write spack.yaml, spack.lock and plan.json into the work directory. ``lock``: the
-    target's lock when the caller parsed it already (it is parsed here otherwise)."""
+    target's lock when the caller parsed it already (it is parsed here otherwise); ``plan``:
+    its :meth:`~dedal.model.target.Target.work_plan` when the caller made it already."""
     if target.given_plan is not None and target.plan_path is not None:
         given = target.given_plan
         if not given.env_dir or not (Path(given.env_dir) / "spack.yaml").is_file():
             raise UserError(f"{target.plan_path}: its environment directory {given.env_dir!r} has no spack.yaml")
         lock = lock if lock is not None else target.read_lock()
-        fresh = replace(target.make_plan(lock), env_dir=given.env_dir)  # against today's store, same env dir
+        fresh = plan if plan is not None else target.work_plan(lock)  # against today's store, same env dir
         fresh.write(target.plan_path)
         return Prepared(fresh, target.plan_path, lock)
     work = target.workdir
@@ -44,5 +44,5 @@ def prepare(target: Target, lock: Optional[SpackLock] = None) -> Prepared:
     dest_lock = work / "spack.lock"
     same = dest_lock.exists() and os.path.samefile(lock_src, dest_lock)
     write_env_dir(work, manifest, None if same else lock_src)
-    plan = replace(target.make_plan(lock), env_dir=str(work), lock_path=str(dest_lock))
+    plan = plan if plan is not None else target.work_plan(lock)
     return Prepared(plan, plan.write(work / "plan.json"), lock)

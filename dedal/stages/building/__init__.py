@@ -30,10 +30,10 @@ from dedal.stages.workspace import Prepared
 from dedal.ui.progress import BuildProgress
 
 
-def run_build(prepared: Prepared, settings: Settings, *, executor: str, jobs: int, keep_going: bool,
-              quiet: bool = False) -> BuildSummary:
-    plan, plan_path = prepared.plan, prepared.path
-    # every check before the build's first write (the lock was checked when it was prepared)
+def check_build(plan: Plan, settings: Settings) -> Optional[LayerCache]:
+    """Every check of a build before anything is written (bad input writes nothing; the
+    caller prepares the work directory after it): the layer cache's reference, a mirror
+    or every missing layer in the store or the cache, a writable store. The layer cache."""
     store = LayerStore(Path(settings.layer_store))
     cache = (LayerCache(str(settings.get("layer_cache")), insecure=bool(settings.registry_insecure),
                         client_options=client_options(settings))
@@ -42,6 +42,15 @@ def run_build(prepared: Prepared, settings: Settings, *, executor: str, jobs: in
     if not mirror.is_dir():
         _check_without_mirror(plan, store, cache, mirror)
     store.ensure_writable()
+    return cache
+
+
+def run_build(prepared: Prepared, settings: Settings, cache: Optional[LayerCache], *, executor: str, jobs: int,
+              keep_going: bool, quiet: bool = False) -> BuildSummary:
+    """Build the layers ``prepared`` lacks; ``cache``: what :func:`check_build` returned."""
+    plan, plan_path = prepared.plan, prepared.path
+    store = LayerStore(Path(settings.layer_store))
+    mirror = Path(settings.mirror)
     store.reap_temporaries()  # of builds killed on this host (kill -9 during mksquashfs)
     attempts = Attempts(Path(plan.env_dir or plan_path.parent))
     attempt = attempts.start(executor)
