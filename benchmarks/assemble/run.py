@@ -51,7 +51,10 @@ import yaml  # noqa: E402
 from dedal.model import config, sif  # noqa: E402
 from dedal.adapters import overlay, squashfs  # noqa: E402
 from dedal.stages.assemble import assemble  # noqa: E402
-from dedal.stages.workspace import resolve  # noqa: E402
+from dedal.model.image_options import ImageOptions  # noqa: E402
+from dedal.model.sif import source_date_epoch  # noqa: E402
+from dedal.model.target import resolve  # noqa: E402
+from dedal.stages.workspace import prepare  # noqa: E402
 from tests.conftest import SPACK_DATA, dedal_exe  # noqa: E402
 from tests.standin import install_standin, standin_env  # noqa: E402
 
@@ -114,7 +117,10 @@ def cpu_seconds() -> float:
 
 def run_assemble(env_file: Path, settings, out: Path) -> dict:
     c0, t0 = cpu_seconds(), time.monotonic()
-    result = assemble(resolve(str(env_file), settings), settings, output=out, force=True)
+    target = resolve(str(env_file), settings)
+    plan, _path, lock = prepare(target)
+    image = ImageOptions.of(target.env, source_date_epoch=source_date_epoch())
+    result = assemble(plan, image, settings, lock=lock, output=out, force=True)
     wall, cpu = time.monotonic() - t0, cpu_seconds() - c0
     data = result.to_json()
     data["wall_s"] = wall

@@ -43,6 +43,7 @@ from dedal.model import artifacts, verify_report
 from dedal.model.envfile import EnvFile, load_env
 from dedal.model.inputs import load_json
 from dedal.model.plan import Plan
+from dedal.model.target import Target
 
 STAGES = ("fetch", "build", "assemble", "verify", "publish")
 DEFAULT_ENVS_DIR = "spack-envs"
@@ -345,7 +346,7 @@ class Collected:
         return asdict(self)
 
 
-def _plan_of(target: Any) -> Any:
+def _plan_of(target: Target) -> Plan:
     path = target.workdir / "plan.json"
     if path.is_file():
         try:
@@ -355,7 +356,7 @@ def _plan_of(target: Any) -> Any:
     return target.plan()
 
 
-def image_path(target: Any) -> Path:
+def image_path(target: Target) -> Path:
     """Where ``dedal assemble ENV`` (no -o) writes the environment's SIF."""
     # the assemble stage (its adapters, the registry client) only for `dedal ci collect`, not for generate
     from dedal.stages.assemble import image_paths, select_packages
@@ -395,7 +396,7 @@ def _report_dirs(reports_dir: Path, name: str, tag: str, image: Optional[Path]) 
     return found
 
 
-def collect(stage: str, target: Any, directory: Optional[Path] = None, dotenv: Optional[Path] = None) -> Collected:
+def collect(stage: str, target: Target, directory: Optional[Path] = None, dotenv: Optional[Path] = None) -> Collected:
     """Copy the small outputs of ``stage`` for ``target`` into ``directory`` (default
     ``ci-artifacts/<name>/<stage>``; each file written under a temporary name and renamed,
     other files there are left alone). What is not there (a stage that failed early) is

@@ -38,7 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dedal.stages.assemble import assemble  # the stage's imports: only when it runs, not for --help
-    from dedal.stages.workspace import resolve
+    from dedal.model.image_options import ImageOptions
+    from dedal.model.sif import source_date_epoch
+    from dedal.stages.workspace import prepare
+    from dedal.model.target import resolve
 
     settings = from_args(args, layer_store=args.layers, stage_dir=args.stage_dir)
     only = None
@@ -47,10 +50,15 @@ def run(args: argparse.Namespace) -> int:
         if not only:
             raise UserError("--only: no package named")
     target = resolve(args.target, settings)
+    image = ImageOptions.of(target.env, only=only, keep_build_deps=args.keep_build_deps,
+                            runtime_base=args.runtime_base, source_date_epoch=source_date_epoch())
+    if target.given_plan is not None:  # a plan.json as it is: nothing written
+        plan, lock = target.given_plan, None
+    else:  # the work directory prepared, the lock parsed once
+        plan, _path, lock = prepare(target)
     progress = None if args.json else (lambda line: err.print(line, markup=False, highlight=False))
     with Transfers(quiet=args.json):
-        result = assemble(target, settings, output=args.output, only=only, keep_build_deps=args.keep_build_deps,
-                          progress=progress, force=args.force, runtime_base=args.runtime_base)
+        result = assemble(plan, image, settings, lock=lock, output=args.output, progress=progress, force=args.force)
     if args.json:
         print_json(result.to_json())
         return 0

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dedal.stages.workspace import resolve
+    from dedal.model.target import resolve
 
     settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
                          layer_store=args.layers, stage_dir=args.stage_dir, layer_cache=args.cache,
@@ -40,9 +40,13 @@ def run(args: argparse.Namespace) -> int:
     if settings.get("slurm.detach") and settings.executor != "slurm":
         raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")
     target = resolve(args.target, settings)
-    from dedal.stages.building import run_build  # the stage's imports: after the input is checked
+    from dedal.stages.building import check_build, run_build  # the stage's imports: after the input is checked
+    from dedal.stages.workspace import prepare
 
-    summary = run_build(target, executor=settings.executor, jobs=max(1, settings.jobs),
+    lock = target.read_lock()  # parsed once, and checked against the environment file
+    plan = target.work_plan(lock)
+    cache = check_build(plan, settings)  # bad input is refused before anything is written
+    summary = run_build(prepare(target, lock, plan), settings, cache, executor=settings.executor, jobs=max(1, settings.jobs),
                         keep_going=settings.keep_going, quiet=args.json)
     if args.json:
         print_json(summary.to_json())

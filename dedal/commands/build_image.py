@@ -11,7 +11,9 @@ from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, human_size, out, print_json
 from dedal.ui.progress import Transfers
 from dedal.stages.pipeline import STAGES, PipelineSummary, StageFailed, run_pipeline, stage_range
-from dedal.stages.workspace import resolve
+from dedal.model.image_options import ImageOptions
+from dedal.model.sif import source_date_epoch
+from dedal.model.target import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     target = resolve(args.target, settings)
     if target.env is None:
         raise UserError(f"{args.target}: build-image takes an environment file (env.yaml)")
+    image = ImageOptions.of(target.env, source_date_epoch=source_date_epoch())  # the image's date: read here, once
     verify_env = {}
     for pair in args.verify_env:
         key, sep, value = pair.partition("=")
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--verify-env {pair!r}: expected KEY=VALUE")
         verify_env[key] = value
     with Transfers(quiet=args.json):
-        summary = run_pipeline(target, stages=stage_range(args.start, args.until), executor=settings.executor,
+        summary = run_pipeline(target, image, stages=stage_range(args.start, args.until), executor=settings.executor,
                                jobs=max(1, settings.jobs), keep_going=settings.keep_going, quiet=args.json,
                                verify_env=verify_env, reverify=args.reverify)
     if args.json:

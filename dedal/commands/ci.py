@@ -115,7 +115,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_collect(args: argparse.Namespace) -> int:
     from dedal.ci import gitlab as ci  # the stages' imports: only when the command runs
-    from dedal.stages.workspace import resolve
+    from dedal.model.target import resolve
 
     settings = from_args(args)
     target = resolve(args.target, settings)

@@ -14,12 +14,16 @@ import argparse
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from dedal.adapters import mpi, runtime
 from dedal.adapters.runtime import Bind
 from dedal.model import base, config
 from dedal.errors import UserError
+
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
 
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys",
                "/usr", "/var", "/run", "/opt")
@@ -93,7 +97,7 @@ def parse_env(specs: List[str]) -> Dict[str, str]:
     return env
 
 
-def resolve_image(image: str, settings: Any) -> Path:
+def resolve_image(image: str, settings: Settings) -> Path:
     """A path as given, or the root directory of a built base image called ``image``."""
     p = Path(image)
     if p.exists():

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dedal.stages.fetch import envs_checkout, run_fetch  # the stage's imports: only when it runs
-    from dedal.stages.workspace import resolve
+    from dedal.model.target import resolve
 
     settings = from_args(args, mirror=args.mirror, envs_url=args.envs_url, envs_ref=args.envs_ref)
     env_arg = args.target
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         env_arg = str(checkout / args.target)
     target = resolve(env_arg, settings)
     with BuildProgress(0, title=f"fetch {target.name}", quiet=args.json) as progress:
-        result = run_fetch(target, progress=progress, sources_too=not args.lock_only)
+        result, _prepared = run_fetch(target, progress=progress, sources_too=not args.lock_only)
     if args.json:
         print_json(result.to_json())
     elif not result.mirrored:

@@ -33,11 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dedal.model.layers import LayerStore  # imported when the command runs, not for --help
-    from dedal.stages.workspace import resolve
+    from dedal.model.target import resolve
 
     settings = from_args(args, layer_store=args.layers, install_root=args.install_root)
     target = resolve(args.target, settings)
-    plan = target.plan() if target.given_plan else target.make_plan(LayerStore(Path(settings.layer_store)))
+    plan = target.given_plan or target.make_plan(target.read_lock(), LayerStore(Path(settings.layer_store)))
     if args.output:
         plan.write(Path(args.output))
     if args.simulate:

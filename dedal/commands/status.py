@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def env_dir_of(arg: str, settings) -> Tuple[str, Path, Optional[Plan]]:
     # the stages' imports (the build stage's are heavy): only when the command runs, not for --help
     from dedal.stages.building.executors.slurm import RECORD
-    from dedal.stages.workspace import resolve
+    from dedal.model.target import resolve
 
     path = Path(arg)
     if path.is_dir() and not (path / "env.yaml").exists() and \

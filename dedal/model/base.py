@@ -23,12 +23,16 @@ import platform
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 
 from dedal import CHECKOUT
 from dedal.errors import UserError, read_input
 from dedal.model.inputs import parse_yaml
+
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
 
 #: Debian's archive areas a definition may enable (``components:``); main is always needed
 #: (debootstrap builds the root from it)
@@ -365,7 +369,7 @@ def parse_os_release(root: Path) -> Dict[str, str]:
     return result
 
 
-def find_base(name: str, settings: Any) -> Optional[BaseImage]:
+def find_base(name: str, settings: Settings) -> Optional[BaseImage]:
     """The built base for the current definition of ``name``, or None."""
     defn = load_definition(name)
     return read_base(Path(settings.base_cache) / definition_id(defn))
@@ -374,7 +378,7 @@ def find_base(name: str, settings: Any) -> Optional[BaseImage]:
 # ---------------------------------------------------------------------------- listing
 
 
-def list_bases(settings: Any) -> List[Dict[str, Any]]:
+def list_bases(settings: Settings) -> List[Dict[str, Any]]:
     """Every definition (built or not) and every cached base no definition names any more."""
     cache = Path(settings.base_cache)
     rows: List[Dict[str, Any]] = []
@@ -404,14 +408,14 @@ def list_bases(settings: Any) -> List[Dict[str, Any]]:
     return rows
 
 
-def show_base(name: str, settings: Any) -> Dict[str, Any]:
+def show_base(name: str, settings: Settings) -> Dict[str, Any]:
     """The definition of ``name`` and, when built, what the built base holds."""
     defn = load_definition(name)
     img = read_base(Path(settings.base_cache) / definition_id(defn))
     return {"definition": defn.to_json(), "built": img is not None, "base": img.to_json() if img else None}
 
 
-def iter_cached(settings: Any) -> Iterator[BaseImage]:
+def iter_cached(settings: Settings) -> Iterator[BaseImage]:
     cache = Path(settings.base_cache)
     if cache.is_dir():
         for d in sorted(cache.iterdir()):

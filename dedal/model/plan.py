@@ -47,8 +47,10 @@ class PlanNode:
         return f"{self.name}-{self.version}-{self.hash}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """Frozen: resolved once per command and handed to each stage as it is (a stage that
+    needs another plan makes one with ``dataclasses.replace``)."""
     lockfile_version: int
     env_name: str
     tag: str

@@ -20,11 +20,15 @@ import hashlib
 import json
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
 from urllib.parse import quote
 
 from dedal import __version__
 from dedal.model.plan import Plan
+
+if TYPE_CHECKING:
+    from dedal.model.spack_lock import SpackLock
+
 
 SPEC_VERSION = "1.5"
 SCHEMA = "http://cyclonedx.org/schema/bom-1.5.schema.json"
@@ -83,7 +87,7 @@ def make_sbom(
     hashes: Iterable[str],
     *,
     layers: Optional[Mapping[str, Mapping[str, Any]]] = None,
-    lock: Any = None,
+    lock: Optional[SpackLock] = None,
     created: float = 0,
     image_name: Optional[str] = None,
     image_version: Optional[str] = None,

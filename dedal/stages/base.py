@@ -14,7 +14,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
 
 from dedal.adapters import debootstrap, squashfs
 from dedal.adapters import runtime as rt
@@ -25,10 +25,14 @@ from dedal.model.image import STD_PATH, image_tops
 from dedal.model.artifacts import atomic_path, inputs_digest, sha256_file, write_atomic
 from dedal.ui.activity import activity
 
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
+
 Progress = Optional[Callable[[str], None]]
 
 
-def resolve_mirror(defn: BaseDefinition, settings: Any) -> Dict[str, str]:
+def resolve_mirror(defn: BaseDefinition, settings: Settings) -> Dict[str, str]:
     """Mirror URIs: definition, else the ``debian_mirror`` setting, else the host's apt
     sources, else deb.debian.org (the security archive likewise)."""
     host = debootstrap.host_mirrors()
@@ -64,7 +68,7 @@ class _Lock:
         self.fh.close()
 
 
-def ensure_base(name: str, settings: Any, progress: Progress = None, *, rebuild: bool = False) -> BaseImage:
+def ensure_base(name: str, settings: Settings, progress: Progress = None, *, rebuild: bool = False) -> BaseImage:
     """The built base ``name``, building it first if it is not in the cache."""
     defn = load_definition(name)
     bid = definition_id(defn)
@@ -85,7 +89,7 @@ def ensure_base(name: str, settings: Any, progress: Progress = None, *, rebuild:
         return _build(defn, bid, settings, say)
 
 
-def _build(defn: BaseDefinition, bid: str, settings: Any, say: Callable[[str], None]) -> BaseImage:
+def _build(defn: BaseDefinition, bid: str, settings: Settings, say: Callable[[str], None]) -> BaseImage:
     cache = Path(settings.base_cache)
     final = cache / bid
     logs = cache / "logs"
@@ -188,7 +192,7 @@ def _build_apptainer(defn: BaseDefinition, root: Path, log: Path, say: Callable[
     return rt.rpm_packages(root, log=log)
 
 
-def base_root(name: str, settings: Any, progress: Progress = None) -> Tuple[Optional[Path], Dict[str, str]]:
+def base_root(name: str, settings: Settings, progress: Progress = None) -> Tuple[Optional[Path], Dict[str, str]]:
     """The root filesystem builds run in (None: the host), built on first use (its steps
     told to ``progress``), and the environment it defines (e.g. SPACK_PYTHON)."""
     if name == HOST_BASE:
@@ -213,7 +217,7 @@ def sandbox_runner(base_root: Optional[Path], binds: Sequence[rt.Bind], runtime:
     return run
 
 
-def base_sha256(base: Any, settings: Any) -> str:
+def base_sha256(base: Optional[BaseImage], settings: Settings) -> str:
     """sha256 of the base's rootfs.sqfs (the base's content; its id only names its definition),
     remembered per file size and mtime under ``cache_dir`` so that it is hashed once."""
     sqfs = Path(base.squashfs)
@@ -237,7 +241,7 @@ BASE_PART_FORMAT = 1  # bump when what squashfs.pack writes changes: cached part
 _WILDCARD = re.compile(r"[*?\\[\]]")
 
 
-def base_part(base: Any, base_digest: str, tops: Sequence[str], settings: Any, log: Path,
+def base_part(base: Optional[BaseImage], base_digest: str, tops: Sequence[str], settings: Settings, log: Path,
               say: Callable[[str], None]) -> Optional[Path]:
     """The base's squashfs without the top-level entries ``tops`` (those the image
     changes), made once per base and set of names under ``cache_dir``: the image is this

@@ -12,7 +12,7 @@ import json
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
@@ -26,7 +26,8 @@ from dedal.model.base import base_identity, unknown_base
 from dedal.model.git_sources import GitSource, archived_by_sha256
 from dedal.stages.base import base_root, sandbox_runner
 from dedal.model.spack_env import carry_includes, inputs_digest, local_inputs, minimal_manifest, stage_manifest, write_env_dir
-from dedal.stages.workspace import Target, prepare
+from dedal.model.target import Target
+from dedal.stages.workspace import Prepared, prepare
 from dedal.ui.activity import activity
 
 
@@ -314,10 +315,12 @@ def current(work: Path, manifest_digest: str, given_lock: Optional[Path] = None)
     return None
 
 
-def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> FetchResult:  # noqa: ANN001
+def run_fetch(target: Target, *, progress=None,  # noqa: ANN001
+              sources_too: bool = True) -> Tuple[FetchResult, Prepared]:
     """Concretize (unless a lock is given), fill the mirror, write the plan; with
     ``sources_too`` False only the lock and the plan (whether an environment
-    concretizes on its base, offline: sources are a separate matter)."""
+    concretizes on its base, offline: sources are a separate matter). Returns the result and
+    the plan as written, which the later stages of the same command take."""
     started = time.monotonic()
     settings = target.settings
     note = progress.note if progress else (lambda line: None)
@@ -339,7 +342,8 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     if given_lock is None and target.env is not None:
         near = target.env.directory / "spack.lock"
         given_lock = target.env.lock or (near if near.is_file() else None)
-    manifest = carry_includes(target.env.spack_yaml() if target.env else minimal_manifest(target.lock().root_specs), work)
+    bare_lock = None if target.env else target.read_lock()  # a bare lock: its roots make the manifest
+    manifest = carry_includes(target.env.spack_yaml() if target.env else minimal_manifest(bare_lock.root_specs), work)
     write_env_dir(work, manifest, given_lock)
     manifest_digest = inputs_digest(work / "spack.yaml", manifest)
     stamp = work / CONCRETIZED_STAMP
@@ -380,9 +384,9 @@ def run_fetch(target: Target, *, progress=None, sources_too: bool = True) -> Fet
     if sources_too:
         total, before, missing, listed = _fill_mirror(spack, fenv, work, logs, mirror, note, settings.pypi_index,
                                                       archived_by_sha256(local_inputs(manifest)))
-    plan, plan_path = prepare(Target(settings, target.name, env=target.env, lock_path=work / "spack.lock",
-                                     lock_base=target.lock_base))
+    prepared = prepare(replace(target, lock_path=work / "spack.lock", plan_path=None, given_plan=None),
+                       bare_lock if given_lock is not None else None)  # a given lock was copied as it is
     return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
                        concretized=concretized, sources=total, already_present=total - before,
-                       fetched=before - len(missing), plan=str(plan_path), seconds=time.monotonic() - started,
-                       listed=listed, mirrored=sources_too)
+                       fetched=before - len(missing), plan=str(prepared.path), seconds=time.monotonic() - started,
+                       listed=listed, mirrored=sources_too), prepared

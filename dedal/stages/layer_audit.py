@@ -29,7 +29,7 @@ import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from dedal.adapters import squashfs
 from dedal.errors import DedalError, ToolError, UserError
@@ -49,6 +49,11 @@ __all__ = [
     "unpack_layer", "parallel",
 ]
 
+if TYPE_CHECKING:
+    from dedal.model.layers import LayerStore
+    from dedal.model.plan import Plan
+
+
 
 def tree_entries(top: Path) -> List[Dict[str, str]]:
     """The entries of an unpacked layer as the filesystem has them (lstat, readlink), in the
@@ -64,7 +69,7 @@ def tree_entries(top: Path) -> List[Dict[str, str]]:
     return result
 
 
-def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[str], None],
+def audit_layers(plan: Plan, hashes: Sequence[str], store: LayerStore, say: Callable[[str], None],
                  memo: Optional[Path] = None) -> List[LayerInfo]:
     """Check every layer of ``hashes`` (externals have none); UserError for the first
     problem, after listing every missing layer at once.
@@ -85,7 +90,7 @@ def audit_layers(plan: Any, hashes: Sequence[str], store: Any, say: Callable[[st
     return infos
 
 
-def audit_layer(node: Any, store: Any, install_root: str, memo: Optional[Path] = None) -> LayerInfo:
+def audit_layer(node: Any, store: LayerStore, install_root: str, memo: Optional[Path] = None) -> LayerInfo:
     """Check one layer (of plan node ``node``) against its manifest and the entry rules;
     UserError for the first problem. See :func:`audit_layers` for ``memo``."""
     h = node.hash
@@ -151,7 +156,7 @@ def _check_listing(sqfs: Path, digest: str, prefix: str, install_root: str, wher
     return len(entries)
 
 
-def audit_store(store: Any, memo: Optional[Path] = None) -> Any:
+def audit_store(store: LayerStore, memo: Optional[Path] = None) -> Any:
     """``store.verify()`` (sha256 against the manifests, orphans, temporaries) and the entry
     audit of every layer it found whole, against its own manifest's prefix and install
     root: a layer that would be refused where it is used (stored by a dedal that did not
@@ -166,7 +171,7 @@ def audit_store(store: Any, memo: Optional[Path] = None) -> Any:
     return check
 
 
-def audit_stored(store: Any, key: str, memo: Optional[Path] = None) -> int:
+def audit_stored(store: LayerStore, key: str, memo: Optional[Path] = None) -> int:
     """The entry audit of the store's layer ``key`` against its own manifest (prefix,
     install root; the sha256 the memo is keyed by is the manifest's: callers that have not
     checked it run :meth:`LayerStore.verify` first). UserError naming the layer."""

@@ -18,13 +18,16 @@ from dedal.errors import DedalError, UserError
 from dedal.model.config import Settings
 from dedal.model import verify_report
 from dedal.model.artifacts import sha256_file
+from dedal.model.image_options import ImageOptions
+from dedal.model.plan import Plan
+from dedal.model.target import Target
 from dedal.model.verify_report import VerifyRecord
 from dedal.stages.assemble import assemble as do_assemble, image_paths
-from dedal.stages.building import run_build
+from dedal.stages.building import check_build, run_build
 from dedal.stages.fetch import run_fetch
 from dedal.stages.verify import (Given, Options, gate_allows, gate_refusal, skipped_text, verdict_with,
                                   verify as run_verify, verify_options as merge_verify_options)
-from dedal.stages.workspace import Target
+from dedal.stages.workspace import Prepared, prepare
 from dedal.ui.progress import BuildProgress
 
 STAGES = ("fetch", "build", "assemble", "verify", "publish")
@@ -95,9 +98,10 @@ def _registry(target: Target) -> str:
     return target.settings.registry
 
 
-def _image_path(target: Target) -> Path:
-    """Where `dedal assemble` puts this environment's image by default."""
-    return image_paths(target.settings, target.plan(), None, [])[0]
+def _image_path(target: Target, plan: Optional[Plan]) -> Path:
+    """Where `dedal assemble` puts this environment's image by default; ``plan``: this run's,
+    if a stage prepared it (else the target's is read, nothing written)."""
+    return image_paths(target.settings, plan if plan is not None else target.plan(), None, [])[0]
 
 
 def _verify_report(outdir: Path, sha256: str, settings_sha256: str) -> Tuple[Optional[VerifyRecord], Optional[str]]:
@@ -145,6 +149,7 @@ def verify_options(target: Target, image: Path, outdir: Path, verify_env: Option
 
 def run_pipeline(
     target: Target,
+    image: ImageOptions,
     *,
     stages: List[str],
     executor: str,
@@ -154,7 +159,17 @@ def run_pipeline(
     verify_env: Optional[Dict[str, str]] = None,
     reverify: bool = False,
 ) -> PipelineSummary:
+    """Run ``stages`` of ``target``'s environment in order. The plan is prepared once (by
+    fetch, else by the first stage that needs it) and every later stage takes it;
+    ``image`` (the image options and date) the command resolved."""
     settings: Settings = target.settings
+    prepared: List[Prepared] = []  # the one plan of this run, once a stage has prepared it
+
+    def the_plan() -> Prepared:
+        if not prepared:
+            prepared.append(prepare(target))
+        return prepared[0]
+
     summary = PipelineSummary(env=target.name, stages=[StageRecord(s) for s in STAGES])
     records = {r.name: r for r in summary.stages}
     for r in summary.stages:
@@ -183,14 +198,22 @@ def run_pipeline(
             record.status = "done"
 
     def fetch(record: StageRecord) -> None:
-        result = run_fetch(target, progress=progress)
+        result, fetched = run_fetch(target, progress=progress)
+        prepared[:] = [fetched]
         sources = f"{result.sources} sources ({result.fetched} fetched)"
         record.detail = f"{sources}, {'concretized' if result.concretized else 'lock reused'}"
         if not result.concretized and result.fetched == 0:
             record.status = "current"
 
     def build(record: StageRecord) -> None:
-        result = run_build(target, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
+        if prepared:  # by fetch
+            cache = check_build(prepared[0].plan, settings)
+        else:  # every check before the work directory is written
+            lock = target.read_lock()
+            plan = target.work_plan(lock)
+            cache = check_build(plan, settings)
+            prepared.append(prepare(target, lock, plan))
+        result = run_build(prepared[0], settings, cache, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
         summary.layers_built = len(result.built)
         summary.layers_reused = len(result.reused)
         record.detail = f"{len(result.built)} built, {len(result.reused)} reused"
@@ -207,7 +230,8 @@ def run_pipeline(
             raise StageFailed(f"{len(result.failed)} package(s) failed: {failed}")
 
     def assemble(record: StageRecord) -> None:
-        result = do_assemble(target, settings, progress=note)
+        plan, _path, lock = the_plan()
+        result = do_assemble(plan, image, settings, lock=lock, progress=note)
         summary.image, summary.image_size, summary.image_sha256 = result.image, result.size, result.sha256
         record.detail = f"{result.image} ({result.size / 2**20:.1f} MiB, {len(result.layers)} layers)"
         if result.status == "present":
@@ -216,7 +240,7 @@ def run_pipeline(
     def need_image() -> None:
         if summary.image:
             return
-        path = _image_path(target)
+        path = _image_path(target, prepared[0].plan if prepared else None)
         if not path.is_file():
             raise UserError(f"no image {path} yet: run the assemble stage first (--from assemble)")
         summary.image, summary.image_size, summary.image_sha256 = str(path), path.stat().st_size, sha256_file(path)

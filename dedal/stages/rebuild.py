@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import yaml
 
@@ -36,6 +36,10 @@ from dedal.model.image import BASE_FILE, ENV_FILE, ENV_IN_IMAGE, RUNTIME_BASE_FI
 from dedal.stages import image_files
 from dedal.stages.reproducible import LABEL as SDE_LABEL
 from dedal.stages.sifdiff import DiffResult, diff_images
+
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
 
 Progress = Optional[Callable[[str], None]]
 
@@ -128,7 +132,7 @@ def check_carried(env_dir: Path, where: str) -> None:
                             "(base-images/<name>.yaml) and compares them with the carried definition")
 
 
-def check_inputs(env_dir: Path, labels: Dict[str, str], settings: Any) -> Dict[str, Any]:
+def check_inputs(env_dir: Path, labels: Dict[str, str], settings: Settings) -> Dict[str, Any]:
     """The overrides that make this dedal use the image's inputs; UserError where it cannot."""
     overrides: Dict[str, Any] = {}
     for carried, label in ((BASE_FILE, "dedal.base.image"), (RUNTIME_BASE_FILE, "dedal.runtime_base.image")):
@@ -183,14 +187,18 @@ def rebuild(image: Path, settings_for: Callable[[Dict[str, Any]], Any], *, workd
     settings = settings_for(overrides)
 
     from dedal.stages.pipeline import run_pipeline
-    from dedal.stages.workspace import resolve
+    from dedal.model.image_options import ImageOptions
+    from dedal.model.target import resolve
 
     target = resolve(str(env_file), settings)
+    # assembly takes the date as a value; the variable is set too, for the tools the build runs
+    # (compilers honour it) as they ran when the image was made
     saved = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = str(sde)
     try:
         say(f"fetch, build, assemble {target.name} with SOURCE_DATE_EPOCH={sde}")
-        summary = run_pipeline(target, stages=["fetch", "build", "assemble"], executor=settings.executor,
+        summary = run_pipeline(target, ImageOptions.of(target.env, source_date_epoch=sde),
+                               stages=["fetch", "build", "assemble"], executor=settings.executor,
                                jobs=max(1, int(settings.jobs or 1)), keep_going=False, quiet=quiet)
     finally:
         if saved is None:

@@ -5,31 +5,33 @@ Every time stamp of an image (the labels ``org.opencontainers.image.created`` an
 descriptors, the SBOM's timestamp, the ``installation_time`` of every record of Spack's
 database) is this date, so that the same inputs give the same bytes:
 
-1. ``SOURCE_DATE_EPOCH`` from the environment, when set (https://reproducible-builds.org/specs/source-date-epoch/);
+1. ``SOURCE_DATE_EPOCH`` from the environment, when set (https://reproducible-builds.org/specs/source-date-epoch/),
+   as the command read it (:attr:`dedal.model.image_options.ImageOptions.source_date_epoch`);
 2. else the committer date of the lock's Spack commit in the Spack checkout used: the
    newest input whose date the inputs themselves fix (the lock names that commit);
 3. else 0 (1970-01-01T00:00:00Z: no date known, e.g. a Spack checkout without git).
 
 Never the wall clock: when a build ran stays in the layer manifests, the build report
-and the pipeline's artifacts, not in the image. `dedal rebuild` sets the variable to the
-image's ``dedal.source_date_epoch`` label.
+and the pipeline's artifacts, not in the image. `dedal rebuild` passes the
+image's ``dedal.source_date_epoch`` label as that value.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Tuple
+from typing import Optional, Tuple
 
 from dedal.adapters import git as git_adapter
 from dedal.adapters import spack as spack_adapter
 from dedal.errors import UserError
-from dedal.model.sif import source_date_epoch
+from dedal.model.config import Settings
+from dedal.model.plan import Plan
 
 LABEL = "dedal.source_date_epoch"
 
 
-def image_date(plan: Any, settings: Any) -> Tuple[int, str]:
-    """(seconds since 1970, where it came from) for an image of ``plan``."""
-    sde = source_date_epoch()
+def image_date(plan: Plan, settings: Settings, sde: Optional[int]) -> Tuple[int, str]:
+    """(seconds since 1970, where it came from) for an image of ``plan``; ``sde``: the
+    ``SOURCE_DATE_EPOCH`` the command read (None when unset)."""
     if sde is not None:
         return sde, "SOURCE_DATE_EPOCH"
     commit = str(getattr(plan, "spack_commit", "") or "")

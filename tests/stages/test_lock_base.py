@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dedal.model.config import load_settings
-from dedal.stages.workspace import prepare, resolve
+from dedal.model.target import resolve
+from dedal.stages.workspace import prepare
 from tests.conftest import SPACK_DATA
 
 LOCK = SPACK_DATA / "tiny-dedal.spack.lock"
@@ -30,7 +31,7 @@ def _lock(where: Path) -> Path:
 def _record_plan(lock: Path, settings, **changes) -> Path:
     """The plan.json `dedal fetch` writes next to its lock, made on the CUDA base."""
     cuda = load_settings(config_file=None, environ={}, overrides={"data_dir": settings.data_dir, "base_image": CUDA})
-    plan = resolve(str(lock), cuda).make_plan().to_json()
+    plan = resolve(str(lock), cuda).plan().to_json()
     plan.update({"lock_path": str(lock), **changes})
     (lock.parent / "plan.json").write_text(json.dumps(plan))
     return lock.parent / "plan.json"
@@ -82,7 +83,7 @@ def test_the_work_directory_keeps_the_recorded_base(tmp_path, settings):
     written there keeps the base recorded beside the given lock, not the setting."""
     lock = _lock(tmp_path / "gpu")
     _record_plan(lock, settings)
-    plan, path = prepare(resolve(str(lock), settings))
+    plan, path, _parsed = prepare(resolve(str(lock), settings))
     assert plan.base_image == CUDA and json.loads(path.read_text())["base_image"] == CUDA
     assert path.parent == Path(settings.work_dir) / "gpu"
 
@@ -101,12 +102,12 @@ def test_runtime_base_is_planned_but_keys_stay_the_build_bases(tmp_path, setting
         target = resolve(str(envdir / "env.yaml"), settings)
         return target, prepare(target)
 
-    target, (plan, plan_file) = plan_for({"runtime_base": "debian-trixie-cuda-runtime"}, "with")
+    target, (plan, plan_file, _parsed) = plan_for({"runtime_base": "debian-trixie-cuda-runtime"}, "with")
     assert target.runtime_base == "debian-trixie-cuda-runtime" and plan.runtime_base == "debian-trixie-cuda-runtime"
     again = resolve(str(plan_file), settings)
     assert (again.base_image, again.runtime_base) == (CUDA, "debian-trixie-cuda-runtime")
     assert prepare(again)[0].runtime_base == "debian-trixie-cuda-runtime"  # kept when the plan is refreshed
-    plain_target, (plain, plain_file) = plan_for({}, "without")
+    plain_target, (plain, plain_file, _parsed) = plan_for({}, "without")
     assert plain_target.runtime_base == CUDA and plain.runtime_base == ""
     assert plain.layer_keys() == plan.layer_keys() and plain.base_id == plan.base_id
     old = json.loads(plain_file.read_text())

@@ -2,6 +2,9 @@
 not run: a GPU image verified on a host without GPU is never "good" enough for the strict gate."""
 from __future__ import annotations
 
+import dataclasses
+
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +16,8 @@ from dedal.model.artifacts import sha256_file
 from dedal.stages import pipeline
 from dedal.stages.verify.checks import CheckResult, skipped_check
 from dedal.stages.verify.report import VerifyReport, write_report
-from dedal.stages.workspace import Target
+from dedal.model.image_options import ImageOptions
+from dedal.model.target import Target
 
 
 def _gpu_report(image: Path, sha256: str, target: Target) -> VerifyReport:
@@ -33,15 +37,15 @@ def _target(tmp_path: Path, monkeypatch, gate: str):
     image = tmp_path / "images" / "gpu.sif"
     image.parent.mkdir()
     image.write_bytes(b"not really a SIF: the verify stage only hashes it here")
-    monkeypatch.setattr(pipeline, "_image_path", lambda target: image)
+    monkeypatch.setattr(pipeline, "_image_path", lambda target, plan: image)
     settings = load_settings(config_file=None, environ={}, overrides={
         "data_dir": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache"), "verify_gate": gate})
     return Target(settings=settings, name="gpu"), image
 
 
 def _run(target: Target, **kw) -> pipeline.PipelineSummary:
-    return pipeline.run_pipeline(target, stages=["verify", "publish"], executor="local", jobs=1, keep_going=False,
-                                 quiet=True, **kw)
+    return pipeline.run_pipeline(target, ImageOptions(), stages=["verify", "publish"], executor="local", jobs=1,
+                                 keep_going=False, quiet=True, **kw)
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["report-of-this-image", "verified-now"])
@@ -96,8 +100,9 @@ def test_a_report_made_with_other_settings_is_not_current(tmp_path, monkeypatch)
         report=_gpu_report(image, sha256_file(image), target), paths=write_report(
             _gpu_report(image, sha256_file(image), target), opts.output)))
     assert _run(target).ok and not ran  # same settings: the report is current
-    target.env = EnvFile(path=tmp_path / "env.yaml", spack={}, name="gpu",
-                         verify=VerifySpec(apps=[AppCheck(name="ring", command=["python3", "ring.py"])]))
+    ring = AppCheck(name="ring", command=["python3", "ring.py"])
+    target = replace(target, env=EnvFile(path=tmp_path / "env.yaml", spack={}, name="gpu",  # a Target is frozen
+                                         verify=VerifySpec(apps=[ring])))
     outdir = Path(target.settings.reports_dir) / "gpu" / "latest"  # build-image's report directory with an env file
     write_report(_gpu_report(image, sha256_file(image), target), outdir)
     assert _run(target).ok and not ran  # the report of these settings is current too
@@ -125,7 +130,8 @@ def _publish_only(tmp_path, monkeypatch, gate: str, report: bool):
     sent = []
     monkeypatch.setattr(publish_stage, "publish", lambda sif, refs, **kw: sent.append(kw) or SimpleNamespace(
         references=refs, blobs_uploaded=[]))
-    summary = pipeline.run_pipeline(target, stages=["publish"], executor="local", jobs=1, keep_going=False, quiet=True)
+    summary = pipeline.run_pipeline(target, ImageOptions(), stages=["publish"], executor="local", jobs=1,
+                                    keep_going=False, quiet=True)
     return summary, {s.name: s for s in summary.stages}, sent, _outdir(target, image)
 
 
@@ -171,7 +177,7 @@ def test_build_image_and_dedal_verify_merge_the_env_file_alike(tmp_path, monkeyp
     target, image = _target(tmp_path, monkeypatch, "good")
     env_file = tmp_path / "env.yaml"
     env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": verify}}))
-    target.env = load_env(env_file)
+    target = dataclasses.replace(target, env=load_env(env_file))  # Target is frozen
     monkeypatch.setenv("DEDAL_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("DEDAL_CACHE_DIR", str(tmp_path / "cache"))
     from_pipeline = pipeline.verify_options(target, image, _outdir(target, image))

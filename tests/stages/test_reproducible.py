@@ -11,6 +11,7 @@ import pytest
 
 from dedal.model import sif
 from dedal.model.layers import LayerStore
+from dedal.model.sif import source_date_epoch
 from dedal.stages.reproducible import LABEL, image_date
 from dedal.stages.sifdiff import diff_images, render
 from tests.fixtures.images import build_env, require_root
@@ -36,21 +37,22 @@ def test_image_date_rules(tmp_path, monkeypatch):
     plan, settings = _Plan(), _Settings(spack)
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     plan.spack_commit = commit
-    assert image_date(plan, settings) == (1717734514, f"the date of Spack commit {commit[:10]}")
+    # the command reads SOURCE_DATE_EPOCH once (source_date_epoch) and hands the value on
+    assert image_date(plan, settings, source_date_epoch()) == (1717734514, f"the date of Spack commit {commit[:10]}")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    assert image_date(plan, settings) == (1700000000, "SOURCE_DATE_EPOCH")
+    assert image_date(plan, settings, source_date_epoch()) == (1700000000, "SOURCE_DATE_EPOCH")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", " ")  # empty counts as unset
-    assert image_date(plan, settings)[0] == 1717734514
+    assert image_date(plan, settings, source_date_epoch())[0] == 1717734514
     monkeypatch.delenv("SOURCE_DATE_EPOCH")
     plan.spack_commit = "0" * 40  # not in the checkout: no date known, never the wall clock
-    assert image_date(plan, settings)[0] == 0
+    assert image_date(plan, settings, None)[0] == 0
     shutil.rmtree(spack / ".git")
     plan.spack_commit = commit
-    assert image_date(plan, settings)[0] == 0
+    assert image_date(plan, settings, None)[0] == 0
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
     from dedal.errors import UserError
     with pytest.raises(UserError, match="SOURCE_DATE_EPOCH: expected seconds"):
-        image_date(plan, settings)
+        source_date_epoch()
 
 
 def test_two_builds_give_the_same_bytes(tmp_path):

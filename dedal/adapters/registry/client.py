@@ -46,7 +46,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, IO, Any, Callable, Dict, List, Optional, Tuple, Union
 
 import oras.container
 import oras.provider
@@ -63,6 +63,10 @@ from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, 
 from dedal.ui.activity import Activity, activity
 from dedal.ui.console import human_size
 from dedal.ui.progress import meter
+
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
 
 log = logging.getLogger("dedal.registry")
 
@@ -574,7 +578,7 @@ def local_registry(host: str) -> bool:
     return addr.version == 4 and any(addr in ipaddress.ip_network(n) for n in PRIVATE_NETWORKS)
 
 
-def client_options(settings: Any) -> Dict[str, Any]:
+def client_options(settings: Settings) -> Dict[str, Any]:
     """RegistryClient keyword arguments from dedal's settings (registry_deadline_s,
     registry_timeout_s): the bounds of every registry operation."""
     return {"deadline": float(settings.registry_deadline_s), "timeout": float(settings.registry_timeout_s)}

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping
+from typing import Optional, TYPE_CHECKING, Any, Dict, Mapping
 
 from dedal.model.image import MOUNT_POINTS, SYMLINKS
 from dedal.stages.assemble.tree import mkdirs, write_file
+
+if TYPE_CHECKING:
+    from dedal.model.base import BaseImage
+
 
 # Same behaviour as the files `apptainer build` writes (internal/pkg/build/sources/
 # base_environment.go), written here in dedal's words.
@@ -109,7 +113,7 @@ def write_apptainer_files(tree: Path, *, env90: str, env91: str, runscript: str,
             write_file(p, "", 0o644)
 
 
-def base_singularity(base: Any) -> Dict[str, Any]:
+def base_singularity(base: Optional[BaseImage]) -> Dict[str, Any]:
     """What a base built by Apptainer carries in /.singularity.d (labels, %environment,
     $SINGULARITY_ENVIRONMENT, runscript), which an image built from it inherits."""
     found: Dict[str, Any] = {"labels": {}, "90-environment.sh": "", "91-environment.sh": "", "runscript": ""}

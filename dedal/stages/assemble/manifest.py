@@ -9,13 +9,19 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal import __version__
 from dedal.errors import UserError
 from dedal.model.artifacts import sha256_file
 from dedal.stages.layer_audit import LayerInfo
 from dedal.stages.assemble.metadata import base_json, iso_date
+
+if TYPE_CHECKING:
+    from dedal.model.base import BaseImage
+    from dedal.model.config import Settings
+    from dedal.model.plan import Plan
+
 
 IMAGE_FORMAT = 1
 
@@ -52,7 +58,7 @@ class AssembleResult:
         return asdict(self)
 
 
-def image_paths(settings: Any, plan: Any, output: Optional[Union[str, os.PathLike]],
+def image_paths(settings: Settings, plan: Plan, output: Optional[Union[str, os.PathLike]],
                 only_names: Sequence[str]) -> Tuple[Path, Path, Path]:
     """(SIF, image manifest, SBOM): ``output`` and its siblings, else
     ``<images_dir>/<env>/<tag>[-only-<names>].sif``."""
@@ -72,7 +78,8 @@ def image_paths(settings: Any, plan: Any, output: Optional[Union[str, os.PathLik
     return sif_path, sif_path.with_name(f"{stem}.image.json"), sif_path.with_name(f"{stem}.sbom.cdx.json")
 
 
-def image_manifest(result: AssembleResult, digest: str, plan: Any, base: Any, infos: Sequence[LayerInfo],
+def image_manifest(result: AssembleResult, digest: str, plan: Plan, base: Optional[BaseImage],
+                   infos: Sequence[LayerInfo],
                     hashes: Sequence[str], runtime: Any = None) -> Dict[str, Any]:
     """The manifest: ``base`` is the build base (the layers' key), ``runtime`` the base the
     image was assembled on where it is another."""

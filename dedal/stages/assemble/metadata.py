@@ -7,13 +7,19 @@ import hashlib
 import json
 import re
 from datetime import datetime, timezone
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from dedal import __version__
 from dedal.errors import UserError
 from dedal.model.base import input_labels
 from dedal.model.image import ENV_SCRIPT, SBOM_IN_IMAGE
 from dedal.stages.layer_audit import LayerInfo
+
+if TYPE_CHECKING:
+    from dedal.model.base import BaseImage
+    from dedal.model.plan import Plan
+    from dedal.model.spack_lock import SpackLock
+
 
 VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda", "nccl")
 _UPSTREAM = re.compile(r"\d+(?:\.\d+)+")
@@ -23,7 +29,8 @@ def iso_date(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def image_versions(plan: Any, hashes: Sequence[str], base: Any) -> Tuple[Dict[str, str], Dict[str, str]]:
+def image_versions(plan: Plan, hashes: Sequence[str],
+                   base: Optional[BaseImage]) -> Tuple[Dict[str, str], Dict[str, str]]:
     """Versions of Open MPI, PMIx, UCX, CUDA in the image: a Spack package of the image
     wins (its view comes first on PATH), else what the base recorded."""
     versions: Dict[str, str] = {}
@@ -57,7 +64,7 @@ def pmix_version_of_header(text: str) -> Optional[str]:
     return f"{int(parts['MAJOR'])}.{int(parts['MINOR'])}.{int(parts['RELEASE'])}"
 
 
-def bundled_pmix_node(plan: Any, hashes: Sequence[str], lock: Any) -> Optional[Any]:
+def bundled_pmix_node(plan: Plan, hashes: Sequence[str], lock: SpackLock) -> Optional[Any]:
     """The image's Spack-built Open MPI when it carries its own PMIx (``+internal-pmix``) and
     no PMIx package of the image stands beside it: then that bundled PMIx is the one its
     ranks talk to, not a PMIx the base has."""
@@ -70,7 +77,8 @@ def bundled_pmix_node(plan: Any, hashes: Sequence[str], lock: Any) -> Optional[A
     return plan.nodes[h] if params.get("internal-pmix") is True else None
 
 
-def make_labels(plan: Any, base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
+def make_labels(plan: Plan, base: Optional[BaseImage], infos: Sequence[LayerInfo], roots: Sequence[str],
+                only_names: Sequence[str],
             keep_build_deps: bool, versions: Mapping[str, str], sources: Mapping[str, str], created: int,
             description: str, user: Mapping[str, str], inherited: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     date = iso_date(created)
@@ -136,7 +144,7 @@ def runtime_base_labels(build: Any, runtime: Any, digest: str, shared: int) -> D
     return labels
 
 
-def definition_text(plan: Any, base: Any, labels: Mapping[str, str], env91: str, runscript: str,
+def definition_text(plan: Plan, base: Optional[BaseImage], labels: Mapping[str, str], env91: str, runscript: str,
                     runtime: Any = None) -> str:
     """The definition object: not an Apptainer recipe (no `apptainer build` made this image),
     a readable record of what went in, in the definition file's syntax."""
@@ -157,8 +165,8 @@ def definition_text(plan: Any, base: Any, labels: Mapping[str, str], env91: str,
     return text
 
 
-def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str, env90: str, env91: str, plan: Any,
-              base: Any, infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
+def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str, env90: str, env91: str, plan: Plan,
+              base: Optional[BaseImage], infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
               keep_build_deps: bool, versions: Mapping[str, str], runtime: Any = None) -> Dict[str, Any]:
     """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own section."""
     return {
@@ -178,7 +186,7 @@ def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str,
     }
 
 
-def base_json(plan: Any, base: Any) -> Dict[str, Any]:
+def base_json(plan: Plan, base: Optional[BaseImage]) -> Dict[str, Any]:
     if base is None:
         return {"name": plan.base_image, "id": plan.base_id}
     return {"name": base.name, "id": base.id, "os": base.os_release.get("PRETTY_NAME", ""),

@@ -26,13 +26,18 @@ import json
 import posixpath
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
 from dedal.errors import UserError
 from dedal.model.envfile import load_yaml
 from dedal.model.image import BASE_FILE, ENV_FILE, ENV_IN_IMAGE, RUNTIME_BASE_FILE
+from dedal.model.plan import Plan
+
+if TYPE_CHECKING:
+    from dedal.model.base import BaseImage
+
 
 KEEP = ("spack.yaml", "spack.lock", ENV_FILE, BASE_FILE, RUNTIME_BASE_FILE, "repos", "includes")
 _IGNORED = ("__pycache__",)
@@ -93,14 +98,14 @@ def copy_inputs(manifest: Mapping[str, Any], env_dir: Path) -> None:
         d.chmod(0o755)
 
 
-def dedal_section(plan: Any, env: Any, *, only: List[str], keep_build_deps: bool, runscript: str,
+def dedal_section(plan: Plan, env_file: Optional[Path], *, only: List[str], keep_build_deps: bool, runscript: str,
                   labels: Mapping[str, str], description: str, runtime_base: str = "") -> Dict[str, Any]:
     """The ``dedal:`` section of ``env.yaml``: the environment file's own (verify and
     registry settings kept), with every value that decides the image made explicit."""
     raw: Dict[str, Any] = {}
-    if env is not None:
+    if env_file is not None:
         try:
-            found = load_yaml(Path(env.path)).get("dedal") or {}
+            found = load_yaml(Path(env_file)).get("dedal") or {}
             raw = dict(found) if isinstance(found, dict) else {}
         except (UserError, OSError):  # read once already; the values below are what counts
             raw = {}
@@ -117,7 +122,7 @@ def dedal_section(plan: Any, env: Any, *, only: List[str], keep_build_deps: bool
     return raw
 
 
-def definition_of(base: Any) -> Optional[Path]:
+def definition_of(base: Optional[BaseImage]) -> Optional[Path]:
     """The definition file a built base keeps beside its root (None: host, or none kept)."""
     return Path(base.path) / base.definition_file if base is not None and base.definition_file else None
 

@@ -2,14 +2,18 @@
 dependencies dropped unless ``keep_build_deps``), or of the roots that ``--only`` names."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from dedal.errors import UserError
+
+if TYPE_CHECKING:
+    from dedal.model.plan import Plan
+
 
 RUNTIME_TYPES = frozenset(("link", "run"))
 
 
-def _closure(plan: Any, starts: Sequence[str], types: Optional[frozenset]) -> List[str]:
+def _closure(plan: Plan, starts: Sequence[str], types: Optional[frozenset]) -> List[str]:
     seen: Dict[str, None] = {}
     stack = list(starts)
     while stack:
@@ -23,7 +27,7 @@ def _closure(plan: Any, starts: Sequence[str], types: Optional[frozenset]) -> Li
     return list(seen)
 
 
-def match_specs(plan: Any, only: Sequence[str]) -> List[str]:
+def match_specs(plan: Plan, only: Sequence[str]) -> List[str]:
     """The DAG hashes ``only`` names: ``name``, ``name@version`` or ``/hash-prefix``; roots
     first, then any package of the runtime closure (an MPI-only image of a bigger env)."""
     runtime = [h for h in plan.runtime_closure if not plan.nodes[h].external]
@@ -53,7 +57,7 @@ def match_specs(plan: Any, only: Sequence[str]) -> List[str]:
     return chosen
 
 
-def select_packages(plan: Any, only: Optional[Sequence[str]] = None,
+def select_packages(plan: Plan, only: Optional[Sequence[str]] = None,
                     keep_build_deps: bool = False) -> Tuple[List[str], List[str]]:
     """(roots, every package of the image in dependency order, externals included)."""
     order = plan.runtime_layers(keep_build_deps=True)

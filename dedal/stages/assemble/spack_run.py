@@ -11,7 +11,7 @@ import posixpath
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence
 
 from dedal.adapters import runtime as rt, spack as spack_adapter
 from dedal.errors import UserError
@@ -20,9 +20,15 @@ from dedal.model.spack_env import local_inputs
 from dedal.stages.assemble.envscript import activation_script
 from dedal.stages.assemble.tree import mkdirs, write_file
 
+if TYPE_CHECKING:
+    from dedal.model.base import BaseImage
+    from dedal.model.config import Settings
+    from dedal.model.plan import Plan
 
-def run_spack(tree: Path, plan: Any, settings: Any, base: Any, manifest: Mapping[str, Any], log: Path,
-               say: Callable[[str], None]) -> str:
+
+
+def run_spack(tree: Path, plan: Plan, settings: Settings, base: Optional[BaseImage], manifest: Mapping[str, Any],
+              log: Path, say: Callable[[str], None]) -> str:
     """reindex, view, activation inside the tree; returns the 91-environment.sh text."""
     spack_root = spack_adapter.locate(settings)
     cache = spack_adapter.user_cache(settings, spack_root)

@@ -55,7 +55,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal import __version__
 from dedal.adapters import squashfs
@@ -67,9 +67,11 @@ from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
 from dedal.model import artifacts
 from dedal.model.artifacts import sha256_file
 from dedal.model.layers import LayerStore
+from dedal.model.config import Settings
+from dedal.model.image_options import ImageOptions
 from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
-from dedal.model.spack_lock import load_lock
+from dedal.model.spack_lock import SpackLock, load_lock
 from dedal.stages.assemble import provenance
 from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
 from dedal.stages.layer_audit import LayerInfo, audit_layers, inside
@@ -85,7 +87,6 @@ from dedal.stages.assemble.tree import ImageTree, extract_layers, mkdirs, write_
 from dedal.stages.base import base_part, base_sha256, ensure_base
 from dedal.stages.reproducible import LABEL as SDE_LABEL, image_date
 from dedal.stages.stage_dir import Stage
-from dedal.stages.workspace import Target, prepare
 
 Progress = Optional[Callable[[str], None]]
 
@@ -97,7 +98,7 @@ def _say(progress: Progress, start: float) -> Callable[[str], None]:
     return say
 
 
-def _find_base(plan: Any, settings: Any, say: Callable[[str], None]) -> Any:
+def _find_base(plan: Plan, settings: Settings, say: Callable[[str], None]) -> Any:
     """The built base the plan's layers were made for (None for the host)."""
     if plan.base_image == HOST_BASE:
         return None
@@ -113,20 +114,6 @@ def _find_base(plan: Any, settings: Any, say: Callable[[str], None]) -> Any:
     return img
 
 
-def _resolve_plan(target_or_plan: Any) -> Tuple[Any, Any]:
-    """(plan, env file or None) from a Target (env.yaml, lock, plan.json) or a Plan."""
-    if isinstance(target_or_plan, Plan):
-        return target_or_plan, None
-    if not isinstance(target_or_plan, Target):
-        raise TypeError("assemble() takes a workspace.Target or a plan.Plan")
-    target = target_or_plan
-    if target.given_plan is not None:
-        return target.given_plan, None
-
-    plan, _path = prepare(target)
-    return plan, target.env
-
-
 def reap_temporaries(*outputs: Path) -> List[str]:
     """Remove what an assembly of these outputs killed outright (kill -9, a node lost)
     left: the temporaries named after them (:func:`dedal.model.artifacts.temp_path`) whose
@@ -138,8 +125,8 @@ def reap_temporaries(*outputs: Path) -> List[str]:
     return removed
 
 
-def bundled_pmix(plan: Any, hashes: Sequence[str], lock: Any, infos: Sequence[LayerInfo],
-                 store: Any) -> Optional[Tuple[str, str]]:
+def bundled_pmix(plan: Plan, hashes: Sequence[str], lock: SpackLock, infos: Sequence[LayerInfo],
+                 store: LayerStore) -> Optional[Tuple[str, str]]:
     """(version, source) of the PMIx an Open MPI built with its own (``+internal-pmix``)
     carries, read from that Open MPI's layer; None where the image's Open MPI has none."""
     ompi = bundled_pmix_node(plan, hashes, lock)
@@ -152,35 +139,26 @@ def bundled_pmix(plan: Any, hashes: Sequence[str], lock: Any, infos: Sequence[La
 
 
 def assemble(
-    target_or_plan: Any,
-    settings: Any,
+    plan: Plan,
+    image: ImageOptions,
+    settings: Settings,
     *,
+    lock: Optional[SpackLock] = None,
     output: Optional[Union[str, os.PathLike]] = None,
-    only: Optional[Sequence[str]] = None,
-    keep_build_deps: Optional[bool] = None,
     progress: Progress = None,
     force: bool = False,
-    runscript: Optional[str] = None,
-    labels: Optional[Mapping[str, str]] = None,
-    description: Optional[str] = None,
-    runtime_base: Optional[str] = None,
 ) -> AssembleResult:
-    """Assemble the image of an environment; see the module documentation."""
+    """Assemble the image of ``plan``, as ``image`` says; see the module documentation.
+    ``lock``: the plan's lock when the caller parsed it already (else read from its env dir)."""
     started = time.monotonic()
     say = _say(progress, started)
     timings: Dict[str, float] = {}
-    plan, env = _resolve_plan(target_or_plan)
-    if only is None and env is not None and env.only:
-        only = list(env.only)
-    if keep_build_deps is None:
-        keep_build_deps = bool(env.keep_build_deps) if env is not None else False
-    runscript = runscript if runscript is not None else (env.runscript if env is not None else "")
-    user_labels = dict(env.labels) if env is not None else {}
-    user_labels.update(labels or {})
-    description = description if description is not None else (env.description if env is not None else "")
-    runtime_name = runtime_base_name(plan.base_image, runtime_base or (env.runtime_base if env is not None else None)
-                                     or plan.runtime_base or None)
-
+    only = list(image.only) if image.only is not None else None
+    keep_build_deps = image.keep_build_deps
+    runscript = image.runscript
+    user_labels = dict(image.labels)
+    description = image.description
+    runtime_name = runtime_base_name(plan.base_image, image.runtime_base or plan.runtime_base or None)
 
     envdir = Path(plan.env_dir) if plan.env_dir else None
     if envdir is None or not (envdir / "spack.yaml").is_file() or not (envdir / "spack.lock").is_file():
@@ -214,12 +192,12 @@ def assemble(
         base_digest = base_sha256(base, settings)
         say(f"runtime base {base.id}: the {shared} Debian packages it shares with build base {build_base.id} "
             "have the same versions")
-    lock = load_lock(envdir / "spack.lock")
+    lock = lock if lock is not None else load_lock(envdir / "spack.lock")
     versions, version_sources = image_versions(plan, hashes, base)
     bundled = bundled_pmix(plan, hashes, lock, infos, store)
     if bundled:
         versions["pmix"], version_sources["pmix"] = bundled
-    created, created_from = image_date(plan, settings)
+    created, created_from = image_date(plan, settings, image.source_date_epoch)
     say(f"image date {iso_date(created)}: {created_from}")
     inputs = {
         "format": IMAGE_FORMAT, "dedal": __version__, "env": plan.env_name, "tag": plan.tag,
@@ -325,7 +303,7 @@ def assemble(
                     write_file(env_dir_img / "spack.yaml", spack_yaml_bytes)
                     shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
                     provenance.write_rebuild_inputs(env_dir_img, manifest, provenance.dedal_section(
-                        plan, env, only=only_names, keep_build_deps=keep_build_deps, runscript=runscript,
+                        plan, image.env_file, only=only_names, keep_build_deps=keep_build_deps, runscript=runscript,
                         labels=user_labels, description=description, runtime_base=runtime_name),
                         provenance.definition_of(build_base),
                         provenance.definition_of(base) if base is not build_base else None)

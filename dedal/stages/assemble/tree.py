@@ -8,15 +8,20 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Union
 
 from dedal.adapters import overlay, squashfs
 from dedal.stages.layer_audit import LayerInfo, parallel, unpack_layer
 
+if TYPE_CHECKING:
+    from dedal.model.base import BaseImage
+    from dedal.model.layers import LayerStore
+
+
 BIG_LAYER = 64 << 20  # bytes of squashfs: extracted alone, with every core
 
 
-def extract_layers(store: Any, infos: Sequence[LayerInfo], dest: Path, log: Path, install_root: str) -> None:
+def extract_layers(store: LayerStore, infos: Sequence[LayerInfo], dest: Path, log: Path, install_root: str) -> None:
     """Unpack the audited layers into ``dest`` (the install root in the tree), each through
     :func:`unpack_layer` (a fresh directory, audited as written, renamed into place): big
     layers one after the other with every core, the many small ones side by side, one core each."""
@@ -64,7 +69,7 @@ class ImageTree:
     writes straight into the upper directory before the mount (plain tmpfs, not through
     overlayfs), with the base's parent directories' modes; otherwise into the tree."""
 
-    def __init__(self, stage: Path, base: Any, log: Path, say: Callable[[str], None], install_root: str,
+    def __init__(self, stage: Path, base: Optional[BaseImage], log: Path, say: Callable[[str], None], install_root: str,
                  fill: Callable[[Path], None]) -> None:
         self.stage = stage
         self.base = base

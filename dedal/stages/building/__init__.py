@@ -1,13 +1,14 @@
 """The build stage: from an environment (or lock, or plan) to one layer per package.
 
-:func:`~dedal.stages.workspace.prepare` writes the environment's artifacts into its work
-directory (spack.yaml, spack.lock, plan.json): every job, local or on Slurm, reads those
-and nothing else. The jobs run through an executor (``executors/``: local process pool
-or Slurm), each one :func:`dedal.stages.building.node.run_job` on its node. With a remote
-layer cache (:mod:`~dedal.stages.building.cache`) the layers it has are pulled first and
-the ones built pushed after. The source mirror is needed only for what must be built:
-a build whose every missing layer the cache has runs without one. Each attempt is
-recorded (:mod:`dedal.model.attempts`).
+:func:`~dedal.stages.workspace.prepare` (the command's, once) writes the environment's
+artifacts into its work directory (spack.yaml, spack.lock, plan.json): every job, local or
+on Slurm, reads those and nothing else; :func:`run_build` takes that prepared plan. The
+jobs run through an executor (``executors/``: local process pool or Slurm), each one
+:func:`dedal.stages.building.node.run_job` on its node. With a remote layer cache
+(:mod:`~dedal.stages.building.cache`) the layers it has are pulled first and the ones
+built pushed after. The source mirror is needed only for what must be built: a build
+whose every missing layer the cache has runs without one. Each attempt is recorded
+(:mod:`dedal.model.attempts`).
 """
 from __future__ import annotations
 
@@ -17,37 +18,49 @@ from typing import TYPE_CHECKING, Optional
 
 from dedal.errors import DedalError, Interrupted, UserError
 from dedal.model.attempts import Attempts
+from dedal.model.config import Settings
 from dedal.model.layers import LayerStore
+from dedal.model.plan import Plan
 from dedal.stages.base import base_root
 from dedal.stages.building.executors.common import BuildSummary
 from dedal.stages.building.node import missing_mirror
-from dedal.stages.workspace import Target, prepare
+from dedal.stages.workspace import Prepared
 from dedal.ui.progress import BuildProgress
 
 if TYPE_CHECKING:
     from dedal.stages.building.cache import LayerCache
 
 
-def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, quiet: bool = False) -> BuildSummary:
+def check_build(plan: Plan, settings: Settings) -> Optional[LayerCache]:
+    """Every check of a build before anything is written (bad input writes nothing; the
+    caller prepares the work directory after it): the layer cache's reference, a mirror
+    or every missing layer in the store or the cache, a writable store. The layer cache."""
     # the layer cache and its registry client (requests, oras-py) here, not at import: every
     # `dedal node-build` of a build job and `dedal status` import this package
     from dedal.adapters.registry import client_options
-    from dedal.stages.building.cache import CacheReport, LayerCache
+    from dedal.stages.building.cache import LayerCache
 
-    settings = target.settings
-    # every check on the input before the first write (bad input writes nothing)
-    target.lock()
     store = LayerStore(Path(settings.layer_store))
     cache = (LayerCache(str(settings.get("layer_cache")), insecure=bool(settings.registry_insecure),
                         client_options=client_options(settings))
              if settings.get("layer_cache") else None)  # a bad reference is refused here
     mirror = Path(settings.mirror)
     if not mirror.is_dir():
-        _check_without_mirror(target, store, cache, mirror)
+        _check_without_mirror(plan, store, cache, mirror)
     store.ensure_writable()
+    return cache
+
+
+def run_build(prepared: Prepared, settings: Settings, cache: Optional[LayerCache], *, executor: str, jobs: int,
+              keep_going: bool, quiet: bool = False) -> BuildSummary:
+    """Build the layers ``prepared`` lacks; ``cache``: what :func:`check_build` returned."""
+    from dedal.stages.building.cache import CacheReport
+
+    plan, plan_path = prepared.plan, prepared.path
+    store = LayerStore(Path(settings.layer_store))
+    mirror = Path(settings.mirror)
     store.reap_temporaries()  # of builds killed on this host (kill -9 during mksquashfs)
-    plan, plan_path = prepare(target)
-    attempts = Attempts(Path(plan.env_dir or target.workdir))
+    attempts = Attempts(Path(plan.env_dir or plan_path.parent))
     attempt = attempts.start(executor)
     started = time.monotonic()
     try:
@@ -89,10 +102,9 @@ def run_build(target: Target, *, executor: str, jobs: int, keep_going: bool, qui
     return summary
 
 
-def _check_without_mirror(target: Target, store: LayerStore, cache: Optional[LayerCache], mirror: Path) -> None:
+def _check_without_mirror(plan: Plan, store: LayerStore, cache: Optional[LayerCache], mirror: Path) -> None:
     """Without a source mirror, a build can only take its layers from the store and the
-    cache: refuse it (before anything is written) when either lacks one it needs."""
-    plan = target.make_plan(store)  # read only: the store as it is
+    cache: refuse it (before the build writes a layer) when either lacks one it needs."""
     lacking = [h for h in plan.to_build if not store.has(plan.nodes[h].key or "")]
     why = ""
     if lacking and cache is not None:
@@ -102,7 +114,7 @@ def _check_without_mirror(target: Target, store: LayerStore, cache: Optional[Lay
         raise missing_mirror(mirror, [plan.nodes[h].label for h in lacking], why)
 
 
-def _slurm_jobs(plan, executor: str) -> list:  # noqa: ANN001
+def _slurm_jobs(plan: Plan, executor: str) -> list:
     """The jobs the Slurm record holds at the end of an attempt (kept with the attempt: the
     next attempt replaces the record)."""
     if executor != "slurm" or not plan.env_dir:

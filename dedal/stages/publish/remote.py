@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import Credentials, RegistryClient, RegistryError, make_client
@@ -28,6 +28,10 @@ from dedal.model.oci import (
     sif_problems,
 )
 from dedal.stages.publish.attachments import list_referrers, verdict_of
+
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
 
 
 def _verify_verdict(client: RegistryClient, repository: str, referrers: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -132,7 +136,7 @@ def list_images(
 
 def inspect_remote(
     ref: Union[str, Reference],
-    settings: Any = None,
+    settings: Optional[Settings] = None,
     *,
     insecure: Optional[bool] = None,
     creds: Optional[Credentials] = None,

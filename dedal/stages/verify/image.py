@@ -27,7 +27,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from dedal import CHECKOUT
 from dedal.adapters import runtime, squashfs
@@ -38,6 +38,10 @@ from dedal.model.env_defaults import DEFAULT_TAG
 from dedal.model.names import name_problem
 from dedal.model import sif
 from dedal.ui.activity import activity
+
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
 
 #: programs looked for in the image (and, for native host runs, on the host)
 PROGRAMS = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_nccl_allreduce",
@@ -86,7 +90,7 @@ class ImageInfo:
                 "cuda": self.cuda, "osu_cuda": self.osu_cuda, "dedal_cuda": self.dedal_cuda, "versions": self.versions, "programs": self.programs, "labels": keep}
 
 
-def resolve_image(image: str, settings: Any) -> Path:
+def resolve_image(image: str, settings: Settings) -> Path:
     """A path as given, or ``ENV[:TAG]`` of this workspace (``<images_dir>/ENV/TAG.sif``)."""
     p = Path(image)
     try:

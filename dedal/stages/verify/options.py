@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.errors import UserError
 from dedal.model import config
@@ -21,6 +21,10 @@ from dedal.stages.verify import image as img
 from dedal.stages.verify import rules
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS
 from dedal.stages.verify.checks import Thresholds
+
+if TYPE_CHECKING:
+    from dedal.model.config import Settings
+
 
 DEFAULT_MAX_SIZE = 4 << 20
 DEFAULT_NCCL_MAX = 256 << 20
@@ -166,12 +170,12 @@ def options_from_args(args: argparse.Namespace) -> Options:
     return verify_options(image, args.output, settings, spec, given)
 
 
-def site_rule_table(settings: Any) -> Tuple[rules.Rule, ...]:
+def site_rule_table(settings: Settings) -> Tuple[rules.Rule, ...]:
     """dedal's rules with the rows of the site's ``verify_rules`` file (``dedal verify parse``)."""
     return rules.with_site(rules.rules_from_config(site_rules(settings)))
 
 
-def site_rules(settings: Any) -> List[Dict[str, Any]]:
+def site_rules(settings: Settings) -> List[Dict[str, Any]]:
     """The rule rows of the site's file (the ``verify_rules`` setting: a YAML file with a
     ``rules:`` list, checked by the same schema as ``dedal.verify.rules``); none without one."""
     path = settings.values.get("verify_rules") if hasattr(settings, "values") else None

@@ -313,7 +313,7 @@ def test_audits_are_remembered_by_sha256(host_env, tmp_path, monkeypatch):
     """A layer's entry audit is remembered by its sha256: the listing is skipped next time,
     the sha256 is not (a corrupt layer is still refused)."""
     from dedal.stages import assemble as asm
-    from dedal.stages.workspace import resolve
+    from dedal.model.target import resolve
 
     settings = host_env.settings()
     plan = resolve(str(host_env.env_file), settings).plan()

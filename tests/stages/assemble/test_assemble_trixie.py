@@ -114,12 +114,16 @@ def test_without_an_overlay_the_same_image(trixie_env, trixie_image, tmp_path, m
     (nothing in the tree depends on how the base got there, e.g. no rewritten __pycache__)."""
     from dedal.adapters import overlay
     from dedal.stages.assemble import assemble
-    from dedal.stages.workspace import resolve
+    from dedal.model.image_options import ImageOptions
+    from dedal.model.target import resolve
+    from dedal.stages.workspace import prepare
 
     monkeypatch.setattr(overlay, "available", lambda: False)
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", SDE)
     settings = trixie_env.settings()
-    result = assemble(resolve(str(trixie_env.env_file), settings), settings, output=tmp_path / "x.sif", force=True)
+    target = resolve(str(trixie_env.env_file), settings)
+    plan, _path, lock = prepare(target)
+    result = assemble(plan, ImageOptions.of(target.env, source_date_epoch=int(SDE)), settings, lock=lock,
+                      output=tmp_path / "x.sif", force=True)
     assert result.method == "extract, base reused"
     assert result.sha256 == trixie_image["sha256"]
     assert list(trixie_env.stage.iterdir()) == []
@@ -131,7 +135,9 @@ def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_en
     (kept in the cache); the image has exactly the content of one mksquashfs of its tree."""
     from dedal.stages import assemble as asm
     from dedal.stages.assemble import stage
-    from dedal.stages.workspace import resolve
+    from dedal.model.image_options import ImageOptions
+    from dedal.model.target import resolve
+    from dedal.stages.workspace import prepare
     from tests.fixtures.images import partition_file
 
     assert trixie_image["method"].endswith("base reused")
@@ -142,9 +148,10 @@ def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_en
     assert "usr/bin/mpirun" in listing and not {p.split("/")[0] for p in listing} & {"opt", "etc", ".singularity.d"}
 
     monkeypatch.setattr(stage, "base_part", lambda *a, **k: None)
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", SDE)
-    whole = asm.assemble(resolve(str(trixie_env.env_file), settings), settings, output=tmp_path / "whole.sif",
-                         force=True)
+    target = resolve(str(trixie_env.env_file), settings)
+    plan, _path, lock = prepare(target)
+    whole = asm.assemble(plan, ImageOptions.of(target.env, source_date_epoch=int(SDE)), settings, lock=lock,
+                         output=tmp_path / "whole.sif", force=True)
     assert "base reused" not in whole.method and whole.sha256 != trixie_image["sha256"]
     a = partition_file(Path(trixie_image["image"]), tmp_path / "reused.sqfs")
     b = partition_file(Path(whole.image), tmp_path / "whole.sqfs")

@@ -41,7 +41,7 @@ def test_relocated_and_the_same_from_any_checkout(tmp_path):
     env_file = tmp_path / "one" / "env.yaml"
     env_file.write_text(yaml.safe_dump({"spack": {"specs": ["app"]}, "dedal": {
         "name": "app", "lock": "x.lock", "verify": {"ranks": 4}, "registry": "oras://r.example/x", "description": "old"}}))
-    section = provenance.dedal_section(plan, SimpleNamespace(path=env_file), only=[], keep_build_deps=False,
+    section = provenance.dedal_section(plan, env_file, only=[], keep_build_deps=False,
                                        runscript="", labels={"team": "x"}, description="")
     assert section == {"name": "app", "tag": "v1", "base_image": "host", "install_root": "/opt/sw",
                        "view": "/opt/view", "verify": {"ranks": 4}, "registry": "oras://r.example/x", "labels": {"team": "x"}}
