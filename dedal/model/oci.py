@@ -23,6 +23,7 @@ own errors (``NotFound``, ``RegistryAuthError``) as subclasses.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import re
 from dataclasses import dataclass
@@ -303,3 +304,28 @@ def sif_problems(manifest: Dict[str, Any]) -> List[str]:
     except RegistryError as exc:
         problems.append(str(exc).split(": ", 1)[-1])
     return problems
+
+
+# the private IPv4 networks of RFC 1918
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+def local_registry(host: str) -> bool:
+    """A registry Apptainer reaches over plain http when https fails, without
+    ``--no-https`` (go-containerregistry's ``name.Registry.Scheme``): ``localhost:PORT``,
+    ``*.localhost``, a loopback address (127.0.0.0/8, ::1) or a private one (RFC 1918:
+    10/8, 172.16/12, 192.168/16). Certificates are still verified when https answers."""
+    if host.startswith("[") and "]" in host:  # [IPv6]:PORT
+        name = host[1:host.index("]")]
+    else:
+        name = host.split(":")[0] if host.count(":") == 1 else host
+    name = name.lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        addr = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if addr.is_loopback:
+        return True
+    return addr.version == 4 and any(addr in ipaddress.ip_network(n) for n in PRIVATE_NETWORKS)

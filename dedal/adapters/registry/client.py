@@ -23,7 +23,7 @@ downloads and URL building; ``RegistryClient.do_request`` underneath adds
   HOST stalled`` with the seconds left before it gives up (:mod:`.stall`);
 * ``https`` with certificate verification unless ``insecure`` is asked for, in which
   case unverified https is tried first and plain http second; for a registry on this
-  machine or a private network (:func:`local_registry`) plain http is the fallback
+  machine or a private network (:func:`dedal.model.oci.local_registry`) plain http is the fallback
   without asking, as Apptainer (go-containerregistry) does: ``apptainer pull
   oras://127.0.0.1:5000/...`` works without ``--no-https``, and so does dedal;
 * every answer read whole (a manifest, an index, a tag list, an error) at most
@@ -38,7 +38,6 @@ Errors name the registry, the method and the path, never credentials.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import logging
 import os
@@ -59,14 +58,13 @@ from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, NotF
                                             transport_failure)
 from dedal.adapters.registry.stall import Counted, Stall, stall
 from dedal.errors import too_large
-from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
+from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, local_registry, sha256_digest
 from dedal.ui.activity import Activity, activity
 from dedal.ui.console import human_size
 from dedal.ui.progress import meter
 
 if TYPE_CHECKING:
     from dedal.model.config import Settings
-
 
 log = logging.getLogger("dedal.registry")
 
@@ -77,7 +75,6 @@ CONNECT_TIMEOUT = 10.0     # seconds to connect: TCP and the TLS handshake (urll
 ANSWER_TIMEOUT = 10.0      # seconds the first contact (GET /v2/, per scheme) waits for an answer
 WAITING_SHOWN_AFTER = 5.0  # a request unanswered (an upload stalled) this long is shown: "waiting for HOST (12 s)"
 DEADLINE = 180.0           # seconds an operation may go without progress (setting registry_deadline_s)
-PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 CHUNK = 1 << 20
 
 Progress = Optional[Callable[[str], None]]
@@ -555,27 +552,6 @@ class RegistryClient(oras.provider.Registry):
         if sha256_digest(data) != digest:
             raise RegistryError(f"blob {repository}@{digest}: the registry sent bytes with another sha256")
         return data
-
-
-def local_registry(host: str) -> bool:
-    """A registry Apptainer reaches over plain http when https fails, without
-    ``--no-https`` (go-containerregistry's ``name.Registry.Scheme``): ``localhost:PORT``,
-    ``*.localhost``, a loopback address (127.0.0.0/8, ::1) or a private one (RFC 1918:
-    10/8, 172.16/12, 192.168/16). Certificates are still verified when https answers."""
-    if host.startswith("[") and "]" in host:  # [IPv6]:PORT
-        name = host[1:host.index("]")]
-    else:
-        name = host.split(":")[0] if host.count(":") == 1 else host
-    name = name.lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        addr = ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    if addr.is_loopback:
-        return True
-    return addr.version == 4 and any(addr in ipaddress.ip_network(n) for n in PRIVATE_NETWORKS)
 
 
 def client_options(settings: Settings) -> Dict[str, Any]:

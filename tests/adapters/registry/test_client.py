@@ -9,7 +9,8 @@ import pytest
 import requests
 
 from dedal.adapters.registry import client
-from dedal.adapters.registry.client import RegistryClient, local_registry
+from dedal.adapters.registry.client import RegistryClient
+from dedal.model.oci import local_registry
 from dedal.model.oci import RegistryError
 
 
