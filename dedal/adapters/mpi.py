@@ -388,6 +388,40 @@ while :; do sleep 3600 & wait $!; done
 
 
 @contextlib.contextmanager
+def local_instance(image: Path, *, log: Path, binds: Sequence[runtime.Bind] = (), nv: bool = False,
+                   timeout: float = 120) -> Iterator[Optional[runtime.Instance]]:
+    """One Apptainer instance of ``image`` on this machine for the block, which the runs of
+    ``mpirun`` in the container join (launcher and ranks in it), as :func:`node_instances` is for
+    srun steps: each run would otherwise mount the image anew and decompress the MPI stack again
+    (MPI_Init 1.4x native with 2 ranks on 2 cores: the README's demo verification failed on
+    that by chance). The host's ``/tmp`` is bound (mpirun's session directory is made there).
+    None where it did not start (said in ``log``): then one container per run."""
+    name = f"dedal-{os.getpid()}-{secrets.token_hex(3)}"
+    env = runtime.apptainer_env(dict(os.environ))
+    _header(log, [f"dedal: one Apptainer instance {name} of {image} on this machine"])
+    try:
+        started = proc.run(runtime.instance_start_command(image, name, binds=_with_tmp(binds), nv=nv),
+                           what="apptainer instance start", log=log, env=env, check=False,
+                           timeout=timeout).returncode
+    except ToolError as exc:  # timed out: what started is stopped below
+        started = exc.returncode if exc.returncode else 124
+    try:
+        if started != 0:
+            _header(log, [f"dedal: the instance did not start (exit {started}): one container per run"])
+            yield None
+        else:
+            yield runtime.Instance(name, Path(image))
+    finally:
+        try:
+            stop = proc.run(runtime.instance_stop_command(name), what="apptainer instance stop", log=log, env=env,
+                            check=False, timeout=timeout).returncode
+        except ToolError as exc:
+            stop = exc.returncode or 124
+        if stop != 0 and started == 0:
+            _header(log, [f"dedal: stopping instance {name} exited {stop}"])
+
+
+@contextlib.contextmanager
 def node_instances(image: Path, nodes: int, *, log: Path, binds: Sequence[runtime.Bind] = (), nv: bool = False,
                    slurm_env: Optional[Mapping[str, str]] = None, timeout: float = 180
                    ) -> Iterator[Optional[runtime.Instance]]:

@@ -112,7 +112,7 @@ def test_failed_verification_is_not_published(run_dedal, e2e_env, tmp_path):
     res = run_dedal("build-image", str(env_file), "--verify-env", "UCX_TLS=tcp", "--verify-env",
                     "OMPI_MCA_pml=ucx", "--verify-env", "OMPI_MCA_pml_ucx_tls=any", "--verify-env",
                     "OMPI_MCA_pml_ucx_devices=any", "--json", env=env, timeout=1800)
-    assert res.returncode == 1
+    assert res.returncode == 1, f"exit {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     summary = json.loads(res.stdout)
     stages = {s["name"]: s for s in summary["stages"]}
     assert stages["verify"]["status"] == "failed" and "verdict bad" in stages["verify"]["detail"]

@@ -270,8 +270,8 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
 
     plan = Plan(launcher, scopes, benches, opts.repetitions, opts.ranks, pf.host.gpus)
     order = plan.order()
-    # The image stays mounted for all container runs (bwrap, ch-run: one mount dedal makes; Apptainer
-    # under srun in an allocation: one instance per node that every run joins): the runs after the
+    # The image stays mounted for all container runs (bwrap, ch-run: one mount dedal makes; Apptainer:
+    # one instance per node that every run joins, under srun in an allocation, or on this machine): the runs after the
     # warm-up measure the container's steady state, as the native side's do, not a cold mount each
     # (each mount decompresses the MPI stack again; benchmarks/multinode/startup.md). The
     # whole-job wall time still shows start-up.
@@ -286,6 +286,12 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     elif backend == "apptainer" and launcher == "srun":
         instance = mounts.enter_context(mpi.node_instances(
             Path(opts.image), span, log=rawdir / "instances.log", binds=extra_binds + app_binds,
+            nv=any(needs_driver(b, info.osu_cuda) for b in benches)))
+        if instance is not None:
+            container_root = instance
+    elif backend == "apptainer":  # mpirun: launcher and ranks in the one instance on this machine
+        instance = mounts.enter_context(mpi.local_instance(
+            Path(opts.image), log=rawdir / "instances.log", binds=extra_binds + app_binds,
             nv=any(needs_driver(b, info.osu_cuda) for b in benches)))
         if instance is not None:
             container_root = instance
@@ -396,7 +402,10 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     shared = compare.containers(runs)["mode"]  # measured from inside the ranks, not assumed
     meta["runtime"] = f"{backend} ({shared})" if shared else backend
     if isinstance(container_root, runtime.Instance):
-        meta["container"] += f"; every container run joined one Apptainer instance per node ({container_root.name})"
+        meta["container"] += (f"; every container run joined one Apptainer instance per node ({container_root.name})"
+                              if launcher == "srun" else
+                              f"; every container run joined one Apptainer instance on this machine "
+                              f"({container_root.name}; the host's /tmp, where mpirun makes its session directory)")
     meta["remeasured"] = remeasured + bench_again  # an application benchmark's own note is in its check
     if app_benches:
         meta["app_benchmarks"] = "; ".join(

@@ -35,6 +35,9 @@ def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_ca
     data = json.loads((out / "verify.json").read_text())
     assert data["verdict"] in ("good", "suboptimal") and data["exit_code"] == 0
     assert data["image"] == "verifytest-t1"
+    if shutil.which("apptainer"):  # every container run joined one instance: the image mounted once, not per run
+        assert "one Apptainer instance on this machine" in data["meta"]["container"], data["meta"]["container"]
+        assert "instance started successfully" in (out / "raw" / "instances.log").read_text()
 
     # every benchmark compared, native against container, two repetitions each
     names = {c["name"]: c for c in data["checks"]}
