@@ -221,7 +221,7 @@ def model(r: Dict[str, Any]) -> List[str]:
         "side, so the wall time grows less than the CPU time, but the page reads, the namespaces and the "
         "processes grow with the ranks, and the ranks wait for the slowest.",
         "- The test cluster's nodes are namespaces of one 2-CPU machine: 8 ranks per node on 2 nodes are 16 "
-        "busy-polling processes on 2 CPUs, and a build ran beside parts of this run, so single rows are noisy "
+        "busy-polling processes on 2 CPUs, so single rows are noisy "
         "(the load average above); bwrap's nodes here mount the image per step themselves (their /tmp is their "
         "own), so its kept mount does not help them.",
     ]
