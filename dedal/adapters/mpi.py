@@ -403,8 +403,8 @@ def local_instance(image: Path, *, log: Path, binds: Sequence[runtime.Bind] = ()
         started = proc.run(runtime.instance_start_command(image, name, binds=_with_tmp(binds), nv=nv),
                            what="apptainer instance start", log=log, env=env, check=False,
                            timeout=timeout).returncode
-    except ToolError as exc:  # timed out: what started is stopped below
-        started = exc.returncode if exc.returncode else 124
+    except ToolError as exc:  # timed out (124): what started is stopped below
+        started = exc.returncode
     try:
         if started != 0:
             _header(log, [f"dedal: the instance did not start (exit {started}): one container per run"])
@@ -415,8 +415,8 @@ def local_instance(image: Path, *, log: Path, binds: Sequence[runtime.Bind] = ()
         try:
             stop = proc.run(runtime.instance_stop_command(name), what="apptainer instance stop", log=log, env=env,
                             check=False, timeout=timeout).returncode
-        except ToolError as exc:
-            stop = exc.returncode or 124
+        except ToolError as exc:  # timed out (124)
+            stop = exc.returncode
         if stop != 0 and started == 0:
             _header(log, [f"dedal: stopping instance {name} exited {stop}"])
 

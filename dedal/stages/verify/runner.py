@@ -283,16 +283,11 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         container_root = mounts.enter_context(runtime.mounted(opts.image))
         if source is not None:
             image_mount = (str(container_root), str(source[0]), source[1])
-    elif backend == "apptainer" and launcher == "srun":
-        instance = mounts.enter_context(mpi.node_instances(
-            Path(opts.image), span, log=rawdir / "instances.log", binds=extra_binds + app_binds,
-            nv=any(needs_driver(b, info.osu_cuda) for b in benches)))
-        if instance is not None:
-            container_root = instance
-    elif backend == "apptainer":  # mpirun: launcher and ranks in the one instance on this machine
-        instance = mounts.enter_context(mpi.local_instance(
-            Path(opts.image), log=rawdir / "instances.log", binds=extra_binds + app_binds,
-            nv=any(needs_driver(b, info.osu_cuda) for b in benches)))
+    elif backend == "apptainer":  # srun: one instance per node; mpirun: launcher and ranks in one here
+        kept = dict(log=rawdir / "instances.log", binds=extra_binds + app_binds,
+                    nv=any(needs_driver(b, info.osu_cuda) for b in benches))
+        instance = mounts.enter_context(mpi.node_instances(Path(opts.image), span, **kept) if launcher == "srun"
+                                        else mpi.local_instance(Path(opts.image), **kept))
         if instance is not None:
             container_root = instance
     runs: List[Run] = []
