@@ -199,10 +199,14 @@ def mpirun_command(program: Sequence[str], ranks: int, *, env: Mapping[str, str]
 
 
 def srun_command(program: Sequence[str], ranks: int, *, nodes: int = 1, mpi: str = "pmix",
-                 extra: Sequence[str] = ()) -> List[str]:
+                 extra: Sequence[str] = (), nodelist: Sequence[str] = ()) -> List[str]:
     """``srun --mpi=pmix -N NODES -n RANKS [--ntasks-per-node=...] PROGRAM``; with several
-    nodes the ranks are spread evenly (one per node for a two-rank point-to-point test)."""
+    nodes the ranks are spread evenly (one per node for a two-rank point-to-point test).
+    ``nodelist``: the step runs on the first NODES of these nodes (``-w``), not where Slurm
+    likes (in an allocation larger than the step, a step goes to the least busy nodes)."""
     cmd = ["srun", f"--mpi={mpi}", "-N", str(int(nodes)), "-n", str(int(ranks))]
+    if nodelist:
+        cmd += ["-w", ",".join(list(nodelist)[:int(nodes)])]
     if nodes > 1 and ranks % nodes == 0:
         cmd.append(f"--ntasks-per-node={ranks // nodes}")
     cmd += ["--kill-on-bad-exit=1", "--quiet"]
@@ -306,7 +310,7 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
              script_dir: Path, nodes: int = 1, timeout: Optional[float] = None, runtime_name: str = "auto",
              binds: Sequence[runtime.Bind] = (), nv: bool = False, slurm_env: Optional[Mapping[str, str]] = None,
              note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None,
-             share: bool = True, cwd: Optional[Path] = None) -> StepResult:
+             share: bool = True, cwd: Optional[Path] = None, nodelist: Sequence[str] = ()) -> StepResult:
     """``srun --mpi=pmix`` with the ranks of a node in one container of ``root`` (Apptainer's
     ``--sharens``; bwrap and ch-run sandboxes over the one mount of the image; see the module
     notes on the rank environment), or the host's program directly when ``root`` is None.
@@ -319,11 +323,14 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
     a node without that mount mounts the image there itself (so does a ``root`` that
     ``prepared`` mounts). A timeout is returned as exit code 124, not raised. ``cwd``: the
     ranks' working directory (on storage every node sees, bound into the container at the
-    same path by the caller)."""
+    same path by the caller). ``nodelist``: the nodes the step runs on (its first ``nodes``;
+    a ``root`` that is an instance runs on the instance's nodes)."""
     proc.which("srun", slurm.HINT)
     outer = dict(slurm_env if slurm_env is not None else os.environ)
     outer.update(env)
-    shown = srun_command(program, ranks, nodes=nodes)
+    if isinstance(root, runtime.Instance) and root.nodes:
+        nodelist = root.nodes
+    shown = srun_command(program, ranks, nodes=nodes, nodelist=nodelist)
     _header(log, note)
     start = time.monotonic()
     try:
@@ -334,7 +341,7 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
         offset = log.stat().st_size if log.exists() else 0
         with _rank_step(root, program, ranks, nodes=nodes, script=script, env=env, runtime_name=runtime_name,
                         binds=binds, nv=nv, share=share, image_mount=image_mount,
-                        cwd=os.fspath(cwd) if cwd is not None else None) as cmd:
+                        cwd=os.fspath(cwd) if cwd is not None else None, nodelist=nodelist) as cmd:
             try:
                 res = proc.run(cmd, what="srun", log=log, env=outer, timeout=timeout, check=False, shown=shown)
             except ToolError as exc:
@@ -354,19 +361,23 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
 @contextlib.contextmanager
 def _rank_step(root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int, script: Sequence[str],
                env: Mapping[str, str], runtime_name: str, binds: Sequence[runtime.Bind], nv: bool, share: bool,
-               image_mount: Optional[Tuple[str, str, int]] = None, cwd: Optional[str] = None) -> Iterator[List[str]]:
+               image_mount: Optional[Tuple[str, str, int]] = None, cwd: Optional[str] = None,
+               nodelist: Sequence[str] = ()) -> Iterator[List[str]]:
     """The ``srun`` command line of a step of ``program`` in ``root``: each rank runs
     ``script`` (the rank script, as a file or inline) around the runtime's command, the
     host's ``/tmp`` bound (PMIx's rendezvous files); what ``prepared`` mounted stays mounted
-    while the block runs."""
+    while the block runs. A step that joins an instance runs on the instance's nodes."""
     all_binds = _with_tmp(binds)
-    joined = isinstance(root, runtime.Instance)  # every node has it: the step overlaps the step that keeps it
+    joined = isinstance(root, runtime.Instance)  # its nodes have it: the step overlaps the step that keeps it
+    if joined and root.nodes:
+        nodelist = root.nodes
     shared = joined or (share and runtime.shares_per_node(runtime_name))
     with runtime.prepared(root, rank_command(program, session=shared), binds=all_binds, env=env, cwd=cwd,
                           runtime=runtime_name, nv=nv, per_node=share) as prep:
         mount = prep.mount or image_mount
         image = [IMAGE_TOKEN, mount[0], mount[1], str(mount[2])] if mount else []
-        yield srun_command([*script, *image, *prep.argv], ranks, nodes=nodes, extra=["--overlap"] if joined else [])
+        yield srun_command([*script, *image, *prep.argv], ranks, nodes=nodes, extra=["--overlap"] if joined else [],
+                           nodelist=nodelist)
 
 
 def _with_tmp(binds: Sequence[runtime.Bind]) -> List[runtime.Bind]:
@@ -377,6 +388,7 @@ def _with_tmp(binds: Sequence[runtime.Bind]) -> List[runtime.Bind]:
 # Keeps one Apptainer instance of an image on a node while its step runs (one task per node):
 # `dedal-instance STOP START...` runs START (apptainer instance start ... IMAGE NAME), says so,
 # and runs STOP when the step ends (scancel, srun's SIGTERM when dedal stops it).
+_READY = re.compile(r"^#@ dedal-instance: ready on (\S+)$", re.M)
 INSTANCE_SCRIPT = r"""
 stop=$1
 shift
@@ -447,18 +459,26 @@ def node_instances(image: Path, nodes: int, *, log: Path, binds: Sequence[runtim
     offset = log.stat().st_size
     holder = proc.start([*per_node, "/bin/sh", "-c", INSTANCE_SCRIPT, "dedal-instance", stop, *start], log=log,
                         env=run_env, die_with_parent=True)
+    ready: List[str] = []
     try:
         deadline = time.monotonic() + timeout
-        while _read(log)[offset:].count("#@ dedal-instance: ready on ") < nodes:
+        while True:
+            ready = _READY.findall(_read(log)[offset:])
+            if len(ready) >= nodes:
+                break
             if holder.poll() is not None or time.monotonic() > deadline:
                 _header(log, [f"dedal: the instances did not start (exit {holder.poll()}): one container per step"])
                 yield None
                 return
             time.sleep(0.1)
-        yield runtime.Instance(name, Path(image))
+        # the steps that join the instances must run where they are: in an allocation of more
+        # nodes than the step, Slurm sends a step to the least busy nodes, those without one
+        yield runtime.Instance(name, Path(image), tuple(sorted(ready)))
     finally:
         proc.stop(holder, group=True)
-        res = proc.run([*per_node, "/bin/sh", "-c", f"{stop} >/dev/null 2>&1; exit 0"], what="srun (instance stop)",
+        where = ["-w", ",".join(sorted(ready))] if len(ready) >= nodes else []  # else wherever Slurm puts it
+        res = proc.run([*per_node, *where, "/bin/sh", "-c", f"{stop} >/dev/null 2>&1; exit 0"],
+                       what="srun (instance stop)",
                        log=log, env=run_env, check=False, timeout=120)
         if res.returncode != 0:
             _header(log, [f"dedal: stopping instance {name} on the nodes exited {res.returncode}"])
@@ -543,15 +563,15 @@ def run_ranks(launcher: str, root: runtime.RootArg, program: Sequence[str], rank
               env: Mapping[str, str], log: Path, script_dir: Path, timeout: Optional[float] = None,
               runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (), nv: bool = False,
               note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None,
-              cwd: Optional[Path] = None) -> StepResult:
+              cwd: Optional[Path] = None, nodelist: Sequence[str] = ()) -> StepResult:
     """``program`` on ``ranks`` ranks the way verification launches everything: with
     ``launcher`` "srun", :func:`run_srun` over ``nodes`` nodes; otherwise :func:`run_mpirun`
-    on this machine, oversubscribed when there are more ranks than CPUs (``nodes`` and
-    ``image_mount`` concern srun only); ``cwd``: the ranks' working directory."""
+    on this machine, oversubscribed when there are more ranks than CPUs (``nodes``,
+    ``nodelist`` and ``image_mount`` concern srun only); ``cwd``: the ranks' working directory."""
     if launcher == "srun":
         return run_srun(root, program, ranks, env=env, log=log, script_dir=script_dir, nodes=nodes,
                         timeout=timeout, runtime_name=runtime_name, binds=binds, nv=nv, note=note,
-                        image_mount=image_mount, cwd=cwd)
+                        image_mount=image_mount, cwd=cwd, nodelist=nodelist)
     return run_mpirun(root, program, ranks, env=env, log=log, timeout=timeout, runtime_name=runtime_name,
                       binds=binds, nv=nv, oversubscribe=ranks > (os.cpu_count() or 1), note=note, cwd=cwd)
 

@@ -22,6 +22,10 @@ def test_srun_command() -> None:
                                           "--quiet", "p"]
     two = mpi.srun_command(["p"], 2, nodes=2)
     assert "--ntasks-per-node=1" in two and two[:6] == ["srun", "--mpi=pmix", "-N", "2", "-n", "2"]
+    # pinned (the nodes of an allocation that hold the instance): the step's first NODES of them
+    one = mpi.srun_command(["p"], 2, nodes=1, nodelist=("node2", "node3"))
+    assert one[:8] == ["srun", "--mpi=pmix", "-N", "1", "-n", "2", "-w", "node2"], one
+    assert mpi.srun_command(["p"], 4, nodes=2, nodelist=("node2", "node3"))[6:8] == ["-w", "node2,node3"]
 
 
 def test_rank_script_hands_over_launcher_variables(tmp_path: Path) -> None:

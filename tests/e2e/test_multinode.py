@@ -284,3 +284,37 @@ def test_verify_with_apptainer_in_an_allocation_one_instance_per_node(run_dedal,
         assert [line.strip() for line in left.stdout.splitlines()] == ["0", "0"], left.stdout + left.stderr
     finally:
         subprocess.run(["scancel", jid], env=netns_cluster.env, timeout=60)
+
+
+@pytest.mark.apptainer
+def test_verify_on_fewer_nodes_than_the_allocation_runs_where_the_instance_is(run_dedal, netns_cluster: SlurmCluster,
+                                                                              bench_image, native_cache, apptainer,
+                                                                              tmp_path: Path) -> None:
+    """`dedal verify --nodes 1` inside an allocation of three nodes (as benchmarks/apps/scaling.py
+    measures 1 node of a larger allocation): Slurm sends a step to the least busy node, which
+    is not the one whose step keeps the Apptainer instance busy; every step, native and
+    container, must run on the instance's node (it failed with "no instance found" before)."""
+    got = subprocess.run(["salloc", "--no-shell", "-N", "3", "-n", "6"], env=netns_cluster.env, capture_output=True,
+                         text=True, timeout=120)
+    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
+    assert job, got.stderr
+    jid = job.group(1)
+    env = dict(netns_cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=jid, SLURM_JOBID=jid,
+               SLURM_NTASKS="6", SLURM_JOB_NUM_NODES="3", SLURM_NNODES="3")
+    out = tmp_path / "verify"
+    try:
+        p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "--nodes", "1",
+                      "--ranks", "2", "-b", "init", "-r", "2", "--timeout", "180", "-o", str(out), *WIDE, env=env,
+                      timeout=900)
+        assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{netns_cluster.log_tail()}"
+        ready = re.findall(r"^#@ dedal-instance: ready on (\S+)$", (out / "raw" / "instances.log").read_text(), re.M)
+        assert len(ready) == 1, ready
+        hosts = {}
+        for log in sorted((out / "raw" / "intra-node" / "dedal_init").glob("*.log")):
+            hosts[log.name] = set(re.findall(r"^#@ dedal-rank: host=(\S+)", log.read_text(), re.M))
+        assert len(hosts) == 6 and all(h == set(ready) for h in hosts.values()), (ready, hosts)
+        left = srun(netns_cluster, "--jobid", jid, "-N3", "-n3", "--overlap", "sh", "-c",
+                    "apptainer instance list 2>/dev/null | grep -c dedal- || true")
+        assert [line.strip() for line in left.stdout.splitlines()] == ["0", "0", "0"], left.stdout + left.stderr
+    finally:
+        subprocess.run(["scancel", jid], env=netns_cluster.env, timeout=60)

@@ -48,10 +48,13 @@ HINTS = {
 class Instance:
     """A running Apptainer instance of ``image`` (``apptainer instance start``), on every node of
     an allocation: a root that commands join (``apptainer exec instance://NAME``), so that they
-    share its one mount of the image; its binds and GPU access are the instance's."""
+    share its one mount of the image; its binds and GPU access are the instance's. ``nodes``:
+    the nodes of the allocation that have it (empty: this machine), where the steps that join
+    it must run."""
 
     name: str
     image: Path
+    nodes: Tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:

@@ -52,12 +52,14 @@ Progress = Optional[Callable[[str], None]]
 @dataclass
 class Side:
     """How one side runs: its root (None: the host itself), runtime, binds, and for the
-    container under srun the image mount that ranks on other nodes make themselves."""
+    container under srun the image mount that ranks on other nodes make themselves; under
+    srun the nodes both sides' steps run on (those of the container's instances)."""
 
     root: runtime.RootArg
     runtime_name: str
     binds: List[runtime.Bind] = field(default_factory=list)
     image_mount: Optional[Tuple[str, str, int]] = None
+    nodelist: Tuple[str, ...] = ()
 
 
 @dataclass
@@ -281,7 +283,7 @@ def run_one(app: AppCheck, rep: int, side: str, how: Side, *, launcher: str, out
         res = mpi.run_ranks(launcher, how.root, app.command, app.ranks, nodes=app.nodes, env={**env, **app.env},
                             log=log, script_dir=Path(outdir) / "raw" / ".launch", timeout=app.timeout,
                             runtime_name=how.runtime_name, binds=how.binds, note=note,
-                            image_mount=how.image_mount, cwd=workdir)
+                            image_mount=how.image_mount, cwd=workdir, nodelist=how.nodelist)
     run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
     produced = None
     if app.reference is not None:

@@ -290,6 +290,9 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                                         else mpi.local_instance(Path(opts.image), **kept))
         if instance is not None:
             container_root = instance
+    # both sides run on the nodes that have the instance (a native step elsewhere would compare
+    # two different nodes); without one, where Slurm puts each step
+    pinned = container_root.nodes if isinstance(container_root, runtime.Instance) else ()
     runs: List[Run] = []
     failed_series: Dict[Tuple[str, str, str], Run] = {}
 
@@ -323,7 +326,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             res = mpi.run_ranks(launcher, root, argv, ranks, nodes=nnodes, env=env, log=run.log,
                                 script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
                                 nv=needs_driver(bench, info.osu_cuda), note=note,
-                                image_mount=image_mount if side == "container" else None)
+                                image_mount=image_mount if side == "container" else None, nodelist=pinned)
         run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
         # judged once, against the host's facts and in the run's scope, with the site's rules
         run.parsed = parse_file(run.log, bench.parser, host=pf.host, scope=scope, rows=rows)
@@ -359,8 +362,9 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                               image_mount=image_mount, progress=progress)
         # native as the benchmarks' native side (the image's root unpacked, or the host's programs)
         sides = {"native": appbench.Side(native.root, "bwrap", (img.native_binds() if native.root is not None else [])
-                                         + extra_binds + app_binds),
-                 "container": appbench.Side(container_root, opts.runtime, extra_binds + app_binds, image_mount)}
+                                         + extra_binds + app_binds, nodelist=pinned),
+                 "container": appbench.Side(container_root, opts.runtime, extra_binds + app_binds, image_mount,
+                                            pinned)}
         bench_checks, bench_measurements, bench_again = appbench.run_benchmarks(
             app_benches, sides, launcher=launcher, nodes=nodes, outdir=outdir, env=dict(opts.env),
             repetitions=opts.repetitions, references=references, noise_sigmas=thresholds.noise_sigmas,
