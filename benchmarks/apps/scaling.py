@@ -67,9 +67,11 @@ MODES = ("strong", "weak")
 
 def app_at(app: AppCheck, nodes: int, ranks_per_node: int, *, command: Optional[str] = None,
            reference_output: Optional[str] = None, reference_expected: Optional[str] = None,
-           keep_reference: bool = True) -> AppCheck:
+           keep_reference: bool = True, expect: Optional[str] = None) -> AppCheck:
     """``app`` on ``nodes`` nodes of ``ranks_per_node`` ranks each: its ``command`` (a shell
-    line) and reference with ``{nodes}``, ``{ranks}`` and ``{ranks_per_node}`` filled in."""
+    line), ``expect`` (a pattern) and reference with ``{nodes}``, ``{ranks}`` and
+    ``{ranks_per_node}`` filled in (``expect``: only those three words are replaced, so
+    that a pattern's own braces stay)."""
     fill = {"nodes": nodes, "ranks": nodes * ranks_per_node, "ranks_per_node": ranks_per_node}
     reference = app.reference if keep_reference else None
     if reference_output or reference_expected:
@@ -78,7 +80,12 @@ def app_at(app: AppCheck, nodes: int, ranks_per_node: int, *, command: Optional[
                                  (reference_expected or base.expected).format(**fill))
         if not reference.output or not reference.expected:
             raise SystemExit("--reference-output and --reference-expected go together where the app has no reference")
-    return dataclasses.replace(app, nodes=nodes, ranks=nodes * ranks_per_node, reference=reference,
+    pattern = app.expect
+    if expect is not None:
+        pattern = expect
+        for word, value in fill.items():
+            pattern = pattern.replace("{" + word + "}", str(value))
+    return dataclasses.replace(app, nodes=nodes, ranks=nodes * ranks_per_node, reference=reference, expect=pattern,
                                command=["/bin/sh", "-c", command.format(**fill)] if command else list(app.command))
 
 
@@ -92,16 +99,18 @@ def shown_command(command: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------- results
 
 
-def point(nodes: int, ranks: int, report: Dict[str, Any], check_name: str, report_dir: str) -> Dict[str, Any]:
+def point(nodes: int, ranks: int, report: Dict[str, Any], check_name: str, report_dir: str,
+          load: Optional[float] = None) -> Dict[str, Any]:
     """One node count's result from its verify.json (a dict): the measured values per side
-    (the correct repetitions), the check's verdict and its findings' codes."""
+    (the correct repetitions), the check's verdict and its findings' codes; ``load``: the
+    host's 1-minute load average before its runs (other work on the machine is noise)."""
     check = next((c for c in report.get("checks", []) if c.get("name") == check_name), None)
     measured = report.get("measurements", {}).get(check_name) or {}
     values = {side: list((measured.get(side) or {}).get("0") or []) for side in ("native", "container")}
     return {"nodes": nodes, "ranks": ranks, "native": values["native"], "container": values["container"],
             "verdict": check.get("verdict") if check else "missing",
             "problems": sorted({f["code"] for f in (check or {}).get("findings", []) if f.get("severity") == "error"}),
-            "skip_reason": (check or {}).get("skip_reason", ""), "report": report_dir}
+            "skip_reason": (check or {}).get("skip_reason", ""), "report": report_dir, "load": load}
 
 
 def _median(values: Sequence[float]) -> Optional[float]:
@@ -157,17 +166,18 @@ def markdown(results: Dict[str, Any]) -> str:
              f"side; medians [min..max] of the correct repetitions; {'higher' if hib else 'lower'} is better. "
              f"Base: the native median at the smallest node count n0; ideal: {ideal}; normalised: value / base; "
              f"efficiency: {'value / ideal' if hib else 'ideal / value'} (1: ideal).",
-             "", f"Command: `{results['command']}`", "",
+             "", f"Command: `{results['command']}`; expect: `{results.get('expect', '')}`; "
+             f"{results.get('cpus', '?')} CPU(s) on this machine, shared by all its nodes.", "",
              f"| nodes | ranks | native ({unit}) | container ({unit}) | container / native | ideal ({unit}) | "
-             "native normalised | container normalised | efficiency native | efficiency container | verdict |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "native normalised | container normalised | efficiency native | efficiency container | load before | verdict |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in results["rows"]:
         verdict = r["verdict"] + (f" ({', '.join(r['problems'])})" if r["problems"] else "") + (
             f": {r['skip_reason']}" if r.get("skip_reason") else "")
         lines.append(f"| {r['nodes']} | {r['ranks']} | {_span(r['native'])} | {_span(r['container'])} | "
                      f"{_fmt(r['ratio'], 3)} | {_fmt(r['ideal'])} | {_fmt(r['native_normalised'], 3)} | "
                      f"{_fmt(r['container_normalised'], 3)} | {_fmt(r['native_efficiency'], 3)} | "
-                     f"{_fmt(r['container_efficiency'], 3)} | {verdict} |")
+                     f"{_fmt(r['container_efficiency'], 3)} | {_fmt(r.get('load'), 2)} | {verdict} |")
     lines += ["", f"Plot: `{results['plot']}`; each node count's report: `reports/<n>-nodes/report.md`.", ""]
     return "\n".join(lines)
 
@@ -269,6 +279,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--command", default=None,
                     help="shell line run instead of the app's command, {nodes} {ranks} {ranks_per_node} filled in "
                          "(weak scaling needs it)")
+    ap.add_argument("--expect", default=None,
+                    help="the pattern each run's output must match instead of the app's expect, {nodes} {ranks} "
+                         "{ranks_per_node} filled in (weak scaling: the result grows with the problem)")
     ap.add_argument("--reference-output", default=None, help="the reference's output file (a template)")
     ap.add_argument("--reference-expected", default=None, help="the reference file in the image (a template)")
     ap.add_argument("--repetitions", "-r", type=int, default=None,
@@ -304,17 +317,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     points = []
     for n in node_counts:
         at = app_at(app, n, rpn, command=args.command, reference_output=args.reference_output,
-                    reference_expected=args.reference_expected, keep_reference=args.mode == "strong")
+                    reference_expected=args.reference_expected, keep_reference=args.mode == "strong",
+                    expect=args.expect)
         rel = f"reports/{n}-nodes"
+        load = os.getloadavg()[0]
         try:
             report = verify_at(str(args.image), args.env_file, at, n, out / rel, extra)
         except DedalError as exc:
             print(f"dedal: error: {exc}", file=sys.stderr)
             return exc.exit_code
-        points.append(point(n, at.ranks, report, f"app {app.name}", rel))
+        points.append(point(n, at.ranks, report, f"app {app.name}", rel, load))
     results = {"app": app.name, "mode": args.mode, "unit": app.metric.unit,
                "higher_is_better": app.metric.higher_is_better, "image": str(args.image),
-               "command": args.command or shown_command(app.command), "ranks_per_node": rpn,
+               "command": args.command or shown_command(app.command), "expect": args.expect or app.expect,
+               "ranks_per_node": rpn, "cpus": os.cpu_count(),
                "repetitions": args.repetitions or app.metric.repetitions or load_env(args.env_file).verify.repetitions,
                "date": time.strftime("%Y-%m-%d"), "host": platform.node(), "plot": f"{app.name}-{args.mode}.png",
                "extra_verify_options": extra}
