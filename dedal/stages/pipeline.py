@@ -252,16 +252,26 @@ def run_pipeline(
             record.status, record.detail = "skipped", "verification disabled in the environment file"
             return
         outdir, opts, current = report_of_image()
-        if current is not None and not reverify:
+        # a verdict the gate refuses is measured again, not reused: the same image and settings
+        # on a quieter machine or a later day may measure within the thresholds, and a bad
+        # report kept as current would refuse the image for good (--reverify was the only way
+        # out). What only lacks checks that could not run here (no GPU) would lack them again.
+        again = current is not None and not gate_allows(current.verdict, settings.verify_gate)
+        if current is not None and not reverify and not again:
             take_report(current, outdir)
             record.status, record.detail = "current", (f"verdict {current.verdict_text or summary.verdict} "
                                                        "(report of this image)")
         else:
+            if again and not reverify:
+                note(f"the report of this image has verdict {current.verdict_text or current.verdict}, refused by "
+                     f"verify_gate {settings.verify_gate}: verifying again")
             outcome = run_verify(opts, progress=note)
             summary.verdict = outcome.report.overall
             summary.skipped = skipped_text(outcome.report.checks)
             summary.report = str(outcome.paths.get("report.md", outdir / "report.md"))
             record.detail = f"verdict {outcome.report.verdict_text}; report {summary.report}"
+            if again and not reverify:
+                record.detail += f" (measured again: the last report's verdict was {current.verdict})"
         apply_gate()
 
     def report_of_image() -> Tuple[Path, Options, Optional[VerifyRecord]]:

@@ -119,6 +119,35 @@ def _suboptimal_report(image: Path, target: Target) -> VerifyReport:
                         meta={"image_sha256": sha256_file(image), "settings_sha256": digest})
 
 
+def _verdict_report(image: Path, target: Target, verdict: str) -> VerifyReport:
+    report = _suboptimal_report(image, target)
+    report.checks = [CheckResult("osu_latency", "latency", "us", verdict)]
+    return report
+
+
+@pytest.mark.parametrize("gate, last, again", [("passed", "bad", True), ("passed", "failed", True),
+                                               ("good", "suboptimal", True), ("passed", "suboptimal", False),
+                                               ("off", "bad", False)])
+def test_a_report_the_gate_refuses_is_measured_again(tmp_path, monkeypatch, gate, last, again):
+    """A verdict the gate refuses is not reused as current: the same image measured again on a
+    quieter machine may pass (a bad report of the README's demo on a busy machine otherwise
+    refused the image until --reverify); with the gate off, or a verdict it lets through, the
+    report is current."""
+    target, image = _target(tmp_path, monkeypatch, gate)
+    write_report(_verdict_report(image, target, last), _outdir(target, image))
+    ran = []
+    monkeypatch.setattr(pipeline, "run_verify", lambda opts, progress=None: ran.append(opts) or SimpleNamespace(
+        report=_verdict_report(image, target, "good"), paths=write_report(_verdict_report(image, target, "good"),
+                                                                          opts.output)))
+    summary = _run(target)
+    verify = {s.name: s for s in summary.stages}["verify"]
+    if again:
+        assert len(ran) == 1 and summary.ok and summary.verdict == "good", verify.detail
+        assert verify.status == "done" and f"measured again: the last report's verdict was {last}" in verify.detail
+    else:
+        assert not ran and verify.status == "current" and summary.verdict == last, verify.detail
+
+
 def _publish_only(tmp_path, monkeypatch, gate: str, report: bool):
     """build-image --from publish: verify does not run, the gate judges the image's report."""
     import dedal.stages.publish as publish_stage
