@@ -59,6 +59,7 @@ from dedal.model.elf import read_elf  # noqa: E402
 from dedal.stages.assemble import elf_closure  # noqa: E402
 from dedal.stages.assemble.closure import library_path_of  # noqa: E402
 from dedal.stages.verify import image as img  # noqa: E402
+from dedal.stages.verify.native import unpack_root  # noqa: E402
 
 KIT_BIN = "/opt/dedal-verify/kit/bin"
 #: programs of the image that verify, its launcher or kit.sh's optional steps run, besides img.PROGRAMS
@@ -413,7 +414,7 @@ def make(args: argparse.Namespace) -> int:
     if not args.image.is_file():
         raise UserError(f"{args.image}: no such image")
     info = img.inspect_image(args.image.resolve())
-    root, _reused = img.unpack_root(info, args.cache, progress=say)
+    root, _reused = unpack_root(info, args.cache, progress=say)
     arch = info.arch or "amd64"
     slim = Slim(root, int(args.keep_over_mib * MIB))
     out: Path = args.output

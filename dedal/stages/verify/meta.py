@@ -16,6 +16,7 @@ from typing import Any, Dict, Mapping, Sequence
 from dedal import __version__
 from dedal.model.artifacts import sha256_file
 from dedal.stages.verify import image as img
+from dedal.stages.verify.native import Native
 from dedal.stages.verify import preflight as pre
 from dedal.stages.verify.options import Options
 from dedal.stages.verify.plan import DEBUG_ENV, SIDES, Plan
@@ -35,7 +36,7 @@ def container_text(backend: str, launcher: str) -> str:
     return f"{how.get(backend, backend)}; {where}"
 
 
-def report_meta(opts: Options, info: img.ImageInfo, native: img.Native, launcher: str, backend: str, nodes: int,
+def report_meta(opts: Options, info: img.ImageInfo, native: Native, launcher: str, backend: str, nodes: int,
                 plan: Plan, started: float, t0: float, transports: Mapping[str, Any],
                 summary: Sequence[Mapping[str, Any]], pf: pre.Preflight) -> Dict[str, Any]:
     env = {**DEBUG_ENV, **opts.env}

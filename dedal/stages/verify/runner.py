@@ -7,7 +7,7 @@ The steps, each a function of its own:
 2. **preflight** (:mod:`dedal.stages.verify.preflight`): PMIx in ``srun --mpi=list``,
    ``/dev/infiniband``, GPU driver vs CUDA, CPU vs target; a fatal finding stops here
    (exit 2, one line) before anything runs;
-3. **native** (:func:`dedal.stages.verify.image.prepare_native`): what the native side is (the
+3. **native** (:func:`dedal.stages.verify.native.prepare_native`): what the native side is (the
    host's MPI and programs where it has them, else the image's root filesystem unpacked
    onto local storage and run without a container runtime), written into the report;
 4. **runs** (:mod:`dedal.stages.verify.plan`; the benchmarks of
@@ -77,6 +77,7 @@ from dedal.stages.verify.checks import Thresholds
 from dedal.ui.activity import activity
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.meta import container_text, report_meta
+from dedal.stages.verify.native import native_binds, prepare_native
 from dedal.stages.verify.options import Options, options_from_args
 from dedal.stages.verify.parsers import parse_file
 from dedal.stages.verify.plan import SIDES, Plan, Run, allocation_nodes, choose_launcher, run_env
@@ -232,7 +233,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     wanted = list(dict.fromkeys(b.program for b in benches))
     host_programs = {p: mpi.host_which(p) for p in wanted}
     host_mpi = mpi.host_mpirun() if launcher == "mpirun" and all(host_programs.values()) else None
-    native = img.prepare_native(info, mode=opts.native, wanted=wanted, cache=opts.cache_dir / "verify-native",
+    native = prepare_native(info, mode=opts.native, wanted=wanted, cache=opts.cache_dir / "verify-native",
                                 native_root=opts.native_root, host_programs=host_programs, host_mpi=host_mpi,
                                 launcher=launcher, progress=progress)
     _say(progress, f"native: {native.description}")
@@ -313,7 +314,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         argv = [program or bench.program, *bench.args(opts.max_size, opts.nccl_max_size)]
         env = run_env(opts, bench)
         root = native.root if side == "native" else container_root
-        binds = (img.native_binds() if side == "native" and native.root is not None else []) + extra_binds
+        binds = (native_binds() if side == "native" and native.root is not None else []) + extra_binds
         # the native side never goes through a container runtime: a plain bubblewrap chroot (a GPU run
         # gets the host's driver there too, as a program of the host finds it; the host itself needs none)
         rt = "bwrap" if side == "native" else opts.runtime
@@ -361,7 +362,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                               runtime_name=opts.runtime, env=dict(opts.env), binds=extra_binds,
                               image_mount=image_mount, progress=progress)
         # native as the benchmarks' native side (the image's root unpacked, or the host's programs)
-        sides = {"native": appbench.Side(native.root, "bwrap", (img.native_binds() if native.root is not None else [])
+        sides = {"native": appbench.Side(native.root, "bwrap", (native_binds() if native.root is not None else [])
                                          + extra_binds + app_binds, nodelist=pinned),
                  "container": appbench.Side(container_root, opts.runtime, extra_binds + app_binds, image_mount,
                                             pinned)}

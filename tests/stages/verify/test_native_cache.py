@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dedal.stages.verify import image as I
+from dedal.stages.verify import native as N
 
 pytestmark = pytest.mark.reliability
 
@@ -39,9 +40,9 @@ def _roots(cache: Path) -> list:
 
 def _let_go() -> None:
     """What the end of this process does: release the roots it used."""
-    for fd in I._IN_USE:
+    for fd in N._IN_USE:
         os.close(fd)
-    I._IN_USE.clear()
+    N._IN_USE.clear()
 
 
 def test_a_new_root_replaces_the_least_recently_used_of_its_name(tmp_path: Path) -> None:
@@ -49,14 +50,14 @@ def test_a_new_root_replaces_the_least_recently_used_of_its_name(tmp_path: Path)
     sq = _image(tmp_path, "v")
     made = {}
     for n, identity in enumerate(("one", "two", "three")):
-        root, reused = I.unpack_root(_info(sq, "esd", identity), cache)
+        root, reused = N.unpack_root(_info(sq, "esd", identity), cache)
         assert not reused and (root / "etc" / "hello").read_text() == "v\n"
         os.utime(root / ".dedal-unpacked", (1000 + n, 1000 + n))  # used: one, two, three
         made[identity] = root.name
     # roots this process uses are never pruned, even beyond NATIVE_KEEP
-    assert I.NATIVE_KEEP == 2 and set(made.values()) <= set(_roots(cache))
+    assert N.NATIVE_KEEP == 2 and set(made.values()) <= set(_roots(cache))
     # an image whose name starts the same is another name
-    other, _ = I.unpack_root(_info(sq, "esd-neuro", "x"), cache)
+    other, _ = N.unpack_root(_info(sq, "esd-neuro", "x"), cache)
     _let_go()
 
     # the next verification (another process) uses "one" again, then unpacks a fourth
@@ -64,11 +65,12 @@ def test_a_new_root_replaces_the_least_recently_used_of_its_name(tmp_path: Path)
 import sys
 from pathlib import Path
 from dedal.stages.verify import image as I
+from dedal.stages.verify import native as N
 cache = Path({str(cache)!r})
 info = lambda ident: I.ImageInfo(path=Path({str(sq)!r}), kind="squashfs", name="esd", identity=ident)
-root, reused = I.unpack_root(info("one"), cache)
+root, reused = N.unpack_root(info("one"), cache)
 assert reused, root
-root, reused = I.unpack_root(info("four"), cache)
+root, reused = N.unpack_root(info("four"), cache)
 assert not reused
 print(root.name)
 """
@@ -82,7 +84,7 @@ print(root.name)
 def test_a_root_another_verification_uses_is_kept(tmp_path: Path) -> None:
     cache = tmp_path / "verify-native"
     sq = _image(tmp_path, "w")
-    old, _ = I.unpack_root(_info(sq, "img", "old"), cache)
+    old, _ = N.unpack_root(_info(sq, "img", "old"), cache)
     os.utime(old / ".dedal-unpacked", (1000, 1000))
     # a verification in another process holds "old" (its shared lock) for as long as it runs
     holder = subprocess.Popen([sys.executable, "-c", f"""
@@ -96,7 +98,7 @@ time.sleep(60)
         assert holder.stdout.readline().strip() == "held"
         _let_go()
         for identity in ("a", "b"):
-            root, _ = I.unpack_root(_info(sq, "img", identity), cache)
+            root, _ = N.unpack_root(_info(sq, "img", identity), cache)
             os.utime(root / ".dedal-unpacked", (2000 + ord(identity), 2000 + ord(identity)))
             _let_go()
         assert old.name in _roots(cache) and (old / "etc" / "hello").read_text() == "w\n"  # in use: kept
@@ -104,7 +106,7 @@ time.sleep(60)
         holder.kill()
         holder.wait()
     time.sleep(0.1)
-    root, _ = I.unpack_root(_info(sq, "img", "c"), cache)  # no one holds "old" any more
-    assert old.name not in _roots(cache) and len(_roots(cache)) == I.NATIVE_KEEP
+    root, _ = N.unpack_root(_info(sq, "img", "c"), cache)  # no one holds "old" any more
+    assert old.name not in _roots(cache) and len(_roots(cache)) == N.NATIVE_KEEP
     assert not [n for n in _roots(cache) if n.startswith(".")]  # no half-removed copy left behind
     _let_go()

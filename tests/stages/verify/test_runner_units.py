@@ -353,7 +353,7 @@ def _info(tmp_path: Path, kind: str = "sif"):
 
 
 def test_what_native_means(tmp_path: Path) -> None:
-    from dedal.stages.verify.image import prepare_native
+    from dedal.stages.verify.native import prepare_native
 
     info = _info(tmp_path)
     wanted = ["dedal_latency"]
