@@ -31,10 +31,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from dedal.stages.verify import judge as the_judge
 from dedal.stages.verify import rules
-from dedal.stages.verify.facts import Fact
+from dedal.stages.verify.facts import FACTS, Fact
 from dedal.stages.verify.findings import Finding
-from dedal.stages.verify.rules import FACTS, Rule
+from dedal.stages.verify.rules import Rule
 
 SMALL_MAX = 64          # bytes: a "small message" (latency facts)
 LARGE_MIN = 1 << 20     # bytes: a "large message" (bandwidth facts)
@@ -52,7 +53,7 @@ EXPECTATIONS: Tuple[Rule, ...] = tuple(r for r in rules.RULES if r.measured)
 CODES = frozenset(e.code for e in EXPECTATIONS)
 #: the facts that dedal_cuda_floor measures (the platform's own, whichever side ran it)
 FLOOR_FACTS = frozenset(FLOOR + ("cuda:copy_bandwidth_mbs",))
-codes_of = rules.codes_of
+codes_of = the_judge.codes_of
 
 
 def _rows(table: Mapping[str, Any], column: int, *, small: bool) -> List[Tuple[int, float, str]]:
@@ -136,10 +137,10 @@ def median_facts(facts_per_run: Iterable[Sequence[Fact]], logs: Sequence[str] = 
 def judge(facts: Iterable[Fact], *, scope: Optional[str] = None, hardware: Optional[Sequence[str]] = None,
           rows: Sequence[Rule] = EXPECTATIONS) -> List[Finding]:
     """The measured rows of the rules table applied once to every fact they read
-    (:func:`dedal.stages.verify.rules.judge`, no host: the class bounds and the same host's
+    (:func:`dedal.stages.verify.judge.judge`, no host: the class bounds and the same host's
     references); ``scope``: where the facts were measured (None: unknown, every row applies);
     ``hardware``: judge only the rows of these classes."""
-    return rules.judge(facts=facts, scope=scope, hardware=hardware or [r.hardware for r in rows], rows=rows)
+    return the_judge.judge(facts=facts, scope=scope, hardware=hardware or [r.hardware for r in rows], rows=rows)
 
 
 def check_table(rows: Sequence[Rule] = EXPECTATIONS) -> List[str]:

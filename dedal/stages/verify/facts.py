@@ -1,6 +1,7 @@
 """Facts: what a log or a measurement shows, without a judgement (issue 38).
 
-Two kinds, both read by the one judge of :mod:`dedal.stages.verify.rules`:
+Two kinds, both read by the one judge (:mod:`dedal.stages.verify.judge`) of the rules table
+(:mod:`dedal.stages.verify.rules`); :data:`SEEN` and :data:`FACTS` name every one a rule may read:
 
 - :class:`Seen`: something a runtime's log shows in one scope (``intra-node``, ``inter-node``,
   ``self``, ``unknown`` where the log does not say, ``gpu``, ``""`` anywhere): the stack that
@@ -48,6 +49,21 @@ SEEN: Dict[str, str] = {
     "net:fabric": "the log names a high-speed fabric: an RDMA device (mlx5_*, cxi*, efa), a Slingshot or IPoIB "
                   "interface (hsn*, ib*)",
 }
+#: every measured fact a rule may read: ``class:name`` -> (unit, better: lower|higher, what it is)
+FACTS: Dict[str, Tuple[str, str, str]] = {
+    "host:latency_small_us": ("us", "lower", "point-to-point latency between host buffers, smallest at <= 64 B"),
+    "host:bandwidth_large_mbs": ("MB/s", "higher", "point-to-point bandwidth between host buffers, peak at >= 1 MiB"),
+    "cuda:latency_small_us": ("us", "lower", "point-to-point latency between GPU buffers, smallest at <= 64 B"),
+    "cuda:bandwidth_large_mbs": ("MB/s", "higher", "point-to-point bandwidth between GPU buffers, peak at >= 1 MiB"),
+    "cuda:collective_small_us": ("us", "lower", "a collective (all-reduce ...) between GPU buffers, smallest latency "
+                                 "at <= 64 B"),
+    "cuda:ipc_latency_us": ("us", "lower", "dedal_cuda_floor: CUDA IPC ping-pong between two processes (one copy "
+                            "into the peer's buffer, synchronize, a host message), half round trip, smallest at <= 64 B"),
+    "cuda:copy_sync_us": ("us", "lower", "dedal_cuda_floor: one device-to-host copy + synchronize, smallest at <= 64 B"),
+    "cuda:copy_bandwidth_mbs": ("MB/s", "higher", "dedal_cuda_floor: copies into the peer process's GPU buffer, "
+                                "64 in flight, peak at >= 1 MiB"),
+    "nccl:busbw_peak_gbs": ("GB/s", "higher", "nccl-tests between nodes: the largest bus bandwidth of any row"),
+}
 SCOPES = ("intra-node", "inter-node", "self", "unknown", "gpu", "")
 
 # interfaces and devices that only exist where a high-speed fabric is: Slingshot (hsn0), IPoIB (ib0,
@@ -83,7 +99,7 @@ class HostFacts:
 @dataclass(frozen=True)
 class Fact:
     """One number a parse result shows: ``hardware`` class, ``name`` (a key of
-    :data:`dedal.stages.verify.expectations.FACTS` without its class), the benchmark it comes
+    :data:`FACTS` without its class), the benchmark it comes
     from (``subject``), value, unit, and the lines that show it (``evidence``)."""
 
     hardware: str

@@ -36,6 +36,7 @@ from dedal.errors import DedalError
 from dedal.model import sif
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import rules
+from dedal.stages.verify.judge import graded
 from dedal.stages.verify.facts import HostFacts
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.parsers import parse_text
@@ -264,9 +265,9 @@ def slingshot(devdir: Path = Path("/dev")) -> List[str]:
 def check_infiniband(devices: Sequence[str], *, multi_node: bool,
                      rows: Sequence[rules.Rule] = rules.RULES) -> List[Finding]:
     """The host's fabric, and how the rules grade TCP between nodes on it (the same row that
-    judges the run logs: :func:`dedal.stages.verify.rules.graded`)."""
+    judges the run logs: :func:`dedal.stages.verify.judge.graded`)."""
     fabric = bool(devices)
-    ctx = rules.graded("tcp", "inter-node", HostFacts(has_infiniband=fabric, multi_node=multi_node), rows)
+    ctx = graded("tcp", "inter-node", HostFacts(has_infiniband=fabric, multi_node=multi_node), rows)
     how = ("TCP between nodes is expected, not a fallback" if ctx is not None and ctx.severity == "info" else
            "a TCP transport between nodes is a fallback")
     if fabric:

@@ -1,5 +1,5 @@
-"""The rules: one table of what a fact means on a host, and the one judge that applies it
-(issue 38; ReFrame's "declare, judge once").
+"""The rules: one table of what a fact means on a host (issue 38; ReFrame's "declare, judge
+once"); the one judge that applies it is :mod:`dedal.stages.verify.judge`.
 
 A :class:`Rule` is a row: a finding ``code``; **when** it fires: the fact it reads (``hardware:fact``:
 a :class:`~dedal.stages.verify.facts.Seen` such as ``ucx:tcp`` or a measured
@@ -16,7 +16,6 @@ conditions. "TCP between nodes is fine on nodes without an RDMA network" is the 
 (:data:`TCP_BETWEEN_NODES_WITHOUT_FABRIC`): UCX, Open MPI and NCCL over TCP and the latency or bus
 bandwidth that TCP gives are graded alike, for run logs, ``dedal verify parse`` and the preflight.
 
-:func:`judge` applies the table to the facts of one log (and the host it ran on, when known);
 :func:`check_table` says what is wrong with a table (a site's rows included);
 :func:`rules_from_config` reads a site's rows (``dedal.verify.rules`` of the environment file).
 """
@@ -24,27 +23,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.errors import UserError
-from dedal.stages.verify.facts import SEEN, Fact, HostFacts, Seen
-from dedal.stages.verify.findings import SEVERITIES, VERDICTS, Finding
+from dedal.stages.verify.facts import FACTS, SEEN
+from dedal.stages.verify.findings import SEVERITIES, VERDICTS
 
-#: every measured fact a rule may read: ``class:name`` -> (unit, better: lower|higher, what it is)
-FACTS: Dict[str, Tuple[str, str, str]] = {
-    "host:latency_small_us": ("us", "lower", "point-to-point latency between host buffers, smallest at <= 64 B"),
-    "host:bandwidth_large_mbs": ("MB/s", "higher", "point-to-point bandwidth between host buffers, peak at >= 1 MiB"),
-    "cuda:latency_small_us": ("us", "lower", "point-to-point latency between GPU buffers, smallest at <= 64 B"),
-    "cuda:bandwidth_large_mbs": ("MB/s", "higher", "point-to-point bandwidth between GPU buffers, peak at >= 1 MiB"),
-    "cuda:collective_small_us": ("us", "lower", "a collective (all-reduce ...) between GPU buffers, smallest latency "
-                                 "at <= 64 B"),
-    "cuda:ipc_latency_us": ("us", "lower", "dedal_cuda_floor: CUDA IPC ping-pong between two processes (one copy "
-                            "into the peer's buffer, synchronize, a host message), half round trip, smallest at <= 64 B"),
-    "cuda:copy_sync_us": ("us", "lower", "dedal_cuda_floor: one device-to-host copy + synchronize, smallest at <= 64 B"),
-    "cuda:copy_bandwidth_mbs": ("MB/s", "higher", "dedal_cuda_floor: copies into the peer process's GPU buffer, "
-                                "64 in flight, peak at >= 1 MiB"),
-    "nccl:busbw_peak_gbs": ("GB/s", "higher", "nccl-tests between nodes: the largest bus bandwidth of any row"),
-}
 #: the conditions on the host a row may name
 HOST_KEYS = ("fabric", "multi_node", "gpus", "gpu_p2p", "gdrdma")
 
@@ -218,129 +202,6 @@ RULES += (
          "at {value:g} MB/s, {ratio:.0%} of the CUDA copies into a peer's buffer on this host ({ref}: {ref_value:g} "
          "MB/s; expected 90 %)", below=0.9, of="cuda:copy_bandwidth_mbs", scope="intra-node", severity="warning"),
 )
-
-
-# ---------------------------------------------------------------------------- the judge
-
-def host_view(host: Optional[HostFacts], seen: Sequence[Seen] = ()) -> Dict[str, Any]:
-    """The host conditions rows test: what the preflight found (``host``; None: nothing known) and,
-    for the fabric, what the log itself names (an RDMA device, a Slingshot or IPoIB interface)."""
-    in_log = any(s.key == "net:fabric" for s in seen)
-    if host is None:
-        return {"fabric": True if in_log else None, "multi_node": None, "gpus": None, "gpu_p2p": None,
-                "gdrdma": None}
-    return {"fabric": bool(host.has_infiniband or in_log), "multi_node": bool(host.multi_node),
-            "gpus": bool(host.gpus), "gpu_p2p": host.gpu_p2p, "gdrdma": host.gdrdma}
-
-
-def _host_ok(row: Rule, view: Mapping[str, Any]) -> bool:
-    return all(view.get(k) is v or view.get(k) == v for k, v in row.host)
-
-
-def _scope_ok(want: str, scope: Optional[str]) -> bool:
-    return not want or scope is None or want == scope
-
-
-def _pick(candidates: Sequence[Rule]) -> Optional[Rule]:
-    """The most specific row; of equal specificity the last one (a site's over dedal's)."""
-    best: Optional[Rule] = None
-    for r in candidates:
-        if best is None or r.specificity >= best.specificity:
-            best = r
-    return best
-
-
-def _context(f: Finding, row: Rule, scope: Optional[str], view: Mapping[str, Any], rows: Sequence[Rule]) -> Finding:
-    if not row.means:
-        return f
-    ctx = _pick([c for c in rows if c.context and c.means == row.means and scope is not None and c.scope in ("", scope)
-                 and _host_ok(c, view)])
-    if ctx is None:
-        return f
-    return Finding(ctx.severity, f.code, ctx.message.format(message=f.message), f.evidence, ctx.verdict)
-
-
-def _judge_seen(seen: Sequence[Seen], present: set, view: Mapping[str, Any], scope: Optional[str],
-                rows: Sequence[Rule]) -> List[Finding]:
-    out: List[Finding] = []
-    for s in seen:
-        fit = [r for r in rows if not r.context and not r.measured and r.key == s.key and r.scope in ("", s.scope)
-               and _host_ok(r, view) and not any(u in present for u in r.unless)
-               and (not r.match or any(re.search(r.match, i) for i in s.items))]
-        row = _pick(fit)
-        if row is None:
-            continue
-        msg = row.message.format(items=", ".join(s.items) or "none", scope=s.scope, detail=s.detail)
-        where = s.scope if s.scope != "unknown" else (scope if s.nic and scope else s.scope)
-        out.append(_context(Finding(row.severity, row.code, msg, list(s.evidence), row.verdict), row, where, view, rows))
-    return out
-
-
-def _best(facts: Sequence[Fact]) -> Fact:
-    better = FACTS[facts[0].key][1]
-    return (min if better == "lower" else max)(facts, key=lambda f: f.value)
-
-
-def _judge_measured(facts: Sequence[Fact], present: set, view: Mapping[str, Any], scope: Optional[str],
-                    hardware: Optional[Sequence[str]], rows: Sequence[Rule]) -> List[Finding]:
-    by_key: Dict[str, List[Fact]] = {}
-    for f in facts:
-        by_key.setdefault(f.key, []).append(f)
-    out: List[Finding] = []
-    for row in rows:
-        if row.context or not row.measured or (hardware is not None and row.hardware not in hardware):
-            continue
-        if row.scope and scope is not None and scope != row.scope:
-            continue
-        if not _host_ok(row, view) or any(u in present for u in row.unless):
-            continue
-        ref: Optional[Fact] = None
-        if row.of:
-            if not by_key.get(row.of):
-                continue
-            ref = _best(by_key[row.of])
-        scale = ref.value if ref is not None else 1.0
-        for f in by_key.get(row.key, []):
-            if row.at_least is not None and not f.value >= row.at_least * scale:
-                continue
-            if row.below is not None and not f.value < row.below * scale:
-                continue
-            limit = (row.at_least if row.at_least is not None else row.below or 0.0) * scale
-            values = {"subject": f.subject, "value": f.value, "unit": f.unit, "limit": limit}
-            if ref is not None:
-                values.update(ref=ref.subject, ref_value=ref.value, ratio=f.value / ref.value if ref.value else 0.0)
-            evidence = list(f.evidence) + (list(ref.evidence) if ref is not None else [])
-            found = Finding(row.severity, row.code, row.message.format(**values), evidence, row.verdict)
-            out.append(_context(found, row, scope, view, rows))
-    return out
-
-
-def judge(seen: Iterable[Seen] = (), facts: Iterable[Fact] = (), *, host: Optional[HostFacts] = None,
-          scope: Optional[str] = None, hardware: Optional[Sequence[str]] = None,
-          rows: Sequence[Rule] = RULES) -> List[Finding]:
-    """Every row of ``rows`` applied once: a finding per seen fact that a row matches (the most
-    specific one), then per measured fact in a row's range (rows in table order), each quoting the
-    fact's lines and re-graded by the context rows. ``host``: what the preflight found (None: a
-    log judged alone, ``dedal verify parse``); ``scope``: where the log ran (None: unknown);
-    ``hardware``: judge only the measured rows of these classes (seen facts are judged whatever)."""
-    seen = list(seen)
-    facts = list(facts)
-    present = {s.key for s in seen} | {f.key for f in facts}
-    view = host_view(host, seen)
-    return (_judge_seen(seen, present, view, scope, rows) if hardware is None else []) + \
-        _judge_measured(facts, present, view, scope, hardware, rows)
-
-
-def graded(means: str, scope: str, host: Optional[HostFacts], rows: Sequence[Rule] = RULES) -> Optional[Rule]:
-    """The context row that re-grades a finding that ``means`` this in ``scope`` on ``host`` (None:
-    the findings keep their own severity): what the preflight says of the host's network."""
-    view = host_view(host)
-    return _pick([c for c in rows if c.context and c.means == means and c.scope in ("", scope) and _host_ok(c, view)])
-
-
-def codes_of(hardware: str, rows: Sequence[Rule] = RULES) -> frozenset:
-    """The finding codes of the measured rows of one hardware class."""
-    return frozenset(r.code for r in rows if r.measured and r.hardware == hardware)
 
 
 # ---------------------------------------------------------------------------- the table itself

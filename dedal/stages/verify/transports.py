@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 from dedal.stages.verify import rules
+from dedal.stages.verify.judge import judge
 from dedal.stages.verify.facts import HostFacts, seen_of
 from dedal.stages.verify.findings import Finding
 
@@ -29,6 +30,6 @@ def check_transports(parsed_logs: Iterable[Mapping[str, Any]], host: Optional[Ho
     out: List[Finding] = []
     for p in parsed_logs:
         src = p.get("source") or p.get("kind") or "log"
-        for f in rules.judge(seen_of(p), host=host, scope=p.get("scope"), rows=rules.RULES if rows is None else rows):
+        for f in judge(seen_of(p), host=host, scope=p.get("scope"), rows=rules.RULES if rows is None else rows):
             out.append(Finding(f.severity, f.code, f"{src}: {f.message}", f.evidence, f.verdict))
     return out

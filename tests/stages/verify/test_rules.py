@@ -9,6 +9,7 @@ import pytest
 from dedal.errors import UserError
 from dedal.model.envfile import load_rules_file, parse_env
 from dedal.stages.verify import preflight as pre
+from dedal.stages.verify import judge as J
 from dedal.stages.verify import rules as R
 from dedal.stages.verify.facts import Seen
 from dedal.stages.verify.parsers import parse_text
@@ -76,9 +77,9 @@ def test_the_table_is_consistent() -> None:
     assert R.check_table([R.rule("x", "ucx:tcp", "m", host={"site": "aws"})])[0].startswith("x: host condition")
     # the most specific row wins: the NCCL SHM hop where P2P works is an error, unknown a warning, none info
     hop = [Seen("nccl", "shm-hop", "gpu", ("SHM/direct/direct: 4",), ("... via SHM/direct/direct",))]
-    assert [f.severity for f in R.judge(hop, host=HostFacts(gpu_p2p=True))] == ["error"]
-    assert [f.severity for f in R.judge(hop, host=HostFacts())] == ["warning"]
-    assert [f.severity for f in R.judge(hop, host=HostFacts(gpu_p2p=False))] == ["info"]
+    assert [f.severity for f in J.judge(hop, host=HostFacts(gpu_p2p=True))] == ["error"]
+    assert [f.severity for f in J.judge(hop, host=HostFacts())] == ["warning"]
+    assert [f.severity for f in J.judge(hop, host=HostFacts(gpu_p2p=False))] == ["info"]
 
 
 def test_the_preflight_says_what_the_table_says(tmp_path: Path) -> None:

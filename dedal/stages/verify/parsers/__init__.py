@@ -78,6 +78,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from dedal.errors import UserError
 from dedal.stages.verify import expectations, rules
+from dedal.stages.verify.judge import judge
 from dedal.stages.verify.facts import HostFacts, seen_of
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.parsers import (nccl_debug, nccl_tests, ompi_verbose, osu, srun_mpi, ucx_info, ucx_log,
@@ -119,7 +120,7 @@ def _empty(value: Any) -> bool:
 def parse_lines(lines: List[str], kind: Optional[str] = None, *, host: Optional[HostFacts] = None,
                 scope: Optional[str] = None, rows: Optional[Sequence[rules.Rule]] = None) -> Dict[str, Any]:
     """Parse cleaned lines (see :func:`clean_lines`); ``kind`` None means detect it. What the
-    parsers saw is judged once by the rules (:func:`dedal.stages.verify.rules.judge`): against
+    parsers saw is judged once by the rules (:func:`dedal.stages.verify.judge.judge`): against
     ``host`` where the preflight found it (None: the log alone), in ``scope`` where the run's is
     known, with ``rows`` (a site's table; default dedal's)."""
     if kind is not None and kind not in KINDS:
@@ -144,7 +145,7 @@ def parse_lines(lines: List[str], kind: Optional[str] = None, *, host: Optional[
                 result[key] = result[key] + value
         findings.extend(part_findings)
         base = part_base if part == kind or base == "unknown" else base
-    judged = rules.judge(seen_of(result), expectations.facts_of(result), host=host, scope=scope,
+    judged = judge(seen_of(result), expectations.facts_of(result), host=host, scope=scope,
                          rows=rules.RULES if rows is None else rows)
     judged_codes = {f.code for f in judged}
     findings = [f for f in findings if f.code not in judged_codes] + judged
