@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from dedal.adapters.registry import client
+from dedal.adapters.registry import transport
 from tests.conftest import dedal_exe
 from tests.fixtures.terminal import in_terminal
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.reliability
 
 # the first contact: GET /v2/ over https, then plain http (a local registry), each answered
 # within ANSWER_TIMEOUT or given up; the connection and the TLS handshake within CONNECT_TIMEOUT
-BOUND_S = 2 * max(client.CONNECT_TIMEOUT, client.ANSWER_TIMEOUT)
+BOUND_S = 2 * max(transport.CONNECT_TIMEOUT, transport.ANSWER_TIMEOUT)
 
 
 def test_a_mute_registry_is_shown_while_waited_for_and_named_in_the_error(silent_server, isolated_env, tmp_path):
@@ -28,12 +28,12 @@ def test_a_mute_registry_is_shown_while_waited_for_and_named_in_the_error(silent
     waiting = re.findall(rf"waiting for {re.escape(silent_server.host)}  (\d+) s", term.text)
     assert waiting and int(waiting[-1]) >= BOUND_S - 2, term.text[-2000:]  # the time, counted up while it waits
     assert "GET https://" in term.text and "GET http://" in term.text  # what it waits for
-    assert term.longest_silence() < client.WAITING_SHOWN_AFTER + 5, "no silent wait"
+    assert term.longest_silence() < transport.WAITING_SHOWN_AFTER + 5, "no silent wait"
 
 
 def test_with_json_only_the_error_and_nothing_on_stdout(silent_server, run_dedal):
     r = run_dedal("images", f"oras://{silent_server.host}/esd/tiny", "--json", timeout=120)
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.splitlines() == [f"dedal: error: registry {silent_server.host} unreachable over https "
-                                     f"(no answer in {client.ANSWER_TIMEOUT:.0f} s) and http "
-                                     f"(no answer in {client.ANSWER_TIMEOUT:.0f} s)"]
+                                     f"(no answer in {transport.ANSWER_TIMEOUT:.0f} s) and http "
+                                     f"(no answer in {transport.ANSWER_TIMEOUT:.0f} s)"]

@@ -5,9 +5,10 @@ This is its public face; the parts are split the way Spack splits ``spack.oci``:
 * ``auth``: credentials (flags, ``DEDAL_REGISTRY_USER`` / ``DEDAL_REGISTRY_PASSWORD``,
   ``$REGISTRY_AUTH_FILE``, Podman's and Docker's config files, Docker credential
   helpers) and the answers to authentication challenges (Basic, bearer tokens);
-* ``client``: ``RegistryClient``, oras-py's ``Registry`` with dedal's transport
-  underneath (retries with backoff, https probing, chunked uploads, streaming
-  downloads, manifests as raw bytes, referrers, tags);
+* ``transport``: oras-py's ``Registry`` with dedal's transport underneath (retries with
+  backoff within a deadline, https probing, answers read bounded);
+* ``client``: ``RegistryClient``, the requests dedal makes over that transport (chunked
+  uploads, streaming downloads, manifests as raw bytes, referrers, tags);
 * ``download``: ``download_blob``, one blob streamed to a file, its length and sha256
   checked (``IntegrityError`` where they are not what the manifest states);
 * ``errors``: ``NotFound``, ``IntegrityError``, ``RegistryAuthError``, ``TooLarge`` (an answer over
@@ -31,8 +32,6 @@ from dedal.adapters.registry.auth import (
     resolve_credentials,
 )
 from dedal.adapters.registry.client import (
-    CHUNK,
-    RETRY_STATUS,
     Progress,
     RegistryClient,
     file_digest,
@@ -40,6 +39,7 @@ from dedal.adapters.registry.client import (
     make_client,
 )
 from dedal.adapters.registry.download import download_blob
+from dedal.adapters.registry.transport import CHUNK, RETRY_STATUS
 from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, IntegrityError, NotFound, RegistryAuthError,
                                             TooLarge, redact_url, short_reason)
 from dedal.model.oci import (

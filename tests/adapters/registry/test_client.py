@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from dedal.adapters.registry import client
+from dedal.adapters.registry import transport
 from dedal.adapters.registry.client import RegistryClient
 from dedal.model.oci import local_registry
 from dedal.model.oci import RegistryError
@@ -72,8 +72,8 @@ def test_local_registry_not_there_is_one_error():
 
 def test_timeouts_first_contact_stall_and_sending():
     c = RegistryClient("registry.example.org", timeout=60)
-    assert c._timeouts("GET /v2/", first=True) == (client.CONNECT_TIMEOUT, client.ANSWER_TIMEOUT)
-    assert c._timeouts("GET /v2/x/manifests/v1") == (client.CONNECT_TIMEOUT, 60)
+    assert c._timeouts("GET /v2/", first=True) == (transport.CONNECT_TIMEOUT, transport.ANSWER_TIMEOUT)
+    assert c._timeouts("GET /v2/x/manifests/v1") == (transport.CONNECT_TIMEOUT, 60)
     # urllib3 bounds sending a body by the connect timeout: an upload may stall as long as an answer
     assert c._timeouts("PUT /v2/x/blobs/uploads/1", sending=True) == (60, 60)
     assert RegistryClient("h", timeout=3)._timeouts("GET /v2/", first=True) == (3, 3)
@@ -82,8 +82,8 @@ def test_timeouts_first_contact_stall_and_sending():
 @pytest.mark.reliability
 @pytest.mark.parametrize("insecure", [False, True])
 def test_a_registry_that_never_answers_is_one_error_naming_it(silent_server, monkeypatch, insecure):
-    monkeypatch.setattr(client, "CONNECT_TIMEOUT", 1.0)
-    monkeypatch.setattr(client, "ANSWER_TIMEOUT", 1.0)
+    monkeypatch.setattr(transport, "CONNECT_TIMEOUT", 1.0)
+    monkeypatch.setattr(transport, "ANSWER_TIMEOUT", 1.0)
     c = RegistryClient(silent_server.host, insecure=insecure)
     started = time.monotonic()
     with pytest.raises(RegistryError) as info:
@@ -113,7 +113,7 @@ class _Clock:
 
 def test_progress_starts_the_deadline_again(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(client, "time", clock)
+    monkeypatch.setattr(transport, "time", clock)
     c = RegistryClient("registry.example.org", timeout=60, deadline=100)
     clock.now += 90
     assert c._timeouts("PUT /v2/x/blobs/uploads/1", sending=True) == (10, 10)  # cut to what is left
@@ -129,5 +129,5 @@ def test_the_default_deadline_is_a_few_minutes():
     from dedal.model.config import SETTINGS
 
     default = next(s for s in SETTINGS if s.key == "registry_deadline_s")
-    assert RegistryClient("h").deadline == client.DEADLINE == default.default({}) == 180.0
+    assert RegistryClient("h").deadline == transport.DEADLINE == default.default({}) == 180.0
     assert "without progress" in default.help
