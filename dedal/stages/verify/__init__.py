@@ -8,7 +8,10 @@ container measurements, check the transports, write the report.
   stack's transports/protocols/plugins per scope with their lines; ``Fact``: a measured number;
   ``HostFacts``: what the preflight found);
 - :mod:`dedal.stages.verify.rules`: the one rules table (code, when: host facts + scope + facts,
-  severity, message; a site adds or overrides rows) and the one judge that applies it;
+  severity, message; a site adds or overrides rows); :mod:`dedal.stages.verify.judge`: the one
+  judge that applies it;
+- :mod:`dedal.stages.verify.image`: the image under verification (labels, target, benchmarks);
+  :mod:`dedal.stages.verify.native`: its native twin (the host's stack, or the image unpacked);
 - :mod:`dedal.stages.verify.checks`: native vs container measurements against thresholds (pure functions);
 - :mod:`dedal.stages.verify.expectations`: what each measurement should be on its hardware class (host
   buffers, GPU buffers), declared as rows and judged once, against class bounds and the same host's
