@@ -22,13 +22,20 @@ from dedal.stages.verify.options import Options
 SIDES = ("native", "container")
 T = TypeVar("T")
 
-#: debug output every run has on (the caller's --env can override each)
+#: the MPI stack every run uses, the applications' too (the caller's --env and an app's own env
+#: override each): without these Open MPI 5 takes the ob1 pml where UCX finds no Mellanox
+#: device, and ob1 hangs under Slurm's PMIx 4 server, or crashes in MPI_Init
+#: (mca_pml_ob1_recv_frag_callback_match, ringtest on 3 nodes of the test cluster)
+MPI_ENV = {
+    "OMPI_MCA_pml": "ucx",            # the UCX pml
+    "OMPI_MCA_pml_ucx_tls": "any",    # Open MPI 5 defaults to Mellanox transports only
+    "OMPI_MCA_pml_ucx_devices": "any",
+}
+#: and the debug output every benchmark run has on (the applications' output stays theirs)
 DEBUG_ENV = {
     "UCX_LOG_LEVEL": "info",          # UCX: version, selected transports per endpoint configuration
     "UCX_PROTO_INFO": "y",            # UCX: protocol table per message size range
-    "OMPI_MCA_pml": "ucx",            # the UCX pml (ob1 hangs under Slurm's PMIx 4 server)
-    "OMPI_MCA_pml_ucx_tls": "any",    # Open MPI 5 defaults to Mellanox transports only
-    "OMPI_MCA_pml_ucx_devices": "any",
+    **MPI_ENV,
     "OMPI_MCA_pml_base_verbose": "10",  # which pml was selected
 }
 NCCL_ENV = {"NCCL_DEBUG": "INFO"}

@@ -80,7 +80,7 @@ from dedal.stages.verify.meta import container_text, report_meta
 from dedal.stages.verify.native import native_binds, prepare_native
 from dedal.stages.verify.options import Options, options_from_args
 from dedal.stages.verify.parsers import parse_file
-from dedal.stages.verify.plan import SIDES, Plan, Run, allocation_nodes, choose_launcher, run_env
+from dedal.stages.verify.plan import MPI_ENV, SIDES, Plan, Run, allocation_nodes, choose_launcher, run_env
 from dedal.stages.verify.report import VerifyReport, slug, summary_row, write_report
 
 __all__ = ["Options", "Outcome", "options_from_args", "verify"]
@@ -359,7 +359,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             judged = compare.compare_runs(runs, plan, thresholds)
 
         app_checks = run_apps(opts.apps, root=container_root, launcher=launcher, nodes=nodes, outdir=outdir,
-                              runtime_name=opts.runtime, env=dict(opts.env), binds=extra_binds,
+                              runtime_name=opts.runtime, env={**MPI_ENV, **opts.env}, binds=extra_binds,
                               image_mount=image_mount, progress=progress)
         # native as the benchmarks' native side (the image's root unpacked, or the host's programs)
         sides = {"native": appbench.Side(native.root, "bwrap", (native_binds() if native.root is not None else [])
@@ -367,7 +367,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
                  "container": appbench.Side(container_root, opts.runtime, extra_binds + app_binds, image_mount,
                                             pinned)}
         bench_checks, bench_measurements, bench_again = appbench.run_benchmarks(
-            app_benches, sides, launcher=launcher, nodes=nodes, outdir=outdir, env=dict(opts.env),
+            app_benches, sides, launcher=launcher, nodes=nodes, outdir=outdir, env={**MPI_ENV, **opts.env},
             repetitions=opts.repetitions, references=references, noise_sigmas=thresholds.noise_sigmas,
             remeasure=opts.remeasure, progress=progress)
     finally:

@@ -276,7 +276,8 @@ def test_app_benchmark_native_and_container(run_dedal, bench_image, native_cache
 
     if shutil.which("apptainer") is None:
         pytest.skip("needs Apptainer: the test image's slower container is slower only under Apptainer")
-    write = 'dedal_latency -m 8 || exit 1; if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then tac /etc/shells > shells.txt; fi'
+    write = ('dedal_latency -m 8 || exit 1; if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then tac /etc/shells > shells.txt; '
+             'echo "mpi: pml=$OMPI_MCA_pml tls=$OMPI_MCA_pml_ucx_tls"; fi')
     metric = {"match": r"^8 +(?P<value>[0-9.]+)$", "unit": "us"}
     env_file = tmp_path / "env.yaml"
     env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
@@ -311,6 +312,7 @@ def test_app_benchmark_native_and_container(run_dedal, bench_image, native_cache
     for name in names:
         log = (out / "raw/apps/lat" / f"{name}.log").read_text()
         assert log.startswith("#@ dedal verify: ") and "# dedal-bench MPI Latency Test v" in log
+        assert "mpi: pml=ucx tls=any" in log  # the MPI stack the microbenchmarks use (not ob1 by default)
         assert sorted((out / "raw/apps/lat" / name / "shells.txt").read_text().splitlines()) == \
             sorted((bench_image.root / "etc/shells").read_text().splitlines())
     assert all(r["correct"] and r["expected"] for r in m["runs"]) and len({r["expected"] for r in m["runs"]}) == 1
