@@ -20,7 +20,8 @@ Run as root with Apptainer (>= 1.3 for --sharens) on PATH:
 
     .venv/bin/python benchmarks/multinode/startup.py [--rounds 5] [--ranks 1,2,4,8] [--nodes 1,2]
 
-Results: benchmarks/multinode/startup.json and startup.md. The test cluster's nodes are network
+Results: benchmarks/multinode/startup.json and startup.md (``--name NAME``: NAME.json and NAME.md,
+e.g. a run of a few rows with more rounds beside the full table). The test cluster's nodes are network
 and mount namespaces of this one machine (2 CPUs here): 8 ranks per node on 2 nodes are 16
 processes on 2 CPUs, so what grows with the ranks is CPU time spent starting containers and MPI,
 which is the cost at 128 ranks per node on a real node too.
@@ -79,6 +80,7 @@ def main() -> int:
     ap.add_argument("--ranks", default="1,2,4,8", help="ranks per node")
     ap.add_argument("--nodes", default="1,2")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--name", default="startup", help="results NAME.json and NAME.md here (default startup)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root (the test cluster and the image need it)")
@@ -134,7 +136,7 @@ def main() -> int:
                         if got is None:
                             failed[key] = failed.get(key, 0) + 1
                         else:
-                            samples.setdefault(key, []).append(got)
+                            samples.setdefault(key, []).append({**got, "round": rnd})
             print(f"round {rnd + 1}/{args.rounds} done after {time.monotonic() - t1:.0f} s", file=sys.stderr)
         kept.close()
         rows = []
@@ -145,7 +147,12 @@ def main() -> int:
                 for mode in MODES:
                     got = samples.get(f"{nodes}|{rpn}|{mode}", [])
                     init, wall = med([s["init_ms"] for s in got]), med([s["wall_s"] for s in got])
-                    rows.append({"nodes": nodes, "ranks_per_node": rpn, "mode": mode, "runs": len(got),
+                    # the same round's native step ran just before: a ratio per round cancels the
+                    # machine's drift between rounds, its spread is the noise of one comparison
+                    native_of = {s["round"]: s["init_ms"] for s in base}
+                    paired = sorted(s["init_ms"] / native_of[s["round"]] for s in got
+                                    if native_of.get(s["round"]))
+                    rows.append({"paired_init_ratios": [round(x, 3) for x in paired],"nodes": nodes, "ranks_per_node": rpn, "mode": mode, "runs": len(got),
                                  "failed": failed.get(f"{nodes}|{rpn}|{mode}", 0),
                                  "init_ms": init, "wall_s": wall,
                                  "init_ratio": round(init / n_init, 3) if init and n_init else None,
@@ -154,8 +161,8 @@ def main() -> int:
                   "apptainer": apptainer_version(app), "rounds": args.rounds, "image_build_s": round(build_s, 1),
                   "measure_s": round(time.monotonic() - t1, 1), "load_before": load_before,
                   "load_after": Path("/proc/loadavg").read_text().split()[:3], "rows": rows}
-        (HERE / "startup.json").write_text(json.dumps(result, indent=2) + "\n")
-        (HERE / "startup.md").write_text(render(result))
+        (HERE / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (HERE / f"{args.name}.md").write_text(render(result))
         print(render(result))
         return 0
     finally:
@@ -180,12 +187,16 @@ def render(r: Dict[str, Any]) -> str:
              f"`benchmarks/multinode/startup.py`: {r['rounds']} rounds, the five ways alternating in each, medians; "
              f"in brackets container / native of the medians. Load average before {' '.join(r['load_before'])}, "
              f"after {' '.join(r['load_after'])}; {r['measure_s']} s of measuring.", "",
-             "| nodes | ranks per node | way | runs (failed) | MPI_Init, slowest rank (ms) | step wall time (s) |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| nodes | ranks per node | way | runs (failed) | MPI_Init, slowest rank (ms) | "
+             "MPI_Init / native, per round: median [min..max] | step wall time (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in r["rows"]:
+        paired = row.get("paired_init_ratios") or []
+        per_round = (f"{statistics.median(paired):.2f}x [{min(paired):.2f}..{max(paired):.2f}]"
+                     if paired and row["mode"] != "native" else "-")
         lines.append(f"| {row['nodes']} | {row['ranks_per_node']} | {row['mode']} | {row['runs']} ({row['failed']}) | "
                      f"{_cell(row['init_ms'], row['init_ratio'] if row['mode'] != 'native' else None)} | "
-                     f"{_cell(row['wall_s'], row['wall_ratio'] if row['mode'] != 'native' else None)} |")
+                     f"{per_round} | {_cell(row['wall_s'], row['wall_ratio'] if row['mode'] != 'native' else None)} |")
     lines += ["", *model(r), ""]
     return "\n".join(lines)
 
