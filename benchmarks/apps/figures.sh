@@ -5,10 +5,10 @@
 # instance) and once with bubblewrap (over the one mount dedal makes), each by
 # benchmarks/apps/scaling.py (one `dedal verify -b apps` per node count). Results go to
 # benchmarks/apps/results/<app>-<mode>-<runtime>/ (results.md, results.json, the plot, each node
-# count's report). With no Slurm allocation it starts the namespaced test cluster of 3 nodes
-# itself (needs root; SHARED: colon-separated directories under /tmp that the nodes must see,
-# as every node has a /tmp of its own) and stops it at the end; inside an allocation of 3
-# nodes it uses that.
+# count's report), and one table of them all in benchmarks/apps/results/summary.md (summary.py).
+# With no Slurm allocation it starts the namespaced test cluster of 3 nodes itself (needs
+# root; SHARED: colon-separated directories under /tmp that the nodes must see, as every node
+# has a /tmp of its own) and stops it at the end; inside an allocation of 3 nodes it uses that.
 #   sudo benchmarks/apps/figures.sh IMAGE.sif [REPETITIONS]     (default 5)
 #   FIGURES="ringtest-strong busyring-weak" ... to run only some of them
 set -u
@@ -34,7 +34,7 @@ fi
 
 # the problem of each figure: strong scaling keeps it (ringtest's default 16 rings of 8 cells,
 # checked against the spikes the repository ships; busyring's 6 cells, divisible by 1, 2 and
-# 3 ranks); weak scaling grows it with the ranks (16 rings, 2 cells per rank), the spike
+# 3 ranks, each rank on one CPU); weak scaling grows it with the ranks (16 rings, 2 cells per rank), the spike
 # count then the same natively and in the container at each size
 args_of() {
   case $1 in
@@ -45,11 +45,15 @@ args_of() {
     *) echo "unknown figure $1" >&2; return 1 ;;
   esac
 }
+# busyring runs a thread per CPU it may use: every rank is bound to one CPU (as srun
+# --cpu-bind=cores gives each rank its own core on a cluster), else one rank already fills
+# the machine and more ranks only share it
+BIND='taskset -c $((PMIX_RANK % $(nproc)))'
 command_of() {
   case $1 in
     ringtest-weak) echo 'ringtest -nring $((16 * {ranks})) -tstop 100' ;;
-    busyring-strong) echo 'busyring-input 6 10 > ring-$$.json && busyring ring-$$.json' ;;
-    busyring-weak) echo 'busyring-input $((2 * {ranks})) 10 > ring-$$.json && busyring ring-$$.json' ;;
+    busyring-strong) echo "busyring-input 6 10 > ring-\$\$.json && $BIND busyring ring-\$\$.json" ;;
+    busyring-weak) echo "busyring-input \$((2 * {ranks})) 10 > ring-\$\$.json && $BIND busyring ring-\$\$.json" ;;
   esac
 }
 expect_of() {
@@ -71,4 +75,5 @@ for fig in $FIGURES; do
       -- --runtime "$rt" > "$dir.log" 2>&1 || { echo "   not all good: $dir.log" >&2; status=1; }
   done
 done
+.venv/bin/python benchmarks/apps/summary.py "$OUT" > /dev/null || status=1
 exit $status
