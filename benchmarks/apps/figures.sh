@@ -52,8 +52,8 @@ BIND='taskset -c $((PMIX_RANK % $(nproc)))'
 command_of() {
   case $1 in
     ringtest-weak) echo 'ringtest -nring $((16 * {ranks})) -tstop 100' ;;
-    busyring-strong) echo "busyring-input 6 10 > ring-\$\$.json && $BIND busyring ring-\$\$.json" ;;
-    busyring-weak) echo "busyring-input \$((2 * {ranks})) 10 > ring-\$\$.json && $BIND busyring ring-\$\$.json" ;;
+    busyring-strong) echo "busyring-input 6 10 > ring-\$PMIX_RANK.json && $BIND busyring ring-\$PMIX_RANK.json" ;;
+    busyring-weak) echo "busyring-input \$((2 * {ranks})) 10 > ring-\$PMIX_RANK.json && $BIND busyring ring-\$PMIX_RANK.json" ;;
   esac
 }
 expect_of() {
