@@ -1,4 +1,5 @@
 """dedal: Spack environment -> per-package squashfs layers -> verified Apptainer SIF."""
+
 from pathlib import Path
 
 __version__ = "0.1.0"

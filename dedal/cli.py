@@ -5,6 +5,7 @@ that adds its parser and sets ``func(args) -> int`` (``dedal.commands.build_pars
 assembles them). Every DedalError becomes one
 line on stderr and its exit code; argparse errors exit with 2.
 """
+
 from __future__ import annotations
 
 import errno
@@ -26,6 +27,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     from dedal.ui.activity import set_quiet
+
     set_quiet(bool(getattr(args, "json", False)))  # --json: no step shown on stderr while it runs
     try:
         return int(args.func(args) or 0)
@@ -59,8 +61,10 @@ def _internal(exc: BaseException) -> int:
     if os.environ.get("DEDAL_DEBUG"):
         raise exc
     text = " ".join(str(exc).split())[:300]
-    print(f"dedal: internal error: {type(exc).__name__}: {text} (a bug; DEDAL_DEBUG=1 shows the traceback)",
-          file=sys.stderr)
+    print(
+        f"dedal: internal error: {type(exc).__name__}: {text} (a bug; DEDAL_DEBUG=1 shows the traceback)",
+        file=sys.stderr,
+    )
     return 70
 
 

@@ -3,6 +3,7 @@
 Every failure of an external tool carries the command, its exit code and the log
 path, so that a user (or CI) can go straight to the evidence.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -96,6 +97,7 @@ class BuildError(DedalError):
 
 class Interrupted(DedalError):
     """A stage stopped by SIGTERM/SIGINT/SIGHUP (scancel, Ctrl-C)."""
+
     exit_code = 143
 
 
@@ -144,8 +146,14 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-_KINDS = {0o010000: "a FIFO", 0o020000: "a character device", 0o060000: "a block device", 0o140000: "a socket",
-          0o040000: "a directory", 0o120000: "a symlink"}
+_KINDS = {
+    0o010000: "a FIFO",
+    0o020000: "a character device",
+    0o060000: "a block device",
+    0o140000: "a socket",
+    0o040000: "a directory",
+    0o120000: "a symlink",
+}
 
 
 def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:

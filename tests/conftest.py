@@ -1,4 +1,5 @@
 """Shared test helpers: where the real data lies and how to run the installed CLI."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,20 +26,22 @@ LOGS_DATA = SHARED_DATA / "logs"
 # outside the repository instead. dedal sets PYTHONDONTWRITEBYTECODE itself where Python
 # runs over an image's tree (assemble/spack_run.py), so no image takes bytecode from this.
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
-    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(Path(os.environ.get(
-        "XDG_CACHE_HOME", Path.home() / ".cache")) / "dedal" / "test-pycache"))
+    os.environ.setdefault(
+        "PYTHONPYCACHEPREFIX",
+        str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dedal" / "test-pycache"),
+    )
 
 # shared fixtures, one module per subject (helpers in them are imported from there)
 pytest_plugins = [
-    "tests.fixtures.base",      # the debian-trixie base, a SIF and an MPI program from it, as_root
-    "tests.fixtures.bench",     # bench_image: the base with dedal's microbenchmarks, as a SIF
-    "tests.fixtures.gitsrc",    # git_sources_mirror: OSU/nccl-tests sources (recipes/gitsrc) into a test's mirror
-    "tests.fixtures.images",    # host_env, trixie_env, trixie_image: environments built for assembly
-    "tests.fixtures.pypi",      # pypi_index: a PyPI simple index on loopback (recorded page, real sdist)
+    "tests.fixtures.base",  # the debian-trixie base, a SIF and an MPI program from it, as_root
+    "tests.fixtures.bench",  # bench_image: the base with dedal's microbenchmarks, as a SIF
+    "tests.fixtures.gitsrc",  # git_sources_mirror: OSU/nccl-tests sources (recipes/gitsrc) into a test's mirror
+    "tests.fixtures.images",  # host_env, trixie_env, trixie_image: environments built for assembly
+    "tests.fixtures.pypi",  # pypi_index: a PyPI simple index on loopback (recorded page, real sdist)
     "tests.fixtures.recorded",  # logs, local_data: recorded outputs for the parsers
     "tests.fixtures.registry",  # local docker-registry servers, a fault proxy, real SIF files
-    "tests.fixtures.slurm",     # slurm_cluster: the local Slurm test cluster
-    "tests.fixtures.tiny",      # tiny: the recorded tiny lock with the Spack stand-in
+    "tests.fixtures.slurm",  # slurm_cluster: the local Slurm test cluster
+    "tests.fixtures.tiny",  # tiny: the recorded tiny lock with the Spack stand-in
 ]
 
 
@@ -112,14 +115,25 @@ def isolated_env(tmp_path: Path) -> Dict[str, str]:
 def run_dedal(isolated_env: Dict[str, str], tmp_path: Path):
     """Run the installed ``dedal`` command; returns CompletedProcess (text)."""
 
-    def _run(*args: str, cwd: Optional[Path] = None, env: Optional[Dict[str, str]] = None,
-             input: Optional[str] = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    def _run(
+        *args: str,
+        cwd: Optional[Path] = None,
+        env: Optional[Dict[str, str]] = None,
+        input: Optional[str] = None,
+        timeout: float = 600,
+    ) -> subprocess.CompletedProcess:
         full_env = dict(isolated_env)
         if env:
             full_env.update(env)
-        proc = subprocess.Popen([dedal_exe(), *args], cwd=cwd or tmp_path, env=full_env, text=True,
-                                stdin=subprocess.PIPE if input is not None else None,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [dedal_exe(), *args],
+            cwd=cwd or tmp_path,
+            env=full_env,
+            text=True,
+            stdin=subprocess.PIPE if input is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             out, err = proc.communicate(input=input, timeout=timeout)
         except BaseException:  # our timeout, pytest-timeout's, Ctrl-C: stop dedal as scancel would
@@ -137,8 +151,10 @@ def run_dedal(isolated_env: Dict[str, str], tmp_path: Path):
     return _run
 
 
-APPTAINER_MISSING = ("apptainer is not on PATH (no Debian package: build it from source with "
-                     "DEDAL_APPTAINER_SRC=GITDIR ./setup.sh, see the README)")
+APPTAINER_MISSING = (
+    "apptainer is not on PATH (no Debian package: build it from source with "
+    "DEDAL_APPTAINER_SRC=GITDIR ./setup.sh, see the README)"
+)
 
 
 @pytest.fixture
@@ -154,10 +170,12 @@ def apptainer(isolated_env: Dict[str, str], tmp_path: Path):
     env = process_env(isolated_env)
     env["APPTAINER_CACHEDIR"] = str(tmp_path / "apptainer-cache")
 
-    def _run(*args: str, input: Optional[str] = None, check: bool = True,
-             timeout: float = 300) -> subprocess.CompletedProcess:
-        r = subprocess.run([exe, *args], env=env, text=True, capture_output=True, input=input, timeout=timeout,
-                           cwd=tmp_path)
+    def _run(
+        *args: str, input: Optional[str] = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        r = subprocess.run(
+            [exe, *args], env=env, text=True, capture_output=True, input=input, timeout=timeout, cwd=tmp_path
+        )
         if check and r.returncode != 0:
             pytest.fail(f"apptainer {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
         return r

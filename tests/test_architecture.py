@@ -1,6 +1,7 @@
 """The floor plan of docs/ARCHITECTURE.md, checked: stages import the floors below them
 (errors, ui, model, schedule, adapters) and earlier stages only through their faces; CI and
 commands reach a stage package through its face. Read with ``ast``, nothing is imported."""
+
 from __future__ import annotations
 
 import ast
@@ -70,7 +71,12 @@ def _stage_rule(me: str, name: str) -> str:
     if _past_a_face(me, name):
         return f"past the face of dedal.stages.{_stage_package(name)} (import from its __init__)"
     mine, theirs = _stage_package(me + ".x"), name.split(".")[2] if name.count(".") >= 2 else ""
-    if name.startswith("dedal.stages.") and mine in ORDER and theirs in ORDER and ORDER.index(theirs) > ORDER.index(mine):
+    if (
+        name.startswith("dedal.stages.")
+        and mine in ORDER
+        and theirs in ORDER
+        and ORDER.index(theirs) > ORDER.index(mine)
+    ):
         return f"{mine} comes before {theirs} in the pipeline"
     return ""
 
@@ -82,6 +88,7 @@ def test_stages_import_lower_floors_and_earlier_stages_faces_only() -> None:
 def test_ci_and_commands_use_stage_packages_through_their_faces() -> None:
     def rule(me, name):  # noqa: ANN001, ANN202
         return "past a stage package's face" if _past_a_face(me, name) else ""
+
     assert _violations(PACKAGE / "ci", rule) == []
     assert [v for v in _violations(PACKAGE / "commands", rule) if ".stages.verify." in v] == []
 

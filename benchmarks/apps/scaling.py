@@ -35,6 +35,7 @@ each side, the ideal line; bottom: strong scaling's speed-up, weak scaling's val
 to the 1-node native value, both sides, the ideal line). Default DIR:
 ``benchmarks/apps/results/<app>-<mode>/``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,9 +66,17 @@ MODES = ("strong", "weak")
 # ---------------------------------------------------------------------------- the app at n nodes
 
 
-def app_at(app: AppCheck, nodes: int, ranks_per_node: int, *, command: Optional[str] = None,
-           reference_output: Optional[str] = None, reference_expected: Optional[str] = None,
-           keep_reference: bool = True, expect: Optional[str] = None) -> AppCheck:
+def app_at(
+    app: AppCheck,
+    nodes: int,
+    ranks_per_node: int,
+    *,
+    command: Optional[str] = None,
+    reference_output: Optional[str] = None,
+    reference_expected: Optional[str] = None,
+    keep_reference: bool = True,
+    expect: Optional[str] = None,
+) -> AppCheck:
     """``app`` on ``nodes`` nodes of ``ranks_per_node`` ranks each: its ``command`` (a shell
     line), ``expect`` (a pattern) and reference with ``{nodes}``, ``{ranks}`` and
     ``{ranks_per_node}`` filled in (``expect``: only those three words are replaced, so
@@ -76,8 +85,9 @@ def app_at(app: AppCheck, nodes: int, ranks_per_node: int, *, command: Optional[
     reference = app.reference if keep_reference else None
     if reference_output or reference_expected:
         base = app.reference or AppReference("", "")
-        reference = AppReference((reference_output or base.output).format(**fill),
-                                 (reference_expected or base.expected).format(**fill))
+        reference = AppReference(
+            (reference_output or base.output).format(**fill), (reference_expected or base.expected).format(**fill)
+        )
         if not reference.output or not reference.expected:
             raise SystemExit("--reference-output and --reference-expected go together where the app has no reference")
     pattern = app.expect
@@ -85,8 +95,14 @@ def app_at(app: AppCheck, nodes: int, ranks_per_node: int, *, command: Optional[
         pattern = expect
         for word, value in fill.items():
             pattern = pattern.replace("{" + word + "}", str(value))
-    return dataclasses.replace(app, nodes=nodes, ranks=nodes * ranks_per_node, reference=reference, expect=pattern,
-                               command=["/bin/sh", "-c", command.format(**fill)] if command else list(app.command))
+    return dataclasses.replace(
+        app,
+        nodes=nodes,
+        ranks=nodes * ranks_per_node,
+        reference=reference,
+        expect=pattern,
+        command=["/bin/sh", "-c", command.format(**fill)] if command else list(app.command),
+    )
 
 
 def shown_command(command: Sequence[str]) -> str:
@@ -99,18 +115,26 @@ def shown_command(command: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------- results
 
 
-def point(nodes: int, ranks: int, report: Dict[str, Any], check_name: str, report_dir: str,
-          load: Optional[float] = None) -> Dict[str, Any]:
+def point(
+    nodes: int, ranks: int, report: Dict[str, Any], check_name: str, report_dir: str, load: Optional[float] = None
+) -> Dict[str, Any]:
     """One node count's result from its verify.json (a dict): the measured values per side
     (the correct repetitions), the check's verdict and its findings' codes; ``load``: the
     host's 1-minute load average before its runs (other work on the machine is noise)."""
     check = next((c for c in report.get("checks", []) if c.get("name") == check_name), None)
     measured = report.get("measurements", {}).get(check_name) or {}
     values = {side: list((measured.get(side) or {}).get("0") or []) for side in ("native", "container")}
-    return {"nodes": nodes, "ranks": ranks, "native": values["native"], "container": values["container"],
-            "verdict": check.get("verdict") if check else "missing",
-            "problems": sorted({f["code"] for f in (check or {}).get("findings", []) if f.get("severity") == "error"}),
-            "skip_reason": (check or {}).get("skip_reason", ""), "report": report_dir, "load": load}
+    return {
+        "nodes": nodes,
+        "ranks": ranks,
+        "native": values["native"],
+        "container": values["container"],
+        "verdict": check.get("verdict") if check else "missing",
+        "problems": sorted({f["code"] for f in (check or {}).get("findings", []) if f.get("severity") == "error"}),
+        "skip_reason": (check or {}).get("skip_reason", ""),
+        "report": report_dir,
+        "load": load,
+    }
 
 
 def _median(values: Sequence[float]) -> Optional[float]:
@@ -135,8 +159,13 @@ def derive(points: Sequence[Dict[str, Any]], mode: str, higher_is_better: bool) 
                 ideal = base * p["nodes"] / n0
             else:
                 ideal = base * n0 / p["nodes"] if mode == "strong" else base
-        row = {**p, "native_median": nat, "container_median": con, "ideal": ideal,
-               "ratio": con / nat if nat and con is not None else None}
+        row = {
+            **p,
+            "native_median": nat,
+            "container_median": con,
+            "ideal": ideal,
+            "ratio": con / nat if nat and con is not None else None,
+        }
         for side, v in (("native", nat), ("container", con)):
             row[f"{side}_normalised"] = v / base if v is not None and base else None
             if v and ideal:
@@ -158,26 +187,36 @@ def _span(values: Sequence[float]) -> str:
 def markdown(results: Dict[str, Any]) -> str:
     """The table of results.md: one row per node count."""
     unit, mode, hib = results["unit"], results["mode"], results["higher_is_better"]
-    ideal = ("the base x n / n0" if hib else "the base x n0 / n" if mode == "strong" else "the base")
-    lines = [f"# {results['app']}: {mode} scaling, native and container", "",
-             f"Measured {results['date']} on {results['host']} by `benchmarks/apps/scaling.py` with `dedal verify -b "
-             f"apps` per node count: image `{results['image']}`, {results['ranks_per_node']} rank(s) per node, "
-             f"{results['repetitions']} repetition(s) per side, native and container interleaved after a warm-up per "
-             f"side; medians [min..max] of the correct repetitions; {'higher' if hib else 'lower'} is better. "
-             f"Base: the native median at the smallest node count n0; ideal: {ideal}; normalised: value / base; "
-             f"efficiency: {'value / ideal' if hib else 'ideal / value'} (1: ideal).",
-             "", f"Command: `{results['command']}`; expect: `{results.get('expect', '')}`; "
-             f"{results.get('cpus', '?')} CPU(s) on this machine, shared by all its nodes.", "",
-             f"| nodes | ranks | native ({unit}) | container ({unit}) | container / native | ideal ({unit}) | "
-             "native normalised | container normalised | efficiency native | efficiency container | load before | verdict |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    ideal = "the base x n / n0" if hib else "the base x n0 / n" if mode == "strong" else "the base"
+    lines = [
+        f"# {results['app']}: {mode} scaling, native and container",
+        "",
+        f"Measured {results['date']} on {results['host']} by `benchmarks/apps/scaling.py` with `dedal verify -b "
+        f"apps` per node count: image `{results['image']}`, {results['ranks_per_node']} rank(s) per node, "
+        f"{results['repetitions']} repetition(s) per side, native and container interleaved after a warm-up per "
+        f"side; medians [min..max] of the correct repetitions; {'higher' if hib else 'lower'} is better. "
+        f"Base: the native median at the smallest node count n0; ideal: {ideal}; normalised: value / base; "
+        f"efficiency: {'value / ideal' if hib else 'ideal / value'} (1: ideal).",
+        "",
+        f"Command: `{results['command']}`; expect: `{results.get('expect', '')}`; "
+        f"{results.get('cpus', '?')} CPU(s) on this machine, shared by all its nodes.",
+        "",
+        f"| nodes | ranks | native ({unit}) | container ({unit}) | container / native | ideal ({unit}) | "
+        "native normalised | container normalised | efficiency native | efficiency container | load before | verdict |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     for r in results["rows"]:
-        verdict = r["verdict"] + (f" ({', '.join(r['problems'])})" if r["problems"] else "") + (
-            f": {r['skip_reason']}" if r.get("skip_reason") else "")
-        lines.append(f"| {r['nodes']} | {r['ranks']} | {_span(r['native'])} | {_span(r['container'])} | "
-                     f"{_fmt(r['ratio'], 3)} | {_fmt(r['ideal'])} | {_fmt(r['native_normalised'], 3)} | "
-                     f"{_fmt(r['container_normalised'], 3)} | {_fmt(r['native_efficiency'], 3)} | "
-                     f"{_fmt(r['container_efficiency'], 3)} | {_fmt(r.get('load'), 2)} | {verdict} |")
+        verdict = (
+            r["verdict"]
+            + (f" ({', '.join(r['problems'])})" if r["problems"] else "")
+            + (f": {r['skip_reason']}" if r.get("skip_reason") else "")
+        )
+        lines.append(
+            f"| {r['nodes']} | {r['ranks']} | {_span(r['native'])} | {_span(r['container'])} | "
+            f"{_fmt(r['ratio'], 3)} | {_fmt(r['ideal'])} | {_fmt(r['native_normalised'], 3)} | "
+            f"{_fmt(r['container_normalised'], 3)} | {_fmt(r['native_efficiency'], 3)} | "
+            f"{_fmt(r['container_efficiency'], 3)} | {_fmt(r.get('load'), 2)} | {verdict} |"
+        )
     lines += ["", f"Plot: `{results['plot']}`; each node count's report: `reports/<n>-nodes/report.md`.", ""]
     return "\n".join(lines)
 
@@ -203,8 +242,17 @@ def plot_png(results: Dict[str, Any]) -> bytes:
         med = [statistics.median(v) for _, v in pts]
         lo = [m - min(v) for m, (_, v) in zip(med, pts)]
         hi = [max(v) - m for m, (_, v) in zip(med, pts)]
-        ax.errorbar(xs, med, yerr=[lo, hi], color=color, marker=marker, markersize=4, capsize=3, linewidth=1.4,
-                    label=f"{side} (median, min..max)")
+        ax.errorbar(
+            xs,
+            med,
+            yerr=[lo, hi],
+            color=color,
+            marker=marker,
+            markersize=4,
+            capsize=3,
+            linewidth=1.4,
+            label=f"{side} (median, min..max)",
+        )
         if mode == "weak" or hib:
             norm = [r[f"{side}_normalised"] for r in rows if r[side]]
         else:  # strong scaling of a time: the speed-up over the base
@@ -212,8 +260,9 @@ def plot_png(results: Dict[str, Any]) -> bytes:
         bx.plot(xs, norm, color=color, marker=marker, markersize=4, linewidth=1.4, label=side)
     ideal = [(r["nodes"], r["ideal"]) for r in rows if r["ideal"] is not None]
     if ideal:
-        ax.plot([n for n, _ in ideal], [v for _, v in ideal], color="#444444", linestyle="--", linewidth=1.0,
-                label="ideal")
+        ax.plot(
+            [n for n, _ in ideal], [v for _, v in ideal], color="#444444", linestyle="--", linewidth=1.0, label="ideal"
+        )
         n0 = min(n for n, _ in ideal)  # weak scaling of a time stays at 1; a speed-up and a rate grow with n
         ref = [1.0 if mode == "weak" and not hib else n / n0 for n, _ in ideal]
         bx.plot([n for n, _ in ideal], ref, color="#444444", linestyle="--", linewidth=1.0, label="ideal")
@@ -244,8 +293,9 @@ def plot_png(results: Dict[str, Any]) -> bytes:
 # ---------------------------------------------------------------------------- the runs
 
 
-def verify_at(image: str, env_file: Path, app: AppCheck, nodes: int, outdir: Path,
-              extra: Sequence[str]) -> Dict[str, Any]:
+def verify_at(
+    image: str, env_file: Path, app: AppCheck, nodes: int, outdir: Path, extra: Sequence[str]
+) -> Dict[str, Any]:
     """``dedal verify IMAGE -b apps --nodes N`` with ``app`` as the only application (the env
     file's other settings as they are); its verify.json."""
     parser = argparse.ArgumentParser(prog="dedal verify")
@@ -266,26 +316,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     extra: List[str] = []
     if "--" in raw:
-        extra = raw[raw.index("--") + 1:]
-        raw = raw[:raw.index("--")]
+        extra = raw[raw.index("--") + 1 :]
+        raw = raw[: raw.index("--")]
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("image")
     ap.add_argument("--env-file", type=Path, required=True)
     ap.add_argument("--app", required=True, help="the name of an app with a metric in the env file's dedal.verify.apps")
     ap.add_argument("--nodes", default="1,2", help="node counts, comma-separated (default 1,2)")
-    ap.add_argument("--ranks-per-node", type=int, default=None,
-                    help="ranks per node (default: the app's ranks / its nodes)")
+    ap.add_argument(
+        "--ranks-per-node", type=int, default=None, help="ranks per node (default: the app's ranks / its nodes)"
+    )
     ap.add_argument("--mode", choices=MODES, default="strong")
-    ap.add_argument("--command", default=None,
-                    help="shell line run instead of the app's command, {nodes} {ranks} {ranks_per_node} filled in "
-                         "(weak scaling needs it)")
-    ap.add_argument("--expect", default=None,
-                    help="the pattern each run's output must match instead of the app's expect, {nodes} {ranks} "
-                         "{ranks_per_node} filled in (weak scaling: the result grows with the problem)")
+    ap.add_argument(
+        "--command",
+        default=None,
+        help="shell line run instead of the app's command, {nodes} {ranks} {ranks_per_node} filled in "
+        "(weak scaling needs it)",
+    )
+    ap.add_argument(
+        "--expect",
+        default=None,
+        help="the pattern each run's output must match instead of the app's expect, {nodes} {ranks} "
+        "{ranks_per_node} filled in (weak scaling: the result grows with the problem)",
+    )
     ap.add_argument("--reference-output", default=None, help="the reference's output file (a template)")
     ap.add_argument("--reference-expected", default=None, help="the reference file in the image (a template)")
-    ap.add_argument("--repetitions", "-r", type=int, default=None,
-                    help="repetitions per side (default: the app's metric.repetitions, else the env file's)")
+    ap.add_argument(
+        "--repetitions",
+        "-r",
+        type=int,
+        default=None,
+        help="repetitions per side (default: the app's metric.repetitions, else the env file's)",
+    )
     ap.add_argument("--output", "-o", type=Path, default=None)
     args = ap.parse_args(raw)
 
@@ -294,8 +356,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error(f"--nodes {args.nodes}: positive node counts")
     allocation = int(os.environ.get("SLURM_JOB_NUM_NODES", "0") or 0) if os.environ.get("SLURM_JOB_ID") else 0
     if node_counts[-1] > max(1, allocation):
-        ap.error(f"--nodes {args.nodes}: {node_counts[-1]} nodes, but "
-                 + (f"the allocation has {allocation}" if allocation else "this runs outside a Slurm allocation (1)"))
+        ap.error(
+            f"--nodes {args.nodes}: {node_counts[-1]} nodes, but "
+            + (f"the allocation has {allocation}" if allocation else "this runs outside a Slurm allocation (1)")
+        )
     try:
         apps = {a.name: a for a in load_env(args.env_file).verify.apps}
     except DedalError as exc:
@@ -303,8 +367,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     app = apps.get(args.app)
     if app is None or app.metric is None:
         with_metric = ", ".join(n for n, a in apps.items() if a.metric is not None) or "none"
-        ap.error(f"--app {args.app}: no app with a metric of that name in {args.env_file} (those with one: "
-                 f"{with_metric})")
+        ap.error(
+            f"--app {args.app}: no app with a metric of that name in {args.env_file} (those with one: {with_metric})"
+        )
     if args.mode == "weak" and not args.command:
         ap.error("--mode weak: the problem must grow with the nodes: give --command with {nodes} or {ranks}")
     assert app is not None and app.metric is not None
@@ -316,9 +381,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     points = []
     for n in node_counts:
-        at = app_at(app, n, rpn, command=args.command, reference_output=args.reference_output,
-                    reference_expected=args.reference_expected, keep_reference=args.mode == "strong",
-                    expect=args.expect)
+        at = app_at(
+            app,
+            n,
+            rpn,
+            command=args.command,
+            reference_output=args.reference_output,
+            reference_expected=args.reference_expected,
+            keep_reference=args.mode == "strong",
+            expect=args.expect,
+        )
         rel = f"reports/{n}-nodes"
         load = os.getloadavg()[0]
         try:
@@ -327,13 +399,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"dedal: error: {exc}", file=sys.stderr)
             return exc.exit_code
         points.append(point(n, at.ranks, report, f"app {app.name}", rel, load))
-    results = {"app": app.name, "mode": args.mode, "unit": app.metric.unit,
-               "higher_is_better": app.metric.higher_is_better, "image": str(args.image),
-               "command": args.command or shown_command(app.command), "expect": args.expect or app.expect,
-               "ranks_per_node": rpn, "cpus": os.cpu_count(),
-               "repetitions": args.repetitions or app.metric.repetitions or load_env(args.env_file).verify.repetitions,
-               "date": time.strftime("%Y-%m-%d"), "host": platform.node(), "plot": f"{app.name}-{args.mode}.png",
-               "extra_verify_options": extra}
+    results = {
+        "app": app.name,
+        "mode": args.mode,
+        "unit": app.metric.unit,
+        "higher_is_better": app.metric.higher_is_better,
+        "image": str(args.image),
+        "command": args.command or shown_command(app.command),
+        "expect": args.expect or app.expect,
+        "ranks_per_node": rpn,
+        "cpus": os.cpu_count(),
+        "repetitions": args.repetitions or app.metric.repetitions or load_env(args.env_file).verify.repetitions,
+        "date": time.strftime("%Y-%m-%d"),
+        "host": platform.node(),
+        "plot": f"{app.name}-{args.mode}.png",
+        "extra_verify_options": extra,
+    }
     results["rows"] = derive(points, args.mode, app.metric.higher_is_better)
     (out / results["plot"]).write_bytes(plot_png(results))
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")

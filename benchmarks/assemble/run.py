@@ -25,6 +25,7 @@ as the reference squashfs (sqfsdiff: entries, modes, owners, times, bytes). Writ
 
     sudo .venv/bin/python benchmarks/assemble/run.py [--locks tiny-dedal,jedi-ci] [--repeat 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,10 @@ def setup_env(work: Path, lock: str) -> Dict[str, object]:
     specs = [r["spec"] for r in data["roots"]]
     envdir = work / "env"
     envdir.mkdir(parents=True)
-    manifest = {"spack": {"specs": specs, "concretizer": {"unify": True}},
-                "dedal": {"name": lock, "base_image": BASE, "install_root": "/opt/esd/software", "view": "/opt/view"}}
+    manifest = {
+        "spack": {"specs": specs, "concretizer": {"unify": True}},
+        "dedal": {"name": lock, "base_image": BASE, "install_root": "/opt/esd/software", "view": "/opt/view"},
+    }
     (envdir / "env.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     shutil.copyfile(SPACK_DATA / f"{lock}.spack.lock", envdir / "spack.lock")
     spack_root = install_standin(work / "spack")
@@ -78,19 +81,34 @@ def setup_env(work: Path, lock: str) -> Dict[str, object]:
     filler.mkdir()
     (filler / "spack.yaml").write_text(yaml.safe_dump({"spack": manifest["spack"]}))
     shutil.copyfile(envdir / "spack.lock", filler / "spack.lock")
-    subprocess.run([str(spack_root / "bin" / "spack"), "-e", str(filler), "mirror", "create", "-d", str(mirror),
-                    "--all"], check=True, capture_output=True, env=standin_env(cache=work / "c"))
+    subprocess.run(
+        [str(spack_root / "bin" / "spack"), "-e", str(filler), "mirror", "create", "-d", str(mirror), "--all"],
+        check=True,
+        capture_output=True,
+        env=standin_env(cache=work / "c"),
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEDAL_")}
-    env.update({"DEDAL_DATA_DIR": str(work / "data"), "DEDAL_MIRROR": str(mirror), "DEDAL_SPACK_ROOT": str(spack_root),
-                "DEDAL_CACHE_DIR": str(work / "cache"),
-                "DEDAL_BASE_CACHE": os.environ.get("DEDAL_BASE_CACHE", str(Path.home() / ".cache/dedal/base"))})
+    env.update(
+        {
+            "DEDAL_DATA_DIR": str(work / "data"),
+            "DEDAL_MIRROR": str(mirror),
+            "DEDAL_SPACK_ROOT": str(spack_root),
+            "DEDAL_CACHE_DIR": str(work / "cache"),
+            "DEDAL_BASE_CACHE": os.environ.get("DEDAL_BASE_CACHE", str(Path.home() / ".cache/dedal/base")),
+        }
+    )
     t0 = time.monotonic()
-    r = subprocess.run([dedal_exe(), "build", str(envdir / "env.yaml"), "--json"], env=env, text=True,
-                       capture_output=True)
+    r = subprocess.run(
+        [dedal_exe(), "build", str(envdir / "env.yaml"), "--json"], env=env, text=True, capture_output=True
+    )
     if r.returncode != 0:
         raise SystemExit(f"dedal build {lock} failed:\n{r.stderr[-3000:]}")
-    return {"env_file": envdir / "env.yaml", "env": env, "build_s": time.monotonic() - t0,
-            "built": len(json.loads(r.stdout)["built"])}
+    return {
+        "env_file": envdir / "env.yaml",
+        "env": env,
+        "build_s": time.monotonic() - t0,
+        "built": len(json.loads(r.stdout)["built"]),
+    }
 
 
 @contextlib.contextmanager
@@ -152,8 +170,13 @@ def main() -> int:
                     os.environ[k] = v
             images = work / "images"
             images.mkdir()
-            times: Dict[str, List[float]] = {"assemble": [], "assemble_first": [], "assemble_warm": [],
-                                             "assemble_extract": [], "reference": []}
+            times: Dict[str, List[float]] = {
+                "assemble": [],
+                "assemble_first": [],
+                "assemble_warm": [],
+                "assemble_extract": [],
+                "reference": [],
+            }
             cpu: Dict[str, List[float]] = {"assemble": [], "reference": []}
             parts: Dict[str, List[float]] = {}
             first = None
@@ -197,18 +220,25 @@ def main() -> int:
                 squashfs.pack([ref_tree], ref_sqfs)
                 times["reference"].append(time.monotonic() - t0)
                 cpu["reference"].append(cpu_seconds() - c0)
-                print(f"   run {i + 1}: assemble {res['wall_s']:.2f} s (audits remembered {warm['wall_s']:.2f} s), "
-                      f"with extraction {res_x['wall_s']:.2f} s, "
-                      f"reference mksquashfs {times['reference'][-1]:.2f} s", flush=True)
+                print(
+                    f"   run {i + 1}: assemble {res['wall_s']:.2f} s (audits remembered {warm['wall_s']:.2f} s), "
+                    f"with extraction {res_x['wall_s']:.2f} s, "
+                    f"reference mksquashfs {times['reference'][-1]:.2f} s",
+                    flush=True,
+                )
             same_content = squashfs.diff(raw, ref_sqfs) == ""
             raw.unlink()
             tree_bytes = sum(os.lstat(os.path.join(d, f)).st_size for d, _s, fs in os.walk(ref_tree) for f in fs)
             med = {k: statistics.median(v) for k, v in times.items()}
             row = {
-                "lock": lock, "layers": len(first["layers"]), "packages_built": env["built"],
-                "build_s": round(env["build_s"], 1), "method": first["method"],
+                "lock": lock,
+                "layers": len(first["layers"]),
+                "packages_built": env["built"],
+                "build_s": round(env["build_s"], 1),
+                "method": first["method"],
                 "tree_mib": round(tree_bytes / 2**20, 1),
-                "assemble_s": round(med["assemble"], 3), "assemble_extract_s": round(med["assemble_extract"], 3),
+                "assemble_s": round(med["assemble"], 3),
+                "assemble_extract_s": round(med["assemble_extract"], 3),
                 "reference_s": round(med["reference"], 3),
                 "ratio": round(med["assemble"] / med["reference"], 3),
                 "ratio_extract": round(med["assemble_extract"] / med["reference"], 3),
@@ -218,7 +248,8 @@ def main() -> int:
                 "reference_cpu_s": round(statistics.median(cpu["reference"]), 3),
                 "cpu_ratio": round(statistics.median(cpu["assemble"]) / statistics.median(cpu["reference"]), 3),
                 "load_avg_1m": round(os.getloadavg()[0], 2),
-                "sif_bytes": first["size"], "partition_bytes": first["squashfs_size"],
+                "sif_bytes": first["size"],
+                "partition_bytes": first["squashfs_size"],
                 "reference_bytes": ref_sqfs.stat().st_size,
                 "size_ratio": round(first["size"] / ref_sqfs.stat().st_size, 4),
                 "partition_content_equals_reference": same_content,
@@ -237,41 +268,62 @@ def main() -> int:
             print(f"work directory kept: {work_root}")
         else:
             shutil.rmtree(work_root, ignore_errors=True)
-    meta = {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "mksquashfs": "zstd level 3, -processors = cpus (dedal.adapters.squashfs.pack)",
-            "repeat": args.repeat, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "base": BASE, "spack": "dedal test stand-in (tests/standin)"}
+    meta = {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "mksquashfs": "zstd level 3, -processors = cpus (dedal.adapters.squashfs.pack)",
+        "repeat": args.repeat,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "base": BASE,
+        "spack": "dedal test stand-in (tests/standin)",
+    }
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1) + "\n")
-    lines = [f"# Assembly vs one mksquashfs of the final tree ({meta['cpus']} cores, base {BASE})", "",
-             "Median of {} interleaved runs; `ratio` = assemble / reference (target <= 1.2). The reference is one "
-             "`mksquashfs` of the finished image tree (unpacked in /dev/shm) with the same compressor, level and "
-             "threads. `assemble` is the whole stage: audit of every layer (sha256, entry listing), base as an "
-             "overlay, layer extraction, spack reindex + view + activation (stand-in), Apptainer files, "
-             "the base's squashfs without the top-level entries the image changes (made once per base, cached) "
-             "with one mksquashfs of those entries appended, SIF, sha256 of the SIF. `first on a base`: the same "
-             "when that part of the base is not cached yet (packed during the assembly). `audits remembered`: a "
-             "second assembly of the same layers, whose entry audits are remembered by layer sha256 (the sha256 "
-             "itself is always recomputed). `extract`: the fallback without an overlay mount (the base's "
-             "squashfs unpacked first).".format(args.repeat), "",
-             "| env | layers | tree (MiB) | reference (s) | assemble (s) | ratio | CPU ratio | first on a base (s) "
-             "| ratio | audits remembered (s) | ratio | extract (s) | ratio | SIF (MB) | reference (MB) | size ratio "
-             "| same content as reference |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Assembly vs one mksquashfs of the final tree ({meta['cpus']} cores, base {BASE})",
+        "",
+        "Median of {} interleaved runs; `ratio` = assemble / reference (target <= 1.2). The reference is one "
+        "`mksquashfs` of the finished image tree (unpacked in /dev/shm) with the same compressor, level and "
+        "threads. `assemble` is the whole stage: audit of every layer (sha256, entry listing), base as an "
+        "overlay, layer extraction, spack reindex + view + activation (stand-in), Apptainer files, "
+        "the base's squashfs without the top-level entries the image changes (made once per base, cached) "
+        "with one mksquashfs of those entries appended, SIF, sha256 of the SIF. `first on a base`: the same "
+        "when that part of the base is not cached yet (packed during the assembly). `audits remembered`: a "
+        "second assembly of the same layers, whose entry audits are remembered by layer sha256 (the sha256 "
+        "itself is always recomputed). `extract`: the fallback without an overlay mount (the base's "
+        "squashfs unpacked first).".format(args.repeat),
+        "",
+        "| env | layers | tree (MiB) | reference (s) | assemble (s) | ratio | CPU ratio | first on a base (s) "
+        "| ratio | audits remembered (s) | ratio | extract (s) | ratio | SIF (MB) | reference (MB) | size ratio "
+        "| same content as reference |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['lock']} | {r['layers']} | {r['tree_mib']} | {r['reference_s']} | {r['assemble_s']} | "
-                     f"**{r['ratio']}** | {r['cpu_ratio']} | {r['assemble_first_s']} | {r['ratio_first']} | "
-                     f"{r['assemble_warm_s']} | {r['ratio_warm']} | {r['assemble_extract_s']} | {r['ratio_extract']} | "
-                     f"{r['sif_bytes'] / 1e6:.1f} | {r['reference_bytes'] / 1e6:.1f} | {r['size_ratio']} | "
-                     f"{'yes' if r['partition_content_equals_reference'] else 'NO'} |")
-    lines += ["", "`CPU ratio`: user+system CPU seconds of the whole assembly (dedal and every process it ran) "
-              "over those of the reference mksquashfs: independent of other load on the machine (1-minute load "
-              "average at the end: " + ", ".join(f"{r['lock']} {r['load_avg_1m']}" for r in rows) + ")."]
-    lines += ["", "Where the time goes (median seconds, overlay method):", "",
-              "| env | " + " | ".join(sorted(rows[0]["breakdown_s"])) + " |",
-              "|---|" + "---|" * len(rows[0]["breakdown_s"])]
+        lines.append(
+            f"| {r['lock']} | {r['layers']} | {r['tree_mib']} | {r['reference_s']} | {r['assemble_s']} | "
+            f"**{r['ratio']}** | {r['cpu_ratio']} | {r['assemble_first_s']} | {r['ratio_first']} | "
+            f"{r['assemble_warm_s']} | {r['ratio_warm']} | {r['assemble_extract_s']} | {r['ratio_extract']} | "
+            f"{r['sif_bytes'] / 1e6:.1f} | {r['reference_bytes'] / 1e6:.1f} | {r['size_ratio']} | "
+            f"{'yes' if r['partition_content_equals_reference'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "`CPU ratio`: user+system CPU seconds of the whole assembly (dedal and every process it ran) "
+        "over those of the reference mksquashfs: independent of other load on the machine (1-minute load "
+        "average at the end: " + ", ".join(f"{r['lock']} {r['load_avg_1m']}" for r in rows) + ").",
+    ]
+    lines += [
+        "",
+        "Where the time goes (median seconds, overlay method):",
+        "",
+        "| env | " + " | ".join(sorted(rows[0]["breakdown_s"])) + " |",
+        "|---|" + "---|" * len(rows[0]["breakdown_s"]),
+    ]
     for r in rows:
-        lines.append(f"| {r['lock']} | " + " | ".join(str(r["breakdown_s"][k]) for k in sorted(r["breakdown_s"])) + " |")
+        lines.append(
+            f"| {r['lock']} | " + " | ".join(str(r["breakdown_s"][k]) for k in sorted(r["breakdown_s"])) + " |"
+        )
     lines += ["", "Reading:", ""]
     for r in rows:
         b = r["breakdown_s"]
@@ -284,11 +336,20 @@ def main() -> int:
             f"({(b.get('audit', 0) + b.get('layers', 0)) / max(1, r['layers']) * 1000:.1f} ms per layer), Spack "
             f"reindex + view + activation {b.get('spack', 0):.2f} s, SIF {b.get('sif', 0):.2f} s (fsync), sha256 of "
             f"the SIF {b.get('digest', 0):.2f} s, {rest:.2f} s plan/SBOM/stage set-up in Python. The first image "
-            f"on a base also packs the base part: {r['assemble_first_s']:.2f} s, ratio {r['ratio_first']}.")
-    lines += ["", "`dedal base build` makes that part of the base with the base itself (for the configured install root and view), so an assembly pays `first on a base` only for another layout or after the cache was cleared. `extract` (no overlay mount possible) unpacks the whole base first and stays above the target."]
-    lines += ["", "The real Spack costs more than the stand-in for the three Spack steps (mostly its start-up, "
-              "about 1-2 s per command on this kind of machine), a fixed cost per image.", "",
-              f"Run {meta['date']} on {meta['host']} (Python {meta['python']}); Spack: {meta['spack']}.", ""]
+            f"on a base also packs the base part: {r['assemble_first_s']:.2f} s, ratio {r['ratio_first']}."
+        )
+    lines += [
+        "",
+        "`dedal base build` makes that part of the base with the base itself (for the configured install root and view), so an assembly pays `first on a base` only for another layout or after the cache was cleared. `extract` (no overlay mount possible) unpacks the whole base first and stays above the target.",
+    ]
+    lines += [
+        "",
+        "The real Spack costs more than the stand-in for the three Spack steps (mostly its start-up, "
+        "about 1-2 s per command on this kind of machine), a fixed cost per image.",
+        "",
+        f"Run {meta['date']} on {meta['host']} (Python {meta['python']}); Spack: {meta['spack']}.",
+        "",
+    ]
     (out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -33,6 +33,7 @@ Writes into OUT (default ``.gpu-kit/`` of this checkout, which ``.git/info/exclu
 
 Fails (exit 2, one line) when the bundle with this checkout would exceed ``--budget-mib``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,25 +66,105 @@ KIT_BIN = "/opt/dedal-verify/kit/bin"
 #: programs of the image that verify, its launcher or kit.sh's optional steps run, besides img.PROGRAMS
 LAUNCHER = ("prterun", "prted", "prte", "pterm", "orted", "mpiexec", "ucx_perftest", "nvidia-smi")
 #: what the image's environment scripts, dedal's wrappers (/bin/sh -c ...) and kit.sh use
-SHELL_TOOLS = ("sh", "bash", "dash", "env", "cat", "hostname", "grep", "sed", "head", "tail", "mkdir", "rm", "ls",
-               "id", "uname", "sleep", "mktemp", "tr", "cut", "sort", "uniq", "dirname", "basename", "readlink",
-               "realpath", "date", "true", "false", "printf", "echo", "test", "[", "wc", "touch", "chmod", "ln",
-               "cp", "mv", "which", "timeout", "tee", "nproc", "getconf", "stat", "du", "awk", "mawk", "xargs")
+SHELL_TOOLS = (
+    "sh",
+    "bash",
+    "dash",
+    "env",
+    "cat",
+    "hostname",
+    "grep",
+    "sed",
+    "head",
+    "tail",
+    "mkdir",
+    "rm",
+    "ls",
+    "id",
+    "uname",
+    "sleep",
+    "mktemp",
+    "tr",
+    "cut",
+    "sort",
+    "uniq",
+    "dirname",
+    "basename",
+    "readlink",
+    "realpath",
+    "date",
+    "true",
+    "false",
+    "printf",
+    "echo",
+    "test",
+    "[",
+    "wc",
+    "touch",
+    "chmod",
+    "ln",
+    "cp",
+    "mv",
+    "which",
+    "timeout",
+    "tee",
+    "nproc",
+    "getconf",
+    "stat",
+    "du",
+    "awk",
+    "mawk",
+    "xargs",
+)
 #: libraries whose packages open components at run time: their sibling plugin directories are kept
-PLUGIN_LIBS = ("libmpi", "libopen-pal", "libopen-rte", "libpmix", "libprrte", "libucp", "libuct", "libucs", "libucm",
-               "libhwloc", "libevent", "libfabric")
+PLUGIN_LIBS = (
+    "libmpi",
+    "libopen-pal",
+    "libopen-rte",
+    "libpmix",
+    "libprrte",
+    "libucp",
+    "libuct",
+    "libucs",
+    "libucm",
+    "libhwloc",
+    "libevent",
+    "libfabric",
+)
 PLUGIN_DIRS = ("openmpi", "pmix", "prte", "prrte", "ucx", "hwloc", "libfabric")
 #: components for other vendors' accelerators and graphics (ROCm/HIP, Level Zero, OpenCL, OpenGL): opened at
 #: run time where present, passed over where not; they pull in HIP, LLVM and X11 (over 200 MB in Debian's Open MPI)
 OTHER_VENDORS = ("rocm", "_hip", "hip_", "levelzero", "_ze", "opencl", "rsmi", "_gl.", "_gl_")
 #: configuration and help texts of those packages (under their prefix, or / and /usr)
 DATA_DIRS = ("share/openmpi", "share/pmix", "share/prte", "share/prrte", "share/ucx", "share/hwloc", "etc")
-SYSTEM_DATA = ("/etc/openmpi", "/etc/pmix", "/etc/prte", "/etc/prrte", "/etc/ucx", "/etc/hwloc",
-               "/usr/share/openmpi", "/usr/share/pmix", "/usr/share/prte", "/usr/share/prrte", "/usr/share/ucx",
-               "/usr/share/hwloc")
-ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/ld.so.conf",
-             "/etc/ld.so.conf.d", "/etc/ld.so.cache", "/etc/os-release", "/etc/hostname", "/etc/shells",
-             "/usr/lib/os-release")
+SYSTEM_DATA = (
+    "/etc/openmpi",
+    "/etc/pmix",
+    "/etc/prte",
+    "/etc/prrte",
+    "/etc/ucx",
+    "/etc/hwloc",
+    "/usr/share/openmpi",
+    "/usr/share/pmix",
+    "/usr/share/prte",
+    "/usr/share/prrte",
+    "/usr/share/ucx",
+    "/usr/share/hwloc",
+)
+ETC_FILES = (
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/ld.so.cache",
+    "/etc/os-release",
+    "/etc/hostname",
+    "/etc/shells",
+    "/usr/lib/os-release",
+)
 #: what a kept directory tree leaves out: for building, not for running
 SKIP_DIRS = ("include", "pkgconfig", "man", "doc", "cmake", "__pycache__")
 SKIP_FILES = (".a", ".la", ".h", ".hpp", ".pc")
@@ -128,7 +209,7 @@ class Slim:
                     return None
                 target = os.readlink(host)
                 nxt = target if target.startswith("/") else posixpath.join(posixpath.dirname(cur), target)
-                rest = "/".join(parts[i + 1:])
+                rest = "/".join(parts[i + 1 :])
                 return self.add(posixpath.normpath(nxt + ("/" + rest if rest else "")), depth + 1)
         host = self.root / cur.lstrip("/")
         if not host.exists():
@@ -148,8 +229,14 @@ class Slim:
         for dirpath, dirnames, filenames in os.walk(self.root / real.lstrip("/")):
             dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
             rel = "/" + os.path.relpath(dirpath, self.root)
-            for name in sorted(dirnames + [f for f in filenames if not f.endswith(SKIP_FILES)
-                                           and not any(v in f.lower() for v in OTHER_VENDORS)]):
+            for name in sorted(
+                dirnames
+                + [
+                    f
+                    for f in filenames
+                    if not f.endswith(SKIP_FILES) and not any(v in f.lower() for v in OTHER_VENDORS)
+                ]
+            ):
                 got = self.add(f"{rel}/{name}")
                 if got and (self.root / got.lstrip("/")).is_file():
                     files.append(got)
@@ -246,21 +333,26 @@ def build_benchmarks(info: img.ImageInfo, root: Path, out: Path, build_root: Opt
         return [], f"the image has no mpicc: {', '.join(names)} not built"
     src = img.bundled_sources()
     out.mkdir(parents=True, exist_ok=True)
-    script = " && ".join(f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o /opt/dedal-verify/out/{n} "
-                         f"/opt/dedal-verify/src/{n}.c -ldl" for n in names)
+    script = " && ".join(
+        f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o /opt/dedal-verify/out/{n} /opt/dedal-verify/src/{n}.c -ldl"
+        for n in names
+    )
     binds = [runtime.Bind(src, "/opt/dedal-verify/src", readonly=True), runtime.Bind(out, "/opt/dedal-verify/out")]
     where = f"with the image's mpicc ({info.programs['mpicc']})"
     try:
         runtime.run_in(root, ["/bin/sh", "-c", script], binds=binds, what="mpicc in the image", timeout=600)
     except DedalError as exc:
         if build_root is None:
-            raise UserError(f"the image cannot build {', '.join(names)} ({exc.one_line()[:300]}); give --build-root "
-                            "DIR, a root filesystem with a C compiler (the image's build base)") from None
+            raise UserError(
+                f"the image cannot build {', '.join(names)} ({exc.one_line()[:300]}); give --build-root "
+                "DIR, a root filesystem with a C compiler (the image's build base)"
+            ) from None
         install = info.install_root or "/opt/esd/software"
         binds.append(runtime.Bind(root / install.lstrip("/"), install, readonly=True))
         env = {"PATH": f"{os.path.dirname(info.programs['mpicc'])}:/usr/bin:/bin"}
-        runtime.run_in(build_root, ["/bin/sh", "-c", script], binds=binds, env=env, what="mpicc in --build-root",
-                       timeout=600)
+        runtime.run_in(
+            build_root, ["/bin/sh", "-c", script], binds=binds, env=env, what="mpicc in --build-root", timeout=600
+        )
         where = f"with the image's mpicc in {build_root}, the image's {install} bound at its place"
     return names, f"built {', '.join(names)} from dedal's sources {where}"
 
@@ -272,11 +364,13 @@ def launcher_fix(info: img.ImageInfo, root: Path) -> Optional[Tuple[str, str]]:
     prterun = os.path.join(os.path.dirname(info.mpirun_stub), "prterun")
     if runtime.host_path(root, prterun) is None:  # (/opt/view is a link into the image)
         raise UserError(f"the image's mpirun ({info.mpirun_stub}) is Spack's srun stub and it has no prterun beside it")
-    script = ("#!/bin/sh\n# dedal GPU kit: Open MPI 5's own launcher in place of Spack's srun stub "
-              "(~legacylaunchers); one GPU machine has no Slurm\n"
-              "export PRTE_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-} "
-              "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-}\n"
-              f'exec {prterun} --personality ompi "$@"\n')
+    script = (
+        "#!/bin/sh\n# dedal GPU kit: Open MPI 5's own launcher in place of Spack's srun stub "
+        "(~legacylaunchers); one GPU machine has no Slurm\n"
+        "export PRTE_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-} "
+        "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-}\n"
+        f'exec {prterun} --personality ompi "$@"\n'
+    )
     return info.mpirun_stub, script
 
 
@@ -325,6 +419,7 @@ def write_root(slim: Slim, extra: Dict[str, Tuple[bytes, int]], out: Path) -> Tu
         subprocess.run(["xz", "-9", "-T2", "-f", str(raw)], check=True)
     else:  # Python's own (one thread)
         import lzma
+
         with open(raw, "rb") as src, lzma.open(out, "wb", preset=9) as dst:
             shutil.copyfileobj(src, dst, 8 << 20)
         raw.unlink()
@@ -343,22 +438,29 @@ def write_runtime(out: Path) -> List[str]:
     loader = ""
     for line in subprocess.run(["ldd", bwrap], capture_output=True, text=True, check=True).stdout.splitlines():
         parts = line.split()
-        path = parts[2] if len(parts) >= 3 and parts[1] == "=>" else (parts[0] if parts and parts[0].startswith("/")
-                                                                      else "")
+        path = (
+            parts[2]
+            if len(parts) >= 3 and parts[1] == "=>"
+            else (parts[0] if parts and parts[0].startswith("/") else "")
+        )
         if path.startswith("/"):
             shutil.copy2(os.path.realpath(path), rt / "lib" / os.path.basename(path))
             if "ld-linux" in path:
                 loader = os.path.basename(path)
-    (rt / "bwrap").write_text(f'#!/bin/sh\n# this host\'s bubblewrap, run by the loader it was built for\nhere=$(dirname "$0")\n'
-                              f'exec "$here/lib/{loader}" --library-path "$here/lib" "$here/bwrap.bin" "$@"\n')
+    (rt / "bwrap").write_text(
+        f'#!/bin/sh\n# this host\'s bubblewrap, run by the loader it was built for\nhere=$(dirname "$0")\n'
+        f'exec "$here/lib/{loader}" --library-path "$here/lib" "$here/bwrap.bin" "$@"\n'
+    )
     (rt / "bwrap").chmod(0o755)
     return sorted(p.name for p in (rt / "lib").iterdir())
 
 
 def write_dedal(out: Path) -> int:
     with tarfile.open(out / "dedal.tar.gz", "w:gz") as tar:
+
         def skip(ti: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
             return None if "__pycache__" in ti.name else _tar_filter(ti)
+
         for rel in ("dedal", "pyproject.toml", "recipes/repo/packages/dedal-benchmarks", "benchmarks/gpu"):
             tar.add(str(ROOT / rel), arcname=rel, filter=skip)
     return (out / "dedal.tar.gz").stat().st_size
@@ -366,8 +468,11 @@ def write_dedal(out: Path) -> int:
 
 def checkout_bytes() -> int:
     """What the device tool carries of this checkout (tracked and untracked files git does not ignore)."""
-    res = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         capture_output=True, check=True)
+    res = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    )
     total = 0
     for rel in res.stdout.decode().split("\0"):
         p = ROOT / rel
@@ -395,12 +500,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("image", type=Path, help="the image (a SIF or a squashfs of dedal's)")
     ap.add_argument("-o", "--output", type=Path, default=ROOT / ".gpu-kit", help="the bundle directory (.gpu-kit)")
-    ap.add_argument("--budget-mib", type=float, default=56.0,
-                    help="at most this much, this checkout included (the device tool carries 64 MiB in all)")
+    ap.add_argument(
+        "--budget-mib",
+        type=float,
+        default=56.0,
+        help="at most this much, this checkout included (the device tool carries 64 MiB in all)",
+    )
     ap.add_argument("--keep-over-mib", type=float, default=64.0, help="files larger than this are left out")
     ap.add_argument("--build-root", type=Path, help="a root filesystem with a C compiler, where the image has none")
-    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dedal" / "verify-native",
-                    help="where the image's root is unpacked (shared with dedal verify's native side)")
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=Path.home() / ".cache" / "dedal" / "verify-native",
+        help="where the image's root is unpacked (shared with dedal verify's native side)",
+    )
     args = ap.parse_args(argv)
     try:
         return make(args)
@@ -426,7 +539,9 @@ def make(args: argparse.Namespace) -> int:
     if info.mpirun_stub:
         slim.add(info.mpirun_stub)
     base = info.install_root or "/opt/esd/software"
-    for spec in sorted((root / base.lstrip("/")).glob("*/.spack/spec.json")) if (root / base.lstrip("/")).is_dir() else []:
+    for spec in (
+        sorted((root / base.lstrip("/")).glob("*/.spack/spec.json")) if (root / base.lstrip("/")).is_dir() else []
+    ):
         slim.add("/" + str(spec.relative_to(root)))
     for p in (".singularity.d", *SYSTEM_DATA, *ETC_FILES, "/opt/dedal/sbom.cdx.json"):
         slim.add_tree(p if p.startswith("/") else "/" + p)
@@ -440,7 +555,9 @@ def make(args: argparse.Namespace) -> int:
     if built:
         extra["/.singularity.d/env/92-dedal-kit.sh"] = (
             f"#!/bin/sh\n# dedal GPU kit: dedal's benchmarks built for this image, first on PATH\n"
-            f"export PATH={KIT_BIN}:$PATH\n".encode(), 0o755)
+            f"export PATH={KIT_BIN}:$PATH\n".encode(),
+            0o755,
+        )
     fix = launcher_fix(info, root)
     if fix:  # the stub's own file (mpirun may be a symlink into a prefix) gets the launcher
         real_stub = slim.add(fix[0]) or fix[0]
@@ -452,12 +569,19 @@ def make(args: argparse.Namespace) -> int:
         lacking = [n for n in (elf.needed if elf else ()) if n not in have]
         if lacking:
             raise UserError(f"{name}, built for the image, needs {', '.join(lacking)}, which the slimmed root lacks")
-    changes = {"image": str(args.image), "image_name": info.name, "built": built, "built_note": built_note,
-               "mpirun": f"{fix[0]} -> prterun --personality ompi (Spack's srun stub replaced)" if fix else "",
-               "left_out": {p: s for p, s in sorted(slim.left_out.items())}}
+    changes = {
+        "image": str(args.image),
+        "image_name": info.name,
+        "built": built,
+        "built_note": built_note,
+        "mpirun": f"{fix[0]} -> prterun --personality ompi (Spack's srun stub replaced)" if fix else "",
+        "left_out": {p: s for p, s in sorted(slim.left_out.items())},
+    }
     extra["/.dedal-kit.json"] = (json.dumps(changes, indent=1).encode() + b"\n", 0o644)
-    say(f"{len(slim.paths)} paths kept of the image ({len(kept)} ELF files); left out for size: "
-        f"{', '.join(f'{p} ({s / MIB:.0f} MiB)' for p, s in slim.left_out.items()) or 'nothing'}")
+    say(
+        f"{len(slim.paths)} paths kept of the image ({len(kept)} ELF files); left out for size: "
+        f"{', '.join(f'{p} ({s / MIB:.0f} MiB)' for p, s in slim.left_out.items()) or 'nothing'}"
+    )
     raw_bytes, files = write_root(slim, extra, out / "root.tar.xz")
     libs = write_runtime(out)
     dedal_bytes = write_dedal(out)
@@ -465,24 +589,40 @@ def make(args: argparse.Namespace) -> int:
     bundle = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and p.name != "manifest.json")
     checkout = checkout_bytes()
     manifest = {
-        "image": str(args.image), "image_name": info.name, "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "root_files": files, "root_bytes": raw_bytes, "root_xz_bytes": (out / "root.tar.xz").stat().st_size,
-        "elf_files": len(kept), "missing_libraries": missing, "left_out": changes["left_out"],
-        "built": built, "built_note": built_note, "mpirun": changes["mpirun"], "runtime": libs,
-        "dedal_bytes": dedal_bytes, "bundle_bytes": bundle, "checkout_bytes": checkout,
-        "carried_bytes": bundle + checkout, "budget_bytes": int(args.budget_mib * MIB),
+        "image": str(args.image),
+        "image_name": info.name,
+        "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "root_files": files,
+        "root_bytes": raw_bytes,
+        "root_xz_bytes": (out / "root.tar.xz").stat().st_size,
+        "elf_files": len(kept),
+        "missing_libraries": missing,
+        "left_out": changes["left_out"],
+        "built": built,
+        "built_note": built_note,
+        "mpirun": changes["mpirun"],
+        "runtime": libs,
+        "dedal_bytes": dedal_bytes,
+        "bundle_bytes": bundle,
+        "checkout_bytes": checkout,
+        "carried_bytes": bundle + checkout,
+        "budget_bytes": int(args.budget_mib * MIB),
         "seconds": round(time.monotonic() - t0, 1),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    say(f"root.tar.xz {manifest['root_xz_bytes'] / MIB:.1f} MiB ({raw_bytes / MIB:.0f} MiB in {files} files); "
+    say(
+        f"root.tar.xz {manifest['root_xz_bytes'] / MIB:.1f} MiB ({raw_bytes / MIB:.0f} MiB in {files} files); "
         f"bundle {bundle / MIB:.1f} MiB + checkout {checkout / MIB:.1f} MiB = {(bundle + checkout) / MIB:.1f} MiB "
-        f"(budget {args.budget_mib:g} MiB) in {manifest['seconds']:.0f} s")
+        f"(budget {args.budget_mib:g} MiB) in {manifest['seconds']:.0f} s"
+    )
     if missing:
         say(f"libraries missing in the image itself (as dedal assemble would say): {missing}")
     if bundle + checkout > manifest["budget_bytes"]:
-        raise UserError(f"the bundle ({bundle / MIB:.1f} MiB) and this checkout ({checkout / MIB:.1f} MiB) exceed "
-                        f"{args.budget_mib:g} MiB: lower --keep-over-mib (left out so far: "
-                        f"{', '.join(slim.left_out) or 'nothing'})")
+        raise UserError(
+            f"the bundle ({bundle / MIB:.1f} MiB) and this checkout ({checkout / MIB:.1f} MiB) exceed "
+            f"{args.budget_mib:g} MiB: lower --keep-over-mib (left out so far: "
+            f"{', '.join(slim.left_out) or 'nothing'})"
+        )
     return 0
 
 

@@ -23,6 +23,7 @@ Writes results.json and results.md next to this script (or --out).
     sudo DEDAL_SPACK_ROOT=/path/to/spack .venv/bin/python benchmarks/mpi_offline/run.py \
         --env spack-envs/esd-cpu/env.yaml --out benchmarks/mpi_offline/esd-cpu
 """
+
 from __future__ import annotations
 
 import argparse
@@ -122,8 +123,11 @@ def main() -> int:
         if key in os.environ:
             env[key] = os.environ[key]
     result: Dict[str, object] = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
-        "cpus": os.cpu_count(), "spack_root": str(spack_root), "env": str(env_file.relative_to(ROOT)),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "spack_root": str(spack_root),
+        "env": str(env_file.relative_to(ROOT)),
         "description": load_env(env_file).description,
         "work": str(work),
     }
@@ -137,10 +141,17 @@ def main() -> int:
     out = dedal["assemble"]["output"]  # type: ignore[index]
     sif = Path(out.get("image") or out.get("sif") or out.get("path"))  # type: ignore[union-attr]
     t0 = time.monotonic()
-    smoke = subprocess.run([exe, "exec", "--no-cwd", str(sif), "--", "mpirun", "-np", "2", "dedal_latency", "-m", "1024"],
-                           env=env, text=True, capture_output=True)
-    dedal["smoke"] = {"wall_s": round(time.monotonic() - t0, 1), "returncode": smoke.returncode,
-                      "output": smoke.stdout[-1500:] + smoke.stderr[-500:]}
+    smoke = subprocess.run(
+        [exe, "exec", "--no-cwd", str(sif), "--", "mpirun", "-np", "2", "dedal_latency", "-m", "1024"],
+        env=env,
+        text=True,
+        capture_output=True,
+    )
+    dedal["smoke"] = {
+        "wall_s": round(time.monotonic() - t0, 1),
+        "returncode": smoke.returncode,
+        "output": smoke.stdout[-1500:] + smoke.stderr[-500:],
+    }
     dedal["total_s"] = round(sum(dedal[s]["wall_s"] for s in ("fetch", "build", "assemble")), 1)  # type: ignore[index]
     dedal["sif_bytes"] = sif.stat().st_size
     result["dedal"] = dedal
@@ -154,9 +165,22 @@ def main() -> int:
         "files_on_store": len(store_files),
         "bytes_on_store": sum(p.stat().st_size for p in store_files),
         "entries_in_layers": sum(m.files for m in manifests),
-        "per_package": sorted(({"name": m.name, "version": m.version, "hash": m.hash[:7], "namespace": m.namespace,
-                                "entries": m.files, "sqfs_bytes": m.size, "build_s": m.build_seconds,
-                                "pack_s": m.pack_seconds} for m in manifests), key=lambda r: r["name"]),
+        "per_package": sorted(
+            (
+                {
+                    "name": m.name,
+                    "version": m.version,
+                    "hash": m.hash[:7],
+                    "namespace": m.namespace,
+                    "entries": m.files,
+                    "sqfs_bytes": m.size,
+                    "build_s": m.build_seconds,
+                    "pack_s": m.pack_seconds,
+                }
+                for m in manifests
+            ),
+            key=lambda r: r["name"],
+        ),
     }
 
     # -- plain spack install, same manifest, config, base, mirror --------------------------------
@@ -170,21 +194,42 @@ def main() -> int:
     write_env_dir(envdir, stage_manifest(manifest, install_root=INSTALL_ROOT, stage=plain_dir, mirror=mirror), None)
     root, base_env = base_root("debian-trixie", settings)
     cache = user_cache(settings, spack_root)
-    binds = [rt.Bind(tree, INSTALL_ROOT), rt.Bind(plain_dir), rt.Bind(envdir), rt.Bind(spack_root, readonly=True),
-             rt.Bind(mirror, readonly=True), rt.Bind(cache)]
+    binds = [
+        rt.Bind(tree, INSTALL_ROOT),
+        rt.Bind(plain_dir),
+        rt.Bind(envdir),
+        rt.Bind(spack_root, readonly=True),
+        rt.Bind(mirror, readonly=True),
+        rt.Bind(cache),
+    ]
     # the environment's local repositories and included files (esd-cpu includes the base's externals)
     binds += [rt.Bind(r, readonly=True) for key in ("repos", "include") for r in manifest["spack"].get(key, [])]
-    spack_env = dict(base_env, SPACK_DISABLE_LOCAL_CONFIG="1", SPACK_USER_CACHE_PATH=str(cache),
-                     SPACK_ROOT=str(spack_root), PATH=STD_PATH)
+    spack_env = dict(
+        base_env,
+        SPACK_DISABLE_LOCAL_CONFIG="1",
+        SPACK_USER_CACHE_PATH=str(cache),
+        SPACK_ROOT=str(spack_root),
+        PATH=STD_PATH,
+    )
     spack = [str(spack_root / "bin" / "spack"), "-e", str(envdir)]
     plain: Dict[str, object] = {}
     try:
-        for label, cmd in (("concretize", [*spack, "concretize", "-f"]), ("install", [*spack, "install", "--fail-fast"])):
+        for label, cmd in (
+            ("concretize", [*spack, "concretize", "-f"]),
+            ("install", [*spack, "install", "--fail-fast"]),
+        ):
             print(f"== plain spack {label}", flush=True)
             before = load()
             t0 = time.monotonic()
-            rt.run_in(root, cmd, binds=binds, env=spack_env, log=logs / f"plain-{label}.log", what=f"spack {label}",
-                      runtime=settings.runtime)
+            rt.run_in(
+                root,
+                cmd,
+                binds=binds,
+                env=spack_env,
+                log=logs / f"plain-{label}.log",
+                what=f"spack {label}",
+                runtime=settings.runtime,
+            )
             plain[label] = {"wall_s": round(time.monotonic() - t0, 1), "load_before": before, "load_after": load()}
             print(f"   {plain[label]['wall_s']} s", flush=True)
         plain["total_s"] = round(plain["concretize"]["wall_s"] + plain["install"]["wall_s"], 1)  # type: ignore[index]
@@ -223,48 +268,67 @@ def report(r: dict) -> str:
     by_name = {row["name"]: row for row in s["per_package"]}
     plain_pkg = {name.rsplit("-", 2)[0]: secs for name, secs in p["per_package_install_s"].items()}
     lines = [
-        "# The real MPI stack: dedal vs one plain `spack install`", "",
+        "# The real MPI stack: dedal vs one plain `spack install`",
+        "",
         f"Measured {r['date']} on `{r['host']}` ({r['cpus']} cores), Spack {r['spack_root']}, environment "
         f"`{r['env']}` ({r.get('description', '')}; sources: Debian's pool through recipes/debsrc), base image "
-        "debian-trixie (gcc 14), one after the other in one run of `benchmarks/mpi_offline/run.py`.", "",
-        "## Wall time", "",
-        "| step | dedal (s) | plain spack (s) | ratio |", "|---|---|---|---|",
+        "debian-trixie (gcc 14), one after the other in one run of `benchmarks/mpi_offline/run.py`.",
+        "",
+        "## Wall time",
+        "",
+        "| step | dedal (s) | plain spack (s) | ratio |",
+        "|---|---|---|---|",
         f"| concretize + sources | {d['fetch']['wall_s']} (`dedal fetch`: concretize in the base, mirror from Debian) "
         f"| {p['concretize']['wall_s']} (`spack concretize -f`, mirror already filled) | "
         f"{d['fetch']['wall_s'] / p['concretize']['wall_s']:.2f} |",
         f"| build | {d['build']['wall_s']} (`dedal build`: {s['layers']} stages + layers) | {p['install']['wall_s']} "
         f"(`spack install`, one tree) | **{q['build_vs_install']:.2f}** |",
         f"| assemble | {d['assemble']['wall_s']} (`dedal assemble`: SIF of {d['sif_bytes'] / 2**20:.0f} MiB) | – | |",
-        f"| **total** | **{d['total_s']}** | **{p['total_s']}** | **{q['dedal_total_vs_plain_total']:.2f}** |", "",
+        f"| **total** | **{d['total_s']}** | **{p['total_s']}** | **{q['dedal_total_vs_plain_total']:.2f}** |",
+        "",
         f"Same DAG on both sides (identical DAG hashes): **{p['same_dag_as_dedal']}**. "
         f"`mpirun -np 2 dedal_latency` inside the SIF: exit {d['smoke']['returncode']} ({d['smoke']['wall_s']} s)"
-        + (" (the image's `mpirun` is Spack's stub of `openmpi schedulers=slurm ~legacylaunchers`, which says "
-           "to use srun: such an image is run by `srun --mpi=pmix`, as `dedal verify` does on the test cluster)."
-           if "legacylaunchers" in d["smoke"]["output"] else "."),
+        + (
+            " (the image's `mpirun` is Spack's stub of `openmpi schedulers=slurm ~legacylaunchers`, which says "
+            "to use srun: such an image is run by `srun --mpi=pmix`, as `dedal verify` does on the test cluster)."
+            if "legacylaunchers" in d["smoke"]["output"]
+            else "."
+        ),
         f"Load average (1/5/15 min) before the dedal build {d['build']['load_before']}, before the plain install "
-        f"{p['install']['load_before']}: the machine is shared, so the ratio carries that noise.", "",
-        "## Per package (Spack's own install_times.json total vs the dedal job's `spack install`)", "",
+        f"{p['install']['load_before']}: the machine is shared, so the ratio carries that noise.",
+        "",
+        "## Per package (Spack's own install_times.json total vs the dedal job's `spack install`)",
+        "",
         "| package | namespace | dedal: spack install in the job (s) | dedal: pack (s) | plain: Spack's total (s) | "
-        "entries in layer | layer (KiB) |", "|---|---|---|---|---|---|---|",
+        "entries in layer | layer (KiB) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in sorted(by_name):
         row = by_name[name]
         plain_s = plain_pkg.get(name)
-        lines.append(f"| {name}@{row['version']} | {row['namespace']} | {row['build_s']:.1f} | {row['pack_s']:.2f} | "
-                     f"{'' if plain_s is None else f'{plain_s:.1f}'} | {row['entries']} | {row['sqfs_bytes'] // 1024} |")
+        lines.append(
+            f"| {name}@{row['version']} | {row['namespace']} | {row['build_s']:.1f} | {row['pack_s']:.2f} | "
+            f"{'' if plain_s is None else f'{plain_s:.1f}'} | {row['entries']} | {row['sqfs_bytes'] // 1024} |"
+        )
     t = p["tree"]
     lines += [
-        "", "## Layers and files", "",
-        "| | dedal layer store | flat install tree (plain) |", "|---|---|---|",
+        "",
+        "## Layers and files",
+        "",
+        "| | dedal layer store | flat install tree (plain) |",
+        "|---|---|---|",
         f"| units | {s['layers']} layers (one per package) | {t['prefixes']} prefixes in one tree |",
         f"| files on disk | {s['files_on_store']} (`<key>.sqfs` + `<key>.json` per layer) | {t['files']} regular files "
         f"+ {t['symlinks']} symlinks in {t['dirs']} directories |",
         f"| entries (files, links, dirs) | {s['entries_in_layers']} inside the layers | {t['entries']} |",
-        f"| bytes | {s['bytes_on_store'] / 2**20:.1f} MiB (zstd squashfs) | {t['bytes'] / 2**20:.1f} MiB |", "",
+        f"| bytes | {s['bytes_on_store'] / 2**20:.1f} MiB (zstd squashfs) | {t['bytes'] / 2**20:.1f} MiB |",
+        "",
         "The flat tree's top level also holds Spack's `bin/` (sbang) beside the package prefixes; the files on "
-        "the store include one lock file per layer key (`.locks/`, empty).", "",
+        "the store include one lock file per layer key (`.locks/`, empty).",
+        "",
         f"Files on the store / files in the tree: {q['store_files_vs_tree_files']}; entries inside the layers / entries "
-        f"of the tree: {q['layer_entries_vs_tree_entries']} (the tree also holds Spack's database `.spack-db`).", "",
+        f"of the tree: {q['layer_entries_vs_tree_entries']} (the tree also holds Spack's database `.spack-db`).",
+        "",
     ]
     return "\n".join(lines)
 

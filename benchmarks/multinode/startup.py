@@ -26,6 +26,7 @@ and mount namespaces of this one machine (2 CPUs here): 8 ranks per node on 2 no
 processes on 2 CPUs, so what grows with the ranks is CPU time spent starting containers and MPI,
 which is the cost at 128 ranks per node on a real node too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,13 +58,25 @@ ENV = {"OMPI_MCA_pml": "ucx", "OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_d
 PRECISE = re.compile(r"# precise: min ([\d.]+) ms, max ([\d.]+) ms")
 
 
-def run_step(mode: str, roots: Dict[str, Any], nodes: int, rpn: int, log: Path, work: Path,
-             slurm_env: Dict[str, str]) -> Optional[Dict[str, float]]:
+def run_step(
+    mode: str, roots: Dict[str, Any], nodes: int, rpn: int, log: Path, work: Path, slurm_env: Dict[str, str]
+) -> Optional[Dict[str, float]]:
     root, image_mount = roots[mode]
     rt = "apptainer" if mode.startswith("apptainer") else "bwrap"
-    res = mpi.run_srun(root, ["/opt/view/bin/dedal_init"], nodes * rpn, env=ENV, log=log,
-                       script_dir=work / "launch", nodes=nodes, timeout=300, runtime_name=rt,
-                       slurm_env=slurm_env, share=mode != "apptainer per rank", image_mount=image_mount)
+    res = mpi.run_srun(
+        root,
+        ["/opt/view/bin/dedal_init"],
+        nodes * rpn,
+        env=ENV,
+        log=log,
+        script_dir=work / "launch",
+        nodes=nodes,
+        timeout=300,
+        runtime_name=rt,
+        slurm_env=slurm_env,
+        share=mode != "apptainer per rank",
+        image_mount=image_mount,
+    )
     found = PRECISE.findall(log.read_text(errors="replace"))
     if res.returncode != 0 or not found:
         return None
@@ -100,28 +113,43 @@ def main() -> int:
         t0 = time.monotonic()
         image = make_bench_image(work / "image")
         build_s = time.monotonic() - t0
-        subprocess.run([str(CLUSTER / "start.sh"), str(state), str(max(node_counts))], env=env, check=True,
-                       timeout=180, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(CLUSTER / "start.sh"), str(state), str(max(node_counts))],
+            env=env,
+            check=True,
+            timeout=180,
+            stdout=subprocess.DEVNULL,
+        )
         started = True
         facts = dict(line.split("=", 1) for line in (state / "cluster.env").read_text().splitlines() if "=" in line)
         senv = dict(os.environ, SLURM_CONF=facts["SLURM_CONF"])
-        out = subprocess.run(["salloc", "--no-shell", "-N", str(max(node_counts)), "--exclusive"], env=senv,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            ["salloc", "--no-shell", "-N", str(max(node_counts)), "--exclusive"],
+            env=senv,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         found = re.search(r"Granted job allocation (\d+)", out.stderr + out.stdout)
         if not found:
             sys.exit(f"salloc failed: {out.stderr}")
         job = found.group(1)
         senv.update(SLURM_JOB_ID=job, SLURM_JOBID=job)
         kept = contextlib.ExitStack()
-        instance = kept.enter_context(mpi.node_instances(image.sif, max(node_counts), log=work / "instances.log",
-                                                         slurm_env=senv))
+        instance = kept.enter_context(
+            mpi.node_instances(image.sif, max(node_counts), log=work / "instances.log", slurm_env=senv)
+        )
         if instance is None:
             sys.exit(f"the instances did not start: {work / 'instances.log'}")
         source = runtime.mount_source(image.sif)
         mounted = kept.enter_context(runtime.mounted(image.sif))
-        roots = {"native": (image.root, None), "apptainer per rank": (image.sif, None),
-                 "apptainer per node": (image.sif, None), "apptainer instance kept": (instance, None),
-                 "bwrap, mount kept": (mounted, (str(mounted), str(source[0]), source[1]))}
+        roots = {
+            "native": (image.root, None),
+            "apptainer per rank": (image.sif, None),
+            "apptainer per node": (image.sif, None),
+            "apptainer instance kept": (instance, None),
+            "bwrap, mount kept": (mounted, (str(mounted), str(source[0]), source[1])),
+        }
         load_before = Path("/proc/loadavg").read_text().split()[:3]
         t1 = time.monotonic()
         for rnd in range(args.rounds):
@@ -131,8 +159,9 @@ def main() -> int:
                     shift = rnd % len(others)
                     for mode in ["native"] + others[shift:] + others[:shift]:
                         key = f"{nodes}|{rpn}|{mode}"
-                        got = run_step(mode, roots, nodes, rpn, work / "logs" / f"{nodes}-{rpn}-{mode}-{rnd}.log",
-                                       work, senv)
+                        got = run_step(
+                            mode, roots, nodes, rpn, work / "logs" / f"{nodes}-{rpn}-{mode}-{rnd}.log", work, senv
+                        )
                         if got is None:
                             failed[key] = failed.get(key, 0) + 1
                         else:
@@ -150,17 +179,33 @@ def main() -> int:
                     # the same round's native step ran just before: a ratio per round cancels the
                     # machine's drift between rounds, its spread is the noise of one comparison
                     native_of = {s["round"]: s["init_ms"] for s in base}
-                    paired = sorted(s["init_ms"] / native_of[s["round"]] for s in got
-                                    if native_of.get(s["round"]))
-                    rows.append({"paired_init_ratios": [round(x, 3) for x in paired],"nodes": nodes, "ranks_per_node": rpn, "mode": mode, "runs": len(got),
-                                 "failed": failed.get(f"{nodes}|{rpn}|{mode}", 0),
-                                 "init_ms": init, "wall_s": wall,
-                                 "init_ratio": round(init / n_init, 3) if init and n_init else None,
-                                 "wall_ratio": round(wall / n_wall, 3) if wall and n_wall else None})
-        result = {"date": time.strftime("%Y-%m-%d"), "host": platform.node(), "cpus": os.cpu_count(),
-                  "apptainer": apptainer_version(app), "rounds": args.rounds, "image_build_s": round(build_s, 1),
-                  "measure_s": round(time.monotonic() - t1, 1), "load_before": load_before,
-                  "load_after": Path("/proc/loadavg").read_text().split()[:3], "rows": rows}
+                    paired = sorted(s["init_ms"] / native_of[s["round"]] for s in got if native_of.get(s["round"]))
+                    rows.append(
+                        {
+                            "paired_init_ratios": [round(x, 3) for x in paired],
+                            "nodes": nodes,
+                            "ranks_per_node": rpn,
+                            "mode": mode,
+                            "runs": len(got),
+                            "failed": failed.get(f"{nodes}|{rpn}|{mode}", 0),
+                            "init_ms": init,
+                            "wall_s": wall,
+                            "init_ratio": round(init / n_init, 3) if init and n_init else None,
+                            "wall_ratio": round(wall / n_wall, 3) if wall and n_wall else None,
+                        }
+                    )
+        result = {
+            "date": time.strftime("%Y-%m-%d"),
+            "host": platform.node(),
+            "cpus": os.cpu_count(),
+            "apptainer": apptainer_version(app),
+            "rounds": args.rounds,
+            "image_build_s": round(build_s, 1),
+            "measure_s": round(time.monotonic() - t1, 1),
+            "load_before": load_before,
+            "load_after": Path("/proc/loadavg").read_text().split()[:3],
+            "rows": rows,
+        }
         (HERE / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
         (HERE / f"{args.name}.md").write_text(render(result))
         print(render(result))
@@ -182,21 +227,30 @@ def _cell(value: Optional[float], ratio: Optional[float]) -> str:
 
 
 def render(r: Dict[str, Any]) -> str:
-    lines = ["# Start-up by container runtime: MPI_Init and step wall time", "",
-             f"Measured {r['date']} on {r['host']} ({r['cpus']} CPUs, Apptainer {r['apptainer']}) by "
-             f"`benchmarks/multinode/startup.py`: {r['rounds']} rounds, the five ways alternating in each, medians; "
-             f"in brackets container / native of the medians. Load average before {' '.join(r['load_before'])}, "
-             f"after {' '.join(r['load_after'])}; {r['measure_s']} s of measuring.", "",
-             "| nodes | ranks per node | way | runs (failed) | MPI_Init, slowest rank (ms) | "
-             "MPI_Init / native, per round: median [min..max] | step wall time (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Start-up by container runtime: MPI_Init and step wall time",
+        "",
+        f"Measured {r['date']} on {r['host']} ({r['cpus']} CPUs, Apptainer {r['apptainer']}) by "
+        f"`benchmarks/multinode/startup.py`: {r['rounds']} rounds, the five ways alternating in each, medians; "
+        f"in brackets container / native of the medians. Load average before {' '.join(r['load_before'])}, "
+        f"after {' '.join(r['load_after'])}; {r['measure_s']} s of measuring.",
+        "",
+        "| nodes | ranks per node | way | runs (failed) | MPI_Init, slowest rank (ms) | "
+        "MPI_Init / native, per round: median [min..max] | step wall time (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for row in r["rows"]:
         paired = row.get("paired_init_ratios") or []
-        per_round = (f"{statistics.median(paired):.2f}x [{min(paired):.2f}..{max(paired):.2f}]"
-                     if paired and row["mode"] != "native" else "-")
-        lines.append(f"| {row['nodes']} | {row['ranks_per_node']} | {row['mode']} | {row['runs']} ({row['failed']}) | "
-                     f"{_cell(row['init_ms'], row['init_ratio'] if row['mode'] != 'native' else None)} | "
-                     f"{per_round} | {_cell(row['wall_s'], row['wall_ratio'] if row['mode'] != 'native' else None)} |")
+        per_round = (
+            f"{statistics.median(paired):.2f}x [{min(paired):.2f}..{max(paired):.2f}]"
+            if paired and row["mode"] != "native"
+            else "-"
+        )
+        lines.append(
+            f"| {row['nodes']} | {row['ranks_per_node']} | {row['mode']} | {row['runs']} ({row['failed']}) | "
+            f"{_cell(row['init_ms'], row['init_ratio'] if row['mode'] != 'native' else None)} | "
+            f"{per_round} | {_cell(row['wall_s'], row['wall_ratio'] if row['mode'] != 'native' else None)} |"
+        )
     lines += ["", *model(r), ""]
     return "\n".join(lines)
 
@@ -213,11 +267,14 @@ def model(r: Dict[str, Any]) -> List[str]:
     if not native or not cold:
         return []
     d = cold - native
-    per = {m: [x["init_ratio"] for (n, _, mode), x in sorted(rows.items()) if mode == m and x["init_ratio"]]
-           for m in MODES[1:]}
+    per = {
+        m: [x["init_ratio"] for (n, _, mode), x in sorted(rows.items()) if mode == m and x["init_ratio"]]
+        for m in MODES[1:]
+    }
     span = {m: f"median {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})" for m, v in per.items() if v}
     return [
-        "What it says:", "",
+        "What it says:",
+        "",
         f"- MPI_Init against native, over every row: a container per rank {span.get('apptainer per rank', '-')}, "
         f"one container per node and step (`--sharens`) {span.get('apptainer per node', '-')}, one instance per node "
         f"kept for all steps {span.get('apptainer instance kept', '-')}, bwrap over the one mount dedal keeps "

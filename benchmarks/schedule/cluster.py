@@ -36,6 +36,7 @@ as long as its makespan). Needs root, munge and Slurm, like the test cluster. Wr
 cluster.md and cluster.json; rows of an earlier cluster.json in ``--out`` are kept unless
 the same case, variant and noise is run again (each row says when it ran).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,15 @@ def limits_of(mode: str) -> TimeLimits:
     return replace(LIMITS, factor=0.0) if mode == "fixed" else LIMITS
 
 
-def expire_hints(slurm: Slurm, jobs: Mapping[str, Job], ids: Mapping[str, str], hints: Dict[str, List[str]],
-                 active: Mapping[str, bool], pending: Mapping[str, bool], elapsed: float) -> int:
+def expire_hints(
+    slurm: Slurm,
+    jobs: Mapping[str, Job],
+    ids: Mapping[str, str],
+    hints: Dict[str, List[str]],
+    active: Mapping[str, bool],
+    pending: Mapping[str, bool],
+    elapsed: float,
+) -> int:
     """What the executor's ``expire_hints`` does (with its :func:`live_hints`): a pending job
     stops waiting for an order hint once the hint's planned time has passed (or its job
     ended). Returns how many hints were dropped from Slurm's dependencies (``scontrol update``)."""
@@ -94,20 +102,19 @@ def expire_hints(slurm: Slurm, jobs: Mapping[str, Job], ids: Mapping[str, str], 
         if live == waits:
             continue
         if any(a not in live and active[a] for a in waits):
-            if not slurm.set_dependencies(ids[jid], [ids[a] for a in jobs[jid].after if active[a]],
-                                          [ids[a] for a in live]):
+            if not slurm.set_dependencies(
+                ids[jid], [ids[a] for a in jobs[jid].after if active[a]], [ids[a] for a in live]
+            ):
                 continue  # it started meanwhile
             dropped += sum(1 for a in waits if a not in live and active[a])
         hints[jid] = live
     return dropped
 
 
-def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl, sigma: float = 0.0,
-           seed: int = 1) -> dict:
+def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl, sigma: float = 0.0, seed: int = 1) -> dict:
     """One case on its own test cluster; always stops the cluster."""
     sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=OVERHEAD, hints=mode == "hints")
-    planned = [replace(j, est_s=j.est_s * scale, order={a: t * scale for a, t in j.order.items()})
-               for j in sched.jobs]
+    planned = [replace(j, est_s=j.est_s * scale, order={a: t * scale for a, t in j.order.items()}) for j in sched.jobs]
     factor = next(noise_draws(wl, sigma, 1, seed))  # every factor 1 when sigma is 0
     real = actual(sched.jobs, wl, factor)  # the estimates when sigma is 0
     jobs = [replace(r, est_s=r.est_s * scale, order=p.order) for r, p in zip(real, planned)]
@@ -117,13 +124,17 @@ def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl, sigma
     limits = {j.id: job_time_limit(j.est_s, policy.factor, CAP) for j in planned}
     model: Optional[float] = None
     if mode != "hints":  # simulate_backfill has no order hints
-        model = simulate_backfill(jobs, nodes=nodes, cores=cores,
-                                  limits=policy.seconds(planned)).makespan_s
+        model = simulate_backfill(jobs, nodes=nodes, cores=cores, limits=policy.seconds(planned)).makespan_s
     state = Path(tempfile.mkdtemp(prefix=f"dedal-replay-{mode[:3]}-", dir="/tmp"))
     env = dict(os.environ, DEDAL_TC_CPUS=str(cores))
     with STARTING:
-        started = subprocess.run([str(TESTCLUSTER / "start.sh"), str(state), str(nodes)], env=env, text=True,
-                                 capture_output=True, timeout=180)
+        started = subprocess.run(
+            [str(TESTCLUSTER / "start.sh"), str(state), str(nodes)],
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=180,
+        )
     try:
         if started.returncode != 0:
             raise RuntimeError(f"start.sh failed: {started.stderr[-2000:]}")
@@ -139,10 +150,18 @@ def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl, sigma
         dropped = 0
         submitted = time.monotonic()
         for rank, j in enumerate(job_topo(jobs)):
-            ids[j.id] = slurm.submit(f"#!/bin/sh\nsleep {j.est_s:.1f}\n", name=f"replay-{j.id}",
-                                     dependencies=[ids[a] for a in j.after], after_any=[ids[a] for a in j.order],
-                                     nodes=1, cpus=j.cores, time=limits[j.id], nice=rank,
-                                     output=state / "job-%j.out", workdir=state)
+            ids[j.id] = slurm.submit(
+                f"#!/bin/sh\nsleep {j.est_s:.1f}\n",
+                name=f"replay-{j.id}",
+                dependencies=[ids[a] for a in j.after],
+                after_any=[ids[a] for a in j.order],
+                nodes=1,
+                cpus=j.cores,
+                time=limits[j.id],
+                nice=rank,
+                output=state / "job-%j.out",
+                workdir=state,
+            )
         deadline = time.monotonic() + 3 * sim.makespan_s + 600
         while True:
             states = slurm.states(ids.values())
@@ -150,8 +169,15 @@ def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl, sigma
                 break
             if hints:
                 now = {k: states[v].state for k, v in ids.items()}
-                dropped += expire_hints(slurm, by_id, ids, hints, {k: not s.is_finished for k, s in now.items()},
-                             {k: s is State.PENDING for k, s in now.items()}, time.monotonic() - submitted)
+                dropped += expire_hints(
+                    slurm,
+                    by_id,
+                    ids,
+                    hints,
+                    {k: not s.is_finished for k, s in now.items()},
+                    {k: s is State.PENDING for k, s in now.items()},
+                    time.monotonic() - submitted,
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name} {nodes}x{cores} {mode}: not done after {3 * sim.makespan_s + 600:.0f} s")
             time.sleep(POLL_S)
@@ -169,19 +195,29 @@ def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl, sigma
     t0 = min(s for s, _ in stamp.values())
     makespan = max(e for _, e in stamp.values()) - t0
     late = [(stamp[k][0] - t0) - sim.starts[k][0] for k in ids]
-    return {"workload": name, "nodes": nodes, "cores": cores, "limit": mode, "noise": sigma,
-            "seed": seed if sigma > 0 else None, "scale": scale, "jobs": len(jobs),
-            "hints": sum(len(j.order) for j in jobs), "hints_dropped": dropped,
-            "ran": datetime.now().strftime("%Y-%m-%d"),
-            "slurm_version": version,
-            "simulated_s": round(sim.makespan_s, 1), "slurm_s": round(makespan, 1),
-            "slurm_vs_simulated": round(makespan / sim.makespan_s, 4),
-            "backfill_model_s": None if model is None else round(model, 1),
-            "slurm_vs_backfill_model": None if model is None else round(makespan / model, 4),
-            "lower_bound_s": round(sched.lower_bound_s * scale, 1),
-            "slurm_vs_lower_bound": round(makespan / (sched.lower_bound_s * scale), 4),
-            "start_later_than_simulated_mean_s": round(statistics.mean(late), 1),
-            "start_later_than_simulated_max_s": round(max(late), 1)}
+    return {
+        "workload": name,
+        "nodes": nodes,
+        "cores": cores,
+        "limit": mode,
+        "noise": sigma,
+        "seed": seed if sigma > 0 else None,
+        "scale": scale,
+        "jobs": len(jobs),
+        "hints": sum(len(j.order) for j in jobs),
+        "hints_dropped": dropped,
+        "ran": datetime.now().strftime("%Y-%m-%d"),
+        "slurm_version": version,
+        "simulated_s": round(sim.makespan_s, 1),
+        "slurm_s": round(makespan, 1),
+        "slurm_vs_simulated": round(makespan / sim.makespan_s, 4),
+        "backfill_model_s": None if model is None else round(model, 1),
+        "slurm_vs_backfill_model": None if model is None else round(makespan / model, 4),
+        "lower_bound_s": round(sched.lower_bound_s * scale, 1),
+        "slurm_vs_lower_bound": round(makespan / (sched.lower_bound_s * scale), 4),
+        "start_later_than_simulated_mean_s": round(statistics.mean(late), 1),
+        "start_later_than_simulated_max_s": round(max(late), 1),
+    }
 
 
 def _key(row: dict) -> tuple:
@@ -196,35 +232,41 @@ def _fmt(value: Optional[float], digits: int = 0, bold: bool = False) -> str:
 
 
 def markdown(result: dict) -> str:
-    lines = ["# dedal's schedule on real Slurm", "",
-             "Written by `benchmarks/schedule/cluster.py` (see its docstring): dedal's schedule for each case,",
-             "every job a `sleep` of its duration, run by Slurm "
-             f"{result['slurm_version']} on the local test cluster (one slurmd per node, default",
-             "backfill parameters), against what `dedal.schedule.simulate` predicts for the same jobs (the model",
-             "every ratio in results.md is judged by) and what `simulate_backfill` (Slurm's main and backfill",
-             "schedulers, planning with the time limits; it has no order hints) predicts.",
-             f"`fixed`: dedal before `slurm.time_factor`: every job with the default `slurm.time` ({CAP}).",
-             "`estimate`: what `dedal build` submits now: each job's limit its estimate times",
-             f"`slurm.time_factor` ({LIMITS.factor:g}) in whole minutes. `hints`: `estimate` with",
-             "`slurm.order_hints` on (each hint dropped at its planned time). `noise`: 0, every job sleeps",
-             "its estimate; sigma > 0, every package's real duration is its estimate times exp(N(0, sigma))",
-             "(one draw, the same for every variant with that seed), the limits and hints still from the",
-             "estimates, and `simulated` is the model given those real durations. A `hints` row says how many",
-             "hints the jobs had and how many the replay dropped from Slurm's dependencies at their time.", "",
-             "| workload | nodes x cores | jobs | variant | noise (seed) | simulated (s) | backfill model (s) | "
-             "Slurm (s) | Slurm / simulated | Slurm / backfill model | Slurm / LB | "
-             "starts later than simulated, mean / max (s) | ran |",
-             "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        "# dedal's schedule on real Slurm",
+        "",
+        "Written by `benchmarks/schedule/cluster.py` (see its docstring): dedal's schedule for each case,",
+        "every job a `sleep` of its duration, run by Slurm "
+        f"{result['slurm_version']} on the local test cluster (one slurmd per node, default",
+        "backfill parameters), against what `dedal.schedule.simulate` predicts for the same jobs (the model",
+        "every ratio in results.md is judged by) and what `simulate_backfill` (Slurm's main and backfill",
+        "schedulers, planning with the time limits; it has no order hints) predicts.",
+        f"`fixed`: dedal before `slurm.time_factor`: every job with the default `slurm.time` ({CAP}).",
+        "`estimate`: what `dedal build` submits now: each job's limit its estimate times",
+        f"`slurm.time_factor` ({LIMITS.factor:g}) in whole minutes. `hints`: `estimate` with",
+        "`slurm.order_hints` on (each hint dropped at its planned time). `noise`: 0, every job sleeps",
+        "its estimate; sigma > 0, every package's real duration is its estimate times exp(N(0, sigma))",
+        "(one draw, the same for every variant with that seed), the limits and hints still from the",
+        "estimates, and `simulated` is the model given those real durations. A `hints` row says how many",
+        "hints the jobs had and how many the replay dropped from Slurm's dependencies at their time.",
+        "",
+        "| workload | nodes x cores | jobs | variant | noise (seed) | simulated (s) | backfill model (s) | "
+        "Slurm (s) | Slurm / simulated | Slurm / backfill model | Slurm / LB | "
+        "starts later than simulated, mean / max (s) | ran |",
+        "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     for r in result["rows"]:
         noise = r.get("noise") or 0.0
         drawn = f"{noise:g} ({r.get('seed')})" if noise else "0"
         variant = r["limit"] + (f" ({r['hints']}, {r.get('hints_dropped', 0)} dropped)" if r.get("hints") else "")
-        lines.append(f"| {r['workload']} | {r['nodes']} x {r['cores']} | {r['jobs']} | {variant} | "
-                     f"{drawn} | "
-                     f"{r['simulated_s']:.0f} | {_fmt(r.get('backfill_model_s'))} | {r['slurm_s']:.0f} | "
-                     f"**{r['slurm_vs_simulated']:.3f}** | {_fmt(r.get('slurm_vs_backfill_model'), 3)} | "
-                     f"{r['slurm_vs_lower_bound']:.3f} | {r['start_later_than_simulated_mean_s']:.0f} / "
-                     f"{r['start_later_than_simulated_max_s']:.0f} | {r.get('ran', '-')} |")
+        lines.append(
+            f"| {r['workload']} | {r['nodes']} x {r['cores']} | {r['jobs']} | {variant} | "
+            f"{drawn} | "
+            f"{r['simulated_s']:.0f} | {_fmt(r.get('backfill_model_s'))} | {r['slurm_s']:.0f} | "
+            f"**{r['slurm_vs_simulated']:.3f}** | {_fmt(r.get('slurm_vs_backfill_model'), 3)} | "
+            f"{r['slurm_vs_lower_bound']:.3f} | {r['start_later_than_simulated_mean_s']:.0f} / "
+            f"{r['start_later_than_simulated_max_s']:.0f} | {r.get('ran', '-')} |"
+        )
     lines += [""] + hints_vs_list(result["rows"])
     return "\n".join(lines)
 
@@ -242,13 +284,20 @@ def hints_vs_list(rows: List[dict]) -> List[str]:
             by_noise.setdefault((name, nodes, cores, noise), []).append(runs["hints"] / runs["estimate"])
     if not by_noise:
         return []
-    lines = ["## Order hints against the list schedule", "",
-             "Slurm's makespan with `hints` over `estimate`'s for the same case and draw (below 1: hints",
-             "shorter), each draw and their mean.", "",
-             "| workload | nodes x cores | noise | draws | each draw | mean |", "| --- | --- | --- | ---: | --- | ---: |"]
+    lines = [
+        "## Order hints against the list schedule",
+        "",
+        "Slurm's makespan with `hints` over `estimate`'s for the same case and draw (below 1: hints",
+        "shorter), each draw and their mean.",
+        "",
+        "| workload | nodes x cores | noise | draws | each draw | mean |",
+        "| --- | --- | --- | ---: | --- | ---: |",
+    ]
     for (name, nodes, cores, noise), ratios in by_noise.items():
-        lines.append(f"| {name} | {nodes} x {cores} | {noise:g} | {len(ratios)} | "
-                     f"{' / '.join(f'{x:.3f}' for x in ratios)} | **{statistics.mean(ratios):.3f}** |")
+        lines.append(
+            f"| {name} | {nodes} x {cores} | {noise:g} | {len(ratios)} | "
+            f"{' / '.join(f'{x:.3f}' for x in ratios)} | **{statistics.mean(ratios):.3f}** |"
+        )
     return lines + [""]
 
 
@@ -273,9 +322,12 @@ def main() -> int:
         try:
             row = replay(name, int(nodes), int(cores), mode, args.scale, wls[name], args.noise, args.seed)
             rows.append(row)
-            print(f"{name} {nodes}x{cores} {mode} noise {args.noise:g}: simulated {row['simulated_s']:.0f} s, "
-                  f"backfill model {_fmt(row['backfill_model_s'])} s, Slurm {row['slurm_s']:.0f} s "
-                  f"({row['slurm_vs_simulated']:.3f})", flush=True)
+            print(
+                f"{name} {nodes}x{cores} {mode} noise {args.noise:g}: simulated {row['simulated_s']:.0f} s, "
+                f"backfill model {_fmt(row['backfill_model_s'])} s, Slurm {row['slurm_s']:.0f} s "
+                f"({row['slurm_vs_simulated']:.3f})",
+                flush=True,
+            )
         except Exception as exc:  # reported below; the other replays go on
             errors.append(f"{case} {mode}: {exc}")
 
@@ -292,8 +344,17 @@ def main() -> int:
         mine = {_key(r) for r in rows}
         rows = [r for r in kept if _key(r) not in mine] + rows
         rows.sort(key=lambda r: (r["workload"], r["nodes"], r["cores"], r.get("noise") or 0.0, r["limit"]))
-        write(args.out, "cluster", {"benchmark": "schedule-on-slurm", "slurm_version": rows[-1]["slurm_version"],
-                                    "overhead_s": OVERHEAD, "rows": rows}, markdown)
+        write(
+            args.out,
+            "cluster",
+            {
+                "benchmark": "schedule-on-slurm",
+                "slurm_version": rows[-1]["slurm_version"],
+                "overhead_s": OVERHEAD,
+                "rows": rows,
+            },
+            markdown,
+        )
     return 1 if errors else 0
 
 

@@ -27,6 +27,7 @@ Writes exact_probe.md next to this file: the solver's makespan / LB after the ti
 limit (optimal or not) and the annealed schedule's beside dedal's, in the same model, for
 the same lower bound.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,10 @@ NOISE_SIGMA, NOISE_DRAWS = 0.1, 30
 
 def noisy_mean(wl: Workload, jobs: List[Job], cores: int) -> float:
     """Mean simulated makespan of ``jobs`` over the noise draws (the same draws for every call)."""
-    return statistics.mean(simulate(actual(jobs, wl, factor), nodes=1, cores=cores).makespan_s
-                           for factor in noise_draws(wl, NOISE_SIGMA, NOISE_DRAWS))
+    return statistics.mean(
+        simulate(actual(jobs, wl, factor), nodes=1, cores=cores).makespan_s
+        for factor in noise_draws(wl, NOISE_SIGMA, NOISE_DRAWS)
+    )
 
 
 def solve(wl: Workload, cores: int, overhead_s: float, seconds: float, relaxed: bool = False) -> tuple:
@@ -163,19 +166,35 @@ def main() -> int:
         if args.seeds > 0:
             t0 = time.perf_counter()
             evaluations = min(ANNEAL_MAX, ANNEAL_WORK // max(1, len(ours.jobs)))
-            runs = [anneal(wl, ours.jobs, nodes=1, cores=int(cores), overhead_s=args.overhead,
-                           evaluations=evaluations, seed=seed) for seed in range(1, args.seeds + 1)]
+            runs = [
+                anneal(
+                    wl,
+                    ours.jobs,
+                    nodes=1,
+                    cores=int(cores),
+                    overhead_s=args.overhead,
+                    evaluations=evaluations,
+                    seed=seed,
+                )
+                for seed in range(1, args.seeds + 1)
+            ]
             annealing = f"{time.perf_counter() - t0:.0f}"
             best, best_sim = min(runs, key=lambda r: r[1].makespan_s)
             noise_col = f"{noisy_mean(wl, best, int(cores)) / noisy_mean(wl, ours.jobs, int(cores)):.3f}"
-            annealed = (f"{best_sim.makespan_s / lb:.3f} ("
-                        + " / ".join(f"{sim.makespan_s / lb:.3f}" for _, sim in runs) + ")")
-        print(f"{case}: dedal {ours.ratio:.4f} ({took:.1f} s), solver {found / lb:.4f} {status} ({solver_s:.0f} s), "
-              f"allowed {allowed / lb:.4f} (relaxed {relaxed / lb:.4f} {relaxed_status}), "
-              f"annealed {annealed}, with noise {noise_col}", flush=True)
-        lines.append(f"| {name} | 1 x {cores} | {ours.ratio:.3f} | {len(ours.jobs)} | {took:.1f} | "
-                     f"{found / lb:.3f} | {status} | {solver_s:.0f} | {allowed / lb:.3f} | {relaxed / lb:.3f} | "
-                     f"{relaxed_status} | {ours.makespan_s / allowed:.3f} | {annealed} | {annealing} | {noise_col} |")
+            annealed = (
+                f"{best_sim.makespan_s / lb:.3f} (" + " / ".join(f"{sim.makespan_s / lb:.3f}" for _, sim in runs) + ")"
+            )
+        print(
+            f"{case}: dedal {ours.ratio:.4f} ({took:.1f} s), solver {found / lb:.4f} {status} ({solver_s:.0f} s), "
+            f"allowed {allowed / lb:.4f} (relaxed {relaxed / lb:.4f} {relaxed_status}), "
+            f"annealed {annealed}, with noise {noise_col}",
+            flush=True,
+        )
+        lines.append(
+            f"| {name} | 1 x {cores} | {ours.ratio:.3f} | {len(ours.jobs)} | {took:.1f} | "
+            f"{found / lb:.3f} | {status} | {solver_s:.0f} | {allowed / lb:.3f} | {relaxed / lb:.3f} | "
+            f"{relaxed_status} | {ours.makespan_s / allowed:.3f} | {annealed} | {annealing} | {noise_col} |"
+        )
     lines.append("")
     (HERE / "exact_probe.md").write_text("\n".join(lines))
     print(f"wrote {HERE / 'exact_probe.md'}")

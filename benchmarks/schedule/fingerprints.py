@@ -12,6 +12,7 @@ differs is named; the exit status is 1 if any does. Every schedule made here als
 ``dedal.schedule.validate`` (dependencies respected, no node over its cores), or it stops. A speed-up of the scheduler that
 is meant to change nothing is checked by this, not by its timings.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,18 +44,24 @@ def fingerprints(sizes: List[int], tmp: Path) -> Dict[str, str]:
     from dedal.model.plan import make_plan
     from dedal.model.spack_lock import load_lock
     from dedal.schedule import Workload, make_schedule, validate
+
     out: Dict[str, str] = {}
     for cores in (64, 8):
         for name, wl in run.workloads(DATA).items():
             for nodes in (1, 4, 16, 64):
-                for what, kw in (("dedal", {}), ("hints", {"hints": True}), ("per-package", {"strategy": "per-package"})):
+                for what, kw in (
+                    ("dedal", {}),
+                    ("hints", {"hints": True}),
+                    ("per-package", {"strategy": "per-package"}),
+                ):
                     s = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, **kw)
                     validate(wl, s)
                     out[f"{name} {nodes}x{cores} {what}"] = _sha(s.to_json())
     for size in sizes:
         path = grow.write(GROWN_FROM, size, tmp / f"grown-{size}.spack.lock")
-        plan = make_plan(load_lock(path), env_name="grown", install_root="/opt/software", base_image="host",
-                         base_id="benchmark")
+        plan = make_plan(
+            load_lock(path), env_name="grown", install_root="/opt/software", base_image="host", base_id="benchmark"
+        )
         out[f"grown-{size} plan"] = _sha(dict(plan.to_json(), lock_path=""))  # the path is a temporary one
         wl = Workload.from_plan(plan)
         for nodes in (1, 16, 64, 256):
@@ -93,8 +100,18 @@ def main() -> int:
 
 def _baseline(checkout: Path, sizes: List[int]) -> Dict[str, str]:
     """The fingerprints of another checkout, by its own copy of this script."""
-    got = subprocess.run([sys.executable, str(checkout / "benchmarks" / "schedule" / "fingerprints.py"),
-                          "--json", "--sizes", *map(str, sizes)], capture_output=True, text=True, check=False)
+    got = subprocess.run(
+        [
+            sys.executable,
+            str(checkout / "benchmarks" / "schedule" / "fingerprints.py"),
+            "--json",
+            "--sizes",
+            *map(str, sizes),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if got.returncode != 0:
         raise SystemExit(f"the baseline's fingerprints failed:\n{got.stderr[-3000:]}")
     return json.loads(got.stdout.strip().splitlines()[-1])

@@ -10,6 +10,7 @@ copy keeps its packages' names, versions and edges: the same degree per node and
 same durations in dedal's model, while the core's fan-in grows into the thousands.
 Deterministic: the same lock and size give the same file.
 """
+
 from __future__ import annotations
 
 import copy
@@ -71,7 +72,7 @@ def grow(data: dict, size: int) -> dict:
     roots: List[dict] = [{"hash": h, "spec": s} for h, s in old_roots.items() if h in core]
     copies = 0
     while len(out_specs) < size:
-        take = rest[:size - len(out_specs)]
+        take = rest[: size - len(out_specs)]
         new = {h: (h if copies == 0 else _hash(f"{h}/{copies}")) for h in take}
         depended = set()
         for h in take:

@@ -19,6 +19,7 @@ submitted are simulated with those durations (``dedal.schedule.simulate``):
 Reported: mean makespan over the draws relative to "no hints" (below 1: better), and in how
 many draws the variant was strictly shorter. Writes robustness.md and robustness.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,9 @@ def noise_draws(wl: Workload, sigma: float, count: int, seed: int = SEED) -> Ite
         yield {h: math.exp(rng.gauss(0.0, sigma)) for h in wl.order}
 
 
-def actual(jobs: List[Job], wl: Workload, factor: Dict[str, float], keep_hints: bool = True,
-           never_expire: bool = False) -> List[Job]:
+def actual(
+    jobs: List[Job], wl: Workload, factor: Dict[str, float], keep_hints: bool = True, never_expire: bool = False
+) -> List[Job]:
     """The jobs with their real durations (each package's estimate times its factor)."""
     out = []
     for j in jobs:
@@ -76,38 +78,53 @@ def run(draws: int, sigmas: List[float], data: Path) -> dict:
             for factor in noise_draws(wl, sigma, draws):
                 base.append(simulate(actual(listed.jobs, wl, factor), nodes=nodes, cores=cores).makespan_s)
                 hint.append(simulate(actual(hinted.jobs, wl, factor), nodes=nodes, cores=cores).makespan_s)
-                kept.append(simulate(actual(hinted.jobs, wl, factor, never_expire=True), nodes=nodes,
-                                     cores=cores).makespan_s)
+                kept.append(
+                    simulate(actual(hinted.jobs, wl, factor, never_expire=True), nodes=nodes, cores=cores).makespan_s
+                )
             mean = statistics.mean(base)
-            row = {"workload": name, "nodes": nodes, "cores": cores, "sigma": sigma, "draws": draws,
-                   "hints": sum(len(j.order) for j in hinted.jobs),
-                   "planned_ratio_hints": round(hinted.makespan_s / listed.makespan_s, 4),
-                   "no_hints_mean_s": round(mean, 1),
-                   "hints_vs_no_hints": round(statistics.mean(hint) / mean, 4),
-                   "hints_shorter_in": sum(h < b - 1e-6 for h, b in zip(hint, base)),
-                   "kept_vs_no_hints": round(statistics.mean(kept) / mean, 4),
-                   "kept_shorter_in": sum(k < b - 1e-6 for k, b in zip(kept, base))}
+            row = {
+                "workload": name,
+                "nodes": nodes,
+                "cores": cores,
+                "sigma": sigma,
+                "draws": draws,
+                "hints": sum(len(j.order) for j in hinted.jobs),
+                "planned_ratio_hints": round(hinted.makespan_s / listed.makespan_s, 4),
+                "no_hints_mean_s": round(mean, 1),
+                "hints_vs_no_hints": round(statistics.mean(hint) / mean, 4),
+                "hints_shorter_in": sum(h < b - 1e-6 for h, b in zip(hint, base)),
+                "kept_vs_no_hints": round(statistics.mean(kept) / mean, 4),
+                "kept_shorter_in": sum(k < b - 1e-6 for k, b in zip(kept, base)),
+            }
             rows.append(row)
-            print(f"{name:16} {nodes}x{cores:<3} sigma {sigma:.1f}: hints {row['hints_vs_no_hints']:.4f} "
-                  f"(shorter in {row['hints_shorter_in']}/{draws}), hints kept {row['kept_vs_no_hints']:.4f} "
-                  f"(shorter in {row['kept_shorter_in']}/{draws}); exact estimates {row['planned_ratio_hints']:.4f}",
-                  flush=True)
+            print(
+                f"{name:16} {nodes}x{cores:<3} sigma {sigma:.1f}: hints {row['hints_vs_no_hints']:.4f} "
+                f"(shorter in {row['hints_shorter_in']}/{draws}), hints kept {row['kept_vs_no_hints']:.4f} "
+                f"(shorter in {row['kept_shorter_in']}/{draws}); exact estimates {row['planned_ratio_hints']:.4f}",
+                flush=True,
+            )
     return {"benchmark": "schedule-robustness", "seed": SEED, "overhead_s": OVERHEAD, "rows": rows}
 
 
 def markdown(result: dict) -> str:
-    lines = ["# Order hints under wrong estimates", "",
-             "Written by `benchmarks/schedule/robustness.py` (see its docstring). Each package's real duration is",
-             "its estimate times exp(N(0, sigma)); sigma 0.3 is roughly +-30 %. Mean makespan over the draws",
-             "relative to dedal's schedule without hints (list scheduling only); below 1 is better.",
-             "`exact` is the same ratio when every estimate holds.", "",
-             "| workload | nodes x cores | hints | exact | sigma | hints, dropped at their time | shorter in | "
-             "hints kept | shorter in |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "# Order hints under wrong estimates",
+        "",
+        "Written by `benchmarks/schedule/robustness.py` (see its docstring). Each package's real duration is",
+        "its estimate times exp(N(0, sigma)); sigma 0.3 is roughly +-30 %. Mean makespan over the draws",
+        "relative to dedal's schedule without hints (list scheduling only); below 1 is better.",
+        "`exact` is the same ratio when every estimate holds.",
+        "",
+        "| workload | nodes x cores | hints | exact | sigma | hints, dropped at their time | shorter in | "
+        "hints kept | shorter in |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in result["rows"]:
-        lines.append(f"| {r['workload']} | {r['nodes']} x {r['cores']} | {r['hints']} | {r['planned_ratio_hints']:.4f} | "
-                     f"{r['sigma']:.1f} | **{r['hints_vs_no_hints']:.4f}** | {r['hints_shorter_in']}/{r['draws']} | "
-                     f"{r['kept_vs_no_hints']:.4f} | {r['kept_shorter_in']}/{r['draws']} |")
+        lines.append(
+            f"| {r['workload']} | {r['nodes']} x {r['cores']} | {r['hints']} | {r['planned_ratio_hints']:.4f} | "
+            f"{r['sigma']:.1f} | **{r['hints_vs_no_hints']:.4f}** | {r['hints_shorter_in']}/{r['draws']} | "
+            f"{r['kept_vs_no_hints']:.4f} | {r['kept_shorter_in']}/{r['draws']} |"
+        )
     lines.append("")
     return "\n".join(lines)
 

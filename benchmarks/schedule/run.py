@@ -18,6 +18,7 @@ The ratio is makespan / lower bound, LB = overhead + max(critical path, work / c
 ``dag`` is the tighter bound that also counts how narrow the DAG is at its start and end
 (what no schedule can beat either). Writes results.md and results.json next to this file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,9 @@ TARGET = 1.05
 
 def lock_workload(path: Path) -> Workload:
     lock = load_lock(path)
-    plan = make_plan(lock, env_name=path.name.split(".")[0], install_root="/opt/esd/software",
-                     base_image="host", base_id="benchmark")
+    plan = make_plan(
+        lock, env_name=path.name.split(".")[0], install_root="/opt/esd/software", base_image="host", base_id="benchmark"
+    )
     return Workload.from_plan(plan)
 
 
@@ -84,33 +86,52 @@ def run(nodes_list: List[int], cores_list: List[int], overhead: float, data: Pat
                 single = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead, strategy="single-node")
                 slurm, ci_slurm = on_slurm(ours), on_slurm(ci)
                 row = {
-                    "workload": name, "packages": len(wl.order), "nodes": nodes, "cores": cores,
-                    "lower_bound_s": round(ours.lower_bound_s, 1), "critical_path_s": round(ours.critical_path_s, 1),
+                    "workload": name,
+                    "packages": len(wl.order),
+                    "nodes": nodes,
+                    "cores": cores,
+                    "lower_bound_s": round(ours.lower_bound_s, 1),
+                    "critical_path_s": round(ours.critical_path_s, 1),
                     "work_per_capacity_s": round(ours.work_core_s / (nodes * cores), 1),
                     "dag_bound_ratio": round(ours.dag_bound_s / ours.lower_bound_s, 4),
-                    "dedal_makespan_s": round(ours.makespan_s, 1), "dedal_ratio": round(ours.ratio, 4),
-                    "dedal_jobs": len(ours.jobs), "dedal_utilization": round(ours.utilization, 4),
+                    "dedal_makespan_s": round(ours.makespan_s, 1),
+                    "dedal_ratio": round(ours.ratio, 4),
+                    "dedal_jobs": len(ours.jobs),
+                    "dedal_utilization": round(ours.utilization, 4),
                     "dedal_vs_dag_bound": round(ours.makespan_s / ours.dag_bound_s, 4),
-                    "hints_ratio": round(hinted.ratio, 4), "hints": sum(len(j.order) for j in hinted.jobs),
+                    "hints_ratio": round(hinted.ratio, 4),
+                    "hints": sum(len(j.order) for j in hinted.jobs),
                     "hints_within_target": hinted.ratio <= TARGET,
-                    "per_package_ratio": round(ci.ratio, 4), "per_package_jobs": len(ci.jobs),
-                    "single_node_ratio": round(single.ratio, 4), "schedule_seconds": round(took, 2),
-                    "dedal_slurm_ratio": round(slurm, 4), "per_package_slurm_ratio": round(ci_slurm, 4),
+                    "per_package_ratio": round(ci.ratio, 4),
+                    "per_package_jobs": len(ci.jobs),
+                    "single_node_ratio": round(single.ratio, 4),
+                    "schedule_seconds": round(took, 2),
+                    "dedal_slurm_ratio": round(slurm, 4),
+                    "per_package_slurm_ratio": round(ci_slurm, 4),
                 }
                 row["slurm_within_target"] = row["dedal_slurm_ratio"] <= TARGET
                 row["slurm_ahead_of_both"] = slurm < min(ci_slurm, single.ratio)
                 row["ahead_of_both"] = ours.makespan_s < min(ci.makespan_s, single.makespan_s)
                 row["within_target"] = ours.ratio <= TARGET
                 rows.append(row)
-                print(f"{name:16} C={cores:<3} N={nodes:<3} LB {ours.lower_bound_s:8.0f} s  dedal {ours.ratio:.3f} "
-                      f"({len(ours.jobs)} jobs, util {ours.utilization:.0%}; with order hints {hinted.ratio:.3f}, "
-                      f"{row['hints']} hints)  per-package {ci.ratio:.3f}  "
-                      f"single-node {single.ratio:.3f}  dag-bound {ours.dag_bound_s / ours.lower_bound_s:.3f}  "
-                      f"[{took:.1f} s]; on Slurm: dedal {slurm:.3f} per-package {ci_slurm:.3f}", flush=True)
+                print(
+                    f"{name:16} C={cores:<3} N={nodes:<3} LB {ours.lower_bound_s:8.0f} s  dedal {ours.ratio:.3f} "
+                    f"({len(ours.jobs)} jobs, util {ours.utilization:.0%}; with order hints {hinted.ratio:.3f}, "
+                    f"{row['hints']} hints)  per-package {ci.ratio:.3f}  "
+                    f"single-node {single.ratio:.3f}  dag-bound {ours.dag_bound_s / ours.lower_bound_s:.3f}  "
+                    f"[{took:.1f} s]; on Slurm: dedal {slurm:.3f} per-package {ci_slurm:.3f}",
+                    flush=True,
+                )
     return {
-        "benchmark": "schedule", "overhead_s": overhead, "model": DEFAULT_MODEL.to_json(), "target_ratio": TARGET,
-        "synthetic": synthetic.describe(synthetic.generate()), "seed": synthetic.SEED,
-        "python": platform.python_version(), "machine": platform.machine(), "rows": rows,
+        "benchmark": "schedule",
+        "overhead_s": overhead,
+        "model": DEFAULT_MODEL.to_json(),
+        "target_ratio": TARGET,
+        "synthetic": synthetic.describe(synthetic.generate()),
+        "seed": synthetic.SEED,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "rows": rows,
     }
 
 
@@ -140,61 +161,89 @@ def markdown(result: dict) -> str:
         "estimate x `slurm.time_factor` (2)). The first model knows every job's duration and backfills",
         "around the top job only, so it flatters full nodes; `cluster.md` runs cases on real Slurm.",
         "",
-        f"Synthetic ESD environment (seed {result['seed']}): " +
-        ", ".join(f"{k} {v}" for k, v in result["synthetic"].items()) + ".",
+        f"Synthetic ESD environment (seed {result['seed']}): "
+        + ", ".join(f"{k} {v}" for k, v in result["synthetic"].items())
+        + ".",
         "",
     ]
     by_cores: Dict[int, List[dict]] = {}
     for r in result["rows"]:
         by_cores.setdefault(r["cores"], []).append(r)
     for cores, rows in by_cores.items():
-        lines += [f"## Nodes of {cores} cores", "",
-                  "| workload | packages | nodes | LB (s) | dag | dedal | jobs | util | +hints | hints | per-package | "
-                  "single-node | ahead of both | within 5 % | dedal on Slurm | per-package on Slurm |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: | :---: "
-                  "| ---: | ---: |"]
+        lines += [
+            f"## Nodes of {cores} cores",
+            "",
+            "| workload | packages | nodes | LB (s) | dag | dedal | jobs | util | +hints | hints | per-package | "
+            "single-node | ahead of both | within 5 % | dedal on Slurm | per-package on Slurm |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: | :---: "
+            "| ---: | ---: |",
+        ]
         for r in rows:
-            lines.append(f"| {r['workload']} | {r['packages']} | {r['nodes']} | {r['lower_bound_s']:.0f} | "
-                         f"{r['dag_bound_ratio']:.3f} | **{r['dedal_ratio']:.3f}** | {r['dedal_jobs']} | "
-                         f"{r['dedal_utilization']:.0%} | {r['hints_ratio']:.3f} | {r['hints']} | "
-                         f"{r['per_package_ratio']:.3f} | {r['single_node_ratio']:.2f} | "
-                         f"{'yes' if r['ahead_of_both'] else 'NO'} | {'yes' if r['within_target'] else 'no'} | "
-                         f"{r['dedal_slurm_ratio']:.3f} | {r['per_package_slurm_ratio']:.3f} |")
+            lines.append(
+                f"| {r['workload']} | {r['packages']} | {r['nodes']} | {r['lower_bound_s']:.0f} | "
+                f"{r['dag_bound_ratio']:.3f} | **{r['dedal_ratio']:.3f}** | {r['dedal_jobs']} | "
+                f"{r['dedal_utilization']:.0%} | {r['hints_ratio']:.3f} | {r['hints']} | "
+                f"{r['per_package_ratio']:.3f} | {r['single_node_ratio']:.2f} | "
+                f"{'yes' if r['ahead_of_both'] else 'NO'} | {'yes' if r['within_target'] else 'no'} | "
+                f"{r['dedal_slurm_ratio']:.3f} | {r['per_package_slurm_ratio']:.3f} |"
+            )
         lines.append("")
     misses = [r for r in result["rows"] if not r["within_target"]]
     lines += ["## Reading", ""]
-    lines.append(f"dedal is ahead of both baselines in {sum(r['ahead_of_both'] for r in result['rows'])} of "
-                 f"{len(result['rows'])} cases and within 5 % of the lower bound in "
-                 f"{sum(r['within_target'] for r in result['rows'])}.")
+    lines.append(
+        f"dedal is ahead of both baselines in {sum(r['ahead_of_both'] for r in result['rows'])} of "
+        f"{len(result['rows'])} cases and within 5 % of the lower bound in "
+        f"{sum(r['within_target'] for r in result['rows'])}."
+    )
     slurm_misses = [r for r in result["rows"] if not r["slurm_within_target"]]
-    lines.append(f"On Slurm's own schedulers (`on Slurm`, model): within 5 % in "
-                 f"{len(result['rows']) - len(slurm_misses)} of {len(result['rows'])}, ahead of both baselines in "
-                 f"{sum(r['slurm_ahead_of_both'] for r in result['rows'])}; beyond 5 %: " +
-                 "; ".join(f"{r['workload']} on {r['nodes']} x {r['cores']}: {r['dedal_slurm_ratio']:.3f}"
-                           for r in slurm_misses) + ".")
+    lines.append(
+        f"On Slurm's own schedulers (`on Slurm`, model): within 5 % in "
+        f"{len(result['rows']) - len(slurm_misses)} of {len(result['rows'])}, ahead of both baselines in "
+        f"{sum(r['slurm_ahead_of_both'] for r in result['rows'])}; beyond 5 %: "
+        + "; ".join(
+            f"{r['workload']} on {r['nodes']} x {r['cores']}: {r['dedal_slurm_ratio']:.3f}" for r in slurm_misses
+        )
+        + "."
+    )
     if misses:
-        lines.append("Beyond 5 %: " + "; ".join(
-            f"{r['workload']} on {r['nodes']} x {r['cores']} cores: {r['dedal_ratio']:.3f} "
-            f"({r['dedal_vs_dag_bound']:.3f} of the DAG bound; critical path {r['critical_path_s']:.0f} s vs "
-            f"work/capacity {r['work_per_capacity_s']:.0f} s)" for r in misses) + ".")
+        lines.append(
+            "Beyond 5 %: "
+            + "; ".join(
+                f"{r['workload']} on {r['nodes']} x {r['cores']} cores: {r['dedal_ratio']:.3f} "
+                f"({r['dedal_vs_dag_bound']:.3f} of the DAG bound; critical path {r['critical_path_s']:.0f} s vs "
+                f"work/capacity {r['work_per_capacity_s']:.0f} s)"
+                for r in misses
+            )
+            + "."
+        )
         beyond = [r for r in misses if r["dag_bound_ratio"] > TARGET]
         allowed = [r for r in misses if r["dag_bound_ratio"] <= TARGET]
         if beyond:
-            lines.append("Out of reach of any schedule in the model (the DAG bound itself is above 5 %): " + "; ".join(
-                f"{r['workload']} on {r['nodes']} x {r['cores']} (DAG bound {r['dag_bound_ratio']:.3f})"
-                for r in beyond) + "; how close dedal comes to the best these DAGs allow, proven by an exact "
-                "solver: `exact_probe.md` (`allowed`).")
+            lines.append(
+                "Out of reach of any schedule in the model (the DAG bound itself is above 5 %): "
+                + "; ".join(
+                    f"{r['workload']} on {r['nodes']} x {r['cores']} (DAG bound {r['dag_bound_ratio']:.3f})"
+                    for r in beyond
+                )
+                + "; how close dedal comes to the best these DAGs allow, proven by an exact "
+                "solver: `exact_probe.md` (`allowed`)."
+            )
         if allowed:
-            lines.append("Where the DAG bound would allow 5 % but dedal is not there (job overheads and cores "
-                         "left idle while the DAG is narrow; the best schedule may also lie above that bound): " + "; ".join(
-                             f"{r['workload']} on {r['nodes']} x {r['cores']}" for r in allowed) + ". "
-                         "An exact solver (OR-tools CP-SAT, 2 minutes) and annealing of dedal's list schedule "
-                         "beside dedal on these: `exact_probe.md`.")
+            lines.append(
+                "Where the DAG bound would allow 5 % but dedal is not there (job overheads and cores "
+                "left idle while the DAG is narrow; the best schedule may also lie above that bound): "
+                + "; ".join(f"{r['workload']} on {r['nodes']} x {r['cores']}" for r in allowed)
+                + ". "
+                "An exact solver (OR-tools CP-SAT, 2 minutes) and annealing of dedal's list schedule "
+                "beside dedal on these: `exact_probe.md`."
+            )
         reached = [r for r in misses if r["hints_within_target"]]
         if reached:
-            lines.append("Within 5 % with measured durations (order hints on by default, `+hints`): "
-                         + "; ".join(
-                f"{r['workload']} on {r['nodes']} x {r['cores']}: {r['hints_ratio']:.3f}" for r in reached) + ".")
+            lines.append(
+                "Within 5 % with measured durations (order hints on by default, `+hints`): "
+                + "; ".join(f"{r['workload']} on {r['nodes']} x {r['cores']}: {r['hints_ratio']:.3f}" for r in reached)
+                + "."
+            )
     lines.append("")
     return "\n".join(lines)
 

@@ -29,6 +29,7 @@ package's public API only, as ``dedal plan --simulate`` does: ``load_lock`` ->
 Whether a change left the schedules as they were is checked by ``fingerprints.py``, not
 here. Writes scale.md and scale.json next to this file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,12 +69,18 @@ def one(lock: Path, nodes: int, cores: int, overhead: float) -> dict:
     from dedal.model.plan import make_plan
     from dedal.model.spack_lock import load_lock
     from dedal.schedule import Workload, group, make_schedule, simulate, validate, schedule_problems
+
     before_mb = peak_mb()
     c0, w0 = time.process_time(), time.perf_counter()
     spack_lock = load_lock(lock)
     cl = time.process_time()
-    plan = make_plan(spack_lock, env_name=lock.name.split(".")[0], install_root="/opt/software",
-                     base_image="host", base_id="benchmark")
+    plan = make_plan(
+        spack_lock,
+        env_name=lock.name.split(".")[0],
+        install_root="/opt/software",
+        base_image="host",
+        base_id="benchmark",
+    )
     del spack_lock  # freed before scheduling, as when the lock was a temporary: the same peak memory
     wl = Workload.from_plan(plan)
     c1 = time.process_time()
@@ -88,28 +95,59 @@ def one(lock: Path, nodes: int, cores: int, overhead: float) -> dict:
     problems = schedule_problems(wl, cp_jobs, cp_sim.starts, nodes=nodes, cores=cores)
     if problems:
         raise SystemExit(f"the critical-path list schedule is invalid: {problems[:3]}")
-    return {"packages": len(wl.order), "nodes": nodes, "cores": cores, "cpu_s": round(c2 - c0, 3),
-            "plan_cpu_s": round(c1 - c0, 3), "load_cpu_s": round(cl - c0, 3), "schedule_cpu_s": round(c2 - c1, 3), "wall_s": round(w2 - w0, 3),
-            "peak_mb": round(peak, 1), "start_mb": round(before_mb, 1), "validate_cpu_s": round(c3 - c2, 3),
-            "jobs": len(sched.jobs), "makespan_s": round(sched.makespan_s, 1), "lower_bound_s": round(sched.lower_bound_s, 1),
-            "ratio": round(sched.ratio, 4), "dag_bound_s": round(sched.dag_bound_s, 1),
-            "cp_list_makespan_s": round(cp_sim.makespan_s, 1), "cp_list_cpu_s": round(c4 - c3, 3),
-            "cp_list_ratio": round(cp_sim.makespan_s / sched.lower_bound_s, 4),
-            "vs_cp_list": round(sched.makespan_s / cp_sim.makespan_s, 4), "valid": True}
+    return {
+        "packages": len(wl.order),
+        "nodes": nodes,
+        "cores": cores,
+        "cpu_s": round(c2 - c0, 3),
+        "plan_cpu_s": round(c1 - c0, 3),
+        "load_cpu_s": round(cl - c0, 3),
+        "schedule_cpu_s": round(c2 - c1, 3),
+        "wall_s": round(w2 - w0, 3),
+        "peak_mb": round(peak, 1),
+        "start_mb": round(before_mb, 1),
+        "validate_cpu_s": round(c3 - c2, 3),
+        "jobs": len(sched.jobs),
+        "makespan_s": round(sched.makespan_s, 1),
+        "lower_bound_s": round(sched.lower_bound_s, 1),
+        "ratio": round(sched.ratio, 4),
+        "dag_bound_s": round(sched.dag_bound_s, 1),
+        "cp_list_makespan_s": round(cp_sim.makespan_s, 1),
+        "cp_list_cpu_s": round(c4 - c3, 3),
+        "cp_list_ratio": round(cp_sim.makespan_s / sched.lower_bound_s, 4),
+        "vs_cp_list": round(sched.makespan_s / cp_sim.makespan_s, 4),
+        "valid": True,
+    }
 
 
 def _case(script: Path, path: Path, nodes: int, cores: int, overhead: float, what: str) -> dict:
-    out = subprocess.run([sys.executable, str(script), "--one", str(path), "--nodes", str(nodes),
-                          "--cores", str(cores), "--overhead", str(overhead)],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--one",
+            str(path),
+            "--nodes",
+            str(nodes),
+            "--cores",
+            str(cores),
+            "--overhead",
+            str(overhead),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise SystemExit(f"{what}, {nodes} nodes failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(lock: Path, sizes: List[int], nodes_list: List[int], cores: int, overhead: float,
-        baseline: Optional[Path] = None) -> dict:
+def run(
+    lock: Path, sizes: List[int], nodes_list: List[int], cores: int, overhead: float, baseline: Optional[Path] = None
+) -> dict:
     import grow
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
@@ -117,27 +155,50 @@ def run(lock: Path, sizes: List[int], nodes_list: List[int], cores: int, overhea
             for nodes in nodes_list:
                 row = _case(Path(__file__), path, nodes, cores, overhead, f"size {size}")
                 row["size"] = size
-                line = (f"{size:>6} specs {row['packages']:>6} to build x {nodes:>3} nodes: {row['cpu_s']:7.2f} s cpu "
-                        f"(plan {row['plan_cpu_s']:.2f}), {row['wall_s']:7.2f} s wall, peak {row['peak_mb']:.0f} MB, "
-                        f"ratio {row['ratio']:.4f}, vs CP list {row['vs_cp_list']:.4f}")
+                line = (
+                    f"{size:>6} specs {row['packages']:>6} to build x {nodes:>3} nodes: {row['cpu_s']:7.2f} s cpu "
+                    f"(plan {row['plan_cpu_s']:.2f}), {row['wall_s']:7.2f} s wall, peak {row['peak_mb']:.0f} MB, "
+                    f"ratio {row['ratio']:.4f}, vs CP list {row['vs_cp_list']:.4f}"
+                )
                 if baseline is not None:
-                    base = _case(baseline / "benchmarks" / "schedule" / "scale.py", path, nodes, cores, overhead,
-                                 f"baseline, size {size}")
-                    row["baseline"] = {k: base[k] for k in ("cpu_s", "plan_cpu_s", "peak_mb", "jobs", "makespan_s",
-                                                            "ratio")}
-                    line += (f"; baseline {base['cpu_s']:.2f} s cpu, peak {base['peak_mb']:.0f} MB, "
-                             f"ratio {base['ratio']:.4f}")
+                    base = _case(
+                        baseline / "benchmarks" / "schedule" / "scale.py",
+                        path,
+                        nodes,
+                        cores,
+                        overhead,
+                        f"baseline, size {size}",
+                    )
+                    row["baseline"] = {
+                        k: base[k] for k in ("cpu_s", "plan_cpu_s", "peak_mb", "jobs", "makespan_s", "ratio")
+                    }
+                    line += (
+                        f"; baseline {base['cpu_s']:.2f} s cpu, peak {base['peak_mb']:.0f} MB, "
+                        f"ratio {base['ratio']:.4f}"
+                    )
                 rows.append(row)
                 print(line, flush=True)
-    return {"lock": lock.name, "cores": cores, "overhead_s": overhead, "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load_average": os.getloadavg(),
-            "date": time.strftime("%Y-%m-%d"), "baseline": _describe(baseline) if baseline else None, "rows": rows}
+    return {
+        "lock": lock.name,
+        "cores": cores,
+        "overhead_s": overhead,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "load_average": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d"),
+        "baseline": _describe(baseline) if baseline else None,
+        "rows": rows,
+    }
 
 
 def _describe(checkout: Path) -> str:
     """The baseline as the markdown names it: its commit where it is a git checkout."""
-    out = subprocess.run(["git", "-C", str(checkout), "log", "-1", "--format=commit %h of %cs"], capture_output=True,
-                         text=True, check=False)
+    out = subprocess.run(
+        ["git", "-C", str(checkout), "log", "-1", "--format=commit %h of %cs"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return out.stdout.strip()[:100] if out.returncode == 0 and out.stdout.strip() else str(checkout)
 
 
@@ -157,21 +218,28 @@ def markdown(res: dict) -> str:
         "passed `dedal.schedule.validate`.",
     ]
     if base:
-        lines += ["", f"`before`: the same case run right after by the baseline checkout (`{base}`), in a "
-                  "fresh process of its own: its CPU seconds, peak MB and ratio; `speed-up` = its CPU seconds / "
-                  "ours. Both ran on the same machine minutes apart, so the speed-up is the number to compare "
-                  "(the CPU seconds of both rise and fall with the load of the other agents on the machine)."]
-    head = ("| specs | to build | nodes | cpu s (plan) | wall s | peak MB | start MB | jobs | ratio | of dag bound "
-            "| CP list | vs CP |")
+        lines += [
+            "",
+            f"`before`: the same case run right after by the baseline checkout (`{base}`), in a "
+            "fresh process of its own: its CPU seconds, peak MB and ratio; `speed-up` = its CPU seconds / "
+            "ours. Both ran on the same machine minutes apart, so the speed-up is the number to compare "
+            "(the CPU seconds of both rise and fall with the load of the other agents on the machine).",
+        ]
+    head = (
+        "| specs | to build | nodes | cpu s (plan) | wall s | peak MB | start MB | jobs | ratio | of dag bound "
+        "| CP list | vs CP |"
+    )
     rule = "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     if base:
         head += " before cpu s | speed-up | before peak MB | before ratio |"
         rule += " ---: | ---: | ---: | ---: |"
     lines += ["", head, rule]
     for r in res["rows"]:
-        line = (f"| {r['size']} | {r['packages']} | {r['nodes']} | {r['cpu_s']:.2f} ({r['plan_cpu_s']:.2f}) | "
-                f"{r['wall_s']:.2f} | {r['peak_mb']:.0f} | {r['start_mb']:.0f} | {r['jobs']} | {r['ratio']:.4f} | "
-                f"{r['makespan_s'] / r['dag_bound_s']:.4f} | {r['cp_list_ratio']:.4f} | {r['vs_cp_list']:.4f} |")
+        line = (
+            f"| {r['size']} | {r['packages']} | {r['nodes']} | {r['cpu_s']:.2f} ({r['plan_cpu_s']:.2f}) | "
+            f"{r['wall_s']:.2f} | {r['peak_mb']:.0f} | {r['start_mb']:.0f} | {r['jobs']} | {r['ratio']:.4f} | "
+            f"{r['makespan_s'] / r['dag_bound_s']:.4f} | {r['cp_list_ratio']:.4f} | {r['vs_cp_list']:.4f} |"
+        )
         if base and r.get("baseline"):
             b = r["baseline"]
             line += f" {b['cpu_s']:.2f} | {b['cpu_s'] / r['cpu_s']:.1f} | {b['peak_mb']:.0f} | {b['ratio']:.4f} |"

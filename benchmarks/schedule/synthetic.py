@@ -10,6 +10,7 @@ big numerical libraries (trilinos, petsc, boost). Edges are ``link`` or ``build`
 a package's requirements are computed as Spack's installer needs them (direct
 dependencies plus the link/run closure of each), like ``SpackLock.build_requirements``.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,14 +21,49 @@ from dedal.schedule import Workload
 
 SEED = 20240606
 
-TOOLS = [("gcc-runtime", 5), ("gmake", 60), ("pkgconf", 30), ("m4", 30), ("autoconf", 20), ("automake", 20),
-         ("libtool", 25), ("perl", 300), ("cmake", 480), ("ninja", 60), ("python", 420), ("meson", 20),
-         ("bison", 90), ("flex", 60), ("gettext", 240), ("texinfo", 60)]
+TOOLS = [
+    ("gcc-runtime", 5),
+    ("gmake", 60),
+    ("pkgconf", 30),
+    ("m4", 30),
+    ("autoconf", 20),
+    ("automake", 20),
+    ("libtool", 25),
+    ("perl", 300),
+    ("cmake", 480),
+    ("ninja", 60),
+    ("python", 420),
+    ("meson", 20),
+    ("bison", 90),
+    ("flex", 60),
+    ("gettext", 240),
+    ("texinfo", 60),
+]
 LONG = {  # very long builds, on 2 cores
-    "gcc": 3600, "llvm": 5400, "openmpi": 780, "nccl": 1500, "cuda": 300, "ucx": 170, "pmix": 230,
-    "boost": 1200, "trilinos": 3600, "petsc": 900, "openblas": 600, "hdf5": 400, "fftw": 300,
-    "kokkos": 600, "py-torch": 7200, "py-scipy": 900, "py-numpy": 240, "arbor": 600, "neuron": 900,
-    "nest": 700, "vtk": 2400, "qt": 3600, "rust": 3000, "py-tensorflow": 5400,
+    "gcc": 3600,
+    "llvm": 5400,
+    "openmpi": 780,
+    "nccl": 1500,
+    "cuda": 300,
+    "ucx": 170,
+    "pmix": 230,
+    "boost": 1200,
+    "trilinos": 3600,
+    "petsc": 900,
+    "openblas": 600,
+    "hdf5": 400,
+    "fftw": 300,
+    "kokkos": 600,
+    "py-torch": 7200,
+    "py-scipy": 900,
+    "py-numpy": 240,
+    "arbor": 600,
+    "neuron": 900,
+    "nest": 700,
+    "vtk": 2400,
+    "qt": 3600,
+    "rust": 3000,
+    "py-tensorflow": 5400,
 }
 
 
@@ -92,7 +128,9 @@ def generate(seed: int = SEED, base: int = 180, mid: int = 300, py: int = 220, r
     pmix = add("pmix", LONG["pmix"], {hwloc, libevent}, {tools["perl"], tools["autoconf"]}, pop=1)
     cuda = add("cuda", LONG["cuda"], draw(base_pool, 1) | {runtime}, set(), pop=4)
     ucx = add("ucx", LONG["ucx"], {cuda} | draw(base_pool, 2), {tools["pkgconf"]}, pop=1)
-    openmpi = add("openmpi", LONG["openmpi"], {hwloc, pmix, ucx, libevent, cuda}, {tools["perl"], tools["pkgconf"]}, pop=8)
+    openmpi = add(
+        "openmpi", LONG["openmpi"], {hwloc, pmix, ucx, libevent, cuda}, {tools["perl"], tools["pkgconf"]}, pop=8
+    )
     nccl = add("nccl", LONG["nccl"], {cuda}, {tools["gmake"]}, pop=2)
     mid_pool = list(base_pool) + [hwloc, cuda, openmpi, nccl]
     for name in ("openblas", "fftw", "hdf5", "boost", "kokkos", "petsc", "trilinos", "vtk", "qt"):
@@ -115,11 +153,22 @@ def generate(seed: int = SEED, base: int = 180, mid: int = 300, py: int = 220, r
     setuptools = add("py-setuptools", 60, {python}, set(), pop=30)
     pip = add("py-pip", 30, {python}, set(), pop=30)
     wheel = add("py-wheel", 20, {python}, {setuptools, pip}, pop=10)
-    numpy = add("py-numpy", LONG["py-numpy"], {python, mid_pool[rng.randrange(len(base_pool), len(mid_pool))]},
-                {setuptools, pip, tools["meson"]}, pop=20)
+    numpy = add(
+        "py-numpy",
+        LONG["py-numpy"],
+        {python, mid_pool[rng.randrange(len(base_pool), len(mid_pool))]},
+        {setuptools, pip, tools["meson"]},
+        pop=20,
+    )
     py_pool = [setuptools, pip, wheel, numpy]
     scipy = add("py-scipy", LONG["py-scipy"], {numpy, python}, {setuptools, pip, tools["meson"]}, pop=6)
-    torch = add("py-torch", LONG["py-torch"], {numpy, python, cuda, nccl, openmpi}, {tools["cmake"], tools["ninja"], setuptools}, pop=3)
+    torch = add(
+        "py-torch",
+        LONG["py-torch"],
+        {numpy, python, cuda, nccl, openmpi},
+        {tools["cmake"], tools["ninja"], setuptools},
+        pop=3,
+    )
     tf = add("py-tensorflow", LONG["py-tensorflow"], {numpy, python, cuda}, {setuptools, pip}, pop=1)
     py_pool += [scipy, torch, tf]
     for i in range(py - 7):
@@ -159,14 +208,21 @@ def generate(seed: int = SEED, base: int = 180, mid: int = 300, py: int = 220, r
             req.add(d)
             req |= closure[d]
         requires[h] = frozenset(req)
-    return Workload(order=list(names), duration=dur, requires=requires,
-                    names={h: h[4:] for h in names}, title="synthetic-esd")
+    return Workload(
+        order=list(names), duration=dur, requires=requires, names={h: h[4:] for h in names}, title="synthetic-esd"
+    )
 
 
 def describe(wl: Workload) -> Dict[str, float]:
     deps = wl.dependents()
     roots = [h for h in wl.order if not deps[h]]
     durs = sorted(wl.duration.values())
-    return {"packages": len(wl.order), "roots": len(roots), "edges": sum(len(r) for r in wl.requires.values()),
-            "total_s": round(sum(durs), 1), "median_s": durs[len(durs) // 2], "max_s": durs[-1],
-            "over_600_s": sum(1 for d in durs if d > 600)}
+    return {
+        "packages": len(wl.order),
+        "roots": len(roots),
+        "edges": sum(len(r) for r in wl.requires.values()),
+        "total_s": round(sum(durs), 1),
+        "median_s": durs[len(durs) // 2],
+        "max_s": durs[-1],
+        "over_600_s": sum(1 for d in durs if d > 600),
+    }

@@ -12,6 +12,7 @@ results.md next to this script.
     sudo DEDAL_SPACK_ROOT=~/.cache/dedal/spack .venv/bin/python benchmarks/shared_layers/run.py \\
         spack-envs/esd-cpu/env.yaml spack-envs/esd-neuro/env.yaml
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,15 +49,20 @@ def compare(a: dict, b: dict) -> dict:
     names_a: Dict[str, List[str]] = {}
     for n in la.values():
         names_a.setdefault(n["name"], []).append(n["hash"])
-    only = {a["env_name"]: sorted(f"{n['name']}@{n['version']}" for k, n in la.items() if k not in lb),
-            b["env_name"]: sorted(f"{n['name']}@{n['version']}" for k, n in lb.items() if k not in la)}
+    only = {
+        a["env_name"]: sorted(f"{n['name']}@{n['version']}" for k, n in la.items() if k not in lb),
+        b["env_name"]: sorted(f"{n['name']}@{n['version']}" for k, n in lb.items() if k not in la),
+    }
     differing = sorted({n["name"] for k, n in lb.items() if k not in la and n["name"] in names_a})
     side = {}
     for plan, lay in ((a, la), (b, lb)):
         side[plan["env_name"]] = {
-            "nodes": len(plan["nodes"]), "externals": sum(1 for n in plan["nodes"].values() if n["external"]),
-            "layers": len(lay), "image_layers": sum(1 for n in lay.values() if n["runtime"]),
-            "base_id": plan["base_id"]}
+            "nodes": len(plan["nodes"]),
+            "externals": sum(1 for n in plan["nodes"].values() if n["external"]),
+            "layers": len(lay),
+            "image_layers": sum(1 for n in lay.values() if n["runtime"]),
+            "base_id": plan["base_id"],
+        }
     return {
         "envs": side,
         "same_base": a["base_id"] == b["base_id"],
@@ -71,21 +77,38 @@ def compare(a: dict, b: dict) -> dict:
 
 def markdown(r: dict, command: str) -> str:
     (na, sa), (nb, sb) = r["envs"].items()
-    lines = [f"# Layers shared by {na} and {nb}", "",
-             f"Produced by `{command}` (concretized by the real Spack in the base image; "
-             "layers are keyed by DAG hash and base).", "",
-             "| environment | base | nodes | externals | layers (built by Spack) | of which in the image |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"# Layers shared by {na} and {nb}",
+        "",
+        f"Produced by `{command}` (concretized by the real Spack in the base image; "
+        "layers are keyed by DAG hash and base).",
+        "",
+        "| environment | base | nodes | externals | layers (built by Spack) | of which in the image |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, s in r["envs"].items():
-        lines.append(f"| {name} | {s['base_id']} | {s['nodes']} | {s['externals']} | {s['layers']} | {s['image_layers']} |")
-    lines += ["", f"**Shared layers: {r['shared_layers']}** ({r['shared_layers'] / sa['layers']:.0%} of {na}'s, "
-              f"{r['shared_layers'] / sb['layers']:.0%} of {nb}'s); in both images: {r['shared_image_layers']}.", "",
-              "Shared: " + ", ".join(r["shared"]) + ".", "",
-              "Same package, other hash (not shared): " + (", ".join(r["same_package_other_hash"]) or "none") + "."]
+        lines.append(
+            f"| {name} | {s['base_id']} | {s['nodes']} | {s['externals']} | {s['layers']} | {s['image_layers']} |"
+        )
+    lines += [
+        "",
+        f"**Shared layers: {r['shared_layers']}** ({r['shared_layers'] / sa['layers']:.0%} of {na}'s, "
+        f"{r['shared_layers'] / sb['layers']:.0%} of {nb}'s); in both images: {r['shared_image_layers']}.",
+        "",
+        "Shared: " + ", ".join(r["shared"]) + ".",
+        "",
+        "Same package, other hash (not shared): " + (", ".join(r["same_package_other_hash"]) or "none") + ".",
+    ]
     for name, only in r["only_in"].items():
-        lines.append(f"Only in {name}: " + ((", ".join(only) or "none") if isinstance(only, list) else f"{only} layers") + ".")
-    lines += ["", f"Spack {r['spack_commit'][:12]}; both concretized with `dedal fetch ENV --lock-only` "
-              "(nothing fetched or built).", ""]
+        lines.append(
+            f"Only in {name}: " + ((", ".join(only) or "none") if isinstance(only, list) else f"{only} layers") + "."
+        )
+    lines += [
+        "",
+        f"Spack {r['spack_commit'][:12]}; both concretized with `dedal fetch ENV --lock-only` "
+        "(nothing fetched or built).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -95,8 +118,10 @@ def main() -> None:
     ap.add_argument("env_b")
     args = ap.parse_args()
     result = compare(plan_of(args.env_a), plan_of(args.env_b))
-    command = (f"DEDAL_SPACK_ROOT=~/.cache/dedal/spack .venv/bin/python benchmarks/shared_layers/run.py "
-               f"{args.env_a} {args.env_b}")
+    command = (
+        f"DEDAL_SPACK_ROOT=~/.cache/dedal/spack .venv/bin/python benchmarks/shared_layers/run.py "
+        f"{args.env_a} {args.env_b}"
+    )
     result["command"] = command
     (HERE / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     (HERE / "results.md").write_text(markdown(result, command))

@@ -6,6 +6,7 @@
 ``_apt`` user must be able to write there: real-components §4).
 ``installed_packages`` reads the root's dpkg database (no process).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,8 +62,9 @@ def host_sources(etc_apt: Path = Path("/etc/apt")) -> List[Dict[str, List[str]]]
                 if fields.get("enabled", ["yes"])[0].lower() == "no":
                     continue
                 if "uris" in fields and "suites" in fields:
-                    entries.append({"types": fields.get("types", ["deb"]), "uris": fields["uris"],
-                                    "suites": fields["suites"]})
+                    entries.append(
+                        {"types": fields.get("types", ["deb"]), "uris": fields["uris"], "suites": fields["suites"]}
+                    )
     return entries
 
 
@@ -96,23 +98,49 @@ def bootstrap(
     """``debootstrap --variant=VARIANT --arch=ARCH SUITE TARGET MIRROR`` (needs root)."""
     exe = proc.which("debootstrap", HINT)
     if os.geteuid() != 0:
-        raise UserError("building a base image needs root (debootstrap creates device nodes and "
-                        "files owned by other users); run `dedal base build` as root or use a prebuilt base")
+        raise UserError(
+            "building a base image needs root (debootstrap creates device nodes and "
+            "files owned by other users); run `dedal base build` as root or use a prebuilt base"
+        )
     target.mkdir(parents=True, exist_ok=True)
-    proc.run([exe, f"--variant={variant}", f"--arch={arch}", suite, os.fspath(target), mirror],
-             what=f"debootstrap {suite}", log=log, timeout=timeout, env={**os.environ, "LC_ALL": "C"})
+    proc.run(
+        [exe, f"--variant={variant}", f"--arch={arch}", suite, os.fspath(target), mirror],
+        what=f"debootstrap {suite}",
+        log=log,
+        timeout=timeout,
+        env={**os.environ, "LC_ALL": "C"},
+    )
 
 
-def write_sources(root: Path, suite: str, mirror: str, *, updates: bool, security: Optional[str],
-                  components: Sequence[str] = ("main",)) -> None:
+def write_sources(
+    root: Path,
+    suite: str,
+    mirror: str,
+    *,
+    updates: bool,
+    security: Optional[str],
+    components: Sequence[str] = ("main",),
+) -> None:
     """The root's own apt sources (deb822), as the image will keep them: the archive areas
     ``components`` (main, contrib, non-free, ...) of the suite, its updates and security."""
     areas = " ".join(components)
-    lines = ["Types: deb", f"URIs: {mirror}", f"Suites: {suite}" + (f" {suite}-updates" if updates else ""),
-             f"Components: {areas}", "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg", ""]
+    lines = [
+        "Types: deb",
+        f"URIs: {mirror}",
+        f"Suites: {suite}" + (f" {suite}-updates" if updates else ""),
+        f"Components: {areas}",
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg",
+        "",
+    ]
     if security:
-        lines += ["Types: deb", f"URIs: {security}", f"Suites: {suite}-security", f"Components: {areas}",
-                  "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg", ""]
+        lines += [
+            "Types: deb",
+            f"URIs: {security}",
+            f"Suites: {suite}-security",
+            f"Components: {areas}",
+            "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg",
+            "",
+        ]
     d = root / "etc/apt/sources.list.d"
     d.mkdir(parents=True, exist_ok=True)
     (d / "debian.sources").write_text("\n".join(lines))
@@ -121,22 +149,42 @@ def write_sources(root: Path, suite: str, mirror: str, *, updates: bool, securit
         old.unlink()
 
 
-def apt(root: Path, args: Sequence[str], *, log: Optional[Path] = None, what: str = "apt-get",
-        timeout: Optional[float] = None) -> None:
+def apt(
+    root: Path,
+    args: Sequence[str],
+    *,
+    log: Optional[Path] = None,
+    what: str = "apt-get",
+    timeout: Optional[float] = None,
+) -> None:
     """``apt-get ARGS`` inside ``root`` (writable, bubblewrap, host resolv.conf)."""
-    runtime.run_in(root, ["apt-get", "-q", "-o", "Dpkg::Use-Pty=0", "-o", "Acquire::Languages=none", *args], env=APT_ENV, log=log,
-                   what=what, runtime="bwrap", writable=True, timeout=timeout)
+    runtime.run_in(
+        root,
+        ["apt-get", "-q", "-o", "Dpkg::Use-Pty=0", "-o", "Acquire::Languages=none", *args],
+        env=APT_ENV,
+        log=log,
+        what=what,
+        runtime="bwrap",
+        writable=True,
+        timeout=timeout,
+    )
 
 
-def apt_install(root: Path, packages: Iterable[str], *, log: Optional[Path] = None,
-                timeout: Optional[float] = None) -> None:
+def apt_install(
+    root: Path, packages: Iterable[str], *, log: Optional[Path] = None, timeout: Optional[float] = None
+) -> None:
     """apt-get update + install --no-install-recommends + clean, inside ``root``."""
     pkgs = list(packages)
     apt(root, ["update"], log=log, what="apt-get update", timeout=timeout)
     if pkgs:
         try:
-            apt(root, ["install", "-y", "--no-install-recommends", *pkgs], log=log,
-                what="apt-get install", timeout=timeout)
+            apt(
+                root,
+                ["install", "-y", "--no-install-recommends", *pkgs],
+                log=log,
+                what="apt-get install",
+                timeout=timeout,
+            )
         except ToolError as exc:
             text = Path(log).read_text(errors="replace") if log else ""
             m = re.search(r"E: (Unable to locate package \S+|Package '\S+' has no installation candidate)", text)
@@ -146,8 +194,9 @@ def apt_install(root: Path, packages: Iterable[str], *, log: Optional[Path] = No
     apt(root, ["clean"], log=log, what="apt-get clean")
 
 
-def python_venv(root: Path, venv: str, packages: Iterable[str], *, log: Optional[Path] = None,
-                timeout: Optional[float] = None) -> None:
+def python_venv(
+    root: Path, venv: str, packages: Iterable[str], *, log: Optional[Path] = None, timeout: Optional[float] = None
+) -> None:
     """A Python virtual environment inside ``root`` with ``packages`` from PyPI (e.g. clingo
     for Spack's concretizer, which Debian does not package).
 
@@ -155,27 +204,82 @@ def python_venv(root: Path, venv: str, packages: Iterable[str], *, log: Optional
     proxy, CA bundle), for the root's Python version, then installed inside the root
     without network: a site's TLS-intercepting proxy is trusted by the host, not by a
     fresh Debian root."""
-    runtime.run_in(root, ["python3", "-m", "venv", venv], log=log, what="python3 -m venv",
-                   runtime="bwrap", writable=True, timeout=timeout)
+    runtime.run_in(
+        root,
+        ["python3", "-m", "venv", venv],
+        log=log,
+        what="python3 -m venv",
+        runtime="bwrap",
+        writable=True,
+        timeout=timeout,
+    )
     pkgs = list(packages)
     if not pkgs:
         return
-    pyver = runtime.run_in(root, [f"{venv}/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                           what="python3 --version", runtime="bwrap").stdout.strip()
+    pyver = runtime.run_in(
+        root,
+        [f"{venv}/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        what="python3 --version",
+        runtime="bwrap",
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="dedal-wheels-") as wheels:
-        proc.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", pyver,
-                  "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
-                  "-d", wheels, *pkgs], log=log, what="pip download", timeout=timeout)
-        runtime.run_in(root, [f"{venv}/bin/python3", "-m", "pip", "install", "-q", "--no-index", "--find-links",
-                              "/opt/dedal-wheels", *pkgs], binds=[runtime.Bind(wheels, "/opt/dedal-wheels", readonly=True)],
-                       log=log, what="pip install", runtime="bwrap", writable=True, timeout=timeout)
+        proc.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--only-binary=:all:",
+                "--python-version",
+                pyver,
+                "--implementation",
+                "cp",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "--platform",
+                "manylinux2014_x86_64",
+                "-d",
+                wheels,
+                *pkgs,
+            ],
+            log=log,
+            what="pip download",
+            timeout=timeout,
+        )
+        runtime.run_in(
+            root,
+            [
+                f"{venv}/bin/python3",
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--find-links",
+                "/opt/dedal-wheels",
+                *pkgs,
+            ],
+            binds=[runtime.Bind(wheels, "/opt/dedal-wheels", readonly=True)],
+            log=log,
+            what="pip install",
+            runtime="bwrap",
+            writable=True,
+            timeout=timeout,
+        )
     # pip (and ensurepip) compile timestamp-based bytecode: the source files' install times
     # inside every .pyc make each build of the base different bytes. Hash-based bytecode
     # that Python never re-checks (the image is read-only) is the same on every build
     # (reproducible-builds.org, "Python bytecode"; PEP 552)
-    runtime.run_in(root, [f"{venv}/bin/python3", "-m", "compileall", "-q", "-f", "--invalidation-mode",
-                          "unchecked-hash", venv], log=log, what="python3 -m compileall", runtime="bwrap",
-                   writable=True, timeout=timeout)
+    runtime.run_in(
+        root,
+        [f"{venv}/bin/python3", "-m", "compileall", "-q", "-f", "--invalidation-mode", "unchecked-hash", venv],
+        log=log,
+        what="python3 -m compileall",
+        runtime="bwrap",
+        writable=True,
+        timeout=timeout,
+    )
 
 
 def clean_root(root: Path) -> None:
@@ -214,8 +318,10 @@ def apt_releases(root: Path) -> Dict[str, Dict[str, str]]:
             continue
         data = path.read_bytes()
         m = re.search(rb"^Date:\s*(.+)$", data, re.M)
-        found[path.name] = {"date": m.group(1).decode(errors="replace").strip() if m else "",
-                            "sha256": hashlib.sha256(data).hexdigest()}
+        found[path.name] = {
+            "date": m.group(1).decode(errors="replace").strip() if m else "",
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
     return found
 
 

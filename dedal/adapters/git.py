@@ -1,5 +1,6 @@
 """git, through GitPython: pinned checkouts of Spack and of spack-envs repositories, and the
 paths that changed between two commits (`dedal ci generate --changed-since`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,13 +65,22 @@ def checkout(url: str, ref: str, dest: Path) -> str:
         try:
             repo.remotes.origin.set_url(url)
             repo.remotes.origin.fetch(tags=True)
-            target = repo.commit(f"origin/{ref}") if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs] else repo.commit(ref)
+            target = (
+                repo.commit(f"origin/{ref}")
+                if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs]
+                else repo.commit(ref)
+            )
             repo.git.checkout("--detach", target.hexsha)
         except git.GitCommandError as exc:
             raise _error(f"updating {dest} from {url}", exc) from None
         except (git.BadName, ValueError):
-            raise ToolError(f"checking out {ref}", ["git", "checkout", ref], 1, None,
-                            f"{ref!r} is not a commit, tag or branch of {url}") from None
+            raise ToolError(
+                f"checking out {ref}",
+                ["git", "checkout", ref],
+                1,
+                None,
+                f"{ref!r} is not a commit, tag or branch of {url}",
+            ) from None
         return repo.head.commit.hexsha
     dest.parent.mkdir(parents=True, exist_ok=True)
     reap_temporaries(dest.parent, of=dest.name)  # half clones of killed runs
@@ -78,10 +88,19 @@ def checkout(url: str, ref: str, dest: Path) -> str:
         try:
             repo = git.Repo.clone_from(url, tmp, no_checkout=True)
             try:
-                commit = repo.commit(f"origin/{ref}") if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs] else repo.commit(ref)
+                commit = (
+                    repo.commit(f"origin/{ref}")
+                    if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs]
+                    else repo.commit(ref)
+                )
             except (git.BadName, ValueError):
-                raise ToolError(f"checking out {ref}", ["git", "checkout", ref], 1, None,
-                                f"{ref!r} is not a commit, tag or branch of {url}") from None
+                raise ToolError(
+                    f"checking out {ref}",
+                    ["git", "checkout", ref],
+                    1,
+                    None,
+                    f"{ref!r} is not a commit, tag or branch of {url}",
+                ) from None
             repo.git.checkout("--detach", commit.hexsha)
         except git.GitCommandError as exc:
             raise _error(f"cloning {url}", exc) from None
@@ -119,7 +138,6 @@ def changed_paths(path: Path, since: str, until: str = "HEAD") -> Optional[List[
     except git.GitCommandError as exc:
         raise _error(f"comparing {since} with {until}", exc) from None
     return sorted(p for p in out.split("\0") if p)
-
 
 
 def _plain(git_dir: Path) -> "git.Git":
@@ -171,8 +189,9 @@ def mirror_clone(url: str, dest: Path, commit: str) -> Path:
             except git.GitCommandError as exc:
                 raise _error(f"cloning {url}", exc) from None
     if not has_commit(dest, commit):
-        raise ToolError(f"finding commit {commit[:12]}", ["git", "cat-file", "-e", commit], 1, None,
-                        f"{url} has no commit {commit}")
+        raise ToolError(
+            f"finding commit {commit[:12]}", ["git", "cat-file", "-e", commit], 1, None, f"{url} has no commit {commit}"
+        )
     return dest
 
 
@@ -184,6 +203,7 @@ def archive(git_dir: Path, commit: str, prefix: str, dest: Path) -> None:
         try:
             # tar.<format>.command: git pipes its tar stream through the command
             _plain(git_dir)(c="tar.tar.gz.command=gzip -cn").archive(
-                "--format=tar.gz", f"--prefix={prefix}", "-o", str(tmp), commit)
+                "--format=tar.gz", f"--prefix={prefix}", "-o", str(tmp), commit
+            )
         except git.GitCommandError as exc:
             raise _error(f"archiving {commit[:12]} of {git_dir}", exc) from None

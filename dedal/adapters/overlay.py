@@ -6,6 +6,7 @@ may mount (root), else ``fuse-overlayfs`` (unprivileged, where /dev/fuse allows)
 Everything written goes to ``upper``; ``lower`` is never modified (deletions become
 whiteouts in ``upper``). Callers that cannot get an overlay fall back to copying.
 """
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ started by Apptainer would otherwise all hold them, and Spack records a build's
 environment in the prefix. The one tool that needs a secret gets it on its standard input
 (``apptainer sign``, :mod:`dedal.adapters.signing`); the registry is spoken to in-process.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -104,12 +105,30 @@ def run(
             with open(log, "a", encoding="utf-8", errors="replace") as fh:
                 fh.write(f"$ {shlex.join(argv)}\n")
                 fh.flush()
-                proc = _run(argv, watch, stdout=stdout or fh, stderr=fh, env=child_env(env), cwd=cwd,
-                            timeout=timeout, input=input, text=stdout is None)
+                proc = _run(
+                    argv,
+                    watch,
+                    stdout=stdout or fh,
+                    stderr=fh,
+                    env=child_env(env),
+                    cwd=cwd,
+                    timeout=timeout,
+                    input=input,
+                    text=stdout is None,
+                )
             out, err = "", ""
         else:
-            proc = _run(argv, watch, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(env),
-                        cwd=cwd, timeout=timeout, input=input, text=stdout is None)
+            proc = _run(
+                argv,
+                watch,
+                stdout=stdout or subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=child_env(env),
+                cwd=cwd,
+                timeout=timeout,
+                input=input,
+                text=stdout is None,
+            )
             out = proc.stdout if stdout is None else ""
             err = proc.stderr if stdout is None else proc.stderr.decode("utf-8", "replace")
     except FileNotFoundError:
@@ -158,8 +177,14 @@ def stop(p: subprocess.Popen, grace: Optional[float] = None, *, group: bool = Fa
     return p.returncode
 
 
-def _run(argv: list, watch: Optional[Callable[[int], None]], *, timeout: Optional[float], input: Optional[str],
-         **popen: object) -> subprocess.CompletedProcess:
+def _run(
+    argv: list,
+    watch: Optional[Callable[[int], None]],
+    *,
+    timeout: Optional[float],
+    input: Optional[str],
+    **popen: object,
+) -> subprocess.CompletedProcess:
     """``subprocess.run``, calling ``watch(pid)`` every WATCH_S while the child runs (when
     given), and stopping the child with :func:`stop` when this process is interrupted
     (``subprocess.run`` would SIGKILL it, which leaves an ``srun`` job step running)."""
@@ -167,8 +192,7 @@ def _run(argv: list, watch: Optional[Callable[[int], None]], *, timeout: Optiona
     # without input, /dev/null: a child that inherits the user's terminal but runs in a
     # session of its own (a sandbox, a build job) fails on it, as Spack's log writer does
     # (tcgetpgrp: "Inappropriate ioctl for device"); none of dedal's tools reads the terminal
-    with subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                          **popen) as p:  # type: ignore[call-overload]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL, **popen) as p:  # type: ignore[call-overload]
         try:
             while True:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -226,6 +250,7 @@ def _terminated_with(parent: int) -> Callable[[], None]:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the signal was armed
             os.kill(os.getpid(), signal.SIGTERM)
+
     return arm
 
 
@@ -248,7 +273,12 @@ def start(
     out = open(log, "ab") if log is not None else subprocess.DEVNULL
     try:
         return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env(env), cwd=cwd,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_env(env),
+            cwd=cwd,
             start_new_session=new_session,
             preexec_fn=_terminated_with(os.getpid()) if die_with_parent else None,
         )

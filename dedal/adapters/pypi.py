@@ -8,6 +8,7 @@ URLs are reachable), while the index lists the very same sdist under its hashed 
 with its sha256. A file is taken only when the index's sha256 equals the recipe's, and
 the downloaded bytes are hashed again: the mirror gets exactly the file Spack verifies.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -6,6 +6,7 @@ check of that writer (tests compare ``siftool list/header/info/dump`` with
 ``dedal.model.sif.read_sif``), and ``create`` builds a SIF of the same Apptainer layout with
 siftool alone (``siftool new`` + ``siftool add`` per object + the launch script).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,20 @@ from dedal.model.artifacts import atomic_path
 
 HINT = "run ./setup.sh (go install github.com/sylabs/sif/v2/cmd/siftool@v2.24.2)"
 LAUNCH_SCRIPT = b"#!/usr/bin/env run-singularity\n"
-_ARCH_NUM = {"386": 1, "amd64": 2, "arm": 3, "arm64": 4, "ppc64": 5, "ppc64le": 6, "mips": 7,
-             "mipsle": 8, "mips64": 9, "mips64le": 10, "s390x": 11, "riscv64": 12}
+_ARCH_NUM = {
+    "386": 1,
+    "amd64": 2,
+    "arm": 3,
+    "arm64": 4,
+    "ppc64": 5,
+    "ppc64le": 6,
+    "mips": 7,
+    "mipsle": 8,
+    "mips64": 9,
+    "mips64le": 10,
+    "s390x": 11,
+    "riscv64": 12,
+}
 
 
 def executable() -> str:
@@ -48,7 +61,9 @@ def _run(*args: str, log: Optional[Path] = None) -> str:
     return proc.run([executable(), *args], what=f"siftool {args[0]}", log=log).stdout
 
 
-_LIST_ROW = re.compile(r"^(?P<id>\d+)\s+\|(?P<group>\S+)\s+\|(?P<link>\S+(?: \(G\))?)\s+\|(?P<start>\d+)-(?P<end>\d+)\s+\|(?P<type>.+)$")
+_LIST_ROW = re.compile(
+    r"^(?P<id>\d+)\s+\|(?P<group>\S+)\s+\|(?P<link>\S+(?: \(G\))?)\s+\|(?P<start>\d+)-(?P<end>\d+)\s+\|(?P<type>.+)$"
+)
 
 
 def list_objects(sif: Path) -> List[Dict[str, str]]:
@@ -104,15 +119,61 @@ def create(
     with atomic_path(Path(out)) as tmp:
         _run("new", os.fspath(tmp), log=log)
         _run("add", os.fspath(tmp), os.fspath(definition), "--datatype", "1", "--groupid", "1", log=log)
-        _run("add", os.fspath(tmp), os.fspath(metadata), "--datatype", "6", "--groupid", "1",
-             "--filename", "inspect-metadata.json", log=log)
+        _run(
+            "add",
+            os.fspath(tmp),
+            os.fspath(metadata),
+            "--datatype",
+            "6",
+            "--groupid",
+            "1",
+            "--filename",
+            "inspect-metadata.json",
+            log=log,
+        )
         if labels is not None:
-            _run("add", os.fspath(tmp), os.fspath(labels), "--datatype", "3", "--groupid", "1",
-                 "--filename", "labels.json", log=log)
+            _run(
+                "add",
+                os.fspath(tmp),
+                os.fspath(labels),
+                "--datatype",
+                "3",
+                "--groupid",
+                "1",
+                "--filename",
+                "labels.json",
+                log=log,
+            )
         if sbom is not None:
-            _run("add", os.fspath(tmp), os.fspath(sbom), "--datatype", "9", "--groupid", "1",
-                 "--sbomformat", "cyclonedx-json", "--filename", "sbom.cdx.json", log=log)
-        _run("add", os.fspath(tmp), os.fspath(squashfs), "--datatype", "4", "--parttype", "2",
-             "--partfs", "1", "--partarch", str(_ARCH_NUM[arch]), "--groupid", "1", log=log)
+            _run(
+                "add",
+                os.fspath(tmp),
+                os.fspath(sbom),
+                "--datatype",
+                "9",
+                "--groupid",
+                "1",
+                "--sbomformat",
+                "cyclonedx-json",
+                "--filename",
+                "sbom.cdx.json",
+                log=log,
+            )
+        _run(
+            "add",
+            os.fspath(tmp),
+            os.fspath(squashfs),
+            "--datatype",
+            "4",
+            "--parttype",
+            "2",
+            "--partfs",
+            "1",
+            "--partarch",
+            str(_ARCH_NUM[arch]),
+            "--groupid",
+            "1",
+            log=log,
+        )
         with open(tmp, "r+b") as fh:  # siftool has no option for the launch script
             fh.write(LAUNCH_SCRIPT)

@@ -10,6 +10,7 @@ error; verification uses the local keyring only (``--local``: no key server is a
 build node has no network) and reads Apptainer's ``--json`` answer. As root without
 ``CAP_SYS_RESOURCE`` Apptainer is told to drop it (:func:`.runtime.apptainer.process_env`).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ class Signers:
     """Who signed an image, as ``apptainer verify`` found it."""
 
     fingerprints: List[str] = field(default_factory=list)  # lower-case hex, 40 digits
-    names: List[str] = field(default_factory=list)          # "Name (comment) <email>"
+    names: List[str] = field(default_factory=list)  # "Name (comment) <email>"
 
     def to_json(self) -> dict:
         return {"fingerprints": self.fingerprints, "names": self.names}
@@ -54,8 +55,7 @@ def sign(image: Path, *, keyidx: int = 0, passphrase: Optional[str] = None) -> S
     UserError (one line, Apptainer's reason, no secret) when it cannot; returns the signer."""
     proc.which(TOOL, HINT)
     cmd = [TOOL, "sign", "--keyidx", str(int(keyidx)), str(image)]
-    res = proc.run(cmd, what="apptainer sign", env=process_env(), check=False,
-                   input=(passphrase or "") + "\n")
+    res = proc.run(cmd, what="apptainer sign", env=process_env(), check=False, input=(passphrase or "") + "\n")
     if res.returncode != 0:
         reason = _fatal(res)
         if "checksum failure" in reason or "passphrase" in reason.lower() or "decrypt" in reason:
@@ -86,12 +86,15 @@ def verify(image: Path, *, signers: Sequence[str] = ()) -> Signers:
         raise UserError(f"{image}: its signature is not accepted (apptainer verify: {_fatal(res)})")
     if not keys or not all(k.get("KeyCheck") and k.get("DataCheck") for k in keys):
         raise UserError(f"{image}: its signature is not accepted (apptainer verify found no valid signer)")
-    found = Signers(sorted({str(k.get("Fingerprint", "")).lower() for k in keys}),
-                    sorted({str(k.get("Name", "")) for k in keys}))
+    found = Signers(
+        sorted({str(k.get("Fingerprint", "")).lower() for k in keys}), sorted({str(k.get("Name", "")) for k in keys})
+    )
     wanted = {s.lower().replace(" ", "") for s in signers if s}
     if wanted and not set(found.fingerprints) & wanted:
-        raise UserError(f"{image}: signed by {', '.join(found.fingerprints)}, not by a key of the setting "
-                        f"`signers` ({', '.join(sorted(wanted))})")
+        raise UserError(
+            f"{image}: signed by {', '.join(found.fingerprints)}, not by a key of the setting "
+            f"`signers` ({', '.join(sorted(wanted))})"
+        )
     return found
 
 

@@ -6,6 +6,7 @@ environment directory dedal generated (spack.yaml + spack.lock). Commands may ru
 host or inside a sandbox (base image, fixed install root): the caller passes a
 ``runner`` with the signature of ``proc.run``; the default runs on the host.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,8 +22,9 @@ from dedal.errors import ToolError, UserError
 Runner = Callable[..., proc.Result]
 
 
-def _host_runner(cmd: Sequence[str], *, env: Mapping[str, str], log: Optional[Path], what: str,
-                 timeout: Optional[float] = None) -> proc.Result:
+def _host_runner(
+    cmd: Sequence[str], *, env: Mapping[str, str], log: Optional[Path], what: str, timeout: Optional[float] = None
+) -> proc.Result:
     full = dict(os.environ)
     full.update(env)
     return proc.run(cmd, env=full, log=log, what=what, timeout=timeout)
@@ -48,13 +50,20 @@ class Spack:
 
     def env(self) -> Dict[str, str]:
         return {
-            "SPACK_DISABLE_LOCAL_CONFIG": "1",     # no ~/.spack, no /etc/spack: only what dedal generates
+            "SPACK_DISABLE_LOCAL_CONFIG": "1",  # no ~/.spack, no /etc/spack: only what dedal generates
             "SPACK_USER_CACHE_PATH": str(self.user_cache),
             "SPACK_ROOT": str(self.root),
         }
 
-    def _run(self, args: Sequence[str], *, envdir: Optional[Path] = None, log: Optional[Path] = None,
-             what: str = "spack", timeout: Optional[float] = None) -> proc.Result:
+    def _run(
+        self,
+        args: Sequence[str],
+        *,
+        envdir: Optional[Path] = None,
+        log: Optional[Path] = None,
+        what: str = "spack",
+        timeout: Optional[float] = None,
+    ) -> proc.Result:
         cmd: List[str] = [str(self.exe)]
         if envdir is not None:
             cmd += ["-e", str(envdir)]
@@ -65,8 +74,9 @@ class Spack:
             quote = error_lines(exc.output)
             if not quote:
                 raise
-            raise ToolError(exc.what, exc.cmd, exc.returncode, exc.log_path, " | ".join(quote),
-                            output=exc.output, quote=quote) from None
+            raise ToolError(
+                exc.what, exc.cmd, exc.returncode, exc.log_path, " | ".join(quote), output=exc.output, quote=quote
+            ) from None
 
     # -- queries -------------------------------------------------------------------
     def version(self) -> SpackVersion:
@@ -165,35 +175,41 @@ def error_lines(text: str, limit: int = 10, width: int = 300) -> List[str]:
         key = _NUMBERED.sub("", line)
         if key not in seen:
             seen.add(key)
-            lines.append(line if len(line) <= width else line[:width - 3] + "...")
+            lines.append(line if len(line) <= width else line[: width - 3] + "...")
     if len(lines) > limit:
-        lines = lines[:limit - 1] + [f"... ({len(lines) - limit + 1} more lines in the log)"]
+        lines = lines[: limit - 1] + [f"... ({len(lines) - limit + 1} more lines in the log)"]
     return lines
 
 
 # The first line of a Spack error that says the user's input is wrong: the same input fails
 # the same way on every machine and every rerun, so it is bad input (exit 2, Spack's words),
 # not a failed tool. Messages of Spack e8f8cf85 (June 2024), as it prints them in the base.
-_INPUT_ERROR = re.compile("|".join([
-    r"Package '[^']+' not found",                                 # spack.repo.UnknownPackageError
-    r"Unknown namespace: ",                                       # spack.repo.UnknownNamespaceError
-    r'trying to set variants? ".*" in package ".*", but the package has no such variants?',  # UnknownVariantError
-    r'invalid values for variant "[^"]+"',                        # InvalidVariantValueError
-    r'multiple values are not allowed for variant "[^"]+"',       # MultipleValuesInExclusiveVariantError
-    r"Invalid variant \S+ for spec ",                             # InvalidVariantForSpecError
-    r"unexpected tokens in the spec string",                      # spack.parser.SpecSyntaxError
-    r"\S+ cannot have multiple (?:versions|compilers)",           # the spec parser
-    r"Package \S+ does not depend on ",                           # InvalidDependencyError (zlib ^hdf5)
-    r"No providers found for virtual package: ",                  # NoProviderError
-    r"Version requirement \S+ on \S+ for \S+ cannot match any known version",  # packages: require: '@99'
-    r"Detected \d+ missing include path\(s\):",                   # the environment's include: entries
-]))
+_INPUT_ERROR = re.compile(
+    "|".join(
+        [
+            r"Package '[^']+' not found",  # spack.repo.UnknownPackageError
+            r"Unknown namespace: ",  # spack.repo.UnknownNamespaceError
+            r'trying to set variants? ".*" in package ".*", but the package has no such variants?',  # UnknownVariantError
+            r'invalid values for variant "[^"]+"',  # InvalidVariantValueError
+            r'multiple values are not allowed for variant "[^"]+"',  # MultipleValuesInExclusiveVariantError
+            r"Invalid variant \S+ for spec ",  # InvalidVariantForSpecError
+            r"unexpected tokens in the spec string",  # spack.parser.SpecSyntaxError
+            r"\S+ cannot have multiple (?:versions|compilers)",  # the spec parser
+            r"Package \S+ does not depend on ",  # InvalidDependencyError (zlib ^hdf5)
+            r"No providers found for virtual package: ",  # NoProviderError
+            r"Version requirement \S+ on \S+ for \S+ cannot match any known version",  # packages: require: '@99'
+            r"Detected \d+ missing include path\(s\):",  # the environment's include: entries
+        ]
+    )
+)
 _CONCRETIZATION_FAILED = "concretization failed for the following reasons:"
 # the reasons of a failed concretization that name versions the user's specs ask for, as in
 # "Cannot satisfy 'zlib@99'" (no such version) or 'Cannot select a single "version"' (two
 # specs ask for different ones); Spack leaves the closing quote off "Cannot satisfy 'a' and 'b"
-_VERSION_REASON = re.compile(r"""^\d+\.\s+(?:Cannot satisfy '.*"""
-                             r"""|Cannot select a single "version" for package "[^"]+")$""")
+_VERSION_REASON = re.compile(
+    r"""^\d+\.\s+(?:Cannot satisfy '.*"""
+    r"""|Cannot select a single "version" for package "[^"]+")$"""
+)
 _SPACK_ADVICE = ("Use 'spack create' to create a new package.",)
 
 
@@ -212,7 +228,7 @@ def input_error(quote: Sequence[str]) -> List[str]:
     lines = [line for line in quote if line.strip(" ^") and line not in _SPACK_ADVICE]
     if not lines or not lines[0].startswith("==> Error: "):
         return []
-    first = lines[0][len("==> Error: "):]
+    first = lines[0][len("==> Error: ") :]
     if _INPUT_ERROR.match(first):
         return lines
     reasons = [line for line in lines[1:] if not line.startswith("==> Error: ")]
@@ -282,5 +298,7 @@ def locate(settings, spack_root: Optional[Path] = None) -> Path:
     cloned = Path(settings.cache_dir) / "spack" / settings.spack_ref
     if (cloned / "bin" / "spack").is_file():
         return cloned
-    raise UserError("no Spack available: set DEDAL_SPACK_ROOT (or spack_root) to a Spack checkout, "
-                    "or run `dedal fetch` where the Spack repository can be cloned")
+    raise UserError(
+        "no Spack available: set DEDAL_SPACK_ROOT (or spack_root) to a Spack checkout, "
+        "or run `dedal fetch` where the Spack repository can be cloned"
+    )

@@ -3,6 +3,7 @@
 Packing is reproducible by default (fixed times, all files owned by root) and fast
 (zstd level 3), see ../shared/notes/real-components.md section 1.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,10 +93,25 @@ def pack(
     """
     proc.which("mksquashfs", HINT)
     sources = [Path(s) for s in sources]
-    cmd: List[str] = ["mksquashfs", *[os.fspath(s) for s in sources], os.fspath(out),
-                      "-noappend", "-all-root", "-comp", "zstd", "-Xcompression-level", str(level),
-                      "-mkfs-time", "0", "-all-time", "0", "-processors", _threads(processors),
-                      "-no-progress", "-quiet"]
+    cmd: List[str] = [
+        "mksquashfs",
+        *[os.fspath(s) for s in sources],
+        os.fspath(out),
+        "-noappend",
+        "-all-root",
+        "-comp",
+        "zstd",
+        "-Xcompression-level",
+        str(level),
+        "-mkfs-time",
+        "0",
+        "-all-time",
+        "0",
+        "-processors",
+        _threads(processors),
+        "-no-progress",
+        "-quiet",
+    ]
     if keep_as_directory:
         cmd.append("-keep-as-directory")
     if offset:
@@ -138,9 +154,23 @@ def append(
             if n <= 0:
                 raise OSError(f"copying {image} to {out}: short copy")
             left -= n
-    cmd: List[str] = ["mksquashfs", *[os.fspath(s) for s in sources], os.fspath(out),
-                      "-all-root", "-mkfs-time", "0", "-all-time", "0", "-root-mode", f"{root_mode & 0o7777:o}",
-                      "-processors", _threads(processors), "-no-recovery", "-no-progress", "-quiet"]
+    cmd: List[str] = [
+        "mksquashfs",
+        *[os.fspath(s) for s in sources],
+        os.fspath(out),
+        "-all-root",
+        "-mkfs-time",
+        "0",
+        "-all-time",
+        "0",
+        "-root-mode",
+        f"{root_mode & 0o7777:o}",
+        "-processors",
+        _threads(processors),
+        "-no-recovery",
+        "-no-progress",
+        "-quiet",
+    ]
     if offset:
         cmd += ["-offset", str(int(offset))]
     env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
@@ -172,8 +202,19 @@ def extract(
     into ``dest`` that must not exist yet (unsquashfs creates it and meets nothing else)."""
     proc.which("unsquashfs", HINT)
     Path(dest).parent.mkdir(parents=True, exist_ok=True)  # unsquashfs creates dest, not its parents
-    cmd = ["unsquashfs", *(["-f"] if merge else []), "-no-progress", "-quiet", "-n", "-p", _threads(processors),
-           "-d", os.fspath(dest), os.fspath(image), *paths]
+    cmd = [
+        "unsquashfs",
+        *(["-f"] if merge else []),
+        "-no-progress",
+        "-quiet",
+        "-n",
+        "-p",
+        _threads(processors),
+        "-d",
+        os.fspath(dest),
+        os.fspath(image),
+        *paths,
+    ]
     proc.run(cmd, what="unsquashfs", log=log)
 
 
@@ -214,8 +255,9 @@ def entries(image: Path, *, offset: int = 0) -> List[Dict[str, str]]:
         path = path.lstrip("/")
         if not path:
             continue
-        result.append({"path": path, "mode": m.group("mode"), "size": re.sub(r"\s+", "", m.group("size")),
-                       "target": target})
+        result.append(
+            {"path": path, "mode": m.group("mode"), "size": re.sub(r"\s+", "", m.group("size")), "target": target}
+        )
     return result
 
 
@@ -248,8 +290,11 @@ def mount(image: Path, mountpoint: Path, *, offset: int = 0, kernel: Optional[bo
         kernel = os.geteuid() == 0
     if kernel:
         opts = "loop,ro" + (f",offset={offset}" if offset else "")
-        res = proc.run(["mount", "-t", "squashfs", "-o", opts, os.fspath(image), os.fspath(mountpoint)],
-                       what="mount -t squashfs", check=False)
+        res = proc.run(
+            ["mount", "-t", "squashfs", "-o", opts, os.fspath(image), os.fspath(mountpoint)],
+            what="mount -t squashfs",
+            check=False,
+        )
         if res.returncode == 0:
             return "kernel"
     proc.which("squashfuse", "install squashfuse (apt-get install squashfuse fuse3)")

@@ -26,6 +26,7 @@
 Per-environment facts reach the jobs as ``DEDAL_CI_*`` variables; paths and site
 settings are dedal's own ``DEDAL_*`` settings, set as CI/CD variables (``ci/README.md``).
 """
+
 from __future__ import annotations
 
 import os
@@ -66,10 +67,10 @@ class CiEnv:
     """What the pipeline needs to know about one environment."""
 
     name: str
-    env_file: str          # relative to the repository root, '/'-separated
-    directory: str         # idem
+    env_file: str  # relative to the repository root, '/'-separated
+    directory: str  # idem
     tag: str
-    registry: str          # the environment's own oras:// repository ('' = $DEDAL_REGISTRY/<name>)
+    registry: str  # the environment's own oras:// repository ('' = $DEDAL_REGISTRY/<name>)
     verify: bool
     gpu: bool
     verify_nodes: int
@@ -83,13 +84,17 @@ class CiEnv:
 @dataclass
 class Selection:
     envs: List[CiEnv]
-    reason: str                                  # one line: why these environments
-    changes: Dict[str, List[str]] = field(default_factory=dict)   # env name -> changed paths touching it
-    note: str = ""                               # a warning worth showing (e.g. fell back to all)
+    reason: str  # one line: why these environments
+    changes: Dict[str, List[str]] = field(default_factory=dict)  # env name -> changed paths touching it
+    note: str = ""  # a warning worth showing (e.g. fell back to all)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"environments": [e.to_json() for e in self.envs], "reason": self.reason,
-                "changes": self.changes, "note": self.note}
+        return {
+            "environments": [e.to_json() for e in self.envs],
+            "reason": self.reason,
+            "changes": self.changes,
+            "note": self.note,
+        }
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -160,9 +165,16 @@ def describe(root: Path, env_file: Path) -> CiEnv:
     """Load (and validate) one environment file; bad input is a UserError naming it."""
     env: EnvFile = load_env(env_file)
     return CiEnv(
-        name=env.name, env_file=_rel(env.path, root), directory=_rel(env.directory, root), tag=env.tag,
-        registry=env.registry, verify=env.verify.enabled, gpu=env.verify.gpu, verify_nodes=env.verify.nodes,
-        rebuild=env.rebuild, watched=watched_paths(root, env.path),
+        name=env.name,
+        env_file=_rel(env.path, root),
+        directory=_rel(env.directory, root),
+        tag=env.tag,
+        registry=env.registry,
+        verify=env.verify.enabled,
+        gpu=env.verify.gpu,
+        verify_nodes=env.verify.nodes,
+        rebuild=env.rebuild,
+        watched=watched_paths(root, env.path),
     )
 
 
@@ -180,8 +192,14 @@ def affected(changed: Sequence[str], watched: Dict[str, List[str]]) -> Dict[str,
     return result
 
 
-def select(root: Path, *, envs: Sequence[str] = (), envs_dir: str = DEFAULT_ENVS_DIR,
-           changed_since: Optional[str] = None, all_envs: bool = False) -> Selection:
+def select(
+    root: Path,
+    *,
+    envs: Sequence[str] = (),
+    envs_dir: str = DEFAULT_ENVS_DIR,
+    changed_since: Optional[str] = None,
+    all_envs: bool = False,
+) -> Selection:
     """The environments a pipeline builds.
 
     ``envs`` (paths of environment files or directories) restrict the candidates (default:
@@ -214,8 +232,10 @@ def select(root: Path, *, envs: Sequence[str] = (), envs_dir: str = DEFAULT_ENVS
         changed = gitad.changed_paths(root, changed_since)
         if changed is None:
             shown = changed_since[:12] if changed_since and set(changed_since) != {"0"} else (changed_since or "''")
-            note = (f"{shown} is not a commit of this clone (a new branch, a first push, or a shallow clone): "
-                    "taking every environment")
+            note = (
+                f"{shown} is not a commit of this clone (a new branch, a first push, or a shallow clone): "
+                "taking every environment"
+            )
             reason = f"every environment ({shown} unknown)"
             chosen = sorted(candidates)
         else:
@@ -231,11 +251,12 @@ def select(root: Path, *, envs: Sequence[str] = (), envs_dir: str = DEFAULT_ENVS
     by_name: Dict[str, str] = {}
     for e in selected:
         if e.name in by_name:
-            raise UserError(f"{by_name[e.name]} and {e.env_file} are both named {e.name!r} (dedal.name): "
-                            "their jobs, images and registry repositories would clash")
+            raise UserError(
+                f"{by_name[e.name]} and {e.env_file} are both named {e.name!r} (dedal.name): "
+                "their jobs, images and registry repositories would clash"
+            )
         by_name[e.name] = e.env_file
-    return Selection(selected, reason, {e.name: changes[e.directory] for e in selected if e.directory in changes},
-                     note)
+    return Selection(selected, reason, {e.name: changes[e.directory] for e in selected if e.directory in changes}, note)
 
 
 # --------------------------------------------------------------------------- the child pipeline
@@ -250,8 +271,9 @@ def env_jobs(env: CiEnv) -> Dict[str, Dict[str, Any]]:
     group = f"dedal-{env.name}"
     jobs: Dict[str, Dict[str, Any]] = {}
 
-    def job(stage: str, template: str, needs: List[str], extra_vars: Optional[Dict[str, str]] = None,
-            **more: Any) -> str:
+    def job(
+        stage: str, template: str, needs: List[str], extra_vars: Optional[Dict[str, str]] = None, **more: Any
+    ) -> str:
         name = f"{env.name}:{stage}"
         variables = _job_vars(env)
         variables.update(extra_vars or {})
@@ -269,12 +291,19 @@ def env_jobs(env: CiEnv) -> Dict[str, Dict[str, Any]]:
     assemble = job("assemble", ".dedal-assemble", [build])
     last = [assemble]
     if env.verify:
-        verify = job("verify", ".dedal-verify-gpu" if env.gpu else ".dedal-verify", [assemble],
-                     {"DEDAL_CI_VERIFY_NODES": str(env.verify_nodes), "DEDAL_CI_VERIFY_GPU": str(env.gpu).lower()})
+        verify = job(
+            "verify",
+            ".dedal-verify-gpu" if env.gpu else ".dedal-verify",
+            [assemble],
+            {"DEDAL_CI_VERIFY_NODES": str(env.verify_nodes), "DEDAL_CI_VERIFY_GPU": str(env.gpu).lower()},
+        )
         last.append(verify)
     publish_vars = {"DEDAL_CI_REGISTRY_REPO": env.registry} if env.registry else {}
     when_registry = "" if env.registry else "$DEDAL_REGISTRY && "
-    rules = [{"if": f"{when_registry}$CI_COMMIT_TAG"}, {"if": f"{when_registry}$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}]
+    rules = [
+        {"if": f"{when_registry}$CI_COMMIT_TAG"},
+        {"if": f"{when_registry}$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"},
+    ]
     publish = job("publish", ".dedal-publish", last, publish_vars, rules=rules)
     if env.rebuild:
         job("rebuild", ".dedal-rebuild", [publish], publish_vars, rules=rules)
@@ -303,8 +332,10 @@ class _Dumper(yaml.SafeDumper):
 
 def _dump(data: Dict[str, Any]) -> str:
     """Top-level keys one block each, separated by a blank line."""
-    return "\n".join(yaml.dump({k: v}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000,
-                               allow_unicode=True) for k, v in data.items())
+    return "\n".join(
+        yaml.dump({k: v}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
+        for k, v in data.items()
+    )
 
 
 def render(selection: Selection, templates: str = DEFAULT_TEMPLATES, command: str = "dedal ci generate") -> str:
@@ -316,9 +347,10 @@ def render(selection: Selection, templates: str = DEFAULT_TEMPLATES, command: st
     ]
     for env in selection.envs:
         touched = selection.changes.get(env.name)
-        lines.append(f"#   {env.name}: {env.env_file}" + (f" ({', '.join(touched[:5])}"
-                                                        + (", ..." if len(touched) > 5 else "") + ")"
-                                                        if touched else ""))
+        lines.append(
+            f"#   {env.name}: {env.env_file}"
+            + (f" ({', '.join(touched[:5])}" + (", ..." if len(touched) > 5 else "") + ")" if touched else "")
+        )
     if not selection.envs:
         lines.append("#   (none)")
     if selection.note:
@@ -338,9 +370,9 @@ class Collected:
     stage: str
     env: str
     directory: str
-    files: List[str] = field(default_factory=list)      # relative to directory
-    missing: List[str] = field(default_factory=list)    # what was looked for and not there (and why)
-    image: str = ""                                     # assemble: the SIF path written to image.env
+    files: List[str] = field(default_factory=list)  # relative to directory
+    missing: List[str] = field(default_factory=list)  # what was looked for and not there (and why)
+    image: str = ""  # assemble: the SIF path written to image.env
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)

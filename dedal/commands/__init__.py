@@ -1,6 +1,7 @@
 """CLI subcommands, one module each: ``register(sub)`` adds its parser and sets
 ``func(args) -> int``. :func:`build_parser` assembles them (for ``dedal.cli`` and for
 ``dedal completion``, which describes every command)."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,16 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
         description="Turn a Spack environment into a portable, performance-verified Apptainer image.",
     )
     parser.add_argument("--version", action="version", version=f"dedal {__version__}")
-    parser.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: ./dedal.yaml, ~/.config/dedal/config.yaml)")
     parser.add_argument(
-        "-s", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "-c", "--config", metavar="FILE", help="configuration file (default: ./dedal.yaml, ~/.config/dedal/config.yaml)"
+    )
+    parser.add_argument(
+        "-s",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override one setting (e.g. -s layer_store=/scratch/layers); repeatable",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -2,6 +2,7 @@
 inspect oras://, build-image, build with a remote layer cache): one definition of
 ``--insecure`` and the credentials, so that each command spells and applies them alike.
 Not a subcommand (the leading underscore keeps the CLI from registering it)."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,18 +18,24 @@ from dedal.ui.console import err
 
 def add_insecure_option(p: argparse.ArgumentParser) -> None:
     """``--insecure``: the setting ``registry_insecure`` for this run."""
-    p.add_argument("--insecure", action="store_true", default=None,
-                   help="allow plain HTTP and unverified TLS to the registry (setting registry_insecure)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow plain HTTP and unverified TLS to the registry (setting registry_insecure)",
+    )
 
 
 def add_registry_options(p: argparse.ArgumentParser) -> None:
     """--insecure, --username, --password-stdin (credentials otherwise come from
     DEDAL_REGISTRY_USER/DEDAL_REGISTRY_PASSWORD, $REGISTRY_AUTH_FILE or ~/.docker/config.json)."""
     add_insecure_option(p)
-    p.add_argument("--username", metavar="USER",
-                   help="registry user name (default: $DEDAL_REGISTRY_USER, else the auth files)")
-    p.add_argument("--password-stdin", action="store_true",
-                   help="read the registry password (or token) from standard input")
+    p.add_argument(
+        "--username", metavar="USER", help="registry user name (default: $DEDAL_REGISTRY_USER, else the auth files)"
+    )
+    p.add_argument(
+        "--password-stdin", action="store_true", help="read the registry password (or token) from standard input"
+    )
 
 
 def insecure_override(args: argparse.Namespace) -> Optional[bool]:
@@ -50,9 +57,13 @@ def registry_options(args: argparse.Namespace) -> Dict[str, Any]:
             raise UserError("--password-stdin: standard input was empty")
     from dedal.adapters.registry import client_options  # requests and oras-py: only when used
 
-    return {"insecure": bool(settings.registry_insecure), "username": getattr(args, "username", None),
-            "password": password, "settings": settings, "client_options": client_options(settings)}
-
+    return {
+        "insecure": bool(settings.registry_insecure),
+        "username": getattr(args, "username", None),
+        "password": password,
+        "settings": settings,
+        "client_options": client_options(settings),
+    }
 
 
 class _ToPrinter(logging.Handler):
@@ -78,5 +89,3 @@ def progress_printer(quiet: bool = False):
         logger.removeHandler(h)
     logger.addHandler(_ToPrinter(_print))
     return _print
-
-

@@ -1,4 +1,5 @@
 """``dedal base build [NAME] | list | show NAME``: the base images builds run in."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,11 @@ from dedal.model import config
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("base", help="build, list and show base images (base-images/)",
-                       description="Base images: the root filesystems builds run in and images start from.")
+    p = sub.add_parser(
+        "base",
+        help="build, list and show base images (base-images/)",
+        description="Base images: the root filesystems builds run in and images start from.",
+    )
     bsub = p.add_subparsers(dest="base_command", metavar="ACTION")
     b = bsub.add_parser("build", help="build a base image (debootstrap + apt), unless it is cached")
     b.add_argument("name", nargs="?", default=None, help="definition name (default: the base_image setting)")
@@ -71,12 +75,17 @@ def cmd_list(args: Any) -> int:
         return 0
     print(f"{'NAME':<18} {'KIND':<10} {'STATE':<12} {'SIZE':>8}  ID / DESCRIPTION")
     for r in rows:
-        state = "stale" if r.get("stale") else ("built" if r["built"] else
-                                                 ("not built" if r.get("buildable_here") else "needs apptainer"))
+        state = (
+            "stale"
+            if r.get("stale")
+            else ("built" if r["built"] else ("not built" if r.get("buildable_here") else "needs apptainer"))
+        )
         if r.get("error"):
             state = "invalid"
-        print(f"{r['name']:<18} {r['kind']:<10} {state:<12} {_mb(r.get('squashfs_bytes', 0)):>8}  "
-              f"{r['id']}  {r.get('description') or r.get('error', '')}")
+        print(
+            f"{r['name']:<18} {r['kind']:<10} {state:<12} {_mb(r.get('squashfs_bytes', 0)):>8}  "
+            f"{r['id']}  {r.get('description') or r.get('error', '')}"
+        )
     print(f"(cache: {settings.base_cache})")
     return 0
 
@@ -92,20 +101,26 @@ def cmd_show(args: Any) -> int:
     print(f"  definition: {d['path']}")
     print(f"  id:         {d['id']}")
     if d["kind"] == "debian":
-        print(f"  debian:     {d['suite']} --variant={d['variant']} {d['arch']}"
-              f"{' +updates' if d['updates'] else ''}{' +security' if d['security'] else ''}"
-              f" ({' '.join(d.get('components') or ['main'])})")
+        print(
+            f"  debian:     {d['suite']} --variant={d['variant']} {d['arch']}"
+            f"{' +updates' if d['updates'] else ''}{' +security' if d['security'] else ''}"
+            f" ({' '.join(d.get('components') or ['main'])})"
+        )
         for group, pkgs in d["packages"].items():
             print(f"  {group + ':':<11} {' '.join(pkgs)}")
     b = info["base"]
     if not b:
         print(f"  built:      no (dedal base build {d['name']})")
         return 0
-    print(f"  built:      {b['path']} in {b['build_seconds']:.0f} s, "
-          f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(b['built_at']))}")
+    print(
+        f"  built:      {b['path']} in {b['build_seconds']:.0f} s, "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(b['built_at']))}"
+    )
     print(f"  os:         {b['os_release'].get('PRETTY_NAME', '?')} ({b['os_release'].get('DEBIAN_VERSION', '')})")
-    print(f"  size:       rootfs {_mb(b['rootfs_bytes'])}, squashfs {_mb(b['squashfs_bytes'])}, "
-          f"{len(b['packages'])} packages")
+    print(
+        f"  size:       rootfs {_mb(b['rootfs_bytes'])}, squashfs {_mb(b['squashfs_bytes'])}, "
+        f"{len(b['packages'])} packages"
+    )
     for k, v in sorted(b["versions"].items()):
         print(f"  {k + ':':<11} {v}")
     return 0

@@ -1,4 +1,5 @@
 """`dedal build`: one squashfs layer per package, locally or on Slurm; resumable."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,22 +11,34 @@ from dedal.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("build", help="build the missing layers of an environment",
-                       description="Build every package of the environment that has no layer yet, each in its own "
-                                   "stage under stage_dir, and pack it into the layer store. A rerun builds only "
-                                   "what is missing.")
+    p = sub.add_parser(
+        "build",
+        help="build the missing layers of an environment",
+        description="Build every package of the environment that has no layer yet, each in its own "
+        "stage under stage_dir, and pack it into the layer store. A rerun builds only "
+        "what is missing.",
+    )
     p.add_argument("target", metavar="PLAN_OR_ENV", help="env.yaml (or its directory), spack.lock or plan.json")
     p.add_argument("--executor", choices=("local", "slurm"), help="where jobs run (default: setting `executor`)")
     p.add_argument("-j", "--jobs", type=int, help="parallel builds of the local executor (default: CPU count)")
-    p.add_argument("--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure")
+    p.add_argument(
+        "--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure"
+    )
     p.add_argument("--layers", metavar="DIR", help="layer store (default: setting `layer_store`)")
     p.add_argument("--stage-dir", metavar="DIR", help="node-local build directory (default: /dev/shm)")
-    p.add_argument("--detach", action="store_true", default=None,
-                   help="Slurm: submit the jobs and exit; `dedal status` shows them, a later `dedal build` follows "
-                        "them (setting `slurm.detach`)")
-    p.add_argument("--cache", metavar="oras://HOST/REPO",
-                   help="a remote layer cache: pull the layers it has before building, push the ones built "
-                        "(setting `layer_cache`)")
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        default=None,
+        help="Slurm: submit the jobs and exit; `dedal status` shows them, a later `dedal build` follows "
+        "them (setting `slurm.detach`)",
+    )
+    p.add_argument(
+        "--cache",
+        metavar="oras://HOST/REPO",
+        help="a remote layer cache: pull the layers it has before building, push the ones built "
+        "(setting `layer_cache`)",
+    )
     add_insecure_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
@@ -34,9 +47,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dedal.model.target import resolve
 
-    settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
-                         layer_store=args.layers, stage_dir=args.stage_dir, layer_cache=args.cache,
-                         registry_insecure=insecure_override(args), **{"slurm.detach": args.detach})
+    settings = from_args(
+        args,
+        executor=args.executor,
+        jobs=args.jobs,
+        keep_going=args.keep_going,
+        layer_store=args.layers,
+        stage_dir=args.stage_dir,
+        layer_cache=args.cache,
+        registry_insecure=insecure_override(args),
+        **{"slurm.detach": args.detach},
+    )
     if settings.get("slurm.detach") and settings.executor != "slurm":
         raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")
     target = resolve(args.target, settings)
@@ -46,23 +67,36 @@ def run(args: argparse.Namespace) -> int:
     lock = target.read_lock()  # parsed once, and checked against the environment file
     plan = target.work_plan(lock)
     cache = check_build(plan, settings)  # bad input is refused before anything is written
-    summary = run_build(prepare(target, lock, plan), settings, cache, executor=settings.executor, jobs=max(1, settings.jobs),
-                        keep_going=settings.keep_going, quiet=args.json)
+    summary = run_build(
+        prepare(target, lock, plan),
+        settings,
+        cache,
+        executor=settings.executor,
+        jobs=max(1, settings.jobs),
+        keep_going=settings.keep_going,
+        quiet=args.json,
+    )
     if args.json:
         print_json(summary.to_json())
     else:
-        out.print(f"{summary.env}: {len(summary.built)} built, {len(summary.reused)} reused, "
-                  f"{len(summary.failed)} failed, {len(summary.blocked)} not built, in {human_seconds(summary.seconds)}")
+        out.print(
+            f"{summary.env}: {len(summary.built)} built, {len(summary.reused)} reused, "
+            f"{len(summary.failed)} failed, {len(summary.blocked)} not built, in {human_seconds(summary.seconds)}"
+        )
         for label, error in summary.failed.items():
             out.print(f"  FAILED {label}: {error}")
         if summary.cache:
             c = summary.cache
-            out.print(f"layer cache {c['ref']}: {len(c['pulled'])} pulled, {len(c['pushed'])} pushed"
-                      + (f", {len(c['problems'])} problem(s): {'; '.join(c['problems'])}" if c["problems"] else ""),
-                      markup=False)
+            out.print(
+                f"layer cache {c['ref']}: {len(c['pulled'])} pulled, {len(c['pushed'])} pushed"
+                + (f", {len(c['problems'])} problem(s): {'; '.join(c['problems'])}" if c["problems"] else ""),
+                markup=False,
+            )
         if summary.detached:
-            out.print(f"detached: {summary.jobs + summary.adopted} Slurm job(s) go on without dedal; `dedal status` "
-                      f"shows them, `dedal build` follows them and builds what they leave")
+            out.print(
+                f"detached: {summary.jobs + summary.adopted} Slurm job(s) go on without dedal; `dedal status` "
+                f"shows them, `dedal build` follows them and builds what they leave"
+            )
     if summary.interrupted:
         return 130
     return 0 if summary.ok else 1

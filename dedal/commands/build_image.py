@@ -1,4 +1,5 @@
 """`dedal build-image`: fetch -> build -> assemble -> verify -> publish, resumable."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,18 +18,28 @@ from dedal.model.target import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("build-image", help="fetch, build, assemble, verify and publish an environment's image",
-                       description="The maintainer's one command: every stage in order, each skipped when its "
-                                   "output is current, so a rerun after a failure resumes where it stopped. "
-                                   "Publishes only when a registry is configured and the verification passed.")
+    p = sub.add_parser(
+        "build-image",
+        help="fetch, build, assemble, verify and publish an environment's image",
+        description="The maintainer's one command: every stage in order, each skipped when its "
+        "output is current, so a rerun after a failure resumes where it stopped. "
+        "Publishes only when a registry is configured and the verification passed.",
+    )
     p.add_argument("target", metavar="ENV", help="env.yaml (or its directory)")
     p.add_argument("--from", dest="start", default="fetch", choices=STAGES, help="first stage to run")
     p.add_argument("--until", default="publish", choices=STAGES, help="last stage to run")
     p.add_argument("--executor", choices=("local", "slurm"), help="where build jobs run (default: setting `executor`)")
     p.add_argument("-j", "--jobs", type=int, help="parallel builds of the local executor")
-    p.add_argument("--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure")
-    p.add_argument("--verify-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra variable for every verification run (e.g. UCX_TLS=tcp); repeatable")
+    p.add_argument(
+        "--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure"
+    )
+    p.add_argument(
+        "--verify-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra variable for every verification run (e.g. UCX_TLS=tcp); repeatable",
+    )
     p.add_argument("--reverify", action="store_true", help="verify again even if this image has a report")
     p.add_argument("--registry", metavar="oras://HOST/REPO", help="publish here (default: dedal.registry / setting)")
     add_insecure_option(p)
@@ -37,8 +48,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = from_args(args, executor=args.executor, jobs=args.jobs, keep_going=args.keep_going,
-                         registry=args.registry, registry_insecure=insecure_override(args))
+    settings = from_args(
+        args,
+        executor=args.executor,
+        jobs=args.jobs,
+        keep_going=args.keep_going,
+        registry=args.registry,
+        registry_insecure=insecure_override(args),
+    )
     target = resolve(args.target, settings)
     if target.env is None:
         raise UserError(f"{args.target}: build-image takes an environment file (env.yaml)")
@@ -50,9 +67,17 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--verify-env {pair!r}: expected KEY=VALUE")
         verify_env[key] = value
     with Transfers(quiet=args.json):
-        summary = run_pipeline(target, image, stages=stage_range(args.start, args.until), executor=settings.executor,
-                               jobs=max(1, settings.jobs), keep_going=settings.keep_going, quiet=args.json,
-                               verify_env=verify_env, reverify=args.reverify)
+        summary = run_pipeline(
+            target,
+            image,
+            stages=stage_range(args.start, args.until),
+            executor=settings.executor,
+            jobs=max(1, settings.jobs),
+            keep_going=settings.keep_going,
+            quiet=args.json,
+            verify_env=verify_env,
+            reverify=args.reverify,
+        )
     if args.json:
         print_json(summary.to_json())
     else:

@@ -1,4 +1,5 @@
 """`dedal config show`: the effective settings and where each value came from."""
+
 from __future__ import annotations
 
 import argparse

@@ -5,6 +5,7 @@ field, SIF object, label and file of the root file system that differs, with a d
 text content below it. Exit 0 when the two files are identical, 1 when they differ, 2 on
 bad input (not a SIF, missing file). See :mod:`dedal.stages.sifdiff`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,15 +15,26 @@ from dedal.ui.console import print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("diff", help="what differs between two SIF images (header, objects, labels, files)",
-                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
+    p = sub.add_parser(
+        "diff",
+        help="what differs between two SIF images (header, objects, labels, files)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
     p.add_argument("a", metavar="A.sif")
     p.add_argument("b", metavar="B.sif")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--no-files", action="store_true",
-                   help="do not mount and walk the root file systems (say only that they differ)")
-    p.add_argument("--max-lines", type=int, default=40, metavar="N",
-                   help="diff lines shown per difference (0: all; --json always has all)")
+    p.add_argument(
+        "--no-files",
+        action="store_true",
+        help="do not mount and walk the root file systems (say only that they differ)",
+    )
+    p.add_argument(
+        "--max-lines",
+        type=int,
+        default=40,
+        metavar="N",
+        help="diff lines shown per difference (0: all; --json always has all)",
+    )
     p.set_defaults(func=run)
 
 

@@ -8,6 +8,7 @@ bubblewrap (or Charliecloud), with the same environment the image defines
 (``/.singularity.d/env/*.sh``). Like Apptainer, the current directory is bound into
 the container (unless it is a system directory) and is the working directory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,47 +26,90 @@ if TYPE_CHECKING:
     from dedal.model.config import Settings
 
 
-SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys",
-               "/usr", "/var", "/run", "/opt")
+SYSTEM_DIRS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+    "/run",
+    "/opt",
+)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("image", help="SIF, squashfs file, root directory, or built base image name")
-    p.add_argument("-B", "--bind", action="append", default=[], metavar="SRC[:DST[:ro]]",
-                   help="bind a host path into the container (repeatable)")
-    p.add_argument("-e", "--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a variable inside (after the image's own environment; repeatable)")
+    p.add_argument(
+        "-B",
+        "--bind",
+        action="append",
+        default=[],
+        metavar="SRC[:DST[:ro]]",
+        help="bind a host path into the container (repeatable)",
+    )
+    p.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a variable inside (after the image's own environment; repeatable)",
+    )
     p.add_argument("--pwd", default=None, help="working directory inside (default: the current directory)")
     p.add_argument("--no-cwd", action="store_true", help="do not bind the current directory")
-    p.add_argument("--runtime", default=None, choices=config.RUNTIMES,
-                   help="container runtime (setting runtime)")
-    p.add_argument("--nv", action="store_true", help="NVIDIA GPU support: the host driver's libraries, binaries and /dev/nvidia* "
-                        "(apptainer --nv; bwrap and ch-run bind the same, found as Apptainer finds them)")
+    p.add_argument("--runtime", default=None, choices=config.RUNTIMES, help="container runtime (setting runtime)")
+    p.add_argument(
+        "--nv",
+        action="store_true",
+        help="NVIDIA GPU support: the host driver's libraries, binaries and /dev/nvidia* "
+        "(apptainer --nv; bwrap and ch-run bind the same, found as Apptainer finds them)",
+    )
 
 
 def register(sub: Any) -> None:
-    e = sub.add_parser("exec", help="run a command in an image",
-                       description="Run a command in an image: dedal exec IMAGE -- CMD [ARG...]")
+    e = sub.add_parser(
+        "exec",
+        help="run a command in an image",
+        description="Run a command in an image: dedal exec IMAGE -- CMD [ARG...]",
+    )
     _common(e)
     e.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     e.set_defaults(func=cmd_exec)
     s = sub.add_parser("shell", help="interactive shell in an image")
     _common(s)
     s.set_defaults(func=cmd_shell)
-    r = sub.add_parser("run", help="run an MPI program of an image on the ranks of a Slurm allocation",
-                       description="Run a program of an image on the ranks of the Slurm allocation this runs in "
-                                   "(salloc, sbatch): srun --mpi=pmix with the ranks of each node in one container "
-                                   "(Apptainer's --sharens; bwrap and ch-run over one mount of the image per node), "
-                                   "as dedal verify measures it. dedal run IMAGE -- CMD [ARG...]")
+    r = sub.add_parser(
+        "run",
+        help="run an MPI program of an image on the ranks of a Slurm allocation",
+        description="Run a program of an image on the ranks of the Slurm allocation this runs in "
+        "(salloc, sbatch): srun --mpi=pmix with the ranks of each node in one container "
+        "(Apptainer's --sharens; bwrap and ch-run over one mount of the image per node), "
+        "as dedal verify measures it. dedal run IMAGE -- CMD [ARG...]",
+    )
     _common(r)
-    r.add_argument("-n", "--ntasks", type=int, default=None, metavar="N",
-                   help="ranks (default: the allocation's, SLURM_NTASKS)")
-    r.add_argument("-N", "--nodes", type=int, default=None, metavar="N",
-                   help="nodes (default: the allocation's, SLURM_NNODES)")
-    r.add_argument("--per-rank", action="store_true",
-                   help="a container of its own for every rank, as plain `srun apptainer exec` (slower to start)")
-    r.add_argument("--print", action="store_true",
-                   help="print the equivalent srun command without dedal (for a job script) and exit")
+    r.add_argument(
+        "-n", "--ntasks", type=int, default=None, metavar="N", help="ranks (default: the allocation's, SLURM_NTASKS)"
+    )
+    r.add_argument(
+        "-N", "--nodes", type=int, default=None, metavar="N", help="nodes (default: the allocation's, SLURM_NNODES)"
+    )
+    r.add_argument(
+        "--per-rank",
+        action="store_true",
+        help="a container of its own for every rank, as plain `srun apptainer exec` (slower to start)",
+    )
+    r.add_argument(
+        "--print",
+        action="store_true",
+        help="print the equivalent srun command without dedal (for a job script) and exit",
+    )
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     r.set_defaults(func=cmd_run)
 
@@ -90,8 +134,12 @@ def parse_env(specs: List[str]) -> Dict[str, str]:
     env: Dict[str, str] = {}
     for spec in specs:
         key, sep, value = spec.partition("=")
-        if not sep or not key or not (key[0].isalpha() or key[0] == "_") \
-                or not all(c.isalnum() or c == "_" for c in key):
+        if (
+            not sep
+            or not key
+            or not (key[0].isalpha() or key[0] == "_")
+            or not all(c.isalnum() or c == "_" for c in key)
+        ):
             raise UserError(f"--env {spec!r}: expected KEY=VALUE with a valid variable name")
         env[key] = value
     return env
@@ -122,8 +170,7 @@ def _prepare(args: Any) -> Dict[str, Any]:
         if not any(b.target == here for b in binds):
             binds.append(runtime.Bind(here, here))
         cwd = cwd or here
-    return {"root": image, "binds": binds, "env": env, "cwd": cwd or "/", "runtime": settings.runtime,
-            "nv": args.nv}
+    return {"root": image, "binds": binds, "env": env, "cwd": cwd or "/", "runtime": settings.runtime, "nv": args.nv}
 
 
 def _command(args: Any, name: str) -> List[str]:
@@ -148,15 +195,17 @@ def cmd_exec(args: Any) -> int:
 def cmd_shell(args: Any) -> int:
     spec = _prepare(args)
     spec["env"].setdefault("PS1", "dedal> ")
-    shell = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash --norc; else exec /bin/sh; fi']
+    shell = ["/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash --norc; else exec /bin/sh; fi"]
     return runtime.run_interactive(spec.pop("root"), shell, **spec)
 
 
 def _allocation(args: Any) -> Tuple[int, int]:
     """(ranks, nodes): as given, else the allocation's; outside an allocation, bad input."""
     if not os.environ.get("SLURM_JOB_ID"):
-        raise UserError("dedal run launches with srun inside a Slurm allocation (SLURM_JOB_ID is not set): "
-                        "salloc or sbatch first; one process outside Slurm: dedal exec IMAGE -- CMD")
+        raise UserError(
+            "dedal run launches with srun inside a Slurm allocation (SLURM_JOB_ID is not set): "
+            "salloc or sbatch first; one process outside Slurm: dedal exec IMAGE -- CMD"
+        )
     counts = []
     for flag, given, var in (("--ntasks", args.ntasks, "SLURM_NTASKS"), ("--nodes", args.nodes, "SLURM_NNODES")):
         value = given if given is not None else os.environ.get(var, "1")
@@ -191,5 +240,15 @@ def cmd_run(args: Any) -> int:
     if args.print:
         print(shlex.join(plain_srun(spec["root"], cmd, ranks, nodes, binds=spec["binds"], nv=spec["nv"])))
         return 0
-    return mpi.run_srun_attached(spec["root"], cmd, ranks, nodes=nodes, env=spec["env"], runtime_name=spec["runtime"],
-                                 binds=spec["binds"], nv=spec["nv"], share=not args.per_rank, cwd=spec["cwd"])
+    return mpi.run_srun_attached(
+        spec["root"],
+        cmd,
+        ranks,
+        nodes=nodes,
+        env=spec["env"],
+        runtime_name=spec["runtime"],
+        binds=spec["binds"],
+        nv=spec["nv"],
+        share=not args.per_rank,
+        cwd=spec["cwd"],
+    )

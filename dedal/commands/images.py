@@ -1,5 +1,6 @@
 """`dedal images oras://HOST[:PORT]/REPO`: the tags of a repository with size, creation
 date and verification verdict."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,12 @@ from dedal.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("images", help="list the images of a registry repository with their verdicts")
-    p.add_argument("repo", nargs="?", metavar="REGISTRY/REPO",
-                   help="oras://HOST[:PORT]/REPO or HOST[:PORT]/REPO (default: setting `registry`)")
+    p.add_argument(
+        "repo",
+        nargs="?",
+        metavar="REGISTRY/REPO",
+        help="oras://HOST[:PORT]/REPO or HOST[:PORT]/REPO (default: setting `registry`)",
+    )
     add_registry_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -41,8 +46,14 @@ def run(args: argparse.Namespace) -> int:
     for col in ("tag", "size", "created", "verdict", "arch", "digest"):
         table.add_column(col)
     for e in entries:
-        table.add_row(e.tag, human_size(e.size) if e.size is not None else "(not a SIF)", e.created or "",
-                      e.verdict, e.arch or "", e.digest[:19])
+        table.add_row(
+            e.tag,
+            human_size(e.size) if e.size is not None else "(not a SIF)",
+            e.created or "",
+            e.verdict,
+            e.arch or "",
+            e.digest[:19],
+        )
     out.print(table)
     out.print(f"{len(entries)} image(s)", markup=False)
     return 0

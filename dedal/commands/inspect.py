@@ -3,6 +3,7 @@
 IMAGE is a local SIF, or ``oras://REGISTRY/REPO:TAG`` (asks the registry, through
 ``dedal.stages.publish.inspect_remote``).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,20 @@ from typing import Any, Dict, List
 from dedal.commands._registry import add_registry_options, registry_options
 from dedal.model import sif
 from dedal.ui.console import human_size as _size
-from dedal.model.oci import (ANN_ARCH, ANN_CREATED, ANN_DESCRIPTION, ANN_ENVIRONMENT, ANN_LOCK_HASH, ANN_REVISION,
-                             ANN_SKIPPED, ANN_SOURCE, ANN_SPACK_COMMIT, ANN_TITLE, ANN_VERDICT, is_remote)
+from dedal.model.oci import (
+    ANN_ARCH,
+    ANN_CREATED,
+    ANN_DESCRIPTION,
+    ANN_ENVIRONMENT,
+    ANN_LOCK_HASH,
+    ANN_REVISION,
+    ANN_SKIPPED,
+    ANN_SOURCE,
+    ANN_SPACK_COMMIT,
+    ANN_TITLE,
+    ANN_VERDICT,
+    is_remote,
+)
 
 
 def register(sub: Any) -> None:
@@ -46,9 +59,17 @@ def _remote(args: Any) -> int:
     return 0
 
 
-_SHOWN = (("created", ANN_CREATED), ("title", ANN_TITLE), ("description", ANN_DESCRIPTION),
-          ("source", ANN_SOURCE), ("revision", ANN_REVISION), ("environment", ANN_ENVIRONMENT),
-          ("spack", ANN_SPACK_COMMIT), ("lock", ANN_LOCK_HASH), ("arch", ANN_ARCH))
+_SHOWN = (
+    ("created", ANN_CREATED),
+    ("title", ANN_TITLE),
+    ("description", ANN_DESCRIPTION),
+    ("source", ANN_SOURCE),
+    ("revision", ANN_REVISION),
+    ("environment", ANN_ENVIRONMENT),
+    ("spack", ANN_SPACK_COMMIT),
+    ("lock", ANN_LOCK_HASH),
+    ("arch", ANN_ARCH),
+)
 
 
 def remote_summary(info: Dict[str, Any]) -> List[str]:
@@ -59,8 +80,10 @@ def remote_summary(info: Dict[str, Any]) -> List[str]:
     sif = info.get("sif")
     if sif:
         lines.append(f"  SIF          {sif.get('title') or '(untitled)'}, {_size(int(sif['size']))}, {sif['digest']}")
-    lines.append("  apptainer    " + ("`apptainer pull oras://...` accepts it" if info.get("apptainer_pullable")
-                                      else "not pullable as a SIF"))
+    lines.append(
+        "  apptainer    "
+        + ("`apptainer pull oras://...` accepts it" if info.get("apptainer_pullable") else "not pullable as a SIF")
+    )
     for problem in info.get("problems") or []:
         lines.append(f"    problem: {problem}")
     ann = dict(info.get("annotations") or {})
@@ -105,15 +128,19 @@ def cmd_inspect(args: Any) -> int:
         return 0
     h = info["header"]
     print(f"{info['path']}: SIF {h['version']}, {info['primary_arch']}, id {h['id']}")
-    print(f"  created {_time(h['created'])}, {_size(info['sizes']['file'])} "
-          f"(root filesystem {_size(info['sizes']['rootfs_partition'])}"
-          + (f", {info['rootfs']['compression']}, {info['rootfs']['inodes']} inodes" if info["rootfs"] else "")
-          + ")")
+    print(
+        f"  created {_time(h['created'])}, {_size(info['sizes']['file'])} "
+        f"(root filesystem {_size(info['sizes']['rootfs_partition'])}"
+        + (f", {info['rootfs']['compression']}, {info['rootfs']['inodes']} inodes" if info["rootfs"] else "")
+        + ")"
+    )
     print("\nobjects:")
     print(f"  {'ID':<3} {'GROUP':<5} {'OFFSET':>12} {'SIZE':>11}  {'TYPE':<30} NAME")
     for o in info["objects"]:
-        print(f"  {o['id']:<3} {o['group'] or 'NONE':<5} {o['offset']:>12} {_size(o['size']):>11}  "
-              f"{o['type']:<30} {o['name']}")
+        print(
+            f"  {o['id']:<3} {o['group'] or 'NONE':<5} {o['offset']:>12} {_size(o['size']):>11}  "
+            f"{o['type']:<30} {o['name']}"
+        )
     print("\nlabels:" + ("" if info["labels"] else " (none)"))
     for k, v in sorted(info["labels"].items()):
         if k == "dedal.layers":
@@ -138,8 +165,11 @@ def cmd_inspect(args: Any) -> int:
     else:
         kinds = ", ".join(f"{n} {t}" for t, n in sorted(s["by_type"].items()))
         subject = " ".join(s["subject"].values())
-        print(f"\nSBOM: CycloneDX {s['spec_version']}, {s['components']} components"
-              + (f" ({kinds})" if kinds else "") + (f", for {subject}" if subject else ""))
+        print(
+            f"\nSBOM: CycloneDX {s['spec_version']}, {s['components']} components"
+            + (f" ({kinds})" if kinds else "")
+            + (f", for {subject}" if subject else "")
+        )
     if args.definition and info["definition"]:
         print("\ndefinition:\n" + info["definition"])
     return 0

@@ -1,5 +1,6 @@
 """`dedal layers list|show|verify|gc|push`: the content-addressed layer store (push: into
 a remote layer cache, the same push `dedal build --cache` does)."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,19 +32,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     ver.add_argument("--json", action="store_true")
     ver.set_defaults(func=run_verify)
     gc = lsub.add_parser("gc", help="remove layers no environment references")
-    gc.add_argument("--plan", action="append", default=[], metavar="PLAN",
-                    help="also keep the layers of this plan.json (repeatable); the plans under work_dir are always kept")
+    gc.add_argument(
+        "--plan",
+        action="append",
+        default=[],
+        metavar="PLAN",
+        help="also keep the layers of this plan.json (repeatable); the plans under work_dir are always kept",
+    )
     gc.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     gc.add_argument("--json", action="store_true")
     gc.set_defaults(func=run_gc)
-    push = lsub.add_parser("push", help="seed a remote layer cache with layers of the store",
-                           description="Push layers of the store into a remote layer cache (the repository "
-                                       "`dedal build --cache` pulls from): every layer, or the given ones and those "
-                                       "of --plan. Layers the cache has are not sent again.")
+    push = lsub.add_parser(
+        "push",
+        help="seed a remote layer cache with layers of the store",
+        description="Push layers of the store into a remote layer cache (the repository "
+        "`dedal build --cache` pulls from): every layer, or the given ones and those "
+        "of --plan. Layers the cache has are not sent again.",
+    )
     push.add_argument("ref", metavar="oras://HOST/REPO", help="the layer cache's repository")
     push.add_argument("keys", nargs="*", metavar="KEY", help="layer key, or a unique prefix (default: every layer)")
-    push.add_argument("--plan", action="append", default=[], metavar="PLAN",
-                      help="push the layers of this plan.json (repeatable); each must be in the store")
+    push.add_argument(
+        "--plan",
+        action="append",
+        default=[],
+        metavar="PLAN",
+        help="push the layers of this plan.json (repeatable); each must be in the store",
+    )
     add_registry_options(push)
     push.add_argument("--json", action="store_true")
     push.set_defaults(func=run_push)
@@ -64,7 +78,9 @@ def run_list(args: argparse.Namespace) -> int:
     for col in ("key", "package", "size", "files", "build time", "built"):
         table.add_column(col)
     for m in manifests:
-        table.add_row(m.key, f"{m.name}@{m.version}", human_size(m.size), str(m.files), human_seconds(m.build_seconds), m.built_at)
+        table.add_row(
+            m.key, f"{m.name}@{m.version}", human_size(m.size), str(m.files), human_seconds(m.build_seconds), m.built_at
+        )
     out.print(table)
     out.print(f"{len(manifests)} layers, {human_size(sum(m.size for m in manifests))}")
     return 0
@@ -74,7 +90,10 @@ def _match(store: LayerStore, key: str, keys: List[str]) -> str:
     """The one key of ``keys`` (the store's) that ``key`` names, exactly or as a prefix."""
     matches = [k for k in keys if k == key] or [k for k in keys if k.startswith(key)]
     if len(matches) != 1:
-        raise UserError(f"{key!r} matches {len(matches)} layers in {store.root}" + (f": {', '.join(matches[:5])}" if matches else ""))
+        raise UserError(
+            f"{key!r} matches {len(matches)} layers in {store.root}"
+            + (f": {', '.join(matches[:5])}" if matches else "")
+        )
     return matches[0]
 
 
@@ -101,8 +120,12 @@ def run_verify(args: argparse.Namespace) -> int:
         print_json(check.to_json())
     else:
         out.print(f"{len(check.ok)} layers ok in {store.root}", markup=False)
-        for tag, lines in (("CORRUPT ", check.corrupt), ("REFUSED ", check.refused), ("ORPHANED", check.orphaned),
-                           ("TEMP    ", check.temporaries)):
+        for tag, lines in (
+            ("CORRUPT ", check.corrupt),
+            ("REFUSED ", check.refused),
+            ("ORPHANED", check.orphaned),
+            ("TEMP    ", check.temporaries),
+        ):
             for line in lines:
                 out.print(f"{tag} {line}", markup=False)
     return 0 if check.clean else 1
@@ -143,8 +166,10 @@ def _to_push(args: argparse.Namespace, store: LayerStore) -> List[str]:
         wanted = [n for n in plan.nodes.values() if n.key]
         absent = [n.label for n in wanted if not store.has(n.key or "")]
         if absent:
-            raise UserError(f"{path}: {len(absent)} of its layers are not in {store.root}: "
-                            f"{', '.join(absent[:5])}{' ...' if len(absent) > 5 else ''} (build them first)")
+            raise UserError(
+                f"{path}: {len(absent)} of its layers are not in {store.root}: "
+                f"{', '.join(absent[:5])}{' ...' if len(absent) > 5 else ''} (build them first)"
+            )
         chosen += [n.key or "" for n in wanted]
     if not args.keys and not args.plan:
         chosen = keys
@@ -161,8 +186,11 @@ def run_push(args: argparse.Namespace) -> int:
     store = _store(args)
     opts = registry_options(args)
     # every check before the first request: the reference, the keys, the plans
-    cache = LayerCache(args.ref, insecure=opts["insecure"],
-                       client_options=dict(opts["client_options"], username=opts["username"], password=opts["password"]))
+    cache = LayerCache(
+        args.ref,
+        insecure=opts["insecure"],
+        client_options=dict(opts["client_options"], username=opts["username"], password=opts["password"]),
+    )
     manifests = [store.manifest(k) for k in _to_push(args, store)]
     cache.say = progress_printer(quiet=args.json)
     report = CacheReport()
@@ -190,9 +218,13 @@ def run_push(args: argparse.Namespace) -> int:
             data.pop(k)
         print_json(data)
     else:
-        out.print(f"layer cache {cache.ref}: {len(report.pushed)} pushed ({human_size(report.bytes_pushed)}), "
-                  f"{len(report.skipped)} there already" + (f", {len(report.problems)} failed" if report.problems else "")
-                  + (f", {len(unsent)} not sent" if unsent else ""), markup=False)
+        out.print(
+            f"layer cache {cache.ref}: {len(report.pushed)} pushed ({human_size(report.bytes_pushed)}), "
+            f"{len(report.skipped)} there already"
+            + (f", {len(report.problems)} failed" if report.problems else "")
+            + (f", {len(unsent)} not sent" if unsent else ""),
+            markup=False,
+        )
         for line in report.problems:
             out.print(f"  FAILED {line}", markup=False)
     return 1 if report.problems or unsent else 0

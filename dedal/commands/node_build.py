@@ -1,5 +1,6 @@
 """`dedal node-build`: the procedure one build job runs on its node (used by the
 executors: the local one starts it as a process, a Slurm job script runs it)."""
+
 from __future__ import annotations
 
 import argparse
@@ -38,11 +39,19 @@ def run(args: argparse.Namespace) -> int:
     root, root_env = base_root(plan.base_image, settings)
     try:
         result = run_job(
-            plan, [plan.nodes[h].hash if h in plan.nodes else h for h in hashes],
-            store=LayerStore(Path(settings.layer_store)), spack_root=spack_root, mirror=Path(settings.mirror),
-            stage_dir=Path(settings.stage_dir), log_dir=Path(args.log_dir or Path(plan.env_dir) / "logs"),
-            base_root=root, base_env=root_env, runtime=settings.runtime,
-            build_jobs=settings.build_jobs, spack_cache=user_cache(settings, spack_root), job_id=args.job,
+            plan,
+            [plan.nodes[h].hash if h in plan.nodes else h for h in hashes],
+            store=LayerStore(Path(settings.layer_store)),
+            spack_root=spack_root,
+            mirror=Path(settings.mirror),
+            stage_dir=Path(settings.stage_dir),
+            log_dir=Path(args.log_dir or Path(plan.env_dir) / "logs"),
+            base_root=root,
+            base_env=root_env,
+            runtime=settings.runtime,
+            build_jobs=settings.build_jobs,
+            spack_cache=user_cache(settings, spack_root),
+            job_id=args.job,
         )
     except Exception as exc:  # the executor reads the reason from the result file
         if result_path:

@@ -8,6 +8,7 @@ Offline with a source mirror (``-s mirror=DIR``) and a Spack checkout (``DEDAL_S
 at the image's commit; online, dedal clones that commit and fetches the sources. See
 :mod:`dedal.stages.rebuild`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,17 @@ from dedal.ui.console import print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rebuild", help="rebuild an image from the inputs it carries and compare (identical or the diff)",
-                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
+    p = sub.add_parser(
+        "rebuild",
+        help="rebuild an image from the inputs it carries and compare (identical or the diff)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
     p.add_argument("image", metavar="IMAGE", help="SIF file or oras://HOST/REPO:TAG")
-    p.add_argument("--workdir", metavar="DIR",
-                   help="where the rebuild keeps its layers, work files and image (default: a new temporary directory)")
+    p.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="where the rebuild keeps its layers, work files and image (default: a new temporary directory)",
+    )
     p.add_argument("--max-lines", type=int, default=40, metavar="N", help="diff lines shown per difference (0: all)")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     add_registry_options(p)
@@ -44,11 +51,15 @@ def run(args: argparse.Namespace) -> int:
         opts.pop("settings")
         workdir = workdir or Path(tempfile.mkdtemp(prefix="dedal-rebuild-"))
         workdir.mkdir(parents=True, exist_ok=True)
-        image = Path(pub.pull(args.image, workdir / "original.sif", force=True,
-                              progress=progress_printer(args.json), **opts).path)
+        image = Path(
+            pub.pull(
+                args.image, workdir / "original.sif", force=True, progress=progress_printer(args.json), **opts
+            ).path
+        )
     say = progress_printer(args.json)
-    result = rebuild(image, lambda overrides: from_args(args, **overrides), workdir=workdir, progress=say,
-                     quiet=args.json)
+    result = rebuild(
+        image, lambda overrides: from_args(args, **overrides), workdir=workdir, progress=say, quiet=args.json
+    )
     if args.json:
         print_json(result.to_json())
     else:

@@ -1,4 +1,5 @@
 """`dedal status`: what is queued, running, done or failed for an environment's build, with log paths."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,14 +21,20 @@ FINAL = ("done", "failed", "blocked", "cancelled", "lost")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="show what is queued, running, done or failed for a build",
-                       description="Show the jobs of the latest build of an environment: for the Slurm executor "
-                                   "the jobs recorded in <env dir>/slurm-jobs.json with their live state from "
-                                   "squeue/sacct; for the local executor the job results in <env dir>/jobs/. "
-                                   "Every job and failed package comes with its log path. Then the last build "
-                                   "attempt and the last successful one (<env dir>/builds/).")
-    p.add_argument("target", metavar="PLAN_OR_ENV",
-                   help="env.yaml (or its directory), plan.json, spack.lock, or the environment's work directory")
+    p = sub.add_parser(
+        "status",
+        help="show what is queued, running, done or failed for a build",
+        description="Show the jobs of the latest build of an environment: for the Slurm executor "
+        "the jobs recorded in <env dir>/slurm-jobs.json with their live state from "
+        "squeue/sacct; for the local executor the job results in <env dir>/jobs/. "
+        "Every job and failed package comes with its log path. Then the last build "
+        "attempt and the last successful one (<env dir>/builds/).",
+    )
+    p.add_argument(
+        "target",
+        metavar="PLAN_OR_ENV",
+        help="env.yaml (or its directory), plan.json, spack.lock, or the environment's work directory",
+    )
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=run)
 
@@ -38,8 +45,11 @@ def env_dir_of(arg: str, settings) -> Tuple[str, Path, Optional[Plan]]:
     from dedal.model.target import resolve
 
     path = Path(arg)
-    if path.is_dir() and not (path / "env.yaml").exists() and \
-            any((path / n).exists() for n in (RECORD, "plan.json", "jobs")):
+    if (
+        path.is_dir()
+        and not (path / "env.yaml").exists()
+        and any((path / n).exists() for n in (RECORD, "plan.json", "jobs"))
+    ):
         plan = _read_plan(path / "plan.json")
         return (plan.env_name if plan else path.name), path, plan
     target = resolve(arg, settings)
@@ -95,8 +105,10 @@ def slurm_status(record: dict) -> dict:
     for j in record.get("jobs", []):
         lv = live.get(j.get("slurm_id", ""))
         status = _status_from_live(j, lv)
-        entry = {k: j.get(k) for k in ("id", "slurm_id", "name", "packages", "node", "log", "result", "attempt",
-                                       "error", "reason")}
+        entry = {
+            k: j.get(k)
+            for k in ("id", "slurm_id", "name", "packages", "node", "log", "result", "attempt", "error", "reason")
+        }
         entry["status"] = status
         entry["state"] = (lv or {}).get("state") or j.get("state", "")
         if lv:
@@ -118,10 +130,20 @@ def slurm_status(record: dict) -> dict:
     driver = record_driver(record)
     if not finished and not record.get("detached") and driver:
         followed_by = {"host": driver.host, "pid": driver.pid, "state": driver.state()}
-    return {"executor": "slurm", "started_at": record.get("started_at"), "updated_at": record.get("updated_at"),
-            "finished": finished, "interrupted": record.get("interrupted", False), "followed_by": followed_by,
-            "submitting": bool(record.get("submitting")), "detached": bool(record.get("detached")),
-            "jobs": jobs, "packages": packages, "errors": errors, "note": note}
+    return {
+        "executor": "slurm",
+        "started_at": record.get("started_at"),
+        "updated_at": record.get("updated_at"),
+        "finished": finished,
+        "interrupted": record.get("interrupted", False),
+        "followed_by": followed_by,
+        "submitting": bool(record.get("submitting")),
+        "detached": bool(record.get("detached")),
+        "jobs": jobs,
+        "packages": packages,
+        "errors": errors,
+        "note": note,
+    }
 
 
 def _read_json(path: Path) -> dict:
@@ -141,12 +163,23 @@ def local_status(results: List[Path]) -> dict:
         if not res:
             continue
         pkgs = [p for p in res.get("packages", []) if isinstance(p, dict)]
-        status = {"ok": "done", "failed": "failed", "interrupted": "cancelled"}.get(res.get("status", ""), res.get("status", "?"))
-        log = next((p.get("log") for p in pkgs if p.get("status") == "failed"), None) or \
-            next((p.get("log") for p in pkgs if p.get("log")), "")
-        jobs.append({"id": res.get("job") or path.stem, "node": res.get("host", ""), "status": status,
-                     "packages": [p.get("name", "") for p in pkgs], "log": log, "result": str(path),
-                     "error": res.get("error", "")})
+        status = {"ok": "done", "failed": "failed", "interrupted": "cancelled"}.get(
+            res.get("status", ""), res.get("status", "?")
+        )
+        log = next((p.get("log") for p in pkgs if p.get("status") == "failed"), None) or next(
+            (p.get("log") for p in pkgs if p.get("log")), ""
+        )
+        jobs.append(
+            {
+                "id": res.get("job") or path.stem,
+                "node": res.get("host", ""),
+                "status": status,
+                "packages": [p.get("name", "") for p in pkgs],
+                "log": log,
+                "result": str(path),
+                "error": res.get("error", ""),
+            }
+        )
         for p in pkgs:
             label = res.get("job") if len(pkgs) == 1 and res.get("job") else p.get("name", "")
             packages[label] = {"present": "built"}.get(p.get("status", ""), p.get("status", "?"))
@@ -154,8 +187,7 @@ def local_status(results: List[Path]) -> dict:
                 errors[label] = {"error": p.get("error", ""), "log": p.get("log", "")}
         if not pkgs and status == "failed":
             errors[res.get("job") or path.stem] = {"error": res.get("error", ""), "log": ""}
-    return {"executor": "local", "jobs": jobs, "packages": packages, "errors": errors,
-            "finished": True, "note": ""}
+    return {"executor": "local", "jobs": jobs, "packages": packages, "errors": errors, "finished": True, "note": ""}
 
 
 def collect(env_dir: Path) -> Optional[dict]:
@@ -174,8 +206,14 @@ def collect(env_dir: Path) -> Optional[dict]:
 def run(args: argparse.Namespace) -> int:
     settings = from_args(args)
     name, env_dir, plan = env_dir_of(args.target, settings)
-    data = collect(env_dir) or {"executor": None, "jobs": [], "packages": {}, "errors": {}, "finished": True,
-                                "note": f"no build recorded in {env_dir}"}
+    data = collect(env_dir) or {
+        "executor": None,
+        "jobs": [],
+        "packages": {},
+        "errors": {},
+        "finished": True,
+        "note": f"no build recorded in {env_dir}",
+    }
     data.update(env=name, env_dir=str(env_dir))
     attempts = Attempts(env_dir)
     last, success = attempts.last(), attempts.last_success()
@@ -187,8 +225,10 @@ def run(args: argparse.Namespace) -> int:
     data["counts"] = counts
     if plan is not None and plan.to_build:
         store = LayerStore(Path(settings.layer_store))
-        data["layers"] = {"to_build": len(plan.to_build),
-                          "present": sum(1 for h in plan.to_build if store.has(plan.nodes[h].key or ""))}
+        data["layers"] = {
+            "to_build": len(plan.to_build),
+            "present": sum(1 for h in plan.to_build if store.has(plan.nodes[h].key or "")),
+        }
     if args.json:
         print_json(data)
         return 0
@@ -207,9 +247,11 @@ def attempt_line(a: dict) -> str:
         text += f" (dedal pid {a.get('driver', {}).get('pid', '?')} on {a.get('driver', {}).get('host', '?')})"
     s = a.get("summary") or {}
     if s:
-        parts = [f"{len(s.get(k) or [])} {word}" for k, word in (("built", "built"), ("reused", "reused"),
-                                                                 ("failed", "failed"), ("blocked", "not built"))
-                 if s.get(k)]
+        parts = [
+            f"{len(s.get(k) or [])} {word}"
+            for k, word in (("built", "built"), ("reused", "reused"), ("failed", "failed"), ("blocked", "not built"))
+            if s.get(k)
+        ]
         text += ": " + (", ".join(parts) or "nothing to build")
     if a.get("seconds"):
         text += f" in {human_seconds(float(a['seconds']))}"
@@ -240,8 +282,11 @@ def show(data: dict) -> None:
             line += "; that dedal is gone: `dedal build` of this environment follows the jobs from here"
         out.print(line)
     table = Table()
-    cols = ("job", "slurm id", "status", "node", "packages", "log") if data["executor"] == "slurm" else \
-        ("job", "status", "host", "packages", "log")
+    cols = (
+        ("job", "slurm id", "status", "node", "packages", "log")
+        if data["executor"] == "slurm"
+        else ("job", "status", "host", "packages", "log")
+    )
     for c in cols:
         table.add_column(c, overflow="fold")
     for j in data["jobs"]:
@@ -261,7 +306,10 @@ def show(data: dict) -> None:
     if "layers" in data:
         out.print(f"layers in the store: {data['layers']['present']} of {data['layers']['to_build']} to build")
     for label, e in data["errors"].items():
-        out.print(f"  FAILED {label}: {e['error']}" + (f" (log: {e['log']})" if e.get("log") and e["log"] not in e["error"] else ""))
+        out.print(
+            f"  FAILED {label}: {e['error']}"
+            + (f" (log: {e['log']})" if e.get("log") and e["log"] not in e["error"] else "")
+        )
     if data.get("note"):
         out.print(data["note"])
     _show_attempts(last, success)

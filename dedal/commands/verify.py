@@ -20,6 +20,7 @@ options in, the report out); this module holds its command line: the options
 ``verify parse`` exits 0 whenever the file was parsed, whatever the verdict (the verdict
 is in the output), and 2 on bad input (missing file, unknown kind).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,13 @@ class _DefaultToRun(argparse._SubParsersAction):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.choices = _AnyName(self._name_parser_map)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Sequence[str], option_string: Optional[str] = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Sequence[str],
+        option_string: Optional[str] = None,
+    ) -> None:
         values = list(values or [])
         if values and values[0] not in self._name_parser_map:
             values = ["run"] + values
@@ -85,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "verify",
         help="verify an image against bare metal; parse benchmark and debug logs",
         description="Verify that an image performs like bare metal (`dedal verify IMAGE`, the runner), "
-                    "or parse one benchmark output / debug log (`dedal verify parse FILE`).",
+        "or parse one benchmark output / debug log (`dedal verify parse FILE`).",
     )
     p.register("action", "parsers", _DefaultToRun)
     vsub = p.add_subparsers(dest="verify_command", metavar="ACTION")
@@ -94,9 +100,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "parse",
         help="parse one log (OSU, nccl-tests, NCCL/UCX/Open MPI debug, srun --mpi=list) and give its verdict",
         description="Parse one benchmark output or debug log and print what it shows: tables, bandwidths, "
-                    "transports, failure signatures, and a verdict (good, suboptimal, bad, failed, "
-                    "degenerate, unknown). Exit code 0 when the file was parsed, whatever the verdict; "
-                    "2 on bad input.",
+        "transports, failure signatures, and a verdict (good, suboptimal, bad, failed, "
+        "degenerate, unknown). Exit code 0 when the file was parsed, whatever the verdict; "
+        "2 on bad input.",
         epilog="log kinds (guessed from the content unless --kind is given):\n" + _kinds_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -108,10 +114,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     run = vsub.add_parser(
         "run",
         help="run the bundled benchmarks natively and in IMAGE, compare, write reports/<image>/ "
-             "(default: `dedal verify IMAGE` means `dedal verify run IMAGE`)",
+        "(default: `dedal verify IMAGE` means `dedal verify run IMAGE`)",
         description="Run the bundled microbenchmarks natively and in the image, check overheads and "
-                    "transports, write reports/<image>/verify.json, report.md and plots. "
-                    "Exit code non-zero when a check fails.",
+        "transports, write reports/<image>/verify.json, report.md and plots. "
+        "Exit code non-zero when a check fails.",
     )
     run.add_argument("image", metavar="IMAGE", help="the image (SIF file, or an image name of this workspace)")
     add_run_arguments(run)
@@ -122,51 +128,127 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``dedal verify run IMAGE`` (IMAGE itself is added by :func:`register`);
     :func:`dedal.stages.verify.options_from_args` reads them."""
-    p.add_argument("--ranks", type=int, default=None, metavar="N",
-                   help=f"ranks per node for init and all-reduce (default: env file, else {DEFAULT_RANKS}; latency and "
-                        "bandwidth always use 2 ranks; at 1, the runs within a node use 2)")
-    p.add_argument("--nodes", type=int, default=None, metavar="N",
-                   help="nodes for the inter-node runs (srun; default: the allocation's SLURM_JOB_NUM_NODES, else 1)")
-    p.add_argument("--repetitions", "-r", type=int, default=None, metavar="N",
-                   help=f"repetitions of each benchmark on each side (default: env file, else {DEFAULT_REPETITIONS})")
-    p.add_argument("--no-remeasure", dest="remeasure", action="store_false",
-                   help="judge a check over its threshold on timing alone at once (default: run it as many "
-                        "repetitions again, native and container interleaved, and judge all of them)")
-    p.add_argument("--launcher", choices=("auto", "mpirun", "srun"), default=None,
-                   help="auto: srun inside a Slurm allocation, else mpirun")
-    p.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a variable for every run, native and container (e.g. UCX_TLS=tcp); repeatable")
-    p.add_argument("--threshold", "-t", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a check threshold (latency_overhead_us, bandwidth_pct, busbw_pct, "
-                        "init_overhead_pct, ...); repeatable")
-    p.add_argument("--benchmarks", "-b", default=None, metavar="LIST",
-                   help="comma-separated: init, latency, bw, allreduce, nccl, osu (the OSU/nccl-tests "
-                        "counterparts when the image has them; on GPUs also OSU between device buffers), or "
-                        "program names (osu_bw-cuda: OSU's -d cuda D D) (default: all); the env file's application "
-                        "checks and benchmarks (apps) run whatever is chosen: 'apps' alone runs only them")
-    p.add_argument("--max-size", type=_size, default=None, metavar="BYTES",
-                   help=f"largest message of latency/bandwidth/all-reduce (default {DEFAULT_MAX_SIZE}; K/M suffix)")
-    p.add_argument("--nccl-max-size", type=_size, default=None, metavar="BYTES",
-                   help=f"largest NCCL all-reduce (default {DEFAULT_NCCL_MAX})")
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"ranks per node for init and all-reduce (default: env file, else {DEFAULT_RANKS}; latency and "
+        "bandwidth always use 2 ranks; at 1, the runs within a node use 2)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="nodes for the inter-node runs (srun; default: the allocation's SLURM_JOB_NUM_NODES, else 1)",
+    )
+    p.add_argument(
+        "--repetitions",
+        "-r",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"repetitions of each benchmark on each side (default: env file, else {DEFAULT_REPETITIONS})",
+    )
+    p.add_argument(
+        "--no-remeasure",
+        dest="remeasure",
+        action="store_false",
+        help="judge a check over its threshold on timing alone at once (default: run it as many "
+        "repetitions again, native and container interleaved, and judge all of them)",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=("auto", "mpirun", "srun"),
+        default=None,
+        help="auto: srun inside a Slurm allocation, else mpirun",
+    )
+    p.add_argument(
+        "--env",
+        "-e",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a variable for every run, native and container (e.g. UCX_TLS=tcp); repeatable",
+    )
+    p.add_argument(
+        "--threshold",
+        "-t",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a check threshold (latency_overhead_us, bandwidth_pct, busbw_pct, "
+        "init_overhead_pct, ...); repeatable",
+    )
+    p.add_argument(
+        "--benchmarks",
+        "-b",
+        default=None,
+        metavar="LIST",
+        help="comma-separated: init, latency, bw, allreduce, nccl, osu (the OSU/nccl-tests "
+        "counterparts when the image has them; on GPUs also OSU between device buffers), or "
+        "program names (osu_bw-cuda: OSU's -d cuda D D) (default: all); the env file's application "
+        "checks and benchmarks (apps) run whatever is chosen: 'apps' alone runs only them",
+    )
+    p.add_argument(
+        "--max-size",
+        type=_size,
+        default=None,
+        metavar="BYTES",
+        help=f"largest message of latency/bandwidth/all-reduce (default {DEFAULT_MAX_SIZE}; K/M suffix)",
+    )
+    p.add_argument(
+        "--nccl-max-size",
+        type=_size,
+        default=None,
+        metavar="BYTES",
+        help=f"largest NCCL all-reduce (default {DEFAULT_NCCL_MAX})",
+    )
     gpu = p.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu", dest="gpu", action="store_true", default=None,
-                     help="run the GPU (NCCL) benchmarks (default: when the host has GPUs and the image CUDA)")
+    gpu.add_argument(
+        "--gpu",
+        dest="gpu",
+        action="store_true",
+        default=None,
+        help="run the GPU (NCCL) benchmarks (default: when the host has GPUs and the image CUDA)",
+    )
     gpu.add_argument("--no-gpu", dest="gpu", action="store_false", help="skip the GPU benchmarks")
-    p.add_argument("--native", choices=("auto", "host", "rootfs"), default="auto",
-                   help="native side: the host's MPI and programs (host), or the image's root filesystem "
-                        "unpacked and run without a container (rootfs); auto: host where it has them")
-    p.add_argument("--native-root", type=Path, default=None, metavar="DIR",
-                   help="use this unpacked copy of the image as the native root (its benchmark binaries must be "
-                        "byte-identical to the image's)")
-    p.add_argument("--env-file", type=Path, default=None, metavar="ENV.yaml",
-                   help="environment file whose dedal.verify section gives ranks, repetitions, env, thresholds, "
-                        "application checks (apps) ...")
-    p.add_argument("--runtime", choices=RUNTIMES, default=None,
-                   help="container runtime (setting runtime)")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help=f"limit of one run (default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--output", "-o", type=Path, default=None, metavar="DIR",
-                   help="report directory (default: <reports_dir>/<image>)")
+    p.add_argument(
+        "--native",
+        choices=("auto", "host", "rootfs"),
+        default="auto",
+        help="native side: the host's MPI and programs (host), or the image's root filesystem "
+        "unpacked and run without a container (rootfs); auto: host where it has them",
+    )
+    p.add_argument(
+        "--native-root",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="use this unpacked copy of the image as the native root (its benchmark binaries must be "
+        "byte-identical to the image's)",
+    )
+    p.add_argument(
+        "--env-file",
+        type=Path,
+        default=None,
+        metavar="ENV.yaml",
+        help="environment file whose dedal.verify section gives ranks, repetitions, env, thresholds, "
+        "application checks (apps) ...",
+    )
+    p.add_argument("--runtime", choices=RUNTIMES, default=None, help="container runtime (setting runtime)")
+    p.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help=f"limit of one run (default {DEFAULT_TIMEOUT:g})"
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="report directory (default: <reports_dir>/<image>)",
+    )
     p.add_argument("--json", action="store_true", help="print verify.json (and the file paths) on stdout")
 
 
@@ -205,8 +287,10 @@ def run_verify(args: argparse.Namespace) -> int:
         return rep.exit_code
     for line in console_lines(rep):
         print(line)
-    print(f"report: {outcome.paths['report.md']} (verify.json, "
-          f"{sum(1 for k in outcome.paths if k.startswith('plot:'))} plot(s)); raw logs: {outcome.outdir / 'raw'}")
+    print(
+        f"report: {outcome.paths['report.md']} (verify.json, "
+        f"{sum(1 for k in outcome.paths if k.startswith('plot:'))} plot(s)); raw logs: {outcome.outdir / 'raw'}"
+    )
     return rep.exit_code
 
 
@@ -214,6 +298,7 @@ def _no_action(parser: argparse.ArgumentParser):
     def func(args: argparse.Namespace) -> int:
         parser.print_help()
         return 2
+
     return func
 
 
@@ -240,14 +325,22 @@ def summary(result: Dict[str, Any]) -> str:
     """A human-readable account of one parse result: verdict first, then the facts."""
     out: List[str] = []
     src = result.get("source") or "<text>"
-    out.append(f"{src}: {result['verdict'].upper()}  (kind {result['kind']}"
-               + (f"; sections {', '.join(result['sections'])}" if len(result.get("sections") or []) > 1 else "") + ")")
+    out.append(
+        f"{src}: {result['verdict'].upper()}  (kind {result['kind']}"
+        + (f"; sections {', '.join(result['sections'])}" if len(result.get("sections") or []) > 1 else "")
+        + ")"
+    )
     kind = result["kind"]
     if result.get("tables") is not None and (result.get("tables") or result.get("inits")):
         ver = f" v{result['version']}" if result.get("version") else ""
         suites = {t.get("suite") for t in result["tables"]}
-        suite = ("dedal-bench" if result.get("suites") == ["dedal-bench"] else
-                 "ucx_perftest" if suites == {"ucx-perftest"} else "OSU Micro-Benchmarks")
+        suite = (
+            "dedal-bench"
+            if result.get("suites") == ["dedal-bench"]
+            else "ucx_perftest"
+            if suites == {"ucx-perftest"}
+            else "OSU Micro-Benchmarks"
+        )
         out.append(f"{suite}{ver}: {len(result['tables'])} table(s)")
         for t in result["tables"]:
             rows = t["rows"]
@@ -260,17 +353,25 @@ def summary(result: Dict[str, Any]) -> str:
                 out.append("    " + "  ".join(str(v) for v in row))
         for init in result.get("inits") or []:
             name = "dedal_init" if suite == "dedal-bench" else "osu_init"
-            out.append(f"  {name}: nprocs {init['nprocs']}, min {init['min_ms']:g} ms, max {init['max_ms']:g} ms, "
-                       f"avg {init['avg_ms']:g} ms")
+            out.append(
+                f"  {name}: nprocs {init['nprocs']}, min {init['min_ms']:g} ms, max {init['max_ms']:g} ms, "
+                f"avg {init['avg_ms']:g} ms"
+            )
     if kind == "nccl-tests" or result.get("rows") is not None and "peak_busbw" in result:
-        out.append(f"{result.get('test') or 'nccl-tests'}: {result.get('nranks')} rank(s) on "
-                   f"{result.get('nnodes')} node(s), {len(result.get('rows') or [])} row(s)")
+        out.append(
+            f"{result.get('test') or 'nccl-tests'}: {result.get('nranks')} rank(s) on "
+            f"{result.get('nnodes')} node(s), {len(result.get('rows') or [])} row(s)"
+        )
         if result.get("peak_busbw") is not None:
-            out.append(f"  peak bus bandwidth {result['peak_busbw']:g} GB/s at {result.get('peak_busbw_size')} B; "
-                       f"average {result['avg_busbw'] if result.get('avg_busbw') is not None else 'n/a'} GB/s")
+            out.append(
+                f"  peak bus bandwidth {result['peak_busbw']:g} GB/s at {result.get('peak_busbw_size')} B; "
+                f"average {result['avg_busbw'] if result.get('avg_busbw') is not None else 'n/a'} GB/s"
+            )
     if result.get("transports") and isinstance(result["transports"], dict):
-        out.append(f"NCCL{(' ' + result['nccl_version']) if result.get('nccl_version') else ''}: network "
-                   f"{result.get('network')}, GPUDirect RDMA {result.get('gdrdma')}")
+        out.append(
+            f"NCCL{(' ' + result['nccl_version']) if result.get('nccl_version') else ''}: network "
+            f"{result.get('network')}, GPUDirect RDMA {result.get('gdrdma')}"
+        )
         for t, n in sorted(result["transports"].items(), key=lambda kv: -kv[1]):
             out.append(f"  via {t}: {n}")
     if result.get("transports_by_scope"):
@@ -278,15 +379,21 @@ def summary(result: Dict[str, Any]) -> str:
         for scope, tls in result["transports_by_scope"].items():
             out.append(f"  {scope}: {', '.join(tls)}")
     if kind == "ucx-info":
-        out.append(f"ucx_info: transports {', '.join(result.get('transport_names') or [])}; "
-                   f"devices {', '.join(result.get('devices') or [])}")
+        out.append(
+            f"ucx_info: transports {', '.join(result.get('transport_names') or [])}; "
+            f"devices {', '.join(result.get('devices') or [])}"
+        )
     if result.get("btl_used") or result.get("btl_components"):
         used = ", ".join(f"{k}: {v}" for k, v in (result.get("btl_used") or {}).items())
-        out.append(f"Open MPI: pml {result.get('pml') or '?'}; BTLs {', '.join(result.get('btl_components') or [])}"
-                   + (f"; used per peer {used}" if used else ""))
+        out.append(
+            f"Open MPI: pml {result.get('pml') or '?'}; BTLs {', '.join(result.get('btl_components') or [])}"
+            + (f"; used per peer {used}" if used else "")
+        )
     if kind == "srun-mpi-list":
-        out.append(f"Slurm MPI plugins: {', '.join(result.get('plugins') or []) or 'none'}; PMIx versions: "
-                   f"{', '.join(result.get('pmix_versions') or []) or 'none'}")
+        out.append(
+            f"Slurm MPI plugins: {', '.join(result.get('plugins') or []) or 'none'}; PMIx versions: "
+            f"{', '.join(result.get('pmix_versions') or []) or 'none'}"
+        )
     findings = result.get("findings") or []
     if findings:
         out.append("findings:")

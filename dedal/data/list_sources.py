@@ -5,6 +5,7 @@ exactly what is missing. Output format: a list of
 {name, version, hash, has_code, sources: [...], patches: [...], resources: [...]}, each
 entry {fetcher, url, digest, commit, mirror_paths: [storage path, cosmetic path]}.
 """
+
 import json
 import sys
 
@@ -34,8 +35,15 @@ def main(out_path):
             continue
         seen.add(spec.dag_hash())
         pkg = spec.package
-        entry = {"name": spec.name, "version": str(spec.version), "hash": spec.dag_hash(),
-                 "has_code": bool(pkg.has_code), "sources": [], "patches": [], "resources": []}
+        entry = {
+            "name": spec.name,
+            "version": str(spec.version),
+            "hash": spec.dag_hash(),
+            "has_code": bool(pkg.has_code),
+            "sources": [],
+            "patches": [],
+            "resources": [],
+        }
         for patch in spec.patches:
             if isinstance(patch, spack.patch.UrlPatch):
                 entry["patches"].append(describe(patch.stage))

@@ -13,6 +13,7 @@ writer (kill -9, a node lost) left and nothing of a writer that is alive, on ano
 host, or that this host cannot judge. A SIGTERM'd or failing writer removes its own
 (:func:`write_atomic`, :func:`atomic_path`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,13 +40,13 @@ def temp_path(final: Union[str, os.PathLike], suffix: str = "") -> Path:
 def _owner_prefix(name: str) -> Optional[str]:
     """The part of a temporary's name before its owner tag; None for other names."""
     at = name.find(TMP_MARK)
-    return name[:at + len(TMP_MARK)] if name.startswith(".") and at > 0 else None
+    return name[: at + len(TMP_MARK)] if name.startswith(".") and at > 0 else None
 
 
 def is_temporary(name: str) -> bool:
     """Whether ``name`` is a :func:`temp_path` name that records its owner."""
     prefix = _owner_prefix(name)
-    return prefix is not None and name[len(prefix):].count("~") >= 4
+    return prefix is not None and name[len(prefix) :].count("~") >= 4
 
 
 def temp_state(name: str) -> str:
@@ -109,8 +110,13 @@ def atomic_path(final: Union[str, os.PathLike], suffix: str = "") -> Iterator[Pa
             remove_path(tmp)
 
 
-def write_atomic(path: Union[str, os.PathLike], data: Union[bytes, str], mode: Optional[int] = None,
-                 fsync: bool = False, mkdir: bool = True) -> Path:
+def write_atomic(
+    path: Union[str, os.PathLike],
+    data: Union[bytes, str],
+    mode: Optional[int] = None,
+    fsync: bool = False,
+    mkdir: bool = True,
+) -> Path:
     """Write ``data`` (str as UTF-8) as ``path``, whole or not at all. ``mode``: the file's
     permissions (default: 0o666 less the umask, as ``open`` makes them); ``fsync``: on
     disk before the rename, for what must survive a crash of the machine."""
@@ -129,8 +135,7 @@ def write_atomic(path: Union[str, os.PathLike], data: Union[bytes, str], mode: O
     return path
 
 
-def sha256_file(path: Union[str, os.PathLike], start: int = 0, size: Optional[int] = None,
-                chunk: int = 1 << 20) -> str:
+def sha256_file(path: Union[str, os.PathLike], start: int = 0, size: Optional[int] = None, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file, or of its ``size`` bytes from ``start`` (a SIF partition)."""
     with open(path, "rb") as fh:
         return sha256_stream(fh, start, size, chunk)

@@ -8,6 +8,7 @@ file of its own, written when it starts (status ``running``) and when it ends, n
 rewritten by a later attempt: ``dedal status`` reads the last attempt and the last
 success from them. The newest ``KEEP`` attempts are kept.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,12 +37,12 @@ class BuildAttempt:
     id: str
     executor: str
     started_at: str
-    driver: Dict[str, Any]                 # an Owner's JSON form: the dedal that ran it
-    status: str = "running"                # running | ok | failed | interrupted | detached
+    driver: Dict[str, Any]  # an Owner's JSON form: the dedal that ran it
+    status: str = "running"  # running | ok | failed | interrupted | detached
     finished_at: str = ""
     seconds: float = 0.0
-    error: str = ""                        # what stopped it before its jobs could tell (planning, setup)
-    summary: Dict[str, Any] = field(default_factory=dict)   # the BuildSummary's JSON form
+    error: str = ""  # what stopped it before its jobs could tell (planning, setup)
+    summary: Dict[str, Any] = field(default_factory=dict)  # the BuildSummary's JSON form
     jobs: List[Dict[str, Any]] = field(default_factory=list)  # the Slurm record's jobs at its end
 
     def to_json(self) -> Dict[str, Any]:
@@ -50,11 +51,18 @@ class BuildAttempt:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "BuildAttempt":
         """Raises KeyError, TypeError or ValueError for a file that is not one."""
-        return cls(id=str(data["id"]), executor=str(data["executor"]), started_at=str(data["started_at"]),
-                   driver=dict(data.get("driver") or {}), status=str(data.get("status") or "running"),
-                   finished_at=str(data.get("finished_at") or ""), seconds=float(data.get("seconds") or 0.0),
-                   error=str(data.get("error") or ""), summary=dict(data.get("summary") or {}),
-                   jobs=[dict(j) for j in data.get("jobs") or [] if isinstance(j, Mapping)])
+        return cls(
+            id=str(data["id"]),
+            executor=str(data["executor"]),
+            started_at=str(data["started_at"]),
+            driver=dict(data.get("driver") or {}),
+            status=str(data.get("status") or "running"),
+            finished_at=str(data.get("finished_at") or ""),
+            seconds=float(data.get("seconds") or 0.0),
+            error=str(data.get("error") or ""),
+            summary=dict(data.get("summary") or {}),
+            jobs=[dict(j) for j in data.get("jobs") or [] if isinstance(j, Mapping)],
+        )
 
     @property
     def ok(self) -> bool:
@@ -88,8 +96,16 @@ class Attempts:
         self._prune()
         return attempt
 
-    def finish(self, attempt: BuildAttempt, status: str, *, seconds: float, summary: Optional[Mapping] = None,
-               error: str = "", jobs: Optional[List[Dict[str, Any]]] = None) -> None:
+    def finish(
+        self,
+        attempt: BuildAttempt,
+        status: str,
+        *,
+        seconds: float,
+        summary: Optional[Mapping] = None,
+        error: str = "",
+        jobs: Optional[List[Dict[str, Any]]] = None,
+    ) -> None:
         attempt.status = status
         attempt.finished_at = _now()
         attempt.seconds = round(seconds, 3)
@@ -127,7 +143,7 @@ class Attempts:
 
     def _prune(self) -> None:
         files = sorted(self.dir.glob("*.json"))
-        for old in files[:max(0, len(files) - KEEP)]:
+        for old in files[: max(0, len(files) - KEEP)]:
             try:
                 old.unlink()
             except OSError:

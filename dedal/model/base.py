@@ -14,6 +14,7 @@ file and of ``RECIPE_VERSION`` (how dedal builds bases): a changed definition is
 base. Building one is :mod:`dedal.stages.base`; ``host`` (:data:`HOST_BASE`) names the
 machine itself, no base image.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -113,8 +114,23 @@ def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
     data = parse_yaml(text, path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping (name, suite, packages, ...)")
-    known = {"name", "description", "os", "suite", "variant", "arch", "mirror", "updates", "security",
-             "components", "packages", "record_versions", "probe_versions", "env", "python_venv"}
+    known = {
+        "name",
+        "description",
+        "os",
+        "suite",
+        "variant",
+        "arch",
+        "mirror",
+        "updates",
+        "security",
+        "components",
+        "packages",
+        "record_versions",
+        "probe_versions",
+        "env",
+        "python_venv",
+    }
     unknown = sorted(set(data) - known)
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -134,15 +150,25 @@ def _parse_yaml(name: str, path: Path, text: str) -> BaseDefinition:
     probes = _expect(path, data, "probe_versions", dict, {})
     env = _expect(path, data, "env", dict, {})
     venv = _expect(path, data, "python_venv", dict, {})
-    if venv and (not isinstance(venv.get("path"), str) or not venv["path"].startswith("/")
-                 or not isinstance(venv.get("packages", []), list)):
+    if venv and (
+        not isinstance(venv.get("path"), str)
+        or not venv["path"].startswith("/")
+        or not isinstance(venv.get("packages", []), list)
+    ):
         raise UserError(f"{path}: python_venv: expected {{path: /absolute/dir, packages: [...]}}")
     return BaseDefinition(
-        name=_expect(path, data, "name", str, name), path=path, kind="debian", text=text,
-        description=_expect(path, data, "description", str, ""), suite=suite,
-        variant=_expect(path, data, "variant", str, "minbase"), arch=_expect(path, data, "arch", str, "amd64"),
-        mirror=_expect(path, data, "mirror", str, ""), updates=_expect(path, data, "updates", bool, False),
-        security=_expect(path, data, "security", bool, False), components=components,
+        name=_expect(path, data, "name", str, name),
+        path=path,
+        kind="debian",
+        text=text,
+        description=_expect(path, data, "description", str, ""),
+        suite=suite,
+        variant=_expect(path, data, "variant", str, "minbase"),
+        arch=_expect(path, data, "arch", str, "amd64"),
+        mirror=_expect(path, data, "mirror", str, ""),
+        updates=_expect(path, data, "updates", bool, False),
+        security=_expect(path, data, "security", bool, False),
+        components=components,
         packages={str(k): list(v) for k, v in packages.items()},
         record_versions={str(k): str(v) for k, v in record.items()},
         probe_versions={str(k): str(v) for k, v in probes.items()},
@@ -155,8 +181,9 @@ def _components(path: Path, value: List[Any]) -> List[str]:
     """``components:`` checked: Debian archive areas, main among them, each once."""
     bad = [c for c in value if c not in COMPONENTS]
     if bad:
-        raise UserError(f"{path}: components: unknown {', '.join(map(repr, bad))} "
-                        f"(Debian's are {', '.join(COMPONENTS)})")
+        raise UserError(
+            f"{path}: components: unknown {', '.join(map(repr, bad))} (Debian's are {', '.join(COMPONENTS)})"
+        )
     if "main" not in value:
         raise UserError(f"{path}: components: must include main (debootstrap builds the root from it)")
     if len(set(value)) != len(value):
@@ -179,12 +206,19 @@ def _parse_def(name: str, path: Path, text: str) -> BaseDefinition:
     for line in text.splitlines():
         if line.startswith("#") and not desc:
             desc = line.lstrip("# ").strip()
-    return BaseDefinition(name=name, path=path, kind="apptainer", text=text, description=desc,
-                          suite=header.get("from", ""), variant=header["bootstrap"])
+    return BaseDefinition(
+        name=name,
+        path=path,
+        kind="apptainer",
+        text=text,
+        description=desc,
+        suite=header.get("from", ""),
+        variant=header["bootstrap"],
+    )
 
 
 def unknown_base(name: str) -> str:
-    """"" when ``name`` names a base (``host``, a definition in base-images/, a path to a
+    """ "" when ``name`` names a base (``host``, a definition in base-images/, a path to a
     .yaml/.def file), else the line saying it does not, with the known names: what an
     environment file is checked against when it is read, before anything is written."""
     if name == HOST_BASE or _definition_file(name) is not None:
@@ -285,13 +319,16 @@ def input_labels(base: BaseImage, prefix: str = "dedal.base") -> Dict[str, str]:
     ``prefix``: ``dedal.runtime_base`` for the base an image is assembled on when it is
     not its build base."""
     listing = "".join(f"{name}={version}\n" for name, version in sorted(base.packages.items()))
-    labels = {f"{prefix}.packages.sha256": hashlib.sha256(listing.encode()).hexdigest(),
-              f"{prefix}.packages.count": str(len(base.packages))}
+    labels = {
+        f"{prefix}.packages.sha256": hashlib.sha256(listing.encode()).hexdigest(),
+        f"{prefix}.packages.count": str(len(base.packages)),
+    }
     if base.mirror:
         labels[f"{prefix}.mirror"] = base.mirror
     if base.apt_releases:
         labels[f"{prefix}.apt_releases"] = json.dumps(
-            {name: r.get("date", "") for name, r in sorted(base.apt_releases.items())}, separators=(",", ":"))
+            {name: r.get("date", "") for name, r in sorted(base.apt_releases.items())}, separators=(",", ":")
+        )
     return labels
 
 
@@ -302,8 +339,10 @@ def runtime_base_name(build: str, runtime: Optional[str]) -> str:
     if not runtime or runtime == build:
         return build
     if HOST_BASE in (build, runtime):
-        raise UserError(f"runtime_base {runtime}: a runtime base goes with a base image, not with base {HOST_BASE} "
-                        f"(base_image is {build})")
+        raise UserError(
+            f"runtime_base {runtime}: a runtime base goes with a base image, not with base {HOST_BASE} "
+            f"(base_image is {build})"
+        )
     load_definition(runtime)
     return runtime
 
@@ -312,8 +351,9 @@ def package_mismatches(build: Mapping[str, str], runtime: Mapping[str, str]) -> 
     """(package, build version, runtime version) of every package both bases hold in
     different versions, sorted. A runtime base must match its build base here: a layer
     linked against one version of a library must run against that same version."""
-    return [(name, build[name], runtime[name]) for name in sorted(set(build) & set(runtime))
-            if build[name] != runtime[name]]
+    return [
+        (name, build[name], runtime[name]) for name in sorted(set(build) & set(runtime)) if build[name] != runtime[name]
+    ]
 
 
 def check_runtime_base(build: BaseImage, runtime: BaseImage) -> int:
@@ -322,19 +362,24 @@ def check_runtime_base(build: BaseImage, runtime: BaseImage) -> int:
     different mirror states). Returns how many shared packages were compared."""
     what = f"runtime base {runtime.name} ({runtime.id}) and build base {build.name} ({build.id})"
     if build.arch != runtime.arch or build.os_id != runtime.os_id:
-        raise UserError(f"{what} differ: {runtime.os_id}/{runtime.arch} vs {build.os_id}/{build.arch}; "
-                        "a runtime base must have its build base's OS release and architecture")
+        raise UserError(
+            f"{what} differ: {runtime.os_id}/{runtime.arch} vs {build.os_id}/{build.arch}; "
+            "a runtime base must have its build base's OS release and architecture"
+        )
     shared = set(build.packages) & set(runtime.packages)
     if not shared:
-        raise UserError(f"{what} share no package: no way to tell that they come from one distribution "
-                        "release and mirror state")
+        raise UserError(
+            f"{what} share no package: no way to tell that they come from one distribution release and mirror state"
+        )
     bad = package_mismatches(build.packages, runtime.packages)
     if bad:
         shown = ", ".join(f"{n} {b} (build) vs {r} (runtime)" for n, b, r in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        raise UserError(f"{what}: {len(bad)} of the {len(shared)} packages they share differ in version: {shown}{more}; "
-                        f"rebuild the runtime base (`dedal base build {runtime.name} --rebuild`), or both bases "
-                        "where the mirror has moved on since the build base was made")
+        raise UserError(
+            f"{what}: {len(bad)} of the {len(shared)} packages they share differ in version: {shown}{more}; "
+            f"rebuild the runtime base (`dedal base build {runtime.name} --rebuild`), or both bases "
+            "where the mirror has moved on since the build base was made"
+        )
     return len(shared)
 
 
@@ -392,19 +437,37 @@ def list_bases(settings: Settings) -> List[Dict[str, Any]]:
         bid = definition_id(defn)
         current.add(bid)
         img = read_base(cache / bid)
-        rows.append({"name": name, "kind": defn.kind, "id": bid, "built": img is not None,
-                     "path": str(cache / bid) if img else "", "description": defn.description,
-                     "squashfs_bytes": img.squashfs_bytes if img else 0,
-                     "buildable_here": defn.kind == "debian" or shutil.which("apptainer") is not None})
+        rows.append(
+            {
+                "name": name,
+                "kind": defn.kind,
+                "id": bid,
+                "built": img is not None,
+                "path": str(cache / bid) if img else "",
+                "description": defn.description,
+                "squashfs_bytes": img.squashfs_bytes if img else 0,
+                "buildable_here": defn.kind == "debian" or shutil.which("apptainer") is not None,
+            }
+        )
     if cache.is_dir():
         for d in sorted(cache.iterdir()):
             if d.name.startswith(".") or d.name in current or not d.is_dir():
                 continue
             img = read_base(d)
             if img:
-                rows.append({"name": img.name, "kind": img.kind, "id": img.id, "built": True, "stale": True,
-                             "path": str(d), "description": "definition changed since (stale)",
-                             "squashfs_bytes": img.squashfs_bytes, "buildable_here": False})
+                rows.append(
+                    {
+                        "name": img.name,
+                        "kind": img.kind,
+                        "id": img.id,
+                        "built": True,
+                        "stale": True,
+                        "path": str(d),
+                        "description": "definition changed since (stale)",
+                        "squashfs_bytes": img.squashfs_bytes,
+                        "buildable_here": False,
+                    }
+                )
     return rows
 
 

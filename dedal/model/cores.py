@@ -7,6 +7,7 @@ at ``ref_cores`` (the machine the model table was measured on), and ``p`` grows 
 size of the build: ``p = clamp(floor(d / unit_s), 1, p_max)``. The scheduler
 (:mod:`dedal.schedule`) explains what follows from it.
 """
+
 from __future__ import annotations
 
 import math

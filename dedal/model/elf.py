@@ -8,6 +8,7 @@ dynamic loader sees it (so stripped files, which keep no section headers, read t
 same). Only the header, the program headers, the dynamic section and the strings it
 names are read: a 400 MB library costs a few kilobytes.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,15 +33,15 @@ class ElfError(ValueError):
 
 @dataclass(frozen=True)
 class ElfFile:
-    elf_class: int                  # 1: 32-bit, 2: 64-bit
-    machine: int                    # e_machine (62: x86-64)
-    type: int                       # e_type (2: executable, 3: shared object or PIE)
-    interp: str = ""                # PT_INTERP (the dynamic loader a program asks for)
+    elf_class: int  # 1: 32-bit, 2: 64-bit
+    machine: int  # e_machine (62: x86-64)
+    type: int  # e_type (2: executable, 3: shared object or PIE)
+    interp: str = ""  # PT_INTERP (the dynamic loader a program asks for)
     needed: Tuple[str, ...] = ()
-    rpath: Tuple[str, ...] = ()     # DT_RPATH entries (colon-separated in the file)
-    runpath: Tuple[str, ...] = ()   # DT_RUNPATH entries
+    rpath: Tuple[str, ...] = ()  # DT_RPATH entries (colon-separated in the file)
+    runpath: Tuple[str, ...] = ()  # DT_RUNPATH entries
     soname: str = ""
-    dynamic: bool = False           # has a PT_DYNAMIC segment (dynamically linked)
+    dynamic: bool = False  # has a PT_DYNAMIC segment (dynamically linked)
 
     @property
     def ident(self) -> Tuple[int, int]:
@@ -99,12 +100,14 @@ def read_elf(path: "os.PathLike[str] | str") -> Optional[ElfFile]:
         wide = cls == 2
         head = _read(fh, 16, 48 if wide else 36)
         if wide:
-            e_type, machine, _ver, _entry, phoff, _shoff, _flags, _ehsize, phentsize, phnum = \
-                struct.unpack(end + "HHIQQQIHHH", head[:42])
+            e_type, machine, _ver, _entry, phoff, _shoff, _flags, _ehsize, phentsize, phnum = struct.unpack(
+                end + "HHIQQQIHHH", head[:42]
+            )
             ph_fmt, dyn_fmt = end + "IIQQQQQQ", end + "qQ"
         else:
-            e_type, machine, _ver, _entry, phoff, _shoff, _flags, _ehsize, phentsize, phnum = \
-                struct.unpack(end + "HHIIIIIHHH", head[:30])
+            e_type, machine, _ver, _entry, phoff, _shoff, _flags, _ehsize, phentsize, phnum = struct.unpack(
+                end + "HHIIIIIHHH", head[:30]
+            )
             ph_fmt, dyn_fmt = end + "IIIIIIII", end + "iI"
         ph_size, dyn_size = struct.calcsize(ph_fmt), struct.calcsize(dyn_fmt)
         if phnum == 0 or phoff == 0:
@@ -112,11 +115,11 @@ def read_elf(path: "os.PathLike[str] | str") -> Optional[ElfFile]:
         if phnum > _MAX_PHNUM or phentsize < ph_size:
             raise ElfError(f"implausible program header table ({phnum} entries of {phentsize} bytes)")
         raw = _read(fh, phoff, phnum * phentsize)
-        loads: List[Tuple[int, int, int]] = []   # (vaddr, filesz, offset)
+        loads: List[Tuple[int, int, int]] = []  # (vaddr, filesz, offset)
         dynamic: Optional[Tuple[int, int]] = None
         interp = ""
         for i in range(phnum):
-            fields = struct.unpack(ph_fmt, raw[i * phentsize:i * phentsize + ph_size])
+            fields = struct.unpack(ph_fmt, raw[i * phentsize : i * phentsize + ph_size])
             if wide:
                 p_type, _pflags, p_offset, p_vaddr, _paddr, p_filesz = fields[:6]
             else:
@@ -133,7 +136,7 @@ def read_elf(path: "os.PathLike[str] | str") -> Optional[ElfFile]:
         raw = _read(fh, dynamic[0], count * dyn_size)
         entries: List[Tuple[int, int]] = []
         for i in range(count):
-            tag, val = struct.unpack(dyn_fmt, raw[i * dyn_size:(i + 1) * dyn_size])
+            tag, val = struct.unpack(dyn_fmt, raw[i * dyn_size : (i + 1) * dyn_size])
             if tag == DT_NULL:
                 break
             entries.append((tag, val))
@@ -153,5 +156,14 @@ def read_elf(path: "os.PathLike[str] | str") -> Optional[ElfFile]:
         def paths(values: List[str]) -> Tuple[str, ...]:
             return tuple(p for v in values for p in v.split(":") if p)
 
-        return ElfFile(cls, machine, e_type, interp, needed=tuple(found[DT_NEEDED]), rpath=paths(found[DT_RPATH]),
-                       runpath=paths(found[DT_RUNPATH]), soname=(found[DT_SONAME] or [""])[0], dynamic=True)
+        return ElfFile(
+            cls,
+            machine,
+            e_type,
+            interp,
+            needed=tuple(found[DT_NEEDED]),
+            rpath=paths(found[DT_RPATH]),
+            runpath=paths(found[DT_RUNPATH]),
+            soname=(found[DT_SONAME] or [""])[0],
+            dynamic=True,
+        )

@@ -2,6 +2,7 @@
 (``dedal/data/schema/env.schema.json``): the one place they are written. A module of its own,
 light (no YAML, no base definitions), for the code that needs a default without reading an
 environment file (the plan's tag, the verification's ranks)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict

@@ -5,6 +5,7 @@ Checked against ``dedal/data/schema/env.schema.json`` (:mod:`dedal.model.schema`
 holds every default: each mistake is one precise line (``env.yaml: dedal.verify.repetitions:
 expected integer, got 'five'``), and all of them are said at once.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,13 +22,22 @@ from dedal.model.base import unknown_base
 from dedal.model.inputs import load_yaml
 from dedal.model import env_defaults
 from dedal.model.env_defaults import (  # the schema's defaults: the dataclasses below take them
-    DEFAULT_APP_OVERHEAD_PCT, DEFAULT_LAUNCHER, DEFAULT_NODES, DEFAULT_RANKS, DEFAULT_REPETITIONS, DEFAULT_TAG,
-    ENV_SCHEMA, ENV_VALIDATOR)
+    DEFAULT_APP_OVERHEAD_PCT,
+    DEFAULT_LAUNCHER,
+    DEFAULT_NODES,
+    DEFAULT_RANKS,
+    DEFAULT_REPETITIONS,
+    DEFAULT_TAG,
+    ENV_SCHEMA,
+    ENV_VALIDATOR,
+)
 from dedal.model.schema import Validator, describe
 
 # a site's file of verification rules: ``rules:``, rows of the same shape as dedal.verify.rules
 RULES_FILE_SCHEMA: Dict[str, Any] = {
-    "type": "object", "additionalProperties": False, "required": ["rules"],
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["rules"],
     "properties": {"rules": {"type": "array", "items": {"$ref": "#/definitions/rule"}}},
     "definitions": ENV_SCHEMA["definitions"],
 }
@@ -55,13 +65,22 @@ class AppMetric:
     def from_json(cls, data: Dict[str, Any]) -> "AppMetric":
         """From the metric of a checked file (its defaults filled in)."""
         reps = data.get("repetitions")
-        return cls(match=data["match"], unit=data["unit"], better=data["better"],
-                   overhead_pct=float(data["overhead_pct"]),
-                   repetitions=int(reps) if reps is not None else None)
+        return cls(
+            match=data["match"],
+            unit=data["unit"],
+            better=data["better"],
+            overhead_pct=float(data["overhead_pct"]),
+            repetitions=int(reps) if reps is not None else None,
+        )
 
     def to_json(self) -> Dict[str, Any]:
-        return {"match": self.match, "unit": self.unit, "better": self.better, "overhead_pct": self.overhead_pct,
-                "repetitions": self.repetitions}
+        return {
+            "match": self.match,
+            "unit": self.unit,
+            "better": self.better,
+            "overhead_pct": self.overhead_pct,
+            "repetitions": self.repetitions,
+        }
 
 
 @dataclass
@@ -90,7 +109,7 @@ class AppCheck:
     ``reference`` file is checked after every run."""
 
     name: str
-    command: List[str]          # a string in the file runs as ``/bin/sh -c STRING``
+    command: List[str]  # a string in the file runs as ``/bin/sh -c STRING``
     ranks: int = env_defaults.APP["ranks"]
     nodes: int = env_defaults.APP["nodes"]
     expect: str = env_defaults.APP["expect"]
@@ -104,16 +123,28 @@ class AppCheck:
         """From an app of a checked file (its defaults filled in)."""
         command = data["command"]
         ref = data.get("reference")
-        return cls(name=data["name"], command=["/bin/sh", "-c", command] if isinstance(command, str) else list(command),
-                   ranks=int(data["ranks"]), nodes=int(data["nodes"]), expect=data["expect"],
-                   timeout=float(data["timeout"]), env=dict(data["env"]),
-                   metric=AppMetric.from_json(data["metric"]) if data.get("metric") else None,
-                   reference=AppReference(ref["output"], ref["expected"]) if ref else None)
+        return cls(
+            name=data["name"],
+            command=["/bin/sh", "-c", command] if isinstance(command, str) else list(command),
+            ranks=int(data["ranks"]),
+            nodes=int(data["nodes"]),
+            expect=data["expect"],
+            timeout=float(data["timeout"]),
+            env=dict(data["env"]),
+            metric=AppMetric.from_json(data["metric"]) if data.get("metric") else None,
+            reference=AppReference(ref["output"], ref["expected"]) if ref else None,
+        )
 
     def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"name": self.name, "command": list(self.command), "ranks": self.ranks,
-                               "nodes": self.nodes, "expect": self.expect, "timeout": self.timeout,
-                               "env": dict(self.env)}
+        out: Dict[str, Any] = {
+            "name": self.name,
+            "command": list(self.command),
+            "ranks": self.ranks,
+            "nodes": self.nodes,
+            "expect": self.expect,
+            "timeout": self.timeout,
+            "env": dict(self.env),
+        }
         # only where set: an app check's form (and the settings digest of its reports) stays as it was
         if self.metric is not None:
             out["metric"] = self.metric.to_json()
@@ -153,7 +184,9 @@ class EnvFile:
     registry: str = env_defaults.DEDAL["registry"]
     lock: Optional[Path] = None
     keep_build_deps: bool = env_defaults.DEDAL["keep_build_deps"]
-    rebuild: bool = env_defaults.DEDAL["rebuild"]  # CI: rebuild the published image (dedal rebuild) and fail on a difference
+    rebuild: bool = env_defaults.DEDAL[
+        "rebuild"
+    ]  # CI: rebuild the published image (dedal rebuild) and fail on a difference
     only: List[str] = field(default_factory=list)
     runscript: str = env_defaults.DEDAL["runscript"]
     labels: Dict[str, str] = field(default_factory=dict)
@@ -199,8 +232,10 @@ def app_problem(app: AppCheck) -> str:
     except re.error as e:
         return f"metric.match: not a regular expression: {e}"
     if "value" not in match.groupindex:
-        return (f"metric.match: needs a group named value that captures the number (e.g. 'time: "
-                f"(?P<value>[0-9.]+) s'), got {describe(app.metric.match)}")
+        return (
+            f"metric.match: needs a group named value that captures the number (e.g. 'time: "
+            f"(?P<value>[0-9.]+) s'), got {describe(app.metric.match)}"
+        )
     return ""
 
 

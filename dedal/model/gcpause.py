@@ -5,6 +5,7 @@ small objects and no reference cycles worth collecting; the collector still walk
 live object now and then, and the live objects are what grows: 20,000 specs spent a third
 of their time there. :func:`collector_paused` turns it off around such work.
 """
+
 from __future__ import annotations
 
 import gc

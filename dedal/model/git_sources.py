@@ -11,6 +11,7 @@ the image's SBOM names the origin of every package built from one (:func:`origin
 
 Pure: reads and writes only the manifest.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,15 +36,16 @@ _PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*/$")
 @dataclass(frozen=True)
 class GitSource:
     """One archived source: the recipe's package and version, and its origin."""
-    package: str       # Spack package name
-    version: str       # the version the recipe gives this archive
-    repository: str    # origin: the repository's URL
-    ref: str           # the tag or commit as published (v2.13.6, bed60f5)
-    commit: str        # the commit it names (40 hex digits)
-    prefix: str        # top directory of the archive, with a trailing '/'
-    url: str           # where the archive can be downloaded (the recipe's URL)
-    sha256: str = ""   # of the .tar.gz ("" until recorded)
-    size: int = 0      # bytes
+
+    package: str  # Spack package name
+    version: str  # the version the recipe gives this archive
+    repository: str  # origin: the repository's URL
+    ref: str  # the tag or commit as published (v2.13.6, bed60f5)
+    commit: str  # the commit it names (40 hex digits)
+    prefix: str  # top directory of the archive, with a trailing '/'
+    url: str  # where the archive can be downloaded (the recipe's URL)
+    sha256: str = ""  # of the .tar.gz ("" until recorded)
+    size: int = 0  # bytes
     note: str = ""
 
     @property
@@ -67,6 +69,7 @@ class GitSource:
 @dataclass
 class GitSources:
     """The manifest: the package repository's namespace and its archived sources."""
+
     namespace: str
     sources: List[GitSource] = field(default_factory=list)
     path: Optional[Path] = None
@@ -78,8 +81,11 @@ class GitSources:
         return None
 
     def to_json(self) -> Dict[str, Any]:
-        return {"format": FORMAT, "namespace": self.namespace,
-                "sources": [s.to_json() for s in sorted(self.sources, key=lambda s: (s.package, s.version))]}
+        return {
+            "format": FORMAT,
+            "namespace": self.namespace,
+            "sources": [s.to_json() for s in sorted(self.sources, key=lambda s: (s.package, s.version))],
+        }
 
     @classmethod
     def from_json(cls, data: Any, where: str = MANIFEST) -> "GitSources":
@@ -114,8 +120,12 @@ def _entry(raw: Any, where: str) -> GitSource:
         if not isinstance(value, want) or isinstance(value, bool):
             raise UserError(f"{where}: {key!r} must be {'an integer' if want is int else 'a string'}")
         values[key] = value
-    checks = (("package", _NAME, "a Spack package name"), ("version", _VERSION, "a Spack version"),
-              ("commit", _COMMIT, "40 lower-case hex digits"), ("prefix", _PREFIX, "a directory name ending in '/'"))
+    checks = (
+        ("package", _NAME, "a Spack package name"),
+        ("version", _VERSION, "a Spack version"),
+        ("commit", _COMMIT, "40 lower-case hex digits"),
+        ("prefix", _PREFIX, "a directory name ending in '/'"),
+    )
     for key, pattern, what in checks:
         if not pattern.match(values[key]):
             raise UserError(f"{where}: {key} {values[key]!r} is not {what}")
@@ -197,6 +207,11 @@ def archived_by_sha256(repo_dirs: Iterable[Path]) -> Dict[str, GitSource]:
 
 def origin_record(source: GitSource) -> Mapping[str, str]:
     """What the SBOM says of an archived source (plain strings)."""
-    return {"repository": source.repository, "ref": source.ref, "commit": source.commit,
-            "url": source.url, "sha256": source.sha256, "archive": f"git archive --prefix={source.prefix} "
-            f"{source.commit} | gzip -n"}
+    return {
+        "repository": source.repository,
+        "ref": source.ref,
+        "commit": source.commit,
+        "url": source.url,
+        "sha256": source.sha256,
+        "archive": f"git archive --prefix={source.prefix} {source.commit} | gzip -n",
+    }

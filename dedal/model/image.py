@@ -3,12 +3,13 @@
 The same names serve the assembly that writes them, the base that precomputes what an
 image leaves of it (:func:`image_tops`), and the runtimes and tests that read them.
 """
+
 from __future__ import annotations
 
 from typing import List
 
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-ENV_IN_IMAGE = "/opt/dedal/env"        # spack.yaml + spack.lock of the image (like containerize's /opt/spack-environment)
+ENV_IN_IMAGE = "/opt/dedal/env"  # spack.yaml + spack.lock of the image (like containerize's /opt/spack-environment)
 # the files of ENV_IN_IMAGE besides spack.yaml and spack.lock: the environment file and the base
 # definitions the image was assembled from (assemble writes them, rebuild reads them back)
 ENV_FILE = "env.yaml"
@@ -16,12 +17,26 @@ BASE_FILE = "base.yaml"
 RUNTIME_BASE_FILE = "runtime-base.yaml"
 SBOM_IN_IMAGE = "/opt/dedal/sbom.cdx.json"
 ENV_SCRIPT = "/.singularity.d/env/91-environment.sh"
-SYMLINKS = {".run": ".singularity.d/actions/run", ".exec": ".singularity.d/actions/exec",
-            ".test": ".singularity.d/actions/test", ".shell": ".singularity.d/actions/shell",
-            "apptainer": ".singularity.d/runscript", "singularity": ".singularity.d/runscript",
-            "environment": ".singularity.d/env/90-environment.sh"}
-MOUNT_POINTS = {"dev": 0o755, "proc": 0o555, "sys": 0o555, "tmp": 0o1777, "etc": 0o755, "home": 0o755,
-                "root": 0o700, "var": 0o755, "var/tmp": 0o1777}
+SYMLINKS = {
+    ".run": ".singularity.d/actions/run",
+    ".exec": ".singularity.d/actions/exec",
+    ".test": ".singularity.d/actions/test",
+    ".shell": ".singularity.d/actions/shell",
+    "apptainer": ".singularity.d/runscript",
+    "singularity": ".singularity.d/runscript",
+    "environment": ".singularity.d/env/90-environment.sh",
+}
+MOUNT_POINTS = {
+    "dev": 0o755,
+    "proc": 0o555,
+    "sys": 0o555,
+    "tmp": 0o1777,
+    "etc": 0o755,
+    "home": 0o755,
+    "root": 0o700,
+    "var": 0o755,
+    "var/tmp": 0o1777,
+}
 
 
 def image_tops(install_root: str, view: str) -> List[str]:

@@ -3,6 +3,7 @@
 Undecodable bytes, syntax errors, values the parsers refuse (a YAML timestamp
 ``2024-13-45``, an integer of 5,000 digits) and nesting so deep that a parser or a
 later recursive walk would exhaust Python's stack all end here, not in a traceback."""
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,10 @@ MAX_DEPTH = 64  # no dedal input nests deeper than about 10 levels
 
 
 def _depth_problem(data: Any) -> str:
-    """"" or why the nesting is refused: deeper than MAX_DEPTH, or a YAML alias that
+    """ "" or why the nesting is refused: deeper than MAX_DEPTH, or a YAML alias that
     contains itself. Iterative, and each container counted once (aliases share them):
     the point is neither to recurse nor to expand "billion laughs" documents."""
+
     def kids(value: Any) -> list:
         items = list(value.values()) + list(value.keys()) if isinstance(value, dict) else list(value)
         return [c for c in items if isinstance(c, (dict, list, tuple))]
@@ -102,8 +104,11 @@ def parse_json(text: str, where: Union[str, Path]) -> Any:
     except ValueError as exc:  # e.g. an integer longer than Python's int_max_str_digits
         raise UserError(f"{where}: not valid JSON ({str(exc).splitlines()[0][:200]})") from None
     depth = _json_text_depth(text)
-    problem = _json_depth_problem(data) if depth is None else (
-        f"nested deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH else "")
+    problem = (
+        _json_depth_problem(data)
+        if depth is None
+        else (f"nested deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH else "")
+    )
     if problem:
         raise UserError(f"{where}: not accepted: {problem}")
     return data
@@ -121,7 +126,15 @@ def _yaml_problem(exc: yaml.YAMLError, where: Union[str, Path]) -> str:
     context = ""
     if exc.problem and exc.context:
         at = exc.context_mark
-        context = f" ({exc.context}" + (f" at {at.line + 1}:{at.column + 1}" if at is not None and (mark is None or (at.line, at.column) != (mark.line, mark.column)) else "") + ")"
+        context = (
+            f" ({exc.context}"
+            + (
+                f" at {at.line + 1}:{at.column + 1}"
+                if at is not None and (mark is None or (at.line, at.column) != (mark.line, mark.column))
+                else ""
+            )
+            + ")"
+        )
     if mark is None:
         return f"{where}: not valid YAML: {problem}{context}"
     if isinstance(where, Path):
@@ -159,7 +172,9 @@ def parse_yaml(text: str, where: Union[str, Path]) -> Any:
     except RecursionError:
         raise UserError(f"{where}: not accepted: nested deeper than {MAX_DEPTH} levels") from None
     except (ValueError, TypeError, OverflowError) as exc:  # a constructor refused a value (dates, ...)
-        raise UserError(f"{where}: not valid YAML ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
+        raise UserError(
+            f"{where}: not valid YAML ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})"
+        ) from None
     problem = _depth_problem(data)
     if problem:
         raise UserError(f"{where}: not accepted: {problem}")

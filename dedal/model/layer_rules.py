@@ -9,6 +9,7 @@ No file is read here: :mod:`dedal.stages.layer_audit` lists a squashfs or walks 
 (through :mod:`dedal.adapters.squashfs`) and judges what it finds with these rules, for
 every stage that stores, unpacks or composes layers.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -29,8 +30,14 @@ class LayerInfo:
     built_at: str = ""
 
     def label(self) -> Dict[str, Any]:
-        return {"key": self.key, "name": self.name, "version": self.version, "hash": self.hash,
-                "sha256": self.sha256, "size": self.size}
+        return {
+            "key": self.key,
+            "name": self.name,
+            "version": self.version,
+            "hash": self.hash,
+            "sha256": self.sha256,
+            "size": self.size,
+        }
 
 
 def inside(path: str, root: str) -> bool:
@@ -92,22 +99,32 @@ def symlink_problem(path: str, target: str, install_root: str, shown: str = "") 
             return f"symlink {shown} -> {target} escapes the install root {install_root}"
     return None
 
+
 AUDIT_RULES = 3  # bump when entry_problem or prefix_problem changes: remembered audits are then redone
 
 
 def prefix_problem(prefix: str) -> Optional[str]:
     """Why a manifest's ``prefix`` may not name a layer's directory under the install root
     (None: it may): one plain directory name, no ``..``, no separator, no line break."""
-    if not isinstance(prefix, str) or not prefix or prefix in (".", "..") or "/" in prefix \
-            or any(c in prefix for c in "\n\r\x00"):
+    if (
+        not isinstance(prefix, str)
+        or not prefix
+        or prefix in (".", "..")
+        or "/" in prefix
+        or any(c in prefix for c in "\n\r\x00")
+    ):
         return f"its manifest names prefix {prefix!r}, not one directory name under the install root"
     return None
 
 
 def root_problem(install_root: str) -> Optional[str]:
     """Why a manifest's install root is not one (an absolute path without ``..``)."""
-    if not isinstance(install_root, str) or not install_root.startswith("/") \
-            or ".." in install_root.split("/") or any(c in install_root for c in "\n\r\x00"):
+    if (
+        not isinstance(install_root, str)
+        or not install_root.startswith("/")
+        or ".." in install_root.split("/")
+        or any(c in install_root for c in "\n\r\x00")
+    ):
         return f"its manifest names install root {install_root!r}, not an absolute path"
     return None
 
@@ -136,8 +153,16 @@ SYSTEM_PROGRAM_DIRS = ("bin", "sbin", "lib", "usr/bin", "usr/sbin", "usr/lib", "
 # The device nodes debootstrap leaves in /dev (major,minor): the ones that give no access
 # to any hardware or memory. Apptainer mounts its own /dev over them; dedal verify unpacks
 # them onto the host, where /dev/mem or a disk's block device would be real.
-HARMLESS_DEVICES = {"dev/null": "1,3", "dev/zero": "1,5", "dev/full": "1,7", "dev/random": "1,8",
-                    "dev/urandom": "1,9", "dev/tty": "5,0", "dev/console": "5,1", "dev/ptmx": "5,2"}
+HARMLESS_DEVICES = {
+    "dev/null": "1,3",
+    "dev/zero": "1,5",
+    "dev/full": "1,7",
+    "dev/random": "1,8",
+    "dev/urandom": "1,9",
+    "dev/tty": "5,0",
+    "dev/console": "5,1",
+    "dev/ptmx": "5,2",
+}
 INSTALL_ROOT_LABEL = "dedal.install_root"
 
 
@@ -180,7 +205,7 @@ def image_entry_problem(entry: Mapping[str, str], install_root: Optional[str]) -
         problem = mode_problem(shown, mode)
         if problem or mode[:1] != "l":
             return problem
-        return symlink_problem(path[len(root) + 1:], target, install_root or "", shown)
+        return symlink_problem(path[len(root) + 1 :], target, install_root or "", shown)
     if mode[:1] == "c" and HARMLESS_DEVICES.get(path) == entry.get("size"):
         return None
     if len(mode) == 10 and mode[0] == "-" and path.startswith(tuple(d + "/" for d in SYSTEM_PROGRAM_DIRS)):

@@ -6,6 +6,7 @@ the manifest written (temp file + rename) last, so a reader never sees half a la
 Concurrent builders of one key are serialized by a lock file; the loser discards its
 copy. The key covers everything that makes the bytes (DAG hash, install root, base).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +41,10 @@ def layer_key(name: str, version: str, dag_hash: str, install_root: str, base_id
     # json.dumps({"format": ..., "hash": ..., "install_root": ..., "base": ...}, sort_keys=True),
     # spelled out: a plan of 20,000 specs asks 20,000 times (tests/model/test_layers.py holds
     # it to json.dumps)
-    payload = (f'{{"base": {_json_str(base_id)}, "format": {LAYER_FORMAT}, "hash": {_json_str(dag_hash)}, '
-               f'"install_root": {_json_str(str(install_root))}}}')
+    payload = (
+        f'{{"base": {_json_str(base_id)}, "format": {LAYER_FORMAT}, "hash": {_json_str(dag_hash)}, '
+        f'"install_root": {_json_str(str(install_root))}}}'
+    )
     digest = hashlib.sha256(payload.encode()).hexdigest()[:16]
     return f"{_UNSAFE.sub('_', name)}-{_UNSAFE.sub('_', version)[:40]}-{dag_hash[:7]}-{digest}"
 
@@ -72,14 +75,14 @@ class LayerManifest:
     version: str
     hash: str
     namespace: str
-    prefix: str            # directory name under the install root
+    prefix: str  # directory name under the install root
     install_root: str
     base_id: str
-    size: int = 0          # bytes of the squashfs
-    files: int = 0         # entries (files, dirs, links) in the prefix
+    size: int = 0  # bytes of the squashfs
+    files: int = 0  # entries (files, dirs, links) in the prefix
     sha256: str = ""
     build_seconds: float = 0.0
-    build_cores: int = 0   # make -j of that build (0: not recorded, manifests before dedal recorded it)
+    build_cores: int = 0  # make -j of that build (0: not recorded, manifests before dedal recorded it)
     pack_seconds: float = 0.0
     built_at: str = ""
     host: str = ""
@@ -102,9 +105,9 @@ class LayerManifest:
 @dataclass
 class StoreCheck:
     ok: List[str] = field(default_factory=list)
-    corrupt: List[str] = field(default_factory=list)     # "key: reason"
-    orphaned: List[str] = field(default_factory=list)    # files without a complete layer
-    refused: List[str] = field(default_factory=list)     # whole layers the entry audit refuses (one line each)
+    corrupt: List[str] = field(default_factory=list)  # "key: reason"
+    orphaned: List[str] = field(default_factory=list)  # files without a complete layer
+    refused: List[str] = field(default_factory=list)  # whole layers the entry audit refuses (one line each)
     # temporaries that are no fault of the store: those of dedal processes that are gone
     # (killed during mksquashfs: the next build and `layers gc` remove them) and those of
     # processes this host cannot judge (another node's build, which may be running)
@@ -115,8 +118,14 @@ class StoreCheck:
         return not self.corrupt and not self.orphaned and not self.refused
 
     def to_json(self) -> dict:
-        return {"ok": len(self.ok), "corrupt": self.corrupt, "orphaned": self.orphaned, "refused": self.refused,
-                "temporaries": self.temporaries, "clean": self.clean}
+        return {
+            "ok": len(self.ok),
+            "corrupt": self.corrupt,
+            "orphaned": self.orphaned,
+            "refused": self.refused,
+            "temporaries": self.temporaries,
+            "clean": self.clean,
+        }
 
 
 class LayerStore:
@@ -277,11 +286,15 @@ class LayerStore:
                     if state == ALIVE:
                         continue  # a build is writing it
                     if state == GONE:
-                        check.temporaries.append(f".tmp/{tmp.name}: left by a dedal process that is gone (killed); "
-                                                 "the next build or `dedal layers gc` removes it")
+                        check.temporaries.append(
+                            f".tmp/{tmp.name}: left by a dedal process that is gone (killed); "
+                            "the next build or `dedal layers gc` removes it"
+                        )
                     elif _owned(tmp.name) and _young(tmp):
-                        check.temporaries.append(f".tmp/{tmp.name}: of a dedal process on another host or in another "
-                                                 "PID namespace (it may still be writing it); kept")
+                        check.temporaries.append(
+                            f".tmp/{tmp.name}: of a dedal process on another host or in another "
+                            "PID namespace (it may still be writing it); kept"
+                        )
                     else:
                         check.orphaned.append(f".tmp/{tmp.name}: leftover temporary file")
         return check
@@ -301,7 +314,7 @@ class LayerStore:
                     if not dry_run:
                         sqfs.unlink(missing_ok=True)
             for records in sorted(self.root.glob("*.records")):
-                if not self.manifest_path(records.name[:-len(".records")]).is_file():
+                if not self.manifest_path(records.name[: -len(".records")]).is_file():
                     removed.append(records.name)
                     if not dry_run:
                         shutil.rmtree(records, ignore_errors=True)

@@ -5,6 +5,7 @@ Package names, versions and hashes from a spack.lock (a prefix is
 file (``<work_dir>/<env>/``, ``<images_dir>/<env>/<tag>.sif``), the environment name a
 lock file's name gives, layer keys: each is checked here where it enters, so that no
 ``..``, ``/`` or NUL can carry a path outside the directory it is joined to."""
+
 from __future__ import annotations
 
 import re

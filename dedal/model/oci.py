@@ -20,6 +20,7 @@ can be built and checked (and tested) without a registry.
 not JSON, not a SIF image) is part of these values; the adapter adds the transport's
 own errors (``NotFound``, ``RegistryAuthError``) as subclasses.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -123,26 +124,30 @@ def valid_tag(text: str) -> bool:
     return bool(_TAG.match(text))
 
 
-def parse_reference(text: str, *, require_scheme: bool = True, repository_only: bool = False,
-                    allow_digest: bool = True) -> Reference:
+def parse_reference(
+    text: str, *, require_scheme: bool = True, repository_only: bool = False, allow_digest: bool = True
+) -> Reference:
     """Parse an ``oras://`` reference; UserError (never echoing credentials) when bad."""
     original = text.strip() if isinstance(text, str) else ""
     if not original:
         raise UserError("empty registry reference (expected oras://HOST[:PORT]/REPO:TAG)")
     rest = original
     if rest.startswith(SCHEME):
-        rest = rest[len(SCHEME):]
+        rest = rest[len(SCHEME) :]
     elif "://" in rest:
         scheme = rest.split("://", 1)[0]
-        raise UserError(f"{scheme}:// references are not supported: dedal publishes and pulls "
-                        f"oras://HOST[:PORT]/REPO:TAG")
+        raise UserError(
+            f"{scheme}:// references are not supported: dedal publishes and pulls oras://HOST[:PORT]/REPO:TAG"
+        )
     elif require_scheme:
         raise UserError(f"{original!r}: expected oras://HOST[:PORT]/REPO:TAG")
     host, slash, path = rest.partition("/")
     if "@" in host:
-        raise UserError("credentials must not be written into the registry reference; use docker/podman "
-                        "login, $REGISTRY_AUTH_FILE, DEDAL_REGISTRY_USER + DEDAL_REGISTRY_PASSWORD or "
-                        "--password-stdin")
+        raise UserError(
+            "credentials must not be written into the registry reference; use docker/podman "
+            "login, $REGISTRY_AUTH_FILE, DEDAL_REGISTRY_USER + DEDAL_REGISTRY_PASSWORD or "
+            "--password-stdin"
+        )
     shown = f"{SCHEME}{rest}"
     if not host or not _HOST.match(host):
         raise UserError(f"{shown}: {host!r} is not a registry host[:port]")
@@ -170,8 +175,10 @@ def parse_reference(text: str, *, require_scheme: bool = True, repository_only: 
         if component != component.lower() and _COMPONENT.match(component.lower()):
             raise UserError(f"{shown}: repository names must be lowercase ({path!r})")
         if not _COMPONENT.match(component):
-            raise UserError(f"{shown}: {component!r} is not a valid repository name component "
-                            "(lowercase letters, digits and single '.', '_' or '-' between them)")
+            raise UserError(
+                f"{shown}: {component!r} is not a valid repository name component "
+                "(lowercase letters, digits and single '.', '_' or '-' between them)"
+            )
     if len(host) + 1 + len(path) > 255:
         raise UserError(f"{shown}: repository name longer than 255 characters")
     if repository_only and (tag or digest):
@@ -231,16 +238,21 @@ def sif_manifest(*, sif_digest: str, sif_size: int, title: str, annotations: Dic
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "config": {"mediaType": SIF_CONFIG_MEDIA_TYPE, "digest": EMPTY_JSON_DIGEST, "size": 2, "data": "e30="},
-        "layers": [{
-            "mediaType": SIF_LAYER_MEDIA_TYPE, "digest": sif_digest, "size": sif_size,
-            "annotations": {ANN_TITLE: title},
-        }],
+        "layers": [
+            {
+                "mediaType": SIF_LAYER_MEDIA_TYPE,
+                "digest": sif_digest,
+                "size": sif_size,
+                "annotations": {ANN_TITLE: title},
+            }
+        ],
         "annotations": dict(annotations),
     }
 
 
-def artifact_manifest(*, artifact_type: str, layers: List[Dict[str, Any]], subject: Dict[str, Any],
-                      annotations: Dict[str, str]) -> Dict[str, Any]:
+def artifact_manifest(
+    *, artifact_type: str, layers: List[Dict[str, Any]], subject: Dict[str, Any], annotations: Dict[str, str]
+) -> Dict[str, Any]:
     """An OCI 1.1 artifact manifest (empty config) that refers to ``subject``."""
     return {
         "schemaVersion": 2,
@@ -253,7 +265,9 @@ def artifact_manifest(*, artifact_type: str, layers: List[Dict[str, Any]], subje
     }
 
 
-def layer_artifact(*, squashfs: Dict[str, Any], manifest: Dict[str, Any], annotations: Dict[str, str]) -> Dict[str, Any]:
+def layer_artifact(
+    *, squashfs: Dict[str, Any], manifest: Dict[str, Any], annotations: Dict[str, str]
+) -> Dict[str, Any]:
     """The OCI 1.1 artifact of one layer in a remote layer cache: its squashfs and its
     layer manifest (dedal.model.layers) as blobs, found by a tag derived from the key."""
     return {
@@ -276,8 +290,9 @@ def check_sif_manifest(manifest: Dict[str, Any], where: str) -> Dict[str, Any]:
     layer = layers[0]
     if not isinstance(layer, dict) or layer.get("mediaType") not in SIF_LAYER_MEDIA_TYPES:
         mt = layer.get("mediaType") if isinstance(layer, dict) else None
-        raise RegistryError(f"{where}: invalid layer mediatype: {mt} (not a SIF image; expected "
-                            f"{SIF_LAYER_MEDIA_TYPE})")
+        raise RegistryError(
+            f"{where}: invalid layer mediatype: {mt} (not a SIF image; expected {SIF_LAYER_MEDIA_TYPE})"
+        )
     if not isinstance(layer.get("digest"), str) or not _DIGEST.match(layer["digest"]):
         raise RegistryError(f"{where}: the SIF layer has no sha256 digest")
     if not isinstance(layer.get("size"), int) or layer["size"] < 0:
@@ -316,7 +331,7 @@ def local_registry(host: str) -> bool:
     ``*.localhost``, a loopback address (127.0.0.0/8, ::1) or a private one (RFC 1918:
     10/8, 172.16/12, 192.168/16). Certificates are still verified when https answers."""
     if host.startswith("[") and "]" in host:  # [IPv6]:PORT
-        name = host[1:host.index("]")]
+        name = host[1 : host.index("]")]
     else:
         name = host.split(":")[0] if host.count(":") == 1 else host
     name = name.lower()

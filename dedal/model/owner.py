@@ -5,6 +5,7 @@ A pid alone says little: pids are reused, and mean nothing on another host, afte
 reboot or in another PID namespace. So an owner is recorded as host, boot id, PID
 namespace, pid and the pid's start time, and judged only where those make sense.
 """
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,13 @@ class Owner:
     def from_json(cls, data: Mapping) -> "Owner":
         """Raises KeyError, TypeError or ValueError for a record that is not one."""
         start = data["start"]
-        return cls(str(data["host"]), str(data["boot"]), str(data.get("pidns", "")), int(data["pid"]),
-                   None if start is None else int(start))
+        return cls(
+            str(data["host"]),
+            str(data["boot"]),
+            str(data.get("pidns", "")),
+            int(data["pid"]),
+            None if start is None else int(start),
+        )
 
     def state(self) -> str:
         """ALIVE or GONE where this host can tell (same host; same PID namespace unless
@@ -91,7 +97,7 @@ def tag_state(name: str, prefix: str = "") -> str:
     right after ``prefix`` (UNKNOWN for names without one, and where this host cannot tell)."""
     if not name.startswith(prefix):
         return UNKNOWN
-    parts = name[len(prefix):].split("~")
+    parts = name[len(prefix) :].split("~")
     if len(parts) < 5:
         return UNKNOWN
     host, boot, ns, pid, start = parts[:5]

@@ -2,6 +2,7 @@
 each build needs on its node. Written by ``dedal plan`` / ``dedal fetch`` as plan.json;
 every later stage reads it instead of the lock.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,13 @@ class PlanNode:
     namespace: str
     external: bool
     build_only: bool
-    runtime: bool              # in the link/run closure of the roots: goes into the image
-    status: str                # external | cached | to_build | not_needed
-    deps: Dict[str, List[str]] = field(default_factory=dict)   # child hash -> deptypes
+    runtime: bool  # in the link/run closure of the roots: goes into the image
+    status: str  # external | cached | to_build | not_needed
+    deps: Dict[str, List[str]] = field(default_factory=dict)  # child hash -> deptypes
     key: Optional[str] = None  # layer key (None for externals)
     external_path: Optional[str] = None
     estimate_s: float = 0.0
-    measured: bool = False     # estimate_s is an earlier build's of this name and version
+    measured: bool = False  # estimate_s is an earlier build's of this name and version
 
     @property
     def label(self) -> str:
@@ -51,6 +52,7 @@ class PlanNode:
 class Plan:
     """Frozen: resolved once per command and handed to each stage as it is (a stage that
     needs another plan makes one with ``dataclasses.replace``)."""
+
     lockfile_version: int
     env_name: str
     tag: str
@@ -74,8 +76,8 @@ class Plan:
     critical_path: List[str] = field(default_factory=list)
     critical_path_s: float = 0.0
     layer_store: str = ""
-    env_dir: str = ""          # where the Spack manifest (spack.yaml) and lock for the builds live
-    runtime_base: str = ""     # the base the image is assembled on, where not base_image (keys stay base_id's)
+    env_dir: str = ""  # where the Spack manifest (spack.yaml) and lock for the builds live
+    runtime_base: str = ""  # the base the image is assembled on, where not base_image (keys stay base_id's)
     format: int = PLAN_FORMAT
 
     # -- JSON ----------------------------------------------------------------
@@ -88,7 +90,9 @@ class Plan:
     def from_json(cls, data: dict, where: str = "plan.json") -> "Plan":
         try:
             if data.get("format") != PLAN_FORMAT:
-                raise UserError(f"{where}: plan format {data.get('format')!r} is not {PLAN_FORMAT}; re-run `dedal plan`")
+                raise UserError(
+                    f"{where}: plan format {data.get('format')!r} is not {PLAN_FORMAT}; re-run `dedal plan`"
+                )
             nodes = {h: PlanNode(**n) for h, n in data["nodes"].items()}
             fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "nodes"}
             plan = cls(nodes=nodes, **fields)
@@ -100,13 +104,27 @@ class Plan:
     def check(self, where: str = "plan.json") -> None:
         """What later stages rely on: field types, names that become paths (env, tag, each
         prefix and layer key, one rule set: dedal.model.names), hashes that name nodes."""
+
         def expect(value: object, kind: object, what: str) -> None:
             if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):  # type: ignore[arg-type]
                 shown = getattr(kind, "__name__", "number")
                 raise UserError(f"{where}: {what}: expected {shown}, got {type(value).__name__}")
 
-        for name in ("env_name", "tag", "install_root", "view", "base_image", "base_id", "lock_path",
-                     "lock_sha256", "spack_version", "spack_commit", "layer_store", "env_dir", "runtime_base"):
+        for name in (
+            "env_name",
+            "tag",
+            "install_root",
+            "view",
+            "base_image",
+            "base_id",
+            "lock_path",
+            "lock_sha256",
+            "spack_version",
+            "spack_commit",
+            "layer_store",
+            "env_dir",
+            "runtime_base",
+        ):
             expect(getattr(self, name), str, name)
         safe_name(self.env_name, "env_name", where)
         safe_name(self.tag, "tag", where)
@@ -117,8 +135,14 @@ class Plan:
         expect(self.critical_path_s, (int, float), "critical_path_s")  # type: ignore[arg-type]
         expect(self.root_specs, dict, "root_specs")
         expect(self.build_requirements, dict, "build_requirements")
-        hash_lists = {"roots": self.roots, "runtime_closure": self.runtime_closure, "build_only": self.build_only,
-                      "to_build": self.to_build, "cached": self.cached, "critical_path": self.critical_path}
+        hash_lists = {
+            "roots": self.roots,
+            "runtime_closure": self.runtime_closure,
+            "build_only": self.build_only,
+            "to_build": self.to_build,
+            "cached": self.cached,
+            "critical_path": self.critical_path,
+        }
         hash_lists.update({f"build_requirements[{h!r}]": v for h, v in self.build_requirements.items()})
         expect(self.waves, list, "waves")
         hash_lists.update({f"waves[{i}]": w for i, w in enumerate(self.waves)})
@@ -246,8 +270,7 @@ def make_plan(
     runtime = lock.runtime_closure()
     reachable = lock.reachable()
     build_only = reachable - runtime  # lock.build_only(), without walking the DAG twice more
-    keys = {h: layer_key(n.name, n.version, h, install_root, base_id)
-            for h, n in lock.nodes.items() if not n.external}
+    keys = {h: layer_key(n.name, n.version, h, install_root, base_id) for h, n in lock.nodes.items() if not n.external}
     present = {h for h, k in keys.items() if store is not None and store.has(k)}
     requirements = {h: sorted(r) for h, r in lock.all_build_requirements(keys).items()}
 
@@ -274,10 +297,18 @@ def make_plan(
         else:
             status = "not_needed"
         nodes[h] = PlanNode(
-            hash=h, name=n.name, version=n.version, namespace=n.namespace, external=n.external,
-            build_only=h in build_only, runtime=h in runtime, status=status,
-            deps={e.child: list(e.deptypes) for e in n.edges}, key=keys.get(h),
-            external_path=n.external_path, estimate_s=estimates[h],
+            hash=h,
+            name=n.name,
+            version=n.version,
+            namespace=n.namespace,
+            external=n.external,
+            build_only=h in build_only,
+            runtime=h in runtime,
+            status=status,
+            deps={e.child: list(e.deptypes) for e in n.edges},
+            key=keys.get(h),
+            external_path=n.external_path,
+            estimate_s=estimates[h],
             measured=not n.external and (n.name, n.version) in (measured or {}),
         )
     waves = lock.waves(to_build)

@@ -14,6 +14,7 @@ names the image (environment, tag), the lock hash, the Spack commit and the base
 Deterministic: the same plan, layers and time give the same bytes (sorted components,
 a serial number derived from the content, the time from the caller).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -71,11 +72,15 @@ def _origin_references(origin: Mapping[str, str]) -> List[Dict[str, Any]]:
     refs: List[Dict[str, Any]] = []
     if origin.get("repository"):
         ref = f" ({origin['ref']})" if origin.get("ref") and origin.get("ref") != origin.get("commit") else ""
-        refs.append({"type": "vcs", "url": origin["repository"],
-                     "comment": f"source: commit {origin.get('commit', '?')}{ref}"})
+        refs.append(
+            {"type": "vcs", "url": origin["repository"], "comment": f"source: commit {origin.get('commit', '?')}{ref}"}
+        )
     if origin.get("url"):
-        ref_doc: Dict[str, Any] = {"type": "distribution", "url": origin["url"],
-                                   "comment": f"source archive: {origin.get('archive') or 'as downloaded'}"}
+        ref_doc: Dict[str, Any] = {
+            "type": "distribution",
+            "url": origin["url"],
+            "comment": f"source archive: {origin.get('archive') or 'as downloaded'}",
+        }
         if origin.get("sha256"):
             ref_doc["hashes"] = [{"alg": "SHA-256", "content": origin["sha256"]}]
         refs.append(ref_doc)
@@ -151,15 +156,18 @@ def make_sbom(
     components.sort(key=lambda c: (c["name"], c["version"], c["bom-ref"]))
     dependencies = []
     for h in sorted(selected):
-        children = sorted(c for c, types in plan.nodes[h].deps.items()
-                          if c in chosen and set(types) & set(RUNTIME_TYPES))
+        children = sorted(
+            c for c, types in plan.nodes[h].deps.items() if c in chosen and set(types) & set(RUNTIME_TYPES)
+        )
         dependencies.append({"ref": h, "dependsOn": children})
-    meta_props = [{"name": "dedal:env", "value": plan.env_name},
-                  {"name": "dedal:lock_sha256", "value": plan.lock_sha256},
-                  {"name": "spack:version", "value": plan.spack_version},
-                  {"name": "spack:commit", "value": plan.spack_commit},
-                  {"name": "dedal:install_root", "value": plan.install_root},
-                  {"name": "dedal:view", "value": plan.view}]
+    meta_props = [
+        {"name": "dedal:env", "value": plan.env_name},
+        {"name": "dedal:lock_sha256", "value": plan.lock_sha256},
+        {"name": "spack:version", "value": plan.spack_version},
+        {"name": "spack:commit", "value": plan.spack_commit},
+        {"name": "dedal:install_root", "value": plan.install_root},
+        {"name": "dedal:view", "value": plan.view},
+    ]
     for k, v in sorted((properties or {}).items()):
         meta_props.append({"name": k, "value": str(v)})
     doc: Dict[str, Any] = {
@@ -179,8 +187,7 @@ def make_sbom(
             "properties": [p for p in meta_props if p["value"]],
         },
         "components": components,
-        "dependencies": [{"ref": "image", "dependsOn": sorted(top)}]
-                        + dependencies,
+        "dependencies": [{"ref": "image", "dependsOn": sorted(top)}] + dependencies,
     }
     digest = hashlib.sha256(dumps(doc)).digest()
     doc["serialNumber"] = f"urn:uuid:{uuid.UUID(bytes=digest[:16], version=5)}"

@@ -11,6 +11,7 @@ every defect in one line each (``dedal.verify.repetitions: expected integer, got
 'five'``), not only the first. Its own code rather than ``jsonschema``: about as many
 lines as the messages built on ``jsonschema``'s errors took, and no 50 ms import.
 """
+
 from __future__ import annotations
 
 import copy
@@ -165,8 +166,9 @@ class Validator:
             else:
                 fail(f"{here}: invalid value {describe(value)} (must match {pattern})")
 
-    def _check_object(self, value: Dict[str, Any], schema: Dict[str, Any], path: Location,
-                      errors: List[Tuple[Location, str]]) -> None:
+    def _check_object(
+        self, value: Dict[str, Any], schema: Dict[str, Any], path: Location, errors: List[Tuple[Location, str]]
+    ) -> None:
         props: Dict[str, Any] = schema.get("properties", {})
         here = where(path)
         missing = [key for key in schema.get("required", []) if key not in value]

@@ -5,6 +5,7 @@ Spack gives values in an environment's spack.yaml priority over ``-c`` overrides
 the user's ``spack:`` section plus the install tree, stages, mirror and view that
 stage needs. The lock is copied next to it, so Spack never re-concretizes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -118,7 +119,11 @@ def inputs_digest(manifest_file: Path, manifest: Mapping[str, Any]) -> str:
     a changed recipe (a new patch, a version) asks for a new concretization."""
     h = hashlib.sha256(Path(manifest_file).read_bytes())
     for top in local_inputs(manifest):
-        files = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        files = (
+            [top]
+            if top.is_file()
+            else sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        )
         for f in files:
             h.update(str(f).encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()

@@ -9,6 +9,7 @@ this model. The derived sets follow Spack's own rules (``../shared/notes/spack-o
   closure of each of those (``installer.py``: an installed dependency contributes only
   LINK|RUN; build dependencies of dependencies are not needed).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,6 +31,7 @@ RUNTIME_DEPTYPES = frozenset(("link", "run"))
 class Edge(NamedTuple):
     """An edge of the lock, immutable: a named tuple, made three times faster than a frozen
     dataclass (a lock of 10,000 specs has 73,000 edges)."""
+
     child: str  # DAG hash of the dependency
     name: str
     deptypes: Tuple[str, ...]
@@ -111,8 +113,10 @@ class SpackLock:
             elif kind == "typed":
                 kids = {h: tuple([e.child for e in n.edges if e.deptypes]) for h, n in nodes}
             else:
-                kids = {h: tuple([e.child for e in n.edges if not RUNTIME_DEPTYPES.isdisjoint(e.deptypes)])
-                        for h, n in nodes}
+                kids = {
+                    h: tuple([e.child for e in n.edges if not RUNTIME_DEPTYPES.isdisjoint(e.deptypes)])
+                    for h, n in nodes
+                }
             cached = self.__dict__[key] = (self.nodes, len(self.nodes), kids)
         return cached[2]
 
@@ -238,7 +242,9 @@ class SpackLock:
                     order.append(h)
         return order
 
-    def critical_path(self, durations: Mapping[str, float], subset: Optional[Iterable[str]] = None) -> Tuple[float, List[str]]:
+    def critical_path(
+        self, durations: Mapping[str, float], subset: Optional[Iterable[str]] = None
+    ) -> Tuple[float, List[str]]:
         """Longest chain of ``durations`` through the dependency DAG of ``subset``.
 
         Returns (length in seconds, hashes from the first package to build to the last)."""
@@ -388,7 +394,10 @@ def parse_lock(text: str, path: Optional[Path] = None) -> SpackLock:
     for node in nodes.values():
         for e in node.edges:
             if e.child not in nodes:
-                raise _fail(path, f"{node.label} depends on {e.name or '?'}/{e.child[:7]}, which is not in the lock (dangling hash)")
+                raise _fail(
+                    path,
+                    f"{node.label} depends on {e.name or '?'}/{e.child[:7]}, which is not in the lock (dangling hash)",
+                )
     spack = data.get("spack") if isinstance(data.get("spack"), dict) else {}
     lock = SpackLock(
         path=path,

@@ -8,6 +8,7 @@ from the setting ``base_image``, and :attr:`Target.base_source` says which. Writ
 work directory (spack.yaml, spack.lock, plan.json) is the stages' part:
 :func:`dedal.stages.workspace.prepare`.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,6 +34,7 @@ from dedal.model.spack_lock import SpackLock, load_lock
 class Target:
     """What a command's argument names: the environment, its lock or its plan, and the
     settings; every value here is read, none is written (the stages write)."""
+
     settings: Settings
     name: str
     env: Optional[EnvFile] = None
@@ -48,8 +50,9 @@ class Target:
     def install_root(self) -> str:
         if self.given_plan:
             return self.given_plan.install_root
-        return ((self.env.install_root if self.env and self.env.install_root else None)
-                or str(self.settings.install_root))
+        return (self.env.install_root if self.env and self.env.install_root else None) or str(
+            self.settings.install_root
+        )
 
     @property
     def view(self) -> str:
@@ -116,8 +119,10 @@ class Target:
         for c in candidates:
             if c.is_file():
                 return c
-        raise UserError(f"{self.name}: no spack.lock yet; run `dedal fetch {self.env.path if self.env else self.name}` "
-                        "(or put a spack.lock next to the environment file)")
+        raise UserError(
+            f"{self.name}: no spack.lock yet; run `dedal fetch {self.env.path if self.env else self.name}` "
+            "(or put a spack.lock next to the environment file)"
+        )
 
     def read_lock(self) -> SpackLock:
         """The lock, parsed and checked against the environment file: once per command (the
@@ -137,9 +142,18 @@ class Target:
         configured one by default) as it is now: pure, nothing written."""
         store = store if store is not None else self.store
         measured = durations.from_manifests(store.manifests()) if store.root.is_dir() else {}
-        return make_plan(lock, env_name=self.name, install_root=self.install_root, base_image=self.base_image,
-                         base_id=self.base_id(), view=self.view, tag=self.tag, store=store, measured=measured,
-                         runtime_base=self.runtime_base)
+        return make_plan(
+            lock,
+            env_name=self.name,
+            install_root=self.install_root,
+            base_image=self.base_image,
+            base_id=self.base_id(),
+            view=self.view,
+            tag=self.tag,
+            store=store,
+            measured=measured,
+            runtime_base=self.runtime_base,
+        )
 
     def work_plan(self, lock: SpackLock) -> Plan:
         """The plan as :func:`dedal.stages.workspace.prepare` writes it: against today's store,
@@ -181,15 +195,19 @@ def check_lock_matches(env: EnvFile, lock: SpackLock) -> None:
             parts.append(f"not in the lock: {', '.join(missing)}")
         if extra:
             parts.append(f"only in the lock: {', '.join(extra)}")
-        raise UserError(f"{lock.describe()} does not match {env.path} ({'; '.join(parts)}); "
-                        "re-run `dedal fetch` to concretize again, or give the matching spack.lock")
+        raise UserError(
+            f"{lock.describe()} does not match {env.path} ({'; '.join(parts)}); "
+            "re-run `dedal fetch` to concretize again, or give the matching spack.lock"
+        )
 
 
 def _env_name(name: str, path: Path) -> str:
     """The environment name a lock's file name gives (``<name>.lock``, ``<name>/spack.lock``)."""
     if name_problem(name):
-        raise UserError(f"{path}: the environment name {name!r} this file name gives cannot be used as a "
-                        f"directory name ({name_problem(name)}); rename the file to <name>.lock")
+        raise UserError(
+            f"{path}: the environment name {name!r} this file name gives cannot be used as a "
+            f"directory name ({name_problem(name)}); rename the file to <name>.lock"
+        )
     return name
 
 

@@ -13,6 +13,7 @@ strict only about bytes: a file that is not JSON, or over ``limit``, is a ``User
 The checks' skipped text and the verdict rules are defined here once, for the writer too
 (:func:`skipped_text` takes the stage's ``CheckResult`` as well as a :class:`CheckRecord`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,8 +23,21 @@ from typing import Any, Iterable, Mapping, Optional, Tuple, Union
 from dedal.errors import read_input
 from dedal.model.inputs import parse_json
 
-__all__ = ["REPORT_LIMIT", "SCHEMA_VERSION", "SKIPPED", "CheckRecord", "FindingRecord", "ReportMeta", "VerifyRecord",
-           "exit_code", "from_json", "load", "skipped_text", "verdict_in", "verdict_with"]
+__all__ = [
+    "REPORT_LIMIT",
+    "SCHEMA_VERSION",
+    "SKIPPED",
+    "CheckRecord",
+    "FindingRecord",
+    "ReportMeta",
+    "VerifyRecord",
+    "exit_code",
+    "from_json",
+    "load",
+    "skipped_text",
+    "verdict_in",
+    "verdict_with",
+]
 
 SCHEMA_VERSION = 1  # the ``schema`` of verify.json
 SKIPPED = "skipped"  # the verdict of a check planned and not run
@@ -51,9 +65,14 @@ class CheckRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "CheckRecord":
-        return cls(str(data.get("name", "")), str(data.get("metric", "")), str(data.get("unit", "")),
-                   str(data.get("verdict", "")), skip_reason=str(data.get("skip_reason") or ""),
-                   gpu=bool(data.get("gpu")))
+        return cls(
+            str(data.get("name", "")),
+            str(data.get("metric", "")),
+            str(data.get("unit", "")),
+            str(data.get("verdict", "")),
+            skip_reason=str(data.get("skip_reason") or ""),
+            gpu=bool(data.get("gpu")),
+        )
 
 
 @dataclass(frozen=True)
@@ -68,8 +87,12 @@ class FindingRecord:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "FindingRecord":
         evidence = data.get("evidence")
-        return cls(str(data.get("severity", "")), str(data.get("code", "")), str(data.get("message", "")),
-                   tuple(str(e) for e in evidence) if isinstance(evidence, list) else ())
+        return cls(
+            str(data.get("severity", "")),
+            str(data.get("code", "")),
+            str(data.get("message", "")),
+            tuple(str(e) for e in evidence) if isinstance(evidence, list) else (),
+        )
 
 
 @dataclass(frozen=True)
@@ -113,8 +136,11 @@ class VerifyRecord:
     def is_of(self, image_sha256: str, settings_sha256: str) -> bool:
         """Whether this is a finished verification of exactly this image with these settings
         (an older report without the settings' digest is not)."""
-        return (self.written_verdict and self.meta.image_sha256 == image_sha256
-                and self.meta.settings_sha256 == settings_sha256)
+        return (
+            self.written_verdict
+            and self.meta.image_sha256 == image_sha256
+            and self.meta.settings_sha256 == settings_sha256
+        )
 
 
 def verdict_in(data: Any) -> str:
@@ -150,9 +176,12 @@ def from_json(data: Any) -> VerifyRecord:
         verdict=verdict_in(data),
         verdict_text=str(data.get("verdict_text") or ""),
         exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
-        checks=tuple(CheckRecord.from_json(c) for c in checks if isinstance(c, Mapping)) if isinstance(checks, list) else (),
+        checks=tuple(CheckRecord.from_json(c) for c in checks if isinstance(c, Mapping))
+        if isinstance(checks, list)
+        else (),
         findings=tuple(FindingRecord.from_json(f) for f in findings if isinstance(f, Mapping))
-        if isinstance(findings, list) else (),
+        if isinstance(findings, list)
+        else (),
         meta=ReportMeta.from_json(data.get("meta")),
         measurements=dict(measurements) if isinstance(measurements, Mapping) else {},
         schema=schema if isinstance(schema, int) else None,

@@ -54,6 +54,7 @@ named after a function it re-exports, so that ``dedal.schedule.simulate`` and th
 stay the functions (``import dedal.schedule.simulate as m`` would otherwise give the
 function, not the module).
 """
+
 from __future__ import annotations
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
@@ -67,7 +68,30 @@ from dedal.schedule.hints import order_hints, tighten
 from dedal.schedule.make import make_schedule, schedule_plan, wants_order_hints
 from dedal.schedule.validate import InvalidSchedule, schedule_problems, validate
 
-__all__ = ["CoreModel", "DEFAULT_MODEL", "InvalidSchedule", "Job", "Schedule", "TimeLimits", "Workload", "allot",
-           "anneal", "dag_bound", "group", "improve", "job_topo", "lower_bound", "make_schedule", "order_hints",
-           "package_cores", "refine", "schedule_plan", "schedule_problems", "simulate", "simulate_backfill", "tighten",
-           "validate", "wants_order_hints"]
+__all__ = [
+    "CoreModel",
+    "DEFAULT_MODEL",
+    "InvalidSchedule",
+    "Job",
+    "Schedule",
+    "TimeLimits",
+    "Workload",
+    "allot",
+    "anneal",
+    "dag_bound",
+    "group",
+    "improve",
+    "job_topo",
+    "lower_bound",
+    "make_schedule",
+    "order_hints",
+    "package_cores",
+    "refine",
+    "schedule_plan",
+    "schedule_problems",
+    "simulate",
+    "simulate_backfill",
+    "tighten",
+    "validate",
+    "wants_order_hints",
+]

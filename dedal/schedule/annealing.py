@@ -4,6 +4,7 @@ Not part of :func:`~dedal.schedule.make_schedule` (see :func:`anneal`): kept in 
 module of its own so that the scheduler proper does not depend on it; its one caller
 outside the tests is benchmarks/schedule/exact_probe.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,18 @@ from dedal.schedule.simulation import afterok, simulate
 from dedal.schedule.search import build_jobs
 
 
-def anneal(wl: Workload, jobs: Sequence[Job], *, nodes: int, cores: int, overhead_s: float,
-           model: CoreModel = DEFAULT_MODEL, evaluations: int = 20000, seed: int = 1,
-           temperature: float = 0.001) -> Tuple[List[Job], Simulation]:
+def anneal(
+    wl: Workload,
+    jobs: Sequence[Job],
+    *,
+    nodes: int,
+    cores: int,
+    overhead_s: float,
+    model: CoreModel = DEFAULT_MODEL,
+    evaluations: int = 20000,
+    seed: int = 1,
+    temperature: float = 0.001,
+) -> Tuple[List[Job], Simulation]:
     """Simulated annealing from a schedule, :func:`simulate` the judge, the estimates taken
     as exact: random moves (a job's priority up or down, a core more or less, the cores of
     a job that waits for it, so that it holds them until that job can start; merge into a
@@ -85,8 +95,9 @@ def anneal(wl: Workload, jobs: Sequence[Job], *, nodes: int, cores: int, overhea
             new_parts = dict(parts)
             new_parts[x] = (hs[:k], min(c, top_cores(wl, hs[:k], cores, model)))
             new_parts[f"{x}.a{fresh}"] = (hs[k:], min(c, top_cores(wl, hs[k:], cores, model)))
-        cand = build_jobs(wl, [(k, group_hs, cc) for k, (group_hs, cc) in new_parts.items()], new_bonus, model,
-                          overhead_s)
+        cand = build_jobs(
+            wl, [(k, group_hs, cc) for k, (group_hs, cc) in new_parts.items()], new_bonus, model, overhead_s
+        )
         if cand is None:
             continue
         csim = simulate(cand, nodes=nodes, cores=cores)

@@ -16,6 +16,7 @@ A tighter bound that also counts how narrow the DAG is at its start and end
 the scheduler's. Neither counts the overheads of the jobs after the first, nor a DAG
 that narrows in its middle (a chain every later package waits for).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -27,8 +28,9 @@ from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.schedule.workload import Workload, package_cores, package_seconds
 
 
-def _chains(wl: Workload, seconds: Mapping[str, float],
-            order: Sequence[str]) -> Tuple[Dict[str, float], Dict[str, Optional[str]]]:
+def _chains(
+    wl: Workload, seconds: Mapping[str, float], order: Sequence[str]
+) -> Tuple[Dict[str, float], Dict[str, Optional[str]]]:
     """Earliest finish of each package (its longest chain of requirements, ``seconds``
     each, plus itself) and the requirement that chain comes through; ``order`` topological."""
     finish: Dict[str, float] = {}
@@ -40,8 +42,9 @@ def _chains(wl: Workload, seconds: Mapping[str, float],
     return finish, via
 
 
-def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreModel = DEFAULT_MODEL,
-          double: bool = False) -> Dict[str, int]:
+def allot(
+    wl: Workload, cores: int, capacity: int, target: float, model: CoreModel = DEFAULT_MODEL, double: bool = False
+) -> Dict[str, int]:
     """Cores per package for builds bound by the cores: every package on one core, then
     the packages of the critical path raised (largest time saved first; by one core, or
     with ``double`` to twice as many) until
@@ -74,8 +77,9 @@ def allot(wl: Workload, cores: int, capacity: int, target: float, model: CoreMod
         cores_of[best[1]] = step(cores_of[best[1]], top[best[1]])
 
 
-def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-                cpus_per_job: int = 0) -> Tuple[float, float, float]:
+def lower_bound(
+    wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0
+) -> Tuple[float, float, float]:
     """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
     need, t = package_seconds(wl, cores, model, cpus_per_job)
     order = wl.topo()
@@ -90,8 +94,15 @@ def lower_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: 
     return overhead_s + max(cp, consumed / (max(1, nodes) * max(1, cores))), cp, consumed
 
 
-def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-              cpus_per_job: int = 0, samples: int = 120) -> float:
+def dag_bound(
+    wl: Workload,
+    nodes: int,
+    cores: int,
+    overhead_s: float,
+    model: CoreModel = DEFAULT_MODEL,
+    cpus_per_job: int = 0,
+    samples: int = 120,
+) -> float:
     """A tighter lower bound in the same model, which also counts that a DAG cannot be
     wide at its start and end: for any set S of packages, no schedule ends before
     ``min head(S) + consumed(S) / (N*C) + min tail(S)``, where head(h) is the earliest
@@ -122,7 +133,11 @@ def dag_bound(wl: Workload, nodes: int, cores: int, overhead_s: float, model: Co
     if len(heads) > samples:
         heads = [heads[int(i * (len(heads) - 1) / (samples - 1))] for i in range(samples)]
     by_tail = sorted(order, key=lambda h: -tail[h])
-    heads_t, works_t, tails_t = [head[h] for h in by_tail], [need[h] * t[h] for h in by_tail], [tail[h] for h in by_tail]
+    heads_t, works_t, tails_t = (
+        [head[h] for h in by_tail],
+        [need[h] * t[h] for h in by_tail],
+        [tail[h] for h in by_tail],
+    )
     # an upper bound of what each ``a`` can give, from the packages by head: all the work of
     # S and its longest tail (every prefix sum and tail below those, rounding included, with
     # a margin far above it); an ``a`` that cannot beat ``best`` is left out (the same result)

@@ -23,6 +23,7 @@ not past a reservation of its node. Then, per mode:
   bound by the cores, where releasing early gains nothing);
 * ``none``: one job per package.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -52,20 +53,31 @@ class _Run:
     cores: int
     start: float
     pkgs: List[str]
-    end: float = 0.0   # end of the package now running
+    end: float = 0.0  # end of the package now running
     # packages waiting for this job -> how many of their direct requirements it builds (made
     # on its first decide(), then kept up to date: only pending packages, the new package's
     # added), and every pending package that waits for it (any requirement; made when a
     # decide() gets that far)
     inside: Optional[Dict[str, int]] = None
     waiting: Optional[Set[str]] = None
-    counted: int = 0   # the first ``counted`` packages are in ``inside``
-    joined: int = 0    # the first ``joined`` packages' dependents are in ``waiting``
+    counted: int = 0  # the first ``counted`` packages are in ``inside``
+    joined: int = 0  # the first ``joined`` packages' dependents are in ``waiting``
 
 
-def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-          cpus_per_job: int = 0, merge: str = "safe", fifo: bool = False, mold: bool = False,
-          priority: Optional[Mapping[str, float]] = None, need: Optional[Mapping[str, int]] = None) -> List[Job]:
+def group(
+    wl: Workload,
+    *,
+    nodes: int,
+    cores: int,
+    overhead_s: float,
+    model: CoreModel = DEFAULT_MODEL,
+    cpus_per_job: int = 0,
+    merge: str = "safe",
+    fifo: bool = False,
+    mold: bool = False,
+    priority: Optional[Mapping[str, float]] = None,
+    need: Optional[Mapping[str, int]] = None,
+) -> List[Job]:
     """Jobs for ``wl`` (see the module doc). ``merge``: ``safe`` (a job goes on only
     when that delays nobody), ``backlog`` (also when its cores would go to a waiting
     package anyway: for builds bound by the cores), ``none`` (one job per package);
@@ -216,7 +228,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         else:
             for y in list(filterfalse(pending.__contains__, inside)):
                 del inside[y]
-        for h in r.pkgs[r.counted:]:
+        for h in r.pkgs[r.counted :]:
             for y in filter(pending.__contains__, counted[h]):
                 inside[y] = inside.get(y, 0) + 1
         r.counted = len(r.pkgs)
@@ -259,7 +271,7 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
         waiting = r.waiting
         if waiting is None:
             waiting = r.waiting = set()
-        for h in r.pkgs[r.joined:]:
+        for h in r.pkgs[r.joined :]:
             waiting |= deps[h]
         r.joined = len(r.pkgs)
         waiting &= pending
@@ -309,8 +321,9 @@ def group(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: Cor
     return _finish_jobs(wl, runs, model, o, fifo, levels=levels, reduced=single)
 
 
-def per_package(wl: Workload, *, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-                cpus_per_job: int = 0) -> List[Job]:
+def per_package(
+    wl: Workload, *, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0
+) -> List[Job]:
     """One job per package on the cores it can use, listed in topological order, each
     waiting for the jobs of its reduced requirements, bottom levels as priorities: what
     :func:`simulate` runs as the critical-path list schedule itself (its ties by that
@@ -321,8 +334,15 @@ def per_package(wl: Workload, *, cores: int, overhead_s: float, model: CoreModel
     return _finish_jobs(wl, runs, model, overhead_s, False, levels=levels, reduced=True)
 
 
-def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_s: float, fifo: bool,
-                 levels: Optional[Mapping[str, float]] = None, reduced: bool = False) -> List[Job]:
+def _finish_jobs(
+    wl: Workload,
+    runs: Sequence[_Run],
+    model: CoreModel,
+    overhead_s: float,
+    fifo: bool,
+    levels: Optional[Mapping[str, float]] = None,
+    reduced: bool = False,
+) -> List[Job]:
     """The jobs of the runs, by start. ``reduced``: one package per job (each ``after`` list
     is then transitively reduced as made, from :meth:`Workload.direct_requires`), and
     ``levels``: the packages' bottom levels of ``overhead + seconds`` on the job's cores,
@@ -335,8 +355,15 @@ def _finish_jobs(wl: Workload, runs: Sequence[_Run], model: CoreModel, overhead_
         jid = f"j{len(jobs) + 1:0{width}d}"
         for h in r.pkgs:
             job_of[h] = jid
-        jobs.append(Job(id=jid, hashes=list(r.pkgs), cores=r.cores, names=[wl.name(h) for h in r.pkgs],
-                        est_s=job_seconds(wl, r.pkgs, r.cores, model, overhead_s)))
+        jobs.append(
+            Job(
+                id=jid,
+                hashes=list(r.pkgs),
+                cores=r.cores,
+                names=[wl.name(h) for h in r.pkgs],
+                est_s=job_seconds(wl, r.pkgs, r.cores, model, overhead_s),
+            )
+        )
     by_id = {j.id: j for j in jobs}
     direct = wl.direct_requires()  # the same reduced job graph from fewer edges
     for j in jobs:
@@ -416,8 +443,9 @@ def _reduce(jobs: List[Job], index: Mapping[str, int], after: List[List[int]], o
             after[i] = [a for a in ai if not (through >> a) & 1]
 
 
-def _prioritize(jobs: List[Job], after: Sequence[Sequence[int]], order: Sequence[int],
-                bonus: Mapping[str, float]) -> None:
+def _prioritize(
+    jobs: List[Job], after: Sequence[Sequence[int]], order: Sequence[int], bonus: Mapping[str, float]
+) -> None:
     """set_priorities() on the graph of :func:`_graph` (any order that is topological for it)."""
     dependents: List[List[int]] = [[] for _ in jobs]
     for i, ai in enumerate(after):

@@ -25,6 +25,7 @@ with exact durations; with durations off by 10 % 3.1 % shorter on cscs (three dr
 ``slurm.order_hints: auto`` (the default) turns them on where every package to build has
 a measured duration (:func:`wants_order_hints`); the model's durations are guesses.
 """
+
 from __future__ import annotations
 
 import random
@@ -45,8 +46,14 @@ TIGHTEN_NOISE_S = (30.0, 100.0, 300.0)
 TIGHTEN_MERGE, TIGHTEN_CORES = 0.5, 0.25
 
 
-def _serial(jobs: Mapping[str, Job], order: Sequence[str], waits: Mapping[str, Sequence[str]],
-            node_of: Mapping[str, int], nodes: int, cores: int) -> Dict[str, Tuple[float, float, int]]:
+def _serial(
+    jobs: Mapping[str, Job],
+    order: Sequence[str],
+    waits: Mapping[str, Sequence[str]],
+    node_of: Mapping[str, int],
+    nodes: int,
+    cores: int,
+) -> Dict[str, Tuple[float, float, int]]:
     """Serial schedule generation: each job in ``order`` (every job after those it
     ``waits`` for) at the earliest time its node has its cores free for its whole run."""
     profiles = [Profile(cores) for _ in range(max(1, nodes))]
@@ -60,8 +67,14 @@ def _serial(jobs: Mapping[str, Job], order: Sequence[str], waits: Mapping[str, S
     return starts
 
 
-def _justify(jobs: Mapping[str, Job], starts: Dict[str, Tuple[float, float, int]], waits: Mapping[str, Sequence[str]],
-             feeds: Mapping[str, Sequence[str]], nodes: int, cores: int) -> Tuple[Dict[str, Tuple[float, float, int]], float]:
+def _justify(
+    jobs: Mapping[str, Job],
+    starts: Dict[str, Tuple[float, float, int]],
+    waits: Mapping[str, Sequence[str]],
+    feeds: Mapping[str, Sequence[str]],
+    nodes: int,
+    cores: int,
+) -> Tuple[Dict[str, Tuple[float, float, int]], float]:
     """Double justification (Valls et al. 2005): every job as late as the makespan
     allows (latest end first), then every job as early as possible in that order; repeat
     while the makespan shrinks. Never makes a schedule longer."""
@@ -76,8 +89,9 @@ def _justify(jobs: Mapping[str, Job], starts: Dict[str, Tuple[float, float, int]
         starts, best = early, span
 
 
-def order_hints(jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]],
-                cores: int) -> Dict[str, Dict[str, float]]:
+def order_hints(
+    jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]], cores: int
+) -> Dict[str, Dict[str, float]]:
     """Which jobs each job should wait for so that a scheduler starting jobs as soon as
     they may reproduces ``starts``: the jobs whose cores it takes over (a resource flow,
     Artigues et al. 2003), unless it already waits for them. Each hint holds until the
@@ -112,9 +126,19 @@ def order_hints(jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, in
     return hints
 
 
-def tighten(wl: Workload, jobs: List[Job], sim: Simulation, *, nodes: int, cores: int, overhead_s: float,
-            model: CoreModel = DEFAULT_MODEL, rounds: int = 1000, cpus_per_job: int = 0,
-            seed: int = 0) -> Tuple[List[Job], Simulation]:
+def tighten(
+    wl: Workload,
+    jobs: List[Job],
+    sim: Simulation,
+    *,
+    nodes: int,
+    cores: int,
+    overhead_s: float,
+    model: CoreModel = DEFAULT_MODEL,
+    rounds: int = 1000,
+    cpus_per_job: int = 0,
+    seed: int = 0,
+) -> Tuple[List[Job], Simulation]:
     """Improve a schedule with its start times fixed rather than left to list scheduling,
     which starts whatever fits and so cannot keep cores free for a job that will need
     them: justify it (:func:`_justify`), then, ``rounds`` times, reorder by start time

@@ -5,6 +5,7 @@ the local search, fixed start times) and keeps the best; :func:`schedule_plan` d
 it for a plan with the settings, :func:`wants_order_hints` reads ``slurm.order_hints``.
 The one module that knows the whole pipeline, so none of the others needs to.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, List, Optional, Sequence, Tuple
@@ -15,8 +16,18 @@ from dedal.schedule.workload import Job, Schedule, Simulation, Workload, job_sec
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import simulate, simulate_unless
 from dedal.schedule.grouping import group, per_package
-from dedal.schedule.search import (IMPROVE_WORK, LARGE_BUILD, REFINE_ALL, REFINE_MAX, REFINE_MIN, REFINE_WORK,
-                                   REFINE_WORK_LARGE, improve, improve_runs, refine)
+from dedal.schedule.search import (
+    IMPROVE_WORK,
+    LARGE_BUILD,
+    REFINE_ALL,
+    REFINE_MAX,
+    REFINE_MIN,
+    REFINE_WORK,
+    REFINE_WORK_LARGE,
+    improve,
+    improve_runs,
+    refine,
+)
 from dedal.schedule.hints import TIGHTEN_CHAINS, TIGHTEN_MAX, TIGHTEN_MIN, TIGHTEN_WORK, tighten
 
 MERGE_MODES = ("safe", "backlog", "none")
@@ -27,8 +38,17 @@ DEFAULT_CORES = 64  # cores of a build node when neither --cores nor slurm.cores
 
 
 @collector_paused()  # many small objects, no cycles (dedal.model.gcpause)
-def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL,
-                  cpus_per_job: int = 0, strategy: str = "dedal", hints: bool = False) -> Schedule:
+def make_schedule(
+    wl: Workload,
+    *,
+    nodes: int,
+    cores: int,
+    overhead_s: float,
+    model: CoreModel = DEFAULT_MODEL,
+    cpus_per_job: int = 0,
+    strategy: str = "dedal",
+    hints: bool = False,
+) -> Schedule:
     """Group and simulate. ``strategy``: ``dedal`` (the best by simulated makespan of:
     each merge mode with critical-path priorities, one job per package in submission
     order, everything in one job, and, where cores are scarce, moldable starts and
@@ -51,35 +71,80 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         # affords improve() no more than two merges (IMPROVE_MIN_TRIES), one job per package
         # is simulated as listed in topological order, without the package-level run first:
         # that run costs as much as a simulation, a third of the schedule of 10,000 packages
-        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                            cpus_per_job=cpus_per_job, merge="safe")]
+        candidates = [
+            group(
+                wl,
+                nodes=nodes,
+                cores=cores,
+                overhead_s=overhead_s,
+                model=model,
+                cpus_per_job=cpus_per_job,
+                merge="safe",
+            )
+        ]
         if not improve_runs(len(wl.order)):
-            candidates.append(per_package(wl, cores=cores, overhead_s=overhead_s, model=model,
-                                          cpus_per_job=cpus_per_job))
+            candidates.append(
+                per_package(wl, cores=cores, overhead_s=overhead_s, model=model, cpus_per_job=cpus_per_job)
+            )
         else:
-            candidates.append(group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                    cpus_per_job=cpus_per_job, merge="none"))
+            candidates.append(
+                group(
+                    wl,
+                    nodes=nodes,
+                    cores=cores,
+                    overhead_s=overhead_s,
+                    model=model,
+                    cpus_per_job=cpus_per_job,
+                    merge="none",
+                )
+            )
     elif strategy == "dedal":
-        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                            cpus_per_job=cpus_per_job, merge=m) for m in MERGE_MODES]
+        candidates = [
+            group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model, cpus_per_job=cpus_per_job, merge=m)
+            for m in MERGE_MODES
+        ]
         # list scheduling by critical path is a heuristic: where plain submission order
         # packs a core-bound build better, start from that
-        candidates.append(group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                cpus_per_job=cpus_per_job, merge="none", fifo=True))
+        candidates.append(
+            group(
+                wl,
+                nodes=nodes,
+                cores=cores,
+                overhead_s=overhead_s,
+                model=model,
+                cpus_per_job=cpus_per_job,
+                merge="none",
+                fifo=True,
+            )
+        )
         # everything in one job: where the overhead dwarfs the builds (small or measured-fast ones)
         candidates.append(_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=True))
         if consumed / (nodes * cores) > cp / 2 and not cpus_per_job:
             # cores are scarce: also try starting packages on fewer cores than they could use
-            candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                 merge=m, fifo=f, mold=True) for m, f in MOLD_VARIANTS]
+            candidates += [
+                group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model, merge=m, fifo=f, mold=True)
+                for m, f in MOLD_VARIANTS
+            ]
             # ... or on the fewest cores that keep the critical path short (CPA)
             for target, double in ALLOT_VARIANTS:
                 need = allot(wl, cores, nodes * cores, target, model, double)
-                candidates += [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                     merge=m, need=need) for m in ("safe", "none")]
+                candidates += [
+                    group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model, merge=m, need=need)
+                    for m in ("safe", "none")
+                ]
     elif strategy == "per-package":
-        candidates = [group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                            cpus_per_job=cpus_per_job, merge="none", fifo=True)]
+        candidates = [
+            group(
+                wl,
+                nodes=nodes,
+                cores=cores,
+                overhead_s=overhead_s,
+                model=model,
+                cpus_per_job=cpus_per_job,
+                merge="none",
+                fifo=True,
+            )
+        ]
     elif strategy == "single-node":
         candidates = [_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=False)]
     else:
@@ -95,8 +160,18 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
             other = simulate_unless(candidates[i], nodes=nodes, cores=cores, at_least=first.makespan_s)
             if other is not None and other.makespan_s < first.makespan_s:
                 k, first = i, other
-        done.append(improve(wl, candidates[k], nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                            work=IMPROVE_WORK, start=first))
+        done.append(
+            improve(
+                wl,
+                candidates[k],
+                nodes=nodes,
+                cores=cores,
+                overhead_s=overhead_s,
+                model=model,
+                work=IMPROVE_WORK,
+                start=first,
+            )
+        )
         candidates = []
     for jobs in candidates:
         if strategy == "dedal":
@@ -114,9 +189,20 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         if evaluations > 0:
             # large: the groupings are critical-path ones (bottom-level priorities) and
             # improve() simulated them as they are: refine() starts from that simulation
-            done = [refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                           evaluations=evaluations, cpus_per_job=cpus_per_job, start=sim if large else None)
-                    for jobs, sim in starts]
+            done = [
+                refine(
+                    wl,
+                    jobs,
+                    nodes=nodes,
+                    cores=cores,
+                    overhead_s=overhead_s,
+                    model=model,
+                    evaluations=evaluations,
+                    cpus_per_job=cpus_per_job,
+                    start=sim if large else None,
+                )
+                for jobs, sim in starts
+            ]
     for jobs, sim in done:
         if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
             best = (jobs, sim)
@@ -128,20 +214,41 @@ def make_schedule(wl: Workload, *, nodes: int, cores: int, overhead_s: float, mo
         rounds = rounds if large else max(TIGHTEN_MIN, rounds)
         first = best
         for seed in range(TIGHTEN_CHAINS):
-            jobs, sim = tighten(wl, *first, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model,
-                                rounds=rounds, cpus_per_job=cpus_per_job, seed=seed)
+            jobs, sim = tighten(
+                wl,
+                *first,
+                nodes=nodes,
+                cores=cores,
+                overhead_s=overhead_s,
+                model=model,
+                rounds=rounds,
+                cpus_per_job=cpus_per_job,
+                seed=seed,
+            )
             if sim.makespan_s < best[1].makespan_s - 1e-9:
                 best = (jobs, sim)
     jobs, sim = _renumber(*best, nodes=nodes, cores=cores, again=not large)
     util = consumed / (nodes * cores * sim.makespan_s) if sim.makespan_s > 0 else 0.0
-    return Schedule(jobs=jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, makespan_s=sim.makespan_s,
-                    lower_bound_s=lb, critical_path_s=cp, work_core_s=consumed, utilization=util,
-                    strategy=strategy, model=model, starts=sim.starts,
-                    dag_bound_s=dag_bound(wl, nodes, cores, overhead_s, model, cpus_per_job))
+    return Schedule(
+        jobs=jobs,
+        nodes=nodes,
+        cores=cores,
+        overhead_s=overhead_s,
+        makespan_s=sim.makespan_s,
+        lower_bound_s=lb,
+        critical_path_s=cp,
+        work_core_s=consumed,
+        utilization=util,
+        strategy=strategy,
+        model=model,
+        starts=sim.starts,
+        dag_bound_s=dag_bound(wl, nodes, cores, overhead_s, model, cpus_per_job),
+    )
 
 
-def _one_job(wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus_per_job: int,
-             max_cores: bool) -> List[Job]:
+def _one_job(
+    wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus_per_job: int, max_cores: bool
+) -> List[Job]:
     """Every package in one job, one after the other: on the whole node (``spack install
     -j C``), or with ``max_cores`` on the most cores any of the packages can use."""
     order = wl.topo()
@@ -153,12 +260,20 @@ def _one_job(wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus
         c = max(package_cores(wl, cores, model).values())
     else:
         c = cores
-    return [Job(id="j001", hashes=order, cores=c, names=[wl.name(h) for h in order],
-                est_s=job_seconds(wl, order, c, model, overhead_s))]
+    return [
+        Job(
+            id="j001",
+            hashes=order,
+            cores=c,
+            names=[wl.name(h) for h in order],
+            est_s=job_seconds(wl, order, c, model, overhead_s),
+        )
+    ]
 
 
-def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int,
-              again: bool = True) -> Tuple[List[Job], Simulation]:
+def _renumber(
+    jobs: List[Job], sim: Simulation, *, nodes: int, cores: int, again: bool = True
+) -> Tuple[List[Job], Simulation]:
     """Ids j001, j002, ... in the order the simulation started the jobs, listed (= submitted)
     in that order where that simulates as well, else in the order that was simulated. The
     simulation is redone on the list returned: equal priorities go by submission order,
@@ -169,14 +284,24 @@ def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int,
     new = {j.id: f"j{i + 1:0{width}d}" for i, j in enumerate(ordered)}
 
     def renamed(order: Sequence[Job]) -> List[Job]:
-        return [Job(id=new[j.id], hashes=j.hashes, after=sorted(new[a] for a in j.after), est_s=j.est_s,
-                    priority=j.priority, cores=j.cores, names=j.names,
-                    order={new[a]: t for a, t in sorted(j.order.items(), key=lambda at: new[at[0]])})
-                for j in order]
+        return [
+            Job(
+                id=new[j.id],
+                hashes=j.hashes,
+                after=sorted(new[a] for a in j.after),
+                est_s=j.est_s,
+                priority=j.priority,
+                cores=j.cores,
+                names=j.names,
+                order={new[a]: t for a, t in sorted(j.order.items(), key=lambda at: new[at[0]])},
+            )
+            for j in order
+        ]
 
     # ``sim`` is the simulation of ``jobs`` as listed; a simulation does not depend on the ids
-    same = Simulation(makespan_s=sim.makespan_s, starts={new[k]: v for k, v in sim.starts.items()},
-                      busy_core_s=sim.busy_core_s)
+    same = Simulation(
+        makespan_s=sim.makespan_s, starts={new[k]: v for k, v in sim.starts.items()}, busy_core_s=sim.busy_core_s
+    )
     if not again:
         return renamed(jobs), same
     out = renamed(ordered)
@@ -186,17 +311,30 @@ def _renumber(jobs: List[Job], sim: Simulation, *, nodes: int, cores: int,
     return out, osim
 
 
-def schedule_plan(plan, settings, *, nodes: Optional[int] = None, cores: Optional[int] = None,
-                  hashes: Optional[Iterable[str]] = None, strategy: str = "dedal") -> Schedule:
+def schedule_plan(
+    plan,
+    settings,
+    *,
+    nodes: Optional[int] = None,
+    cores: Optional[int] = None,
+    hashes: Optional[Iterable[str]] = None,
+    strategy: str = "dedal",
+) -> Schedule:
     """The schedule of a plan's packages to build (or ``hashes``) with the settings'
     ``job_overhead_s``, ``slurm.nodes``, ``slurm.cores_per_node``, ``slurm.cpus_per_job`` and
     ``slurm.order_hints``."""
     wl = Workload.from_plan(plan, hashes)
     n = nodes if nodes else settings.get("slurm.nodes") or 1
     c = cores if cores else settings.get("slurm.cores_per_node") or DEFAULT_CORES
-    return make_schedule(wl, nodes=n, cores=c, overhead_s=float(settings.get("job_overhead_s")),
-                         cpus_per_job=int(settings.get("slurm.cpus_per_job") or 0), strategy=strategy,
-                         hints=wants_order_hints(plan, settings.get("slurm.order_hints"), wl.order))
+    return make_schedule(
+        wl,
+        nodes=n,
+        cores=c,
+        overhead_s=float(settings.get("job_overhead_s")),
+        cpus_per_job=int(settings.get("slurm.cpus_per_job") or 0),
+        strategy=strategy,
+        hints=wants_order_hints(plan, settings.get("slurm.order_hints"), wl.order),
+    )
 
 
 def wants_order_hints(plan, setting: str, hashes: Iterable[str]) -> bool:

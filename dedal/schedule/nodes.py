@@ -8,6 +8,7 @@ start times (Slurm's backfill in :func:`~dedal.schedule.simulate_backfill`, fixe
 start times in :func:`~dedal.schedule.tighten`). :class:`Ready`: what waits for them,
 by the cores it needs.
 """
+
 from __future__ import annotations
 
 import bisect

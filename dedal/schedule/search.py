@@ -24,6 +24,7 @@ was 805) every search stops after a fixed amount of work counted in jobs simulat
 the same schedule on every machine, and the cost grows like a few simulations
 (n log n) instead of n^2 (benchmarks/schedule/scale.md).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -40,7 +41,7 @@ SMALL_BUILD = 64  # jobs: below this, improve() tries every merge of a job into 
 # simulated (a simulation of J jobs costs J), so that its cost grows like one simulation
 # (n log n) rather than n^2; the same count gives the same schedule on every machine
 LARGE_BUILD = 900
-IMPROVE_WORK = 10_000        # per starting point
+IMPROVE_WORK = 10_000  # per starting point
 # improve() with ``work`` starts only where that affords this many candidates: one or two
 # merges along the chain (5,000 jobs and more) never found a shorter schedule on the locks
 # of benchmarks/schedule/scale.md, and refine() tries merges along the chain too
@@ -52,7 +53,7 @@ def improve_runs(jobs: int, work: Optional[int] = IMPROVE_WORK) -> bool:
     return work is None or jobs * IMPROVE_MIN_TRIES <= work
 
 
-REFINE_WORK_LARGE = 20_000   # refine(): simulations = this // packages
+REFINE_WORK_LARGE = 20_000  # refine(): simulations = this // packages
 # refine(): simulations per starting point (REFINE_WORK // packages, within MIN..MAX);
 # every starting point up to REFINE_ALL packages, the best one beyond
 REFINE_WORK, REFINE_MIN, REFINE_MAX, REFINE_ALL = 40000, 30, 400, 300
@@ -67,9 +68,18 @@ def _if_shorter(cand: Sequence[Job], sim: Simulation, *, nodes: int, cores: int)
 
 # -- local improvement: merge jobs along the simulated critical chain ----------------------
 
-def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreModel, overhead_s: float,
-               cores: int, pos: Optional[Mapping[str, int]] = None,
-               bonus: Optional[Mapping[str, float]] = None) -> Optional[List[Job]]:
+
+def merge_jobs(
+    jobs: Sequence[Job],
+    a: str,
+    b: str,
+    wl: Workload,
+    model: CoreModel,
+    overhead_s: float,
+    cores: int,
+    pos: Optional[Mapping[str, int]] = None,
+    bonus: Optional[Mapping[str, float]] = None,
+) -> Optional[List[Job]]:
     """The jobs with ``b`` (which runs after ``a``) merged into ``a``, priorities their
     bottom levels plus ``bonus``; None when that would create a cycle or exceed a node.
     Where ``jobs`` are what :func:`build_jobs` makes of their parts, the same as it makes
@@ -97,9 +107,14 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
     if pos is None:
         pos = {h: i for i, h in enumerate(wl.topo())}
     hashes = sorted(ja.hashes + jb.hashes, key=pos.__getitem__)
-    merged = Job(id=a, hashes=hashes, cores=c, names=[wl.name(h) for h in hashes],
-                 after=sorted((set(ja.after) | set(jb.after)) - {a, b}),
-                 est_s=job_seconds(wl, hashes, c, model, overhead_s))
+    merged = Job(
+        id=a,
+        hashes=hashes,
+        cores=c,
+        names=[wl.name(h) for h in hashes],
+        after=sorted((set(ja.after) | set(jb.after)) - {a, b}),
+        est_s=job_seconds(wl, hashes, c, model, overhead_s),
+    )
     out: List[Job] = []
     for j in jobs:
         if j.id == b:
@@ -108,15 +123,25 @@ def merge_jobs(jobs: Sequence[Job], a: str, b: str, wl: Workload, model: CoreMod
             out.append(merged)
             continue
         after = sorted({a if x == b else x for x in j.after})
-        out.append(Job(id=j.id, hashes=j.hashes, after=after, est_s=j.est_s, cores=j.cores, names=j.names,
-                       priority=j.priority))
+        out.append(
+            Job(id=j.id, hashes=j.hashes, after=after, est_s=j.est_s, cores=j.cores, names=j.names, priority=j.priority)
+        )
     settle(out, bonus)
     return out
 
 
-def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
-            model: CoreModel = DEFAULT_MODEL, rounds: int = 200,
-            work: Optional[int] = None, start: Optional[Simulation] = None) -> Tuple[List[Job], Simulation]:
+def improve(
+    wl: Workload,
+    jobs: List[Job],
+    *,
+    nodes: int,
+    cores: int,
+    overhead_s: float,
+    model: CoreModel = DEFAULT_MODEL,
+    rounds: int = 200,
+    work: Optional[int] = None,
+    start: Optional[Simulation] = None,
+) -> Tuple[List[Job], Simulation]:
     """Merge consecutive jobs of the critical chain while the simulated makespan shrinks;
     then merge pure chains (B waits only for A, nobody else waits for A) wherever that
     does not lengthen the makespan: one overhead less, no parallelism lost. ``work``: stop
@@ -156,8 +181,11 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
         for j in jobs:
             for x in j.after:
                 dependents[x].append(j.id)
-        pairs = [(j.after[0], j.id) for j in jobs if len(j.after) == 1 and dependents[j.after[0]] == [j.id]
-                 and (j.after[0], j.id) not in tried]
+        pairs = [
+            (j.after[0], j.id)
+            for j in jobs
+            if len(j.after) == 1 and dependents[j.after[0]] == [j.id] and (j.after[0], j.id) not in tried
+        ]
         if not pairs and len(jobs) <= SMALL_BUILD:  # small builds: any job with one it waits for
             pairs = [(a, j.id) for j in jobs for a in j.after if (a, j.id) not in tried]
         for a, b in pairs:
@@ -168,7 +196,9 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
             if cand is None:
                 continue
             spent += len(cand)
-            csim = simulate_unless(cand, nodes=nodes, cores=cores, at_least=math.nextafter(sim.makespan_s + 1e-6, math.inf))
+            csim = simulate_unless(
+                cand, nodes=nodes, cores=cores, at_least=math.nextafter(sim.makespan_s + 1e-6, math.inf)
+            )
             if csim is not None and csim.makespan_s <= sim.makespan_s + 1e-6:
                 jobs, sim = cand, csim
                 break
@@ -179,17 +209,30 @@ def improve(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s
 
 # -- local search: moves around the simulated critical chain --------------------------------
 
-def build_jobs(wl: Workload, parts: Sequence[Tuple[str, List[str], int]], bonus: Mapping[str, float],
-               model: CoreModel, overhead_s: float) -> Optional[List[Job]]:
+
+def build_jobs(
+    wl: Workload,
+    parts: Sequence[Tuple[str, List[str], int]],
+    bonus: Mapping[str, float],
+    model: CoreModel,
+    overhead_s: float,
+) -> Optional[List[Job]]:
     """Jobs from (id, packages in build order, cores) parts: ``after`` from the packages'
     requirements (transitively reduced), priority = bottom level of ``est_s`` + ``bonus``
     (so a job always outranks the jobs that wait for it); None on a cycle."""
     job_of = {h: jid for jid, hs, _ in parts for h in hs}
     direct = wl.direct_requires()  # the same reduced job graph from fewer edges
-    jobs = [Job(id=jid, hashes=list(hs), cores=c, names=[wl.name(h) for h in hs],
-                after=sorted({job_of[q] for h in hs for q in direct[h] if job_of[q] != jid}),
-                est_s=job_seconds(wl, hs, c, model, overhead_s))
-            for jid, hs, c in parts]
+    jobs = [
+        Job(
+            id=jid,
+            hashes=list(hs),
+            cores=c,
+            names=[wl.name(h) for h in hs],
+            after=sorted({job_of[q] for h in hs for q in direct[h] if job_of[q] != jid}),
+            est_s=job_seconds(wl, hs, c, model, overhead_s),
+        )
+        for jid, hs, c in parts
+    ]
     try:
         settle(jobs, bonus)  # reduced first: the same bottom levels over fewer edges
     except ValueError:  # a cycle
@@ -201,8 +244,7 @@ def _reprioritized(jobs: Sequence[Job], bonus: Mapping[str, float]) -> List[Job]
     """What :func:`build_jobs` makes of the parts of ``jobs`` (made by it, or reduced by
     :func:`settle` in the same order) with another ``bonus``, without making their graph
     anew: the same ``after`` lists, priorities set again (a third of the cost)."""
-    out = [Job(id=j.id, hashes=j.hashes, after=j.after, est_s=j.est_s, cores=j.cores, names=j.names)
-           for j in jobs]
+    out = [Job(id=j.id, hashes=j.hashes, after=j.after, est_s=j.est_s, cores=j.cores, names=j.names) for j in jobs]
     set_priorities(out, bonus)
     return out
 
@@ -235,9 +277,18 @@ def _chain(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, float]]:
     return out
 
 
-def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s: float,
-           model: CoreModel = DEFAULT_MODEL, evaluations: int = 400,
-           cpus_per_job: int = 0, start: Optional[Simulation] = None) -> Tuple[List[Job], Simulation]:
+def refine(
+    wl: Workload,
+    jobs: List[Job],
+    *,
+    nodes: int,
+    cores: int,
+    overhead_s: float,
+    model: CoreModel = DEFAULT_MODEL,
+    evaluations: int = 400,
+    cpus_per_job: int = 0,
+    start: Optional[Simulation] = None,
+) -> Tuple[List[Job], Simulation]:
     """Local search with :func:`simulate` as the judge, on the jobs of the chain that ends
     last: raise the priority of one that waited for cores (above the jobs that took
     them), merge it with the job it waited for, split it in two, give it a core more
@@ -287,14 +338,19 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
         """Moves on job ``x`` itself: split it in two, a core more or less."""
         hs, c = parts[x]
         for k in cuts_of(len(hs)):
-            yield (lambda x=x, hs=hs, c=c, k=k, new=f"{x}.{next_id()}", ps=parts, b=bonus:
-                   (dict(ps, **{x: (hs[:k], min(c, top(hs[:k]))), new: (hs[k:], min(c, top(hs[k:])))}), b))
+            yield (
+                lambda x=x, hs=hs, c=c, k=k, new=f"{x}.{next_id()}", ps=parts, b=bonus: (
+                    dict(ps, **{x: (hs[:k], min(c, top(hs[:k]))), new: (hs[k:], min(c, top(hs[k:])))}),
+                    b,
+                )
+            )
         for nc in (c - 1, c + 1) if not cpus_per_job else ():
             if 1 <= nc <= top(hs):
                 yield lambda x=x, hs=hs, nc=nc, ps=parts, b=bonus: (dict(ps, **{x: (hs, nc)}), b)
 
-    def held(x: str, ready: float, on_node: Mapping[int, Sequence[Tuple[str, Tuple[float, float, int]]]]
-             ) -> Iterator[Tuple[str, float]]:
+    def held(
+        x: str, ready: float, on_node: Mapping[int, Sequence[Tuple[str, Tuple[float, float, int]]]]
+    ) -> Iterator[Tuple[str, float]]:
         """The jobs that held the cores of ``x``'s node while it waited (from ``ready`` to
         its start), with their starts, in the order of ``on_node``."""
         start, _, node = sim.starts[x]
@@ -324,14 +380,19 @@ def refine(wl: Workload, jobs: List[Job], *, nodes: int, cores: int, overhead_s:
             if i + 1 < len(chain):
                 prev = chain[i + 1][0]
 
-                def merged(prev: str = prev, x: str = x, ps: Dict[str, Tuple[List[str], int]] = parts,
-                           b: Dict[str, float] = bonus) -> Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]:
+                def merged(
+                    prev: str = prev,
+                    x: str = x,
+                    ps: Dict[str, Tuple[List[str], int]] = parts,
+                    b: Dict[str, float] = bonus,
+                ) -> Tuple[Dict[str, Tuple[List[str], int]], Dict[str, float]]:
                     np = dict(ps)
                     del np[x]
                     np[prev] = (sorted(ps[prev][0] + ps[x][0], key=pos.__getitem__), max(ps[prev][1], ps[x][1]))
                     nb = dict(b)
                     nb.pop(x, None)
                     return np, nb
+
                 yield merged
             yield from shape(x)
             if start > ready + 1e-6:  # the jobs that held its node's cores meanwhile

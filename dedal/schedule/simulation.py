@@ -22,6 +22,7 @@ tried: on that case real Slurm ran the schedule it chose 1.4 % longer than dedal
 (2306 s vs 2275 s), though the model rated it shorter, so it serves to predict
 (results.md, ``on Slurm``), not to judge.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -54,14 +55,19 @@ def _by_index(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], List[Lis
     return index, dependents, nmiss
 
 
-def afterok(jobs: Sequence[Job], cores: int) -> Tuple[Dict[str, int], Dict[str, Job], Dict[str, List[str]],
-                                                     Dict[str, int]]:
+def afterok(
+    jobs: Sequence[Job], cores: int
+) -> Tuple[Dict[str, int], Dict[str, Job], Dict[str, List[str]], Dict[str, int]]:
     """What both simulations start from: each job's index and the job by id, the jobs
     waiting (``afterok``) for each, and how many jobs each waits for: :func:`_by_index`,
     by id."""
     index, dependents, nmiss = _by_index(jobs, cores)
-    return (index, {j.id: j for j in jobs}, {j.id: [jobs[k].id for k in dependents[i]] for i, j in enumerate(jobs)},
-            {j.id: nmiss[i] for i, j in enumerate(jobs)})
+    return (
+        index,
+        {j.id: j for j in jobs},
+        {j.id: [jobs[k].id for k in dependents[i]] for i, j in enumerate(jobs)},
+        {j.id: nmiss[i] for i, j in enumerate(jobs)},
+    )
 
 
 def simulate(jobs: Sequence[Job], *, nodes: int, cores: int) -> Simulation:
@@ -218,8 +224,9 @@ def _simulate(jobs: Sequence[Job], nodes: int, cores: int, at_least: float) -> O
     return Simulation(makespan_s=max((e for _, e, _ in starts.values()), default=0.0), starts=starts, busy_core_s=busy)
 
 
-def simulate_backfill(jobs: Sequence[Job], *, nodes: int, cores: int, limits: Mapping[str, float],
-                      bf_interval_s: float = BF_INTERVAL_S) -> Simulation:
+def simulate_backfill(
+    jobs: Sequence[Job], *, nodes: int, cores: int, limits: Mapping[str, float], bf_interval_s: float = BF_INTERVAL_S
+) -> Simulation:
     """Slurm's two schedulers, closer to it than :func:`simulate` (which backfills
     around the top job only, knowing how long every job runs): on each event the main
     scheduler starts eligible jobs in priority order and stops at the first that does
@@ -232,8 +239,7 @@ def simulate_backfill(jobs: Sequence[Job], *, nodes: int, cores: int, limits: Ma
     if any(j.order for j in jobs):
         raise ValueError("simulate_backfill does not model order hints")
     index, by_id, dependents, nmiss = afterok(jobs, cores)
-    eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs
-                                                    if nmiss[j.id] == 0)
+    eligible: List[Tuple[float, int, str]] = sorted((-j.priority, index[j.id], j.id) for j in jobs if nmiss[j.id] == 0)
     free = [cores] * max(1, nodes)
     held: List[Dict[str, Tuple[float, int]]] = [dict() for _ in free]  # node -> job -> (end of its limit, cores)
     starts: Dict[str, Tuple[float, float, int]] = {}

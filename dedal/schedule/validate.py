@@ -8,6 +8,7 @@ waits for the former through its ``after`` chain, or Slurm could start it early)
 when no node runs more cores than it has at any moment. Near-linear, so that it runs
 on every case of the scale benchmark (benchmarks/schedule/scale.py) and in the tests.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Mapping, Sequence, Tuple
@@ -26,8 +27,15 @@ class InvalidSchedule(ValueError):
         super().__init__("invalid schedule: " + "; ".join(self.problems[:5]) + more)
 
 
-def schedule_problems(wl: Workload, jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]], *,
-                      nodes: int, cores: int, limit: int = 50) -> List[str]:
+def schedule_problems(
+    wl: Workload,
+    jobs: Sequence[Job],
+    starts: Mapping[str, Tuple[float, float, int]],
+    *,
+    nodes: int,
+    cores: int,
+    limit: int = 50,
+) -> List[str]:
     """What is wrong with ``jobs`` run at ``starts`` (job id -> (start, end, node index))
     on ``nodes`` nodes of ``cores`` cores, as sentences; empty when the schedule is valid.
     Stops after ``limit`` problems."""
@@ -51,7 +59,9 @@ def schedule_problems(wl: Workload, jobs: Sequence[Job], starts: Mapping[str, Tu
                 return out
             job_of.setdefault(h, j.id)
         for a in list(j.after) + list(j.order):
-            if (a not in by_id or a == j.id) and bad(f"job {j.id} waits for {'itself' if a == j.id else 'unknown job ' + a}"):
+            if (a not in by_id or a == j.id) and bad(
+                f"job {j.id} waits for {'itself' if a == j.id else 'unknown job ' + a}"
+            ):
                 return out
     wanted = set(wl.order)
     for h in wanted - set(job_of):
@@ -70,8 +80,9 @@ def schedule_problems(wl: Workload, jobs: Sequence[Job], starts: Mapping[str, Tu
         start, end, node = starts[j.id]
         if not 0 <= node < nodes and bad(f"job {j.id} runs on node {node}; there are {nodes}"):
             return out
-        if (start < -EPS or abs(end - start - j.est_s) > EPS * max(1.0, j.est_s)) and \
-                bad(f"job {j.id} runs {start:.3f}-{end:.3f} s, not for its {j.est_s:.3f} s"):
+        if (start < -EPS or abs(end - start - j.est_s) > EPS * max(1.0, j.est_s)) and bad(
+            f"job {j.id} runs {start:.3f}-{end:.3f} s, not for its {j.est_s:.3f} s"
+        ):
             return out
     if out:
         return out
@@ -88,12 +99,14 @@ def schedule_problems(wl: Workload, jobs: Sequence[Job], starts: Mapping[str, Tu
                         return out
                     continue
                 k = job_of[r]
-                if starts[k][1] > starts[j.id][0] + EPS and \
-                        bad(f"job {j.id} starts at {starts[j.id][0]:.3f} s and builds {wl.name(h)}, which needs "
-                            f"{wl.name(r)}, before job {k} ends at {starts[k][1]:.3f} s"):
+                if starts[k][1] > starts[j.id][0] + EPS and bad(
+                    f"job {j.id} starts at {starts[j.id][0]:.3f} s and builds {wl.name(h)}, which needs "
+                    f"{wl.name(r)}, before job {k} ends at {starts[k][1]:.3f} s"
+                ):
                     return out
-                if not (ancestors[j.id] >> index[k]) & 1 and \
-                        bad(f"job {j.id} builds {wl.name(h)}, which needs {wl.name(r)}, without waiting for job {k}"):
+                if not (ancestors[j.id] >> index[k]) & 1 and bad(
+                    f"job {j.id} builds {wl.name(h)}, which needs {wl.name(r)}, without waiting for job {k}"
+                ):
                     return out
     for node, load, t in _peaks(jobs, starts, cores):
         if bad(f"node {node} runs {load} cores at {t:.3f} s; it has {cores}"):
@@ -127,7 +140,9 @@ def _ancestors(jobs: Sequence[Job], by_id: Mapping[str, Job]) -> "Dict[str, int]
     return anc
 
 
-def _peaks(jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]], cores: int) -> List[Tuple[int, int, float]]:
+def _peaks(
+    jobs: Sequence[Job], starts: Mapping[str, Tuple[float, float, int]], cores: int
+) -> List[Tuple[int, int, float]]:
     """(node, cores in use, when) wherever a node runs more than ``cores``; a job that
     ends at the moment another starts gives its cores back first."""
     events: Dict[int, List[Tuple[float, int]]] = {}

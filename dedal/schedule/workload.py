@@ -7,6 +7,7 @@ cores and seconds of the machine model (see :mod:`dedal.schedule`) for a package
 a job, and the jobs in an order that respects their dependencies. It imports nothing
 from the package, so that everything else can import it.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -21,9 +22,9 @@ from dedal.model.cores import DEFAULT_MODEL, CoreModel
 class Workload:
     """The packages to build, their durations and who needs whom (pure data)."""
 
-    order: List[str]                      # dependencies first
-    duration: Dict[str, float]            # seconds at ref_cores
-    requires: Dict[str, FrozenSet[str]]   # package -> packages of this workload it needs built first
+    order: List[str]  # dependencies first
+    duration: Dict[str, float]  # seconds at ref_cores
+    requires: Dict[str, FrozenSet[str]]  # package -> packages of this workload it needs built first
     names: Dict[str, str] = field(default_factory=dict)
     title: str = ""
 
@@ -170,25 +171,38 @@ class Job:
         return main + (f"+{len(self.hashes) - 1}" if len(self.hashes) > 1 else "")
 
     def to_json(self) -> dict:
-        data = {"id": self.id, "hashes": list(self.hashes), "after": list(self.after), "est_s": round(self.est_s, 3),
-                "priority": round(self.priority, 3), "cores": self.cores, "names": list(self.names)}
+        data = {
+            "id": self.id,
+            "hashes": list(self.hashes),
+            "after": list(self.after),
+            "est_s": round(self.est_s, 3),
+            "priority": round(self.priority, 3),
+            "cores": self.cores,
+            "names": list(self.names),
+        }
         if self.order:
             data["order"] = {a: round(t, 3) for a, t in self.order.items()}
         return data
 
     @classmethod
     def from_json(cls, data: Mapping) -> "Job":
-        return cls(id=str(data["id"]), hashes=list(data["hashes"]), after=[str(a) for a in data.get("after", [])],
-                   est_s=float(data.get("est_s", 0.0)), priority=float(data.get("priority", 0.0)),
-                   cores=int(data.get("cores", 1)), names=list(data.get("names", [])),
-                   order={str(a): float(t) for a, t in dict(data.get("order") or {}).items()})
+        return cls(
+            id=str(data["id"]),
+            hashes=list(data["hashes"]),
+            after=[str(a) for a in data.get("after", [])],
+            est_s=float(data.get("est_s", 0.0)),
+            priority=float(data.get("priority", 0.0)),
+            cores=int(data.get("cores", 1)),
+            names=list(data.get("names", [])),
+            order={str(a): float(t) for a, t in dict(data.get("order") or {}).items()},
+        )
 
 
 @dataclass
 class Simulation:
     makespan_s: float
-    starts: Dict[str, Tuple[float, float, int]]   # job id -> (start, end, node index)
-    busy_core_s: float                            # core-seconds the jobs held (overhead included)
+    starts: Dict[str, Tuple[float, float, int]]  # job id -> (start, end, node index)
+    busy_core_s: float  # core-seconds the jobs held (overhead included)
 
 
 @dataclass(frozen=True)
@@ -254,13 +268,22 @@ class Schedule:
             "model": self.model.to_json(),
         }
         if with_jobs:
-            data["schedule"] = [dict(j.to_json(), start_s=round(self.starts[j.id][0], 3),
-                                     end_s=round(self.starts[j.id][1], 3), node=self.starts[j.id][2])
-                                if j.id in self.starts else j.to_json() for j in self.jobs]
+            data["schedule"] = [
+                dict(
+                    j.to_json(),
+                    start_s=round(self.starts[j.id][0], 3),
+                    end_s=round(self.starts[j.id][1], 3),
+                    node=self.starts[j.id][2],
+                )
+                if j.id in self.starts
+                else j.to_json()
+                for j in self.jobs
+            ]
         return data
 
 
 # -- the model's per-package numbers ---------------------------------------------------
+
 
 def package_cores(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0) -> Dict[str, int]:
     if cpus_per_job:
@@ -276,14 +299,17 @@ def _among(reqs: Iterable[str], wanted: Set[str], h: str) -> FrozenSet[str]:
     return got if h not in got else frozenset(r for r in reqs if r in wanted and r != h)
 
 
-def package_seconds(wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL,
-                    cpus_per_job: int = 0) -> Tuple[Mapping[str, int], Mapping[str, float]]:
+def package_seconds(
+    wl: Workload, cores: int, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0
+) -> Tuple[Mapping[str, int], Mapping[str, float]]:
     """(:func:`package_cores`, each package's seconds on those cores), made once per workload
     and node size (shared: not to be changed): both bounds and both groupings of a large
     build ask for the same numbers."""
+
     def make() -> Tuple[Dict[str, int], Dict[str, float]]:
         need = package_cores(wl, cores, model, cpus_per_job)
         return need, {h: model.seconds(wl.duration[h], need[h]) for h in wl.order}
+
     return wl._cached(("seconds", cores, model, cpus_per_job), make)
 
 

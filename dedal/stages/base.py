@@ -5,6 +5,7 @@ half-built base never counts and concurrent builders wait for one another. Every
 stage runs Spack inside it (:func:`sandbox_runner`) and every image starts from it,
 reusing its compressed bulk (:func:`base_part`).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -19,8 +20,16 @@ from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
 from dedal.adapters import debootstrap, squashfs
 from dedal.adapters import runtime as rt
 from dedal.errors import Signals, ToolError, UserError
-from dedal.model.base import (HOST_BASE, BaseDefinition, BaseImage, definition_id, iter_cached, load_definition,
-                              parse_os_release, read_base)
+from dedal.model.base import (
+    HOST_BASE,
+    BaseDefinition,
+    BaseImage,
+    definition_id,
+    iter_cached,
+    load_definition,
+    parse_os_release,
+    read_base,
+)
 from dedal.model.image import STD_PATH, image_tops
 from dedal.model.artifacts import atomic_path, inputs_digest, sha256_file, write_atomic
 from dedal.ui.activity import activity
@@ -36,8 +45,7 @@ def resolve_mirror(defn: BaseDefinition, settings: Settings) -> Dict[str, str]:
     """Mirror URIs: definition, else the ``debian_mirror`` setting, else the host's apt
     sources, else deb.debian.org (the security archive likewise)."""
     host = debootstrap.host_mirrors()
-    archive = defn.mirror or getattr(settings, "debian_mirror", "") or host.get("archive") \
-        or debootstrap.DEFAULT_MIRROR
+    archive = defn.mirror or getattr(settings, "debian_mirror", "") or host.get("archive") or debootstrap.DEFAULT_MIRROR
     security = host.get("security") or debootstrap.DEFAULT_SECURITY_MIRROR
     return {"archive": archive.rstrip("/"), "security": security.rstrip("/")}
 
@@ -115,11 +123,21 @@ def _build(defn: BaseDefinition, bid: str, settings: Settings, say: Callable[[st
         versions = {k: packages[p] for k, p in defn.record_versions.items() if p in packages}
         versions.update(_probe_versions(defn, root, log))
         img = BaseImage(
-            name=defn.name, id=bid, path=final, kind=defn.kind, os_release=parse_os_release(root),
-            versions=versions, packages=packages, env=dict(defn.env), arch=defn.arch,
-            mirror=mirrors["archive"] if defn.kind == "debian" else "", built_at=time.time(),
-            build_seconds=round(time.monotonic() - start, 1), rootfs_bytes=_dir_bytes(root),
-            squashfs_bytes=(tmp / "rootfs.sqfs").stat().st_size, definition_file=defn.path.name,
+            name=defn.name,
+            id=bid,
+            path=final,
+            kind=defn.kind,
+            os_release=parse_os_release(root),
+            versions=versions,
+            packages=packages,
+            env=dict(defn.env),
+            arch=defn.arch,
+            mirror=mirrors["archive"] if defn.kind == "debian" else "",
+            built_at=time.time(),
+            build_seconds=round(time.monotonic() - start, 1),
+            rootfs_bytes=_dir_bytes(root),
+            squashfs_bytes=(tmp / "rootfs.sqfs").stat().st_size,
+            definition_file=defn.path.name,
             apt_releases=releases,
         )
         shutil.copyfile(defn.path, tmp / defn.path.name)
@@ -132,8 +150,14 @@ def _build(defn: BaseDefinition, bid: str, settings: Settings, say: Callable[[st
         os.replace(tmp, final)
         # what every image assembled on this base reuses compressed (base_part): made now
         # for the configured install root and view, not by the first assembly
-        base_part(img, base_sha256(img, settings), image_tops(str(settings.install_root), str(settings.view)),
-                  settings, log, say)
+        base_part(
+            img,
+            base_sha256(img, settings),
+            image_tops(str(settings.install_root), str(settings.view)),
+            settings,
+            log,
+            say,
+        )
         say(f"[{time.monotonic() - start:5.0f}s] base {bid} ready: {img.squashfs_bytes / 1e6:.0f} MB squashfs")
         return img
     except BaseException as exc:
@@ -158,9 +182,11 @@ def _probe_versions(defn: BaseDefinition, root: Path, log: Path) -> Dict[str, st
     return found
 
 
-def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log: Path,
-                  say: Callable[[str], None], start: float) -> Dict[str, Dict[str, str]]:
+def _build_debian(
+    defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log: Path, say: Callable[[str], None], start: float
+) -> Dict[str, Dict[str, str]]:
     """Build the root; returns the apt Release files it was built from (the live mirror's state)."""
+
     def stamp() -> str:
         return f"[{time.monotonic() - start:5.0f}s]"
 
@@ -168,9 +194,14 @@ def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log
     # each step on the display while it runs, with the tool's latest line ("I: Retrieving libc6")
     with activity(f"{defn.name}: debootstrap {defn.suite}", log=log, announce=False):
         debootstrap.bootstrap(root, defn.suite, mirrors["archive"], variant=defn.variant, arch=defn.arch, log=log)
-    debootstrap.write_sources(root, defn.suite, mirrors["archive"], updates=defn.updates,
-                              security=mirrors["security"] if defn.security else None,
-                              components=defn.components)
+    debootstrap.write_sources(
+        root,
+        defn.suite,
+        mirrors["archive"],
+        updates=defn.updates,
+        security=mirrors["security"] if defn.security else None,
+        components=defn.components,
+    )
     pkgs = defn.all_packages
     say(f"{stamp()} apt-get install {len(pkgs)} packages (and their dependencies)")
     with activity(f"{defn.name}: apt-get install {len(pkgs)} packages", log=log, announce=False):
@@ -184,8 +215,9 @@ def _build_debian(defn: BaseDefinition, root: Path, mirrors: Dict[str, str], log
     return releases
 
 
-def _build_apptainer(defn: BaseDefinition, root: Path, log: Path, say: Callable[[str], None],
-                     start: float) -> Dict[str, str]:
+def _build_apptainer(
+    defn: BaseDefinition, root: Path, log: Path, say: Callable[[str], None], start: float
+) -> Dict[str, str]:
     say(f"[{time.monotonic() - start:5.0f}s] apptainer build --sandbox {defn.path.name} (log: {log})")
     with activity(f"{defn.name}: apptainer build --sandbox", log=log, announce=False):
         rt.apptainer_build_sandbox(defn.path, root, log=log)
@@ -201,8 +233,9 @@ def base_root(name: str, settings: Settings, progress: Progress = None) -> Tuple
     return Path(base.rootfs_dir), dict(base.env)
 
 
-def sandbox_runner(base_root: Optional[Path], binds: Sequence[rt.Bind], runtime: str,
-                   base_env: Optional[Dict[str, str]] = None) -> Callable:
+def sandbox_runner(
+    base_root: Optional[Path], binds: Sequence[rt.Bind], runtime: str, base_env: Optional[Dict[str, str]] = None
+) -> Callable:
     """A Spack runner that executes inside the base image (or the host with a private
     mount namespace when ``base_root`` is None) with the stage at the install root."""
 
@@ -241,8 +274,14 @@ BASE_PART_FORMAT = 1  # bump when what squashfs.pack writes changes: cached part
 _WILDCARD = re.compile(r"[*?\\[\]]")
 
 
-def base_part(base: Optional[BaseImage], base_digest: str, tops: Sequence[str], settings: Settings, log: Path,
-              say: Callable[[str], None]) -> Optional[Path]:
+def base_part(
+    base: Optional[BaseImage],
+    base_digest: str,
+    tops: Sequence[str],
+    settings: Settings,
+    log: Path,
+    say: Callable[[str], None],
+) -> Optional[Path]:
     """The base's squashfs without the top-level entries ``tops`` (those the image
     changes), made once per base and set of names under ``cache_dir``: the image is this
     plus the changed entries appended (``squashfs.append``), so the base's bulk (the OS,

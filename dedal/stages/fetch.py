@@ -5,6 +5,7 @@ mirror, and the plan. Everything after it works offline.
 A rerun fetches only what is missing. Offline, it names every source the mirror lacks
 and how to point dedal at an existing Spack checkout and mirror.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,7 +26,14 @@ from dedal.errors import DedalError, ToolError, UserError
 from dedal.model.base import base_identity, unknown_base
 from dedal.model.git_sources import GitSource, archived_by_sha256
 from dedal.stages.base import base_root, sandbox_runner
-from dedal.model.spack_env import carry_includes, inputs_digest, local_inputs, minimal_manifest, stage_manifest, write_env_dir
+from dedal.model.spack_env import (
+    carry_includes,
+    inputs_digest,
+    local_inputs,
+    minimal_manifest,
+    stage_manifest,
+    write_env_dir,
+)
 from dedal.model.target import Target
 from dedal.stages.workspace import Prepared, prepare
 from dedal.ui.activity import activity
@@ -34,14 +42,16 @@ from dedal.ui.activity import activity
 @dataclass
 class MissingSource:
     package: str
-    kind: str            # source | patch | resource
+    kind: str  # source | patch | resource
     url: str
     mirror_path: str
     digest: str = ""
-    hint: str = ""       # how to get it where downloading cannot (an archived git source)
+    hint: str = ""  # how to get it where downloading cannot (an archived git source)
 
     def line(self) -> str:
-        return f"{self.package} {self.kind} {self.url or '?'} -> {self.mirror_path}" + (f" ({self.hint})" if self.hint else "")
+        return f"{self.package} {self.kind} {self.url or '?'} -> {self.mirror_path}" + (
+            f" ({self.hint})" if self.hint else ""
+        )
 
 
 @dataclass
@@ -56,8 +66,8 @@ class FetchResult:
     fetched: int
     plan: str
     seconds: float
-    listed: bool = True      # sources listed per package (else checked by `spack mirror create` alone)
-    mirrored: bool = True    # False: --lock-only, the mirror was left alone
+    listed: bool = True  # sources listed per package (else checked by `spack mirror create` alone)
+    mirrored: bool = True  # False: --lock-only, the mirror was left alone
     missing: List[MissingSource] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -80,7 +90,8 @@ def obtain_spack(settings: Settings) -> Tuple[Path, str]:
         raise UserError(
             f"cannot obtain Spack {settings.spack_ref} from {settings.spack_url} ({exc.detail or exc.one_line()}); "
             "without network, set DEDAL_SPACK_ROOT (or spack_root) to a local Spack checkout, "
-            "or spack_url to a local clone") from None
+            "or spack_url to a local clone"
+        ) from None
     return dest, commit
 
 
@@ -91,8 +102,10 @@ def envs_checkout(settings: Settings) -> Tuple[Path, str]:
     try:
         commit = gitad.checkout(settings.envs_url, settings.envs_ref, dest)
     except ToolError as exc:
-        raise UserError(f"cannot obtain the environments repository {settings.envs_url} at {settings.envs_ref} "
-                        f"({exc.detail or exc.one_line()})") from None
+        raise UserError(
+            f"cannot obtain the environments repository {settings.envs_url} at {settings.envs_ref} "
+            f"({exc.detail or exc.one_line()})"
+        ) from None
     return dest, commit
 
 
@@ -110,8 +123,15 @@ def _missing(sources: List[dict], mirror: Path) -> Tuple[List[MissingSource], in
                     continue
                 total += 1
                 if not any((mirror / p).exists() for p in paths):
-                    missing.append(MissingSource(f"{pkg['name']}@{pkg['version']}", _KIND[kind],
-                                                 src.get("url") or "", paths[0], src.get("digest") or ""))
+                    missing.append(
+                        MissingSource(
+                            f"{pkg['name']}@{pkg['version']}",
+                            _KIND[kind],
+                            src.get("url") or "",
+                            paths[0],
+                            src.get("digest") or "",
+                        )
+                    )
     return missing, total
 
 
@@ -137,7 +157,9 @@ def _from_pypi(sources: List[dict], mirror: Path, index: str, note) -> int:  # n
                 try:
                     item = index_client.find(project, digest)
                     if item is None:
-                        note(f"{pkg['name']}@{pkg['version']}: no file with sha256 {digest[:12]}... in {index}/{project}/")
+                        note(
+                            f"{pkg['name']}@{pkg['version']}: no file with sha256 {digest[:12]}... in {index}/{project}/"
+                        )
                         continue
                     index_client.download(item, mirror / paths[0])
                 except pypi.PyPIError as exc:
@@ -160,8 +182,9 @@ def _list_sources(spack: Spack, fenv: Path, work: Path, logs: Path, note) -> Opt
             spack.python_script(fenv, script, [str(sources_file)], logs / "list-sources.log")
         data = json.loads(sources_file.read_text())
     except (ToolError, OSError, json.JSONDecodeError) as exc:
-        note(f"could not list sources per package ({getattr(exc, 'detail', '') or exc}); "
-             "relying on spack mirror create")
+        note(
+            f"could not list sources per package ({getattr(exc, 'detail', '') or exc}); relying on spack mirror create"
+        )
         return None
     return data if isinstance(data, list) else None
 
@@ -198,19 +221,30 @@ def _git_hints(missing: List[MissingSource], archived: Mapping[str, GitSource]) 
     for m in missing:
         s = archived.get(m.digest)
         if s is not None:
-            m.hint = (f"archived from {s.repository} at {s.commit[:12]}: recipes/gitsrc/archive.py "
-                      "of dedal's checkout puts it into the mirror")
+            m.hint = (
+                f"archived from {s.repository} at {s.commit[:12]}: recipes/gitsrc/archive.py "
+                "of dedal's checkout puts it into the mirror"
+            )
 
 
-def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
-                 note, pypi_index: str = "", archived: Optional[Mapping[str, GitSource]] = None
-                 ) -> Tuple[int, int, List[MissingSource], bool]:  # noqa: ANN001
+def _fill_mirror(
+    spack: Spack,
+    fenv: Path,
+    work: Path,
+    logs: Path,
+    mirror: Path,
+    note,
+    pypi_index: str = "",
+    archived: Optional[Mapping[str, GitSource]] = None,
+) -> Tuple[int, int, List[MissingSource], bool]:  # noqa: ANN001
     """Every source of the concrete environment into ``mirror``: (sources, missing before,
     still missing, listed per package); DedalError naming what could not be fetched
     (``archived``: sha256 -> a git repository's archive, named as such)."""
     sources = _list_sources(spack, fenv, work, logs, note)
-    offline_hint = ("Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
-                    f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}")
+    offline_hint = (
+        "Offline, point dedal at a mirror that has them (-s mirror=DIR or DEDAL_MIRROR) "
+        f"and at a local Spack checkout (DEDAL_SPACK_ROOT); log: {logs / 'mirror-create.log'}"
+    )
     if sources is None:
         # no per-source listing: Spack's own mirror creation decides, and its report names the failures
         note(f"filling the mirror {mirror} with spack mirror create")
@@ -219,8 +253,10 @@ def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
                 spack.mirror_create(fenv, mirror, logs / "mirror-create.log")
         except ToolError as exc:
             failed = _failed_downloads(logs / "mirror-create.log")
-            raise DedalError(f"sources missing from the mirror {mirror} could not be fetched (no network?): "
-                             f"{', '.join(failed) or exc.detail}. {offline_hint}") from None
+            raise DedalError(
+                f"sources missing from the mirror {mirror} could not be fetched (no network?): "
+                f"{', '.join(failed) or exc.detail}. {offline_hint}"
+            ) from None
         present, added = _archive_stats(logs / "mirror-create.log")
         return present + added, added, [], False
     missing, total = _missing(sources, mirror)
@@ -237,9 +273,13 @@ def _fill_mirror(spack: Spack, fenv: Path, work: Path, logs: Path, mirror: Path,
         missing, total = _missing(sources, mirror)
     if missing:
         _git_hints(missing, archived or {})
-        lines = "; ".join(m.line() for m in missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else "")
-        raise DedalError(f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could "
-                         f"not be fetched (no network?): {lines}. {offline_hint}")
+        lines = "; ".join(m.line() for m in missing[:10]) + (
+            f"; and {len(missing) - 10} more" if len(missing) > 10 else ""
+        )
+        raise DedalError(
+            f"{len(missing)} of {total} sources are missing from the mirror {mirror} and could "
+            f"not be fetched (no network?): {lines}. {offline_hint}"
+        )
     return total, before, missing, True
 
 
@@ -265,8 +305,9 @@ class _Undo:
     def __init__(self, work: Path, mirror: Path) -> None:
         self.work = work
         self.new_work = not work.exists()
-        self.new_dirs = sorted(set(_missing_dirs(work) + _missing_dirs(mirror)) - {work},
-                               key=lambda d: len(d.parts), reverse=True)
+        self.new_dirs = sorted(
+            set(_missing_dirs(work) + _missing_dirs(mirror)) - {work}, key=lambda d: len(d.parts), reverse=True
+        )
         self.includes = work / "includes"
         kept = [work / "spack.yaml", work / "fetch-env" / "spack.yaml", work / "fetch-env" / "spack.lock"]
         if self.includes.is_dir():
@@ -315,8 +356,12 @@ def current(work: Path, manifest_digest: str, given_lock: Optional[Path] = None)
     return None
 
 
-def run_fetch(target: Target, *, progress=None,  # noqa: ANN001
-              sources_too: bool = True) -> Tuple[FetchResult, Prepared]:
+def run_fetch(
+    target: Target,
+    *,
+    progress=None,  # noqa: ANN001
+    sources_too: bool = True,
+) -> Tuple[FetchResult, Prepared]:
     """Concretize (unless a lock is given), fill the mirror, write the plan; with
     ``sources_too`` False only the lock and the plan (whether an environment
     concretizes on its base, offline: sources are a separate matter). Returns the result and
@@ -352,8 +397,11 @@ def run_fetch(target: Target, *, progress=None,  # noqa: ANN001
     # Spack works in its own environment directory: the user's manifest plus a writable
     # install tree and stage (concretization opens the store; nothing is installed there)
     fenv = work / "fetch-env"
-    write_env_dir(fenv, stage_manifest(manifest, install_root=str(work / "fetch-store"), stage=work / "fetch-stage",
-                                       mirror=mirror), given_lock)
+    write_env_dir(
+        fenv,
+        stage_manifest(manifest, install_root=str(work / "fetch-store"), stage=work / "fetch-stage", mirror=mirror),
+        given_lock,
+    )
     if stale is None:
         shutil.copyfile(work / "spack.lock", fenv / "spack.lock")
     root, root_env = base_root(target.base_image, settings, note)  # built here the first time: minutes
@@ -382,11 +430,24 @@ def run_fetch(target: Target, *, progress=None,  # noqa: ANN001
     missing: List[MissingSource] = []
     listed = False
     if sources_too:
-        total, before, missing, listed = _fill_mirror(spack, fenv, work, logs, mirror, note, settings.pypi_index,
-                                                      archived_by_sha256(local_inputs(manifest)))
-    prepared = prepare(replace(target, lock_path=work / "spack.lock", plan_path=None, given_plan=None),
-                       bare_lock if given_lock is not None else None)  # a given lock was copied as it is
-    return FetchResult(env=target.name, spack_root=str(spack_root), spack_commit=commit, lock=str(work / "spack.lock"),
-                       concretized=concretized, sources=total, already_present=total - before,
-                       fetched=before - len(missing), plan=str(prepared.path), seconds=time.monotonic() - started,
-                       listed=listed, mirrored=sources_too), prepared
+        total, before, missing, listed = _fill_mirror(
+            spack, fenv, work, logs, mirror, note, settings.pypi_index, archived_by_sha256(local_inputs(manifest))
+        )
+    prepared = prepare(
+        replace(target, lock_path=work / "spack.lock", plan_path=None, given_plan=None),
+        bare_lock if given_lock is not None else None,
+    )  # a given lock was copied as it is
+    return FetchResult(
+        env=target.name,
+        spack_root=str(spack_root),
+        spack_commit=commit,
+        lock=str(work / "spack.lock"),
+        concretized=concretized,
+        sources=total,
+        already_present=total - before,
+        fetched=before - len(missing),
+        plan=str(prepared.path),
+        seconds=time.monotonic() - started,
+        listed=listed,
+        mirrored=sources_too,
+    ), prepared

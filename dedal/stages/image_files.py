@@ -11,6 +11,7 @@ UserError naming the entry. :func:`copy_out` writes under a temporary name and r
 so the copy exists whole or not at all. :func:`raw_names` lists a directory as the file
 system has it, entries named ``.`` or ``..`` included, which ``os.scandir`` hides.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -23,7 +24,7 @@ from typing import List, Optional, Sequence, Tuple
 from dedal.errors import UserError
 from dedal.model.artifacts import atomic_path
 
-MAX_COPY_BYTES = 256 << 20   # what `copy_out` copies at most (an image's /opt/dedal/env is kilobytes)
+MAX_COPY_BYTES = 256 << 20  # what `copy_out` copies at most (an image's /opt/dedal/env is kilobytes)
 MAX_COPY_ENTRIES = 100_000
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -34,9 +35,15 @@ class Missing(UserError):
 
 
 def kind(mode: int) -> str:
-    return {stat.S_IFDIR: "a directory", stat.S_IFREG: "a regular file", stat.S_IFLNK: "a symlink",
-            stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO",
-            stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "of an unknown type")
+    return {
+        stat.S_IFDIR: "a directory",
+        stat.S_IFREG: "a regular file",
+        stat.S_IFLNK: "a symlink",
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+    }.get(stat.S_IFMT(mode), "of an unknown type")
 
 
 def shown(name: str, backslash: bool = True) -> str:
@@ -56,8 +63,9 @@ def shown(name: str, backslash: bool = True) -> str:
 
 
 def _corrupt(where: str, rel: str, exc: OSError) -> UserError:
-    return UserError(f"{where}: cannot read {shown(rel)!s} in its root file system "
-                     f"({exc.strerror or exc}); the image is corrupt")
+    return UserError(
+        f"{where}: cannot read {shown(rel)!s} in its root file system ({exc.strerror or exc}); the image is corrupt"
+    )
 
 
 def open_dir(root: Path, rel: str, where: str) -> int:
@@ -93,8 +101,16 @@ def open_dir(root: Path, rel: str, where: str) -> int:
     return fd
 
 
-def copy_out(root: Path, rel: str, dest: Path, where: str, *, required: Sequence[str] = (),
-             max_bytes: int = MAX_COPY_BYTES, max_entries: int = MAX_COPY_ENTRIES) -> Path:
+def copy_out(
+    root: Path,
+    rel: str,
+    dest: Path,
+    where: str,
+    *,
+    required: Sequence[str] = (),
+    max_bytes: int = MAX_COPY_BYTES,
+    max_entries: int = MAX_COPY_ENTRIES,
+) -> Path:
     """Copy directory ``rel`` of the tree at ``root`` (a mounted image) to ``dest`` (which
     is replaced): directories and regular files only, nothing followed, at most
     ``max_bytes`` and ``max_entries``, the files named in ``required`` present (else
@@ -141,8 +157,7 @@ def _copy_dir(fd: int, dest: Path, rel: str, where: str, budget: List[int]) -> N
         elif stat.S_ISREG(st.st_mode):
             budget[0] -= st.st_size
             if budget[0] < 0:
-                raise UserError(f"{where}: {shown(path)} is too large: the copy would pass "
-                                f"{MAX_COPY_BYTES >> 20} MiB")
+                raise UserError(f"{where}: {shown(path)} is too large: the copy would pass {MAX_COPY_BYTES >> 20} MiB")
             _copy_file(fd, name, dest / name, path, where, st.st_size)
         else:
             what = kind(st.st_mode)
@@ -221,7 +236,7 @@ def raw_names(fd: int) -> Optional[List[Tuple[str, str]]]:
         pos = 0
         while pos < n:
             _ino, _off, reclen, dtype = _DIRENT.unpack_from(raw, pos)
-            name = raw[pos + _DIRENT.size:pos + reclen].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            name = raw[pos + _DIRENT.size : pos + reclen].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             pos += reclen
             if name in dots and dots[name] == 0:
                 dots[name] = 1

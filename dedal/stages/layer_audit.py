@@ -19,6 +19,7 @@ there). :func:`parallel` is the thread pool the audit and the extraction of the 
 share. Stages share it from here (``stages/building`` and ``stages/assemble`` import no
 internals of each other). The rules themselves are pure functions of a listing, in
 :mod:`dedal.model.layer_rules` (re-exported here); this module reads the listings and files."""
+
 from __future__ import annotations
 
 import json
@@ -35,24 +36,53 @@ from dedal.adapters import squashfs
 from dedal.errors import DedalError, ToolError, UserError
 from dedal.model.artifacts import sha256_file, write_atomic
 from dedal.model.layer_rules import (
-    AUDIT_RULES, HARMLESS_DEVICES, INSTALL_ROOT_LABEL, SYSTEM_PROGRAM_DIRS, LayerInfo, entry_problem,
-    image_entry_problem, image_listing_problem, inside, listing_problem, mode_problem, prefix_problem, root_problem,
-    symlink_problem)
+    AUDIT_RULES,
+    HARMLESS_DEVICES,
+    INSTALL_ROOT_LABEL,
+    SYSTEM_PROGRAM_DIRS,
+    LayerInfo,
+    entry_problem,
+    image_entry_problem,
+    image_listing_problem,
+    inside,
+    listing_problem,
+    mode_problem,
+    prefix_problem,
+    root_problem,
+    symlink_problem,
+)
 
 __all__ = [
     # the rules (dedal.model.layer_rules)
-    "AUDIT_RULES", "HARMLESS_DEVICES", "INSTALL_ROOT_LABEL", "SYSTEM_PROGRAM_DIRS", "LayerInfo", "entry_problem",
-    "image_entry_problem", "image_listing_problem", "inside", "listing_problem", "mode_problem", "prefix_problem",
-    "root_problem", "symlink_problem",
+    "AUDIT_RULES",
+    "HARMLESS_DEVICES",
+    "INSTALL_ROOT_LABEL",
+    "SYSTEM_PROGRAM_DIRS",
+    "LayerInfo",
+    "entry_problem",
+    "image_entry_problem",
+    "image_listing_problem",
+    "inside",
+    "listing_problem",
+    "mode_problem",
+    "prefix_problem",
+    "root_problem",
+    "symlink_problem",
     # the audit of files
-    "tree_entries", "audit_layers", "audit_layer", "check_packed", "audit_store", "audit_stored", "check_image_root",
-    "unpack_layer", "parallel",
+    "tree_entries",
+    "audit_layers",
+    "audit_layer",
+    "check_packed",
+    "audit_store",
+    "audit_stored",
+    "check_image_root",
+    "unpack_layer",
+    "parallel",
 ]
 
 if TYPE_CHECKING:
     from dedal.model.layers import LayerStore
     from dedal.model.plan import Plan
-
 
 
 def tree_entries(top: Path) -> List[Dict[str, str]]:
@@ -64,13 +94,20 @@ def tree_entries(top: Path) -> List[Dict[str, str]]:
             full = os.path.join(dirpath, name)
             st = os.lstat(full)
             rel = os.path.relpath(full, top)
-            result.append({"path": rel, "mode": stat.filemode(st.st_mode), "size": str(st.st_size),
-                           "target": os.readlink(full) if stat.S_ISLNK(st.st_mode) else ""})
+            result.append(
+                {
+                    "path": rel,
+                    "mode": stat.filemode(st.st_mode),
+                    "size": str(st.st_size),
+                    "target": os.readlink(full) if stat.S_ISLNK(st.st_mode) else "",
+                }
+            )
     return result
 
 
-def audit_layers(plan: Plan, hashes: Sequence[str], store: LayerStore, say: Callable[[str], None],
-                 memo: Optional[Path] = None) -> List[LayerInfo]:
+def audit_layers(
+    plan: Plan, hashes: Sequence[str], store: LayerStore, say: Callable[[str], None], memo: Optional[Path] = None
+) -> List[LayerInfo]:
     """Check every layer of ``hashes`` (externals have none); UserError for the first
     problem, after listing every missing layer at once.
 
@@ -81,8 +118,10 @@ def audit_layers(plan: Plan, hashes: Sequence[str], store: LayerStore, say: Call
     missing = [h for h in built if not plan.nodes[h].key or not store.has(plan.nodes[h].key)]
     if missing:
         names = ", ".join(f"{plan.nodes[h].label} ({plan.nodes[h].key})" for h in missing)
-        raise UserError(f"{len(missing)} layer(s) missing from the layer store {store.root}: {names}; "
-                        f"run `dedal build` for {plan.env_name} first")
+        raise UserError(
+            f"{len(missing)} layer(s) missing from the layer store {store.root}: {names}; "
+            f"run `dedal build` for {plan.env_name} first"
+        )
     # hashing and listing run in parallel (threads: hashlib and the unsquashfs processes do
     # the work); the first problem in layer order is the one reported
     infos = parallel(lambda h: audit_layer(plan.nodes[h], store, plan.install_root, memo), built)
@@ -106,15 +145,28 @@ def audit_layer(node: Any, store: LayerStore, install_root: str, memo: Optional[
         raise UserError(f"{where}: built for install root {man.install_root}, the image uses {install_root}")
     size = sqfs.stat().st_size
     if man.size and size != man.size:
-        raise UserError(f"{where}: corrupt: {sqfs} has {size} bytes, its manifest says {man.size}; "
-                        "remove the layer and run `dedal build` again")
+        raise UserError(
+            f"{where}: corrupt: {sqfs} has {size} bytes, its manifest says {man.size}; "
+            "remove the layer and run `dedal build` again"
+        )
     digest = sha256_file(sqfs)
     if digest != man.sha256:
-        raise UserError(f"{where}: corrupt: sha256 of {sqfs} is {digest[:16]}..., its manifest says "
-                        f"{man.sha256[:16]}...; remove the layer and run `dedal build` again")
+        raise UserError(
+            f"{where}: corrupt: sha256 of {sqfs} is {digest[:16]}..., its manifest says "
+            f"{man.sha256[:16]}...; remove the layer and run `dedal build` again"
+        )
     files = _check_listing(sqfs, digest, node.prefix_name, install_root, where, memo)
-    return LayerInfo(hash=h, key=key, name=node.name, version=node.version, prefix=node.prefix_name,
-                     sha256=digest, size=size, files=files, built_at=man.built_at)
+    return LayerInfo(
+        hash=h,
+        key=key,
+        name=node.name,
+        version=node.version,
+        prefix=node.prefix_name,
+        sha256=digest,
+        size=size,
+        files=files,
+        built_at=man.built_at,
+    )
 
 
 def check_packed(sqfs: Path, prefix: str, install_root: str, where: str) -> int:
@@ -124,15 +176,18 @@ def check_packed(sqfs: Path, prefix: str, install_root: str, where: str) -> int:
     return _check_listing(Path(sqfs), "", prefix, install_root, where, None)
 
 
-def _check_listing(sqfs: Path, digest: str, prefix: str, install_root: str, where: str,
-                   memo: Optional[Path]) -> int:
+def _check_listing(sqfs: Path, digest: str, prefix: str, install_root: str, where: str, memo: Optional[Path]) -> int:
     """The entries of ``sqfs`` against the rules (remembered under ``memo`` by ``digest``,
     its sha256, where both are given); the number of entries, or UserError."""
     problem = prefix_problem(prefix) or root_problem(install_root)
     if problem:
         raise UserError(f"{where}: refused: {problem}")
-    passed = {"rules": AUDIT_RULES, "sha256": digest, "prefix": prefix,
-              "install_root": posixpath.normpath(install_root)}
+    passed = {
+        "rules": AUDIT_RULES,
+        "sha256": digest,
+        "prefix": prefix,
+        "install_root": posixpath.normpath(install_root),
+    }
     memo_file = memo / f"{digest}.json" if memo is not None and digest else None
     if memo_file is not None:
         try:
@@ -176,11 +231,13 @@ def audit_stored(store: LayerStore, key: str, memo: Optional[Path] = None) -> in
     install root; the sha256 the memo is keyed by is the manifest's: callers that have not
     checked it run :meth:`LayerStore.verify` first). UserError naming the layer."""
     man = store.manifest(key)
-    return _check_listing(store.sqfs(key), man.sha256, man.prefix, man.install_root,
-                          f"layer {key} ({man.name}@{man.version})", memo)
+    return _check_listing(
+        store.sqfs(key), man.sha256, man.prefix, man.install_root, f"layer {key} ({man.name}@{man.version})", memo
+    )
 
 
 # ------------------------------------------------------------------ a whole image's root
+
 
 def check_image_root(image: Path, offset: int, install_root: Optional[str], where: str) -> int:
     """The entry audit of an image's root file system (the squashfs at ``offset`` in
@@ -189,16 +246,25 @@ def check_image_root(image: Path, offset: int, install_root: Optional[str], wher
     try:
         entries = squashfs.entries(Path(image), offset=offset)
     except ToolError as exc:  # the tool's reason; not its command line, whose file is a temporary one
-        raise UserError(f"{where}: unreadable root file system ({exc.what} exited with code {exc.returncode}: "
-                        f"{exc.detail})") from None
+        raise UserError(
+            f"{where}: unreadable root file system ({exc.what} exited with code {exc.returncode}: {exc.detail})"
+        ) from None
     problem = image_listing_problem(entries, install_root)
     if problem:
         raise UserError(f"{where}: refused: {problem}")
     return len(entries)
 
 
-def unpack_layer(sqfs: Path, prefix: str, root: Path, scratch: Path, install_root: str, where: str,
-                 log: Optional[Path] = None, processors: Optional[int] = None) -> None:
+def unpack_layer(
+    sqfs: Path,
+    prefix: str,
+    root: Path,
+    scratch: Path,
+    install_root: str,
+    where: str,
+    log: Optional[Path] = None,
+    processors: Optional[int] = None,
+) -> None:
     """Unpack one audited layer (its single top directory ``prefix``) into ``root``, so that
     nothing already under ``root`` can redirect it.
 

@@ -6,6 +6,7 @@ inputs digest; verify: a report for the same image sha256; publish: blobs alread
 the registry are not sent), so a rerun after any failure resumes where it stopped.
 ``--from``/``--until`` pick a slice of the stages.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,16 @@ from dedal.model.verify_report import VerifyRecord
 from dedal.stages.assemble import assemble as do_assemble, image_paths
 from dedal.stages.building import check_build, run_build
 from dedal.stages.fetch import run_fetch
-from dedal.stages.verify import (Given, Options, gate_allows, gate_refusal, skipped_text, verdict_with,
-                                  verify as run_verify, verify_options as merge_verify_options)
+from dedal.stages.verify import (
+    Given,
+    Options,
+    gate_allows,
+    gate_refusal,
+    skipped_text,
+    verdict_with,
+    verify as run_verify,
+    verify_options as merge_verify_options,
+)
 from dedal.stages.workspace import Prepared, prepare
 from dedal.ui.progress import BuildProgress
 
@@ -44,7 +53,7 @@ class StageFailed(DedalError):
 @dataclass
 class StageRecord:
     name: str
-    status: str = "pending"   # done | current | skipped | failed | pending
+    status: str = "pending"  # done | current | skipped | failed | pending
     seconds: float = 0.0
     detail: str = ""
 
@@ -89,7 +98,7 @@ def stage_range(start: str, until: str) -> List[str]:
     first, last = STAGES.index(start), STAGES.index(until)
     if first > last:
         raise UserError(f"--from {start} comes after --until {until}")
-    return list(STAGES[first:last + 1])
+    return list(STAGES[first : last + 1])
 
 
 def _registry(target: Target) -> str:
@@ -213,7 +222,9 @@ def run_pipeline(
             plan = target.work_plan(lock)
             cache = check_build(plan, settings)
             prepared.append(prepare(target, lock, plan))
-        result = run_build(prepared[0], settings, cache, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet)
+        result = run_build(
+            prepared[0], settings, cache, executor=executor, jobs=jobs, keep_going=keep_going, quiet=quiet
+        )
         summary.layers_built = len(result.built)
         summary.layers_reused = len(result.reused)
         record.detail = f"{len(result.built)} built, {len(result.reused)} reused"
@@ -222,11 +233,15 @@ def run_pipeline(
         if result.interrupted:
             raise DedalError("interrupted")
         if result.detached:
-            raise StageFailed(f"slurm.detach: {result.jobs + result.adopted} Slurm job(s) left to build the layers "
-                              f"without dedal; run this again once `dedal status` shows them done")
+            raise StageFailed(
+                f"slurm.detach: {result.jobs + result.adopted} Slurm job(s) left to build the layers "
+                f"without dedal; run this again once `dedal status` shows them done"
+            )
         if not result.ok:
-            failed = "; ".join(f"{k}: {v}" for k, v in result.failed.items()) or \
-                f"{len(result.blocked)} package(s) not built"
+            failed = (
+                "; ".join(f"{k}: {v}" for k, v in result.failed.items())
+                or f"{len(result.blocked)} package(s) not built"
+            )
             raise StageFailed(f"{len(result.failed)} package(s) failed: {failed}")
 
     def assemble(record: StageRecord) -> None:
@@ -259,12 +274,16 @@ def run_pipeline(
         again = current is not None and not gate_allows(current.verdict, settings.verify_gate)
         if current is not None and not reverify and not again:
             take_report(current, outdir)
-            record.status, record.detail = "current", (f"verdict {current.verdict_text or summary.verdict} "
-                                                       "(report of this image)")
+            record.status, record.detail = (
+                "current",
+                (f"verdict {current.verdict_text or summary.verdict} (report of this image)"),
+            )
         else:
             if again and not reverify:
-                note(f"the report of this image has verdict {current.verdict_text or current.verdict}, refused by "
-                     f"verify_gate {settings.verify_gate}: verifying again")
+                note(
+                    f"the report of this image has verdict {current.verdict_text or current.verdict}, refused by "
+                    f"verify_gate {settings.verify_gate}: verifying again"
+                )
             outcome = run_verify(opts, progress=note)
             summary.verdict = outcome.report.overall
             summary.skipped = skipped_text(outcome.report.checks)
@@ -292,8 +311,13 @@ def run_pipeline(
         reason, overrides = gate_refusal(verdict, gate, summary.skipped)
         if reason:
             anyway = " or ".join(f"`dedal -s {o} build-image ...`" for o in overrides)
-            where = f"see {summary.report}" if summary.report else (
-                f"no current verification report of {summary.image} (`dedal build-image --from verify` makes one)")
+            where = (
+                f"see {summary.report}"
+                if summary.report
+                else (
+                    f"no current verification report of {summary.image} (`dedal build-image --from verify` makes one)"
+                )
+            )
             raise StageFailed(f"{reason}: the image is not published ({anyway} publishes it anyway); {where}")
         if gate == "off" and not gate_allows(verdict):
             note(f"verification verdict {verdict}, published anyway (verify_gate off)")
@@ -315,6 +339,7 @@ def run_pipeline(
         from dedal.adapters import git
         from dedal.adapters.registry import client_options
         from dedal.stages.publish import publish as do_publish, source_url
+
         attachments = []
         outdir = Path(summary.report).parent if summary.report else None
         if outdir is not None and outdir.is_dir():
@@ -324,13 +349,22 @@ def run_pipeline(
             attachments.append(sbom)
         ref = registry if ":" in registry.split("/", 3)[-1] else f"{registry}:{target.tag}"
         source, revision = git.origin(target.env.directory) if target.env else (None, None)
-        result = do_publish(summary.image, [ref], description=target.env.description if target.env else None,
-                            source=source_url(source, strict=False) if source else None, revision=revision,
-                            attachments=attachments, insecure=settings.registry_insecure, progress=note,
-                            gate=settings.verify_gate, client_options=client_options(settings),
-                            sign=bool(settings.sign), sign_keyidx=int(settings.sign_keyidx),
-                            sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"),
-                            provenance=bool(settings.provenance))
+        result = do_publish(
+            summary.image,
+            [ref],
+            description=target.env.description if target.env else None,
+            source=source_url(source, strict=False) if source else None,
+            revision=revision,
+            attachments=attachments,
+            insecure=settings.registry_insecure,
+            progress=note,
+            gate=settings.verify_gate,
+            client_options=client_options(settings),
+            sign=bool(settings.sign),
+            sign_keyidx=int(settings.sign_keyidx),
+            sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"),
+            provenance=bool(settings.provenance),
+        )
         summary.published = list(result.references)
         record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"
 
@@ -339,7 +373,7 @@ def run_pipeline(
         for name in stages:
             run(name, steps[name])
     except DedalError:
-        for later in stages[stages.index(name) + 1:]:
+        for later in stages[stages.index(name) + 1 :]:
             records[later].detail = f"not run: {name} failed"
     finally:
         summary.seconds = round(time.monotonic() - started, 2)

@@ -14,6 +14,7 @@ distributions' rebuilders check their packages.
    configured ones: they are inputs, not results).
 4. ``dedal diff`` of the two images: "identical", or what differs.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,9 +58,17 @@ class RebuildResult:
     stages: Dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"image": self.image, "rebuilt": self.rebuilt, "identical": self.identical,
-                "source_date_epoch": self.source_date_epoch, "spack_commit": self.spack_commit,
-                "workdir": self.workdir, "seconds": self.seconds, "stages": self.stages, "diff": self.diff.to_json()}
+        return {
+            "image": self.image,
+            "rebuilt": self.rebuilt,
+            "identical": self.identical,
+            "source_date_epoch": self.source_date_epoch,
+            "spack_commit": self.spack_commit,
+            "workdir": self.workdir,
+            "seconds": self.seconds,
+            "stages": self.stages,
+            "diff": self.diff.to_json(),
+        }
 
 
 def image_labels(path: Path) -> Dict[str, str]:
@@ -87,16 +96,19 @@ def extract_env(path: Path, dest: Path) -> Path:
         try:
             method = squashfs.mount(path, point, offset=part.offset)
         except DedalError as exc:
-            raise UserError(f"{path}: its root file system cannot be mounted ({exc.one_line()}); "
-                            "the image is corrupt") from None
+            raise UserError(
+                f"{path}: its root file system cannot be mounted ({exc.one_line()}); the image is corrupt"
+            ) from None
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             try:
                 image_files.copy_out(point, ENV_IN_IMAGE, dest, where, required=(ENV_FILE, "spack.lock"))
             except image_files.Missing:
-                raise UserError(f"{path}: the image carries no {ENV_IN_IMAGE}/{ENV_FILE} and spack.lock (assembled "
-                                "by a dedal that did not record them); rebuild it from its environment file with "
-                                "SOURCE_DATE_EPOCH set to its dedal.source_date_epoch label") from None
+                raise UserError(
+                    f"{path}: the image carries no {ENV_IN_IMAGE}/{ENV_FILE} and spack.lock (assembled "
+                    "by a dedal that did not record them); rebuild it from its environment file with "
+                    "SOURCE_DATE_EPOCH set to its dedal.source_date_epoch label"
+                ) from None
         finally:
             squashfs.unmount(point, method, lazy=True)
     try:
@@ -122,14 +134,18 @@ def check_carried(env_dir: Path, where: str) -> None:
                 continue  # Spack's own files; a URL
             parts = text.split("/")
             if not text or text.startswith(("/", "~", "$")) or ".." in parts:
-                raise UserError(f"{where}/{ENV_FILE}: spack.{key} names {text!r}, not a path inside what the image "
-                                "carries: refused (the rebuild reads nothing of the host)")
+                raise UserError(
+                    f"{where}/{ENV_FILE}: spack.{key} names {text!r}, not a path inside what the image "
+                    "carries: refused (the rebuild reads nothing of the host)"
+                )
     section = data.get("dedal") if isinstance(data, dict) else None
     for key in ("base_image", "runtime_base"):
         name = section.get(key) if isinstance(section, dict) else None
         if isinstance(name, str) and ("/" in name or name.endswith((".yaml", ".yml", ".def"))):
-            raise UserError(f"{where}/{ENV_FILE}: dedal.{key} is the path {name!r}; a rebuild takes bases by name "
-                            "(base-images/<name>.yaml) and compares them with the carried definition")
+            raise UserError(
+                f"{where}/{ENV_FILE}: dedal.{key} is the path {name!r}; a rebuild takes bases by name "
+                "(base-images/<name>.yaml) and compares them with the carried definition"
+            )
 
 
 def check_inputs(env_dir: Path, labels: Dict[str, str], settings: Settings) -> Dict[str, Any]:
@@ -142,22 +158,32 @@ def check_inputs(env_dir: Path, labels: Dict[str, str], settings: Settings) -> D
         name = str((yaml.safe_load(base_file.read_text()) or {}).get("name", labels.get(label, "")))
         local = load_definition(name)
         if local.text != base_file.read_text():
-            raise UserError(f"base image {name}: its definition here ({local.path}) is not the one the image was built "
-                            f"from (carried in {ENV_IN_IMAGE}/{carried}); the rebuild would use another base")
+            raise UserError(
+                f"base image {name}: its definition here ({local.path}) is not the one the image was built "
+                f"from (carried in {ENV_IN_IMAGE}/{carried}); the rebuild would use another base"
+            )
     commit = labels.get("dedal.spack.commit", "")
     if settings.spack_root:
         root = Path(settings.spack_root)
         have = git_adapter.head_commit(root) if (root / ".git").exists() else ""
         if commit and have and have != commit:
-            raise UserError(f"the image was built with Spack {commit[:12]}, spack_root {root} is at {have[:12]}: "
-                            f"check out {commit[:12]} there, or unset spack_root (dedal then clones it)")
+            raise UserError(
+                f"the image was built with Spack {commit[:12]}, spack_root {root} is at {have[:12]}: "
+                f"check out {commit[:12]} there, or unset spack_root (dedal then clones it)"
+            )
     elif commit:
         overrides["spack_ref"] = commit
     return overrides
 
 
-def rebuild(image: Path, settings_for: Callable[[Dict[str, Any]], Any], *, workdir: Optional[Path] = None,
-            progress: Progress = None, quiet: bool = False) -> RebuildResult:
+def rebuild(
+    image: Path,
+    settings_for: Callable[[Dict[str, Any]], Any],
+    *,
+    workdir: Optional[Path] = None,
+    progress: Progress = None,
+    quiet: bool = False,
+) -> RebuildResult:
     """Rebuild ``image`` (a local SIF) and compare; ``settings_for(overrides)`` gives the
     settings with the overrides applied (the command's configuration)."""
     started = time.monotonic()
@@ -165,8 +191,10 @@ def rebuild(image: Path, settings_for: Callable[[Dict[str, Any]], Any], *, workd
     image = Path(image).resolve()
     labels = image_labels(image)
     if SDE_LABEL not in labels:
-        raise UserError(f"{image}: no {SDE_LABEL} label (assembled by a dedal that did not record its date); "
-                        f"its build date is {labels.get('org.opencontainers.image.created', 'unknown')}")
+        raise UserError(
+            f"{image}: no {SDE_LABEL} label (assembled by a dedal that did not record its date); "
+            f"its build date is {labels.get('org.opencontainers.image.created', 'unknown')}"
+        )
     try:
         sde = int(labels[SDE_LABEL])
     except ValueError:
@@ -182,8 +210,14 @@ def rebuild(image: Path, settings_for: Callable[[Dict[str, Any]], Any], *, workd
             shutil.rmtree(work, ignore_errors=True)
         raise
     overrides = check_inputs(work / "env", labels, settings_for({}))
-    overrides.update({"layer_store": str(work / "layers"), "work_dir": str(work / "work"),
-                      "images_dir": str(work / "images"), "reports_dir": str(work / "reports")})
+    overrides.update(
+        {
+            "layer_store": str(work / "layers"),
+            "work_dir": str(work / "work"),
+            "images_dir": str(work / "images"),
+            "reports_dir": str(work / "reports"),
+        }
+    )
     settings = settings_for(overrides)
 
     from dedal.stages.pipeline import run_pipeline
@@ -197,9 +231,15 @@ def rebuild(image: Path, settings_for: Callable[[Dict[str, Any]], Any], *, workd
     os.environ["SOURCE_DATE_EPOCH"] = str(sde)
     try:
         say(f"fetch, build, assemble {target.name} with SOURCE_DATE_EPOCH={sde}")
-        summary = run_pipeline(target, ImageOptions.of(target.env, source_date_epoch=sde),
-                               stages=["fetch", "build", "assemble"], executor=settings.executor,
-                               jobs=max(1, int(settings.jobs or 1)), keep_going=False, quiet=quiet)
+        summary = run_pipeline(
+            target,
+            ImageOptions.of(target.env, source_date_epoch=sde),
+            stages=["fetch", "build", "assemble"],
+            executor=settings.executor,
+            jobs=max(1, int(settings.jobs or 1)),
+            keep_going=False,
+            quiet=quiet,
+        )
     finally:
         if saved is None:
             os.environ.pop("SOURCE_DATE_EPOCH", None)
@@ -211,8 +251,18 @@ def rebuild(image: Path, settings_for: Callable[[Dict[str, Any]], Any], *, workd
         raise UserError(f"the rebuild assembled no image (work directory {work})")
     say(f"comparing {image.name} with the rebuilt {summary.image}")
     diff = diff_images(image, Path(summary.image))
-    return RebuildResult(image=str(image), rebuilt=summary.image, identical=diff.identical, source_date_epoch=sde,
-                         spack_commit=labels.get("dedal.spack.commit", ""), workdir=str(work), diff=diff,
-                         seconds=round(time.monotonic() - started, 1),
-                         stages={s.name: {"status": s.status, "seconds": s.seconds, "detail": s.detail}
-                                 for s in summary.stages if s.name in ("fetch", "build", "assemble")})
+    return RebuildResult(
+        image=str(image),
+        rebuilt=summary.image,
+        identical=diff.identical,
+        source_date_epoch=sde,
+        spack_commit=labels.get("dedal.spack.commit", ""),
+        workdir=str(work),
+        diff=diff,
+        seconds=round(time.monotonic() - started, 1),
+        stages={
+            s.name: {"status": s.status, "seconds": s.seconds, "detail": s.detail}
+            for s in summary.stages
+            if s.name in ("fetch", "build", "assemble")
+        },
+    )

@@ -15,6 +15,7 @@ Never the wall clock: when a build ran stays in the layer manifests, the build r
 and the pipeline's artifacts, not in the image. `dedal rebuild` passes the
 image's ``dedal.source_date_epoch`` label as that value.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

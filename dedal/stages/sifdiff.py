@@ -7,6 +7,7 @@ type, mode, owner, time, symlink target, or content. Text content (also inside `
 comes with a unified diff, JSON with the paths of the values that differ. A directory
 only one image has is one difference, with the number of entries below it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -25,15 +26,15 @@ from dedal.model import sif as sif_mod
 from dedal.model.artifacts import sha256_stream
 from dedal.stages.image_files import raw_names, shown
 
-TEXT_LIMIT = 1 << 20       # bytes of a file or object shown as a text diff (larger: "content" only)
+TEXT_LIMIT = 1 << 20  # bytes of a file or object shown as a text diff (larger: "content" only)
 HEADER_FIELDS = ("id", "created", "modified", "primary_arch", "launch_script", "version")
 
 
 @dataclass
 class Difference:
-    where: str                 # header | object | label | file
-    name: str                  # header field, object name, label key, path in the image
-    what: str                  # changed | only in A | only in B | content | mode | owner | time | target | type | size
+    where: str  # header | object | label | file
+    name: str  # header field, object name, label key, path in the image
+    what: str  # changed | only in A | only in B | content | mode | owner | time | target | type | size
     a: str = ""
     b: str = ""
     detail: List[str] = field(default_factory=list)  # diff lines (text or JSON paths)
@@ -64,13 +65,22 @@ class DiffResult:
         if self.identical:
             return f"identical: {self.a} and {self.b} (sha256 {self.sha256_a})"
         parts = [f"{n} {w}{'' if n == 1 else 's'}" for w, n in sorted(self.counts().items())]
-        return (f"differ: {self.a} and {self.b}: " + (", ".join(parts) or "only in bytes no part accounts for")
-                + f" (sha256 {self.sha256_a[:12]}... / {self.sha256_b[:12]}...)")
+        return (
+            f"differ: {self.a} and {self.b}: "
+            + (", ".join(parts) or "only in bytes no part accounts for")
+            + f" (sha256 {self.sha256_a[:12]}... / {self.sha256_b[:12]}...)"
+        )
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "summary": self.summary(), "a": self.a, "b": self.b,
-                "sha256": {"a": self.sha256_a, "b": self.sha256_b}, "counts": self.counts(),
-                "differences": [d.to_json() for d in self.differences]}
+        return {
+            "identical": self.identical,
+            "summary": self.summary(),
+            "a": self.a,
+            "b": self.b,
+            "sha256": {"a": self.sha256_a, "b": self.sha256_b},
+            "counts": self.counts(),
+            "differences": [d.to_json() for d in self.differences],
+        }
 
 
 def _sha256(path: Path, start: int = 0, size: Optional[int] = None) -> str:
@@ -96,7 +106,7 @@ def _flatten(obj: Any, prefix: str = "") -> Dict[str, str]:
 
 
 def _short(value: str, width: int = 100) -> str:
-    return value if len(value) <= width else value[:width - 3] + "..."
+    return value if len(value) <= width else value[: width - 3] + "..."
 
 
 def json_diff(a: Any, b: Any, prefix: str = "") -> List[str]:
@@ -121,8 +131,10 @@ def json_diff(a: Any, b: Any, prefix: str = "") -> List[str]:
                     pass
                 if "\n" in sa or "\n" in sb:
                     lines.append(f"{k}:")
-                    lines += ["  " + x.rstrip("\n") for x in difflib.unified_diff(
-                        sa.splitlines(True), sb.splitlines(True), "A", "B", n=1)][2:]
+                    lines += [
+                        "  " + x.rstrip("\n")
+                        for x in difflib.unified_diff(sa.splitlines(True), sb.splitlines(True), "A", "B", n=1)
+                    ][2:]
                     continue
         lines.append(f"{k or '(top)'}: {_short(va or '-')} -> {_short(vb or '-')}")
     return lines
@@ -167,8 +179,10 @@ def content_diff(name: str, a: bytes, b: bytes) -> List[str]:
             return json_diff(json.loads(ta), json.loads(tb))
         except ValueError:
             pass
-    return [line.rstrip("\n") for line in difflib.unified_diff(
-        ta.splitlines(True), tb.splitlines(True), "A" + name, "B" + name, n=1)]
+    return [
+        line.rstrip("\n")
+        for line in difflib.unified_diff(ta.splitlines(True), tb.splitlines(True), "A" + name, "B" + name, n=1)
+    ]
 
 
 # ---------------------------------------------------------------------------- trees
@@ -176,8 +190,9 @@ def content_diff(name: str, a: bytes, b: bytes) -> List[str]:
 
 def _unreadable(root: Path, exc: OSError) -> UserError:
     where = getattr(exc, "filename", None) or root
-    return UserError(f"cannot read {shown(str(where))} in a mounted root file system ({exc.strerror or exc}); "
-                     "the image is corrupt")
+    return UserError(
+        f"cannot read {shown(str(where))} in a mounted root file system ({exc.strerror or exc}); the image is corrupt"
+    )
 
 
 def _entries(root: Path) -> Tuple[Dict[str, os.stat_result], Dict[str, str]]:
@@ -215,8 +230,15 @@ def _entries(root: Path) -> Tuple[Dict[str, os.stat_result], Dict[str, str]]:
 
 
 def _kind(st: os.stat_result) -> str:
-    return {stat.S_IFDIR: "directory", stat.S_IFREG: "file", stat.S_IFLNK: "symlink", stat.S_IFCHR: "char device",
-            stat.S_IFBLK: "block device", stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket"}.get(stat.S_IFMT(st.st_mode), "?")
+    return {
+        stat.S_IFDIR: "directory",
+        stat.S_IFREG: "file",
+        stat.S_IFLNK: "symlink",
+        stat.S_IFCHR: "char device",
+        stat.S_IFBLK: "block device",
+        stat.S_IFIFO: "fifo",
+        stat.S_IFSOCK: "socket",
+    }.get(stat.S_IFMT(st.st_mode), "?")
 
 
 def _read(path: Path, limit: int) -> bytes:
@@ -238,8 +260,9 @@ def _same_bytes(a: Path, b: Path) -> bool:
 def tree_diff(a: Path, b: Path) -> Iterator[Difference]:
     """Differences between two directory trees (paths as in the image, from ``/``)."""
     (ea, odd_a), (eb, odd_b) = _entries(a), _entries(b)
-    only: List[Tuple[str, str]] = [(p, "only in A") for p in ea if p not in eb] + \
-        [(p, "only in B") for p in eb if p not in ea]
+    only: List[Tuple[str, str]] = [(p, "only in A") for p in ea if p not in eb] + [
+        (p, "only in B") for p in eb if p not in ea
+    ]
     reported: List[str] = []
     for path, what in sorted(only):
         if any(path.startswith(r + "/") for r in reported):
@@ -252,7 +275,9 @@ def tree_diff(a: Path, b: Path) -> Iterator[Difference]:
     for path in sorted(set(odd_a) | set(odd_b)):  # never hidden: listed, by name
         kinds = f"a {odd_a.get(path) or odd_b.get(path)} named {path.rsplit('/', 1)[1]!r} that no path reaches"
         if path in odd_a and path in odd_b:
-            yield Difference("file", path, "unreachable", kinds, kinds, ["(in both images: its content is not compared)"])
+            yield Difference(
+                "file", path, "unreachable", kinds, kinds, ["(in both images: its content is not compared)"]
+            )
         else:
             yield Difference("file", path, "only in A" if path in odd_a else "only in B", kinds)
     try:
@@ -280,8 +305,11 @@ def _common(a: Path, b: Path, ea: Dict[str, os.stat_result], eb: Dict[str, os.st
                 yield Difference("file", path, "target", ta, tb)
         elif stat.S_ISREG(sa.st_mode):
             if sa.st_size != sb.st_size or not _same_bytes(pa, pb):
-                detail = content_diff(path, _read(pa, TEXT_LIMIT), _read(pb, TEXT_LIMIT)) \
-                    if max(sa.st_size, sb.st_size) <= TEXT_LIMIT else []
+                detail = (
+                    content_diff(path, _read(pa, TEXT_LIMIT), _read(pb, TEXT_LIMIT))
+                    if max(sa.st_size, sb.st_size) <= TEXT_LIMIT
+                    else []
+                )
                 yield Difference("file", path, "content", f"{sa.st_size} bytes", f"{sb.st_size} bytes", detail)
 
 
@@ -324,24 +352,47 @@ def diff_images(a: Path, b: Path, *, files: bool = True) -> DiffResult:
             result.differences.append(Difference("object", key, "time", str(da.created), str(db.created)))
         if da.datatype == sif_mod.DATA_PARTITION:
             if _sha256(a, da.offset, da.size) != _sha256(b, db.offset, db.size):
-                result.differences.append(Difference("object", key, "content", f"{da.size} bytes", f"{db.size} bytes",
-                                                     ["the file differences follow" if files else "(files not compared)"]))
+                result.differences.append(
+                    Difference(
+                        "object",
+                        key,
+                        "content",
+                        f"{da.size} bytes",
+                        f"{db.size} bytes",
+                        ["the file differences follow" if files else "(files not compared)"],
+                    )
+                )
                 if files and da.is_primary_partition:
                     result.differences += list(_partition_diff(a, da, b, db))
             continue
         if max(da.size, db.size) > TEXT_LIMIT:  # hashed in chunks: memory stays bounded
             if da.size != db.size or _sha256(a, da.offset, da.size) != _sha256(b, db.offset, db.size):
-                result.differences.append(Difference("object", key, "content", f"{da.size} bytes", f"{db.size} bytes",
-                                                     [f"(larger than {TEXT_LIMIT >> 20} MiB: compared by sha256)"]))
+                result.differences.append(
+                    Difference(
+                        "object",
+                        key,
+                        "content",
+                        f"{da.size} bytes",
+                        f"{db.size} bytes",
+                        [f"(larger than {TEXT_LIMIT >> 20} MiB: compared by sha256)"],
+                    )
+                )
             continue
         ra, rb = sif_mod.read_object(a, da), sif_mod.read_object(b, db)
         if ra == rb:
             continue
         if da.datatype == sif_mod.DATA_LABELS:
             result.differences += _label_diff(ra, rb)
-        result.differences.append(Difference("object", key, "content", f"{len(ra)} bytes", f"{len(rb)} bytes",
-                                             content_diff(da.name if da.name.endswith(".json") else da.name or "",
-                                                          ra, rb)))
+        result.differences.append(
+            Difference(
+                "object",
+                key,
+                "content",
+                f"{len(ra)} bytes",
+                f"{len(rb)} bytes",
+                content_diff(da.name if da.name.endswith(".json") else da.name or "", ra, rb),
+            )
+        )
     order = {"header": 0, "label": 1, "object": 2, "file": 3}
     result.differences.sort(key=lambda d: order.get(d.where, 9))  # stable: files stay in path order
     return result
@@ -361,8 +412,16 @@ def _label_diff(ra: bytes, rb: bytes) -> List[Difference]:
         elif k not in la:
             found.append(Difference("label", k, "only in B", "", str(lb[k])))
         elif la[k] != lb[k]:
-            found.append(Difference("label", k, "changed", _short(str(la[k])), _short(str(lb[k])),
-                                    json_diff({k: la[k]}, {k: lb[k]}) if len(str(la[k])) > 100 else []))
+            found.append(
+                Difference(
+                    "label",
+                    k,
+                    "changed",
+                    _short(str(la[k])),
+                    _short(str(lb[k])),
+                    json_diff({k: la[k]}, {k: lb[k]}) if len(str(la[k])) > 100 else [],
+                )
+            )
     return found
 
 
@@ -375,8 +434,10 @@ def _partition_diff(a: Path, da: sif_mod.Descriptor, b: Path, db: sif_mod.Descri
                 try:
                     method = squashfs.mount(path, point, offset=d.offset)
                 except DedalError as exc:
-                    raise UserError(f"cannot mount the root file system of {path} to compare it ({exc.one_line()}); "
-                                    "is the image corrupt?") from None
+                    raise UserError(
+                        f"cannot mount the root file system of {path} to compare it ({exc.one_line()}); "
+                        "is the image corrupt?"
+                    ) from None
                 mounted.append((point, method))
             yield from tree_diff(mounted[0][0], mounted[1][0])
         finally:
@@ -388,8 +449,11 @@ def render(result: DiffResult, max_lines: int = 40) -> str:
     """The human form: the summary line, then one line per difference, its detail indented."""
     lines = [shown(result.summary())]
     for d in result.differences:
-        values = f": {d.a!r} -> {d.b!r}" if (d.a or d.b) and d.what not in ("only in A", "only in B") else \
-            (f" ({shown(d.a or d.b)})" if d.a or d.b else "")
+        values = (
+            f": {d.a!r} -> {d.b!r}"
+            if (d.a or d.b) and d.what not in ("only in A", "only in B")
+            else (f" ({shown(d.a or d.b)})" if d.a or d.b else "")
+        )
         lines.append(shown(f"{d.where} {shown(d.name)}: {d.what}{values}", backslash=False))
         part = d.detail[:max_lines] if max_lines > 0 else d.detail
         lines += [f"    {shown(x, backslash=False)}" for x in part]

@@ -5,6 +5,7 @@ namespace, pid, start time), so that the next stage made on a host removes those
 dedal was killed outright (the OOM killer, Slurm's KillWait): in /dev/shm they would
 hold the node's memory until someone did.
 """
+
 from __future__ import annotations
 
 import json

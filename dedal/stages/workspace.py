@@ -4,6 +4,7 @@
 :func:`prepare` writes spack.yaml, spack.lock and plan.json into its work directory, once
 per command: every later stage of that command takes the :class:`Prepared` value.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,6 +20,7 @@ from dedal.model.target import Target
 
 class Prepared(NamedTuple):
     """A plan as written to its plan.json (what build jobs read), and the lock it was made of."""
+
     plan: Plan
     path: Path
     lock: SpackLock

@@ -20,6 +20,7 @@ The latest line is what :meth:`Activity.step` said last, else the last line of `
 began: debootstrap's ``I: Retrieving libc6``, apt's ``Unpacking ...``, Spack's ``==>``
 lines). A thread of the display reads it, so no caller has to poll.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,10 +39,10 @@ from rich.text import Text
 from dedal.ui.console import err, human_seconds
 from dedal.ui.progress import live_terminal
 
-EVERY_S = 30.0       # plain lines: at most one "still ..." line per this many seconds
-REFRESH_PER_S = 4    # terminal: redraws per second
-TAIL_BYTES = 8192    # how much of the log's end is read for its last line
-DETAIL_CHARS = 160   # a plain line's latest-line part is cut to this
+EVERY_S = 30.0  # plain lines: at most one "still ..." line per this many seconds
+REFRESH_PER_S = 4  # terminal: redraws per second
+TAIL_BYTES = 8192  # how much of the log's end is read for its last line
+DETAIL_CHARS = 160  # a plain line's latest-line part is cut to this
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -87,10 +88,20 @@ class Activity:
     """A step shown while it runs (see the module). ``clock`` and ``background=False``
     (no thread: the caller calls :meth:`tick`) are for tests."""
 
-    def __init__(self, what: str, *, log: Optional[Union[str, os.PathLike]] = None, after: float = 0.0,
-                 announce: bool = True, every: float = EVERY_S, quiet: Optional[bool] = None,
-                 live: Optional[bool] = None, console: Optional[Console] = None,
-                 clock: Callable[[], float] = time.monotonic, background: bool = True) -> None:
+    def __init__(
+        self,
+        what: str,
+        *,
+        log: Optional[Union[str, os.PathLike]] = None,
+        after: float = 0.0,
+        announce: bool = True,
+        every: float = EVERY_S,
+        quiet: Optional[bool] = None,
+        live: Optional[bool] = None,
+        console: Optional[Console] = None,
+        clock: Callable[[], float] = time.monotonic,
+        background: bool = True,
+    ) -> None:
         self.what = what
         self.log = Path(log) if log is not None else None
         self.after = max(0.0, float(after))
@@ -102,7 +113,7 @@ class Activity:
         self.clock = clock
         self.background = background
         self.started = 0.0
-        self.lines = 0          # plain lines printed
+        self.lines = 0  # plain lines printed
         self._offset = 0
         self._step = ""
         self._printed: Optional[float] = None  # when the last plain line was printed
@@ -137,8 +148,11 @@ class Activity:
         took = self.elapsed
         if took < self.after:
             return Group()
-        line = Text(f"{SPINNER[int(took * REFRESH_PER_S) % len(SPINNER)]} {self.what}  {elapsed_text(took)}",
-                    no_wrap=True, overflow="ellipsis")
+        line = Text(
+            f"{SPINNER[int(took * REFRESH_PER_S) % len(SPINNER)]} {self.what}  {elapsed_text(took)}",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
         detail = self.detail()
         if detail:
             line.append(f"  ({detail})", style="dim")
@@ -151,7 +165,7 @@ class Activity:
     def _with_detail(self, head: str) -> str:
         detail = self.detail()
         if len(detail) > DETAIL_CHARS:
-            detail = detail[:DETAIL_CHARS - 3] + "..."
+            detail = detail[: DETAIL_CHARS - 3] + "..."
         return f"{head}  ({detail})" if detail else head
 
     def tick(self) -> None:
@@ -190,8 +204,13 @@ class Activity:
             return self
         if self.live:
             # stdout is left alone (a command's result, JSON); stderr lines print above the spinner
-            live = Live(console=self.console, refresh_per_second=REFRESH_PER_S, transient=True,
-                        get_renderable=self.render, redirect_stdout=False)
+            live = Live(
+                console=self.console,
+                refresh_per_second=REFRESH_PER_S,
+                transient=True,
+                get_renderable=self.render,
+                redirect_stdout=False,
+            )
             try:
                 live.start()
                 self._live = live
@@ -204,8 +223,9 @@ class Activity:
                 self._thread.start()
         return self
 
-    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -215,8 +235,13 @@ class Activity:
             self._live = None
         with self._lock:
             if self._printed is not None:
-                how = "done" if exc_type is None else "interrupted" if issubclass(exc_type, KeyboardInterrupt) \
+                how = (
+                    "done"
+                    if exc_type is None
+                    else "interrupted"
+                    if issubclass(exc_type, KeyboardInterrupt)
                     else "failed"
+                )
                 self._say(f"{self.what}: {how} after {elapsed_text(self.elapsed)}")
                 self._printed = None
 

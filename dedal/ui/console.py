@@ -1,4 +1,5 @@
 """Terminal output shared by the commands: one rich Console on stdout, one on stderr."""
+
 from __future__ import annotations
 
 import json

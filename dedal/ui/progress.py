@@ -11,6 +11,7 @@ Byte counts: a command opens :class:`Transfers` around its work; adapters ask
 :func:`meter` for a counter, which is a no-op when no display is open, so that no stage
 has to pass a display down.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +23,15 @@ from typing import Callable, Dict, IO, Iterator, List, Optional
 from rich.console import Console, Group
 from rich.errors import LiveError
 from rich.live import Live
-from rich.progress import (BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn,
-                           TransferSpeedColumn)
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -50,8 +58,14 @@ class BuildProgress:
     its time; ``eta`` (set by the executor: a function of nothing returning seconds or
     None) gives the ETA the header shows."""
 
-    def __init__(self, total: int, title: str = "build", quiet: bool = False, live: Optional[bool] = None,
-                 console: Optional[Console] = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        title: str = "build",
+        quiet: bool = False,
+        live: Optional[bool] = None,
+        console: Optional[Console] = None,
+    ) -> None:
         self.total = total
         self.title = title
         self.quiet = quiet
@@ -66,8 +80,13 @@ class BuildProgress:
         self.eta: Optional[Callable[[], Optional[float]]] = None
         self.lines: List[str] = []
         use_live = live_terminal(self.console.file) if live is None else live
-        self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True,
-                          get_renderable=self._render) if use_live and not quiet else None
+        self._live = (
+            Live(
+                self._render(), console=self.console, refresh_per_second=4, transient=True, get_renderable=self._render
+            )
+            if use_live and not quiet
+            else None
+        )
         self._active = False
 
     def __enter__(self) -> "BuildProgress":
@@ -100,10 +119,12 @@ class BuildProgress:
     def _render(self) -> Table:
         table = Table.grid(padding=(0, 1))
         waiting = self.total - self.done - self.failed - self.skipped - len(self.running)
-        head = (f"{self.title}: {self.done}/{self.total} done, {len(self.running)} running, {max(0, waiting)} queued, "
-                f"{self.failed} failed, {self.skipped} blocked  [{human_seconds(self.elapsed)}")
+        head = (
+            f"{self.title}: {self.done}/{self.total} done, {len(self.running)} running, {max(0, waiting)} queued, "
+            f"{self.failed} failed, {self.skipped} blocked  [{human_seconds(self.elapsed)}"
+        )
         eta = self.eta_s()
-        head += (f", ETA {human_seconds(eta)}]" if eta is not None and (self.running or waiting > 0) else "]")
+        head += f", ETA {human_seconds(eta)}]" if eta is not None and (self.running or waiting > 0) else "]"
         table.add_row(Text(head, style="bold"))
         now = time.monotonic()
         for name, since in sorted(self.running.items(), key=lambda kv: kv[1]):
@@ -125,7 +146,9 @@ class BuildProgress:
             self.lines.append(line)
             self._live.console.print(line, markup=False, highlight=False)
         else:
-            self.console.print(f"[{human_seconds(self.elapsed):>7}] {line}", markup=False, highlight=False, soft_wrap=True)
+            self.console.print(
+                f"[{human_seconds(self.elapsed):>7}] {line}", markup=False, highlight=False, soft_wrap=True
+            )
 
     def started(self, name: str, where: str = "") -> None:
         self.running[name] = time.monotonic()
@@ -210,8 +233,15 @@ class Transfers:
             yield Meter()
             return
         if self._progress is None:
-            progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                TransferSpeedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
+            progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
             try:
                 progress.start()
             except LiveError:

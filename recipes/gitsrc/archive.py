@@ -15,6 +15,7 @@ a commit pinned anew); without it an archive whose sha256 is not the recorded on
 refused. Exit 0: every archive in the mirror; 1: a checksum or commit that does not match,
 a clone that failed; 2: bad input (one line).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -110,17 +111,31 @@ def archive_one(entry: git_sources.GitSource, git_dir: Path, mirror: Path, recor
         before = entry
         if (entry.sha256, entry.size) != (digest, size):
             if not record:
-                raise Mismatch(f"{entry.spec}: the archive of {entry.commit[:12]} has sha256 {digest} "
-                               f"({size} bytes), " + (f"the manifest records {entry.sha256} ({entry.size} bytes)"
-                                                      if entry.sha256 else
-                                                      "the manifest records none (run with --record)"))
+                raise Mismatch(
+                    f"{entry.spec}: the archive of {entry.commit[:12]} has sha256 {digest} "
+                    f"({size} bytes), "
+                    + (
+                        f"the manifest records {entry.sha256} ({entry.size} bytes)"
+                        if entry.sha256
+                        else "the manifest records none (run with --record)"
+                    )
+                )
             entry = dataclasses.replace(entry, sha256=digest, size=size)
         status = place(tmp, mirror, entry)
     finally:
         tmp.unlink(missing_ok=True)
-    return {"spec": entry.spec, "repository": entry.repository, "ref": entry.ref, "commit": entry.commit,
-            "sha256": entry.sha256, "size": entry.size, "path": str(mirror / entry.storage_path),
-            "status": status, "recorded": entry != before, "entry": entry}
+    return {
+        "spec": entry.spec,
+        "repository": entry.repository,
+        "ref": entry.ref,
+        "commit": entry.commit,
+        "sha256": entry.sha256,
+        "size": entry.size,
+        "path": str(mirror / entry.storage_path),
+        "status": status,
+        "recorded": entry != before,
+        "entry": entry,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,15 +145,18 @@ def run(args: argparse.Namespace) -> int:
     git_dirs = parse_git_dirs(args.git_dir or [], manifest)
     unknown = [p for p in args.packages if manifest.find(p) is None]
     if unknown:
-        raise UserError(f"{unknown[0]}: not in {args.manifest} "
-                        f"(it lists {', '.join(sorted({s.package for s in manifest.sources}))})")
+        raise UserError(
+            f"{unknown[0]}: not in {args.manifest} "
+            f"(it lists {', '.join(sorted({s.package for s in manifest.sources}))})"
+        )
     chosen = [s for s in manifest.sources if not args.packages or s.package in args.packages]
     done: List[Dict[str, object]] = []
     for entry in chosen:
         git_dir = git_dirs.get(entry.package)
         if git_dir is None:
-            git_dir = gitad.mirror_clone(entry.repository, clone_dir(Path(settings.cache_dir), entry.repository),
-                                         entry.commit)
+            git_dir = gitad.mirror_clone(
+                entry.repository, clone_dir(Path(settings.cache_dir), entry.repository), entry.commit
+            )
         result = archive_one(entry, git_dir, mirror, args.record)
         recorded = result.pop("entry")
         if result["recorded"]:
@@ -146,8 +164,10 @@ def run(args: argparse.Namespace) -> int:
             manifest.write(args.manifest)
         done.append(result)
         if not args.json:
-            line = (f"{result['spec']}: {str(result['commit'])[:12]} of {result['repository']} -> "
-                    f"{result['path']} (sha256 {result['sha256']}, {result['size']} bytes, {result['status']})")
+            line = (
+                f"{result['spec']}: {str(result['commit'])[:12]} of {result['repository']} -> "
+                f"{result['path']} (sha256 {result['sha256']}, {result['size']} bytes, {result['status']})"
+            )
             print(line + (f"; recorded in {args.manifest}" if result["recorded"] else ""))
     if args.json:
         print(json.dumps(done, indent=1))
@@ -159,8 +179,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("packages", nargs="*", metavar="PACKAGE", help="only these entries (default: all)")
     ap.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="the git-sources.json (recipes/repo's)")
     ap.add_argument("--mirror", help="the Spack source mirror (default: dedal's mirror setting)")
-    ap.add_argument("--git-dir", action="append", metavar="PACKAGE=DIR",
-                    help="a clone that holds the package's commit (default: a bare clone in dedal's cache)")
+    ap.add_argument(
+        "--git-dir",
+        action="append",
+        metavar="PACKAGE=DIR",
+        help="a clone that holds the package's commit (default: a bare clone in dedal's cache)",
+    )
     ap.add_argument("--record", action="store_true", help="write the archives' sha256 and size into the manifest")
     ap.add_argument("--json", action="store_true", help="what was done, as JSON")
     args = ap.parse_args(argv)

@@ -1,6 +1,7 @@
 """dedal.adapters.git: the archives of pinned commits (the same bytes from every clone,
 gzip'ed as `gzip -n` does), commits and refs resolved, and bare clones for them; against
 repositories made here (no network)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -43,8 +44,13 @@ def test_archive_is_git_archive_through_gzip_n(repo, tmp_path):
     first = repo.commit("v1.0").hexsha
     out = tmp_path / "a.tar.gz"
     gitad.archive(Path(repo.working_dir), first, "pkg-1.0/", out)
-    reference = subprocess.run(f"git archive --format=tar --prefix=pkg-1.0/ {first} | gzip -cn",
-                               shell=True, cwd=repo.working_dir, check=True, capture_output=True).stdout
+    reference = subprocess.run(
+        f"git archive --format=tar --prefix=pkg-1.0/ {first} | gzip -cn",
+        shell=True,
+        cwd=repo.working_dir,
+        check=True,
+        capture_output=True,
+    ).stdout
     assert out.read_bytes() == reference
     head = out.read_bytes()[:10]
     assert head[:2] == b"\x1f\x8b" and head[3] & 0x08 == 0 and head[4:8] == b"\0\0\0\0"  # no name, no time
@@ -71,8 +77,8 @@ def test_the_same_bytes_from_a_bare_clone_without_config(repo, tmp_path):
 def test_resolve_and_has_commit(repo):
     path = Path(repo.working_dir)
     first, second = repo.commit("v1.0").hexsha, repo.head.commit.hexsha
-    assert gitad.resolve(path, "v1.0") == first          # an annotated tag: its commit
-    assert gitad.resolve(path, first[:7]) == first       # an abbreviation
+    assert gitad.resolve(path, "v1.0") == first  # an annotated tag: its commit
+    assert gitad.resolve(path, first[:7]) == first  # an abbreviation
     assert gitad.resolve(path, "HEAD") == second
     assert gitad.resolve(path, "v9") is None and gitad.resolve(path, "0" * 40) is None
     assert gitad.has_commit(path, first) and not gitad.has_commit(path, first[:7])

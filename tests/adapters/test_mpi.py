@@ -1,5 +1,6 @@
 """The MPI launcher adapter: command lines, and the per-rank hand-over of the launcher's
 PMIx/Slurm variables into a sandbox that starts from a clean environment."""
+
 from __future__ import annotations
 
 import os
@@ -12,14 +13,33 @@ from dedal.adapters import mpi
 def test_mpirun_command_forwards_the_run_environment() -> None:
     env = {"UCX_TLS": "tcp", "OMPI_MCA_pml": "ucx", "OMPI_ALLOW_RUN_AS_ROOT": "1", "PATH": "/x"}
     cmd = mpi.mpirun_command(["/opt/view/bin/dedal_latency", "-m", "65536"], 2, env=env)
-    assert cmd == ["mpirun", "-np", "2", "-x", "UCX_TLS", "-x", "OMPI_MCA_pml",
-                   "/opt/view/bin/dedal_latency", "-m", "65536"]
+    assert cmd == [
+        "mpirun",
+        "-np",
+        "2",
+        "-x",
+        "UCX_TLS",
+        "-x",
+        "OMPI_MCA_pml",
+        "/opt/view/bin/dedal_latency",
+        "-m",
+        "65536",
+    ]
     assert "--oversubscribe" in mpi.mpirun_command(["p"], 8, oversubscribe=True)
 
 
 def test_srun_command() -> None:
-    assert mpi.srun_command(["p"], 2) == ["srun", "--mpi=pmix", "-N", "1", "-n", "2", "--kill-on-bad-exit=1",
-                                          "--quiet", "p"]
+    assert mpi.srun_command(["p"], 2) == [
+        "srun",
+        "--mpi=pmix",
+        "-N",
+        "1",
+        "-n",
+        "2",
+        "--kill-on-bad-exit=1",
+        "--quiet",
+        "p",
+    ]
     two = mpi.srun_command(["p"], 2, nodes=2)
     assert "--ntasks-per-node=1" in two and two[:6] == ["srun", "--mpi=pmix", "-N", "2", "-n", "2"]
     # pinned (the nodes of an allocation that hold the instance): the step's first NODES of them
@@ -37,15 +57,29 @@ def test_rank_script_hands_over_launcher_variables(tmp_path: Path) -> None:
     seen = tmp_path / "tmp-while-running"
     program = ["/bin/sh", "-c", f'ls -a /tmp > {seen}; read -r line && echo "stdin: $line"; exec /usr/bin/env']
     inner = ["env", "-i", "PATH=/usr/bin:/bin", *mpi.rank_command(program)]
-    env = {"PATH": os.environ["PATH"], "PMIX_RANK": "1", "PMIX_SERVER_URI41": "pmix-server.42;tcp4://127.0.0.1:5",
-           "SLURM_PROCID": "1", "PMI_FD": "7", "SECRET_HOST_VAR": "leak", "SLURM_JOB_NAME": "it's \"quoted\" $HOME `x`"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "PMIX_RANK": "1",
+        "PMIX_SERVER_URI41": "pmix-server.42;tcp4://127.0.0.1:5",
+        "SLURM_PROCID": "1",
+        "PMI_FD": "7",
+        "SECRET_HOST_VAR": "leak",
+        "SLURM_JOB_NAME": 'it\'s "quoted" $HOME `x`',
+    }
     before = set(os.listdir("/tmp"))
-    out = subprocess.run(["/bin/sh", str(script), *inner], env=env, input="not for the rank\n", capture_output=True,
-                         text=True, check=True, timeout=30)
+    out = subprocess.run(
+        ["/bin/sh", str(script), *inner],
+        env=env,
+        input="not for the rank\n",
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
     assert got["PMIX_RANK"] == "1" and got["SLURM_PROCID"] == "1" and got["PMI_FD"] == "7"
     assert got["PMIX_SERVER_URI41"] == "pmix-server.42;tcp4://127.0.0.1:5"
-    assert got["SLURM_JOB_NAME"] == "it's \"quoted\" $HOME `x`"
+    assert got["SLURM_JOB_NAME"] == 'it\'s "quoted" $HOME `x`'
     assert "SECRET_HOST_VAR" not in got
     assert "stdin:" not in out.stdout  # the program's standard input is closed off, not the hand-over
     assert set(seen.read_text().split()) - before <= {".", ".."}  # nothing new in /tmp while it ran
@@ -77,15 +111,18 @@ def test_run_mpirun_gives_prrte_a_session_directory_of_its_own(tmp_path: Path) -
     fake = tmp_path / "bin"
     fake.mkdir()
     seen = tmp_path / "seen"
-    (fake / "mpirun").write_text(f'#!/bin/sh\necho "$TMPDIR" > {seen}\nmkdir "$TMPDIR/prterun.vm.$$.0" || exit 3\n'
-                                 'exec sleep "$DEDAL_TEST_SLEEP"\n')
+    (fake / "mpirun").write_text(
+        f'#!/bin/sh\necho "$TMPDIR" > {seen}\nmkdir "$TMPDIR/prterun.vm.$$.0" || exit 3\n'
+        'exec sleep "$DEDAL_TEST_SLEEP"\n'
+    )
     (fake / "mpirun").chmod(0o755)
     old = os.environ["PATH"]
     os.environ["PATH"] = f"{fake}:{old}"
     try:
         for sleep, timeout, code in (("0", 30.0, 0), ("30", 0.5, 124)):
-            res = mpi.run_mpirun(None, ["true"], 2, env={"DEDAL_TEST_SLEEP": sleep}, log=tmp_path / "run.log",
-                                 timeout=timeout)
+            res = mpi.run_mpirun(
+                None, ["true"], 2, env={"DEDAL_TEST_SLEEP": sleep}, log=tmp_path / "run.log", timeout=timeout
+            )
             session = Path(seen.read_text().strip())
             assert res.returncode == code
             assert session.parent == Path("/tmp") and session.name.startswith("dedal-prte.")

@@ -6,6 +6,7 @@ device of the image, no container instance, no lock file of Apptainer's.
 The test cluster tracks processes with proctrack/linuxproc, under which the container that
 ``--sharens`` made outlives a SIGKILLed step (it is no descendant of the step daemon any more);
 dedal reaps it after the step (:func:`dedal.adapters.mpi.reap_left_behind`)."""
+
 from __future__ import annotations
 
 import glob
@@ -43,13 +44,15 @@ def _marked() -> List[int]:
 
 def _left(image: Path) -> Dict[str, object]:
     loops = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True, timeout=30).stdout.split()
-    return {"processes": _marked(), "loop devices": loops,
-            "instances": [p for p in glob.glob(os.path.expanduser("~/.apptainer/instances/app/*/*/*"))
-                          if "sharens" in p],
-            "locks": glob.glob("/dev/shm/sharens_instance_*"),
-            # Slurm's PMIx directory of a step, removed when the step really ended (the test cluster's
-            # nodes share this /tmp, and a later cluster's step with the same id failed on a leftover)
-            "pmix dirs": glob.glob("/tmp/spmix_appdir_*")}
+    return {
+        "processes": _marked(),
+        "loop devices": loops,
+        "instances": [p for p in glob.glob(os.path.expanduser("~/.apptainer/instances/app/*/*/*")) if "sharens" in p],
+        "locks": glob.glob("/dev/shm/sharens_instance_*"),
+        # Slurm's PMIx directory of a step, removed when the step really ended (the test cluster's
+        # nodes share this /tmp, and a later cluster's step with the same id failed on a leftover)
+        "pmix dirs": glob.glob("/tmp/spmix_appdir_*"),
+    }
 
 
 def _job_of(env: Dict[str, str]) -> str:
@@ -64,8 +67,9 @@ def _job_of(env: Dict[str, str]) -> str:
 # not drain it: on the test cluster the leftovers were reaped in some runs and not in others
 # (issue 37's notes). Every image dedal assembles has setsid (util-linux).
 @pytest.mark.parametrize("end", ["normal", "scancel", "sigkill"])
-def test_a_nodes_ranks_share_one_container_and_leave_nothing(end, slurm_cluster, base_sif, tmp_path, apptainer,
-                                                             monkeypatch):
+def test_a_nodes_ranks_share_one_container_and_leave_nothing(
+    end, slurm_cluster, base_sif, tmp_path, apptainer, monkeypatch
+):
     if not has_sharens(shutil.which("apptainer") or ""):  # (the apptainer fixture skips without one)
         pytest.skip("Apptainer without --sharens (before 1.3)")
     before = _left(base_sif)
@@ -76,8 +80,18 @@ def test_a_nodes_ranks_share_one_container_and_leave_nothing(end, slurm_cluster,
     result: Dict[str, object] = {}
 
     def step() -> None:
-        result["step"] = mpi.run_srun(base_sif, program, RANKS, env={}, log=log, script_dir=tmp_path / "launch",
-                                      nodes=1, runtime_name="apptainer", slurm_env=slurm_cluster.env, timeout=WAIT_S)
+        result["step"] = mpi.run_srun(
+            base_sif,
+            program,
+            RANKS,
+            env={},
+            log=log,
+            script_dir=tmp_path / "launch",
+            nodes=1,
+            runtime_name="apptainer",
+            slurm_env=slurm_cluster.env,
+            timeout=WAIT_S,
+        )
 
     thread = threading.Thread(target=step)
     thread.start()

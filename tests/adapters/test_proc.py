@@ -3,6 +3,7 @@ dedal inside a ``Signals`` block, as scancel or a CI timeout sends it) gets SIGT
 so that a launcher such as ``srun`` can end its job step, and SIGKILL only after the grace.
 
 Real processes: a shell that traps SIGTERM, interrupted by a real signal to this process."""
+
 from __future__ import annotations
 
 import os
@@ -23,11 +24,13 @@ WAIT_S = 60.0  # upper bound for the child to start on a loaded machine
 
 def _signal_when(ready: Path, sig: int = signal.SIGTERM) -> threading.Thread:
     """SIGTERM to this process once ``ready`` exists (the child is running its loop)."""
+
     def go() -> None:
         deadline = time.monotonic() + WAIT_S
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         os.kill(os.getpid(), sig)
+
     t = threading.Thread(target=go, daemon=True)
     t.start()
     return t
@@ -43,16 +46,24 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.parametrize("watch", [None, lambda pid: None], ids=["plain", "watched"])
 @pytest.mark.parametrize("logged", [False, True], ids=["captured", "logged"])
-def test_interrupted_run_terminates_its_child_first(tmp_path: Path, watch: Optional[Callable[[int], None]],
-                                                  logged: bool) -> None:
+def test_interrupted_run_terminates_its_child_first(
+    tmp_path: Path, watch: Optional[Callable[[int], None]], logged: bool
+) -> None:
     ready, cleaned = tmp_path / "ready", tmp_path / "cleaned"
-    script = (f"trap 'echo cleaned-up > {cleaned}; exit 7' TERM; echo $$ > {ready}.tmp; mv {ready}.tmp {ready}; "
-              "while :; do sleep 0.1; done")
+    script = (
+        f"trap 'echo cleaned-up > {cleaned}; exit 7' TERM; echo $$ > {ready}.tmp; mv {ready}.tmp {ready}; "
+        "while :; do sleep 0.1; done"
+    )
     t = _signal_when(ready)
     with pytest.raises(Interrupted, match="test interrupted by signal SIGTERM"):
         with Signals("test"):
-            proc.run(["sh", "-c", script], what="trapper", timeout=WAIT_S * 2, watch=watch,
-                     log=tmp_path / "log" if logged else None)
+            proc.run(
+                ["sh", "-c", script],
+                what="trapper",
+                timeout=WAIT_S * 2,
+                watch=watch,
+                log=tmp_path / "log" if logged else None,
+            )
     t.join()
     assert cleaned.read_text() == "cleaned-up\n"  # its TERM trap ran: SIGTERM, not SIGKILL
     assert _gone(int(ready.read_text()))
@@ -61,8 +72,10 @@ def test_interrupted_run_terminates_its_child_first(tmp_path: Path, watch: Optio
 def test_child_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proc, "STOP_GRACE_S", 1.0)
     ready, termed = tmp_path / "ready", tmp_path / "termed"
-    script = (f"trap 'echo got-term >> {termed}' TERM; echo $$ > {ready}.tmp; mv {ready}.tmp {ready}; "
-              "while :; do sleep 0.1; done")
+    script = (
+        f"trap 'echo got-term >> {termed}' TERM; echo $$ > {ready}.tmp; mv {ready}.tmp {ready}; "
+        "while :; do sleep 0.1; done"
+    )
     t = _signal_when(ready)
     with pytest.raises(Interrupted):
         with Signals("test"):
@@ -112,10 +125,16 @@ def test_children_never_inherit_the_terminal(tmp_path: Path) -> None:
     The dedal here really has a pseudo-terminal as stdin."""
     import subprocess
     import sys
+
     primary, secondary = os.openpty()
     try:
-        res = subprocess.run([sys.executable, "-c", CHILD_STDIN, str(tmp_path)], stdin=secondary,
-                             capture_output=True, text=True, timeout=WAIT_S)
+        res = subprocess.run(
+            [sys.executable, "-c", CHILD_STDIN, str(tmp_path)],
+            stdin=secondary,
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
     finally:
         os.close(primary)
         os.close(secondary)

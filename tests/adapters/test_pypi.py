@@ -1,5 +1,6 @@
 """dedal.adapters.pypi against the loopback index of tests/fixtures/pypi.py: a recorded
 PyPI simple-index page and the real tomli-2.0.1 sdist. No network."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,15 +15,18 @@ def test_recorded_data_is_the_sdist_spack_verifies():
     assert hashlib.sha256(TOMLI_SDIST.read_bytes()).hexdigest() == TOMLI_SHA
 
 
-@pytest.mark.parametrize("url, project", [
-    ("https://files.pythonhosted.org/packages/source/t/tomli/tomli-2.0.1.tar.gz", "tomli"),
-    ("https://pypi.io/packages/source/M/Mako/Mako-1.2.4.tar.gz", "Mako"),
-    ("https://files.pythonhosted.org/packages/py3/p/pip/pip-23.1.2-py3-none-any.whl", "pip"),   # Spack's wheels
-    ("https://files.pythonhosted.org/packages/c0/3f/d7af/tomli-2.0.1.tar.gz", None),  # hashed: not an alias
-    ("https://github.com/arbor-sim/arbor/releases/download/v0.9.0/arbor-v0.9.0-full.tar.gz", None),
-    ("http://deb.debian.org/debian/pool/main/t/tomli/tomli_2.0.1.orig.tar.gz", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "url, project",
+    [
+        ("https://files.pythonhosted.org/packages/source/t/tomli/tomli-2.0.1.tar.gz", "tomli"),
+        ("https://pypi.io/packages/source/M/Mako/Mako-1.2.4.tar.gz", "Mako"),
+        ("https://files.pythonhosted.org/packages/py3/p/pip/pip-23.1.2-py3-none-any.whl", "pip"),  # Spack's wheels
+        ("https://files.pythonhosted.org/packages/c0/3f/d7af/tomli-2.0.1.tar.gz", None),  # hashed: not an alias
+        ("https://github.com/arbor-sim/arbor/releases/download/v0.9.0/arbor-v0.9.0-full.tar.gz", None),
+        ("http://deb.debian.org/debian/pool/main/t/tomli/tomli_2.0.1.orig.tar.gz", None),
+        ("", None),
+    ],
+)
 def test_project_of(url, project):
     assert pypi.project_of(url) == project
 
@@ -38,7 +42,7 @@ def test_find_picks_the_file_with_the_recipes_sha256(pypi_index):
     assert item is not None and item.filename == "tomli-2.0.1.tar.gz"
     assert item.url == pypi_index.url + "/files" + TOMLI_PATH
     assert index.find("Tomli", "0" * 64) is None
-    assert pypi_index.requests == ["/simple/tomli/", "/simple/tomli/"]   # the normalized name
+    assert pypi_index.requests == ["/simple/tomli/", "/simple/tomli/"]  # the normalized name
 
 
 def test_download_checks_the_bytes(pypi_index, tmp_path):

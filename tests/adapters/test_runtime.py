@@ -1,5 +1,6 @@
 """The runtime seam against the real debian-trixie base: directory, squashfs and SIF roots,
 bwrap and Charliecloud, binds onto paths the image lacks, the image environment, MPI."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,10 @@ def backend(request) -> str:
     (skipped where it is not on PATH)."""
     if request.param == "apptainer":
         if shutil.which("apptainer") is None:
-            pytest.skip("apptainer is not on PATH (no Debian package: build it with DEDAL_APPTAINER_SRC=GITDIR "
-                        "./setup.sh, see the README)")
+            pytest.skip(
+                "apptainer is not on PATH (no Debian package: build it with DEDAL_APPTAINER_SRC=GITDIR "
+                "./setup.sh, see the README)"
+            )
     else:
         helpers.require_tools(runtime.BACKENDS[request.param].TOOL)
     return request.param
@@ -68,16 +71,24 @@ def test_standard_environment(root, backend, monkeypatch, tmp_path):
     monkeypatch.setenv("APPTAINERENV_LEAK_CHECK", "secret")
     host_marker = Path(tempfile.mkstemp(prefix="dedal-host-marker-", dir="/tmp")[1])
     try:
-        out = runtime.run_in(root, ["sh", "-c", "env; echo CWD=$(pwd); cat /etc/hosts; ls -ld /tmp; ls -a /tmp; "
-                                                 "touch /tmp/made-inside && echo tmp-writable; "
-                                                 "ls /sys/devices/system/cpu | head -1"],
-                             env={"FOO": "a b $c", "QUOTED": "it's \"q\" `x` \\n"}, runtime=backend,
-                             cwd="/usr").stdout
+        out = runtime.run_in(
+            root,
+            [
+                "sh",
+                "-c",
+                "env; echo CWD=$(pwd); cat /etc/hosts; ls -ld /tmp; ls -a /tmp; "
+                "touch /tmp/made-inside && echo tmp-writable; "
+                "ls /sys/devices/system/cpu | head -1",
+            ],
+            env={"FOO": "a b $c", "QUOTED": 'it\'s "q" `x` \\n'},
+            runtime=backend,
+            cwd="/usr",
+        ).stdout
     finally:
         host_marker.unlink()
     env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line and not line.startswith("CWD"))
     assert "DEDAL_LEAK_CHECK" not in env and "LEAK_CHECK" not in env  # clean environment
-    assert env["FOO"] == "a b $c" and env["QUOTED"] == "it's \"q\" `x` \\n"  # verbatim, never expanded
+    assert env["FOO"] == "a b $c" and env["QUOTED"] == 'it\'s "q" `x` \\n'  # verbatim, never expanded
     assert env["LANG"] == "C.UTF-8"
     assert env["PATH"].startswith("/usr/local/sbin")
     assert env["HOME"] == ("/root" if os.geteuid() == 0 else "/tmp")
@@ -102,11 +113,16 @@ def test_same_environment_and_home_with_every_backend(trixie_base, tmp_path, mon
         if name == "apptainer" and shutil.which("apptainer") is None:
             continue
         monkeypatch.chdir(tmp_path)  # not in the image
-        out = runtime.run_in(trixie_base.rootfs_dir, ["sh", "-c", "env; echo CWD=$(pwd)"],
-                             env={"X": "$HOME ${PATH}"}, runtime=name).stdout
+        out = runtime.run_in(
+            trixie_base.rootfs_dir, ["sh", "-c", "env; echo CWD=$(pwd)"], env={"X": "$HOME ${PATH}"}, runtime=name
+        ).stdout
         env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        seen[name] = {k: v for k, v in env.items() if not k.startswith(("APPTAINER", "SINGULARITY", "CH_"))
-                      and k not in ("LD_LIBRARY_PATH", "PS1", "PWD", "SHLVL", "_", "PROMPT_COMMAND", "TZ")}
+        seen[name] = {
+            k: v
+            for k, v in env.items()
+            if not k.startswith(("APPTAINER", "SINGULARITY", "CH_"))
+            and k not in ("LD_LIBRARY_PATH", "PS1", "PWD", "SHLVL", "_", "PROMPT_COMMAND", "TZ")
+        }
         monkeypatch.chdir("/usr/share")  # in the image
         seen[name]["CWD-in-image"] = runtime.run_in(trixie_base.rootfs_dir, ["pwd"], runtime=name).stdout.strip()
     first = seen.pop("bwrap")
@@ -123,8 +139,12 @@ def test_bind_onto_missing_path_of_read_only_root(root, backend, trixie_base, tm
     (store / "pkg").mkdir(parents=True)
     (store / "pkg" / "file").write_text("from the host\n")
     binds = [Bind(store, "/opt/esd/software")]
-    cmd = ["sh", "-c", "cat /opt/esd/software/pkg/file; ls -ld /opt/esd; "
-                       "echo new > /opt/esd/software/pkg/made-inside; ls /usr/bin/mpirun"]
+    cmd = [
+        "sh",
+        "-c",
+        "cat /opt/esd/software/pkg/file; ls -ld /opt/esd; "
+        "echo new > /opt/esd/software/pkg/made-inside; ls /usr/bin/mpirun",
+    ]
     if _refuses_missing_mount_points(backend):
         with pytest.raises(UserError, match="ch-run cannot create bind mount points"):
             runtime.run_in(root, cmd, binds=binds, runtime=backend)
@@ -142,8 +162,13 @@ def test_readonly_bind_and_missing_source(trixie_base, backend, tmp_path):
     if backend == "charliecloud":
         pytest.skip("ch-run 0.31 has no read-only binds (documented in dedal/adapters/runtime/charliecloud.py)")
     (tmp_path / "f").write_text("x")
-    r = runtime.run_in(trixie_base.rootfs_dir, ["sh", "-c", "cat /mnt/f; echo y > /mnt/f"],
-                       binds=[Bind(tmp_path, "/mnt", True)], runtime=backend, check=False)
+    r = runtime.run_in(
+        trixie_base.rootfs_dir,
+        ["sh", "-c", "cat /mnt/f; echo y > /mnt/f"],
+        binds=[Bind(tmp_path, "/mnt", True)],
+        runtime=backend,
+        check=False,
+    )
     assert r.returncode != 0 and r.stdout == "x" and (tmp_path / "f").read_text() == "x"
 
 
@@ -167,8 +192,9 @@ def test_host_tmp_and_shm_shared_when_bound(trixie_base, backend, tmp_path):
     the private one."""
     marker = Path(tempfile.mkstemp(prefix="dedal-shared-", dir="/tmp")[1])
     try:
-        out = runtime.run_in(trixie_base.rootfs_dir, ["ls", "/tmp"], binds=[Bind("/tmp", "/tmp")],
-                             runtime=backend).stdout
+        out = runtime.run_in(
+            trixie_base.rootfs_dir, ["ls", "/tmp"], binds=[Bind("/tmp", "/tmp")], runtime=backend
+        ).stdout
     finally:
         marker.unlink()
     assert marker.name in out.split()
@@ -180,9 +206,11 @@ def test_image_env_scripts_order(tmp_path):
     envd.mkdir(parents=True)
     for name in ("90-environment.sh", "10-early.sh", "99-runtimevars.sh", "README"):
         (envd / name).write_text("true\n")
-    assert runtime.image_env_scripts(img) == ["/.singularity.d/env/10-early.sh",
-                                              "/.singularity.d/env/90-environment.sh",
-                                              "/.singularity.d/env/99-runtimevars.sh"]
+    assert runtime.image_env_scripts(img) == [
+        "/.singularity.d/env/10-early.sh",
+        "/.singularity.d/env/90-environment.sh",
+        "/.singularity.d/env/99-runtimevars.sh",
+    ]
     assert runtime.image_env_scripts(tmp_path) == [] and runtime.image_env_scripts(None) == []
     cmd = runtime.wrap_with_image_env(["printenv", "A B"], ["/.singularity.d/env/10-early.sh"], {"K": "it's"})
     assert cmd[:2] == ["/bin/sh", "-c"] and cmd[-2:] == ["printenv", "A B"]
@@ -196,28 +224,35 @@ def test_image_env_from_sif(trixie_base, backend, tmp_path):
     extra = tmp_path / "extra"
     envd = extra / ".singularity.d" / "env"
     envd.mkdir(parents=True)
-    (envd / "90-environment.sh").write_text("export IMG_A=image\nexport IMG_B=image\n"
-                                            "export PATH=/opt/view/bin:$PATH\n")
+    (envd / "90-environment.sh").write_text("export IMG_A=image\nexport IMG_B=image\nexport PATH=/opt/view/bin:$PATH\n")
     sq = tmp_path / "img.sqfs"
     shutil.copyfile(trixie_base.squashfs, sq)
     # append the env scripts to a copy of the base squashfs (mksquashfs appends when -noappend is absent)
     from dedal.adapters import proc
 
-    proc.run(["mksquashfs", str(extra), str(sq), "-all-root", "-no-progress", "-quiet", "-mkfs-time", "0",
-              "-all-time", "0"], what="mksquashfs append")
+    proc.run(
+        ["mksquashfs", str(extra), str(sq), "-all-root", "-no-progress", "-quiet", "-mkfs-time", "0", "-all-time", "0"],
+        what="mksquashfs append",
+    )
     img = tmp_path / "img.sif"
     sif.write_sif(img, sq, definition="x", labels={}, metadata={})
-    out = runtime.run_in(img, ["sh", "-c", "echo $IMG_A $IMG_B $PATH"], env={"IMG_B": "caller", "OTHER": "x"},
-                         runtime=backend).stdout
+    out = runtime.run_in(
+        img, ["sh", "-c", "echo $IMG_A $IMG_B $PATH"], env={"IMG_B": "caller", "OTHER": "x"}, runtime=backend
+    ).stdout
     # no 99-base.sh in this image: the caller's variables still arrive, last word theirs
-    assert out.split() == ["image", "caller", "/opt/view/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    assert out.split() == [
+        "image",
+        "caller",
+        "/opt/view/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ]
 
 
 def test_failure_is_a_tool_error_with_the_command(trixie_base, backend, tmp_path):
     log = tmp_path / "run.log"
     with pytest.raises(ToolError) as exc:
-        runtime.run_in(trixie_base.rootfs_dir, ["sh", "-c", "echo boom >&2; exit 7"], log=log, what="boom step",
-                       runtime=backend)
+        runtime.run_in(
+            trixie_base.rootfs_dir, ["sh", "-c", "echo boom >&2; exit 7"], log=log, what="boom step", runtime=backend
+        )
     e = exc.value
     # the error names the command that ran inside; the log keeps the full sandbox command line
     assert e.returncode == 7 and e.what == "boom step" and e.log_path == log
@@ -247,9 +282,13 @@ def test_writable_directory_root_cleans_up_mount_points(trixie_base, backend, tm
         (root / d).mkdir()
     store = tmp_path / "store"
     store.mkdir()
-    runtime.run_in(root, ["sh", "-c", "echo made > /etc/made; test -f /etc/hosts; ls /opt/esd/software; "
-                                      "echo own > /tmp/own"],
-                   binds=[Bind(store, "/opt/esd/software")], writable=True, runtime=backend)
+    runtime.run_in(
+        root,
+        ["sh", "-c", "echo made > /etc/made; test -f /etc/hosts; ls /opt/esd/software; echo own > /tmp/own"],
+        binds=[Bind(store, "/opt/esd/software")],
+        writable=True,
+        runtime=backend,
+    )
     assert (root / "etc" / "made").read_text() == "made\n"
     assert (root / "tmp" / "own").read_text() == "own\n"  # a writable root keeps its own /tmp
     assert not (root / "opt").exists() and not (root / "etc" / "hosts").exists()
@@ -259,8 +298,12 @@ def test_host_root_private_namespace(tmp_path):
     store = tmp_path / "store"
     store.mkdir()
     (store / "marker").write_text("m")
-    out = runtime.run_in(None, ["sh", "-c", "cat /opt/esd-test-only/software/marker; ls /usr/bin/bwrap"],
-                         binds=[Bind(store, "/opt/esd-test-only/software")], runtime="bwrap").stdout
+    out = runtime.run_in(
+        None,
+        ["sh", "-c", "cat /opt/esd-test-only/software/marker; ls /usr/bin/bwrap"],
+        binds=[Bind(store, "/opt/esd-test-only/software")],
+        runtime="bwrap",
+    ).stdout
     assert out.startswith("m") and "/usr/bin/bwrap" in out
     assert not Path("/opt/esd-test-only").exists()  # the host was not touched
 
@@ -268,16 +311,22 @@ def test_host_root_private_namespace(tmp_path):
 def test_mpirun_in_base_ucx_and_ob1(trixie_base, base_sif, mpi_hello, backend):
     for root in (trixie_base.rootfs_dir, base_sif):
         for mca in (UCX, ["--mca", "pml", "ob1"]):
-            out = runtime.run_in(root, ["mpirun", "-np", "2", *mca, "/mnt/hello"],
-                                 binds=[Bind(mpi_hello, "/mnt")], runtime=backend, timeout=120).stdout
+            out = runtime.run_in(
+                root,
+                ["mpirun", "-np", "2", *mca, "/mnt/hello"],
+                binds=[Bind(mpi_hello, "/mnt")],
+                runtime=backend,
+                timeout=120,
+            ).stdout
             lines = sorted(line for line in out.splitlines() if line.startswith("hello"))
             assert lines[0].startswith("hello 0/2 sum=1 Open MPI v5.0") and lines[1].startswith("hello 1/2 sum=1")
 
 
 def test_start_in_runs_a_launcher_and_unmounts(base_sif, mpi_hello, backend, tmp_path):
     log = tmp_path / "mpirun.log"
-    with runtime.start_in(base_sif, ["mpirun", "-np", "2", *UCX, "/mnt/hello"], binds=[Bind(mpi_hello, "/mnt")],
-                          log=log, runtime=backend) as running:
+    with runtime.start_in(
+        base_sif, ["mpirun", "-np", "2", *UCX, "/mnt/hello"], binds=[Bind(mpi_hello, "/mnt")], log=log, runtime=backend
+    ) as running:
         assert running.wait(timeout=120) == 0
     assert log.read_text().count("hello ") == 2
     assert helpers.fuse_mounts() == []
@@ -300,9 +349,12 @@ def test_apptainer_private_dirs_removed(trixie_base, tmp_path):
 
     with runtime.prepared(trixie_base.rootfs_dir, ["true"], runtime="apptainer") as prep:
         assert list(private(prep.argv)) == ["/tmp"]
-    with runtime.prepared(trixie_base.rootfs_dir, ["true"], binds=[Bind(tmp_path, "/tmp/deep/s"),
-                                                                    Bind(tmp_path, "/dev/shm/dedal-missing/x")],
-                          runtime="apptainer") as prep:
+    with runtime.prepared(
+        trixie_base.rootfs_dir,
+        ["true"],
+        binds=[Bind(tmp_path, "/tmp/deep/s"), Bind(tmp_path, "/dev/shm/dedal-missing/x")],
+        runtime="apptainer",
+    ) as prep:
         dirs = private(prep.argv)
         assert sorted(dirs) == ["/dev/shm", "/tmp"] and all(p.is_dir() for p in dirs.values())
         assert (dirs["/tmp"] / "deep" / "s").is_dir() and (dirs["/dev/shm"] / "dedal-missing" / "x").is_dir()
@@ -315,10 +367,15 @@ def test_apptainer_private_dirs_removed(trixie_base, tmp_path):
 def test_apptainer_command_line(monkeypatch, tmp_path):
     """The command line Apptainer gets (the real one runs in tests/adapters/runtime)."""
     monkeypatch.setattr(runtime.apptainer.proc, "which", lambda tool, hint="": f"/usr/bin/{tool}")
-    prep = runtime.apptainer_command(Path("/img/x.sif"), ["mpirun", "-np", "2", "a.out"],
-                                     binds=[Bind(tmp_path, "/opt/esd/software"), Bind(tmp_path, "/data", True)],
-                                     env={"OMPI_MCA_pml": "ucx", "FOO": "a b $c"}, cwd="/work", nv=True,
-                                     private={"/tmp": tmp_path / "t"})
+    prep = runtime.apptainer_command(
+        Path("/img/x.sif"),
+        ["mpirun", "-np", "2", "a.out"],
+        binds=[Bind(tmp_path, "/opt/esd/software"), Bind(tmp_path, "/data", True)],
+        env={"OMPI_MCA_pml": "ucx", "FOO": "a b $c"},
+        cwd="/work",
+        nv=True,
+        private={"/tmp": tmp_path / "t"},
+    )
     argv = prep.argv
     assert argv[:6] == ["/usr/bin/apptainer", "exec", "--cleanenv", "--no-home", "--no-mount", "tmp,cwd"]
     assert "--nv" in argv and "--env" not in argv and "--writable" not in argv
@@ -326,11 +383,14 @@ def test_apptainer_command_line(monkeypatch, tmp_path):
     assert binds == [f"{tmp_path / 't'}:/tmp", f"{tmp_path}:/opt/esd/software", f"{tmp_path}:/data:ro"]
     assert argv[argv.index("--pwd") + 1] == "/work"
     i = argv.index("/img/x.sif")
-    assert argv[i + 1:i + 3] == ["/bin/sh", "-c"] and argv[-4:] == ["mpirun", "-np", "2", "a.out"]
+    assert argv[i + 1 : i + 3] == ["/bin/sh", "-c"] and argv[-4:] == ["mpirun", "-np", "2", "a.out"]
     script = argv[i + 3]
     # the clean environment first, then the image's scripts, then the caller's values, single-quoted
-    assert script.index("export LANG=C.UTF-8") < script.index("/.singularity.d/env/*.sh") \
+    assert (
+        script.index("export LANG=C.UTF-8")
+        < script.index("/.singularity.d/env/*.sh")
         < script.rindex("export FOO='a b $c'")
+    )
     assert "export PATH=/usr/local/sbin" in script
 
 
@@ -350,8 +410,10 @@ def test_runtime_choice_says_why(monkeypatch):
     assert name == "bwrap" and why.startswith("auto: bwrap at /usr/bin/bwrap; apptainer at ")
     assert "user namespaces are disabled" in why
     del found["apptainer"], found["bwrap"]
-    assert runtime.choose_runtime("auto") == ("charliecloud", "auto: ch-run at /usr/bin/ch-run; apptainer is not "
-                                                              "on PATH; bwrap is not on PATH")
+    assert runtime.choose_runtime("auto") == (
+        "charliecloud",
+        "auto: ch-run at /usr/bin/ch-run; apptainer is not on PATH; bwrap is not on PATH",
+    )
     assert runtime.choose_runtime("bwrap") == ("bwrap", "runtime bwrap was asked for")
     found.clear()
     with pytest.raises(runtime.launch.ToolMissing, match="no container runtime found"):
@@ -372,5 +434,14 @@ def test_apptainer_build_sandbox_command(monkeypatch, tmp_path):
     monkeypatch.setattr(runtime.apptainer.proc, "which", lambda tool, hint="": f"/usr/bin/{tool}")
     monkeypatch.setattr(runtime.apptainer.proc, "run", lambda cmd, **kw: calls.append(cmd))
     runtime.apptainer_build_sandbox(Path("base-images/rocky9-build.def"), tmp_path / "rootfs", fakeroot=True)
-    assert calls == [["/usr/bin/apptainer", "build", "--force", "--fakeroot", "--sandbox", str(tmp_path / "rootfs"),
-                      "base-images/rocky9-build.def"]]
+    assert calls == [
+        [
+            "/usr/bin/apptainer",
+            "build",
+            "--force",
+            "--fakeroot",
+            "--sandbox",
+            str(tmp_path / "rootfs"),
+            "base-images/rocky9-build.def",
+        ]
+    ]

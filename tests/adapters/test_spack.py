@@ -1,4 +1,5 @@
 """Spack's own error report, not the tail of its log, in the errors dedal raises."""
+
 from __future__ import annotations
 
 import sys
@@ -35,10 +36,13 @@ def test_unsatisfiable_requirements_come_after_the_conflict_that_causes_them():
     lines = error_lines((DATA / "concretize-cuda-gcc14-requirements.out").read_text())
     assert lines[0] == "==> Error: concretization failed for the following reasons:"
     assert "31. ucx: '%gcc@14:' conflicts with '+cuda ^cuda@:12.4~allow-unsupported-compilers'" in lines[:4]
-    assert lines[-1] == ("cannot satisfy a requirement for 29 package(s): zlib-ng, ucx, slurm, rdma-core, pmix, "
-                         "pkgconf, perl, osu-micro-benchmarks and 21 more")
-    assert len(lines) == 8 and not any("required because" in line or "cannot satisfy a requirement for package"
-                                       in line for line in lines)
+    assert lines[-1] == (
+        "cannot satisfy a requirement for 29 package(s): zlib-ng, ucx, slurm, rdma-core, pmix, "
+        "pkgconf, perl, osu-micro-benchmarks and 21 more"
+    )
+    assert len(lines) == 8 and not any(
+        "required because" in line or "cannot satisfy a requirement for package" in line for line in lines
+    )
 
 
 def test_build_failure_keeps_the_marked_log_lines():
@@ -95,7 +99,9 @@ def test_tool_error_leads_with_spack_lines_then_the_log(tmp_path, logged):
 
 
 def test_without_a_report_the_tail_stays(tmp_path):
-    root = _spack_root(tmp_path, "import sys\nprint('Traceback (most recent call last):')\nprint('OSError: boom')\nsys.exit(3)\n")
+    root = _spack_root(
+        tmp_path, "import sys\nprint('Traceback (most recent call last):')\nprint('OSError: boom')\nsys.exit(3)\n"
+    )
     with pytest.raises(ToolError) as info:
         Spack(root, tmp_path / "cache").reindex(tmp_path / "env", tmp_path / "r.log")
     assert info.value.quote == [] and "OSError: boom" in info.value.detail
@@ -113,34 +119,45 @@ def test_proc_keeps_only_this_commands_output(tmp_path):
 # spec in ENV's spack.yaml (the spec named first): the user's input, or not.
 INPUT = {
     "zlib+foo": '==> Error: trying to set variant "foo" in package "zlib", but the package has no such variant '
-                "[happened when validating 'zlib+foo']\n",
+    "[happened when validating 'zlib+foo']\n",
     "zlib build_system=foo": '==> Error: invalid values for variant "build_system" in package "zlib": [\'foo\']\n\n',
     "zlib@@1": "==> Error: unexpected tokens in the spec string\nzlib@@1\n    ^  \n",
     "zlib @:1.2 @1.3:": "==> Error: zlib@:1.2 cannot have multiple versions\n",
     "zlib ^hdf5": "==> Error: Package zlib does not depend on hdf5\n",
-    "zlib@99": ("==> Error: concretization failed for the following reasons:\n\n   1. Cannot satisfy 'zlib@99'\n"
-                "   2. Cannot satisfy 'zlib@99'\n        required because zlib@99 requested explicitly \n"),
+    "zlib@99": (
+        "==> Error: concretization failed for the following reasons:\n\n   1. Cannot satisfy 'zlib@99'\n"
+        "   2. Cannot satisfy 'zlib@99'\n        required because zlib@99 requested explicitly \n"
+    ),
     "zlib@1.3.1 ^zlib@1.2": (
         "==> Error: concretization failed for the following reasons:\n\n"
         '   1. Cannot select a single "version" for package "zlib"\n   2. Cannot satisfy \'zlib@1.3.1\'\n'
         "   3. Cannot satisfy 'zlib@1.2'\n   4. Cannot satisfy 'zlib@1.3.1'\n"
         "        required because zlib@1.3.1 ^zlib@1.2 requested explicitly \n"
         "   6. Cannot satisfy 'zlib@1.3.1' and 'zlib@1.2\n"
-        "        required because zlib@1.3.1 ^zlib@1.2 requested explicitly \n"),
+        "        required because zlib@1.3.1 ^zlib@1.2 requested explicitly \n"
+    ),
     "packages: {zlib: {require: '@99'}}": "==> Error: Version requirement 99 on zlib for zlib cannot match any known "
-                                          "version from package.py or externals\n",
+    "version from package.py or externals\n",
     "include: [/nonexistent/x.yaml]": "==> Error: Detected 1 missing include path(s):\n   /nonexistent/x.yaml\n",
 }
 NOT_INPUT = {
-    "zlib%gcc@99": ("==> Error: concretization failed for the following reasons:\n\n"
-                    "   1. No valid version for 'zlib' compiler 'gcc' satisfies '@99'\n"),
-    "zlib target=foo": ("==> Error: concretization failed for the following reasons:\n\n"
-                        "   1. 'zlib target=zen2' cannot satisfy constraint 'target=foo'\n"),
-    "zlib %foo": ("==> Error: concretization failed for the following reasons:\n\n"
-                  "   1. Cannot set the required compiler: zlib%foo\n"),
-    "no clingo": ('==> Error: cannot bootstrap the "clingo" Python module from spec "clingo-bootstrap@spack+python %gcc '
-                  'platform=linux target=x86_64" due to the following failures:\n'
-                  "github-actions-v0.5 raised RuntimeError: The binary index is empty\n"),
+    "zlib%gcc@99": (
+        "==> Error: concretization failed for the following reasons:\n\n"
+        "   1. No valid version for 'zlib' compiler 'gcc' satisfies '@99'\n"
+    ),
+    "zlib target=foo": (
+        "==> Error: concretization failed for the following reasons:\n\n"
+        "   1. 'zlib target=zen2' cannot satisfy constraint 'target=foo'\n"
+    ),
+    "zlib %foo": (
+        "==> Error: concretization failed for the following reasons:\n\n"
+        "   1. Cannot set the required compiler: zlib%foo\n"
+    ),
+    "no clingo": (
+        '==> Error: cannot bootstrap the "clingo" Python module from spec "clingo-bootstrap@spack+python %gcc '
+        'platform=linux target=x86_64" due to the following failures:\n'
+        "github-actions-v0.5 raised RuntimeError: The binary index is empty\n"
+    ),
     "a traceback": "Traceback (most recent call last):\nOSError: boom\n",
 }
 
@@ -164,9 +181,13 @@ def test_an_unknown_package_is_bad_input_in_spacks_words(tmp_path) -> None:
     root = _spack_root(tmp_path, f"import sys\nsys.stderr.write({output!r})\nsys.exit(1)\n")
     with pytest.raises(UserError) as info:
         Spack(root, tmp_path / "cache").concretize(tmp_path / "env", tmp_path / "concretize.log", force=True)
-    assert info.value.one_line() == ("Spack cannot concretize it: ==> Error: Package 'spack.pkg.builtin.zlibb' not "
-                                     "found. | Did you mean one of the following packages? zlib, libxcb, libusb")
-    other = _spack_root(tmp_path / "other", f"import sys\nsys.stderr.write({NOT_INPUT['zlib%gcc@99']!r})\nsys.exit(1)\n")
+    assert info.value.one_line() == (
+        "Spack cannot concretize it: ==> Error: Package 'spack.pkg.builtin.zlibb' not "
+        "found. | Did you mean one of the following packages? zlib, libxcb, libusb"
+    )
+    other = _spack_root(
+        tmp_path / "other", f"import sys\nsys.stderr.write({NOT_INPUT['zlib%gcc@99']!r})\nsys.exit(1)\n"
+    )
     with pytest.raises(ToolError) as failed:
         Spack(other, tmp_path / "cache").concretize(tmp_path / "env", tmp_path / "concretize.log", force=True)
     assert "No valid version for 'zlib' compiler 'gcc'" in failed.value.one_line()

@@ -9,6 +9,7 @@
   CI/CD variables (paths under tmp_path, the local Slurm cluster, the local registry)
   in ``.gitlab-ci-local-variables.yml``; ``ci_repo.gcl(...)`` runs gitlab-ci-local there.
 """
+
 from __future__ import annotations
 
 import os
@@ -73,12 +74,23 @@ def envs_repo(tmp_path: Path) -> EnvsRepo:
         cw.set_value("user", "email", "tests@dedal.invalid")
     envs = root / "spack-envs"
     write_env(envs / "cpu", {"specs": ["openmpi@5"]}, {"name": "cpu"})
-    write_env(envs / "gpu", {"specs": ["openmpi@5 +cuda", "nccl-tests"]},
-              {"name": "esd-gpu", "tag": "2025.1", "registry": "oras://registry.example.org/esd/esd-gpu",
-               "verify": {"gpu": True, "nodes": 2}, "rebuild": True})
+    write_env(
+        envs / "gpu",
+        {"specs": ["openmpi@5 +cuda", "nccl-tests"]},
+        {
+            "name": "esd-gpu",
+            "tag": "2025.1",
+            "registry": "oras://registry.example.org/esd/esd-gpu",
+            "verify": {"gpu": True, "nodes": 2},
+            "rebuild": True,
+        },
+    )
     write_env(envs / "quiet", {"specs": ["zlib"]}, {"name": "quiet", "verify": {"enabled": False}})
-    write_env(envs / "neuro", {"specs": ["arbor"], "repos": ["../../recipes/repo"],
-                               "include": ["packages.yaml"]}, {"name": "neuro"})
+    write_env(
+        envs / "neuro",
+        {"specs": ["arbor"], "repos": ["../../recipes/repo"], "include": ["packages.yaml"]},
+        {"name": "neuro"},
+    )
     (envs / "neuro" / "packages.yaml").write_text("packages: {}\n")
     (root / "recipes" / "repo" / "packages" / "arbor").mkdir(parents=True)
     (root / "recipes" / "repo" / "packages" / "arbor" / "package.py").write_text("# arbor\n")
@@ -104,7 +116,7 @@ def need_gitlab_ci_local() -> str:
 @dataclass
 class GclRun:
     returncode: int
-    output: str            # stdout + stderr, without colours
+    output: str  # stdout + stderr, without colours
     seconds: float
 
     def results(self) -> Dict[str, str]:
@@ -124,10 +136,10 @@ class GclRun:
 @dataclass
 class CiRepo:
     root: Path
-    base: Path                      # tmp directory of everything else
-    env: Dict[str, str]             # environment of the gitlab-ci-local process
-    variables: Dict[str, str]       # CI/CD variables (.gitlab-ci-local-variables.yml)
-    before: str                     # origin/main: the commit before the change
+    base: Path  # tmp directory of everything else
+    env: Dict[str, str]  # environment of the gitlab-ci-local process
+    variables: Dict[str, str]  # CI/CD variables (.gitlab-ci-local-variables.yml)
+    before: str  # origin/main: the commit before the change
     head: str
     registry: Registry
     data: Path
@@ -138,9 +150,15 @@ class CiRepo:
         files (--shell-isolation); ``stderr=False`` leaves warnings out of ``output``."""
         exe = need_gitlab_ci_local()
         started = time.monotonic()
-        proc = subprocess.run([exe, "--no-color", "--shell-isolation", *args], cwd=self.root, env=self.env,
-                              text=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL, timeout=timeout)
+        proc = subprocess.run(
+            [exe, "--no-color", "--shell-isolation", *args],
+            cwd=self.root,
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
+            timeout=timeout,
+        )
         return GclRun(proc.returncode, _ANSI.sub("", proc.stdout), time.monotonic() - started)
 
     def set_variables(self, **changes: str) -> None:
@@ -166,13 +184,11 @@ def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
 
 
-TINY_SPACK = {"specs": ["dedal-app"], "repos": [str(SPACK_DATA / "tiny-repo" / "repo")],
-              "concretizer": {"unify": True}}
+TINY_SPACK = {"specs": ["dedal-app"], "repos": [str(SPACK_DATA / "tiny-repo" / "repo")], "concretizer": {"unify": True}}
 # The verification runner (dedal.stages.verify.runner) is not part of dedal yet: the test
 # environment turns verification off, so its pipeline has no verify job (the generated
 # verify jobs are covered by the golden files and `gitlab-ci-local --list`).
-TINY_DEDAL = {"name": "tiny", "base_image": "host", "install_root": "/opt/esd/software",
-              "verify": {"enabled": False}}
+TINY_DEDAL = {"name": "tiny", "base_image": "host", "install_root": "/opt/esd/software", "verify": {"enabled": False}}
 
 
 def make_ci_repo(base: Path, cluster, registry: Registry, fail: Iterable[str] = ()) -> CiRepo:
@@ -185,8 +201,9 @@ def make_ci_repo(base: Path, cluster, registry: Registry, fail: Iterable[str] = 
     shutil.copytree(ROOT / "ci", root / "ci", ignore=shutil.ignore_patterns("*.md"))
     write_env(root / "spack-envs" / "tiny", TINY_SPACK, TINY_DEDAL)
     write_env(root / "spack-envs" / "other", {"specs": ["zlib"]}, {"name": "other", "base_image": "host"})
-    (root / ".gitignore").write_text(".gitlab-ci-local/\n.gitlab-ci-local-variables.yml\nci-artifacts/\ndedal-image.env\n"
-                                     "dedal-child-pipeline.yml\n")
+    (root / ".gitignore").write_text(
+        ".gitlab-ci-local/\n.gitlab-ci-local-variables.yml\nci-artifacts/\ndedal-image.env\ndedal-child-pipeline.yml\n"
+    )
     _git(root, "init", "-q", "-b", "main")
     _git(root, "config", "user.name", "dedal tests")
     _git(root, "config", "user.email", "tests@dedal.invalid")
@@ -245,4 +262,3 @@ def ci_registry(tmp_path: Path):
     reg = start_registry(tmp_path / "registry")
     yield reg
     reg.stop()
-

@@ -4,6 +4,7 @@ and the child pipeline for them (golden files); `dedal ci collect`.
 These need neither GitLab nor gitlab-ci-local. Regenerate the golden files after an
 intended change with ``DEDAL_UPDATE_GOLDEN=1 pytest tests/ci/test_gitlab.py``.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,15 +62,21 @@ def test_child_pipeline_shape(envs_repo: EnvsRepo):
     assert jobs["esd-gpu:verify"]["extends"] == ".dedal-verify-gpu"
     assert jobs["esd-gpu:verify"]["variables"]["DEDAL_CI_VERIFY_NODES"] == "2"
     assert jobs["esd-gpu:verify"]["variables"]["DEDAL_CI_VERIFY_GPU"] == "true"
-    assert jobs["esd-gpu:fetch"]["variables"] == {"DEDAL_CI_ENV": "esd-gpu",
-                                                  "DEDAL_CI_ENV_FILE": "spack-envs/gpu/env.yaml",
-                                                  "DEDAL_CI_IMAGE_TAG": "2025.1"}
+    assert jobs["esd-gpu:fetch"]["variables"] == {
+        "DEDAL_CI_ENV": "esd-gpu",
+        "DEDAL_CI_ENV_FILE": "spack-envs/gpu/env.yaml",
+        "DEDAL_CI_IMAGE_TAG": "2025.1",
+    }
     assert jobs["esd-gpu:publish"]["variables"]["DEDAL_CI_REGISTRY_REPO"] == "oras://registry.example.org/esd/esd-gpu"
     # publish: default branch or tags; without an own registry only when $DEDAL_REGISTRY is set
     assert [r["if"] for r in jobs["esd-gpu:publish"]["rules"]] == [
-        "$CI_COMMIT_TAG", "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"]
+        "$CI_COMMIT_TAG",
+        "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH",
+    ]
     assert [r["if"] for r in jobs["cpu:publish"]["rules"]] == [
-        "$DEDAL_REGISTRY && $CI_COMMIT_TAG", "$DEDAL_REGISTRY && $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"]
+        "$DEDAL_REGISTRY && $CI_COMMIT_TAG",
+        "$DEDAL_REGISTRY && $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH",
+    ]
     assert "DEDAL_CI_REGISTRY_REPO" not in jobs["cpu:publish"]["variables"]
     # verification off: no verify job, publish needs only the image
     assert "quiet:verify" not in jobs and jobs["quiet:publish"]["needs"] == ["quiet:assemble"]
@@ -94,8 +101,9 @@ def test_nothing_to_build_gives_a_pipeline_with_one_job_saying_so(envs_repo: Env
 
 
 def test_the_golden_child_pipeline_names_only_templates_that_exist():
-    templates = yaml.load((Path(__file__).resolve().parents[2] / "ci" / "templates.yml").read_text(),
-                          Loader=_ReferenceLoader)
+    templates = yaml.load(
+        (Path(__file__).resolve().parents[2] / "ci" / "templates.yml").read_text(), Loader=_ReferenceLoader
+    )
     for name in ("all.yml", "nothing.yml"):
         doc = yaml.safe_load((GOLDEN / name).read_text())
         for job, body in doc.items():
@@ -133,7 +141,10 @@ def test_a_recipe_or_included_file_touches_the_environments_using_it(envs_repo: 
     sel = ci.select(envs_repo.root, changed_since=base)
     assert names(sel) == ["neuro"] and sel.changes["neuro"] == ["spack-envs/neuro/packages.yaml"]
     assert ci.watched_paths(envs_repo.root, envs_repo.root / "spack-envs/neuro/env.yaml") == [
-        "recipes/repo", "spack-envs/neuro", "spack-envs/neuro/packages.yaml"]
+        "recipes/repo",
+        "spack-envs/neuro",
+        "spack-envs/neuro/packages.yaml",
+    ]
 
 
 def test_changes_outside_environments_select_nothing(envs_repo: EnvsRepo):
@@ -219,8 +230,10 @@ def test_environment_discovery(tmp_path: Path):
     (root / "spack-envs" / "empty").mkdir()
     assert [p.relative_to(root).as_posix() for p in ci.env_dirs(root)] == ["spack-envs/a", "spack-envs/group/b"]
     sel = ci.select(root, all_envs=True)
-    assert [(e.name, e.env_file) for e in sel.envs] == [("a", "spack-envs/a/env.yaml"),
-                                                       ("b", "spack-envs/group/b/spack.yaml")]
+    assert [(e.name, e.env_file) for e in sel.envs] == [
+        ("a", "spack-envs/a/env.yaml"),
+        ("b", "spack-envs/group/b/spack.yaml"),
+    ]
     with pytest.raises(UserError, match="no such directory"):
         ci.env_dirs(root, "nowhere")
 
@@ -247,11 +260,13 @@ def test_cli_writes_the_pipeline_and_says_what_and_why(envs_repo: EnvsRepo, run_
 def test_cli_unknown_commit_note_and_bad_input(envs_repo: EnvsRepo, run_dedal, tmp_path):
     res = run_dedal("ci", "generate", "--changed-since", "0" * 40, "-o", "c.yml", cwd=envs_repo.root)
     assert res.returncode == 0 and "note:" in res.stderr and "4 environment(s)" in res.stdout
-    for args, message in ((["--all", "--changed-since", "HEAD"], "exclude each other"),
-                          ([], "say which environments"),
-                          (["spack-envs/nothere"], "no env.yaml or spack.yaml"),
-                          (["--all", "--envs-dir", "elsewhere"], "no such directory"),
-                          (["--all", "--json"], "give -o FILE")):
+    for args, message in (
+        (["--all", "--changed-since", "HEAD"], "exclude each other"),
+        ([], "say which environments"),
+        (["spack-envs/nothere"], "no env.yaml or spack.yaml"),
+        (["--all", "--envs-dir", "elsewhere"], "no such directory"),
+        (["--all", "--json"], "give -o FILE"),
+    ):
         res = run_dedal("ci", "generate", *args, cwd=envs_repo.root)
         assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
         assert "Traceback" not in res.stderr
@@ -310,10 +325,19 @@ def test_templates_and_parent_pipeline_are_plain_gitlab_yaml():
             for key in ("script", "before_script", "after_script"):
                 for line in body.get(key) or []:
                     assert isinstance(line, (str, list)), (job, key, line)
-    assert {".dedal-fetch", ".dedal-build", ".dedal-assemble", ".dedal-verify", ".dedal-verify-gpu",
-            ".dedal-publish", ".dedal-nothing", ".dedal-generate"} <= set(templates)
-    assert parent["dedal-images"]["trigger"]["include"] == [{"artifact": "dedal-child-pipeline.yml",
-                                                             "job": "dedal-generate"}]
+    assert {
+        ".dedal-fetch",
+        ".dedal-build",
+        ".dedal-assemble",
+        ".dedal-verify",
+        ".dedal-verify-gpu",
+        ".dedal-publish",
+        ".dedal-nothing",
+        ".dedal-generate",
+    } <= set(templates)
+    assert parent["dedal-images"]["trigger"]["include"] == [
+        {"artifact": "dedal-child-pipeline.yml", "job": "dedal-generate"}
+    ]
     assert parent["dedal-images"]["trigger"]["strategy"] == "depend"
     assert yaml.safe_load((root / ".gitlab-ci.yml").read_text())["include"] == [{"local": "ci/gitlab-ci.yml"}]
 
@@ -322,8 +346,12 @@ def test_report_directories_are_found_by_name_or_by_the_image_their_verify_json_
     """CI attaches the reports of an image: named after it, or whose verify.json (read through
     dedal.model.verify_report) names it; an unreadable one names nothing."""
     reports = tmp_path / "reports"
-    for rel, data in (("demo/latest", {"verdict": "good"}), ("other", {"image": "/x/images/demo/v1.sif"}),
-                      ("broken", None), ("unrelated", {"image": "/x/else.sif"})):
+    for rel, data in (
+        ("demo/latest", {"verdict": "good"}),
+        ("other", {"image": "/x/images/demo/v1.sif"}),
+        ("broken", None),
+        ("unrelated", {"image": "/x/else.sif"}),
+    ):
         (reports / rel).mkdir(parents=True)
         (reports / rel / "verify.json").write_text("{oops" if data is None else json.dumps(data))
     found = ci._report_dirs(reports, "demo", "latest", Path("/y/demo/v1.sif"))

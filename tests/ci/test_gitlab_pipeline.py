@@ -34,6 +34,7 @@ on its own on an image that has Open MPI and the benchmarks (``bench_image`` of
 tests/fixtures/bench.py: the debian-trixie base with dedal's microbenchmarks), with ``mpirun``
 on this machine; the GPU verify job is only listed (no GPU here).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,13 @@ import yaml
 from tests.conftest import dedal_exe
 from tests.ci.conftest import CiRepo, make_ci_repo, need_gitlab_ci_local
 
-pytestmark = [pytest.mark.gitlab, pytest.mark.slurm, pytest.mark.registry, pytest.mark.e2e,
-              pytest.mark.usefixtures("as_root")]
+pytestmark = [
+    pytest.mark.gitlab,
+    pytest.mark.slurm,
+    pytest.mark.registry,
+    pytest.mark.e2e,
+    pytest.mark.usefixtures("as_root"),
+]
 
 TINY_JOBS = ["tiny:fetch", "tiny:build", "tiny:assemble", "tiny:publish"]
 TINY_LAYERS = 5  # gcc-runtime, libdedal, dedal-app, dedal-bootstrap, dedal-tool (glibc is external)
@@ -62,8 +68,13 @@ def repo(tmp_path: Path, slurm_cluster, ci_registry) -> CiRepo:
 
 
 def sacct(cluster) -> list:
-    out = subprocess.run(["sacct", "-c", "-n", "-P", "--format=JobID,JobName,State,NodeList"], env=cluster.env,
-                         text=True, capture_output=True, timeout=60).stdout
+    out = subprocess.run(
+        ["sacct", "-c", "-n", "-P", "--format=JobID,JobName,State,NodeList"],
+        env=cluster.env,
+        text=True,
+        capture_output=True,
+        timeout=60,
+    ).stdout
     return [line.split("|") for line in out.splitlines() if line.strip()]
 
 
@@ -119,8 +130,13 @@ def test_pipeline_builds_the_changed_environment_end_to_end(repo: CiRepo, slurm_
     assert len([t for t in tags if t.startswith("sha256-")]) == 1
     assert registry_tags(repo, "other") == []
     pulled = tmp_path / "pulled.sif"
-    res = subprocess.run([dedal_exe(), "pull", f"oras://{repo.registry.host}/ci/tiny:latest", "-o", str(pulled),
-                          "--insecure"], env=repo.env, text=True, capture_output=True, timeout=120)
+    res = subprocess.run(
+        [dedal_exe(), "pull", f"oras://{repo.registry.host}/ci/tiny:latest", "-o", str(pulled), "--insecure"],
+        env=repo.env,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert pulled.read_bytes() == sif.read_bytes()
 
@@ -128,14 +144,20 @@ def test_pipeline_builds_the_changed_environment_end_to_end(repo: CiRepo, slurm_
     again = repo.gcl("--file", "dedal-child-pipeline.yml")
     assert again.returncode == 0, again.output[-6000:]
     assert [again.results().get(j) for j in TINY_JOBS] == ["PASS"] * 4
-    assert any(f"0 built, {TINY_LAYERS} reused" in line for line in again.job_lines("tiny:build")), \
-        "\n".join(again.job_lines("tiny:build"))
+    assert any(f"0 built, {TINY_LAYERS} reused" in line for line in again.job_lines("tiny:build")), "\n".join(
+        again.job_lines("tiny:build")
+    )
     sif2 = Path((art / "assemble" / "image.env").read_text().strip().split("=", 1)[1])
     # its own pipeline directory, and the same bytes: the image carries the commit's date
     assert sif2 != sif and sif2.read_bytes() == sif.read_bytes()
     assert image_json["created"] == datetime.fromtimestamp(
-        int(subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=repo.root, text=True, capture_output=True,
-                           check=True).stdout), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        int(
+            subprocess.run(
+                ["git", "log", "-1", "--format=%ct"], cwd=repo.root, text=True, capture_output=True, check=True
+            ).stdout
+        ),
+        timezone.utc,
+    ).strftime("%Y-%m-%dT%H:%M:%SZ")
     print(f"\ngitlab-ci-local: parent pipeline {run.seconds:.1f} s, cached rerun of the child {again.seconds:.1f} s")
 
 
@@ -178,13 +200,24 @@ def test_generated_jobs_as_gitlab_ci_local_sees_them(tmp_path: Path, slurm_clust
     need_gitlab_ci_local()
     repo = make_ci_repo(tmp_path, slurm_cluster, ci_registry)
     (repo.root / "spack-envs" / "gpu").mkdir()
-    (repo.root / "spack-envs" / "gpu" / "env.yaml").write_text(yaml.safe_dump({
-        "spack": {"specs": ["nccl-tests"]},
-        "dedal": {"name": "gpu", "registry": "oras://registry.example.org/esd/gpu", "verify": {"gpu": True}}}))
+    (repo.root / "spack-envs" / "gpu" / "env.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["nccl-tests"]},
+                "dedal": {"name": "gpu", "registry": "oras://registry.example.org/esd/gpu", "verify": {"gpu": True}},
+            }
+        )
+    )
     subprocess.run(["git", "add", "-A"], cwd=repo.root, check=True)
     subprocess.run(["git", "commit", "-q", "-m", "gpu"], cwd=repo.root, check=True)
-    res = subprocess.run([dedal_exe(), "ci", "generate", "--all", "-o", "child.yml"], cwd=repo.root, env=repo.env,
-                         text=True, capture_output=True, timeout=60)
+    res = subprocess.run(
+        [dedal_exe(), "ci", "generate", "--all", "-o", "child.yml"],
+        cwd=repo.root,
+        env=repo.env,
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
 
     def listed(**variables: str) -> dict:
@@ -197,7 +230,10 @@ def test_generated_jobs_as_gitlab_ci_local_sees_them(tmp_path: Path, slurm_clust
     assert {"gpu:verify", "other:verify", "tiny:publish", "gpu:publish", "other:publish"} <= set(jobs)
     assert "tiny:verify" not in jobs
     assert {j for j in jobs if j.endswith(":publish") and jobs[j]["when"] == "on_success"} == {
-        "gpu:publish", "other:publish", "tiny:publish"}
+        "gpu:publish",
+        "other:publish",
+        "tiny:publish",
+    }
     assert [n["job"] for n in jobs["gpu:publish"]["needs"]] == ["gpu:assemble", "gpu:verify"]
     # without DEDAL_REGISTRY only the environment with its own registry publishes
     jobs = listed(DEDAL_REGISTRY="")
@@ -205,40 +241,65 @@ def test_generated_jobs_as_gitlab_ci_local_sees_them(tmp_path: Path, slurm_clust
     expanded = yaml.safe_load((repo.root / ".gitlab-ci-local" / "expanded-gitlab-ci.yml").read_text())
     assert expanded["gpu:verify"]["tags"] == ["$DEDAL_CI_RUNNER_GPU"]
     assert expanded["gpu:verify"]["variables"]["DEDAL_CI_RUNNER_GPU"] == "gpu"
-    assert expanded["tiny:build"]["retry"] == {"max": 2, "when": ["runner_system_failure", "stuck_or_timeout_failure",
-                                                                  "scheduler_failure"]}
+    assert expanded["tiny:build"]["retry"] == {
+        "max": 2,
+        "when": ["runner_system_failure", "stuck_or_timeout_failure", "scheduler_failure"],
+    }
     assert expanded["tiny:assemble"]["artifacts"]["reports"]["dotenv"] == "dedal-image.env"
     assert expanded["tiny:fetch"]["artifacts"]["when"] == "always"
 
 
-def test_verify_and_publish_jobs_on_an_image_with_the_benchmarks(tmp_path: Path, slurm_cluster, ci_registry,
-                                                                  bench_image, native_cache):
+def test_verify_and_publish_jobs_on_an_image_with_the_benchmarks(
+    tmp_path: Path, slurm_cluster, ci_registry, bench_image, native_cache
+):
     """The generated verify job runs `dedal verify` with the environment file's
     dedal.verify section, its report becomes an artifact, publish attaches it."""
     need_gitlab_ci_local()
     repo = make_ci_repo(tmp_path, slurm_cluster, ci_registry)
     labels = bench_image.labels
     (repo.root / "spack-envs" / "bench").mkdir()
-    (repo.root / "spack-envs" / "bench" / "env.yaml").write_text(yaml.safe_dump({
-        "spack": {"specs": ["dedal-benchmarks"]},
-        "dedal": {"name": labels["dedal.env"], "tag": labels["dedal.tag"],
-                  "verify": {"ranks": 2, "repetitions": 1, "benchmarks": ["latency"],
-                             # a busy 2-core VM is no place for timing verdicts (docs/CONVENTIONS.md)
-                             "thresholds": {"latency_overhead_us": 1000000, "bandwidth_pct": 100,
-                                            "init_overhead_pct": 1000000}}}}, sort_keys=False))
+    (repo.root / "spack-envs" / "bench" / "env.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["dedal-benchmarks"]},
+                "dedal": {
+                    "name": labels["dedal.env"],
+                    "tag": labels["dedal.tag"],
+                    "verify": {
+                        "ranks": 2,
+                        "repetitions": 1,
+                        "benchmarks": ["latency"],
+                        # a busy 2-core VM is no place for timing verdicts (docs/CONVENTIONS.md)
+                        "thresholds": {
+                            "latency_overhead_us": 1000000,
+                            "bandwidth_pct": 100,
+                            "init_overhead_pct": 1000000,
+                        },
+                    },
+                },
+            },
+            sort_keys=False,
+        )
+    )
     subprocess.run(["git", "add", "-A"], cwd=repo.root, check=True)
     subprocess.run(["git", "commit", "-q", "-m", "bench"], cwd=repo.root, check=True)
-    res = subprocess.run([dedal_exe(), "ci", "generate", "spack-envs/bench", "-o", "child.yml"], cwd=repo.root,
-                         env=repo.env, text=True, capture_output=True, timeout=60)
+    res = subprocess.run(
+        [dedal_exe(), "ci", "generate", "spack-envs/bench", "-o", "child.yml"],
+        cwd=repo.root,
+        env=repo.env,
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     name = f"{labels['dedal.env']}"
     # the image as the assemble job would hand it over (its image.env), the native root cached
-    repo.set_variables(DEDAL_CI_IMAGE=str(bench_image.sif), DEDAL_CACHE_DIR=str(native_cache),
-                       DEDAL_CI_VERIFY_ARGS="--max-size 8K")
+    repo.set_variables(
+        DEDAL_CI_IMAGE=str(bench_image.sif), DEDAL_CACHE_DIR=str(native_cache), DEDAL_CI_VERIFY_ARGS="--max-size 8K"
+    )
     run = repo.gcl("--file", "child.yml", f"{name}:verify", f"{name}:publish")
     results = run.results()
-    assert run.returncode == 0 and results == {f"{name}:verify": "PASS", f"{name}:publish": "PASS"}, \
-        run.output[-6000:]
+    assert run.returncode == 0 and results == {f"{name}:verify": "PASS", f"{name}:publish": "PASS"}, run.output[-6000:]
     report = repo.artifacts / name / "verify" / "report"
     data = json.loads((report / "verify.json").read_text())
     assert data["image"] == f"{name}-{labels['dedal.tag']}" and data["verdict"] in ("good", "suboptimal")
@@ -246,8 +307,13 @@ def test_verify_and_publish_jobs_on_an_image_with_the_benchmarks(tmp_path: Path,
     assert {c["name"] for c in data["checks"]} == {"dedal_latency intra-node"}
     assert (report / "report.md").is_file() and list(report.glob("raw/**/*.log"))
     # published with the verification report attached: `dedal images` shows its verdict
-    listing = subprocess.run([dedal_exe(), "images", f"oras://{repo.registry.host}/ci/{name}", "--insecure", "--json"],
-                             env=repo.env, text=True, capture_output=True, timeout=120)
+    listing = subprocess.run(
+        [dedal_exe(), "images", f"oras://{repo.registry.host}/ci/{name}", "--insecure", "--json"],
+        env=repo.env,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert listing.returncode == 0, listing.stderr
     images = json.loads(listing.stdout)
     entries = images if isinstance(images, list) else images.get("images", images.get("tags", []))

@@ -1,5 +1,6 @@
 """Every input the issue-22 tester found ending in a traceback, through the installed CLI:
 exit 2, one line naming the file and what is wrong, nothing written."""
+
 from __future__ import annotations
 
 import json
@@ -46,11 +47,22 @@ CASES: Dict[str, tuple] = {
     "deep JSON plan": (["plan", "p.json"], {"p.json": "[" * 100_000 + "]" * 100_000}, "nested deeper"),
     "deep JSON lock": (["plan", "p.lock"], {"p.lock": "[" * 100_000 + "]" * 100_000}, "nested deeper"),
     "deep YAML env file": (["plan", "env.yaml"], {"env.yaml": "spack: " + "[" * 5000 + "]" * 5000}, "nested deeper"),
-    "deep YAML config": (["-c", "c.yaml", "config", "show"], {"c.yaml": "jobs: " + "[" * 5000 + "]" * 5000}, "nested deeper"),
+    "deep YAML config": (
+        ["-c", "c.yaml", "config", "show"],
+        {"c.yaml": "jobs: " + "[" * 5000 + "]" * 5000},
+        "nested deeper",
+    ),
     "lock virtuals not a list": (["plan", "v.lock"], {"v.lock": _lock(_virtuals)}, "'virtuals' must be a list"),
-    "lock include_concrete specs a list": (["plan", "i.lock"], {"i.lock": _lock(
-        lambda d: d.__setitem__("include_concrete", {"x": {"concrete_specs": [1], "roots": []}}))}, "include_concrete"),
-    "layers gc --plan DIR": (["layers", "--layers", "L", "gc", "--plan", "d", "--dry-run"], {"d/x": ""}, "is a directory"),
+    "lock include_concrete specs a list": (
+        ["plan", "i.lock"],
+        {"i.lock": _lock(lambda d: d.__setitem__("include_concrete", {"x": {"concrete_specs": [1], "roots": []}}))},
+        "include_concrete",
+    ),
+    "layers gc --plan DIR": (
+        ["layers", "--layers", "L", "gc", "--plan", "d", "--dry-run"],
+        {"d/x": ""},
+        "is a directory",
+    ),
     "file name too long": (["plan", "a" * 300 + ".lock"], {}, "File name too long"),
     "file name too long: inspect": (["inspect", "a" * 300], {}, "file name too long"),
     "file name too long: status": (["status", "a" * 300], {}, "file name too long"),
@@ -60,50 +72,97 @@ CASES: Dict[str, tuple] = {
     "plan -o /": (["plan", "g.lock", "-o", "/"], {"g.lock": LOCK}, "is a directory"),
     "-s list=[a": (["-s", "slurm.extra_args=[a", "config", "show"], {}, "slurm.extra_args: not valid YAML"),
     "lock file ..lock": (["plan", "..lock"], {"..lock": LOCK}, "environment name ''"),
-    "package name ../x": (["plan", "n.lock"], {"n.lock": _lock(
-        lambda d: next(iter(d["concrete_specs"].values())).__setitem__("name", "../x"))}, "cannot be used as a file name"),
+    "package name ../x": (
+        ["plan", "n.lock"],
+        {"n.lock": _lock(lambda d: next(iter(d["concrete_specs"].values())).__setitem__("name", "../x"))},
+        "cannot be used as a file name",
+    ),
     "build without a mirror": (["build", "g.lock", "--layers", "L"], {"g.lock": LOCK}, "source mirror"),
     "build a non-UTF-8 lock": (["-s", "mirror=.", "build", "x.lock", "--layers", "L"], {"x.lock": BAD}, "not UTF-8"),
     # issue 35: values the env file can be checked for before anything is written, YAML's line and column
-    "fetch: unknown base_image": (["fetch", "e/env.yaml"], {"e/env.yaml": _bad_env("unknown-base-image")},
-                                  "e/env.yaml: dedal.base_image: unknown base image 'debian-trixxie'; known: "
-                                  "debian-trixie, "),
-    "build-image: unknown base_image": (["build-image", "e/env.yaml"],
-                                        {"e/env.yaml": _bad_env("unknown-base-image")},
-                                        "dedal.base_image: unknown base image 'debian-trixxie'"),
-    "fetch: unknown runtime_base": (["fetch", "e/env.yaml"], {"e/env.yaml": _bad_env("unknown-runtime-base")},
-                                    "dedal.runtime_base: unknown base image 'nope'"),
-    "plan: every fault of an env file": (["plan", "e/env.yaml"], {"e/env.yaml": _bad_env("several-faults")},
-                                         "e/env.yaml: 5 problems: dedal: unknown key 'colour' (known: "),
-    "fetch: unknown base_image setting": (["-s", "base_image=bogus", "fetch", "e/env.yaml"], {"e/env.yaml": ENV},
-                                          "setting base_image: unknown base image 'bogus'; known: "),
-    "fetch: spack.config not a mapping": (["fetch", "e/env.yaml"], {"e/env.yaml": _bad_env("spack-config-not-mapping")},
-                                          "e/env.yaml: spack.config: expected object, got 5"),
-    "fetch: env file YAML": (["fetch", "e/env.yaml"], {"e/env.yaml": "spack:\n  specs: [zlib\n"},
-                             "e/env.yaml:3:1: not valid YAML: expected ',' or ']', but got '<stream end>' "
-                             "(while parsing a flow sequence at 2:10)"),
-    "build-image: env file YAML": (["build-image", "e/env.yaml"], {"e/env.yaml": ENV + "  x: : y\n"},
-                                   "e/env.yaml:3:6: not valid YAML: mapping values are not allowed here"),
-    "fetch: spack.yaml YAML": (["fetch", "s"], {"s/spack.yaml": "spack:\n  specs: [zlib]\n   view: false\n"},
-                               "s/spack.yaml:3:4: not valid YAML: expected <block end>, but found "
-                               "'<block mapping start>'"),
-    "plan: env file YAML": (["plan", "e/env.yaml"], {"e/env.yaml": "spack:\n\tspecs: [zlib]\n"},
-                            "e/env.yaml:2:1: not valid YAML: found character '\\t' that cannot start any token"),
-    "config file YAML": (["-c", "c.yaml", "config", "show"], {"c.yaml": "jobs: 2\nslurm:\n  nodes: [1\n"},
-                         "c.yaml:4:1: not valid YAML: expected ',' or ']'"),
-    "base definition YAML": (["base", "show", "b.yaml"], {"b.yaml": "name: x\nsuite: trixie\npackages: {base: [a}\n"},
-                             "b.yaml:3:20: not valid YAML: expected ',' or ']', but got '}'"),
+    "fetch: unknown base_image": (
+        ["fetch", "e/env.yaml"],
+        {"e/env.yaml": _bad_env("unknown-base-image")},
+        "e/env.yaml: dedal.base_image: unknown base image 'debian-trixxie'; known: debian-trixie, ",
+    ),
+    "build-image: unknown base_image": (
+        ["build-image", "e/env.yaml"],
+        {"e/env.yaml": _bad_env("unknown-base-image")},
+        "dedal.base_image: unknown base image 'debian-trixxie'",
+    ),
+    "fetch: unknown runtime_base": (
+        ["fetch", "e/env.yaml"],
+        {"e/env.yaml": _bad_env("unknown-runtime-base")},
+        "dedal.runtime_base: unknown base image 'nope'",
+    ),
+    "plan: every fault of an env file": (
+        ["plan", "e/env.yaml"],
+        {"e/env.yaml": _bad_env("several-faults")},
+        "e/env.yaml: 5 problems: dedal: unknown key 'colour' (known: ",
+    ),
+    "fetch: unknown base_image setting": (
+        ["-s", "base_image=bogus", "fetch", "e/env.yaml"],
+        {"e/env.yaml": ENV},
+        "setting base_image: unknown base image 'bogus'; known: ",
+    ),
+    "fetch: spack.config not a mapping": (
+        ["fetch", "e/env.yaml"],
+        {"e/env.yaml": _bad_env("spack-config-not-mapping")},
+        "e/env.yaml: spack.config: expected object, got 5",
+    ),
+    "fetch: env file YAML": (
+        ["fetch", "e/env.yaml"],
+        {"e/env.yaml": "spack:\n  specs: [zlib\n"},
+        "e/env.yaml:3:1: not valid YAML: expected ',' or ']', but got '<stream end>' "
+        "(while parsing a flow sequence at 2:10)",
+    ),
+    "build-image: env file YAML": (
+        ["build-image", "e/env.yaml"],
+        {"e/env.yaml": ENV + "  x: : y\n"},
+        "e/env.yaml:3:6: not valid YAML: mapping values are not allowed here",
+    ),
+    "fetch: spack.yaml YAML": (
+        ["fetch", "s"],
+        {"s/spack.yaml": "spack:\n  specs: [zlib]\n   view: false\n"},
+        "s/spack.yaml:3:4: not valid YAML: expected <block end>, but found '<block mapping start>'",
+    ),
+    "plan: env file YAML": (
+        ["plan", "e/env.yaml"],
+        {"e/env.yaml": "spack:\n\tspecs: [zlib]\n"},
+        "e/env.yaml:2:1: not valid YAML: found character '\\t' that cannot start any token",
+    ),
+    "config file YAML": (
+        ["-c", "c.yaml", "config", "show"],
+        {"c.yaml": "jobs: 2\nslurm:\n  nodes: [1\n"},
+        "c.yaml:4:1: not valid YAML: expected ',' or ']'",
+    ),
+    "base definition YAML": (
+        ["base", "show", "b.yaml"],
+        {"b.yaml": "name: x\nsuite: trixie\npackages: {base: [a}\n"},
+        "b.yaml:3:20: not valid YAML: expected ',' or ']', but got '}'",
+    ),
     # issue 39: an input read whole is bounded: 8 MiB (INPUT_LIMIT), a spack.lock 64 MiB (LOCK_LIMIT)
-    "env file over 8 MiB": (["plan", "e/env.yaml"], {"e/env.yaml": ENV + "#" * (9 << 20) + "\n"},
-                            "e/env.yaml: too large (9437208 bytes; dedal reads at most 8 MiB of it)"),
-    "plan over 8 MiB": (["plan", "p.json"], {"p.json": " " * (9 << 20) + "{}"},
-                        "p.json: too large (9437186 bytes; dedal reads at most 8 MiB of it)"),
-    "config over 8 MiB": (["-c", "c.yaml", "config", "show"], {"c.yaml": "#" * (9 << 20)},
-                          "c.yaml: too large (9437184 bytes; dedal reads at most 8 MiB of it)"),
-    "base definition over 8 MiB": (["base", "show", "b.yaml"], {"b.yaml": "#" * (9 << 20)},
-                                   "b.yaml: too large (9437184 bytes; dedal reads at most 8 MiB of it)"),
-    "lock over 64 MiB": (["plan", "big.lock"], {"big.lock": LOCK + " " * (64 << 20)},
-                         "big.lock: too large ("),
+    "env file over 8 MiB": (
+        ["plan", "e/env.yaml"],
+        {"e/env.yaml": ENV + "#" * (9 << 20) + "\n"},
+        "e/env.yaml: too large (9437208 bytes; dedal reads at most 8 MiB of it)",
+    ),
+    "plan over 8 MiB": (
+        ["plan", "p.json"],
+        {"p.json": " " * (9 << 20) + "{}"},
+        "p.json: too large (9437186 bytes; dedal reads at most 8 MiB of it)",
+    ),
+    "config over 8 MiB": (
+        ["-c", "c.yaml", "config", "show"],
+        {"c.yaml": "#" * (9 << 20)},
+        "c.yaml: too large (9437184 bytes; dedal reads at most 8 MiB of it)",
+    ),
+    "base definition over 8 MiB": (
+        ["base", "show", "b.yaml"],
+        {"b.yaml": "#" * (9 << 20)},
+        "b.yaml: too large (9437184 bytes; dedal reads at most 8 MiB of it)",
+    ),
+    "lock over 64 MiB": (["plan", "big.lock"], {"big.lock": LOCK + " " * (64 << 20)}, "big.lock: too large ("),
 }
 
 
@@ -139,13 +198,16 @@ def _one_error_line(r, json_output: bool) -> str:  # noqa: ANN001
     return errors[0]
 
 
-MISSPELLED = ("dedal: error: e/env.yaml: Spack cannot concretize it: ==> Error: Package 'spack.pkg.builtin.dedal-appp' "
-              "not found. | Did you mean one of the following packages? dedal-app, dedal-bootstrap, dedal-tool")
+MISSPELLED = (
+    "dedal: error: e/env.yaml: Spack cannot concretize it: ==> Error: Package 'spack.pkg.builtin.dedal-appp' "
+    "not found. | Did you mean one of the following packages? dedal-app, dedal-bootstrap, dedal-tool"
+)
 
 
 @pytest.mark.parametrize("json_output", [True, False])
-def test_a_misspelled_package_is_bad_input_in_spacks_words_and_leaves_nothing(run_dedal, tmp_path: Path, as_root,
-                                                                              json_output: bool) -> None:
+def test_a_misspelled_package_is_bad_input_in_spacks_words_and_leaves_nothing(
+    run_dedal, tmp_path: Path, as_root, json_output: bool
+) -> None:
     """Spack (the stand-in, as Spack prints it) finds no package `dedal-appp`: exit 2, Spack's
     own ``==> Error:`` line and its suggestions, not the command; no work dir, no mirror."""
     spack = install_standin(tmp_path / "spack")
@@ -169,16 +231,27 @@ def test_a_misspelled_package_leaves_an_earlier_fetch_as_it_was(run_dedal, tmp_p
     spack = install_standin(tmp_path / "spack")
     env_file = tmp_path / "e" / "env.yaml"
     env_file.parent.mkdir()
-    good = {"spack": {"specs": ["dedal-app"], "concretizer": {"unify": True}},
-            "dedal": {"name": "tiny", "base_image": "host", "install_root": "/opt/esd/software"}}
+    good = {
+        "spack": {"specs": ["dedal-app"], "concretizer": {"unify": True}},
+        "dedal": {"name": "tiny", "base_image": "host", "install_root": "/opt/esd/software"},
+    }
     env_file.write_text(yaml.safe_dump(good))
-    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack), "DEDAL_CACHE_DIR": str(tmp_path / "c")}
+    env = {
+        "DEDAL_DATA_DIR": str(tmp_path / "data"),
+        "DEDAL_SPACK_ROOT": str(spack),
+        "DEDAL_CACHE_DIR": str(tmp_path / "c"),
+    }
     first = run_dedal("fetch", "e/env.yaml", "--json", env=env)
     assert first.returncode == 0, first.stderr
     work = tmp_path / "data" / "work" / "tiny"
-    kept = {p: p.read_bytes() for p in sorted((tmp_path / "data").rglob("*"))
-            if p.is_file() and "logs" not in p.parts and "fetch-store" not in p.parts}
-    assert {work / "spack.yaml", work / "spack.lock", work / "plan.json", work / "fetch-env" / "spack.lock"} <= set(kept)
+    kept = {
+        p: p.read_bytes()
+        for p in sorted((tmp_path / "data").rglob("*"))
+        if p.is_file() and "logs" not in p.parts and "fetch-store" not in p.parts
+    }
+    assert {work / "spack.yaml", work / "spack.lock", work / "plan.json", work / "fetch-env" / "spack.lock"} <= set(
+        kept
+    )
     env_file.write_text(yaml.safe_dump({**good, "spack": {"specs": ["dedal-appp"]}}))
     r = run_dedal("fetch", "e/env.yaml", "--json", env=env)
     assert _one_error_line(r, True) == MISSPELLED
@@ -189,22 +262,35 @@ def test_a_misspelled_package_leaves_an_earlier_fetch_as_it_was(run_dedal, tmp_p
 
 
 REAL_SPACK = {  # spec: (exit code, what the one line says after "e/env.yaml: " / "spack concretize: ")
-    "zlibb": (2, "e/env.yaml: Spack cannot concretize it: ==> Error: Package 'spack.pkg.builtin.zlibb' not found. | "
-                 "Did you mean one of the following packages? zlib, libxcb, libusb"),
-    "zlib@99": (2, "e/env.yaml: Spack cannot concretize it: ==> Error: concretization failed for the following reasons: "
-                   "| 1. Cannot satisfy 'zlib@99'"),
-    "zlib+foo": (2, 'e/env.yaml: Spack cannot concretize it: ==> Error: trying to set variant "foo" in package "zlib", '
-                    "but the package has no such variant [happened when validating 'zlib+foo']"),
+    "zlibb": (
+        2,
+        "e/env.yaml: Spack cannot concretize it: ==> Error: Package 'spack.pkg.builtin.zlibb' not found. | "
+        "Did you mean one of the following packages? zlib, libxcb, libusb",
+    ),
+    "zlib@99": (
+        2,
+        "e/env.yaml: Spack cannot concretize it: ==> Error: concretization failed for the following reasons: "
+        "| 1. Cannot satisfy 'zlib@99'",
+    ),
+    "zlib+foo": (
+        2,
+        'e/env.yaml: Spack cannot concretize it: ==> Error: trying to set variant "foo" in package "zlib", '
+        "but the package has no such variant [happened when validating 'zlib+foo']",
+    ),
     # a compiler the base lacks: not classified as the user's input, a failed tool with command and log
-    "zlib%gcc@99": (1, "spack concretize: ==> Error: concretization failed for the following reasons: "
-                       "| 1. No valid version for 'zlib' compiler 'gcc' satisfies '@99'; log: "),
+    "zlib%gcc@99": (
+        1,
+        "spack concretize: ==> Error: concretization failed for the following reasons: "
+        "| 1. No valid version for 'zlib' compiler 'gcc' satisfies '@99'; log: ",
+    ),
 }
 
 
 @pytest.mark.spack
 @pytest.mark.parametrize("spec", list(REAL_SPACK))
-def test_real_spack_says_what_is_wrong_with_the_input(run_dedal, real_spack, trixie_base, as_root, tmp_path: Path,
-                                                      spec: str) -> None:
+def test_real_spack_says_what_is_wrong_with_the_input(
+    run_dedal, real_spack, trixie_base, as_root, tmp_path: Path, spec: str
+) -> None:
     """The real Spack concretizing in the debian-trixie base: the errors that are the user's
     (a misspelled package, a version or variant no recipe has) are bad input in Spack's own
     words, nothing written; one that is not (a compiler the base lacks) stays exit 1."""
@@ -213,8 +299,11 @@ def test_real_spack_says_what_is_wrong_with_the_input(run_dedal, real_spack, tri
     env_file.parent.mkdir()
     env_file.write_text(yaml.safe_dump({"spack": {"specs": [spec]}}))
     data = tmp_path / "data"
-    env = {"DEDAL_DATA_DIR": str(data), "DEDAL_SPACK_ROOT": str(real_spack),  # Spack's repository index: cached
-           "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
+    env = {
+        "DEDAL_DATA_DIR": str(data),
+        "DEDAL_SPACK_ROOT": str(real_spack),  # Spack's repository index: cached
+        "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
+    }
     r = run_dedal("fetch", "e/env.yaml", "--lock-only", "--json", env=env, timeout=1800)
     assert "Traceback" not in r.stderr and r.returncode == code, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
@@ -225,12 +314,20 @@ def test_real_spack_says_what_is_wrong_with_the_input(run_dedal, real_spack, tri
         assert "concretize -f` exited with code 1" in lines[0]
 
 
-@pytest.mark.parametrize("argv,name", [(["plan", "{}"], "env.yaml"), (["plan", "{}"], "x.lock"),
-                                       (["plan", "{}"], "plan.json"), (["-c", "{}", "config", "show"], "c.yaml"),
-                                       (["base", "show", "{}"], "b.yaml")])
+@pytest.mark.parametrize(
+    "argv,name",
+    [
+        (["plan", "{}"], "env.yaml"),
+        (["plan", "{}"], "x.lock"),
+        (["plan", "{}"], "plan.json"),
+        (["-c", "{}", "config", "show"], "c.yaml"),
+        (["base", "show", "{}"], "b.yaml"),
+    ],
+)
 @pytest.mark.parametrize("kind", ["FIFO", "device"])
-def test_an_input_that_is_no_regular_file_is_refused_at_once(argv: List[str], name: str, kind: str, run_dedal,
-                                                             tmp_path: Path) -> None:
+def test_an_input_that_is_no_regular_file_is_refused_at_once(
+    argv: List[str], name: str, kind: str, run_dedal, tmp_path: Path
+) -> None:
     """A FIFO nobody writes to is never waited on, /dev/zero (endless) never read."""
     path = tmp_path / name
     if kind == "FIFO":
@@ -260,4 +357,5 @@ def test_a_sif_object_over_its_limit_is_one_line(run_dedal, tmp_path: Path) -> N
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         f"dedal: error: {tmp_path / 'big.sif'}: object 3 (labels.json): too large (17825828 bytes; "
-        "dedal reads at most 16 MiB of it)"], r.stderr
+        "dedal reads at most 16 MiB of it)"
+    ], r.stderr

@@ -8,6 +8,7 @@ CLI's ``main`` in this process (the installed script is the same function; a pro
 per input would take an hour). Every run must end with exit 0 or 2 (2: one line
 ``dedal: error: ...``, or argparse's usage), print no traceback, and leave every
 directory as it found it. An exit of 70 is dedal's own "internal error" line: a bug."""
+
 from __future__ import annotations
 
 import contextlib
@@ -34,25 +35,79 @@ pytestmark = pytest.mark.reliability
 
 LOCK_TEXT = (SPACK_DATA / "tiny-zlib.spack.lock").read_text()
 LOCK = json.loads(LOCK_TEXT)
-PLAN = make_plan(parse_lock(LOCK_TEXT), env_name="t", install_root="/opt/sw", base_image="debian-trixie",
-                 base_id="b-1").to_json()
-ENV = {"spack": {"specs": sorted(parse_lock(LOCK_TEXT).root_specs.values()), "concretizer": {"unify": True}},
-       "dedal": {"name": "t", "tag": "v1", "install_root": "/opt/sw"}}
+PLAN = make_plan(
+    parse_lock(LOCK_TEXT), env_name="t", install_root="/opt/sw", base_image="debian-trixie", base_id="b-1"
+).to_json()
+ENV = {
+    "spack": {"specs": sorted(parse_lock(LOCK_TEXT).root_specs.values()), "concretizer": {"unify": True}},
+    "dedal": {"name": "t", "tag": "v1", "install_root": "/opt/sw"},
+}
 CONFIG = {"jobs": 2, "install_root": "/opt/sw", "slurm": {"nodes": 2, "extra_args": ["--x"]}, "keep_going": True}
 
-FUZZ = settings(max_examples=200, deadline=None, database=None, derandomize=False,
-                phases=[Phase.explicit, Phase.generate],  # no shrinking: the failing input is in the message
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.data_too_large, HealthCheck.large_base_example])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    derandomize=False,
+    phases=[Phase.explicit, Phase.generate],  # no shrinking: the failing input is in the message
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+)
 
-NASTY = st.sampled_from(["", ".", "..", "../x", "../../escaped", "/", "/etc/passwd", "a/b", "a\x00b", "a\nb", "-rf",
-                         "x" * 300, "\u00e9" * 150, "\udcff", "[", "{", "[a", "~", "$HOME", "%s", "1e999", "NaN",
-                         "2024-13-45", "0x10", "-1", "true", "null", "\t", " ", "*", "!!python/object:os.system"])
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30), NASTY)
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.one_of(st.text(max_size=8), NASTY), inner, max_size=4)),
-                      max_leaves=12)
+NASTY = st.sampled_from(
+    [
+        "",
+        ".",
+        "..",
+        "../x",
+        "../../escaped",
+        "/",
+        "/etc/passwd",
+        "a/b",
+        "a\x00b",
+        "a\nb",
+        "-rf",
+        "x" * 300,
+        "\u00e9" * 150,
+        "\udcff",
+        "[",
+        "{",
+        "[a",
+        "~",
+        "$HOME",
+        "%s",
+        "1e999",
+        "NaN",
+        "2024-13-45",
+        "0x10",
+        "-1",
+        "true",
+        "null",
+        "\t",
+        " ",
+        "*",
+        "!!python/object:os.system",
+    ]
+)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    NASTY,
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=8), NASTY), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,8 +117,12 @@ def isolated(tmp_path_factory) -> Iterator[None]:
     saved = dict(os.environ)
     for k in [k for k in os.environ if k.startswith("DEDAL_")]:
         del os.environ[k]
-    os.environ.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_DATA_HOME=str(home / ".local/share"),
-                      XDG_CACHE_HOME=str(home / ".cache"))
+    os.environ.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_DATA_HOME=str(home / ".local/share"),
+        XDG_CACHE_HOME=str(home / ".cache"),
+    )
     cwd = os.getcwd()
     try:
         yield
@@ -71,7 +130,6 @@ def isolated(tmp_path_factory) -> Iterator[None]:
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(saved)
-
 
 
 def _tree(root: Path) -> List[Tuple[str, int]]:
@@ -150,6 +208,7 @@ def bent(draw: Any, doc: Any) -> Any:
 def _text(doc: Any, as_yaml: bool = False) -> str:
     if as_yaml:
         import yaml
+
         try:
             return yaml.safe_dump(doc, allow_unicode=True)
         except (yaml.YAMLError, RecursionError, UnicodeEncodeError):
@@ -160,10 +219,13 @@ def _text(doc: Any, as_yaml: bool = False) -> str:
         return "[" * 5000 + "]" * 5000
 
 
-RAW = st.one_of(st.binary(max_size=200), st.text(max_size=200),
-                st.integers(1000, 100_000).map(lambda n: "[" * n + "]" * n),
-                st.integers(70, 1500).map(lambda n: "a: " + "{b: " * n + "1" + "}" * n),
-                st.builds(lambda s, n: s[:n], st.just(LOCK_TEXT), st.integers(0, len(LOCK_TEXT))))
+RAW = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=200),
+    st.integers(1000, 100_000).map(lambda n: "[" * n + "]" * n),
+    st.integers(70, 1500).map(lambda n: "a: " + "{b: " * n + "1" + "}" * n),
+    st.builds(lambda s, n: s[:n], st.just(LOCK_TEXT), st.integers(0, len(LOCK_TEXT))),
+)
 
 
 @FUZZ
@@ -177,8 +239,11 @@ def test_locks(data: Any) -> None:
 @given(data=st.data())
 def test_plans(data: Any) -> None:
     content = data.draw(st.one_of(bent(PLAN).map(_text), RAW))
-    command = data.draw(st.sampled_from([["plan", "p.json"], ["layers", "--layers", "L", "gc", "--plan", "p.json"],
-                                         ["plan", "p.json", "--json"]]))
+    command = data.draw(
+        st.sampled_from(
+            [["plan", "p.json"], ["layers", "--layers", "L", "gc", "--plan", "p.json"], ["plan", "p.json", "--json"]]
+        )
+    )
     run(command, {"p.json": content})
 
 
@@ -200,8 +265,10 @@ KEYS = st.one_of(st.sampled_from([s.key for s in SETTINGS]), st.text(max_size=12
 
 
 @FUZZ
-@given(pairs=st.lists(st.tuples(KEYS, st.one_of(st.text(max_size=40), NASTY)), min_size=1, max_size=3),
-       raw=st.lists(st.one_of(st.text(max_size=20), NASTY), max_size=2))
+@given(
+    pairs=st.lists(st.tuples(KEYS, st.one_of(st.text(max_size=40), NASTY)), min_size=1, max_size=3),
+    raw=st.lists(st.one_of(st.text(max_size=20), NASTY), max_size=2),
+)
 def test_settings(pairs: List[Tuple[str, str]], raw: List[str]) -> None:
     argv: List[str] = []
     for key, value in pairs:
@@ -211,9 +278,36 @@ def test_settings(pairs: List[Tuple[str, str]], raw: List[str]) -> None:
     run([*argv, "config", "show", "--json"], {})
 
 
-WORDS = st.one_of(st.sampled_from(["plan", "config", "show", "layers", "list", "verify", "gc", "--json", "-o", "--layers",
-                                   "--plan", "--simulate", "--nodes", "--cores", "-c", "-s", "x.lock", "--dry-run",
-                                   "--install-root", "0", "-1", "99999999999999999999"]), NASTY, st.text(max_size=10))
+WORDS = st.one_of(
+    st.sampled_from(
+        [
+            "plan",
+            "config",
+            "show",
+            "layers",
+            "list",
+            "verify",
+            "gc",
+            "--json",
+            "-o",
+            "--layers",
+            "--plan",
+            "--simulate",
+            "--nodes",
+            "--cores",
+            "-c",
+            "-s",
+            "x.lock",
+            "--dry-run",
+            "--install-root",
+            "0",
+            "-1",
+            "99999999999999999999",
+        ]
+    ),
+    NASTY,
+    st.text(max_size=10),
+)
 
 
 @FUZZ
@@ -228,10 +322,19 @@ def test_argument_vectors(argv: List[str]) -> None:
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(text=st.one_of(st.text(max_size=80), NASTY,
-                      st.builds(lambda h, p, r, t: f"oras://{h}{p}/{r}:{t}", st.one_of(st.text(max_size=12), NASTY),
-                                st.one_of(st.just(""), st.integers(-5, 10**6).map(lambda n: f":{n}")),
-                                st.one_of(st.text(max_size=12), NASTY), st.one_of(st.text(max_size=12), NASTY))))
+@given(
+    text=st.one_of(
+        st.text(max_size=80),
+        NASTY,
+        st.builds(
+            lambda h, p, r, t: f"oras://{h}{p}/{r}:{t}",
+            st.one_of(st.text(max_size=12), NASTY),
+            st.one_of(st.just(""), st.integers(-5, 10**6).map(lambda n: f":{n}")),
+            st.one_of(st.text(max_size=12), NASTY),
+            st.one_of(st.text(max_size=12), NASTY),
+        ),
+    )
+)
 def test_references(text: str) -> None:
     """A reference parses or is a UserError: nothing else (no network: parsing only)."""
     try:

@@ -1,4 +1,5 @@
 """`dedal base ...`, `dedal exec` and `dedal shell` through the installed console script."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,18 @@ def test_built_base_contents(trixie_base):
     assert trixie_base.os_release["VERSION_CODENAME"] == "trixie" and trixie_base.os_id == "debian13"
     assert trixie_base.packages["openmpi-bin"].startswith("5.0.7")
     assert trixie_base.packages["libpmix-dev"].startswith("5.0.7")
-    for tool in ("usr/bin/gcc", "usr/bin/gfortran", "usr/bin/mpicc", "usr/bin/mpirun", "usr/bin/prte",
-                 "usr/bin/ucx_info", "usr/bin/python3", "usr/bin/make", "usr/bin/git", "usr/bin/patch"):
+    for tool in (
+        "usr/bin/gcc",
+        "usr/bin/gfortran",
+        "usr/bin/mpicc",
+        "usr/bin/mpirun",
+        "usr/bin/prte",
+        "usr/bin/ucx_info",
+        "usr/bin/python3",
+        "usr/bin/make",
+        "usr/bin/git",
+        "usr/bin/patch",
+    ):
         assert os.path.lexists(trixie_base.rootfs_dir / tool), tool  # mpicc: via /etc/alternatives
     assert not list((trixie_base.rootfs_dir / "var/lib/apt/lists").glob("*_Packages"))
     assert not (trixie_base.rootfs_dir / "etc/hosts").exists()  # minbase: the runtime binds the host's
@@ -65,8 +76,9 @@ def test_exec_in_base_by_name_and_sif(run_dedal, trixie_base, base_sif, tmp_path
     r = run_dedal("exec", "-e", "X=1", str(base_sif), "--", "sh", "-c", "cat note.txt; echo X=$X; pwd")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["in cwd", "X=1", str(tmp_path)]
-    r = run_dedal("exec", "--bind", f"{tmp_path}:/opt/esd/software:ro", str(base_sif), "--",
-                  "cat", "/opt/esd/software/note.txt")
+    r = run_dedal(
+        "exec", "--bind", f"{tmp_path}:/opt/esd/software:ro", str(base_sif), "--", "cat", "/opt/esd/software/note.txt"
+    )
     assert r.returncode == 0 and r.stdout == "in cwd\n"
     r = run_dedal("exec", str(base_sif), "--", "sh", "-c", "echo err >&2; exit 5")
     assert r.returncode == 5 and r.stderr.strip() == "err"  # the command's own exit code and stderr
@@ -74,9 +86,27 @@ def test_exec_in_base_by_name_and_sif(run_dedal, trixie_base, base_sif, tmp_path
 
 
 def test_exec_mpirun_in_sif(run_dedal, base_sif, mpi_hello):
-    r = run_dedal("exec", "-B", f"{mpi_hello}:/work", str(base_sif), "--", "mpirun", "-np", "2",
-                  "--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any",
-                  "/work/hello", timeout=300)
+    r = run_dedal(
+        "exec",
+        "-B",
+        f"{mpi_hello}:/work",
+        str(base_sif),
+        "--",
+        "mpirun",
+        "-np",
+        "2",
+        "--mca",
+        "pml",
+        "ucx",
+        "--mca",
+        "pml_ucx_tls",
+        "any",
+        "--mca",
+        "pml_ucx_devices",
+        "any",
+        "/work/hello",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("hello ") == 2
 

@@ -1,5 +1,6 @@
 """`dedal completion bash`: the script is generated from the parser and completes in a real
 bash (the completion function called as bash calls it, with COMP_WORDS and COMP_CWORD)."""
+
 from __future__ import annotations
 
 import shutil
@@ -23,6 +24,7 @@ def script(tmp_path_factory) -> Path:
     if shutil.which("bash") is None:
         pytest.skip("no bash")
     from tests.conftest import dedal_exe
+
     res = subprocess.run([dedal_exe(), "completion", "bash"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stderr == "", res.stderr
     path = tmp_path_factory.mktemp("completion") / "dedal.bash"
@@ -32,8 +34,13 @@ def script(tmp_path_factory) -> Path:
 
 def complete(script: Path, *words: str, cwd: Path = Path(".")) -> List[str]:
     """What bash offers for the last word of ``dedal WORDS...``."""
-    res = subprocess.run(["bash", "-c", COMPLETE, "complete", str(script), "dedal", *words], cwd=cwd,
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        ["bash", "-c", COMPLETE, "complete", str(script), "dedal", *words],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode == 0, res.stderr
     return sorted(line for line in res.stdout.splitlines() if line)
 

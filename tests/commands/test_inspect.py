@@ -1,4 +1,5 @@
 """`dedal inspect` through the installed console script."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,13 @@ def test_inspect_json(run_dedal, tmp_path, small_sqfs):
 
 
 def test_inspect_without_sbom_and_labels_from_metadata(run_dedal, tmp_path, small_sqfs):
-    img = make(tmp_path, small_sqfs, sbom=None, labels={},
-               metadata={"attributes": {"labels": {"from": "metadata"}}, "dedal": {"layers": ["a", "b"]}})
+    img = make(
+        tmp_path,
+        small_sqfs,
+        sbom=None,
+        labels={},
+        metadata={"attributes": {"labels": {"from": "metadata"}}, "dedal": {"layers": ["a", "b"]}},
+    )
     data = json.loads(run_dedal("inspect", "--json", str(img)).stdout)
     assert data["sbom"] is None
     assert data["labels"] == {"from": "metadata"}

@@ -1,6 +1,7 @@
 """`dedal layers push`: a store's layers seed a remote layer cache (a real local registry,
 layers built with the Spack stand-in), with the push the build uses; a build on another
 machine, without a source mirror, then pulls them all."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ from dedal.stages.building.cache import cache_tag
 from tests.fixtures.tiny import TINY_PACKAGES, make_env
 
 pytestmark = [pytest.mark.registry, pytest.mark.usefixtures("as_root")]
-
 
 
 def _push(run_dedal, tiny, *args):
@@ -44,7 +44,9 @@ def test_layers_push_seeds_a_cache_that_a_build_without_a_mirror_pulls(run_dedal
     assert _tags(registry) == [cache_tag(app.key)]
     res, plan = _push(run_dedal, first, cache, "--plan", str(first.data / "work" / "tiny" / "plan.json"))
     assert res.returncode == 0, res.stderr
-    assert _names(plan["pushed"]) == sorted(set(TINY_PACKAGES) - {"dedal-app"}) and _names(plan["skipped"]) == ["dedal-app"]
+    assert _names(plan["pushed"]) == sorted(set(TINY_PACKAGES) - {"dedal-app"}) and _names(plan["skipped"]) == [
+        "dedal-app"
+    ]
     assert plan["problems"] == [] and plan["not_sent"] == [] and plan["ref"] == cache
     assert _tags(registry) == sorted(cache_tag(k) for k in store.keys())
     # everything again, in words: nothing sent
@@ -57,12 +59,21 @@ def test_layers_push_seeds_a_cache_that_a_build_without_a_mirror_pulls(run_dedal
 
     # another machine: no mirror, a Spack that would fail every build; all comes from the cache
     second = make_env(tmp_path / "b", fail=TINY_PACKAGES)
-    res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", "--json",
-                    env=dict(second.env, DEDAL_MIRROR=str(tmp_path / "no-mirror")))
+    res = run_dedal(
+        "build",
+        str(second.env_file),
+        "--cache",
+        cache,
+        "--insecure",
+        "--json",
+        env=dict(second.env, DEDAL_MIRROR=str(tmp_path / "no-mirror")),
+    )
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["built"] == [] and _names(summary["cache"]["pulled"]) == TINY_PACKAGES
-    assert {m.key: m.sha256 for m in LayerStore(second.store).manifests()} == {m.key: m.sha256 for m in store.manifests()}
+    assert {m.key: m.sha256 for m in LayerStore(second.store).manifests()} == {
+        m.key: m.sha256 for m in store.manifests()
+    }
 
 
 def test_layers_push_refuses_bad_input_before_sending_anything(run_dedal, registry, tmp_path):  # noqa: F811

@@ -1,5 +1,6 @@
 """`dedal plan` through the installed CLI, on every real lock (cross-checked in
 test_spack_lock.py) and with a layer store."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,17 @@ from dedal.model.layers import LayerManifest, LayerStore
 from tests.conftest import SPACK_DATA
 
 LOCKS = sorted(SPACK_DATA.glob("*.spack.lock")) + sorted(SPACK_DATA.glob("*/*.spack.lock"))
-KEYS = {"lockfile_version", "roots", "nodes", "runtime_closure", "build_only", "to_build", "cached",
-        "build_requirements", "waves"}
+KEYS = {
+    "lockfile_version",
+    "roots",
+    "nodes",
+    "runtime_closure",
+    "build_only",
+    "to_build",
+    "cached",
+    "build_requirements",
+    "waves",
+}
 
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.name)
@@ -47,16 +57,30 @@ def test_plan_marks_cached_layers_and_skips_their_build_deps(run_dedal, tmp_path
     key = first["nodes"][app]["key"]
     tmp = store.temp_path(key)
     tmp.write_bytes(b"not really squashfs")
-    store.add(LayerManifest(key=key, name="dedal-app", version="1.0", hash=app, namespace="dedaltest",
-                            prefix="p", install_root=first["install_root"], base_id=first["base_id"]), tmp)
+    store.add(
+        LayerManifest(
+            key=key,
+            name="dedal-app",
+            version="1.0",
+            hash=app,
+            namespace="dedaltest",
+            prefix="p",
+            install_root=first["install_root"],
+            base_id=first["base_id"],
+        ),
+        tmp,
+    )
     plan = json.loads(run_dedal("plan", str(lock), "--layers", str(tmp_path / "layers"), "--json").stdout)
     assert plan["cached"] == [app]
     names = {plan["nodes"][h]["name"] for h in plan["to_build"]}
     assert names == {"gcc-runtime", "libdedal"}  # dedal-tool/-bootstrap only served dedal-app's build
     assert plan["nodes"][by_name["dedal-tool"]]["status"] == "not_needed"
     # another install root is another key: nothing cached
-    other = json.loads(run_dedal("plan", str(lock), "--layers", str(tmp_path / "layers"),
-                                 "--install-root", "/opt/other", "--json").stdout)
+    other = json.loads(
+        run_dedal(
+            "plan", str(lock), "--layers", str(tmp_path / "layers"), "--install-root", "/opt/other", "--json"
+        ).stdout
+    )
     assert other["cached"] == []
 
 
@@ -83,11 +107,14 @@ def test_plan_of_an_unseen_lock(run_dedal, tmp_path):
     assert {"dedal-app", "py-six", "python-venv"} <= names
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "empty file"),
-    ('{"_meta": {"file-type": "spack-lockfile", "lockfile-version": 42}}', "unsupported lockfile-version 42"),
-    ("{not json", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "empty file"),
+        ('{"_meta": {"file-type": "spack-lockfile", "lockfile-version": 42}}', "unsupported lockfile-version 42"),
+        ("{not json", "not valid JSON"),
+    ],
+)
 def test_bad_locks_exit_2_one_line(run_dedal, tmp_path, content, message):
     path = tmp_path / "bad.lock"
     path.write_text(content)
@@ -109,10 +136,13 @@ def test_a_command_imports_its_own_module_only():
     not known, every command is there, for the listing and the error."""
     import subprocess
     import sys
-    probe = ("import sys; from dedal.cli import build_parser; "
-             "p = build_parser(sys.argv[1:]); "
-             "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
-             "if m.startswith('dedal.commands.') and not m.startswith('dedal.commands._')))")
+
+    probe = (
+        "import sys; from dedal.cli import build_parser; "
+        "p = build_parser(sys.argv[1:]); "
+        "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
+        "if m.startswith('dedal.commands.') and not m.startswith('dedal.commands._')))"
+    )
 
     def loaded(*argv: str) -> list:
         out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True)
@@ -133,12 +163,33 @@ def test_command_modules_import_their_stages_only_when_they_run():
     for its stage names) and verify (its parsers, for --kind) still import theirs."""
     import subprocess
     import sys
-    light = ["assemble", "base", "build", "ci", "completion", "config", "diff", "exec", "fetch", "images",
-             "inspect", "layers", "node-build", "plan", "publish", "pull", "rebuild", "status"]
-    probe = ("import sys; from dedal.cli import build_parser\n"
-             f"for name in {light!r}: build_parser([name])\n"
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'oras', 'jsonschema', 'git')\n"
-             "             or m.startswith(('dedal.stages', 'dedal.schedule', 'dedal.ci', 'dedal.adapters.registry'))))")
+
+    light = [
+        "assemble",
+        "base",
+        "build",
+        "ci",
+        "completion",
+        "config",
+        "diff",
+        "exec",
+        "fetch",
+        "images",
+        "inspect",
+        "layers",
+        "node-build",
+        "plan",
+        "publish",
+        "pull",
+        "rebuild",
+        "status",
+    ]
+    probe = (
+        "import sys; from dedal.cli import build_parser\n"
+        f"for name in {light!r}: build_parser([name])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'oras', 'jsonschema', 'git')\n"
+        "             or m.startswith(('dedal.stages', 'dedal.schedule', 'dedal.ci', 'dedal.adapters.registry'))))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -152,8 +203,10 @@ def test_a_bare_lock_takes_its_base_from_the_plan_json_beside_it(run_dedal, tmp_
     bare = run_dedal("plan", str(lock))
     assert bare.returncode == 0, bare.stderr
     title = " ".join(bare.stdout.split("┏")[0].split())  # the title above the table, unwrapped
-    assert title == ("plan for gpu (install root /opt/esd/software, base debian-trixie: setting base_image, "
-                     "not recorded next to the lock)")
+    assert title == (
+        "plan for gpu (install root /opt/esd/software, base debian-trixie: setting base_image, "
+        "not recorded next to the lock)"
+    )
     cuda = {"DEDAL_BASE_IMAGE": "debian-trixie-cuda"}
     recorded = json.loads(run_dedal("plan", str(lock), "-o", str(lock.parent / "plan.json"), "--json", env=cuda).stdout)
     assert recorded["base_image"] == "debian-trixie-cuda" and recorded["lock_path"] == str(lock)

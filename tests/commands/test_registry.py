@@ -1,4 +1,5 @@
 """Every command that talks to a registry takes the same --insecure (one definition)."""
+
 from __future__ import annotations
 
 import argparse

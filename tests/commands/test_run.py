@@ -2,6 +2,7 @@
 the ranks of a node in one container (the real Apptainer's --sharens), the output on the
 terminal; Ctrl-C twice (srun's own way) stops the step and leaves nothing; --print gives the
 equivalent srun command for a job script; outside an allocation, one line and exit 2."""
+
 from __future__ import annotations
 
 import re
@@ -22,40 +23,64 @@ SHOW = 'echo "rank=$SLURM_PROCID of $SLURM_NTASKS in $(readlink /proc/self/ns/mn
 # with --sharens has already exited", or "Failed to restore current working directory: No such
 # process" when it ends during the join; seen once on 2 loaded cores with a bare echo). The
 # ranks wait for each other here (at most 30 s), in the one /tmp they share.
-TOGETHER = ('d=/tmp/dedal-test-$SLURM_JOB_ID.$SLURM_STEP_ID; mkdir -p $d; : > $d/$SLURM_PROCID; i=0; '
-            'while [ "$(ls $d | wc -l)" -lt "$SLURM_NTASKS" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; ')
+TOGETHER = (
+    "d=/tmp/dedal-test-$SLURM_JOB_ID.$SLURM_STEP_ID; mkdir -p $d; : > $d/$SLURM_PROCID; i=0; "
+    'while [ "$(ls $d | wc -l)" -lt "$SLURM_NTASKS" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; '
+)
 
 
 @pytest.fixture
 def allocation(slurm_cluster, isolated_env) -> Iterator[Dict[str, str]]:
     """An allocation of two tasks on one node (``salloc --no-shell``), as the environment of a
     command run inside it; cancelled afterwards."""
-    out = subprocess.run(["salloc", "--no-shell", "-N", "1", "-n", "2"], env=slurm_cluster.env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        ["salloc", "--no-shell", "-N", "1", "-n", "2"],
+        env=slurm_cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     job = re.search(r"Granted job allocation (\d+)", out.stderr + out.stdout)
     assert job, out.stderr
-    env = dict(isolated_env, SLURM_CONF=slurm_cluster.env["SLURM_CONF"], SLURM_JOB_ID=job.group(1),
-               SLURM_JOBID=job.group(1), SLURM_NTASKS="2", SLURM_NNODES="1")
+    env = dict(
+        isolated_env,
+        SLURM_CONF=slurm_cluster.env["SLURM_CONF"],
+        SLURM_JOB_ID=job.group(1),
+        SLURM_JOBID=job.group(1),
+        SLURM_NTASKS="2",
+        SLURM_NNODES="1",
+    )
     yield env
     subprocess.run(["scancel", job.group(1)], env=slurm_cluster.env, timeout=60)
 
 
 def test_the_ranks_of_a_node_share_one_container(allocation, base_sif, tmp_path, apptainer):
-    term = in_terminal([dedal_exe(), "run", str(base_sif), "--", "/bin/sh", "-c", TOGETHER + SHOW], allocation,
-                       timeout=180, cwd=tmp_path)
+    term = in_terminal(
+        [dedal_exe(), "run", str(base_sif), "--", "/bin/sh", "-c", TOGETHER + SHOW],
+        allocation,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert term.rc == 0, term.text[-3000:]
     ranks = re.findall(r"rank=(\d) of 2 in (mnt:\[\d+\])", term.text)
     assert sorted(r for r, _ in ranks) == ["0", "1"] and len({ns for _, ns in ranks}) == 1, term.text[-3000:]
 
     # --per-rank: a container each, as plain `srun apptainer exec`
-    term = in_terminal([dedal_exe(), "run", "--per-rank", str(base_sif), "--", "/bin/sh", "-c", SHOW], allocation,
-                       timeout=180, cwd=tmp_path)
+    term = in_terminal(
+        [dedal_exe(), "run", "--per-rank", str(base_sif), "--", "/bin/sh", "-c", SHOW],
+        allocation,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert term.rc == 0 and len(set(re.findall(r"in (mnt:\[\d+\])", term.text))) == 2, term.text[-3000:]
 
 
 def test_ctrl_c_twice_stops_the_step(allocation, base_sif, tmp_path, apptainer, slurm_cluster):
-    term = Terminal([dedal_exe(), "run", str(base_sif), "--", "/bin/sh", "-c", SHOW + "; exec sleep 600"],
-                    env=allocation, cwd=tmp_path)
+    term = Terminal(
+        [dedal_exe(), "run", str(base_sif), "--", "/bin/sh", "-c", SHOW + "; exec sleep 600"],
+        env=allocation,
+        cwd=tmp_path,
+    )
     deadline = time.monotonic() + 120
     while term.text.count("rank=") < 2:
         assert time.monotonic() < deadline and term.proc.poll() is None, term.text[-3000:]
@@ -64,29 +89,56 @@ def test_ctrl_c_twice_stops_the_step(allocation, base_sif, tmp_path, apptainer, 
     time.sleep(0.3)
     term.press(CTRL_C)  # srun: a second Ctrl-C within a second aborts the step
     assert term.wait(90) != 0, term.text[-3000:]
-    steps = subprocess.run(["squeue", "-h", "-s", "-j", allocation["SLURM_JOB_ID"]], env=slurm_cluster.env,
-                           capture_output=True, text=True, timeout=30).stdout
+    steps = subprocess.run(
+        ["squeue", "-h", "-s", "-j", allocation["SLURM_JOB_ID"]],
+        env=slurm_cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
     assert steps.strip() == "", steps
     left = subprocess.run(["pgrep", "-f", "exec sleep 600"], capture_output=True, text=True).stdout
     assert left.strip() == "", left
 
 
 def test_print_gives_the_srun_command_for_a_job_script(allocation, base_sif, tmp_path, run_dedal):
-    res = run_dedal("run", "--nv", "-B", f"{tmp_path}:/data", "--print", str(base_sif), "--", "app", "-x", "1",
-                    env=allocation)
+    res = run_dedal(
+        "run", "--nv", "-B", f"{tmp_path}:/data", "--print", str(base_sif), "--", "app", "-x", "1", env=allocation
+    )
     assert res.returncode == 0, res.stderr
-    assert shlex.split(res.stdout) == ["srun", "--mpi=pmix", "-N", "1", "-n", "2", "apptainer", "exec", "--sharens",
-                                       "--nv", "--bind", f"{tmp_path}:/data", "--bind", f"{tmp_path}:{tmp_path}",
-                                       str(base_sif), "setsid", "app", "-x", "1"]
+    assert shlex.split(res.stdout) == [
+        "srun",
+        "--mpi=pmix",
+        "-N",
+        "1",
+        "-n",
+        "2",
+        "apptainer",
+        "exec",
+        "--sharens",
+        "--nv",
+        "--bind",
+        f"{tmp_path}:/data",
+        "--bind",
+        f"{tmp_path}:{tmp_path}",
+        str(base_sif),
+        "setsid",
+        "app",
+        "-x",
+        "1",
+    ]
 
 
 def test_outside_an_allocation_one_line_and_exit_2(run_dedal, base_sif):
     res = run_dedal("run", str(base_sif), "--", "hostname")
     assert res.returncode == 2 and res.stdout == ""
-    assert res.stderr.splitlines() == ["dedal: error: dedal run launches with srun inside a Slurm allocation "
-                                       "(SLURM_JOB_ID is not set): salloc or sbatch first; one process outside "
-                                       "Slurm: dedal exec IMAGE -- CMD"]
+    assert res.stderr.splitlines() == [
+        "dedal: error: dedal run launches with srun inside a Slurm allocation "
+        "(SLURM_JOB_ID is not set): salloc or sbatch first; one process outside "
+        "Slurm: dedal exec IMAGE -- CMD"
+    ]
     # an option after the image is the command's, not dedal's: said so, not run
     res = run_dedal("run", str(base_sif), "-n", "4", "--", "hostname")
     assert res.returncode == 2 and res.stderr.splitlines() == [
-        "dedal: error: -n: options go before IMAGE: dedal run [OPTIONS] IMAGE -- CMD [ARG...]"]
+        "dedal: error: -n: options go before IMAGE: dedal run [OPTIONS] IMAGE -- CMD [ARG...]"
+    ]

@@ -1,5 +1,6 @@
 """`dedal schema env`: the schema an editor gets is the one dedal checks env.yaml with; it
 accepts every environment of the project, and `dedal completion` knows the command."""
+
 from __future__ import annotations
 
 import json

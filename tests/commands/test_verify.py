@@ -1,4 +1,5 @@
 """`dedal verify parse` through the installed console script."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,9 @@ from dedal.stages.verify.parsers import KINDS
 
 
 def test_parse_json(run_dedal, logs: Path) -> None:
-    p = run_dedal("verify", "parse", str(logs / "nccl_tests/all_reduce_perf_2.17.1_2nodes_8xGH200_good_aligned.txt"),
-                  "--json")
+    p = run_dedal(
+        "verify", "parse", str(logs / "nccl_tests/all_reduce_perf_2.17.1_2nodes_8xGH200_good_aligned.txt"), "--json"
+    )
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     assert data["kind"] == "nccl-tests" and data["verdict"] == "good"
@@ -28,7 +30,9 @@ def test_bad_verdict_still_exits_zero(run_dedal, logs: Path) -> None:
 
 
 def test_human_summary(run_dedal, logs: Path) -> None:
-    p = run_dedal("verify", "parse", str(logs / "nccl_debug/nccl_2.21.5_info_k8s_2node_4rank_NET_Socket_and_SHM_BAD.log"))
+    p = run_dedal(
+        "verify", "parse", str(logs / "nccl_debug/nccl_2.21.5_info_k8s_2node_4rank_NET_Socket_and_SHM_BAD.log")
+    )
     assert p.returncode == 0
     first = p.stdout.splitlines()[0]
     assert first.endswith("BAD  (kind nccl-debug)")
@@ -43,22 +47,33 @@ def test_human_summary_of_the_h200s_ucx_perftest(run_dedal) -> None:
     lines = p.stdout.splitlines()
     assert lines[0].endswith("BAD  (kind ucx-perftest; sections ucx-perftest, ucx-log)")
     assert lines[1] == "ucx_perftest: 1 table(s)" and "    8  155.15" in lines
-    assert "[error] device-latency-slow: ucx_perftest_unknown: small messages between GPU buffers take 155.15 us" \
+    assert (
+        "[error] device-latency-slow: ucx_perftest_unknown: small messages between GPU buffers take 155.15 us"
         in p.stdout
+    )
 
 
 def test_forced_kind(run_dedal, logs: Path) -> None:
-    p = run_dedal("verify", "parse", str(logs / "slurm_pmix/srun_mpi_list_slurm_pmix_v5_oci.txt"),
-                  "--kind", "srun-mpi-list", "--json")
+    p = run_dedal(
+        "verify",
+        "parse",
+        str(logs / "slurm_pmix/srun_mpi_list_slurm_pmix_v5_oci.txt"),
+        "--kind",
+        "srun-mpi-list",
+        "--json",
+    )
     data = json.loads(p.stdout)
     assert data["plugins"] == ["none", "cray_shasta", "pmi2", "pmix"] and data["pmix_versions"] == ["pmix_v5"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (("verify", "parse", "/nonexistent/osu.txt"), "no such file"),
-    (("verify", "parse", "{file}", "--kind", "iperf"), "unknown log kind 'iperf'"),
-    (("verify", "parse", "{dir}"), "is a directory"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("verify", "parse", "/nonexistent/osu.txt"), "no such file"),
+        (("verify", "parse", "{file}", "--kind", "iperf"), "unknown log kind 'iperf'"),
+        (("verify", "parse", "{dir}"), "is a directory"),
+    ],
+)
 def test_bad_input_exits_2(run_dedal, tmp_path: Path, args, message: str) -> None:
     f = tmp_path / "log.txt"
     f.write_text("# OSU MPI Latency Test v7.5\n")

@@ -4,6 +4,7 @@ publish to a real local registry, pull back; a second run does no work. The firs
 typed in a terminal (tests/fixtures/terminal.py).
 
 Uses a real Spack when DEDAL_SPACK_ROOT holds one (and the stand-in otherwise)."""
+
 from __future__ import annotations
 
 import json
@@ -37,19 +38,29 @@ def e2e_env(tmp_path: Path, registry):  # noqa: F811
     real = _real_spack()
     doc = {
         "spack": {"specs": ["dedal-app"], "concretizer": {"unify": True}},
-        "dedal": {"name": "tiny", "tag": "e2e", "base_image": "debian-trixie", "install_root": "/opt/esd/software",
-                  "registry": registry.ref("test/tiny"),
-                  # the checks run for real; thresholds wide open: this 2-core machine is noisy
-                  "verify": {"ranks": 2, "repetitions": 1, "benchmarks": ["init", "latency"],
-                             "thresholds": {"latency_overhead_us": 1000, "bandwidth_pct": 1000,
-                                            "init_overhead_pct": 1000}}},
+        "dedal": {
+            "name": "tiny",
+            "tag": "e2e",
+            "base_image": "debian-trixie",
+            "install_root": "/opt/esd/software",
+            "registry": registry.ref("test/tiny"),
+            # the checks run for real; thresholds wide open: this 2-core machine is noisy
+            "verify": {
+                "ranks": 2,
+                "repetitions": 1,
+                "benchmarks": ["init", "latency"],
+                "thresholds": {"latency_overhead_us": 1000, "bandwidth_pct": 1000, "init_overhead_pct": 1000},
+            },
+        },
     }
     if real:
         # the real Spack concretizes in the base; the recorded tiny repo needs its sources in a mirror
         doc["spack"]["repos"] = [str(SPACK_DATA / "tiny-repo" / "repo")]
         # build tools from the base image (no sources for them in the offline mirror)
-        doc["spack"]["packages"] = {"all": {"require": "target=x86_64_v3"},
-                                    "gmake": {"buildable": False, "externals": [{"spec": "gmake@4.4.1", "prefix": "/usr"}]}}
+        doc["spack"]["packages"] = {
+            "all": {"require": "target=x86_64_v3"},
+            "gmake": {"buildable": False, "externals": [{"spec": "gmake@4.4.1", "prefix": "/usr"}]},
+        }
         spack_root = Path(real)
         mirror = fill_tiny_mirror(tmp_path / "mirror")
     else:
@@ -57,9 +68,13 @@ def e2e_env(tmp_path: Path, registry):  # noqa: F811
         spack_root = install_standin(tmp_path / "spack")
         mirror = tmp_path / "mirror"
     (envdir / "env.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack_root),
-           "DEDAL_MIRROR": str(mirror), "DEDAL_STAGE_DIR": str(tmp_path / "stage"),
-           "DEDAL_REGISTRY_INSECURE": "true"}
+    env = {
+        "DEDAL_DATA_DIR": str(tmp_path / "data"),
+        "DEDAL_SPACK_ROOT": str(spack_root),
+        "DEDAL_MIRROR": str(mirror),
+        "DEDAL_STAGE_DIR": str(tmp_path / "stage"),
+        "DEDAL_REGISTRY_INSECURE": "true",
+    }
     (tmp_path / "stage").mkdir()
     return envdir / "env.yaml", env, registry
 
@@ -68,13 +83,23 @@ def test_build_image_end_to_end_then_nothing_to_do(run_dedal, isolated_env, e2e_
     env_file, env, reg = e2e_env
     # typed in a terminal (stdin and stderr; stdout to a pipe for the JSON), as a person runs it:
     # Spack's log writer in a build job failed on an inherited terminal
-    term = in_terminal([dedal_exe(), "build-image", str(env_file), "--json"], dict(isolated_env, **env),
-                       timeout=1800, cwd=tmp_path, stdout_pipe=True)
+    term = in_terminal(
+        [dedal_exe(), "build-image", str(env_file), "--json"],
+        dict(isolated_env, **env),
+        timeout=1800,
+        cwd=tmp_path,
+        stdout_pipe=True,
+    )
     assert term.rc == 0, term.stdout[-3000:] + term.text[-3000:]
     summary = json.loads(term.stdout)
     stages = {s["name"]: s for s in summary["stages"]}
-    assert [stages[s]["status"] for s in ("fetch", "build", "assemble", "verify", "publish")] == \
-        ["done", "done", "done", "done", "done"], stages
+    assert [stages[s]["status"] for s in ("fetch", "build", "assemble", "verify", "publish")] == [
+        "done",
+        "done",
+        "done",
+        "done",
+        "done",
+    ], stages
     assert summary["layers_built"] == 5 and summary["ok"]
     image = Path(summary["image"])
     assert image.is_file() and summary["image_sha256"] == sha256_file(image)
@@ -109,9 +134,21 @@ def test_build_image_end_to_end_then_nothing_to_do(run_dedal, isolated_env, e2e_
 
 def test_failed_verification_is_not_published(run_dedal, e2e_env, tmp_path):
     env_file, env, reg = e2e_env
-    res = run_dedal("build-image", str(env_file), "--verify-env", "UCX_TLS=tcp", "--verify-env",
-                    "OMPI_MCA_pml=ucx", "--verify-env", "OMPI_MCA_pml_ucx_tls=any", "--verify-env",
-                    "OMPI_MCA_pml_ucx_devices=any", "--json", env=env, timeout=1800)
+    res = run_dedal(
+        "build-image",
+        str(env_file),
+        "--verify-env",
+        "UCX_TLS=tcp",
+        "--verify-env",
+        "OMPI_MCA_pml=ucx",
+        "--verify-env",
+        "OMPI_MCA_pml_ucx_tls=any",
+        "--verify-env",
+        "OMPI_MCA_pml_ucx_devices=any",
+        "--json",
+        env=env,
+        timeout=1800,
+    )
     assert res.returncode == 1, f"exit {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     summary = json.loads(res.stdout)
     stages = {s["name"]: s for s in summary["stages"]}

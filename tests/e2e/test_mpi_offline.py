@@ -8,6 +8,7 @@ debian-trixie base, and `mpirun -np 2` inside it.
 stage after it runs in a network namespace of its own (`unshare --net`), which proves the
 build offline. About 25 minutes on 2 cores (Open MPI alone takes 13).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,18 @@ ENV_FILE = ROOT / "spack-envs" / "mpi-offline" / "env.yaml"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PROBE = "pool/main/o/openmpi/openmpi_5.0.7.orig.tar.xz"
 #: what Spack builds (everything else is an external of the base image)
-BUILT = {"gcc-runtime", "ncurses", "libpciaccess", "hwloc", "libevent", "numactl", "zlib", "ucx", "openmpi",
-         "dedal-benchmarks"}
+BUILT = {
+    "gcc-runtime",
+    "ncurses",
+    "libpciaccess",
+    "hwloc",
+    "libevent",
+    "numactl",
+    "zlib",
+    "ucx",
+    "openmpi",
+    "dedal-benchmarks",
+}
 #: the recipes of the overlay repository, whose sources come from Debian's pool
 DEBSRC = {"openmpi", "hwloc", "ucx", "numactl", "zlib", "libevent", "ncurses", "libpciaccess"}
 #: Debian's sha256 of the files that differ from Spack's builtin checksums
@@ -61,8 +72,10 @@ def debian_reachable() -> str:
         with urllib.request.urlopen(urllib.request.Request(f"{DEBIAN_MIRROR}/{PROBE}", method="HEAD"), timeout=20):
             pass
     except (urllib.error.URLError, OSError) as exc:
-        pytest.skip(f"the Debian mirror {DEBIAN_MIRROR} is not reachable ({exc}); `dedal fetch` downloads the sources "
-                    "from it (another mirror: recipes/debsrc/README.md)")
+        pytest.skip(
+            f"the Debian mirror {DEBIAN_MIRROR} is not reachable ({exc}); `dedal fetch` downloads the sources "
+            "from it (another mirror: recipes/debsrc/README.md)"
+        )
     return DEBIAN_MIRROR
 
 
@@ -81,7 +94,8 @@ def _json(res: subprocess.CompletedProcess) -> dict:
 def test_mpi_stack_from_debian_sources_offline(run_dedal, isolated_env, spack_as_root, debian_reachable, tmp_path):
     data = tmp_path / "data"
     env: Dict[str, str] = {
-        "DEDAL_DATA_DIR": str(data), "DEDAL_SPACK_ROOT": str(spack_as_root),
+        "DEDAL_DATA_DIR": str(data),
+        "DEDAL_SPACK_ROOT": str(spack_as_root),
         # Spack's user cache (repository index) may persist between runs
         "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
     }
@@ -89,8 +103,10 @@ def test_mpi_stack_from_debian_sources_offline(run_dedal, isolated_env, spack_as
 
     def offline(*args: str, timeout: float = LONG) -> subprocess.CompletedProcess:
         from tests.conftest import dedal_exe
-        return subprocess.run(_offline([dedal_exe(), *args]), env=full_env, cwd=tmp_path, text=True,
-                              capture_output=True, timeout=timeout)
+
+        return subprocess.run(
+            _offline([dedal_exe(), *args]), env=full_env, cwd=tmp_path, text=True, capture_output=True, timeout=timeout
+        )
 
     # -- fetch: concretized in the base image, every source from Debian's pool ------------
     fetched = _json(run_dedal("fetch", str(ENV_FILE), "--json", env=env, timeout=1800))
@@ -156,8 +172,23 @@ def test_mpi_stack_from_debian_sources_offline(run_dedal, isolated_env, spack_as
     latency = inside("mpirun", "-np", "2", "dedal_latency", "-m", "1024")
     rows = [line.split() for line in latency.splitlines() if line.strip() and not line.startswith("#")]
     assert rows and all(len(r) == 2 for r in rows) and rows[-1][0] == "1024", latency
-    over_ucx = inside("mpirun", "-np", "2", "--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any",
-                      "--mca", "pml_ucx_devices", "any", "dedal_allreduce", "-m", "4096")
+    over_ucx = inside(
+        "mpirun",
+        "-np",
+        "2",
+        "--mca",
+        "pml",
+        "ucx",
+        "--mca",
+        "pml_ucx_tls",
+        "any",
+        "--mca",
+        "pml_ucx_devices",
+        "any",
+        "dedal_allreduce",
+        "-m",
+        "4096",
+    )
     assert any(line.split()[:1] == ["4096"] for line in over_ucx.splitlines()), over_ucx
 
     # -- the one command: every stage current, nothing rebuilt; then verification ---------------

@@ -7,6 +7,7 @@ On the plain test cluster (slurmds side by side on one host) a two-node PMIx ste
 "File exists" (Slurm's PMIx plugin gives every node of a step the same /tmp directory) and
 every build job lands on node1; here neither happens.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,15 +30,29 @@ from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm]
 NODE_STAGE = "/dev/shm/dedal-multinode"  # on each node its own (private /dev/shm)
-MPI_CUDA_SPECS = ["openmpi@5 fabrics=ucx schedulers=slurm +cuda", "ucx +cuda", "pmix", "osu-micro-benchmarks +cuda",
-                  "nccl-tests", "hwloc +cuda", "cuda@12.2"]
-WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "init_overhead_pct=1000000",
-        "-t", "busbw_pct=100"]
+MPI_CUDA_SPECS = [
+    "openmpi@5 fabrics=ucx schedulers=slurm +cuda",
+    "ucx +cuda",
+    "pmix",
+    "osu-micro-benchmarks +cuda",
+    "nccl-tests",
+    "hwloc +cuda",
+    "cuda@12.2",
+]
+WIDE = [
+    "-t",
+    "latency_overhead_us=1000000",
+    "-t",
+    "bandwidth_pct=100",
+    "-t",
+    "init_overhead_pct=1000000",
+    "-t",
+    "busbw_pct=100",
+]
 
 
 def srun(cluster: SlurmCluster, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["srun", "--quiet", *args], env=cluster.env, text=True, capture_output=True,
-                          timeout=timeout)
+    return subprocess.run(["srun", "--quiet", *args], env=cluster.env, text=True, capture_output=True, timeout=timeout)
 
 
 def test_nodes_are_separate_machines(netns_cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -45,9 +60,11 @@ def test_nodes_are_separate_machines(netns_cluster: SlurmCluster, tmp_path: Path
     directory the same everywhere."""
     shared = tmp_path / "shared"
     shared.mkdir()
-    script = (f'echo "$(hostname) $SLURMD_NODENAME $(ip -4 -o addr show eth0 | awk "{{print \\$4}}")"; '
-              f'echo mine > /tmp/only-$SLURMD_NODENAME; echo mine > /dev/shm/only-$SLURMD_NODENAME; '
-              f'echo "$(ls /tmp/only-* /dev/shm/only-* | tr "\\n" " ")"; touch {shared}/$SLURMD_NODENAME')
+    script = (
+        f'echo "$(hostname) $SLURMD_NODENAME $(ip -4 -o addr show eth0 | awk "{{print \\$4}}")"; '
+        f"echo mine > /tmp/only-$SLURMD_NODENAME; echo mine > /dev/shm/only-$SLURMD_NODENAME; "
+        f'echo "$(ls /tmp/only-* /dev/shm/only-* | tr "\\n" " ")"; touch {shared}/$SLURMD_NODENAME'
+    )
     p = srun(netns_cluster, "-N3", "-n3", "-l", "bash", "-c", script)
     assert p.returncode == 0, p.stderr + netns_cluster.log_tail()
     lines = sorted(p.stdout.splitlines())
@@ -65,8 +82,16 @@ def test_nodes_are_separate_machines(netns_cluster: SlurmCluster, tmp_path: Path
 
 def test_pmix_step_across_two_nodes(netns_cluster: SlurmCluster) -> None:
     """The step that fails with "File exists" on the plain cluster."""
-    p = srun(netns_cluster, "--mpi=pmix", "-N2", "-n4", "-l", "bash", "-c",
-             'echo "$PMIX_RANK $SLURMD_NODENAME $PMIX_NAMESPACE"')
+    p = srun(
+        netns_cluster,
+        "--mpi=pmix",
+        "-N2",
+        "-n4",
+        "-l",
+        "bash",
+        "-c",
+        'echo "$PMIX_RANK $SLURMD_NODENAME $PMIX_NAMESPACE"',
+    )
     assert p.returncode == 0, p.stderr + netns_cluster.log_tail()
     rows = [line.split(": ", 1)[1].split() for line in p.stdout.splitlines()]
     assert sorted(int(r[0]) for r in rows) == [0, 1, 2, 3]
@@ -74,8 +99,14 @@ def test_pmix_step_across_two_nodes(netns_cluster: SlurmCluster) -> None:
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_verify_across_two_nodes(run_dedal, netns_cluster: SlurmCluster, bench_image, native_cache,  # noqa: F811
-                                 tmp_path: Path, ranks: int) -> None:
+def test_verify_across_two_nodes(
+    run_dedal,
+    netns_cluster: SlurmCluster,
+    bench_image,
+    native_cache,  # noqa: F811
+    tmp_path: Path,
+    ranks: int,
+) -> None:
     """`dedal verify --launcher srun --nodes 2`: native and container runs inter-node, the
     transport named from UCX's own log (tcp over the veth pairs), and judged against the
     fabric: tcp between nodes of a cluster without InfiniBand is what it should be.
@@ -85,9 +116,29 @@ def test_verify_across_two_nodes(run_dedal, netns_cluster: SlurmCluster, bench_i
     out = tmp_path / "verify"
     env = dict(netns_cluster.env, DEDAL_CACHE_DIR=str(native_cache))
     benches = "init,latency,bw,allreduce" if ranks == 1 else "init,latency"
-    p = run_dedal("verify", str(bench_image.sif), "--launcher", "srun", "--nodes", "2", "--ranks", str(ranks),
-                  "-b", benches, "-r", "1", "--max-size", "64K", "--timeout", "180",
-                  "-o", str(out), *WIDE, env=env, timeout=900)
+    p = run_dedal(
+        "verify",
+        str(bench_image.sif),
+        "--launcher",
+        "srun",
+        "--nodes",
+        "2",
+        "--ranks",
+        str(ranks),
+        "-b",
+        benches,
+        "-r",
+        "1",
+        "--max-size",
+        "64K",
+        "--timeout",
+        "180",
+        "-o",
+        str(out),
+        *WIDE,
+        env=env,
+        timeout=900,
+    )
     assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{netns_cluster.log_tail()}"
     data = json.loads((out / "verify.json").read_text())
     assert data["meta"]["nodes"] == 2 and "inter-node" in data["meta"]["scopes"]
@@ -110,8 +161,9 @@ def test_verify_across_two_nodes(run_dedal, netns_cluster: SlurmCluster, bench_i
 
 
 @pytest.mark.reliability
-def test_a_report_directory_the_nodes_cannot_see_is_one_line(run_dedal, netns_cluster: SlurmCluster, bench_image,
-                                                             native_cache) -> None:  # noqa: F811
+def test_a_report_directory_the_nodes_cannot_see_is_one_line(
+    run_dedal, netns_cluster: SlurmCluster, bench_image, native_cache
+) -> None:  # noqa: F811
     """The nodes have a /tmp of their own: a report directory there would fail every run
     (the ranks cannot read the rank script in it). dedal stops first, naming the node and
     the directory, and the report already there is left as it was."""
@@ -119,8 +171,25 @@ def test_a_report_directory_the_nodes_cannot_see_is_one_line(run_dedal, netns_cl
     try:
         (out / "verify.json").write_text('{"earlier": true}\n')
         env = dict(netns_cluster.env, DEDAL_CACHE_DIR=str(native_cache))
-        p = run_dedal("verify", str(bench_image.sif), "--launcher", "srun", "--nodes", "2", "--ranks", "1",
-                      "-b", "init", "-r", "1", "-o", str(out), *WIDE, env=env, timeout=600)
+        p = run_dedal(
+            "verify",
+            str(bench_image.sif),
+            "--launcher",
+            "srun",
+            "--nodes",
+            "2",
+            "--ranks",
+            "1",
+            "-b",
+            "init",
+            "-r",
+            "1",
+            "-o",
+            str(out),
+            *WIDE,
+            env=env,
+            timeout=600,
+        )
         errors = [line for line in p.stderr.splitlines() if line.startswith("dedal: error:")]
         assert p.returncode == 2 and len(errors) == 1, p.stdout + p.stderr
         assert "would not see" in errors[0], errors
@@ -134,8 +203,13 @@ def test_a_report_directory_the_nodes_cannot_see_is_one_line(run_dedal, netns_cl
 
 def _nodes_of_jobs(cluster: SlurmCluster, prefix: str) -> Dict[str, str]:
     """job name -> node, from Slurm's job completion log (sacct -c)."""
-    p = subprocess.run(["sacct", "-c", "-n", "-P", "-o", "JobName,NodeList,State"], env=cluster.env, text=True,
-                       capture_output=True, timeout=30)
+    p = subprocess.run(
+        ["sacct", "-c", "-n", "-P", "-o", "JobName,NodeList,State"],
+        env=cluster.env,
+        text=True,
+        capture_output=True,
+        timeout=30,
+    )
     assert p.returncode == 0, p.stderr
     out = {}
     for line in p.stdout.splitlines():
@@ -148,11 +222,22 @@ def _nodes_of_jobs(cluster: SlurmCluster, prefix: str) -> Dict[str, str]:
 def _build(env, cluster: SlurmCluster, *args: str, **extra: str) -> subprocess.Popen:
     full = dict(os.environ)
     full.update(env.env)
-    full.update(SLURM_CONF=cluster.env["SLURM_CONF"], DEDAL_SLURM_POLL_S="0.3", DEDAL_EXECUTOR="slurm",
-                DEDAL_STAGE_DIR=NODE_STAGE, **extra)
-    return subprocess.Popen([dedal_exe(), "build", str(env.env_file), "--json", *args], env=full, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=interruptible)
+    full.update(
+        SLURM_CONF=cluster.env["SLURM_CONF"],
+        DEDAL_SLURM_POLL_S="0.3",
+        DEDAL_EXECUTOR="slurm",
+        DEDAL_STAGE_DIR=NODE_STAGE,
+        **extra,
+    )
+    return subprocess.Popen(
+        [dedal_exe(), "build", str(env.env_file), "--json", *args],
+        env=full,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=interruptible,
+    )
 
 
 def _layers(env) -> List[str]:
@@ -191,8 +276,16 @@ def test_node_killed_mid_build_is_built_elsewhere(netns_cluster: SlurmCluster, t
             jobs = json.loads(rec_path.read_text())["jobs"]
         except (OSError, ValueError):
             jobs = []
-        victim = next((j for j in jobs if j["status"] == "running" and j.get("node")
-                       and any(p.startswith("gcc-runtime@") for p in j["packages"])), None)
+        victim = next(
+            (
+                j
+                for j in jobs
+                if j["status"] == "running"
+                and j.get("node")
+                and any(p.startswith("gcc-runtime@") for p in j["packages"])
+            ),
+            None,
+        )
         time.sleep(0.3)
     node = victim["node"]
     ns = f"dtc{netns_cluster.facts['DEDAL_TC_PORT']}-{node}"
@@ -213,16 +306,26 @@ def test_node_killed_mid_build_is_built_elsewhere(netns_cluster: SlurmCluster, t
     assert job["status"] == "done" and job["attempt"] >= 2, job
     assert job["history"][0]["slurm_id"] == victim["slurm_id"] != job["slurm_id"], job
     assert job["node"] != node, job
-    state = subprocess.run(["sacct", "-c", "-n", "-P", "-j", victim["slurm_id"], "-o", "State"], env=netns_cluster.env,
-                           text=True, capture_output=True, timeout=30).stdout
+    state = subprocess.run(
+        ["sacct", "-c", "-n", "-P", "-j", victim["slurm_id"], "-o", "State"],
+        env=netns_cluster.env,
+        text=True,
+        capture_output=True,
+        timeout=30,
+    ).stdout
     assert "NODE_FAIL" in state, state
     assert len(json.loads(out)["built"]) == 5
     assert len(_layers(tiny)) == 5
     # the same lock built undisturbed (locally, another store): the same layers, byte for byte
     clean = make_env(tmp_path / "clean")
     env = dict(os.environ, **clean.env)
-    p = subprocess.run([dedal_exe(), "build", str(clean.env_file), "--json", "--executor", "local"], env=env,
-                       text=True, capture_output=True, timeout=300)
+    p = subprocess.run(
+        [dedal_exe(), "build", str(clean.env_file), "--json", "--executor", "local"],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     assert _digests(tiny) == _digests(clean) and len(_digests(clean)) == 5
 
@@ -236,12 +339,37 @@ def _restart_node(cluster: SlurmCluster, node: str) -> None:
     state = cluster.state_dir
     port = cluster.facts["DEDAL_TC_PORT"]
     here = Path(__file__).resolve().parents[2] / "slurm" / "testcluster"
-    env = dict(os.environ, SLURM_CONF=cluster.env["SLURM_CONF"],
-               DEDAL_TC_SHARED=f"{state}:{Path(state).parent}", DEDAL_TC_HOSTS=str(state / "hosts"))
+    env = dict(
+        os.environ,
+        SLURM_CONF=cluster.env["SLURM_CONF"],
+        DEDAL_TC_SHARED=f"{state}:{Path(state).parent}",
+        DEDAL_TC_HOSTS=str(state / "hosts"),
+    )
     log = open(state / "log" / f"slurmd-{node}.out", "ab")
-    p = subprocess.Popen(["setsid", "nsenter", f"--net=/run/netns/dtc{port}-{node}", "unshare", "--mount", "--uts",
-                          "--propagation", "private", "--", str(here / "node-ns.sh"), node, "--",
-                          "slurmd", "-D", "-N", node], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    p = subprocess.Popen(
+        [
+            "setsid",
+            "nsenter",
+            f"--net=/run/netns/dtc{port}-{node}",
+            "unshare",
+            "--mount",
+            "--uts",
+            "--propagation",
+            "private",
+            "--",
+            str(here / "node-ns.sh"),
+            node,
+            "--",
+            "slurmd",
+            "-D",
+            "-N",
+            node,
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+    )
     with open(state / "pids", "a") as f:
         f.write(f"slurmd {p.pid}\n")
     cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
@@ -249,63 +377,139 @@ def _restart_node(cluster: SlurmCluster, node: str) -> None:
 
 
 @pytest.mark.apptainer
-def test_verify_with_apptainer_in_an_allocation_one_instance_per_node(run_dedal, netns_cluster: SlurmCluster,
-                                                                      bench_image, native_cache, apptainer,
-                                                                      tmp_path: Path) -> None:
+def test_verify_with_apptainer_in_an_allocation_one_instance_per_node(
+    run_dedal, netns_cluster: SlurmCluster, bench_image, native_cache, apptainer, tmp_path: Path
+) -> None:
     """`dedal verify` inside an allocation of two nodes with Apptainer: every container run, on
     both nodes, joins the one instance of its node (its ranks in one mount namespace, the same
     in every run), and afterwards neither node has an instance, a step or a process of it left."""
-    got = subprocess.run(["salloc", "--no-shell", "-N", "2", "-n", "4"], env=netns_cluster.env, capture_output=True,
-                         text=True, timeout=120)
+    got = subprocess.run(
+        ["salloc", "--no-shell", "-N", "2", "-n", "4"],
+        env=netns_cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
     assert job, got.stderr
     jid = job.group(1)
-    env = dict(netns_cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=jid, SLURM_JOBID=jid,
-               SLURM_NTASKS="4", SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2")
+    env = dict(
+        netns_cluster.env,
+        DEDAL_CACHE_DIR=str(native_cache),
+        SLURM_JOB_ID=jid,
+        SLURM_JOBID=jid,
+        SLURM_NTASKS="4",
+        SLURM_JOB_NUM_NODES="2",
+        SLURM_NNODES="2",
+    )
     out = tmp_path / "verify"
     try:
-        p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "--nodes", "2",
-                      "--ranks", "2", "-b", "init", "-r", "1", "--timeout", "180", "-o", str(out), *WIDE, env=env,
-                      timeout=900)
+        p = run_dedal(
+            "verify",
+            str(bench_image.sif),
+            "--runtime",
+            "apptainer",
+            "--launcher",
+            "srun",
+            "--nodes",
+            "2",
+            "--ranks",
+            "2",
+            "-b",
+            "init",
+            "-r",
+            "1",
+            "--timeout",
+            "180",
+            "-o",
+            str(out),
+            *WIDE,
+            env=env,
+            timeout=900,
+        )
         assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{netns_cluster.log_tail()}"
         meta = json.loads((out / "verify.json").read_text())["meta"]
-        assert meta["runtime"] == "apptainer (shared per node)" and "one Apptainer instance per node" in meta["container"]
+        assert (
+            meta["runtime"] == "apptainer (shared per node)" and "one Apptainer instance per node" in meta["container"]
+        )
         logs = sorted((out / "raw" / "inter-node" / "dedal_init").glob("container-*.log"))
         per_node: Dict[str, set] = {}
         for log in logs:
             for host, ns in re.findall(r"^#@ dedal-container: host=(\S+) mntns=(\S+)", log.read_text(), re.M):
                 per_node.setdefault(host, set()).add(ns)
         assert sorted(per_node) == ["node1", "node2"] and all(len(v) == 1 for v in per_node.values()), per_node
-        steps = subprocess.run(["squeue", "-h", "-s", "-j", jid], env=netns_cluster.env, capture_output=True,
-                               text=True, timeout=30).stdout
+        steps = subprocess.run(
+            ["squeue", "-h", "-s", "-j", jid], env=netns_cluster.env, capture_output=True, text=True, timeout=30
+        ).stdout
         assert steps.strip() == "", steps
-        left = srun(netns_cluster, "--jobid", jid, "-N2", "-n2", "--overlap", "sh", "-c",
-                    "apptainer instance list 2>/dev/null | grep -c dedal- || true")
+        left = srun(
+            netns_cluster,
+            "--jobid",
+            jid,
+            "-N2",
+            "-n2",
+            "--overlap",
+            "sh",
+            "-c",
+            "apptainer instance list 2>/dev/null | grep -c dedal- || true",
+        )
         assert [line.strip() for line in left.stdout.splitlines()] == ["0", "0"], left.stdout + left.stderr
     finally:
         subprocess.run(["scancel", jid], env=netns_cluster.env, timeout=60)
 
 
 @pytest.mark.apptainer
-def test_verify_on_fewer_nodes_than_the_allocation_runs_where_the_instance_is(run_dedal, netns_cluster: SlurmCluster,
-                                                                              bench_image, native_cache, apptainer,
-                                                                              tmp_path: Path) -> None:
+def test_verify_on_fewer_nodes_than_the_allocation_runs_where_the_instance_is(
+    run_dedal, netns_cluster: SlurmCluster, bench_image, native_cache, apptainer, tmp_path: Path
+) -> None:
     """`dedal verify --nodes 1` inside an allocation of three nodes (as benchmarks/apps/scaling.py
     measures 1 node of a larger allocation): Slurm sends a step to the least busy node, which
     is not the one whose step keeps the Apptainer instance busy; every step, native and
     container, must run on the instance's node (it failed with "no instance found" before)."""
-    got = subprocess.run(["salloc", "--no-shell", "-N", "3", "-n", "6"], env=netns_cluster.env, capture_output=True,
-                         text=True, timeout=120)
+    got = subprocess.run(
+        ["salloc", "--no-shell", "-N", "3", "-n", "6"],
+        env=netns_cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
     assert job, got.stderr
     jid = job.group(1)
-    env = dict(netns_cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=jid, SLURM_JOBID=jid,
-               SLURM_NTASKS="6", SLURM_JOB_NUM_NODES="3", SLURM_NNODES="3")
+    env = dict(
+        netns_cluster.env,
+        DEDAL_CACHE_DIR=str(native_cache),
+        SLURM_JOB_ID=jid,
+        SLURM_JOBID=jid,
+        SLURM_NTASKS="6",
+        SLURM_JOB_NUM_NODES="3",
+        SLURM_NNODES="3",
+    )
     out = tmp_path / "verify"
     try:
-        p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "--nodes", "1",
-                      "--ranks", "2", "-b", "init", "-r", "2", "--timeout", "180", "-o", str(out), *WIDE, env=env,
-                      timeout=900)
+        p = run_dedal(
+            "verify",
+            str(bench_image.sif),
+            "--runtime",
+            "apptainer",
+            "--launcher",
+            "srun",
+            "--nodes",
+            "1",
+            "--ranks",
+            "2",
+            "-b",
+            "init",
+            "-r",
+            "2",
+            "--timeout",
+            "180",
+            "-o",
+            str(out),
+            *WIDE,
+            env=env,
+            timeout=900,
+        )
         assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{netns_cluster.log_tail()}"
         ready = re.findall(r"^#@ dedal-instance: ready on (\S+)$", (out / "raw" / "instances.log").read_text(), re.M)
         assert len(ready) == 1, ready
@@ -313,8 +517,17 @@ def test_verify_on_fewer_nodes_than_the_allocation_runs_where_the_instance_is(ru
         for log in sorted((out / "raw" / "intra-node" / "dedal_init").glob("*.log")):
             hosts[log.name] = set(re.findall(r"^#@ dedal-rank: host=(\S+)", log.read_text(), re.M))
         assert len(hosts) == 6 and all(h == set(ready) for h in hosts.values()), (ready, hosts)
-        left = srun(netns_cluster, "--jobid", jid, "-N3", "-n3", "--overlap", "sh", "-c",
-                    "apptainer instance list 2>/dev/null | grep -c dedal- || true")
+        left = srun(
+            netns_cluster,
+            "--jobid",
+            jid,
+            "-N3",
+            "-n3",
+            "--overlap",
+            "sh",
+            "-c",
+            "apptainer instance list 2>/dev/null | grep -c dedal- || true",
+        )
         assert [line.strip() for line in left.stdout.splitlines()] == ["0", "0", "0"], left.stdout + left.stderr
     finally:
         subprocess.run(["scancel", jid], env=netns_cluster.env, timeout=60)

@@ -5,6 +5,7 @@ The README's first command failed this way only: the build jobs, in sessions of 
 inherited the terminal as stdin and Spack's log writer failed on it. The Spack stand-in
 does what Spack does with a terminal as stdin (``tcgetpgrp``), so these fail as the real
 one did when a child inherits the terminal. Ctrl-C is the terminal's interrupt character."""
+
 from __future__ import annotations
 
 import json
@@ -21,11 +22,11 @@ from tests.fixtures.tiny import TINY_PACKAGES, make_env, stage_leftovers
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("as_root")]
 
 
-
 def test_build_in_a_terminal(isolated_env, tmp_path):
     tiny = make_env(tmp_path)
-    term = in_terminal([dedal_exe(), "build", str(tiny.env_file), "-j", "2"], dict(isolated_env, **tiny.env),
-                       timeout=300, cwd=tmp_path)
+    term = in_terminal(
+        [dedal_exe(), "build", str(tiny.env_file), "-j", "2"], dict(isolated_env, **tiny.env), timeout=300, cwd=tmp_path
+    )
     assert term.rc == 0, term.text[-3000:]
     assert sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY_PACKAGES
     assert "Inappropriate ioctl" not in term.text
@@ -52,8 +53,9 @@ def test_ctrl_c_in_a_terminal_stops_the_build_and_the_rerun_resumes(isolated_env
     assert stage_leftovers(tiny.stage) == [], "the interrupted build removed its stage"
 
     tiny.reconfigure()  # no more sleeping; the rerun, in a terminal too, builds only what is missing
-    again = in_terminal([dedal_exe(), "build", str(tiny.env_file), "--json"], env, timeout=300, cwd=tmp_path,
-                        stdout_pipe=True)
+    again = in_terminal(
+        [dedal_exe(), "build", str(tiny.env_file), "--json"], env, timeout=300, cwd=tmp_path, stdout_pipe=True
+    )
     assert again.rc == 0, again.text[-3000:]
     built = sorted(b.split("@")[0] for b in json.loads(again.stdout)["built"])
     assert built == sorted({"dedal-tool", "dedal-app"} | ({"libdedal"} - names))

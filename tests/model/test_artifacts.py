@@ -1,5 +1,6 @@
 """The one way an artifact is written (whole or not at all), its temporaries' one name
 form and their reaper, and the one file digest (issue 40)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -32,6 +33,7 @@ def test_write_atomic_keeps_the_old_file_and_no_temporary_on_failure(tmp_path: P
 
     def refuse(src, dst):
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(artifacts.os, "replace", refuse)
     with pytest.raises(OSError):
         artifacts.write_atomic(out, "new")
@@ -55,10 +57,19 @@ def test_atomic_path_of_a_directory_is_removed_when_the_block_raises(tmp_path: P
 
 def test_the_reaper_removes_a_dead_writers_temporary_not_a_live_ones(tmp_path: Path) -> None:
     final = tmp_path / "latest.sif"
-    code = ("import sys; from pathlib import Path; from dedal.model.artifacts import temp_path; "
-            "p = temp_path(Path(sys.argv[1]), '.sqfs'); p.write_bytes(b'half'); print(p)")
-    dead = Path(subprocess.run([sys.executable, "-c", code, str(final)], capture_output=True, text=True,
-                               check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout.strip())
+    code = (
+        "import sys; from pathlib import Path; from dedal.model.artifacts import temp_path; "
+        "p = temp_path(Path(sys.argv[1]), '.sqfs'); p.write_bytes(b'half'); print(p)"
+    )
+    dead = Path(
+        subprocess.run(
+            [sys.executable, "-c", code, str(final)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        ).stdout.strip()
+    )
     live = artifacts.temp_path(final, ".sif")
     live.write_bytes(b"being written")
     parts = live.name.split("~")
@@ -90,8 +101,10 @@ def test_sha256_file_matches_hashlib(tmp_path: Path, size: int) -> None:
     f.write_bytes(data)
     assert artifacts.sha256_file(f) == hashlib.sha256(data).hexdigest()
     assert artifacts.sha256_file(f, chunk=4096) == hashlib.sha256(data).hexdigest()
-    assert artifacts.sha256_file(f, start=size // 3, size=size // 2) == \
-        hashlib.sha256(data[size // 3:size // 3 + size // 2]).hexdigest()
+    assert (
+        artifacts.sha256_file(f, start=size // 3, size=size // 2)
+        == hashlib.sha256(data[size // 3 : size // 3 + size // 2]).hexdigest()
+    )
 
 
 def test_inputs_digest_ignores_key_order() -> None:

@@ -1,4 +1,5 @@
 """Build attempt records: one file each, never rewritten by a later attempt."""
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,10 @@ def test_a_running_attempt_of_a_dedal_that_is_gone_reads_abandoned(tmp_path):
     records = at.Attempts(tmp_path)
     mine = records.start("local")
     assert records.last().state() == "running"
-    dead = dict(mine.driver, pid=2 ** 22 + 7, start=1)  # no such process
-    records.save(at.BuildAttempt(id="20000101T000000Z-1", executor="local", started_at="2000-01-01T00:00:00+00:00",
-                                 driver=dead))
+    dead = dict(mine.driver, pid=2**22 + 7, start=1)  # no such process
+    records.save(
+        at.BuildAttempt(id="20000101T000000Z-1", executor="local", started_at="2000-01-01T00:00:00+00:00", driver=dead)
+    )
     old = next(a for a in records.all() if a.id == "20000101T000000Z-1")
     assert old.state() == "abandoned" and records.last().id == mine.id
 
@@ -38,8 +40,15 @@ def test_unreadable_records_are_skipped_and_old_ones_pruned(tmp_path, monkeypatc
     (tmp_path / "builds").mkdir()
     (tmp_path / "builds" / "00000000T000000Z-0.json").write_text("{not json")
     for i in range(4):
-        records.save(at.BuildAttempt(id=f"2026010{i}T000000Z-1", executor="local",
-                                     started_at=f"2026-01-0{i + 1}T00:00:00+00:00", driver={}, status="ok"))
+        records.save(
+            at.BuildAttempt(
+                id=f"2026010{i}T000000Z-1",
+                executor="local",
+                started_at=f"2026-01-0{i + 1}T00:00:00+00:00",
+                driver={},
+                status="ok",
+            )
+        )
     assert [a.id for a in records.all()] == [f"2026010{i}T000000Z-1" for i in range(4)]
     records.start("local")
     assert len(list((tmp_path / "builds").glob("*.json"))) == 3

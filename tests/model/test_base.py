@@ -1,4 +1,5 @@
 """Base definitions, ids and mirror resolution (no build)."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,24 @@ def test_known_definitions():
     d = base.load_definition("debian-trixie")
     assert (d.kind, d.suite, d.variant, d.arch) == ("debian", "trixie", "minbase", "amd64")
     pkgs = d.all_packages
-    for p in ("gcc", "g++", "gfortran", "make", "python3", "patch", "bzip2", "xz-utils", "unzip", "file",
-              "ca-certificates", "git", "openmpi-bin", "libopenmpi-dev", "libpmix-dev", "ucx-utils"):
+    for p in (
+        "gcc",
+        "g++",
+        "gfortran",
+        "make",
+        "python3",
+        "patch",
+        "bzip2",
+        "xz-utils",
+        "unzip",
+        "file",
+        "ca-certificates",
+        "git",
+        "openmpi-bin",
+        "libopenmpi-dev",
+        "libpmix-dev",
+        "ucx-utils",
+    ):
         assert p in pkgs
     assert d.record_versions["openmpi"] == "openmpi-bin"
     assert "prrte" in d.probe_versions
@@ -57,15 +74,18 @@ def test_definition_id_is_content_address(tmp_path, monkeypatch):
     assert base.definition_id(d) != base.definition_id(base.load_definition(str(changed)))
 
 
-@pytest.mark.parametrize("text, message", [
-    ("suite: [1, 2]\n", "suite: expected str"),
-    ("name: x\n", "suite: required"),
-    ("suite: trixie\npackages: {build: [1]}\n", "packages.build: expected a list"),
-    ("suite: trixie\nfrobnicate: 1\n", "unknown key(s) frobnicate"),
-    ("suite: trixie\nos: fedora\n", "only debian"),
-    ("suite: [unclosed\n", "not valid YAML"),
-    ("- a list\n", "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("suite: [1, 2]\n", "suite: expected str"),
+        ("name: x\n", "suite: required"),
+        ("suite: trixie\npackages: {build: [1]}\n", "packages.build: expected a list"),
+        ("suite: trixie\nfrobnicate: 1\n", "unknown key(s) frobnicate"),
+        ("suite: trixie\nos: fedora\n", "only debian"),
+        ("suite: [unclosed\n", "not valid YAML"),
+        ("- a list\n", "expected a mapping"),
+    ],
+)
 def test_bad_yaml_definitions(tmp_path, text, message):
     p = tmp_path / "bad.yaml"
     p.write_text(text)
@@ -85,16 +105,24 @@ def test_host_sources_both_formats(tmp_path):
     (apt / "sources.list.d").mkdir(parents=True)
     (apt / "sources.list").write_text(
         "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"
-        "deb http://mirror.example/debian-security bookworm-security main\n")
+        "deb http://mirror.example/debian-security bookworm-security main\n"
+    )
     (apt / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\nURIs: http://other.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
-        "Types: deb\nURIs: http://other.example/debian-security\nSuites: bookworm-security\n")
+        "Types: deb\nURIs: http://other.example/debian-security\nSuites: bookworm-security\n"
+    )
     (apt / "sources.list.d" / "x.sources.disabled").write_text("Types: deb\nURIs: http://no/debian\nSuites: x\n")
     entries = debootstrap.host_sources(apt)
-    assert [e["uris"][0] for e in entries] == ["http://mirror.example/debian", "http://mirror.example/debian-security",
-                                               "http://other.example/debian", "http://other.example/debian-security"]
-    assert debootstrap.host_mirrors(apt) == {"archive": "http://mirror.example/debian",
-                                             "security": "http://mirror.example/debian-security"}
+    assert [e["uris"][0] for e in entries] == [
+        "http://mirror.example/debian",
+        "http://mirror.example/debian-security",
+        "http://other.example/debian",
+        "http://other.example/debian-security",
+    ]
+    assert debootstrap.host_mirrors(apt) == {
+        "archive": "http://mirror.example/debian",
+        "security": "http://mirror.example/debian-security",
+    }
     assert debootstrap.host_mirrors(tmp_path / "none") == {}
 
 
@@ -115,9 +143,11 @@ def test_mirror_precedence(monkeypatch):
 def test_installed_packages_parser(tmp_path):
     status = tmp_path / "var/lib/dpkg/status"
     status.parent.mkdir(parents=True)
-    status.write_text("Package: a\nStatus: install ok installed\nVersion: 1.0\nDescription: x\n y\n\n"
-                      "Package: b\nStatus: deinstall ok config-files\nVersion: 2\n\n"
-                      "Package: c\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3:1.2-1\n")
+    status.write_text(
+        "Package: a\nStatus: install ok installed\nVersion: 1.0\nDescription: x\n y\n\n"
+        "Package: b\nStatus: deinstall ok config-files\nVersion: 2\n\n"
+        "Package: c\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3:1.2-1\n"
+    )
     assert debootstrap.installed_packages(tmp_path) == {"a": "1.0", "c": "3:1.2-1"}
     with pytest.raises(UserError, match="no dpkg database"):
         debootstrap.installed_packages(tmp_path / "nothing")
@@ -158,7 +188,8 @@ def test_apt_releases_and_input_labels(tmp_path):
     lists = tmp_path / "var/lib/apt/lists"
     lists.mkdir(parents=True)
     (lists / "deb.debian.org_debian_dists_trixie_InRelease").write_text(
-        "-----BEGIN PGP SIGNED MESSAGE-----\nOrigin: Debian\nDate: Sat, 08 Nov 2025 09:39:58 UTC\nSuite: stable\n")
+        "-----BEGIN PGP SIGNED MESSAGE-----\nOrigin: Debian\nDate: Sat, 08 Nov 2025 09:39:58 UTC\nSuite: stable\n"
+    )
     (lists / "deb.debian.org_debian_dists_trixie_main_binary-amd64_Packages").write_text("Package: a\n")
     (lists / "lock").write_text("")
     found = debootstrap.apt_releases(tmp_path)
@@ -167,8 +198,17 @@ def test_apt_releases_and_input_labels(tmp_path):
     assert len(found["deb.debian.org_debian_dists_trixie_InRelease"]["sha256"]) == 64
     assert debootstrap.apt_releases(tmp_path / "nothing") == {}
 
-    img = base.BaseImage(name="b", id="b-1", path=tmp_path, kind="debian", os_release={}, versions={},
-                         packages={"zlib1g": "1:1.3", "bash": "5.2"}, mirror="http://m/debian", apt_releases=found)
+    img = base.BaseImage(
+        name="b",
+        id="b-1",
+        path=tmp_path,
+        kind="debian",
+        os_release={},
+        versions={},
+        packages={"zlib1g": "1:1.3", "bash": "5.2"},
+        mirror="http://m/debian",
+        apt_releases=found,
+    )
     labels = base.input_labels(img)
     assert labels["dedal.base.packages.count"] == "2" and labels["dedal.base.mirror"] == "http://m/debian"
     assert "Sat, 08 Nov 2025" in labels["dedal.base.apt_releases"]
@@ -195,13 +235,19 @@ def test_components_default_and_identity(tmp_path):
     assert base.definition_id(base.load_definition(str(fewer))) not in (base.definition_id(d), base.definition_id(m))
 
 
-@pytest.mark.parametrize("value, message", [
-    ("[main, universe]", "components: unknown 'universe' (Debian's are main, contrib, non-free, non-free-firmware)"),
-    ("[contrib, non-free]", "components: must include main"),
-    ("[main, contrib, main]", "names one twice"),
-    ("main contrib", "components: expected list"),
-    ("[main, 3]", "components: unknown 3"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (
+            "[main, universe]",
+            "components: unknown 'universe' (Debian's are main, contrib, non-free, non-free-firmware)",
+        ),
+        ("[contrib, non-free]", "components: must include main"),
+        ("[main, contrib, main]", "names one twice"),
+        ("main contrib", "components: expected list"),
+        ("[main, 3]", "components: unknown 3"),
+    ],
+)
 def test_bad_components(tmp_path, value, message):
     p = tmp_path / "bad.yaml"
     p.write_text(f"suite: trixie\ncomponents: {value}\n")
@@ -213,16 +259,32 @@ def test_bad_components(tmp_path, value, message):
 def test_write_sources_components(tmp_path):
     (tmp_path / "etc/apt").mkdir(parents=True)
     (tmp_path / "etc/apt/sources.list").write_text("deb http://old.example/debian trixie main\n")
-    debootstrap.write_sources(tmp_path, "trixie", "http://mirror.example/debian", updates=True,
-                              security="http://mirror.example/debian-security",
-                              components=["main", "contrib", "non-free"])
+    debootstrap.write_sources(
+        tmp_path,
+        "trixie",
+        "http://mirror.example/debian",
+        updates=True,
+        security="http://mirror.example/debian-security",
+        components=["main", "contrib", "non-free"],
+    )
     text = (tmp_path / "etc/apt/sources.list.d/debian.sources").read_text()
     stanzas = [dict(line.split(": ", 1) for line in s.splitlines()) for s in text.strip().split("\n\n")]
     assert stanzas == [
-        {"Types": "deb", "URIs": "http://mirror.example/debian", "Suites": "trixie trixie-updates",
-         "Components": "main contrib non-free", "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"},
-        {"Types": "deb", "URIs": "http://mirror.example/debian-security", "Suites": "trixie-security",
-         "Components": "main contrib non-free", "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"}]
+        {
+            "Types": "deb",
+            "URIs": "http://mirror.example/debian",
+            "Suites": "trixie trixie-updates",
+            "Components": "main contrib non-free",
+            "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg",
+        },
+        {
+            "Types": "deb",
+            "URIs": "http://mirror.example/debian-security",
+            "Suites": "trixie-security",
+            "Components": "main contrib non-free",
+            "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg",
+        },
+    ]
     assert not (tmp_path / "etc/apt/sources.list").exists()
     # what apt reads back is what was written (the host-sources parser is the same deb822 reader)
     assert debootstrap.host_sources(tmp_path / "etc/apt")[0]["suites"] == ["trixie", "trixie-updates"]
@@ -239,8 +301,14 @@ def test_cuda_base_definition():
     default = base.load_definition("debian-trixie")
     assert (d.kind, d.suite, d.variant, d.updates, d.security) == ("debian", "trixie", "minbase", True, True)
     assert d.components == ["main", "contrib", "non-free"]
-    assert d.packages["cuda"] == ["nvidia-cuda-toolkit", "nvidia-cuda-toolkit-gcc", "nvidia-cuda-dev", "libcudart12",
-                                  "libnccl2", "libnccl-dev"]
+    assert d.packages["cuda"] == [
+        "nvidia-cuda-toolkit",
+        "nvidia-cuda-toolkit-gcc",
+        "nvidia-cuda-dev",
+        "libcudart12",
+        "libnccl2",
+        "libnccl-dev",
+    ]
     assert d.packages["cuda_compiler"] == ["gcc-13", "g++-13", "gfortran-13"]
     assert d.packages["build"] == default.packages["build"]
     assert d.packages["spack_externals"] == default.packages["spack_externals"]
@@ -272,10 +340,15 @@ def test_sigterm_during_a_base_build_stops_debootstrap_and_leaves_nothing(tmp_pa
     defs.mkdir()
     (defs / "slow.yaml").write_text("suite: trixie\nmirror: http://127.0.0.1:9/debian\npackages: [gcc]\n")
     cache = tmp_path / "cache"
-    env = dict(isolated_env, PATH=f"{bindir}:{os.environ['PATH']}", DEDAL_BASE_IMAGES_DIR=str(defs),
-               DEDAL_BASE_CACHE=str(cache))
-    dedal = subprocess.Popen([dedal_exe(), "base", "build", "slow"], env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env = dict(
+        isolated_env,
+        PATH=f"{bindir}:{os.environ['PATH']}",
+        DEDAL_BASE_IMAGES_DIR=str(defs),
+        DEDAL_BASE_CACHE=str(cache),
+    )
+    dedal = subprocess.Popen(
+        [dedal_exe(), "base", "build", "slow"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 60
     while not pidfile.exists() or not pidfile.read_text().strip():
         assert dedal.poll() is None and time.monotonic() < deadline, dedal.communicate()
@@ -298,18 +371,32 @@ def _fake_base(root: Path, name: str, status: str, *, os_version: str = "13", ar
     """A built base as base.json has it, its packages read from a fake dpkg status file."""
     (root / "var/lib/dpkg").mkdir(parents=True)
     (root / "var/lib/dpkg/status").write_text(status)
-    return base.BaseImage(name=name, id=f"{name}-0", path=root, kind="debian", arch=arch,
-                          os_release={"ID": "debian", "VERSION_ID": os_version},
-                          versions={}, packages=debootstrap.installed_packages(root))
+    return base.BaseImage(
+        name=name,
+        id=f"{name}-0",
+        path=root,
+        kind="debian",
+        arch=arch,
+        os_release={"ID": "debian", "VERSION_ID": os_version},
+        versions={},
+        packages=debootstrap.installed_packages(root),
+    )
 
 
 def _stanza(name: str, version: str) -> str:
     return f"Package: {name}\nStatus: install ok installed\nArchitecture: amd64\nVersion: {version}\n\n"
 
 
-BUILD_STATUS = "".join(_stanza(n, v) for n, v in (
-    ("libc6", "2.41-12+deb13u5"), ("libzstd1", "1.5.7+dfsg-1+deb13u1"), ("nvidia-cuda-dev", "12.4.127~12.4.1-2"),
-    ("libcudart12", "12.4.127~12.4.1-2"), ("libcuda1", "550.163.01-2")))
+BUILD_STATUS = "".join(
+    _stanza(n, v)
+    for n, v in (
+        ("libc6", "2.41-12+deb13u5"),
+        ("libzstd1", "1.5.7+dfsg-1+deb13u1"),
+        ("nvidia-cuda-dev", "12.4.127~12.4.1-2"),
+        ("libcudart12", "12.4.127~12.4.1-2"),
+        ("libcuda1", "550.163.01-2"),
+    )
+)
 
 
 def test_runtime_base_must_share_the_build_bases_versions(tmp_path):
@@ -317,9 +404,19 @@ def test_runtime_base_must_share_the_build_bases_versions(tmp_path):
     the fake dpkg databases), the same OS release and architecture; else one UserError that
     names the packages and both versions."""
     build = _fake_base(tmp_path / "build", "cuda", BUILD_STATUS)
-    twin = _fake_base(tmp_path / "twin", "cuda-runtime", "".join(_stanza(n, v) for n, v in (
-        ("libc6", "2.41-12+deb13u5"), ("libzstd1", "1.5.7+dfsg-1+deb13u1"), ("libcudart12", "12.4.127~12.4.1-2"),
-        ("python3", "3.13.5-1"))))
+    twin = _fake_base(
+        tmp_path / "twin",
+        "cuda-runtime",
+        "".join(
+            _stanza(n, v)
+            for n, v in (
+                ("libc6", "2.41-12+deb13u5"),
+                ("libzstd1", "1.5.7+dfsg-1+deb13u1"),
+                ("libcudart12", "12.4.127~12.4.1-2"),
+                ("python3", "3.13.5-1"),
+            )
+        ),
+    )
     assert base.package_mismatches(build.packages, twin.packages) == []
     assert base.check_runtime_base(build, twin) == 3  # libc6, libzstd1, libcudart12 compared
 
@@ -327,12 +424,15 @@ def test_runtime_base_must_share_the_build_bases_versions(tmp_path):
     # debian-trixie-cuda-runtime name libzstd1)
     older = _fake_base(tmp_path / "older", "cuda-runtime", BUILD_STATUS.replace("1.5.7+dfsg-1+deb13u1", "1.5.7+dfsg-1"))
     assert base.package_mismatches(build.packages, older.packages) == [
-        ("libzstd1", "1.5.7+dfsg-1+deb13u1", "1.5.7+dfsg-1")]
+        ("libzstd1", "1.5.7+dfsg-1+deb13u1", "1.5.7+dfsg-1")
+    ]
     with pytest.raises(UserError) as exc:
         base.check_runtime_base(build, older)
     msg = exc.value.one_line()
-    assert "1 of the 5 packages they share differ in version: libzstd1 1.5.7+dfsg-1+deb13u1 (build) vs " \
-           "1.5.7+dfsg-1 (runtime)" in msg
+    assert (
+        "1 of the 5 packages they share differ in version: libzstd1 1.5.7+dfsg-1+deb13u1 (build) vs "
+        "1.5.7+dfsg-1 (runtime)" in msg
+    )
     assert "dedal base build cuda-runtime --rebuild" in msg and "\n" not in msg
 
     other_os = _fake_base(tmp_path / "bookworm", "cuda-runtime", BUILD_STATUS, os_version="12")
@@ -365,9 +465,25 @@ def test_cuda_runtime_base_definition():
     for key in ("suite", "variant", "arch", "mirror", "updates", "security", "components"):
         assert getattr(rt, key) == getattr(build, key), key
     pkgs = rt.all_packages
-    for p in ("libcudart12", "libnccl2", "libcublas12", "libcublaslt12", "libcufft11", "libcurand10", "libcusolver11",
-              "libcusparse12", "libstdc++6", "libgcc-s1", "libgfortran5", "libibverbs1", "librdmacm1t64",
-              "ibverbs-providers", "python3", "hwloc-nox", "numactl"):
+    for p in (
+        "libcudart12",
+        "libnccl2",
+        "libcublas12",
+        "libcublaslt12",
+        "libcufft11",
+        "libcurand10",
+        "libcusolver11",
+        "libcusparse12",
+        "libstdc++6",
+        "libgcc-s1",
+        "libgfortran5",
+        "libibverbs1",
+        "librdmacm1t64",
+        "ibverbs-providers",
+        "python3",
+        "hwloc-nox",
+        "numactl",
+    ):
         assert p in pkgs, p
     for p in ("nvidia-cuda-toolkit", "nvidia-cuda-dev", "libnccl-dev", "libcuda1", "libnvidia-ml1", "gcc", "gcc-13"):
         assert p not in pkgs, p

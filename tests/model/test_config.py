@@ -1,4 +1,5 @@
 """Settings: defaults < config file < DEDAL_* environment < command line, with sources."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,11 @@ def test_precedence_and_sources(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = tmp_path / "site.yaml"
     cfg.write_text("layer_store: /from/file\nmirror: /mirror/file\nslurm:\n  partition: batch\n  retries: 4\n")
-    s = load_settings(cfg, overrides={"mirror": "/mirror/flag"},
-                      environ={"DEDAL_LAYER_STORE": "/from/env", "DEDAL_SLURM_QOS": "high", "HOME": str(tmp_path)})
+    s = load_settings(
+        cfg,
+        overrides={"mirror": "/mirror/flag"},
+        environ={"DEDAL_LAYER_STORE": "/from/env", "DEDAL_SLURM_QOS": "high", "HOME": str(tmp_path)},
+    )
     assert s.layer_store == Path("/from/env") and s.sources["layer_store"] == "env DEDAL_LAYER_STORE"
     assert s.mirror == Path("/mirror/flag") and s.sources["mirror"] == "flag"
     assert s.get("slurm.partition") == "batch" and s.sources["slurm.partition"] == f"file {cfg}"
@@ -29,17 +33,20 @@ def test_defaults_follow_data_dir(tmp_path):
     assert s.layer_store == tmp_path / "d" / "layers" and s.work_dir == tmp_path / "d" / "work"
 
 
-@pytest.mark.parametrize("content, message", [
-    ("layer_store: 3\n", "layer_store: expected a directory path, got 3"),
-    ("jobs: many\n", "jobs: expected an integer, got 'many'"),
-    ("executor: pbs\n", "executor: expected one of local, slurm, got 'pbs'"),
-    ("slurm:\n  extra_args: --exclusive\n", "slurm.extra_args: expected a list of strings"),
-    ("slurm:\n  time_factor: -1\n", "slurm.time_factor: expected a non-negative number, got -1"),
-    ("slurm:\n  time_factor: .nan\n", "slurm.time_factor: expected a non-negative number, got nan"),
-    ("colour: blue\n", "unknown setting 'colour'"),
-    ("- a\n- b\n", "expected a mapping of settings"),
-    ("a: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("layer_store: 3\n", "layer_store: expected a directory path, got 3"),
+        ("jobs: many\n", "jobs: expected an integer, got 'many'"),
+        ("executor: pbs\n", "executor: expected one of local, slurm, got 'pbs'"),
+        ("slurm:\n  extra_args: --exclusive\n", "slurm.extra_args: expected a list of strings"),
+        ("slurm:\n  time_factor: -1\n", "slurm.time_factor: expected a non-negative number, got -1"),
+        ("slurm:\n  time_factor: .nan\n", "slurm.time_factor: expected a non-negative number, got nan"),
+        ("colour: blue\n", "unknown setting 'colour'"),
+        ("- a\n- b\n", "expected a mapping of settings"),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
 def test_bad_config_files_name_the_setting(tmp_path, content, message):
     cfg = tmp_path / "dedal.yaml"
     cfg.write_text(content)
@@ -77,6 +84,7 @@ def test_config_show_cli(run_dedal, tmp_path):
     assert "layer_store" in human.stdout and "default" in human.stdout
     # which runtime `auto` stands for here, and why (the first backend found on PATH)
     from dedal.adapters import runtime
+
     backend, why = runtime.choose_runtime("auto")
     assert f"runtime: {backend} ({why})" in human.stdout
     assert data["runtime"]["resolved"] == backend and data["runtime"]["why"] == why

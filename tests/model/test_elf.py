@@ -1,4 +1,5 @@
 """The pure-Python ELF reader on files gcc makes here: what `readelf -d` shows."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,14 +17,26 @@ def gcc(*args: str) -> None:
 
 
 def test_needed_runpath_rpath_soname(tmp_path):
-    (tmp_path / "a.c").write_text("#include <stdio.h>\nint a(void) { return puts(\"a\"); }\n")
+    (tmp_path / "a.c").write_text('#include <stdio.h>\nint a(void) { return puts("a"); }\n')
     (tmp_path / "b.c").write_text("int a(void); int b(void) { return a() + 1; }\n")
     (tmp_path / "main.c").write_text("int b(void); int main(void) { return b(); }\n")
     gcc("-shared", "-fPIC", "-o", str(tmp_path / "liba.so.1"), "-Wl,-soname,liba.so.1", str(tmp_path / "a.c"))
-    gcc("-shared", "-fPIC", "-o", str(tmp_path / "libb.so"), str(tmp_path / "b.c"), str(tmp_path / "liba.so.1"),
-        "-Wl,--enable-new-dtags,-rpath,$ORIGIN:/opt/x/lib")
-    gcc("-o", str(tmp_path / "main"), str(tmp_path / "main.c"), str(tmp_path / "libb.so"),
-        "-Wl,--disable-new-dtags,-rpath,/opt/y/lib")
+    gcc(
+        "-shared",
+        "-fPIC",
+        "-o",
+        str(tmp_path / "libb.so"),
+        str(tmp_path / "b.c"),
+        str(tmp_path / "liba.so.1"),
+        "-Wl,--enable-new-dtags,-rpath,$ORIGIN:/opt/x/lib",
+    )
+    gcc(
+        "-o",
+        str(tmp_path / "main"),
+        str(tmp_path / "main.c"),
+        str(tmp_path / "libb.so"),
+        "-Wl,--disable-new-dtags,-rpath,/opt/y/lib",
+    )
     a = read_elf(tmp_path / "liba.so.1")
     assert (a.elf_class, a.machine, a.type, a.soname, a.dynamic) == (2, 62, ET_DYN, "liba.so.1", True)
     assert "libc.so.6" in a.needed and not a.rpath and not a.runpath

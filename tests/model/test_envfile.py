@@ -1,4 +1,5 @@
 """env.yaml: a Spack environment plus a dedal section; precise one-line errors."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,13 @@ def test_project_environments_are_valid(path):
 
 
 def test_spack_section_is_passed_untouched_and_written(tmp_path):
-    spack = {"specs": ["zlib", "openmpi@5 +cuda"], "packages": {"all": {"require": "target=x86_64_v3"}},
-             "config": {"build_jobs": 3}, "include": ["externals.yaml", "/abs/x.yaml"], "repos": ["repo"]}
+    spack = {
+        "specs": ["zlib", "openmpi@5 +cuda"],
+        "packages": {"all": {"require": "target=x86_64_v3"}},
+        "config": {"build_jobs": 3},
+        "include": ["externals.yaml", "/abs/x.yaml"],
+        "repos": ["repo"],
+    }
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": spack}))
     env = load_env(tmp_path)
     assert env.name == tmp_path.name and env.tag == "latest"
@@ -41,7 +47,7 @@ BAD_ENVS = sorted((ROOT / "tests" / "fixtures" / "data" / "bad-env").glob("*.yam
 
 def expected_faults(path: Path) -> List[str]:
     """What a bad environment file must be refused with: its ``# expect: ...`` lines, at the top."""
-    return [line[len("# expect: "):] for line in path.read_text().splitlines() if line.startswith("# expect: ")]
+    return [line[len("# expect: ") :] for line in path.read_text().splitlines() if line.startswith("# expect: ")]
 
 
 @pytest.mark.parametrize("path", BAD_ENVS, ids=lambda p: p.stem)
@@ -78,8 +84,14 @@ def test_bad_environment_cli_exit_2_nothing_written(run_dedal, tmp_path):
 def test_runtime_base_key(tmp_path):
     """dedal.runtime_base: the base the image is assembled on; absent, nothing changes (None:
     the build base, base_image or the setting)."""
-    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {
-        "base_image": "debian-trixie-cuda", "runtime_base": "debian-trixie-cuda-runtime"}}))
+    (tmp_path / "env.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {"base_image": "debian-trixie-cuda", "runtime_base": "debian-trixie-cuda-runtime"},
+            }
+        )
+    )
     env = load_env(tmp_path)
     assert (env.base_image, env.runtime_base) == ("debian-trixie-cuda", "debian-trixie-cuda-runtime")
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}}))
@@ -89,16 +101,50 @@ def test_runtime_base_key(tmp_path):
 def test_verify_apps(tmp_path):
     """dedal.verify.apps: a shell line runs through /bin/sh -c, a list as it is; defaults 2 ranks
     on 1 node, no expected output, 600 s."""
-    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
-        {"name": "ring", "command": ["python3", "-c", "print(1)"], "ranks": 4, "nodes": 2, "expect": "^1$",
-         "timeout": 30, "env": {"OMP_NUM_THREADS": "1"}},
-        {"name": "hello", "command": "echo hi | tr a-z A-Z"}]}}}))
+    (tmp_path / "env.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {
+                    "verify": {
+                        "apps": [
+                            {
+                                "name": "ring",
+                                "command": ["python3", "-c", "print(1)"],
+                                "ranks": 4,
+                                "nodes": 2,
+                                "expect": "^1$",
+                                "timeout": 30,
+                                "env": {"OMP_NUM_THREADS": "1"},
+                            },
+                            {"name": "hello", "command": "echo hi | tr a-z A-Z"},
+                        ]
+                    }
+                },
+            }
+        )
+    )
     apps = load_env(tmp_path).verify.apps
     assert [a.to_json() for a in apps] == [
-        {"name": "ring", "command": ["python3", "-c", "print(1)"], "ranks": 4, "nodes": 2, "expect": "^1$",
-         "timeout": 30.0, "env": {"OMP_NUM_THREADS": "1"}},
-        {"name": "hello", "command": ["/bin/sh", "-c", "echo hi | tr a-z A-Z"], "ranks": 2, "nodes": 1, "expect": "",
-         "timeout": 600.0, "env": {}}]
+        {
+            "name": "ring",
+            "command": ["python3", "-c", "print(1)"],
+            "ranks": 4,
+            "nodes": 2,
+            "expect": "^1$",
+            "timeout": 30.0,
+            "env": {"OMP_NUM_THREADS": "1"},
+        },
+        {
+            "name": "hello",
+            "command": ["/bin/sh", "-c", "echo hi | tr a-z A-Z"],
+            "ranks": 2,
+            "nodes": 1,
+            "expect": "",
+            "timeout": 600.0,
+            "env": {},
+        },
+    ]
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}}))
     assert load_env(tmp_path).verify.apps == []
 
@@ -139,10 +185,17 @@ dedal:
     assert arbor.metric == AppMetric("model-run +(?P<value>[0-9.]+)", "s", "lower", 5.0, 3)
     assert arbor.expect == "(?P<value>\\d+) spikes generated" and arbor.reference is None
     assert rate.metric is not None and rate.metric.higher_is_better and not ring.metric.higher_is_better
-    assert ring.to_json()["metric"] == {"match": "runtime=(?P<value>[0-9.eE+-]+)", "unit": "s", "better": "lower",
-                                        "overhead_pct": 10.0, "repetitions": None}
-    assert ring.to_json()["reference"] == {"output": "spk4.std",
-                                           "expected": "/opt/ringtest/reference_data/spk1.100ms.std.ref"}
+    assert ring.to_json()["metric"] == {
+        "match": "runtime=(?P<value>[0-9.eE+-]+)",
+        "unit": "s",
+        "better": "lower",
+        "overhead_pct": 10.0,
+        "repetitions": None,
+    }
+    assert ring.to_json()["reference"] == {
+        "output": "spk4.std",
+        "expected": "/opt/ringtest/reference_data/spk1.100ms.std.ref",
+    }
     assert plain.metric is None and plain.reference is None
     assert set(plain.to_json()) == {"name", "command", "ranks", "nodes", "expect", "timeout", "env"}
 
@@ -151,13 +204,26 @@ def test_bad_app_benchmark_cli_exit_2_one_line(run_dedal, tmp_path):
     """dedal verify --env-file with a metric lacking its value group: one line, exit 2, before
     the image is even looked at."""
     env_file = tmp_path / "env.yaml"
-    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
-        {"name": "ring", "command": ["ring"], "metric": {"match": "took ([0-9.]+) s", "unit": "s"}}]}}}))
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {
+                    "verify": {
+                        "apps": [
+                            {"name": "ring", "command": ["ring"], "metric": {"match": "took ([0-9.]+) s", "unit": "s"}}
+                        ]
+                    }
+                },
+            }
+        )
+    )
     image = tmp_path / "image.sif"
     image.write_bytes(b"")
     res = run_dedal("verify", str(image), "--env-file", str(env_file), "-o", str(tmp_path / "out"))
     assert res.returncode == 2, res.stderr
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
-    assert res.stderr.startswith(f"dedal: error: {env_file}: dedal.verify.apps.0.metric.match: needs a group named "
-                                 "value"), res.stderr
+    assert res.stderr.startswith(
+        f"dedal: error: {env_file}: dedal.verify.apps.0.metric.match: needs a group named value"
+    ), res.stderr
     assert not (tmp_path / "out").exists()

@@ -1,5 +1,6 @@
 """dedal.model.git_sources: the manifest of sources archived from git repositories (its
 checks, one line each), its mirror paths, and the origins it gives a plan's nodes."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,17 @@ COMMIT = "bed60f564c2908a6123315f49f6dd0c0ff5440a3"
 
 
 def entry(**over) -> dict:
-    raw = {"package": "osu-micro-benchmarks", "version": "7.4-bed60f5",
-           "repository": "https://github.com/example/osu", "ref": "bed60f5", "commit": COMMIT,
-           "prefix": f"osu-{COMMIT}/", "url": f"https://github.com/example/osu/archive/{COMMIT}.tar.gz",
-           "sha256": SHA, "size": 971335}
+    raw = {
+        "package": "osu-micro-benchmarks",
+        "version": "7.4-bed60f5",
+        "repository": "https://github.com/example/osu",
+        "ref": "bed60f5",
+        "commit": COMMIT,
+        "prefix": f"osu-{COMMIT}/",
+        "url": f"https://github.com/example/osu/archive/{COMMIT}.tar.gz",
+        "sha256": SHA,
+        "size": 971335,
+    }
     raw.update(over)
     return raw
 
@@ -64,25 +72,28 @@ def test_replaced_keeps_the_others(tmp_path):
     assert m.find("osu-micro-benchmarks").size == 0  # the original is unchanged
 
 
-@pytest.mark.parametrize("data, says", [
-    ([], "not a JSON object"),
-    ({**manifest(entry()), "extra": 1}, "unknown key 'extra'"),
-    ({**manifest(entry()), "format": 2}, "format 2 is not 1"),
-    (manifest(entry(), namespace="no-dash"), "is not a Spack repository namespace"),
-    ({"format": 1, "namespace": "dedal", "sources": {}}, "'sources' must be a list"),
-    (manifest(entry(colour="red")), "sources[0]: unknown key 'colour'"),
-    (manifest({k: v for k, v in entry().items() if k != "commit"}), "sources[0]: 'commit' is missing"),
-    (manifest(entry(commit="bed60f5")), "commit 'bed60f5' is not 40 lower-case hex digits"),
-    (manifest(entry(sha256="ab")), "sha256 'ab' is not 64 lower-case hex digits"),
-    (manifest(entry(size="12")), "'size' must be an integer"),
-    (manifest(entry(size=True)), "'size' must be an integer"),
-    (manifest(entry(size=-1)), "size must not be negative"),
-    (manifest(entry(prefix="osu")), "prefix 'osu' is not a directory name ending in '/'"),
-    (manifest(entry(prefix="../x/")), "is not a directory name"),
-    (manifest(entry(package="Osu Bench")), "is not a Spack package name"),
-    (manifest(entry(url="ftp://x")), "url 'ftp://x' is not a URL"),
-    (manifest(entry(), entry()), "sources[1]: osu-micro-benchmarks@7.4-bed60f5 is listed twice"),
-])
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        ([], "not a JSON object"),
+        ({**manifest(entry()), "extra": 1}, "unknown key 'extra'"),
+        ({**manifest(entry()), "format": 2}, "format 2 is not 1"),
+        (manifest(entry(), namespace="no-dash"), "is not a Spack repository namespace"),
+        ({"format": 1, "namespace": "dedal", "sources": {}}, "'sources' must be a list"),
+        (manifest(entry(colour="red")), "sources[0]: unknown key 'colour'"),
+        (manifest({k: v for k, v in entry().items() if k != "commit"}), "sources[0]: 'commit' is missing"),
+        (manifest(entry(commit="bed60f5")), "commit 'bed60f5' is not 40 lower-case hex digits"),
+        (manifest(entry(sha256="ab")), "sha256 'ab' is not 64 lower-case hex digits"),
+        (manifest(entry(size="12")), "'size' must be an integer"),
+        (manifest(entry(size=True)), "'size' must be an integer"),
+        (manifest(entry(size=-1)), "size must not be negative"),
+        (manifest(entry(prefix="osu")), "prefix 'osu' is not a directory name ending in '/'"),
+        (manifest(entry(prefix="../x/")), "is not a directory name"),
+        (manifest(entry(package="Osu Bench")), "is not a Spack package name"),
+        (manifest(entry(url="ftp://x")), "url 'ftp://x' is not a URL"),
+        (manifest(entry(), entry()), "sources[1]: osu-micro-benchmarks@7.4-bed60f5 is listed twice"),
+    ],
+)
 def test_bad_manifests_are_one_line_naming_the_file(tmp_path, data, says):
     path = write(tmp_path, data)
     with pytest.raises(UserError) as err:
@@ -104,10 +115,12 @@ def test_origins_by_namespace_name_and_version(tmp_path):
     bare = tmp_path / "other"  # a repository without a manifest, and a file (an include)
     bare.mkdir()
     (tmp_path / "inc.yaml").write_text("packages: {}\n")
-    nodes = [("h1", "dedal", "osu-micro-benchmarks", "7.4-bed60f5"),
-             ("h2", "builtin", "osu-micro-benchmarks", "7.4-bed60f5"),   # another namespace's recipe
-             ("h3", "dedal", "osu-micro-benchmarks", "7.3"),             # another version
-             ("h4", "dedal", "nccl-tests", "2.13.6")]                    # not recorded yet
+    nodes = [
+        ("h1", "dedal", "osu-micro-benchmarks", "7.4-bed60f5"),
+        ("h2", "builtin", "osu-micro-benchmarks", "7.4-bed60f5"),  # another namespace's recipe
+        ("h3", "dedal", "osu-micro-benchmarks", "7.3"),  # another version
+        ("h4", "dedal", "nccl-tests", "2.13.6"),
+    ]  # not recorded yet
     found = gs.origins([bare, tmp_path / "inc.yaml", repo], nodes)
     assert list(found) == ["h1"] and found["h1"].commit == COMMIT
     record = gs.origin_record(found["h1"])

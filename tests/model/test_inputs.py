@@ -1,4 +1,5 @@
 """Reading a user's JSON and YAML: every defect one UserError line (issue 22, item 4)."""
+
 from __future__ import annotations
 
 import random
@@ -18,26 +19,32 @@ def _one_line(exc: pytest.ExceptionInfo, start: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("text,expect", [
-    ("[" * 100_000 + "]" * 100_000, "nested deeper"),      # RecursionError inside json
-    ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "nested deeper"),
-    ("1" * 5000, "not valid JSON"),                      # int_max_str_digits
-    ('{"a": ', "truncated?"),
-])
+@pytest.mark.parametrize(
+    "text,expect",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested deeper"),  # RecursionError inside json
+        ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "nested deeper"),
+        ("1" * 5000, "not valid JSON"),  # int_max_str_digits
+        ('{"a": ', "truncated?"),
+    ],
+)
 def test_json_defects(text: str, expect: str) -> None:
     with pytest.raises(UserError) as err:
         parse_json(text, "f.json")
     assert expect in _one_line(err, "f.json: ")
 
 
-@pytest.mark.parametrize("text,expect", [
-    ("a: " + "[" * 5000 + "]" * 5000, "nested deeper"),
-    ("a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "nested deeper"),
-    ("a: &x [*x]", "contains it"),                       # a structure that holds itself
-    ("a: 2024-13-45", "month must be"),                  # the timestamp constructor's ValueError
-    ("a: [", "not valid YAML"),
-    ("? [a]\n: 1", "not valid YAML"),                    # an unhashable key
-])
+@pytest.mark.parametrize(
+    "text,expect",
+    [
+        ("a: " + "[" * 5000 + "]" * 5000, "nested deeper"),
+        ("a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "nested deeper"),
+        ("a: &x [*x]", "contains it"),  # a structure that holds itself
+        ("a: 2024-13-45", "month must be"),  # the timestamp constructor's ValueError
+        ("a: [", "not valid YAML"),
+        ("? [a]\n: 1", "not valid YAML"),  # an unhashable key
+    ],
+)
 def test_yaml_defects(text: str, expect: str) -> None:
     with pytest.raises(UserError) as err:
         parse_yaml(text, "f.yaml")
@@ -57,20 +64,25 @@ def test_yaml_flow_depth_is_refused_before_pyyaml_reads_it(monkeypatch) -> None:
         with pytest.raises(UserError, match=f"nested deeper than {MAX_DEPTH} levels"):
             parse_yaml(deep, "f.yaml")
     monkeypatch.undo()
-    quoted = "a: \"" + "[" * 100 + "\"\nb: '" + "{" * 100 + "'\n# " + "[" * 100 + "\nc: [1, [2]]\n"
+    quoted = 'a: "' + "[" * 100 + "\"\nb: '" + "{" * 100 + "'\n# " + "[" * 100 + "\nc: [1, [2]]\n"
     assert parse_yaml(quoted, "f.yaml") == {"a": "[" * 100, "b": "{" * 100, "c": [1, [2]]}
 
 
-@pytest.mark.parametrize("text,expect", [
-    # line and column 1-based (PyYAML's marks are 0-based), then PyYAML's problem and its context
-    ("spack:\n  specs: [zlib\n", ":3:1: not valid YAML: expected ',' or ']', but got '<stream end>' "
-                                 "(while parsing a flow sequence at 2:10)"),
-    ("spack:\n  specs: [zlib]\n  x: : y\n", ":3:6: not valid YAML: mapping values are not allowed here"),
-    ("spack:\n\tspecs: [zlib]\n", ":2:1: not valid YAML: found character '\\t' that cannot start any token"),
-    ("a: 'x\n", ":2:1: not valid YAML: found unexpected end of stream (while scanning a quoted scalar at 1:4)"),
-    ("a: *nope\n", ":1:4: not valid YAML: found undefined alias 'nope'"),
-    ("a: !!python/object:os.system x\n", ":1:4: not valid YAML: could not determine a constructor"),
-])
+@pytest.mark.parametrize(
+    "text,expect",
+    [
+        # line and column 1-based (PyYAML's marks are 0-based), then PyYAML's problem and its context
+        (
+            "spack:\n  specs: [zlib\n",
+            ":3:1: not valid YAML: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at 2:10)",
+        ),
+        ("spack:\n  specs: [zlib]\n  x: : y\n", ":3:6: not valid YAML: mapping values are not allowed here"),
+        ("spack:\n\tspecs: [zlib]\n", ":2:1: not valid YAML: found character '\\t' that cannot start any token"),
+        ("a: 'x\n", ":2:1: not valid YAML: found unexpected end of stream (while scanning a quoted scalar at 1:4)"),
+        ("a: *nope\n", ":1:4: not valid YAML: found undefined alias 'nope'"),
+        ("a: !!python/object:os.system x\n", ":1:4: not valid YAML: could not determine a constructor"),
+    ],
+)
 def test_yaml_syntax_errors_name_the_line_and_column(tmp_path: Path, text: str, expect: str) -> None:
     path = tmp_path / "env.yaml"
     path.write_text(text)
@@ -83,12 +95,15 @@ def test_yaml_errors_in_a_value_say_where_in_words() -> None:
     """A value that is no file (a ``-s key=[a`` setting) has no FILE:LINE:COLUMN to name."""
     with pytest.raises(UserError) as err:
         parse_yaml("[a", "slurm.extra_args")
-    assert _one_line(err, "slurm.extra_args: not valid YAML (expected ',' or ']', but got '<stream end>' "
-                          "at line 1 column 3) (while parsing a flow sequence at 1:1)")
+    assert _one_line(
+        err,
+        "slurm.extra_args: not valid YAML (expected ',' or ']', but got '<stream end>' "
+        "at line 1 column 3) (while parsing a flow sequence at 1:1)",
+    )
 
 
 def test_shared_aliases_are_counted_once() -> None:
-    """"Billion laughs": 10 levels of 10 aliases would be 10**10 nodes walked naively."""
+    """ "Billion laughs": 10 levels of 10 aliases would be 10**10 nodes walked naively."""
     lines = ["l0: &l0 [x]"] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
     data = parse_yaml("\n".join(lines), "f.yaml")
     assert len(data["l9"]) == 10
@@ -99,8 +114,9 @@ def test_nesting_within_the_limit_passes() -> None:
     assert parse_json("[" * depth + "]" * depth, "f") is not None
 
 
-@pytest.mark.parametrize("content,expect", [(b"\xff\xfe\x00bad", "not UTF-8 text (byte 0xff at offset 0)"),
-                                            (None, "is a directory")])
+@pytest.mark.parametrize(
+    "content,expect", [(b"\xff\xfe\x00bad", "not UTF-8 text (byte 0xff at offset 0)"), (None, "is a directory")]
+)
 def test_unreadable_files(tmp_path: Path, content: object, expect: str) -> None:
     path = tmp_path / "in.yaml"
     if content is None:
@@ -118,8 +134,9 @@ def _random_json(rng: random.Random, depth: int) -> object:
     brackets, quotes and backslashes among the leaves."""
     if depth == 0:
         return rng.choice([1, 2.5, None, True, "plain", "é", "", "a[b", 'say "x"', "back\\slash", "}{"])
-    kids = [_random_json(rng, depth - 1)] + [_random_json(rng, rng.randint(0, min(2, depth - 1)))
-                                             for _ in range(rng.randint(0, 3))]
+    kids = [_random_json(rng, depth - 1)] + [
+        _random_json(rng, rng.randint(0, min(2, depth - 1))) for _ in range(rng.randint(0, 3))
+    ]
     return {f"k{i}": k for i, k in enumerate(kids)} if rng.random() < 0.5 else kids
 
 

@@ -1,13 +1,17 @@
 """The layer audit's rules as pure functions of a listing (dedal.model.layer_rules); the
 audit of real squashfs files is tests/stages/test_layer_audit.py."""
+
 from __future__ import annotations
 
 from dedal.model import layer_rules as R
 
 
 def test_a_layer_listing_stays_in_its_prefix_and_install_root() -> None:
-    ok = [{"path": "p", "mode": "drwxr-xr-x"}, {"path": "p/bin", "mode": "drwxr-xr-x"},
-          {"path": "p/bin/x", "mode": "lrwxrwxrwx", "target": "/opt/r/q/bin/x"}]
+    ok = [
+        {"path": "p", "mode": "drwxr-xr-x"},
+        {"path": "p/bin", "mode": "drwxr-xr-x"},
+        {"path": "p/bin/x", "mode": "lrwxrwxrwx", "target": "/opt/r/q/bin/x"},
+    ]
     assert R.listing_problem(ok, "p", "/opt/r") is None
     assert "outside its prefix" in R.listing_problem(ok + [{"path": "q/y", "mode": "-rw-r--r--"}], "p", "/opt/r")
     assert "setuid" in R.entry_problem({"path": "p/s", "mode": "-rwsr-xr-x"}, "p", "/opt/r")

@@ -1,6 +1,7 @@
 """Temporaries of the layer store name their owner: those of a killed process are known
 as such, removed by the next build, and do not make `layers verify` fail while a live
 build writes its own (issue 22, item 7)."""
+
 from __future__ import annotations
 
 import signal
@@ -45,13 +46,15 @@ def test_a_killed_writers_temporary_is_reaped(tmp_path: Path) -> None:
     assert dead.exists() and temp_owner(dead.name) == GONE
     mine = store.temp_path("mine-1-bbbbbbb-0")
     mine.write_bytes(b"in progress")
-    foreign = store.tmp_dir / "old-style.12345.678.sqfs"   # no owner in its name
+    foreign = store.tmp_dir / "old-style.12345.678.sqfs"  # no owner in its name
     foreign.write_bytes(b"?")
     check = store.verify()
     assert not check.clean  # the unnamed one: nobody can tell whose it is
     assert check.orphaned == [".tmp/old-style.12345.678.sqfs: leftover temporary file"]
-    assert check.temporaries == [f".tmp/{dead.name}: left by a dedal process that is gone (killed); the next build "
-                                 "or `dedal layers gc` removes it"]
+    assert check.temporaries == [
+        f".tmp/{dead.name}: left by a dedal process that is gone (killed); the next build "
+        "or `dedal layers gc` removes it"
+    ]
     assert store.reap_temporaries() == [dead.name]
     assert not dead.exists() and mine.exists() and foreign.exists()
     assert temp_owner(foreign.name) == UNKNOWN

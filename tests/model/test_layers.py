@@ -1,4 +1,5 @@
 """The layer store: atomic adds, concurrent builders of one key, verify, gc, the CLI."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,16 @@ from dedal.model.layers import LAYER_FORMAT, TMP_GRACE_S, LayerManifest, LayerSt
 
 
 def _manifest(key: str, name: str = "zlib") -> LayerManifest:
-    return LayerManifest(key=key, name=name, version="1.3", hash="a" * 32, namespace="builtin",
-                         prefix=f"{name}-1.3-{'a' * 32}", install_root="/opt/esd/software", base_id="b")
+    return LayerManifest(
+        key=key,
+        name=name,
+        version="1.3",
+        hash="a" * 32,
+        namespace="builtin",
+        prefix=f"{name}-1.3-{'a' * 32}",
+        install_root="/opt/esd/software",
+        base_id="b",
+    )
 
 
 def _pack(tmp: Path, store: LayerStore, key: str, payload: str) -> Path:
@@ -74,8 +83,8 @@ def test_verify_reports_corrupt_and_orphaned(tmp_path):
         b = fh.read(1)
         fh.seek(100)
         fh.write(bytes([b[0] ^ 0xFF]))
-    store.manifest_path("zlib-1.3-aaaaaaa-1").unlink()       # squashfs without manifest
-    (store.tmp_dir / "half.sqfs").write_bytes(b"partial")      # leftover of a killed writer
+    store.manifest_path("zlib-1.3-aaaaaaa-1").unlink()  # squashfs without manifest
+    (store.tmp_dir / "half.sqfs").write_bytes(b"partial")  # leftover of a killed writer
     check = store.verify()
     assert check.corrupt == ["zlib-1.3-aaaaaaa-0: sha256 mismatch"]
     assert "zlib-1.3-aaaaaaa-1.sqfs: squashfs without manifest" in check.orphaned
@@ -147,11 +156,14 @@ def test_build_records_beside_the_layer(tmp_path):
     assert store.gc(set()) == [orphan.name] and not orphan.exists()
 
 
-@pytest.mark.parametrize("dag_hash, root, base", [
-    ("a" * 32, "/opt/esd/software", "debian-trixie-1"),
-    ("b" * 32, "/opt/\u00e9t\u00e9 \"quoted\"\\path", "base with \u2603 and \\"),
-    ("c" * 32, "/r", None),
-])
+@pytest.mark.parametrize(
+    "dag_hash, root, base",
+    [
+        ("a" * 32, "/opt/esd/software", "debian-trixie-1"),
+        ("b" * 32, '/opt/\u00e9t\u00e9 "quoted"\\path', "base with \u2603 and \\"),
+        ("c" * 32, "/r", None),
+    ],
+)
 def test_layer_key_digest_is_that_of_the_json_payload(dag_hash, root, base):
     """layer_key() spells the payload out for speed: the digest stays that of json.dumps."""
     payload = json.dumps({"format": LAYER_FORMAT, "hash": dag_hash, "install_root": root, "base": base}, sort_keys=True)

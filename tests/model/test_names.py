@@ -1,5 +1,6 @@
 """One rule set for names that become paths: package names, versions and hashes of a
 lock, a plan's env_name and tag, a lock file's name (issue 22, item 2)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,25 @@ pytestmark = pytest.mark.reliability
 LOCK = SPACK_DATA / "tiny-zlib.spack.lock"
 
 
-@pytest.mark.parametrize("bad", ["", ".", "..", "../x", "a/b", "/abs", "a\0b", "a\nb", "-rf", "x" * (MAX_NAME_BYTES + 1),
-                                 "\u00e9" * (MAX_NAME_BYTES // 2 + 1), None, 5, ["a"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        ".",
+        "..",
+        "../x",
+        "a/b",
+        "/abs",
+        "a\0b",
+        "a\nb",
+        "-rf",
+        "x" * (MAX_NAME_BYTES + 1),
+        "\u00e9" * (MAX_NAME_BYTES // 2 + 1),
+        None,
+        5,
+        ["a"],
+    ],
+)
 def test_unsafe_names_are_refused(bad: object) -> None:
     assert name_problem(bad)
     with pytest.raises(UserError) as err:
@@ -39,6 +57,7 @@ def test_the_plain_name_shortcut_accepts_only_what_the_rules_accept() -> None:
     name_problem() refuses, nor refuse one it accepts (40,000 names near the edges)."""
     import random
     from dedal.model.names import _PLAIN
+
     rng = random.Random(7)
     plain, other = "aZ09_.+-", "/=@~%^,:\0\n\x7f \u00e9"
     matched = 0
@@ -65,8 +84,10 @@ def _lock_with(field: str, value: object) -> str:
     return json.dumps(data)
 
 
-@pytest.mark.parametrize("field,value", [("name", "../../escape"), ("name", "a/b"), ("version", ".."),
-                                         ("version", "1.0/../../x"), ("name", "")])
+@pytest.mark.parametrize(
+    "field,value",
+    [("name", "../../escape"), ("name", "a/b"), ("version", ".."), ("version", "1.0/../../x"), ("name", "")],
+)
 def test_lock_names_are_checked_where_they_enter(field: str, value: str) -> None:
     with pytest.raises(UserError, match="cannot be used as a file name"):
         parse_lock(_lock_with(field, value), Path("x.lock"))
@@ -85,9 +106,18 @@ def _plan_json() -> dict:
     return make_plan(lock, env_name="t", install_root="/opt/sw", base_image="b", base_id="b-1").to_json()
 
 
-@pytest.mark.parametrize("field,value", [("env_name", "../../escaped"), ("tag", "../../x"), ("env_name", ""),
-                                         ("tag", "a\0b"), ("env_name", 5), ("install_root", "relative"),
-                                         ("install_root", "/opt/../etc")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("env_name", "../../escaped"),
+        ("tag", "../../x"),
+        ("env_name", ""),
+        ("tag", "a\0b"),
+        ("env_name", 5),
+        ("install_root", "relative"),
+        ("install_root", "/opt/../etc"),
+    ],
+)
 def test_plan_fields_that_become_paths(field: str, value: object) -> None:
     data = _plan_json()
     data[field] = value
@@ -96,7 +126,9 @@ def test_plan_fields_that_become_paths(field: str, value: object) -> None:
     assert err.value.one_line().startswith("p.json: ")
 
 
-@pytest.mark.parametrize("field,value", [("name", "../x"), ("version", "../../x"), ("key", "../../k"), ("hash", "other")])
+@pytest.mark.parametrize(
+    "field,value", [("name", "../x"), ("version", "../../x"), ("key", "../../k"), ("hash", "other")]
+)
 def test_plan_node_names(field: str, value: str) -> None:
     data = _plan_json()
     node = next(iter(data["nodes"].values()))

@@ -1,5 +1,6 @@
 """dedal.model.sbom: the origin of a source archived from a git repository (the rest of the
 SBOM is tested with the assembly, tests/stages/assemble/test_units.py)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,14 +25,25 @@ def test_an_archived_source_names_its_repository_commit_and_sha256():
     plan = tiny_plan()
     hashes = list(plan.runtime_closure)
     app = next(h for h in hashes if plan.nodes[h].name == "dedal-app")
-    source = git_sources.GitSource(package="dedal-app", version="1.0", repository="https://github.com/example/app",
-                                   ref="v1.0", commit=COMMIT, prefix="app-1.0/",
-                                   url="https://github.com/example/app/archive/v1.0.tar.gz", sha256=SHA, size=33658)
+    source = git_sources.GitSource(
+        package="dedal-app",
+        version="1.0",
+        repository="https://github.com/example/app",
+        ref="v1.0",
+        commit=COMMIT,
+        prefix="app-1.0/",
+        url="https://github.com/example/app/archive/v1.0.tar.gz",
+        sha256=SHA,
+        size=33658,
+    )
     doc = sbom.make_sbom(plan, hashes, created=1700000000, origins={app: git_sources.origin_record(source)})
     comps = {c["name"]: c for c in doc["components"]}
     refs = comps["dedal-app"]["externalReferences"]
-    assert refs[0] == {"type": "vcs", "url": "https://github.com/example/app",
-                       "comment": f"source: commit {COMMIT} (v1.0)"}
+    assert refs[0] == {
+        "type": "vcs",
+        "url": "https://github.com/example/app",
+        "comment": f"source: commit {COMMIT} (v1.0)",
+    }
     assert refs[1]["type"] == "distribution" and refs[1]["url"] == source.url
     assert refs[1]["hashes"] == [{"alg": "SHA-256", "content": SHA}]
     assert refs[1]["comment"] == f"source archive: git archive --prefix=app-1.0/ {COMMIT} | gzip -n"
@@ -52,8 +64,9 @@ def test_a_commit_named_by_itself_is_not_repeated():
     app = next(h for h in plan.runtime_closure if plan.nodes[h].name == "dedal-app")
     origin = {"repository": "https://x.example/r", "ref": COMMIT, "commit": COMMIT, "url": "", "sha256": ""}
     comp = next(c for c in sbom.make_sbom(plan, [app], origins={app: origin})["components"])
-    assert comp["externalReferences"] == [{"type": "vcs", "url": "https://x.example/r",
-                                           "comment": f"source: commit {COMMIT}"}]
+    assert comp["externalReferences"] == [
+        {"type": "vcs", "url": "https://x.example/r", "comment": f"source: commit {COMMIT}"}
+    ]
 
 
 def test_sbom_matches_the_golden_file(monkeypatch):
@@ -63,13 +76,31 @@ def test_sbom_matches_the_golden_file(monkeypatch):
     lock = load_lock(SPACK_DATA / "tiny-dedal.spack.lock")
     plan = tiny_plan()
     hashes = sorted(plan.runtime_closure)
-    layers = {h: {"key": plan.nodes[h].key, "sha256": hashlib.sha256(h.encode()).hexdigest(), "size": 4096}
-              for h in hashes if not plan.nodes[h].external}
+    layers = {
+        h: {"key": plan.nodes[h].key, "sha256": hashlib.sha256(h.encode()).hexdigest(), "size": 4096}
+        for h in hashes
+        if not plan.nodes[h].external
+    }
     app = next(h for h in hashes if plan.nodes[h].name == "dedal-app")
-    source = git_sources.GitSource(package="dedal-app", version="1.0", repository="https://github.com/example/app",
-                                   ref="v1.0", commit=COMMIT, prefix="app-1.0/",
-                                   url="https://github.com/example/app/archive/v1.0.tar.gz", sha256=SHA, size=33658)
-    doc = sbom.make_sbom(plan, hashes, layers=layers, lock=lock, created=1700000000, roots=plan.roots,
-                         properties={"dedal:base_image": "host", "dedal:base_id": "host:test"},
-                         origins={app: git_sources.origin_record(source)})
+    source = git_sources.GitSource(
+        package="dedal-app",
+        version="1.0",
+        repository="https://github.com/example/app",
+        ref="v1.0",
+        commit=COMMIT,
+        prefix="app-1.0/",
+        url="https://github.com/example/app/archive/v1.0.tar.gz",
+        sha256=SHA,
+        size=33658,
+    )
+    doc = sbom.make_sbom(
+        plan,
+        hashes,
+        layers=layers,
+        lock=lock,
+        created=1700000000,
+        roots=plan.roots,
+        properties={"dedal:base_image": "host", "dedal:base_id": "host:test"},
+        origins={app: git_sources.origin_record(source)},
+    )
     assert_golden("sbom.cdx.json", sbom.dumps(doc).decode())

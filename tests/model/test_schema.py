@@ -1,5 +1,6 @@
 """The validator of dedal's schema files: defaults filled from the schema (the only place
 they are written), every defect listed, the input left as it was."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,16 +18,27 @@ def test_defaults_are_filled_and_the_input_left_alone() -> None:
     assert filled["dedal"]["tag"] == "latest" and filled["dedal"]["registry"] == ""
     verify = filled["dedal"]["verify"]
     assert (verify["ranks"], verify["nodes"], verify["repetitions"], verify["launcher"]) == (2, 1, 5, "auto")
-    assert verify["apps"][0] == {"name": "a", "command": "true", "ranks": 2, "nodes": 1, "expect": "",
-                                 "timeout": 600.0, "env": {}}
+    assert verify["apps"][0] == {
+        "name": "a",
+        "command": "true",
+        "ranks": 2,
+        "nodes": 1,
+        "expect": "",
+        "timeout": 600.0,
+        "env": {},
+    }
     assert Validator(ENV_SCHEMA).fill_and_check({"spack": {}})[0]["dedal"]["verify"]["enabled"] is True
 
 
 def test_the_dataclasses_take_the_schemas_defaults() -> None:
     """No default written twice: each dataclass field with a schema default has that default."""
     v = Validator(ENV_SCHEMA)
-    for cls, pointer in ((VerifySpec, ("dedal", "verify")), (EnvFile, ("dedal",)), (AppCheck, ("#", "app")),
-                         (AppMetric, ("#", "metric"))):
+    for cls, pointer in (
+        (VerifySpec, ("dedal", "verify")),
+        (EnvFile, ("dedal",)),
+        (AppCheck, ("#", "app")),
+        (AppMetric, ("#", "metric")),
+    ):
         fields = {f.name: f for f in dataclasses.fields(cls)}
         for key, default in v.defaults(*pointer).items():
             if key == "verify":  # EnvFile.verify: a VerifySpec, checked above
@@ -38,10 +50,12 @@ def test_the_dataclasses_take_the_schemas_defaults() -> None:
 
 def test_every_defect_one_line_in_document_order() -> None:
     errors = Validator(ENV_SCHEMA).errors({"dedal": {"verify": {"nodes": 0, "gpu": "yes"}, "view": "opt"}})
-    assert errors == ["missing 'spack:' section (a Spack environment is required)",
-                      "dedal.view: expected an absolute path, got 'opt'",
-                      "dedal.verify.gpu: expected boolean, got 'yes'",
-                      "dedal.verify.nodes: must be at least 1, got 0"]
+    assert errors == [
+        "missing 'spack:' section (a Spack environment is required)",
+        "dedal.view: expected an absolute path, got 'opt'",
+        "dedal.verify.gpu: expected boolean, got 'yes'",
+        "dedal.verify.nodes: must be at least 1, got 0",
+    ]
 
 
 def test_integers_and_booleans_as_draft_07_has_them() -> None:

@@ -1,4 +1,5 @@
 """dedal.model.sif against the real siftool: layout, reader agreement, reproducibility, bad files."""
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,24 @@ from dedal.adapters import siftool
 from dedal.errors import UserError
 
 DEFINITION = "Bootstrap: dedal\nFrom: debian-trixie\n\n%labels\n    maintainer esd\n"
-LABELS = {"org.label-schema.schema-version": "1.0", "dedal.env": "test",
-          "dedal.layers": json.dumps([{"spec": "zlib@1.3.1", "key": "abc123", "size": 1000}])}
+LABELS = {
+    "org.label-schema.schema-version": "1.0",
+    "dedal.env": "test",
+    "dedal.layers": json.dumps([{"spec": "zlib@1.3.1", "key": "abc123", "size": 1000}]),
+}
 METADATA = {"type": "container", "attributes": {"deffile": DEFINITION}}
-SBOM = json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.5", "version": 1,
-                   "metadata": {"component": {"name": "esd-test", "version": "1"}},
-                   "components": [{"type": "library", "name": "zlib", "version": "1.3.1"},
-                                  {"type": "library", "name": "openmpi", "version": "5.0.7"}]}).encode()
+SBOM = json.dumps(
+    {
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.5",
+        "version": 1,
+        "metadata": {"component": {"name": "esd-test", "version": "1"}},
+        "components": [
+            {"type": "library", "name": "zlib", "version": "1.3.1"},
+            {"type": "library", "name": "openmpi", "version": "5.0.7"},
+        ],
+    }
+).encode()
 
 
 def write(out: Path, sqfs: Path, **kw) -> sif.SifInfo:
@@ -32,8 +44,13 @@ def test_layout_is_what_apptainer_build_writes(tmp_path, small_sqfs, siftool_exe
     out = tmp_path / "img.sif"
     write(out, small_sqfs)
     rows = siftool.list_objects(out)
-    assert [r["type"] for r in rows] == ["Def.FILE", "JSON.Generic", "JSON.Labels", "SBOM (cyclonedx-json)",
-                                         "FS (Squashfs/*System/amd64)"]
+    assert [r["type"] for r in rows] == [
+        "Def.FILE",
+        "JSON.Generic",
+        "JSON.Labels",
+        "SBOM (cyclonedx-json)",
+        "FS (Squashfs/*System/amd64)",
+    ]
     assert {r["group"] for r in rows} == {"1"}
     assert {r["link"] for r in rows} == {"NONE"}
     assert int(rows[-1]["start"]) % 4096 == 0
@@ -63,8 +80,13 @@ def _assert_reader_agrees(path: Path) -> None:
     assert str(info.descriptors_offset) == head["Descriptors Offset"]
     assert str(info.data_offset) == head["Data Offset"]
     for d, row in zip(info.descriptors, rows):
-        assert (str(d.id), str(d.group), d.offset, d.offset + d.size, d.type_label) == \
-            (row["id"], row["group"], int(row["start"]), int(row["end"]), row["type"])
+        assert (str(d.id), str(d.group), d.offset, d.offset + d.size, d.type_label) == (
+            row["id"],
+            row["group"],
+            int(row["start"]),
+            int(row["end"]),
+            row["type"],
+        )
         detail = siftool.info(path, d.id)
         assert int(detail["Offset"]) == d.offset and int(detail["Size"]) == d.size
         assert detail.get("Name", "") == d.name
@@ -80,13 +102,23 @@ def test_reader_agrees_with_siftool_on_dedal_sif(tmp_path, small_sqfs, siftool_e
 
 def test_reader_agrees_with_siftool_on_siftool_sif(tmp_path, small_sqfs, siftool_exe):
     files = {}
-    for name, data in (("d.def", DEFINITION.encode()), ("m.json", b'{"type": "container"}\n'),
-                       ("l.json", json.dumps(LABELS).encode()), ("s.json", SBOM)):
+    for name, data in (
+        ("d.def", DEFINITION.encode()),
+        ("m.json", b'{"type": "container"}\n'),
+        ("l.json", json.dumps(LABELS).encode()),
+        ("s.json", SBOM),
+    ):
         (tmp_path / name).write_bytes(data)
         files[name] = tmp_path / name
     out = tmp_path / "siftool.sif"
-    siftool.create(out, small_sqfs, definition=files["d.def"], metadata=files["m.json"],
-                   labels=files["l.json"], sbom=files["s.json"])
+    siftool.create(
+        out,
+        small_sqfs,
+        definition=files["d.def"],
+        metadata=files["m.json"],
+        labels=files["l.json"],
+        sbom=files["s.json"],
+    )
     _assert_reader_agrees(out)
     info = sif.read_sif(out)
     assert info.created > 1_600_000_000  # siftool stamps the current time
@@ -98,7 +130,7 @@ def _zero_times(data: bytes) -> bytes:
     buf[64:80] = bytes(16)  # header created/modified
     for i in range(sif.DESCRIPTOR_CAPACITY):
         base = sif.DESCRIPTORS_OFFSET + i * sif.DESCRIPTOR.size
-        buf[base + 41:base + 57] = bytes(16)  # descriptor created/modified
+        buf[base + 41 : base + 57] = bytes(16)  # descriptor created/modified
     return bytes(buf)
 
 
@@ -107,13 +139,23 @@ def test_writer_is_byte_identical_to_siftool_up_to_times(tmp_path, small_sqfs, s
     ours = tmp_path / "ours.sif"
     info = write(ours, small_sqfs, created=1_700_000_000)
     objs = {d.datatype: sif.read_object(ours, d) for d in info.descriptors if d.datatype != sif.DATA_PARTITION}
-    names = {"d.def": sif.DATA_DEFFILE, "m.json": sif.DATA_GENERIC_JSON, "l.json": sif.DATA_LABELS,
-             "s.json": sif.DATA_SBOM}
+    names = {
+        "d.def": sif.DATA_DEFFILE,
+        "m.json": sif.DATA_GENERIC_JSON,
+        "l.json": sif.DATA_LABELS,
+        "s.json": sif.DATA_SBOM,
+    }
     for name, dt in names.items():
         (tmp_path / name).write_bytes(objs[dt])
     theirs = tmp_path / "theirs.sif"
-    siftool.create(theirs, small_sqfs, definition=tmp_path / "d.def", metadata=tmp_path / "m.json",
-                   labels=tmp_path / "l.json", sbom=tmp_path / "s.json")
+    siftool.create(
+        theirs,
+        small_sqfs,
+        definition=tmp_path / "d.def",
+        metadata=tmp_path / "m.json",
+        labels=tmp_path / "l.json",
+        sbom=tmp_path / "s.json",
+    )
     again = tmp_path / "again.sif"
     write(again, small_sqfs, created=1_700_000_000, image_id=sif.read_sif(theirs).id)
     assert _zero_times(again.read_bytes()) == _zero_times(theirs.read_bytes())
@@ -148,8 +190,13 @@ def test_source_date_epoch_sets_header_and_descriptor_times(tmp_path, small_sqfs
 def test_without_sbom_and_with_extra_json(tmp_path, small_sqfs, siftool_exe):
     out = tmp_path / "img.sif"
     info = write(out, small_sqfs, sbom=None, extra_json=[("oci-config.json", {"Env": ["A=1"]})])
-    assert [d.type_label for d in info.descriptors] == ["Def.FILE", "JSON.Generic", "JSON.Generic",
-                                                        "JSON.Labels", "FS (Squashfs/*System/amd64)"]
+    assert [d.type_label for d in info.descriptors] == [
+        "Def.FILE",
+        "JSON.Generic",
+        "JSON.Generic",
+        "JSON.Labels",
+        "FS (Squashfs/*System/amd64)",
+    ]
     assert [d.name for d in info.by_type(sif.DATA_GENERIC_JSON)] == ["inspect-metadata.json", "oci-config.json"]
     assert sif.read_json_object(out, info.by_name("oci-config.json")) == {"Env": ["A=1"]}
     assert [r["type"] for r in siftool.list_objects(out)][-1] == "FS (Squashfs/*System/amd64)"

@@ -1,4 +1,5 @@
 """The manifest a stage gives Spack (dedal.model.spack_env.stage_manifest)."""
+
 from __future__ import annotations
 
 import os
@@ -15,13 +16,15 @@ def test_a_mirror_that_is_a_symbolic_link_is_named_as_given(tmp_path: Path) -> N
     real.mkdir()
     link = tmp_path / "mirror"
     link.symlink_to(real)
-    data = stage_manifest({"spack": {"specs": ["zlib"]}}, install_root="/opt/esd/software",
-                          stage=tmp_path / "stage", mirror=link)
+    data = stage_manifest(
+        {"spack": {"specs": ["zlib"]}}, install_root="/opt/esd/software", stage=tmp_path / "stage", mirror=link
+    )
     assert data["spack"]["mirrors:"] == {"dedal": f"file://localhost{link}"}
 
 
 def test_a_relative_mirror_is_made_absolute(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    data = stage_manifest({"spack": {"specs": ["zlib"]}}, install_root="/opt/esd/software",
-                          stage=tmp_path / "stage", mirror=Path("m"))
+    data = stage_manifest(
+        {"spack": {"specs": ["zlib"]}}, install_root="/opt/esd/software", stage=tmp_path / "stage", mirror=Path("m")
+    )
     assert data["spack"]["mirrors:"] == {"dedal": f"file://localhost{os.path.join(str(tmp_path), 'm')}"}

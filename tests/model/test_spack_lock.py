@@ -1,4 +1,5 @@
 """The lock model on every real lock, cross-checked against Spack's own outputs."""
+
 from __future__ import annotations
 
 import json
@@ -144,8 +145,9 @@ def test_lockfile_v4_dependency_form():
     v4 = parse_lock(json.dumps(data))
     v5 = load_lock(SPACK_DATA / "tiny-dedal.spack.lock")
     assert v4.build_only() == v5.build_only()
-    assert {h: v4.build_requirements(h) for h in v4.nodes if not v4.nodes[h].external} == \
-           {h: v5.build_requirements(h) for h in v5.nodes if not v5.nodes[h].external}
+    assert {h: v4.build_requirements(h) for h in v4.nodes if not v4.nodes[h].external} == {
+        h: v5.build_requirements(h) for h in v5.nodes if not v5.nodes[h].external
+    }
 
 
 def test_lockfile_v6_compilers_as_build_dependencies():
@@ -155,18 +157,31 @@ def test_lockfile_v6_compilers_as_build_dependencies():
     specs = data["concrete_specs"]
     gcc = "g" * 32
     wrapper = "w" * 32
-    specs[gcc] = {"name": "gcc", "version": "12.2.0", "external": {"path": "/usr", "module": None},
-                  "namespace": "builtin", "hash": gcc, "annotations": {"original_specfile_version": 5}}
-    specs[wrapper] = {"name": "compiler-wrapper", "version": "1.0", "namespace": "builtin", "hash": wrapper,
-                      "annotations": {"original_specfile_version": 5}}
+    specs[gcc] = {
+        "name": "gcc",
+        "version": "12.2.0",
+        "external": {"path": "/usr", "module": None},
+        "namespace": "builtin",
+        "hash": gcc,
+        "annotations": {"original_specfile_version": 5},
+    }
+    specs[wrapper] = {
+        "name": "compiler-wrapper",
+        "version": "1.0",
+        "namespace": "builtin",
+        "hash": wrapper,
+        "annotations": {"original_specfile_version": 5},
+    }
     for h, node in specs.items():
         if h in (gcc, wrapper) or node.get("external"):
             continue
         node.pop("compiler", None)
-        node.setdefault("dependencies", []).extend([
-            {"name": "compiler-wrapper", "hash": wrapper, "parameters": {"deptypes": ["build"], "virtuals": []}},
-            {"name": "gcc", "hash": gcc, "parameters": {"deptypes": ["build"], "virtuals": ["c", "cxx"]}},
-        ])
+        node.setdefault("dependencies", []).extend(
+            [
+                {"name": "compiler-wrapper", "hash": wrapper, "parameters": {"deptypes": ["build"], "virtuals": []}},
+                {"name": "gcc", "hash": gcc, "parameters": {"deptypes": ["build"], "virtuals": ["c", "cxx"]}},
+            ]
+        )
     lock = parse_lock(json.dumps(data))
     names = {lock.nodes[h].name for h in lock.build_only()}
     assert {"gcc", "compiler-wrapper"} <= names
@@ -188,18 +203,29 @@ def test_lockfile_v7_group_and_included_environments():
     assert "zlib" in {lock.nodes[h].name for h in lock.runtime_closure()}
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["_meta"].update({"lockfile-version": 99}), "unsupported lockfile-version 99"),
-    (lambda d: d["_meta"].update({"lockfile-version": 3}), "unsupported lockfile-version 3"),
-    (lambda d: d.pop("_meta"), "not a Spack lock"),
-    (lambda d: d.update({"roots": []}), "no roots"),
-    (lambda d: d["roots"].append({"hash": "a" * 32, "spec": "x"}), "not among the concrete specs"),
-    (lambda d: next(iter(d["concrete_specs"].values()))["dependencies"].append(
-        {"name": "ghost", "hash": "z" * 32, "parameters": {"deptypes": ["link"], "virtuals": []}}), "dangling"),
-    (lambda d: next(iter(d["concrete_specs"].values()))["dependencies"][0]["parameters"].update(
-        {"deptypes": ["bogus"]}), "unknown dependency types"),
-    (lambda d: next(iter(d["concrete_specs"].values())).pop("name"), "has no 'name'"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["_meta"].update({"lockfile-version": 99}), "unsupported lockfile-version 99"),
+        (lambda d: d["_meta"].update({"lockfile-version": 3}), "unsupported lockfile-version 3"),
+        (lambda d: d.pop("_meta"), "not a Spack lock"),
+        (lambda d: d.update({"roots": []}), "no roots"),
+        (lambda d: d["roots"].append({"hash": "a" * 32, "spec": "x"}), "not among the concrete specs"),
+        (
+            lambda d: next(iter(d["concrete_specs"].values()))["dependencies"].append(
+                {"name": "ghost", "hash": "z" * 32, "parameters": {"deptypes": ["link"], "virtuals": []}}
+            ),
+            "dangling",
+        ),
+        (
+            lambda d: next(iter(d["concrete_specs"].values()))["dependencies"][0]["parameters"].update(
+                {"deptypes": ["bogus"]}
+            ),
+            "unknown dependency types",
+        ),
+        (lambda d: next(iter(d["concrete_specs"].values())).pop("name"), "has no 'name'"),
+    ],
+)
 def test_malformed_locks_are_clear_errors(mutate, message):
     data = _v5()
     mutate(data)
@@ -212,7 +238,8 @@ def test_cycle_is_detected():
     specs = data["concrete_specs"]
     by_name = {n["name"]: h for h, n in specs.items()}
     specs[by_name["libdedal"]].setdefault("dependencies", []).append(
-        {"name": "dedal-app", "hash": by_name["dedal-app"], "parameters": {"deptypes": ["build"], "virtuals": []}})
+        {"name": "dedal-app", "hash": by_name["dedal-app"], "parameters": {"deptypes": ["build"], "virtuals": []}}
+    )
     with pytest.raises(UserError, match="cycle"):
         parse_lock(json.dumps(data))
 

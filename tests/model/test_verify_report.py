@@ -1,4 +1,5 @@
 """verify.json read back (dedal.model.verify_report): what publish, the pipeline and CI see."""
+
 from __future__ import annotations
 
 import json
@@ -10,11 +11,15 @@ from dedal.errors import UserError
 from dedal.model import verify_report as vr
 
 REPORT = {
-    "schema": 1, "image": "/images/demo/latest.sif", "verdict": "good", "exit_code": 0,
+    "schema": 1,
+    "image": "/images/demo/latest.sif",
+    "verdict": "good",
+    "exit_code": 0,
     "verdict_text": "good (GPU checks skipped: no GPU)",
-    "checks": [{"name": "osu_latency", "metric": "latency", "unit": "us", "verdict": "good"},
-               {"name": "nccl", "metric": "busbw", "unit": "GB/s", "verdict": "skipped", "skip_reason": "no GPU",
-                "gpu": True}],
+    "checks": [
+        {"name": "osu_latency", "metric": "latency", "unit": "us", "verdict": "good"},
+        {"name": "nccl", "metric": "busbw", "unit": "GB/s", "verdict": "skipped", "skip_reason": "no GPU", "gpu": True},
+    ],
     "findings": [{"severity": "info", "code": "ucx-transports", "message": "m", "evidence": ["a", "b"]}],
     "measurements": {"osu_latency": {"unit": "us"}},
     "meta": {"image_sha256": "abc", "settings_sha256": "def", "dedal": "1.0"},
@@ -33,10 +38,18 @@ def test_a_report_is_read_into_frozen_records(tmp_path: Path) -> None:
         rec.verdict = "bad"  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("data, verdict", [
-    ({"verdict": "Suboptimal"}, "suboptimal"), ({"status": {"verdict": "BAD"}}, "bad"), ({"passed": False}, "fail"),
-    ({"ok": True}, "pass"), ({"checks": []}, "unknown"), ([1, 2], "unknown"), ("text", "unknown"),
-])
+@pytest.mark.parametrize(
+    "data, verdict",
+    [
+        ({"verdict": "Suboptimal"}, "suboptimal"),
+        ({"status": {"verdict": "BAD"}}, "bad"),
+        ({"passed": False}, "fail"),
+        ({"ok": True}, "pass"),
+        ({"checks": []}, "unknown"),
+        ([1, 2], "unknown"),
+        ("text", "unknown"),
+    ],
+)
 def test_the_verdict_of_any_attached_report(data, verdict) -> None:
     assert vr.from_json(data).verdict == verdict == vr.verdict_in(data)
 

@@ -1,6 +1,7 @@
 """The node bookkeeping of the list schedulers (dedal.schedule.nodes): the nodes kept sorted by
 free cores and the ready lists by cores and duration answer exactly what a pass over every
 node, or over one sorted list of everything ready, answers."""
+
 from __future__ import annotations
 
 import random

@@ -4,6 +4,7 @@ The scheduler builds its job graphs, bottom levels and bounds over the reduced r
 for speed (benchmarks/schedule/scale.md); these tests hold them to what the full
 requirements give, on random DAGs and a real lock.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,9 @@ def random_workload(seed: int, n: int = 60) -> Workload:
                 closure.add(q)
                 stack.extend(requires[q])
         requires[h] = frozenset(closure)
-    return Workload(order=order, duration={h: rng.choice([5.0, 60.0, 300.0, 900.0, 3600.0]) for h in order},
-                    requires=requires)
+    return Workload(
+        order=order, duration={h: rng.choice([5.0, 60.0, 300.0, 900.0, 3600.0]) for h in order}, requires=requires
+    )
 
 
 def ancestors(wl: Workload, reqs, h: str) -> set:
@@ -67,8 +69,11 @@ def test_direct_requires_is_the_transitive_reduction(seed):
 
 
 def test_direct_requires_of_a_chain_with_shortcuts():
-    wl = Workload(order=["a", "b", "c", "d"], duration=dict.fromkeys("abcd", 10.0),
-                  requires={"a": frozenset(), "b": frozenset("a"), "c": frozenset("ab"), "d": frozenset("abc")})
+    wl = Workload(
+        order=["a", "b", "c", "d"],
+        duration=dict.fromkeys("abcd", 10.0),
+        requires={"a": frozenset(), "b": frozenset("a"), "c": frozenset("ab"), "d": frozenset("abc")},
+    )
     assert {h: set(r) for h, r in wl.direct_requires().items()} == {"a": set(), "b": {"a"}, "c": {"b"}, "d": {"c"}}
     assert {h: set(d) for h, d in wl.direct_dependents().items()} == {"a": {"b"}, "b": {"c"}, "c": {"d"}, "d": set()}
 
@@ -153,6 +158,7 @@ def test_one_job_per_package_needs_no_settle(seed, kw):
 def test_package_seconds_are_package_cores_and_model_seconds():
     from dedal.model.cores import DEFAULT_MODEL
     from dedal.schedule.workload import package_cores, package_seconds
+
     wl = random_workload(7)
     for cores, cpus in ((64, 0), (8, 0), (64, 4)):
         need, t = package_seconds(wl, cores, DEFAULT_MODEL, cpus)
@@ -174,7 +180,11 @@ def test_a_bounded_simulation_gives_up_only_where_the_whole_one_reaches_the_boun
         whole = simulate(jobs, nodes=nodes, cores=16)
         above = simulate_unless(jobs, nodes=nodes, cores=16, at_least=whole.makespan_s * 1.001)
         assert above is not None
-        assert (above.makespan_s, above.starts, above.busy_core_s) == (whole.makespan_s, whole.starts, whole.busy_core_s)
+        assert (above.makespan_s, above.starts, above.busy_core_s) == (
+            whole.makespan_s,
+            whole.starts,
+            whole.busy_core_s,
+        )
         assert list(above.starts) == list(whole.starts)  # the same order: critical_links() reads it
         for at_least in (whole.makespan_s * (1 - 1e-6), whole.makespan_s * 0.99, whole.makespan_s * 0.5, 1.0):
             assert simulate_unless(jobs, nodes=nodes, cores=16, at_least=at_least) is None
@@ -203,8 +213,7 @@ def test_a_merge_of_built_jobs_gives_what_build_jobs_gives(seed):
     pos = {h: i for i, h in enumerate(wl.topo())}
     rng = random.Random(seed)
     for merge in ("safe", "none"):
-        parts = {j.id: (list(j.hashes), j.cores)
-                 for j in group(wl, nodes=2, cores=16, overhead_s=3.0, merge=merge)}
+        parts = {j.id: (list(j.hashes), j.cores) for j in group(wl, nodes=2, cores=16, overhead_s=3.0, merge=merge)}
         bonus = {k: rng.choice([-30.0, 45.0, 600.0]) for k in parts if rng.random() < 0.3}
         jobs = build_jobs(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, DEFAULT_MODEL, 3.0)
         tried = 0
@@ -212,8 +221,10 @@ def test_a_merge_of_built_jobs_gives_what_build_jobs_gives(seed):
             for prev in j.after[:2]:
                 merged = dict(parts)
                 del merged[j.id]
-                merged[prev] = (sorted(parts[prev][0] + parts[j.id][0], key=pos.__getitem__),
-                                max(parts[prev][1], parts[j.id][1]))
+                merged[prev] = (
+                    sorted(parts[prev][0] + parts[j.id][0], key=pos.__getitem__),
+                    max(parts[prev][1], parts[j.id][1]),
+                )
                 left = {k: v for k, v in bonus.items() if k != j.id}
                 built = build_jobs(wl, [(k, hs, c) for k, (hs, c) in merged.items()], left, DEFAULT_MODEL, 3.0)
                 again = merge_jobs(jobs, prev, j.id, wl, DEFAULT_MODEL, 3.0, 16, pos, bonus=left)
@@ -242,17 +253,38 @@ def test_per_package_jobs_are_reduced_and_ranked_as_settle_would(seed):
 # the merging groupings of commit c325bc3, which counted every requirement of a waiting
 # package, not only the direct ones (sha256 of the jobs' JSON; 2-30 merges each)
 MERGED_C325BC3 = {
-    "0/1/0/backlog": "ab21ed02c9b5", "0/1/0/safe": "8fff802c2851", "0/1/3/backlog": "6e0e9aaa699e",
-    "0/1/3/safe": "163b7341a738", "0/8/0/backlog": "e79f7a22d62d", "0/8/0/safe": "e79f7a22d62d",
-    "0/8/3/backlog": "0d7c6907cea8", "0/8/3/safe": "0d7c6907cea8", "1/1/0/backlog": "e7bb6618fa76",
-    "1/1/0/safe": "4cee5ccf1e38", "1/1/3/backlog": "9b725cf938db", "1/1/3/safe": "28bb0a5399f8",
-    "1/8/0/backlog": "004da7eb662d", "1/8/0/safe": "25068bd8ed24", "1/8/3/backlog": "7a2d3f6a74e0",
-    "1/8/3/safe": "3a7d41f17393", "2/1/0/backlog": "63b8ed4286a4", "2/1/0/safe": "390c7c59808c",
-    "2/1/3/backlog": "d294442f52af", "2/1/3/safe": "074e621e2a76", "2/8/0/backlog": "954b1369497e",
-    "2/8/0/safe": "475578e2b0cf", "2/8/3/backlog": "454a10a0ac51", "2/8/3/safe": "b251b95b5d0d",
-    "3/1/0/backlog": "6738330f6e82", "3/1/0/safe": "d5ba72e23289", "3/1/3/backlog": "6dd8e7ae481e",
-    "3/1/3/safe": "6a1b2a2ba2db", "3/8/0/backlog": "c7434f9321f3", "3/8/0/safe": "ef32386258a9",
-    "3/8/3/backlog": "d3d0d6d3f797", "3/8/3/safe": "cfe8eba9b1d6",
+    "0/1/0/backlog": "ab21ed02c9b5",
+    "0/1/0/safe": "8fff802c2851",
+    "0/1/3/backlog": "6e0e9aaa699e",
+    "0/1/3/safe": "163b7341a738",
+    "0/8/0/backlog": "e79f7a22d62d",
+    "0/8/0/safe": "e79f7a22d62d",
+    "0/8/3/backlog": "0d7c6907cea8",
+    "0/8/3/safe": "0d7c6907cea8",
+    "1/1/0/backlog": "e7bb6618fa76",
+    "1/1/0/safe": "4cee5ccf1e38",
+    "1/1/3/backlog": "9b725cf938db",
+    "1/1/3/safe": "28bb0a5399f8",
+    "1/8/0/backlog": "004da7eb662d",
+    "1/8/0/safe": "25068bd8ed24",
+    "1/8/3/backlog": "7a2d3f6a74e0",
+    "1/8/3/safe": "3a7d41f17393",
+    "2/1/0/backlog": "63b8ed4286a4",
+    "2/1/0/safe": "390c7c59808c",
+    "2/1/3/backlog": "d294442f52af",
+    "2/1/3/safe": "074e621e2a76",
+    "2/8/0/backlog": "954b1369497e",
+    "2/8/0/safe": "475578e2b0cf",
+    "2/8/3/backlog": "454a10a0ac51",
+    "2/8/3/safe": "b251b95b5d0d",
+    "3/1/0/backlog": "6738330f6e82",
+    "3/1/0/safe": "d5ba72e23289",
+    "3/1/3/backlog": "6dd8e7ae481e",
+    "3/1/3/safe": "6a1b2a2ba2db",
+    "3/8/0/backlog": "c7434f9321f3",
+    "3/8/0/safe": "ef32386258a9",
+    "3/8/3/backlog": "d3d0d6d3f797",
+    "3/8/3/safe": "cfe8eba9b1d6",
 }
 
 

@@ -2,6 +2,7 @@
 
 Pure Python on the real locks in ../shared/data/spack with known durations; no Slurm.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,22 +15,52 @@ from dedal.model import durations
 from dedal.model.layers import LayerManifest
 from dedal.model.config import load_settings
 from dedal.model.plan import make_plan
-from dedal.schedule import (CoreModel, Job, Workload, allot, anneal, dag_bound, group, improve, job_topo,
-                            lower_bound, make_schedule, order_hints, package_cores, refine, schedule_plan,
-                            schedule_problems, simulate, simulate_backfill, tighten, wants_order_hints)
+from dedal.schedule import (
+    CoreModel,
+    Job,
+    Workload,
+    allot,
+    anneal,
+    dag_bound,
+    group,
+    improve,
+    job_topo,
+    lower_bound,
+    make_schedule,
+    order_hints,
+    package_cores,
+    refine,
+    schedule_plan,
+    schedule_problems,
+    simulate,
+    simulate_backfill,
+    tighten,
+    wants_order_hints,
+)
 from dedal.model.spack_lock import load_lock
 from tests.conftest import SPACK_DATA
 from tests.fixtures.schedules import shared_schedule
 
-BIG_LOCKS = ["mpi-cuda.spack.lock", "mpi-cuda-extcuda.spack.lock", "mpi-cuda-pure.spack.lock",
-             "cscs-prgenv-gnu.spack.lock", "jedi-ci.spack.lock"]
+BIG_LOCKS = [
+    "mpi-cuda.spack.lock",
+    "mpi-cuda-extcuda.spack.lock",
+    "mpi-cuda-pure.spack.lock",
+    "cscs-prgenv-gnu.spack.lock",
+    "jedi-ci.spack.lock",
+]
 ALL_LOCKS = BIG_LOCKS + ["tiny-dedal.spack.lock", "realpy.spack.lock", "tiny-zlib.spack.lock"]
 
 
 def plan_of(lock_name: str, measured=None):
     lock = load_lock(SPACK_DATA / lock_name)
-    return make_plan(lock, env_name=lock_name.split(".")[0], install_root="/opt/esd/software",
-                     base_image="host", base_id="test", measured=measured)
+    return make_plan(
+        lock,
+        env_name=lock_name.split(".")[0],
+        install_root="/opt/esd/software",
+        base_image="host",
+        base_id="test",
+        measured=measured,
+    )
 
 
 def workload(lock_name: str, measured=None) -> Workload:
@@ -82,8 +113,12 @@ def check_schedule(wl: Workload, jobs: List[Job], nodes: int, cores: int) -> Non
             assert sim.starts[a][1] <= start + 1e-9
     # at every moment, the jobs on a node fit its cores
     for node in range(nodes):
-        events = sorted((t, c) for j in jobs if sim.starts[j.id][2] == node
-                        for t, c in ((sim.starts[j.id][0], j.cores), (sim.starts[j.id][1], -j.cores)))
+        events = sorted(
+            (t, c)
+            for j in jobs
+            if sim.starts[j.id][2] == node
+            for t, c in ((sim.starts[j.id][0], j.cores), (sim.starts[j.id][1], -j.cores))
+        )
         load = 0
         for i, (t, c) in enumerate(sorted(events, key=lambda e: (e[0], e[1]))):
             load += c
@@ -141,9 +176,12 @@ def test_known_durations_from_manifests() -> None:
 
 def chain(n: int, seconds: float) -> Workload:
     hashes = [f"h{i:03d}" for i in range(n)]
-    return Workload(order=hashes, duration={h: seconds for h in hashes},
-                    requires={h: frozenset(hashes[:i]) for i, h in enumerate(hashes)},
-                    names={h: f"p{i}" for i, h in enumerate(hashes)})
+    return Workload(
+        order=hashes,
+        duration={h: seconds for h in hashes},
+        requires={h: frozenset(hashes[:i]) for i, h in enumerate(hashes)},
+        names={h: f"p{i}" for i, h in enumerate(hashes)},
+    )
 
 
 def test_a_chain_of_small_packages_becomes_one_job() -> None:
@@ -202,14 +240,29 @@ def test_reference_seconds_inverts_the_core_model() -> None:
 def test_measured_durations_are_converted_with_their_cores() -> None:
     """A manifest with build_cores gives the duration on the reference cores; an older one
     (build_cores 0) its wall time as it is; the latest build of a package wins."""
-    def manifest(name: str, seconds: float, cores: int, at: str) -> LayerManifest:
-        return LayerManifest(key=f"{name}-{at}", name=name, version="1", hash="a" * 32, namespace="builtin",
-                             prefix=name, install_root="/opt", base_id="b", build_seconds=seconds,
-                             build_cores=cores, built_at=at)
 
-    measured = durations.from_manifests([manifest("openmpi", 120.0, 13, "2026-01-02"),
-                                         manifest("openmpi", 900.0, 2, "2026-01-01"),
-                                         manifest("zlib", 7.0, 0, "2026-01-01")])
+    def manifest(name: str, seconds: float, cores: int, at: str) -> LayerManifest:
+        return LayerManifest(
+            key=f"{name}-{at}",
+            name=name,
+            version="1",
+            hash="a" * 32,
+            namespace="builtin",
+            prefix=name,
+            install_root="/opt",
+            base_id="b",
+            build_seconds=seconds,
+            build_cores=cores,
+            built_at=at,
+        )
+
+    measured = durations.from_manifests(
+        [
+            manifest("openmpi", 120.0, 13, "2026-01-02"),
+            manifest("openmpi", 900.0, 2, "2026-01-01"),
+            manifest("zlib", 7.0, 0, "2026-01-01"),
+        ]
+    )
     assert measured[("openmpi", "1")] == pytest.approx(780.0) == measured[("openmpi", None)]
     assert measured[("zlib", "1")] == 7.0
     # planned on 13 cores again it is estimated at what it took, and it gets its 13 cores
@@ -231,8 +284,11 @@ def test_big_packages_get_cores_but_never_more_than_a_node() -> None:
 def test_dag_bound_counts_a_narrow_start() -> None:
     # one 100 s package everything needs, then 10 packages of 100 s on 1 core each
     hashes = ["root"] + [f"leaf{i}" for i in range(10)]
-    wl = Workload(order=hashes, duration={h: 100.0 for h in hashes},
-                  requires={h: frozenset() if h == "root" else frozenset({"root"}) for h in hashes})
+    wl = Workload(
+        order=hashes,
+        duration={h: 100.0 for h in hashes},
+        requires={h: frozenset() if h == "root" else frozenset({"root"}) for h in hashes},
+    )
     m = CoreModel(unit_s=1000.0)  # everything on one core
     lb, cp, work = lower_bound(wl, 1, 2, 0.0, m)
     assert lb == pytest.approx(max(200.0, 1100.0 / 2))
@@ -243,9 +299,11 @@ def test_dag_bound_counts_a_narrow_start() -> None:
 
 def random_workload(rng: random.Random, n: int) -> Workload:
     hashes = [f"p{i:02d}" for i in range(n)]
-    return Workload(order=hashes, duration={h: rng.choice([5.0, 30.0, 60.0, 200.0, 700.0]) for h in hashes},
-                    requires={h: frozenset(x for x in hashes[:i] if rng.random() < 0.25)
-                              for i, h in enumerate(hashes)})
+    return Workload(
+        order=hashes,
+        duration={h: rng.choice([5.0, 30.0, 60.0, 200.0, 700.0]) for h in hashes},
+        requires={h: frozenset(x for x in hashes[:i] if rng.random() < 0.25) for i, h in enumerate(hashes)},
+    )
 
 
 def test_dag_bound_never_above_a_schedule() -> None:
@@ -269,12 +327,15 @@ def test_allot_gives_cores_to_the_critical_path_only() -> None:
     """CPA: one core each, then the critical path raised until it fits the target."""
     m = CoreModel()  # 1200 s on 2 cores: p = 16, work 2400 core-s
     names = ["big"] + [f"small{i}" for i in range(20)]
-    wl = Workload(order=names, duration={h: 1200.0 if h == "big" else 60.0 for h in names},
-                  requires={h: frozenset() for h in names})
+    wl = Workload(
+        order=names,
+        duration={h: 1200.0 if h == "big" else 60.0 for h in names},
+        requires={h: frozenset() for h in names},
+    )
     # work 2400 + 20 x 60 = 3600 core-s on 8 cores: 450 s; big takes 2400/c s
-    assert allot(wl, 8, 8, 1.0, m) == dict({h: 1 for h in names}, big=6)        # 400 s <= 450 s
+    assert allot(wl, 8, 8, 1.0, m) == dict({h: 1 for h in names}, big=6)  # 400 s <= 450 s
     assert allot(wl, 8, 8, 1.0, m, double=True) == dict({h: 1 for h in names}, big=8)  # 1, 2, 4, 8
-    assert allot(wl, 8, 8, 0.5, m)["big"] == 8    # 225 s is out of reach: as many as a node has
+    assert allot(wl, 8, 8, 0.5, m)["big"] == 8  # 225 s is out of reach: as many as a node has
     assert allot(wl, 8, 8, 10.0, m) == {h: 1 for h in names}
     # on a real lock: within 1..what the package can use, and the critical path meets the target
     wl = workload("jedi-ci.spack.lock")
@@ -320,12 +381,20 @@ def test_refine_never_worse_and_valid() -> None:
     """The local search keeps valid jobs, only ever shortens the simulated makespan, and
     keeps every job ranked above the jobs that wait for it (Slurm's --nice order is the
     simulated order)."""
-    for lock_name, nodes, cores in [("mpi-cuda-pure.spack.lock", 1, 8), ("cscs-prgenv-gnu.spack.lock", 1, 8),
-                                    ("mpi-cuda.spack.lock", 2, 16)]:
+    for lock_name, nodes, cores in [
+        ("mpi-cuda-pure.spack.lock", 1, 8),
+        ("cscs-prgenv-gnu.spack.lock", 1, 8),
+        ("mpi-cuda.spack.lock", 2, 16),
+    ]:
         wl = workload(lock_name)
         for mode in ("safe", "none"):
-            jobs, sim = improve(wl, group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge=mode),
-                                nodes=nodes, cores=cores, overhead_s=3.0)
+            jobs, sim = improve(
+                wl,
+                group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge=mode),
+                nodes=nodes,
+                cores=cores,
+                overhead_s=3.0,
+            )
             better, bsim = refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=3.0, evaluations=60)
             check_schedule(wl, better, nodes, cores)
             assert bsim.makespan_s <= sim.makespan_s + 1e-9
@@ -339,12 +408,16 @@ def test_refine_never_worse_and_valid() -> None:
 def held_back() -> tuple:
     """(workload, model, jobs): one job builds a small package and then a long one; a
     second job needs only the small one (166 s; a alone, then long beside b+c: 116 s)."""
-    wl = Workload(order=["a", "long", "b", "c"], duration={"a": 10.0, "long": 50.0, "b": 50.0, "c": 50.0},
-                  requires={"a": frozenset(), "long": frozenset({"a"}), "b": frozenset({"a"}),
-                            "c": frozenset({"b"})})
+    wl = Workload(
+        order=["a", "long", "b", "c"],
+        duration={"a": 10.0, "long": 50.0, "b": 50.0, "c": 50.0},
+        requires={"a": frozenset(), "long": frozenset({"a"}), "b": frozenset({"a"}), "c": frozenset({"b"})},
+    )
     m = CoreModel(unit_s=1000.0)  # everything on one core
-    jobs = [Job(id="j1", hashes=["a", "long"], cores=1, est_s=63.0, after=[]),
-            Job(id="j2", hashes=["b", "c"], cores=1, est_s=103.0, after=["j1"])]
+    jobs = [
+        Job(id="j1", hashes=["a", "long"], cores=1, est_s=63.0, after=[]),
+        Job(id="j2", hashes=["b", "c"], cores=1, est_s=103.0, after=["j1"]),
+    ]
     for j in jobs:
         j.priority = j.est_s + (103.0 if j.id == "j1" else 0.0)
     return wl, m, jobs
@@ -387,16 +460,24 @@ def test_anneal_shortens_a_job_chain_that_holds_back_others() -> None:
 def test_order_hints_hold_until_met_or_expired() -> None:
     """A hint makes a job wait for another one's end, but only until its time: then the
     job competes for cores as if there were no hint."""
+
     def run(until: float) -> float:
-        jobs = [Job(id="a", hashes=["a"], est_s=50.0, priority=1.0),
-                Job(id="b", hashes=["b"], est_s=10.0, priority=2.0, order={"a": until})]
+        jobs = [
+            Job(id="a", hashes=["a"], est_s=50.0, priority=1.0),
+            Job(id="b", hashes=["b"], est_s=10.0, priority=2.0, order={"a": until}),
+        ]
         return simulate(jobs, nodes=1, cores=2).starts["b"][0]
-    assert run(100.0) == pytest.approx(50.0)   # met: a ended at 50, before the hint's time
-    assert run(20.0) == pytest.approx(20.0)    # expired while a still ran: two cores, b starts
+
+    assert run(100.0) == pytest.approx(50.0)  # met: a ended at 50, before the hint's time
+    assert run(20.0) == pytest.approx(20.0)  # expired while a still ran: two cores, b starts
     assert run(0.0) == pytest.approx(0.0)
     # and the submission order puts a first, whatever the priorities
-    assert [j.id for j in job_topo([Job(id="b", hashes=["b"], priority=2.0, order={"a": 1.0}),
-                                    Job(id="a", hashes=["a"], priority=1.0)])] == ["a", "b"]
+    assert [
+        j.id
+        for j in job_topo(
+            [Job(id="b", hashes=["b"], priority=2.0, order={"a": 1.0}), Job(id="a", hashes=["a"], priority=1.0)]
+        )
+    ] == ["a", "b"]
 
 
 def test_order_hints_make_a_list_scheduler_keep_cores_for_a_wide_job() -> None:
@@ -405,10 +486,12 @@ def test_order_hints_make_a_list_scheduler_keep_cores_for_a_wide_job() -> None:
     start, y is next but must wait for z (w cannot backfill without delaying y), then w:
     45 s. Planned instead: w after x on one core, z beside them, y at 20 s: 40 s. The hints
     for that plan (w takes x's core, y takes w's and z's) make the same scheduler do it."""
-    jobs = [Job(id="x", hashes=["x"], est_s=10.0, priority=40.0, cores=1),
-            Job(id="y", hashes=["y"], est_s=20.0, priority=30.0, cores=2, after=["x"]),
-            Job(id="z", hashes=["z"], est_s=15.0, priority=10.0, cores=1),
-            Job(id="w", hashes=["w"], est_s=10.0, priority=5.0, cores=1)]
+    jobs = [
+        Job(id="x", hashes=["x"], est_s=10.0, priority=40.0, cores=1),
+        Job(id="y", hashes=["y"], est_s=20.0, priority=30.0, cores=2, after=["x"]),
+        Job(id="z", hashes=["z"], est_s=15.0, priority=10.0, cores=1),
+        Job(id="w", hashes=["w"], est_s=10.0, priority=5.0, cores=1),
+    ]
     listed = simulate(jobs, nodes=1, cores=2)
     assert listed.makespan_s == pytest.approx(45.0) and listed.starts["y"][0] == pytest.approx(15.0)
     planned = {"x": (0.0, 10.0, 0), "z": (0.0, 15.0, 0), "w": (10.0, 20.0, 0), "y": (20.0, 40.0, 0)}
@@ -428,11 +511,19 @@ def test_tighten_on_real_locks() -> None:
     """Fixed start times with order hints: valid jobs, what it reports is what simulate()
     of its jobs says, never longer than the schedule it started from, and on a full node
     of 8 cores on cscs-prgenv-gnu (where list scheduling leaves cores idle) shorter."""
-    for lock_name, nodes, cores in [("cscs-prgenv-gnu.spack.lock", 1, 8), ("mpi-cuda-pure.spack.lock", 1, 8),
-                                    ("mpi-cuda.spack.lock", 2, 16)]:
+    for lock_name, nodes, cores in [
+        ("cscs-prgenv-gnu.spack.lock", 1, 8),
+        ("mpi-cuda-pure.spack.lock", 1, 8),
+        ("mpi-cuda.spack.lock", 2, 16),
+    ]:
         wl = workload(lock_name)
-        jobs, sim = improve(wl, group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge="safe"),
-                            nodes=nodes, cores=cores, overhead_s=3.0)
+        jobs, sim = improve(
+            wl,
+            group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge="safe"),
+            nodes=nodes,
+            cores=cores,
+            overhead_s=3.0,
+        )
         better, bsim = tighten(wl, jobs, sim, nodes=nodes, cores=cores, overhead_s=3.0, rounds=200)
         check_schedule(wl, better, nodes, cores)
         assert bsim.makespan_s <= sim.makespan_s + 1e-9
@@ -466,8 +557,10 @@ def test_order_hints_auto_only_when_every_duration_is_measured(monkeypatch) -> N
     # the same durations as the model's, but measured: only where they come from changes
     every = {(n.name, n.version): guessed.nodes[h].estimate_s for h, n in lock.nodes.items()}
     measured = plan_of("cscs-prgenv-gnu.spack.lock", every)
-    one_short = plan_of("cscs-prgenv-gnu.spack.lock",
-                        {k: v for k, v in every.items() if k[0] != guessed.nodes[guessed.to_build[-1]].name})
+    one_short = plan_of(
+        "cscs-prgenv-gnu.spack.lock",
+        {k: v for k, v in every.items() if k[0] != guessed.nodes[guessed.to_build[-1]].name},
+    )
     assert all(measured.nodes[h].measured for h in measured.to_build)
     assert not any(guessed.nodes[h].measured for h in guessed.to_build)
     assert wants_order_hints(measured, "auto", measured.to_build)
@@ -494,6 +587,7 @@ def test_single_node_ahead_of_both_baselines() -> None:
 
 
 # -- the command line ------------------------------------------------------------------------
+
 
 def test_cli_simulate_json(run_dedal) -> None:
     res = run_dedal("plan", str(SPACK_DATA / "mpi-cuda.spack.lock"), "--simulate", "--nodes", "4", "--json")
@@ -523,8 +617,11 @@ def test_cli_simulate_text_and_errors(run_dedal) -> None:
     assert hinted.returncode == 0, hinted.stderr
     assert "order hints (slurm.order_hints: true)" in hinted.stdout
     assert "durations: 0 measured, 32 modelled" in hinted.stdout
-    data = json.loads(run_dedal("-s", "slurm.order_hints=true", "plan", mc, "--simulate", "--nodes", "1",
-                                "--cores", "2", "--json").stdout)
+    data = json.loads(
+        run_dedal(
+            "-s", "slurm.order_hints=true", "plan", mc, "--simulate", "--nodes", "1", "--cores", "2", "--json"
+        ).stdout
+    )
     assert any(j.get("order") for j in data["schedule"])
     unhinted = run_dedal("plan", mc, "--simulate", "--nodes", "1", "--cores", "2")
     assert "order hints" not in unhinted.stdout
@@ -538,9 +635,11 @@ def test_backfill_model_plans_with_time_limits() -> None:
     wait for x; z (1 core, 10 s) could run beside x meanwhile. simulate() backfills z at
     once. Slurm's main scheduler stops at y, and its backfill (every 30 s) starts z only
     if z's time limit says it is done before y's reservation (x's limit)."""
-    jobs = [Job(id="x", hashes=["x"], est_s=100.0, priority=30.0, cores=1),
-            Job(id="y", hashes=["y"], est_s=20.0, priority=20.0, cores=2),
-            Job(id="z", hashes=["z"], est_s=10.0, priority=10.0, cores=1)]
+    jobs = [
+        Job(id="x", hashes=["x"], est_s=100.0, priority=30.0, cores=1),
+        Job(id="y", hashes=["y"], est_s=20.0, priority=20.0, cores=2),
+        Job(id="z", hashes=["z"], est_s=10.0, priority=10.0, cores=1),
+    ]
     assert simulate(jobs, nodes=1, cores=2).starts["z"][:2] == (0.0, 10.0)
     tight = simulate_backfill(jobs, nodes=1, cores=2, limits={"x": 120.0, "y": 60.0, "z": 60.0})
     assert tight.starts["z"][:2] == (30.0, 40.0) and tight.starts["y"][0] == 100.0
@@ -549,8 +648,12 @@ def test_backfill_model_plans_with_time_limits() -> None:
     loose = simulate_backfill(jobs, nodes=1, cores=2, limits={"x": 120.0, "y": 60.0, "z": 3600.0})
     assert loose.starts["y"][0] == 100.0 and loose.starts["z"][0] == 120.0 and loose.makespan_s == 130.0
     # the backfill scheduler wakes up every bf_interval_s
-    assert simulate_backfill(jobs, nodes=1, cores=2, limits={"x": 120.0, "y": 60.0, "z": 60.0},
-                             bf_interval_s=5.0).starts["z"][0] == 5.0
+    assert (
+        simulate_backfill(jobs, nodes=1, cores=2, limits={"x": 120.0, "y": 60.0, "z": 60.0}, bf_interval_s=5.0).starts[
+            "z"
+        ][0]
+        == 5.0
+    )
 
 
 def test_backfill_model_on_real_locks() -> None:
@@ -572,7 +675,11 @@ def test_backfill_model_on_real_locks() -> None:
         else:
             assert model.makespan_s > sched.makespan_s * 1.02
     with pytest.raises(ValueError, match="order hints"):
-        simulate_backfill([Job(id="a", hashes=["a"], order={"b": 1.0}), Job(id="b", hashes=["b"])],
-                          nodes=1, cores=2, limits={"a": 1.0, "b": 1.0})
+        simulate_backfill(
+            [Job(id="a", hashes=["a"], order={"b": 1.0}), Job(id="b", hashes=["b"])],
+            nodes=1,
+            cores=2,
+            limits={"a": 1.0, "b": 1.0},
+        )
     with pytest.raises(ValueError, match="unknown job"):
         simulate_backfill([Job(id="a", hashes=["a"], after=["nope"])], nodes=1, cores=2, limits={"a": 1.0})

@@ -1,4 +1,5 @@
 """The schedule checker: valid schedules pass, each kind of broken one fails with a reason."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -14,15 +15,20 @@ from tests.fixtures.schedules import shared_schedule
 
 def small() -> Workload:
     """a <- b <- c (c needs b needs a), and d on its own."""
-    return Workload(order=["a", "b", "c", "d"], duration={"a": 10.0, "b": 10.0, "c": 10.0, "d": 10.0},
-                    requires={"a": frozenset(), "b": frozenset({"a"}), "c": frozenset({"a", "b"}),
-                              "d": frozenset()})
+    return Workload(
+        order=["a", "b", "c", "d"],
+        duration={"a": 10.0, "b": 10.0, "c": 10.0, "d": 10.0},
+        requires={"a": frozenset(), "b": frozenset({"a"}), "c": frozenset({"a", "b"}), "d": frozenset()},
+    )
 
 
 def two_jobs() -> tuple:
     """a+b in one job, c after it, d on its own; 2 cores each, a node of 4."""
-    jobs = [Job(id="j1", hashes=["a", "b"], cores=2, est_s=20.0), Job(id="j2", hashes=["c"], after=["j1"], cores=2,
-            est_s=10.0), Job(id="j3", hashes=["d"], cores=2, est_s=10.0)]
+    jobs = [
+        Job(id="j1", hashes=["a", "b"], cores=2, est_s=20.0),
+        Job(id="j2", hashes=["c"], after=["j1"], cores=2, est_s=10.0),
+        Job(id="j3", hashes=["d"], cores=2, est_s=10.0),
+    ]
     starts = {"j1": (0.0, 20.0, 0), "j2": (20.0, 30.0, 0), "j3": (0.0, 10.0, 0)}
     return jobs, starts
 
@@ -34,8 +40,18 @@ def problems(jobs, starts, nodes=1, cores=4):
 def test_a_valid_schedule_has_no_problems() -> None:
     jobs, starts = two_jobs()
     assert problems(jobs, starts) == []
-    sched = Schedule(jobs=jobs, nodes=1, cores=4, overhead_s=0.0, makespan_s=30.0, lower_bound_s=30.0,
-                     critical_path_s=30.0, work_core_s=80.0, utilization=0.7, starts=starts)
+    sched = Schedule(
+        jobs=jobs,
+        nodes=1,
+        cores=4,
+        overhead_s=0.0,
+        makespan_s=30.0,
+        lower_bound_s=30.0,
+        critical_path_s=30.0,
+        work_core_s=80.0,
+        utilization=0.7,
+        starts=starts,
+    )
     assert validate(small(), sched) is sched
 
 
@@ -43,8 +59,9 @@ def test_a_valid_schedule_has_no_problems() -> None:
 @pytest.mark.parametrize("nodes, cores", [(1, 8), (4, 64)])
 @pytest.mark.parametrize("strategy", ["dedal", "per-package", "single-node"])
 def test_every_strategy_is_valid_on_real_locks(lock_name: str, nodes: int, cores: int, strategy: str) -> None:
-    plan = make_plan(load_lock(SPACK_DATA / lock_name), env_name="t", install_root="/opt/x", base_image="host",
-                     base_id="test")
+    plan = make_plan(
+        load_lock(SPACK_DATA / lock_name), env_name="t", install_root="/opt/x", base_image="host", base_id="test"
+    )
     wl = Workload.from_plan(plan)
     validate(wl, shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy=strategy))
 
@@ -54,8 +71,18 @@ def test_a_dependent_that_starts_before_its_requirement_ends_fails() -> None:
     starts["j2"] = (15.0, 25.0, 0)
     found = problems(jobs, starts)
     assert any("j2 starts at 15.000 s" in p and "before job j1 ends" in p for p in found), found
-    sched = Schedule(jobs=jobs, nodes=1, cores=4, overhead_s=0.0, makespan_s=25.0, lower_bound_s=25.0,
-                     critical_path_s=30.0, work_core_s=80.0, utilization=0.8, starts=starts)
+    sched = Schedule(
+        jobs=jobs,
+        nodes=1,
+        cores=4,
+        overhead_s=0.0,
+        makespan_s=25.0,
+        lower_bound_s=25.0,
+        critical_path_s=30.0,
+        work_core_s=80.0,
+        utilization=0.8,
+        starts=starts,
+    )
     with pytest.raises(InvalidSchedule, match="before job j1 ends"):
         validate(small(), sched)
 

@@ -7,6 +7,7 @@ with every source (the only test here that downloads: about 150 MB).
 Concretization is CPU-heavy (about a minute each on an idle core, several on a shared
 machine); the bases come from the shared base cache (built on first use: debian-trixie
 in minutes, debian-trixie-cuda downloads ≈2.5 GB)."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,11 @@ def concretize(run_dedal, real_spack, tmp_path):
         pytest.skip("needs root (the base image's root filesystem through bubblewrap)")
 
     def _concretize(name: str) -> SpackLock:
-        env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(real_spack),
-               "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
+        env = {
+            "DEDAL_DATA_DIR": str(tmp_path / "data"),
+            "DEDAL_SPACK_ROOT": str(real_spack),
+            "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
+        }
         res = run_dedal("fetch", str(ENVS / name / "env.yaml"), "--lock-only", "--json", env=env, timeout=3600)
         assert res.returncode == 0, res.stdout + res.stderr
         result = json.loads(res.stdout)
@@ -125,9 +129,11 @@ def check_neuro_sources(lock: SpackLock) -> None:
     or on PyPI (arbor's sdist through recipes/repo, the builtin py-* recipes); the rest
     is the base's (build tools, OpenBLAS, SQLite, Expat)."""
     built = {n.name: n.namespace for n in lock.nodes.values() if not n.external}
-    foreign = {name: ns for name, ns in built.items()
-               if ns not in ("debsrc", "dedal") and not name.startswith("py-")
-               and name not in ("gcc-runtime", "python-venv")}
+    foreign = {
+        name: ns
+        for name, ns in built.items()
+        if ns not in ("debsrc", "dedal") and not name.startswith("py-") and name not in ("gcc-runtime", "python-venv")
+    }
     assert not foreign, f"built from upstream sources (unreachable here): {foreign}"
     for name in ("cmake", "bison", "flex", "meson", "ninja", "openblas", "sqlite", "expat"):
         node = one(lock, name)
@@ -178,8 +184,11 @@ def test_esd_neuro_fetch_fills_the_mirror_with_every_source(run_dedal, real_spac
         if not reachable(url):
             pytest.skip(f"{url} is not reachable: this test downloads the sources")
     git_sources_mirror(tmp_path / "data" / "mirror", ["osu-micro-benchmarks", "neuron-ringtest", "arbor-busyring"])
-    env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(real_spack),
-           "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
+    env = {
+        "DEDAL_DATA_DIR": str(tmp_path / "data"),
+        "DEDAL_SPACK_ROOT": str(real_spack),
+        "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
+    }
     res = run_dedal("fetch", str(ENVS / "esd-neuro" / "env.yaml"), "--json", env=env, timeout=3600)
     assert res.returncode == 0, res.stdout + res.stderr
     result = json.loads(res.stdout)

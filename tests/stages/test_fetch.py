@@ -1,5 +1,6 @@
 """The fetch stage against local git repositories (bare clones standing in for the Spack
 and spack-envs remotes), the Spack stand-in and local mirrors."""
+
 from __future__ import annotations
 
 import json
@@ -42,16 +43,24 @@ def make_remote(tmp_path: Path, name: str, files: dict) -> tuple:
 
 def spack_remote(tmp_path: Path) -> tuple:
     standin = install_standin(tmp_path / "standin-src")
-    return make_remote(tmp_path, "spack", {"bin/spack": standin / "bin" / "spack",
-                                           "standin.json": (standin / "standin.json").read_text()})
+    return make_remote(
+        tmp_path,
+        "spack",
+        {"bin/spack": standin / "bin" / "spack", "standin.json": (standin / "standin.json").read_text()},
+    )
 
 
 def tiny_env_file(directory: Path, with_lock: bool) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     env_file = directory / "env.yaml"
-    env_file.write_text(yaml.safe_dump({
-        "spack": {"specs": ["dedal-app"], "concretizer": {"unify": True}},
-        "dedal": {"name": "tiny", "base_image": "host", "install_root": "/opt/esd/software"}}))
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["dedal-app"], "concretizer": {"unify": True}},
+                "dedal": {"name": "tiny", "base_image": "host", "install_root": "/opt/esd/software"},
+            }
+        )
+    )
     if with_lock:
         shutil.copyfile(SPACK_DATA / "tiny-dedal.spack.lock", directory / "spack.lock")
     return env_file
@@ -83,8 +92,7 @@ def test_fetch_clones_spack_concretizes_fills_mirror_and_plans(run_dedal, tmp_pa
     lock = json.loads(Path(result["lock"]).read_text())
     assert lock == json.loads((SPACK_DATA / "tiny-dedal.spack.lock").read_text())  # the stand-in replays it
     mirror = tmp_path / "data" / "mirror"
-    assert sorted(p.name for p in mirror.iterdir() if p.is_dir() and not p.name.startswith("_")) == \
-        TINY_PACKAGES
+    assert sorted(p.name for p in mirror.iterdir() if p.is_dir() and not p.name.startswith("_")) == TINY_PACKAGES
     plan = json.loads(Path(result["plan"]).read_text())
     assert len(plan["to_build"]) == 5 and plan["base_image"] == "host"
     # a rerun concretizes nothing and fetches nothing
@@ -151,7 +159,9 @@ def test_fetch_lock_only_concretizes_and_plans_without_touching_the_mirror(run_d
     assert res.returncode == 0, res.stderr
     result = json.loads(res.stdout)
     assert result["concretized"] is True and result["mirrored"] is False and result["sources"] == 0
-    assert json.loads(Path(result["lock"]).read_text()) == json.loads((SPACK_DATA / "tiny-dedal.spack.lock").read_text())
+    assert json.loads(Path(result["lock"]).read_text()) == json.loads(
+        (SPACK_DATA / "tiny-dedal.spack.lock").read_text()
+    )
     assert len(json.loads(Path(result["plan"]).read_text())["to_build"]) == 5
     mirror = tmp_path / "data" / "mirror"
     assert not mirror.exists() or not any(mirror.iterdir())
@@ -172,8 +182,7 @@ def test_fetch_without_spack_says_how_to_provide_one(run_dedal, tmp_path):
 
 def test_fetch_environment_from_a_spack_envs_repository(run_dedal, tmp_path):
     spack = install_standin(tmp_path / "spack")
-    content = yaml.safe_dump({"spack": {"specs": ["dedal-app"]},
-                              "dedal": {"name": "tiny", "base_image": "host"}})
+    content = yaml.safe_dump({"spack": {"specs": ["dedal-app"]}, "dedal": {"name": "tiny", "base_image": "host"}})
     url, first, second = make_remote(tmp_path, "envs", {"spack-envs/tiny/env.yaml": content})
     env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_SPACK_ROOT": str(spack)}
     res = run_dedal("fetch", "spack-envs/tiny/env.yaml", "--envs-url", url, "--envs-ref", first, "--json", env=env)
@@ -183,6 +192,7 @@ def test_fetch_environment_from_a_spack_envs_repository(run_dedal, tmp_path):
 
 def test_current_says_why_fetch_concretizes_again(tmp_path):
     from dedal.stages.fetch import CONCRETIZED_STAMP, current
+
     assert current(tmp_path, "d1") == "no spack.lock yet"
     (tmp_path / "spack.lock").write_text("{}")
     assert "no .concretized-from stamp" in current(tmp_path, "d1")

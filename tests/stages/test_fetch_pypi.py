@@ -5,6 +5,7 @@ data/esd-neuro-sources.json is what dedal/data/list_sources.py wrote for esd-neu
 the real Spack (entries bzip2, py-wheel, py-numpy, neuron kept), plus one entry written
 by hand in the same form for py-tomli 2.0.1 (the URL and sha256 of Spack's recipe, its
 mirror paths as Spack names them), the project whose real sdist the loopback index serves."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ def test_missing_pypi_sources_come_from_the_index_by_sha256(pypi_index, tmp_path
     still = {m.package.split("@")[0] for m in _missing(sources, mirror)[0]}
     assert "py-tomli" not in still and {"bzip2", "py-wheel"} <= still
     assert any(n.startswith("py-tomli@2.0.1: tomli-2.0.1.tar.gz from ") for n in notes)
-    assert any(n.startswith("py-wheel@") and "HTTP 404" in n for n in notes)   # this index has no wheel page
+    assert any(n.startswith("py-wheel@") and "HTTP 404" in n for n in notes)  # this index has no wheel page
     # only PyPI URLs are looked up: never the Debian ones
     assert all(r.startswith(("/simple/", "/files/")) for r in pypi_index.requests)
     assert "/simple/bzip2/" not in pypi_index.requests

@@ -4,6 +4,7 @@ nodes and names that break the listing are refused, in one line naming the entry
 unpacking of an audited layer cannot be redirected by what lies in the destination.
 The same rules before a layer is stored (a build's, a cache's) and for a whole store
 (issue 39, item 1)."""
+
 from __future__ import annotations
 
 import os
@@ -17,14 +18,22 @@ import pytest
 from dedal.errors import UserError
 from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.plan import PlanNode
-from dedal.stages.layer_audit import (audit_layer, audit_store, check_packed, prefix_problem, tree_entries,
-                                      unpack_layer)
+from dedal.stages.layer_audit import audit_layer, audit_store, check_packed, prefix_problem, tree_entries, unpack_layer
 
 pytestmark = pytest.mark.reliability
 
 IR = "/opt/esd/software"
-NODE = PlanNode(hash="h" * 32, name="pkg", version="1.0", namespace="builtin", external=False, build_only=False,
-                runtime=True, status="cached", key="pkg-1.0-hhhhhhh-0123456789abcdef")
+NODE = PlanNode(
+    hash="h" * 32,
+    name="pkg",
+    version="1.0",
+    namespace="builtin",
+    external=False,
+    build_only=False,
+    runtime=True,
+    status="cached",
+    key="pkg-1.0-hhhhhhh-0123456789abcdef",
+)
 PREFIX = NODE.prefix_name
 
 
@@ -37,12 +46,29 @@ def make_layer(tmp: Path, shape: Callable[[Path], None], pseudo: Sequence[str] =
     store = LayerStore(tmp / "layers")
     store.ensure_writable()
     packed = store.temp_path(NODE.key)
-    cmd = ["mksquashfs", str(src), str(packed), "-keep-as-directory", "-noappend", "-all-root", "-quiet", "-no-progress"]
+    cmd = [
+        "mksquashfs",
+        str(src),
+        str(packed),
+        "-keep-as-directory",
+        "-noappend",
+        "-all-root",
+        "-quiet",
+        "-no-progress",
+    ]
     for p in pseudo:
         cmd += ["-p", p]
     subprocess.run(cmd, check=True, capture_output=True)
-    man = LayerManifest(key=NODE.key, name=NODE.name, version=NODE.version, hash=NODE.hash, namespace="builtin",
-                        prefix=PREFIX, install_root=IR, base_id="b")
+    man = LayerManifest(
+        key=NODE.key,
+        name=NODE.name,
+        version=NODE.version,
+        hash=NODE.hash,
+        namespace="builtin",
+        prefix=PREFIX,
+        install_root=IR,
+        base_id="b",
+    )
     store.add(man, packed)
     return store
 
@@ -63,15 +89,19 @@ def _chmod(rel: str, mode: int, make_dir: bool = False) -> Callable[[Path], None
         else:
             p.write_text("x")
         os.chmod(p, mode)
+
     return shape
 
 
-@pytest.mark.parametrize("shape,expect", [
-    (_chmod("bin/su", 0o4755), "is setuid"),
-    (_chmod("bin/sg", 0o2755), "is setgid"),
-    (_chmod("shared", 0o777, make_dir=True), "world-writable without the sticky bit"),
-    (lambda src: os.mkfifo(src / "fifo"), "is a FIFO"),
-])
+@pytest.mark.parametrize(
+    "shape,expect",
+    [
+        (_chmod("bin/su", 0o4755), "is setuid"),
+        (_chmod("bin/sg", 0o2755), "is setgid"),
+        (_chmod("shared", 0o777, make_dir=True), "world-writable without the sticky bit"),
+        (lambda src: os.mkfifo(src / "fifo"), "is a FIFO"),
+    ],
+)
 def test_refused_entries(tmp_path: Path, shape: Callable[[Path], None], expect: str) -> None:
     assert expect in refused(make_layer(tmp_path, shape))
 
@@ -81,6 +111,7 @@ def test_socket_is_refused(tmp_path: Path) -> None:
         s = socket.socket(socket.AF_UNIX)
         s.bind(str(src / "sock"))
         s.close()
+
     assert "is a socket" in refused(make_layer(tmp_path, shape))
 
 
@@ -95,6 +126,7 @@ def test_sticky_world_writable_dir_and_setgid_dir_pass(tmp_path: Path) -> None:
         os.chmod(src / "tmp", 0o1777)
         (src / "share").mkdir()
         os.chmod(src / "share", 0o2755)  # group inheritance, as a setgid build directory gives
+
     store = make_layer(tmp_path, shape)
     info = audit_layer(NODE, store, IR)
     assert info.files >= 5 and info.sha256 == store.manifest(NODE.key).sha256
@@ -120,12 +152,18 @@ def test_a_swapped_squashfs_is_corrupt(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- before a layer is stored
 
 
-@pytest.mark.parametrize("shape,expect", [
-    (_chmod("bin/su", 0o4755), "is setuid"),
-    (lambda src: os.symlink("/etc/shadow", src / "shadow"), "shadow -> /etc/shadow points outside the install root"),
-    (lambda src: os.symlink("../../../../../etc", src / "up"), "escapes the install root"),
-    (_chmod("shared", 0o777, make_dir=True), "world-writable without the sticky bit"),
-])
+@pytest.mark.parametrize(
+    "shape,expect",
+    [
+        (_chmod("bin/su", 0o4755), "is setuid"),
+        (
+            lambda src: os.symlink("/etc/shadow", src / "shadow"),
+            "shadow -> /etc/shadow points outside the install root",
+        ),
+        (lambda src: os.symlink("../../../../../etc", src / "up"), "escapes the install root"),
+        (_chmod("shared", 0o777, make_dir=True), "world-writable without the sticky bit"),
+    ],
+)
 def test_check_packed_refuses_what_the_assembly_refuses(tmp_path: Path, shape, expect: str) -> None:
     store = make_layer(tmp_path, shape)
     with pytest.raises(UserError) as err:
@@ -139,8 +177,11 @@ def test_check_packed_refuses_an_entry_outside_the_prefix(tmp_path: Path) -> Non
     (src / PREFIX / "bin").mkdir(parents=True)
     (src / "evil").mkdir()
     sqfs = tmp_path / "two-tops.sqfs"
-    subprocess.run(["mksquashfs", str(src), str(sqfs), "-noappend", "-all-root", "-quiet", "-no-progress"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["mksquashfs", str(src), str(sqfs), "-noappend", "-all-root", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
     with pytest.raises(UserError, match=r"refused: path 'evil' is outside its prefix"):
         check_packed(sqfs, PREFIX, IR, "layer x")
 
@@ -227,8 +268,9 @@ def test_a_killed_assemblys_temporaries_are_reaped(tmp_path: Path) -> None:
     sif = tmp_path / "images" / "env" / "latest.sif"
     sif.parent.mkdir(parents=True)
     code = "import sys; from dedal.model.artifacts import temp_path; print(temp_path(sys.argv[1]).name)"
-    child = subprocess.run([sys.executable, "-c", code, str(sif)], capture_output=True, text=True,
-                           check=True).stdout.strip()
+    child = subprocess.run(
+        [sys.executable, "-c", code, str(sif)], capture_output=True, text=True, check=True
+    ).stdout.strip()
     dead = [sif.with_name(f"{child}{ext}") for ext in (".sqfs", ".image.json")]
     live = sif.with_name(temp_path(sif).name + ".sif")
     other = sif.with_name(f".{sif.name}.assemble-12345.sqfs")  # an older dedal's name: no owner

@@ -1,5 +1,6 @@
 """A bare spack.lock's base image (Spack's lock names none): recorded by a file of the same
 environment next to the lock (plan.json written by `dedal fetch`, env.yaml), else the setting."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,11 @@ def test_the_plan_json_beside_the_lock_records_its_base(tmp_path, settings):
     assert resolve(str(copy / "spack.lock"), settings).base_image == CUDA
 
 
-@pytest.mark.parametrize("changes", [{"env_name": "other"}, {"lock_path": "/nowhere/spack.lock", "lock_sha256": "0" * 64}],
-                         ids=["another-environment", "another-lock"])
+@pytest.mark.parametrize(
+    "changes",
+    [{"env_name": "other"}, {"lock_path": "/nowhere/spack.lock", "lock_sha256": "0" * 64}],
+    ids=["another-environment", "another-lock"],
+)
 def test_a_plan_json_of_something_else_is_not_taken(tmp_path, settings, changes):
     lock = _lock(tmp_path / "gpu")
     _record_plan(lock, settings, **changes)
@@ -67,8 +71,11 @@ def test_an_unreadable_plan_json_is_passed_over(tmp_path, settings):
     assert resolve(str(lock), settings).base_image == "debian-trixie"
 
 
-@pytest.mark.parametrize("dedal, recorded", [({"base_image": CUDA}, True), ({"name": "other", "base_image": CUDA}, False),
-                                             ({}, False)], ids=["same-env", "another-env", "no-base"])
+@pytest.mark.parametrize(
+    "dedal, recorded",
+    [({"base_image": CUDA}, True), ({"name": "other", "base_image": CUDA}, False), ({}, False)],
+    ids=["same-env", "another-env", "no-base"],
+)
 def test_an_env_yaml_beside_the_lock_records_its_base(tmp_path, settings, dedal, recorded):
     lock = _lock(tmp_path / "gpu")
     data = {"spack": {"specs": ["dedal-app"]}, "dedal": dedal}
@@ -96,8 +103,9 @@ def test_runtime_base_is_planned_but_keys_stay_the_build_bases(tmp_path, setting
     def plan_for(extra: dict, where: str):
         envdir = tmp_path / where
         envdir.mkdir()
-        (envdir / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["dedal-app"]}, "dedal": {
-            "name": "tiny", "base_image": CUDA, **extra}}))
+        (envdir / "env.yaml").write_text(
+            yaml.safe_dump({"spack": {"specs": ["dedal-app"]}, "dedal": {"name": "tiny", "base_image": CUDA, **extra}})
+        )
         shutil.copyfile(LOCK, envdir / "spack.lock")
         target = resolve(str(envdir / "env.yaml"), settings)
         return target, prepare(target)

@@ -1,5 +1,6 @@
 """build-image's verify stage and the publish gate (setting verify_gate) when planned checks did
 not run: a GPU image verified on a host without GPU is never "good" enough for the strict gate."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,10 @@ from dedal.model.target import Target
 def _gpu_report(image: Path, sha256: str, target: Target) -> VerifyReport:
     """What `dedal verify` of a GPU image says on a host without GPU: good, GPU checks skipped;
     made with the settings build-image verifies with."""
-    checks = [CheckResult("osu_latency", "latency", "us", "good"),
-              skipped_check("osu_latency D D", "latency", "us", "no GPU", gpu=True)]
+    checks = [
+        CheckResult("osu_latency", "latency", "us", "good"),
+        skipped_check("osu_latency D D", "latency", "us", "no GPU", gpu=True),
+    ]
     digest = pipeline.verify_options(target, image, _outdir(target, image)).settings_digest()
     return VerifyReport(image=str(image), checks=checks, meta={"image_sha256": sha256, "settings_sha256": digest})
 
@@ -38,14 +41,25 @@ def _target(tmp_path: Path, monkeypatch, gate: str):
     image.parent.mkdir()
     image.write_bytes(b"not really a SIF: the verify stage only hashes it here")
     monkeypatch.setattr(pipeline, "_image_path", lambda target, plan: image)
-    settings = load_settings(config_file=None, environ={}, overrides={
-        "data_dir": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache"), "verify_gate": gate})
+    settings = load_settings(
+        config_file=None,
+        environ={},
+        overrides={"data_dir": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache"), "verify_gate": gate},
+    )
     return Target(settings=settings, name="gpu"), image
 
 
 def _run(target: Target, **kw) -> pipeline.PipelineSummary:
-    return pipeline.run_pipeline(target, ImageOptions(), stages=["verify", "publish"], executor="local", jobs=1,
-                                 keep_going=False, quiet=True, **kw)
+    return pipeline.run_pipeline(
+        target,
+        ImageOptions(),
+        stages=["verify", "publish"],
+        executor="local",
+        jobs=1,
+        keep_going=False,
+        quiet=True,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["report-of-this-image", "verified-now"])
@@ -54,8 +68,11 @@ def test_the_strict_gate_refuses_skipped_gpu_checks(tmp_path, monkeypatch, fresh
     report = _gpu_report(image, sha256_file(image), target)
     outdir = Path(target.settings.reports_dir) / image.stem
     if fresh:  # the verify stage runs: its outcome carries the report
-        monkeypatch.setattr(pipeline, "run_verify", lambda opts, progress=None: SimpleNamespace(
-            report=report, paths=write_report(report, opts.output)))
+        monkeypatch.setattr(
+            pipeline,
+            "run_verify",
+            lambda opts, progress=None: SimpleNamespace(report=report, paths=write_report(report, opts.output)),
+        )
     else:  # a finished verification of the same image is read back from its verify.json
         write_report(report, outdir)
     summary = _run(target, reverify=fresh)
@@ -96,13 +113,28 @@ def test_a_report_made_with_other_settings_is_not_current(tmp_path, monkeypatch)
     target, image = _target(tmp_path, monkeypatch, "passed")
     write_report(_gpu_report(image, sha256_file(image), target), _outdir(target, image))
     ran = []
-    monkeypatch.setattr(pipeline, "run_verify", lambda opts, progress=None: ran.append(opts) or SimpleNamespace(
-        report=_gpu_report(image, sha256_file(image), target), paths=write_report(
-            _gpu_report(image, sha256_file(image), target), opts.output)))
+    monkeypatch.setattr(
+        pipeline,
+        "run_verify",
+        lambda opts, progress=None: (
+            ran.append(opts)
+            or SimpleNamespace(
+                report=_gpu_report(image, sha256_file(image), target),
+                paths=write_report(_gpu_report(image, sha256_file(image), target), opts.output),
+            )
+        ),
+    )
     assert _run(target).ok and not ran  # same settings: the report is current
     ring = AppCheck(name="ring", command=["python3", "ring.py"])
-    target = replace(target, env=EnvFile(path=tmp_path / "env.yaml", spack={}, name="gpu",  # a Target is frozen
-                                         verify=VerifySpec(apps=[ring])))
+    target = replace(
+        target,
+        env=EnvFile(
+            path=tmp_path / "env.yaml",
+            spack={},
+            name="gpu",  # a Target is frozen
+            verify=VerifySpec(apps=[ring]),
+        ),
+    )
     outdir = Path(target.settings.reports_dir) / "gpu" / "latest"  # build-image's report directory with an env file
     write_report(_gpu_report(image, sha256_file(image), target), outdir)
     assert _run(target).ok and not ran  # the report of these settings is current too
@@ -115,8 +147,9 @@ def test_a_report_made_with_other_settings_is_not_current(tmp_path, monkeypatch)
 def _suboptimal_report(image: Path, target: Target) -> VerifyReport:
     checks = [CheckResult("osu_latency", "latency", "us", "suboptimal")]
     digest = pipeline.verify_options(target, image, _outdir(target, image)).settings_digest()
-    return VerifyReport(image=str(image), checks=checks,
-                        meta={"image_sha256": sha256_file(image), "settings_sha256": digest})
+    return VerifyReport(
+        image=str(image), checks=checks, meta={"image_sha256": sha256_file(image), "settings_sha256": digest}
+    )
 
 
 def _verdict_report(image: Path, target: Target, verdict: str) -> VerifyReport:
@@ -125,9 +158,16 @@ def _verdict_report(image: Path, target: Target, verdict: str) -> VerifyReport:
     return report
 
 
-@pytest.mark.parametrize("gate, last, again", [("passed", "bad", True), ("passed", "failed", True),
-                                               ("good", "suboptimal", True), ("passed", "suboptimal", False),
-                                               ("off", "bad", False)])
+@pytest.mark.parametrize(
+    "gate, last, again",
+    [
+        ("passed", "bad", True),
+        ("passed", "failed", True),
+        ("good", "suboptimal", True),
+        ("passed", "suboptimal", False),
+        ("off", "bad", False),
+    ],
+)
 def test_a_report_the_gate_refuses_is_measured_again(tmp_path, monkeypatch, gate, last, again):
     """A verdict the gate refuses is not reused as current: the same image measured again on a
     quieter machine may pass (a bad report of the README's demo on a busy machine otherwise
@@ -136,9 +176,17 @@ def test_a_report_the_gate_refuses_is_measured_again(tmp_path, monkeypatch, gate
     target, image = _target(tmp_path, monkeypatch, gate)
     write_report(_verdict_report(image, target, last), _outdir(target, image))
     ran = []
-    monkeypatch.setattr(pipeline, "run_verify", lambda opts, progress=None: ran.append(opts) or SimpleNamespace(
-        report=_verdict_report(image, target, "good"), paths=write_report(_verdict_report(image, target, "good"),
-                                                                          opts.output)))
+    monkeypatch.setattr(
+        pipeline,
+        "run_verify",
+        lambda opts, progress=None: (
+            ran.append(opts)
+            or SimpleNamespace(
+                report=_verdict_report(image, target, "good"),
+                paths=write_report(_verdict_report(image, target, "good"), opts.output),
+            )
+        ),
+    )
     summary = _run(target)
     verify = {s.name: s for s in summary.stages}["verify"]
     if again:
@@ -157,10 +205,14 @@ def _publish_only(tmp_path, monkeypatch, gate: str, report: bool):
     if report:
         write_report(_suboptimal_report(image, target), _outdir(target, image))
     sent = []
-    monkeypatch.setattr(publish_stage, "publish", lambda sif, refs, **kw: sent.append(kw) or SimpleNamespace(
-        references=refs, blobs_uploaded=[]))
-    summary = pipeline.run_pipeline(target, ImageOptions(), stages=["publish"], executor="local", jobs=1,
-                                    keep_going=False, quiet=True)
+    monkeypatch.setattr(
+        publish_stage,
+        "publish",
+        lambda sif, refs, **kw: sent.append(kw) or SimpleNamespace(references=refs, blobs_uploaded=[]),
+    )
+    summary = pipeline.run_pipeline(
+        target, ImageOptions(), stages=["publish"], executor="local", jobs=1, keep_going=False, quiet=True
+    )
     return summary, {s.name: s for s in summary.stages}, sent, _outdir(target, image)
 
 
@@ -191,9 +243,14 @@ def test_publish_alone_with_the_gate_off_publishes_an_unverified_image(tmp_path,
     assert summary.ok and len(sent) == 1 and stages["publish"].status == "done"
 
 
-@pytest.mark.parametrize("verify", [{"ranks": 1}, {"ranks": 1, "nodes": 2, "launcher": "srun"},
-                                    {"ranks": 4, "repetitions": 3, "env": {"UCX_TLS": "tcp"},
-                                     "thresholds": {"bandwidth_pct": 5}}])
+@pytest.mark.parametrize(
+    "verify",
+    [
+        {"ranks": 1},
+        {"ranks": 1, "nodes": 2, "launcher": "srun"},
+        {"ranks": 4, "repetitions": 3, "env": {"UCX_TLS": "tcp"}, "thresholds": {"bandwidth_pct": 5}},
+    ],
+)
 def test_build_image_and_dedal_verify_merge_the_env_file_alike(tmp_path, monkeypatch, verify):
     """One merge: build-image's verification and `dedal verify IMAGE --env-file` of the same file
     have the same options (settings digest), ``ranks: 1`` on one node accepted by both."""
@@ -210,7 +267,10 @@ def test_build_image_and_dedal_verify_merge_the_env_file_alike(tmp_path, monkeyp
     monkeypatch.setenv("DEDAL_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("DEDAL_CACHE_DIR", str(tmp_path / "cache"))
     from_pipeline = pipeline.verify_options(target, image, _outdir(target, image))
-    from_command = options_from_args(build_parser().parse_args(
-        ["verify", str(image), "--env-file", str(env_file), "-o", str(_outdir(target, image))]))
+    from_command = options_from_args(
+        build_parser().parse_args(
+            ["verify", str(image), "--env-file", str(env_file), "-o", str(_outdir(target, image))]
+        )
+    )
     assert from_pipeline.ranks == from_command.ranks == verify["ranks"]
     assert from_pipeline.settings_digest() == from_command.settings_digest()

@@ -1,5 +1,6 @@
 """One plan per command: `build-image` (the pipeline) and `dedal assemble` parse spack.lock
 once and write plan.json once, and every stage takes that plan."""
+
 from __future__ import annotations
 
 import shutil
@@ -29,8 +30,14 @@ LOCK = SPACK_DATA / "tiny-dedal.spack.lock"
 def env_file(tmp_path: Path) -> Path:
     envdir = tmp_path / "tiny"
     envdir.mkdir()
-    (envdir / "env.yaml").write_text(yaml.safe_dump({"spack": {"specs": ["dedal-app"]}, "dedal": {
-        "name": "tiny", "base_image": "host", "labels": {"team": "hpc"}}}))
+    (envdir / "env.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["dedal-app"]},
+                "dedal": {"name": "tiny", "base_image": "host", "labels": {"team": "hpc"}},
+            }
+        )
+    )
     shutil.copyfile(LOCK, envdir / "spack.lock")
     return envdir / "env.yaml"
 
@@ -38,8 +45,11 @@ def env_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def settings(tmp_path: Path):
     (tmp_path / "data" / "mirror").mkdir(parents=True)
-    return load_settings(config_file=None, environ={}, overrides={
-        "data_dir": str(tmp_path / "data"), "mirror": str(tmp_path / "data" / "mirror")})
+    return load_settings(
+        config_file=None,
+        environ={},
+        overrides={"data_dir": str(tmp_path / "data"), "mirror": str(tmp_path / "data" / "mirror")},
+    )
 
 
 @pytest.fixture
@@ -64,8 +74,15 @@ def counts(monkeypatch) -> Dict[str, int]:
 def _assembled(calls: List[tuple]):
     def fake_assemble(plan, image, settings, *, lock=None, output=None, progress=None, force=False):  # noqa: ANN001
         calls.append((plan, image, lock))
-        return SimpleNamespace(image=str(Path(settings.images_dir) / "tiny.sif"), size=1, sha256="0" * 64,
-                               layers=[], status="assembled", to_json=dict)
+        return SimpleNamespace(
+            image=str(Path(settings.images_dir) / "tiny.sif"),
+            size=1,
+            sha256="0" * 64,
+            layers=[],
+            status="assembled",
+            to_json=dict,
+        )
+
     return fake_assemble
 
 
@@ -81,13 +98,19 @@ def test_build_image_parses_the_lock_once_and_writes_the_plan_once(env_file, set
     built, assembled = [], []
     monkeypatch.setattr(pipeline, "run_fetch", fake_fetch)
     monkeypatch.setattr(building, "base_root", lambda *a, **k: None)
-    monkeypatch.setattr(local, "build", lambda plan, plan_path, settings, **kw: built.append((plan, plan_path))
-                        or BuildSummary(env=plan.env_name, executor="local"))
+    monkeypatch.setattr(
+        local,
+        "build",
+        lambda plan, plan_path, settings, **kw: (
+            built.append((plan, plan_path)) or BuildSummary(env=plan.env_name, executor="local")
+        ),
+    )
     monkeypatch.setattr(pipeline, "do_assemble", _assembled(assembled))
     target = resolve(str(env_file), settings)
     image = ImageOptions.of(target.env, source_date_epoch=1700000000)
-    summary = pipeline.run_pipeline(target, image, stages=["fetch", "build", "assemble"], executor="local",
-                                    jobs=1, keep_going=False, quiet=True)
+    summary = pipeline.run_pipeline(
+        target, image, stages=["fetch", "build", "assemble"], executor="local", jobs=1, keep_going=False, quiet=True
+    )
     assert summary.ok, summary.error
     assert counts == {"parse_lock": 1, "plan_write": 1}
     plan, path, lock = fetched[0]
@@ -98,12 +121,22 @@ def test_build_image_parses_the_lock_once_and_writes_the_plan_once(env_file, set
 def test_build_image_from_build_prepares_the_plan_once(env_file, settings, counts, monkeypatch):
     built, assembled = [], []
     monkeypatch.setattr(building, "base_root", lambda *a, **k: None)
-    monkeypatch.setattr(local, "build", lambda plan, plan_path, settings, **kw: built.append(plan)
-                        or BuildSummary(env=plan.env_name, executor="local"))
+    monkeypatch.setattr(
+        local,
+        "build",
+        lambda plan, plan_path, settings, **kw: built.append(plan) or BuildSummary(env=plan.env_name, executor="local"),
+    )
     monkeypatch.setattr(pipeline, "do_assemble", _assembled(assembled))
     target = resolve(str(env_file), settings)
-    summary = pipeline.run_pipeline(target, ImageOptions.of(target.env), stages=["build", "assemble"],
-                                    executor="local", jobs=1, keep_going=False, quiet=True)
+    summary = pipeline.run_pipeline(
+        target,
+        ImageOptions.of(target.env),
+        stages=["build", "assemble"],
+        executor="local",
+        jobs=1,
+        keep_going=False,
+        quiet=True,
+    )
     assert summary.ok, summary.error
     assert counts == {"parse_lock": 1, "plan_write": 1}
     assert assembled[0][0] is built[0] and assembled[0][2] is not None
@@ -117,8 +150,17 @@ def test_dedal_assemble_parses_the_lock_once(env_file, settings, counts, monkeyp
     monkeypatch.setattr(assemble_cmd, "from_args", lambda args, **kw: settings)
     monkeypatch.setattr(assemble_stage, "assemble", _assembled(assembled))  # the command imports it when it runs
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1600000000")
-    args = SimpleNamespace(target=str(env_file), only=None, keep_build_deps=None, runtime_base=None, json=True,
-                           output=None, force=False, layers=None, stage_dir=None)
+    args = SimpleNamespace(
+        target=str(env_file),
+        only=None,
+        keep_build_deps=None,
+        runtime_base=None,
+        json=True,
+        output=None,
+        force=False,
+        layers=None,
+        stage_dir=None,
+    )
     assert assemble_cmd.run(args) == 0
     assert counts == {"parse_lock": 1, "plan_write": 1}
     plan, image, lock = assembled[0]

@@ -1,5 +1,6 @@
 """`dedal rebuild IMAGE`: the tiny environment's image rebuilt from what it carries, in a work
 directory of its own, is identical; a doctored image is not, and the diff says where."""
+
 from __future__ import annotations
 
 import json
@@ -17,15 +18,19 @@ from tests.fixtures.images import build_env, require_root
 def original(tmp_path_factory):
     require_root()
     tmp = tmp_path_factory.mktemp("rebuild")
-    built = build_env(tmp / "orig", "tiny", "host", {"labels": {"maintainer": "dedal tests"},
-                                                     "description": "rebuild test"})
+    built = build_env(
+        tmp / "orig", "tiny", "host", {"labels": {"maintainer": "dedal tests"}, "description": "rebuild test"}
+    )
     result = built.assemble_json("-o", str(tmp / "orig.sif"))
     return built, tmp / "orig.sif", result
 
 
 def _rebuild(built, image: Path, tmp: Path, *args: str):
-    env = {"DEDAL_DATA_DIR": str(tmp / "data"), "DEDAL_CACHE_DIR": str(tmp / "cache"),
-           "DEDAL_STAGE_DIR": str(tmp / "stage")}  # the mirror and Spack: the original's (inputs)
+    env = {
+        "DEDAL_DATA_DIR": str(tmp / "data"),
+        "DEDAL_CACHE_DIR": str(tmp / "cache"),
+        "DEDAL_STAGE_DIR": str(tmp / "stage"),
+    }  # the mirror and Spack: the original's (inputs)
     (tmp / "stage").mkdir(parents=True, exist_ok=True)
     return built.dedal("rebuild", str(image), "--workdir", str(tmp / "work"), *args, env=env, cwd=tmp)
 
@@ -120,8 +125,14 @@ def _sif(tmp: Path, name: str, shape) -> Path:
     part = tmp / f"{name}.sqfs"
     squashfs.pack([root], part)
     out = tmp / f"{name}.sif"
-    sif.write_sif(out, part, definition="Bootstrap: dedal\n", labels=LABELS,
-                  metadata={"data": {"attributes": {"labels": LABELS}}}, created=1700000000)
+    sif.write_sif(
+        out,
+        part,
+        definition="Bootstrap: dedal\n",
+        labels=LABELS,
+        metadata={"data": {"attributes": {"labels": LABELS}}},
+        created=1700000000,
+    )
     return out
 
 
@@ -172,6 +183,7 @@ def test_an_env_yaml_that_is_a_symlink_to_a_host_file_is_not_read(run_dedal, tmp
         env = _carried(root)
         (env / "env.yaml").unlink()
         os.symlink(host_secrets / "env.yaml", env / "env.yaml")
+
     line = _refused(run_dedal, _sif(tmp_path, "yaml-link", shape), tmp_path, "env.yaml is a symlink")
     assert "TOPSECRET" not in line
 
@@ -188,11 +200,21 @@ def test_a_fifo_or_a_relative_symlink_in_the_env_dir_is_refused(run_dedal, tmp_p
 @pytest.mark.reliability
 def test_an_env_yaml_naming_host_paths_is_refused(run_dedal, tmp_path):
     require_root()
-    include = _sif(tmp_path, "include", lambda root: _carried(
-        root, env_yaml="spack:\n  specs: [zlib]\n  include: [/etc/shadow]\ndedal: {name: x, base_image: host}\n"))
+    include = _sif(
+        tmp_path,
+        "include",
+        lambda root: _carried(
+            root, env_yaml="spack:\n  specs: [zlib]\n  include: [/etc/shadow]\ndedal: {name: x, base_image: host}\n"
+        ),
+    )
     _refused(run_dedal, include, tmp_path, "spack.include names '/etc/shadow'")
-    base = _sif(tmp_path, "base", lambda root: _carried(
-        root, env_yaml="spack:\n  specs: [zlib]\ndedal: {name: x, base_image: /root/evil.yaml}\n"))
+    base = _sif(
+        tmp_path,
+        "base",
+        lambda root: _carried(
+            root, env_yaml="spack:\n  specs: [zlib]\ndedal: {name: x, base_image: /root/evil.yaml}\n"
+        ),
+    )
     _refused(run_dedal, base, tmp_path, "dedal.base_image is the path '/root/evil.yaml'")
 
 
@@ -203,8 +225,9 @@ def test_a_corrupt_partition_is_one_line_and_leaves_nothing(run_dedal, tmp_path,
     tables at the end intact): the mount works and reading fails (EIO). Was `internal
     error` (exit 70, a shutil.Error list) and a partial env/."""
     require_root()
-    image = _sif(tmp_path, "corrupt", lambda root: _carried(root, **{f"f{i}.txt": os.urandom(50000).hex()
-                                                                       for i in range(8)}))
+    image = _sif(
+        tmp_path, "corrupt", lambda root: _carried(root, **{f"f{i}.txt": os.urandom(50000).hex() for i in range(8)})
+    )
     part = sif.primary_partition(sif.read_sif(image))
     with open(image, "r+b") as fh:
         fh.seek(part.offset + 96)

@@ -1,5 +1,6 @@
 """Reproducible images: one date for every time stamp, and two independent builds of one
 environment and lock giving the same SIF, byte for byte."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,7 @@ def test_image_date_rules(tmp_path, monkeypatch):
     (spack / "bin" / "spack").write_text("#!/bin/sh\n")
     repo = git.Repo.init(spack)
     repo.index.add(["bin/spack"])
-    commit = repo.index.commit("spack", author_date="1717734514 -0600",
-                               commit_date="1717734514 -0600").hexsha
+    commit = repo.index.commit("spack", author_date="1717734514 -0600", commit_date="1717734514 -0600").hexsha
     plan, settings = _Plan(), _Settings(spack)
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     plan.spack_commit = commit
@@ -51,6 +51,7 @@ def test_image_date_rules(tmp_path, monkeypatch):
     assert image_date(plan, settings, None)[0] == 0
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
     from dedal.errors import UserError
+
     with pytest.raises(UserError, match="SOURCE_DATE_EPOCH: expected seconds"):
         source_date_epoch()
 
@@ -63,9 +64,13 @@ def test_two_builds_give_the_same_bytes(tmp_path):
     if not shutil.which("unshare"):
         pytest.skip("needs unshare (util-linux)")
     first = build_env(tmp_path / "one", "tiny", "host")
-    second = build_env(tmp_path / "two", "tiny", "host",
-                       wrap=("unshare", "-u", "sh", "-c", 'hostname dedal-rebuilder && exec "$@"', "sh"),
-                       env_extra={"USER": "rebuilder", "LOGNAME": "rebuilder"})
+    second = build_env(
+        tmp_path / "two",
+        "tiny",
+        "host",
+        wrap=("unshare", "-u", "sh", "-c", 'hostname dedal-rebuilder && exec "$@"', "sh"),
+        env_extra={"USER": "rebuilder", "LOGNAME": "rebuilder"},
+    )
     images = [b.assemble_json("-o", str(tmp_path / f"{n}.sif")) for n, b in (("one", first), ("two", second))]
     assert images[0]["sha256"] == images[1]["sha256"], render(diff_images(tmp_path / "one.sif", tmp_path / "two.sif"))
     assert (tmp_path / "one.sif").read_bytes() == (tmp_path / "two.sif").read_bytes()

@@ -2,6 +2,7 @@
 that are identical, differ by one label, by one file, by an entry only one has; hostile
 inputs (issue 39, item 3): a FIFO, a large object, an entry named '..', a name with a
 line break."""
+
 from __future__ import annotations
 
 import gzip
@@ -29,13 +30,23 @@ def _image(tmp: Path, name: str, files: dict, labels: dict) -> Path:
     part = tmp / f"{name}.sqfs"
     squashfs.pack([root], part)
     out = tmp / f"{name}.sif"
-    sif.write_sif(out, part, definition="Bootstrap: dedal\n", labels=labels,
-                  metadata={"data": {"attributes": {"labels": labels}}}, created=1700000000)
+    sif.write_sif(
+        out,
+        part,
+        definition="Bootstrap: dedal\n",
+        labels=labels,
+        metadata={"data": {"attributes": {"labels": labels}}},
+        created=1700000000,
+    )
     return out
 
 
-FILES = {"opt/sw/pkg/bin/tool": b"\x7fELF\x00binary", "opt/sw/pkg/.spack/spec.json": '{"a": 1, "b": [1, 2]}',
-         "opt/sw/pkg/share/notes.txt": "one\ntwo\nthree\n", "opt/sw/pkg/log.txt.gz": gzip.compress(b"x\n", mtime=0)}
+FILES = {
+    "opt/sw/pkg/bin/tool": b"\x7fELF\x00binary",
+    "opt/sw/pkg/.spack/spec.json": '{"a": 1, "b": [1, 2]}',
+    "opt/sw/pkg/share/notes.txt": "one\ntwo\nthree\n",
+    "opt/sw/pkg/log.txt.gz": gzip.compress(b"x\n", mtime=0),
+}
 LABELS = {"dedal.env": "t", "org.opencontainers.image.created": "2023-11-14T22:13:20Z"}
 
 
@@ -83,8 +94,11 @@ def test_one_file(images, run_dedal):
     assert r.returncode == 1, r.stderr
     data = json.loads(r.stdout)
     found = {(d["name"], d["what"]) for d in data["differences"] if d["where"] == "file"}
-    assert found == {("/opt/sw/pkg/share/notes.txt", "content"), ("/opt/sw/pkg/extra", "only in B"),
-                     ("/opt/sw/pkg/log.txt.gz", "only in A")}
+    assert found == {
+        ("/opt/sw/pkg/share/notes.txt", "content"),
+        ("/opt/sw/pkg/extra", "only in B"),
+        ("/opt/sw/pkg/log.txt.gz", "only in A"),
+    }
     notes = next(d for d in data["differences"] if d["name"] == "/opt/sw/pkg/share/notes.txt")
     assert "-two" in notes["detail"] and "+TWO" in notes["detail"]
     assert not [d for d in data["differences"] if d["where"] == "label"]
@@ -99,16 +113,18 @@ def test_bad_input(images, run_dedal, tmp_path):
     a = images[0]
     text = tmp_path / "not.sif"
     text.write_text("hello\n")
-    for other, message in ((text, "not a SIF image"), (tmp_path / "missing.sif", "no such file"),
-                           (tmp_path, "is a directory")):
+    for other, message in (
+        (text, "not a SIF image"),
+        (tmp_path / "missing.sif", "no such file"),
+        (tmp_path, "is a directory"),
+    ):
         r = run_dedal("diff", str(a), str(other))
         assert r.returncode == 2 and r.stdout == ""
         assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
 
 
 def test_content_diffs():
-    assert json_diff({"a": 1, "b": {"c": "x"}}, {"a": 1, "b": {"c": "y"}, "d": []}) == [
-        'b.c: "x" -> "y"', "d: - -> []"]
+    assert json_diff({"a": 1, "b": {"c": "x"}}, {"a": 1, "b": {"c": "y"}, "d": []}) == ['b.c: "x" -> "y"', "d: - -> []"]
     assert json_diff({"l": json.dumps({"k": 1})}, {"l": json.dumps({"k": 2})}) == ["l.k: 1 -> 2"]  # JSON in a string
     lines = content_diff("/x.txt.gz", gzip.compress(b"a\nb\n", mtime=0), gzip.compress(b"a\nc\n", mtime=0))
     assert "-b" in lines and "+c" in lines
@@ -121,8 +137,9 @@ def test_api_sorts_and_counts(images):
     a, _same, label, _file = images
     res = diff_images(a, label)
     assert not res.identical and res.counts()["label"] == 1
-    assert [d.where for d in res.differences] == sorted((d.where for d in res.differences),
-                                                        key=["header", "label", "object", "file"].index)
+    assert [d.where for d in res.differences] == sorted(
+        (d.where for d in res.differences), key=["header", "label", "object", "file"].index
+    )
 
 
 # ----------------------------------------------------------------------------- hostile inputs (issue 39, item 3)
@@ -137,8 +154,9 @@ def test_a_fifo_or_a_device_is_refused_at_once(images, run_dedal, tmp_path):
         for args in ((str(a), str(other)), (str(other), str(a))):
             r = run_dedal("diff", *args, timeout=60)  # was: blocked forever opening the FIFO
             assert r.returncode == 2 and r.stdout == "", r.stderr
-            assert r.stderr.strip().splitlines() == [f"dedal: error: {other}: {says}" +
-                                                     ("" if "FIFO" in says else ", not a regular file")]
+            assert r.stderr.strip().splitlines() == [
+                f"dedal: error: {other}: {says}" + ("" if "FIFO" in says else ", not a regular file")
+            ]
 
 
 def _sif_with_object(tmp: Path, name: str, size: int, last: bytes) -> Path:
@@ -151,8 +169,11 @@ def _sif_with_object(tmp: Path, name: str, size: int, last: bytes) -> Path:
         for _ in range(size >> 20):
             fh.write(b"{" * (1 << 20))  # text-like bytes: no NUL to stop a text diff early
         fh.write(last)
-    subprocess.run([siftool(), "add", str(image), str(blob), "--datatype", "7", "--filename", "big.json"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [siftool(), "add", str(image), str(blob), "--datatype", "7", "--filename", "big.json"],
+        check=True,
+        capture_output=True,
+    )
     blob.unlink()
     return image
 
@@ -165,18 +186,26 @@ def test_a_large_object_is_streamed_with_bounded_memory(tmp_path):
         pytest.skip("needs root or FUSE to mount the partitions")
     a = _sif_with_object(tmp_path, "a", 150 << 20, b"A")
     b = _sif_with_object(tmp_path, "b", 150 << 20, b"B")
-    measure = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-               "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
-               "sys.stderr.write(r.stdout + r.stderr)")
+    measure = (
+        "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+        "sys.stderr.write(r.stdout + r.stderr)"
+    )
     from tests.conftest import dedal_exe
 
-    r = subprocess.run([sys.executable, "-c", measure, dedal_exe(), "diff", str(a), str(b), "--json"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", measure, dedal_exe(), "diff", str(a), str(b), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     rc, maxrss_kib = map(int, r.stdout.split())
     data = json.loads(r.stderr)
     # siftool add stamps the object (and the header) with the time of day: the two images were
     # made a second apart or not; beside those stamps the content is the one difference
-    stamps = [d for d in data["differences"] if d["what"] == "time" or (d["where"], d["name"]) == ("header", "modified")]
+    stamps = [
+        d for d in data["differences"] if d["what"] == "time" or (d["where"], d["name"]) == ("header", "modified")
+    ]
     (big,) = [d for d in data["differences"] if d not in stamps]
     assert rc == 1 and big["name"] == "big.json (Generic/Raw)" and big["what"] == "content", r.stderr[-2000:]
     assert maxrss_kib < 100 * 1024, f"{maxrss_kib} KiB"
@@ -192,15 +221,40 @@ def _crafted(tmp: Path, name: str, files: dict, patch: Optional[Tuple[bytes, byt
         p.write_text(data)
     os.chmod(root, 0o755)
     part = tmp / f"{name}.sqfs"
-    subprocess.run(["mksquashfs", str(root), str(part), "-noappend", "-all-root", "-noI", "-noD", "-noF", "-noX",
-                    "-mkfs-time", "0", "-all-time", "0", "-quiet", "-no-progress"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "mksquashfs",
+            str(root),
+            str(part),
+            "-noappend",
+            "-all-root",
+            "-noI",
+            "-noD",
+            "-noF",
+            "-noX",
+            "-mkfs-time",
+            "0",
+            "-all-time",
+            "0",
+            "-quiet",
+            "-no-progress",
+        ],
+        check=True,
+        capture_output=True,
+    )
     if patch:
         raw = part.read_bytes()
         assert raw.count(patch[0]) == 1
         part.write_bytes(raw.replace(patch[0], patch[1]))
     out = tmp / f"{name}.sif"
-    sif.write_sif(out, part, definition="Bootstrap: dedal\n", labels=LABELS,
-                  metadata={"data": {"attributes": {"labels": LABELS}}}, created=1700000000)
+    sif.write_sif(
+        out,
+        part,
+        definition="Bootstrap: dedal\n",
+        labels=LABELS,
+        metadata={"data": {"attributes": {"labels": LABELS}}},
+        created=1700000000,
+    )
     return out
 
 

@@ -1,6 +1,7 @@
 """Stages left by killed processes (SIGKILL: the OOM killer, Slurm's KillWait, a job's
 cgroup) are removed by the next stage on the host, and nothing else is: real processes,
 really killed."""
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,15 @@ from dedal.stages.stage_dir import STAGE_OWNER, Stage, remove_stage, stale_stage
 from dedal.model.owner import boot_id as _boot_id, pid_namespace as _pid_namespace, process_start as _process_start
 from tests.conftest import ROOT
 
-HOLD = ("import sys, time; from pathlib import Path; from dedal.stages.stage_dir import Stage; "
-        "print(Stage(Path(sys.argv[1]), 'build').__enter__(), flush=True); time.sleep(300)")
+HOLD = (
+    "import sys, time; from pathlib import Path; from dedal.stages.stage_dir import Stage; "
+    "print(Stage(Path(sys.argv[1]), 'build').__enter__(), flush=True); time.sleep(300)"
+)
 
 
 def stage_in_child(parent: Path) -> Tuple[subprocess.Popen, Path]:
     """A process that made a stage under ``parent`` and holds it."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(parent)], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(parent)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     path = Path(proc.stdout.readline().strip())
     assert path.parent == parent and (path / STAGE_OWNER).is_file()
@@ -54,14 +56,23 @@ def test_stage_of_a_killed_process_is_removed_by_the_next_one(tmp_path: Path) ->
         here = {"host": socket.gethostname(), "boot": _boot_id(), "pidns": _pid_namespace()}
         me = os.getpid()
         reused = owned(tmp_path, "dedal-build-reused", pid=me, start=(_process_start(me) or 0) + 1, **here)
-        rebooted = owned(tmp_path, "dedal-build-rebooted", host=here["host"], boot="another-boot", pid=me,
-                         start=_process_start(me))
+        rebooted = owned(
+            tmp_path, "dedal-build-rebooted", host=here["host"], boot="another-boot", pid=me, start=_process_start(me)
+        )
         # not judged: another host's (a shared stage_dir), another PID namespace's (a container),
         # no owner record, an unreadable one, not dedal's
-        other_host = owned(tmp_path, "dedal-build-elsewhere", host=here["host"] + "-other", boot=here["boot"],
-                           pid=999999, start=1)
-        other_ns = owned(tmp_path, "dedal-build-container", host=here["host"], boot=here["boot"],
-                         pidns="pid:[1]", pid=999999, start=1)
+        other_host = owned(
+            tmp_path, "dedal-build-elsewhere", host=here["host"] + "-other", boot=here["boot"], pid=999999, start=1
+        )
+        other_ns = owned(
+            tmp_path,
+            "dedal-build-container",
+            host=here["host"],
+            boot=here["boot"],
+            pidns="pid:[1]",
+            pid=999999,
+            start=1,
+        )
         unowned = tmp_path / "dedal-build-unowned"
         unowned.mkdir()
         broken = tmp_path / "dedal-build-broken"
@@ -199,8 +210,18 @@ def test_stale_stage_mounts_an_overlay_is_unmounted_anything_else_stays(tmp_path
     assembled, bound = (path for _, path in holders)
     for d in ("upper", "work", "merged"):
         (assembled / d).mkdir()
-    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={outside},upperdir={assembled / 'upper'},"
-                    f"workdir={assembled / 'work'}", str(assembled / "merged")], check=True)
+    subprocess.run(
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir={outside},upperdir={assembled / 'upper'},workdir={assembled / 'work'}",
+            str(assembled / "merged"),
+        ],
+        check=True,
+    )
     (bound / "merged").mkdir()
     subprocess.run(["mount", "--bind", str(outside), str(bound / "merged")], check=True)
     try:

@@ -10,6 +10,7 @@ Helpers for tests in any area::
 controls (``standin.json``) there, so the repository copy is never modified and dedal
 needs no test hooks.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,10 +25,13 @@ STANDIN_ROOT = Path(__file__).resolve().parent
 STANDIN_SPACK = STANDIN_ROOT / "bin" / "spack"
 
 
-def install_standin(dest: Path, fail: Optional[Iterable[str]] = None,
-                    sleep: Optional[Dict[str, float]] = None,
-                    lock_dirs: Optional[Iterable[os.PathLike]] = None,
-                    unreachable: Optional[Iterable[str]] = None) -> Path:
+def install_standin(
+    dest: Path,
+    fail: Optional[Iterable[str]] = None,
+    sleep: Optional[Dict[str, float]] = None,
+    lock_dirs: Optional[Iterable[os.PathLike]] = None,
+    unreachable: Optional[Iterable[str]] = None,
+) -> Path:
     """Copy the stand-in Spack root to ``dest`` with its controls; return ``dest``."""
     dest = Path(dest)
     (dest / "bin").mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ These tests pin the stand-in to how the real Spack 0.23.0.dev0 behaves (notes:
 ../shared/notes/spack-offline.md §4.4-4.5, §6), so that tests of dedal that use it
 where no Spack is present exercise the same contract as a real Spack.
 """
+
 from __future__ import annotations
 
 import json
@@ -118,13 +119,14 @@ class Spack:
         self.env = standin_env(cache=tmp / "spack-cache")
         self.env.pop("DEDAL_SHARED_DIR", None)
 
-    def __call__(self, *args: str, check: bool = True, env: Optional[dict] = None,
-                 timeout: float = 120) -> subprocess.CompletedProcess:
-        p = subprocess.run([str(self.exe), *args], env=env or self.env, text=True,
-                           capture_output=True, timeout=timeout)
+    def __call__(
+        self, *args: str, check: bool = True, env: Optional[dict] = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        p = subprocess.run([str(self.exe), *args], env=env or self.env, text=True, capture_output=True, timeout=timeout)
         if check and p.returncode != 0:
-            raise AssertionError("spack %s -> rc %d\nstdout:\n%s\nstderr:\n%s"
-                                 % (" ".join(args), p.returncode, p.stdout, p.stderr))
+            raise AssertionError(
+                "spack %s -> rc %d\nstdout:\n%s\nstderr:\n%s" % (" ".join(args), p.returncode, p.stdout, p.stderr)
+            )
         return p
 
 
@@ -140,9 +142,16 @@ def controlled(tmp_path: Path, **controls) -> Spack:
 class Node:
     """One 'build node': an env dir like dedal generates, an install root, stage, mirror."""
 
-    def __init__(self, tmp: Path, lock_file: Path, view=False, lock_data: Optional[dict] = None,
-                 user_section: Optional[dict] = None, flow_mirrors: bool = False,
-                 install_tree: Optional[dict] = None):
+    def __init__(
+        self,
+        tmp: Path,
+        lock_file: Path,
+        view=False,
+        lock_data: Optional[dict] = None,
+        user_section: Optional[dict] = None,
+        flow_mirrors: bool = False,
+        install_tree: Optional[dict] = None,
+    ):
         self.tmp = tmp
         self.envdir = tmp / "env"
         self.root = tmp / "install-root"
@@ -157,8 +166,12 @@ class Node:
         section.pop("include", None)  # host paths of the recording machine
         tree = {"root": str(self.root), "projections": {"all": "{name}-{version}-{hash}"}}
         tree.update(install_tree or {})
-        section["config"] = dict(section.get("config") or {}, install_tree=tree,
-                                 build_stage=[str(self.stage)], source_cache=str(tmp / "source-cache"))
+        section["config"] = dict(
+            section.get("config") or {},
+            install_tree=tree,
+            build_stage=[str(self.stage)],
+            source_cache=str(tmp / "source-cache"),
+        )
         section.pop("mirrors", None)
         section["view"] = view
         if flow_mirrors:  # the form Spack users write by hand: `mirrors:: {...}`
@@ -213,11 +226,13 @@ def per_node_build(spack: Spack, node: Node, layers: Path) -> List[str]:
 def test_version_and_unimplemented_commands(spack: Spack, tmp_path: Path):
     assert spack("--version").stdout == "0.23.0.dev0 (dedal test stand-in)\n"
     node = Node(tmp_path / "n", SPACK_DATA / "tiny-dedal.spack.lock")
-    for args in (["-e", str(node.envdir), "find"],
-                 ["-e", str(node.envdir), "install", "/jqiwi5f"],          # no --only package
-                 ["-e", str(node.envdir), "install", "--only", "dependencies", "/jqiwi5f"],
-                 ["-e", str(node.envdir), "mirror", "create", "-d", "x", "zlib"],
-                 ["spec", "zlib"]):
+    for args in (
+        ["-e", str(node.envdir), "find"],
+        ["-e", str(node.envdir), "install", "/jqiwi5f"],  # no --only package
+        ["-e", str(node.envdir), "install", "--only", "dependencies", "/jqiwi5f"],
+        ["-e", str(node.envdir), "mirror", "create", "-d", "x", "zlib"],
+        ["spec", "zlib"],
+    ):
         p = spack(*args, check=False)
         assert p.returncode == 2, args
         assert p.stderr.startswith("==> Error: the dedal test stand-in does not implement: "), p.stderr
@@ -243,7 +258,7 @@ def test_per_node_builds_then_runtime_closure_runs(spack: Spack, tmp_path: Path,
         spec = json.loads((layers / h / ".spack" / "spec.json").read_text())
         nodes = spec["spec"]["nodes"]
         assert spec["spec"]["_meta"] == {"version": 4}
-        assert nodes[0] == lock.nodes[h]                       # Spack's own node dict
+        assert nodes[0] == lock.nodes[h]  # Spack's own node dict
         assert {n["hash"] for n in nodes} == {h} | set(lock.closure([h], ("build", "link", "run", "test")))
         for n in nodes:
             assert n == lock.nodes[n["hash"]]
@@ -279,14 +294,15 @@ def test_install_without_reindex_reports_uninstalled_dependencies(spack: Spack, 
     layer = tmp_path / "gcc-runtime-layer"
     shutil.copytree(node.root / TINY_IDS["gcc-runtime"], layer, symlinks=True)
 
-    node.wipe()                                   # a new node: the files, but no reindex
+    node.wipe()  # a new node: the files, but no reindex
     shutil.copytree(layer, node.root / TINY_IDS["gcc-runtime"], symlinks=True)
     p = spack("-e", e, *install_args("suuk3yz"), check=False)
     assert p.returncode == 1
     assert p.stdout == ""
     assert p.stderr.splitlines() == [  # byte for byte what Spack 0.23.0.dev0 printed
         "==> Error: Detected uninstalled dependencies for %s: {'%s'}" % (TINY_IDS["libdedal"], TINY_IDS["gcc-runtime"]),
-        "==> Error: Cannot proceed with %s: 1 uninstalled dependency: %s" % (TINY_IDS["libdedal"], TINY_IDS["gcc-runtime"]),
+        "==> Error: Cannot proceed with %s: 1 uninstalled dependency: %s"
+        % (TINY_IDS["libdedal"], TINY_IDS["gcc-runtime"]),
     ]
     assert not (node.root / TINY_IDS["libdedal"]).exists()
 
@@ -312,20 +328,21 @@ def test_build_dependency_needed_but_not_its_build_dependencies(spack: Spack, tm
     spack("-e", e, "reindex")
     p = spack("-e", e, *install_args("jqiwi5f"), check=False)
     assert p.returncode == 1
-    assert p.stderr.splitlines()[-1] == ("==> Error: Cannot proceed with %s: 1 uninstalled dependency: %s"
-                                         % (TINY_IDS["dedal-app"], TINY_IDS["dedal-tool"]))
+    assert p.stderr.splitlines()[-1] == (
+        "==> Error: Cannot proceed with %s: 1 uninstalled dependency: %s"
+        % (TINY_IDS["dedal-app"], TINY_IDS["dedal-tool"])
+    )
 
     # ... but dedal-bootstrap (a build dep of the build dep) is not needed (notes §4.5 node 5)
     node.wipe()
     for name in ("gcc-runtime", "libdedal", "dedal-tool"):
         shutil.copytree(layers / TINY_IDS[name], node.root / TINY_IDS[name])
     p = spack("-e", e, "reindex")
-    assert p.stderr == ""          # a missing build-only dep is recorded without a warning
+    assert p.stderr == ""  # a missing build-only dep is recorded without a warning
     db = node.db()["database"]["installs"]
     assert db["y53voqk4yh3m3r3ufh4tq5wrnb7y5ngc"]["installed"] is False
     spack("-e", e, *install_args("jqiwi5f"))
-    out = subprocess.run([str(node.root / TINY_IDS["dedal-app"] / "bin" / "dedal-app")],
-                         capture_output=True, text=True)
+    out = subprocess.run([str(node.root / TINY_IDS["dedal-app"] / "bin" / "dedal-app")], capture_output=True, text=True)
     assert out.stdout == "dedal-app 1.0 ok 4\n"
 
     # the build runs its build tools: a layer the DB believes in but that is gone fails the build
@@ -346,16 +363,20 @@ def test_missing_or_misplaced_layer_makes_the_binary_fail_to_load(spack: Spack, 
     spack("-e", e, "mirror", "create", "-d", str(node.mirror), "--all")
     node.wipe()
     # several packages in one call, given in any order: built in dependency order
-    hashes = [TINY_IDS[n].rsplit("-", 1)[1] for n in ("dedal-app", "libdedal", "dedal-tool",
-                                                       "dedal-bootstrap", "gcc-runtime")]
+    hashes = [
+        TINY_IDS[n].rsplit("-", 1)[1] for n in ("dedal-app", "libdedal", "dedal-tool", "dedal-bootstrap", "gcc-runtime")
+    ]
     p = spack("-e", e, "install", "--only-concrete", "--only=package", "--no-cache", *["/" + h for h in hashes])
     assert p.stdout.count("==> Installing ") == 5
     app = node.root / TINY_IDS["dedal-app"] / "bin" / "dedal-app"
     assert subprocess.run([str(app)], capture_output=True, text=True).stdout == "dedal-app 1.0 ok 4\n"
     readelf = shutil.which("readelf")
     if readelf:
-        dyn = subprocess.run([readelf, "-d", str(node.root / TINY_IDS["dedal-app"] / "lib" / "libstandin_dedal_app.so")],
-                             capture_output=True, text=True).stdout
+        dyn = subprocess.run(
+            [readelf, "-d", str(node.root / TINY_IDS["dedal-app"] / "lib" / "libstandin_dedal_app.so")],
+            capture_output=True,
+            text=True,
+        ).stdout
         assert "(RPATH)" in dyn and "(RUNPATH)" not in dyn
         assert str(node.root / TINY_IDS["libdedal"] / "lib") in dyn
 
@@ -393,8 +414,9 @@ def test_unknown_hash_and_missing_environment(spack: Spack, tmp_path: Path):
     node = Node(tmp_path / "node", SPACK_DATA / "tiny-dedal.spack.lock")
     p = spack("-e", str(node.envdir), *install_args("zzzzzzz"), check=False)
     assert p.returncode == 1
-    assert p.stderr.startswith("==> Error: Cannot install '/zzzzzzz' because no matching specs are in the "
-                               "current environment.")
+    assert p.stderr.startswith(
+        "==> Error: Cannot install '/zzzzzzz' because no matching specs are in the current environment."
+    )
     p = spack("-e", str(tmp_path / "nope"), "reindex", check=False)
     assert (p.returncode, p.stderr) == (1, "==> Error: no environment in %s\n" % (tmp_path / "nope"))
 
@@ -406,8 +428,7 @@ def test_missing_include_fails_like_spack(spack: Spack, tmp_path: Path):
     (node.envdir / "spack.yaml").write_text(yaml.safe_dump(y))
     p = spack("-e", str(node.envdir), "reindex", check=False)
     assert p.returncode == 1
-    assert p.stderr == ("==> Error: Detected 1 missing include path(s):\n"
-                        "   /srv/probe/config/externals-host.yaml\n")
+    assert p.stderr == ("==> Error: Detected 1 missing include path(s):\n   /srv/probe/config/externals-host.yaml\n")
 
 
 def test_missing_source_fails_like_an_offline_fetch(spack: Spack, tmp_path: Path):
@@ -461,11 +482,21 @@ def test_sleep_control_and_an_interrupted_build_leaves_no_complete_prefix(tmp_pa
     spack("-e", e, "mirror", "create", "-d", str(node.mirror), "--all")
     node.wipe()
     spack("-e", e, *install_args("bwhvedy"))
-    proc = subprocess.Popen([str(spack.exe), "-e", e, *install_args("suuk3yz")], env=spack.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(spack.exe), "-e", e, *install_args("suuk3yz")],
+        env=spack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        assert _wait_for(lambda: list(node.stage.glob("*/spack-stage-*/spack-build-out.txt")) and any(
-            "sleeping" in p.read_text() for p in node.stage.glob("*/spack-stage-*/spack-build-out.txt")))
+        assert _wait_for(
+            lambda: (
+                list(node.stage.glob("*/spack-stage-*/spack-build-out.txt"))
+                and any("sleeping" in p.read_text() for p in node.stage.glob("*/spack-stage-*/spack-build-out.txt"))
+            )
+        )
         os.killpg(proc.pid, sig)
         proc.wait(timeout=30)
     finally:
@@ -496,7 +527,7 @@ def test_database_has_the_shape_of_spacks(spack: Spack, tmp_path: Path):
     for name in ("gcc-runtime", "libdedal", "dedal-bootstrap", "dedal-tool", "dedal-app"):
         spack("-e", e, *install_args(TINY_IDS[name].rsplit("-", 1)[1]))
     raw = (node.root / ".spack-db" / "index.json").read_text()
-    assert "\n" not in raw and ", " not in raw[:200]            # compact, like Spack's
+    assert "\n" not in raw and ", " not in raw[:200]  # compact, like Spack's
     db = json.loads(raw)
     assert list(db) == list(fixture) == ["database"]
     assert list(db["database"]) == list(fixture["database"]) == ["version", "installs"]
@@ -521,14 +552,16 @@ def test_database_has_the_shape_of_spacks(spack: Spack, tmp_path: Path):
     p = spack("-e", e, "reindex")
     assert p.stdout == ""
     gone = node.root / TINY_IDS["gcc-runtime"]
-    assert ("==> Warning: gcc-runtime@12.2.0%gcc@12.2.0 build_system=generic arch=linux-debian12-x86_64_v3/bwhvedy "
-            "is being registered in the database with prefix {0}, but this directory does not contain an "
-            "installation of the spec, due to: Install prefix {0} does not exist.".format(gone)) in p.stderr
+    assert (
+        "==> Warning: gcc-runtime@12.2.0%gcc@12.2.0 build_system=generic arch=linux-debian12-x86_64_v3/bwhvedy "
+        "is being registered in the database with prefix {0}, but this directory does not contain an "
+        "installation of the spec, due to: Install prefix {0} does not exist.".format(gone)
+    ) in p.stderr
     installs = node.db()["database"]["installs"]
     assert installs["bwhvedyrmjmhx2bjrx7tfwmzlypytfoh"]["installed"] is False
     assert installs["suuk3yz4xpajdofpjlxvqkx3ldb7j6sm"]["installed"] is True
     assert installs["suuk3yz4xpajdofpjlxvqkx3ldb7j6sm"]["explicit"] is True
-    assert installs["bvqfy73zr3su2dnlqwc3y4e4ywpxurno"]["installed"] is True   # external glibc
+    assert installs["bvqfy73zr3su2dnlqwc3y4e4ywpxurno"]["installed"] is True  # external glibc
 
 
 def test_prefix_spec_json_is_byte_identical_to_spacks(spack: Spack, tmp_path: Path):
@@ -550,7 +583,7 @@ def test_prefix_spec_json_is_byte_identical_to_spacks(spack: Spack, tmp_path: Pa
     manifest = json.loads((prefix / ".spack" / "install_manifest.json").read_text())
     exe = manifest[str(prefix / "bin" / "dedal-app")]
     assert set(exe) == {"mode", "owner", "group", "hash", "time", "size"} and len(exe["hash"]) == 32
-    assert manifest[str(prefix)]["mode"] == 0o42755          # setgid dirs, as Spack leaves them
+    assert manifest[str(prefix)]["mode"] == 0o42755  # setgid dirs, as Spack leaves them
 
 
 def _to_lockfile_v4(lock: dict) -> dict:
@@ -576,8 +609,13 @@ def test_lockfile_v4_dependency_form(spack: Spack, tmp_path: Path):
     assert out.stdout == "dedal-app 1.0 ok 4\n"
     nodes = json.loads((layers / app / ".spack" / "spec.json").read_text())["spec"]["nodes"]
     edges = {e["name"]: e["parameters"]["deptypes"] for e in nodes[0]["dependencies"]}
-    assert edges == {"dedal-tool": ["build"], "gcc-runtime": ["link"], "glibc": ["link"],
-                     "gmake": ["build"], "libdedal": ["build", "link"]}
+    assert edges == {
+        "dedal-tool": ["build"],
+        "gcc-runtime": ["link"],
+        "glibc": ["link"],
+        "gmake": ["build"],
+        "libdedal": ["build", "link"],
+    }
 
 
 def test_padded_install_root(spack: Spack, tmp_path: Path):
@@ -617,13 +655,17 @@ def test_concretize_picks_the_recorded_lock(spack: Spack, tmp_path: Path):
     assert "the dedal test stand-in cannot concretize" in p.stderr
 
 
-@pytest.mark.parametrize("specs,name,closest", [
-    (["dedal-appp"], "dedal-appp", "dedal-app"),
-    (["dedal-app ^libdedall"], "libdedall", "libdedal"),  # a dependency's name too
-    (["qqqqqqqq"], "qqqqqqqq", ""),
-])
-def test_concretize_an_unknown_package_fails_as_spack_does(spack: Spack, tmp_path: Path, specs: list, name: str,
-                                                            closest: str):
+@pytest.mark.parametrize(
+    "specs,name,closest",
+    [
+        (["dedal-appp"], "dedal-appp", "dedal-app"),
+        (["dedal-app ^libdedall"], "libdedall", "libdedal"),  # a dependency's name too
+        (["qqqqqqqq"], "qqqqqqqq", ""),
+    ],
+)
+def test_concretize_an_unknown_package_fails_as_spack_does(
+    spack: Spack, tmp_path: Path, specs: list, name: str, closest: str
+):
     """The shape of Spack e8f8cf85's UnknownPackageError, as it prints it for `zlibb`:
     ``==> Error: Package 'spack.pkg.builtin.zlibb' not found.``, Spack's advice, then
     "Did you mean" with one to five close names (none: no such paragraph); exit 1."""
@@ -633,8 +675,10 @@ def test_concretize_an_unknown_package_fails_as_spack_does(spack: Spack, tmp_pat
     p = spack("-e", str(envdir), "concretize", "-f", check=False)
     assert p.returncode == 1 and not (envdir / "spack.lock").exists()
     lines = p.stderr.splitlines()
-    assert lines[:2] == [f"==> Error: Package 'spack.pkg.builtin.{name}' not found.",
-                         "Use 'spack create' to create a new package."]
+    assert lines[:2] == [
+        f"==> Error: Package 'spack.pkg.builtin.{name}' not found.",
+        "Use 'spack create' to create a new package.",
+    ]
     if closest:
         assert lines[2:4] == ["", "Did you mean one of the following packages?"] and lines[4] == f"  {closest}"
         assert 1 <= len(lines[4:]) <= 5 and all(line.startswith("  ") for line in lines[4:])
@@ -644,19 +688,22 @@ def test_concretize_an_unknown_package_fails_as_spack_does(spack: Spack, tmp_pat
 
 def test_view_and_activation(spack: Spack, tmp_path: Path):
     view = tmp_path / "view"
-    node = Node(tmp_path / "node", SPACK_DATA / "tiny-dedal.spack.lock",
-                view={"default": {"root": str(view), "link": "all"}})
+    node = Node(
+        tmp_path / "node", SPACK_DATA / "tiny-dedal.spack.lock", view={"default": {"root": str(view), "link": "all"}}
+    )
     e = str(node.envdir)
     spack("-e", e, "mirror", "create", "-d", str(node.mirror), "--all")
     node.wipe()
     for name in ("gcc-runtime", "libdedal", "dedal-bootstrap", "dedal-tool", "dedal-app"):
         spack("-e", e, *install_args(TINY_IDS[name].rsplit("-", 1)[1]))
     p = spack("-e", e, "env", "view", "regenerate")
-    assert p.stdout in ("", "==> Updating view at %s\n" % view)   # install already updated it
+    assert p.stdout in ("", "==> Updating view at %s\n" % view)  # install already updated it
     assert view.is_symlink() and Path(os.readlink(view)).parent == tmp_path / "._view"
     assert (view / "bin" / "dedal-app").is_symlink()
-    assert not (view / "bin" / "dedal-tool").exists()              # build-only: not in the view
-    assert os.readlink(view / "lib" / "libstandin_libdedal.so") == str(node.root / TINY_IDS["libdedal"] / "lib" / "libstandin_libdedal.so")
+    assert not (view / "bin" / "dedal-tool").exists()  # build-only: not in the view
+    assert os.readlink(view / "lib" / "libstandin_libdedal.so") == str(
+        node.root / TINY_IDS["libdedal"] / "lib" / "libstandin_libdedal.so"
+    )
     assert (view / ".spack" / "dedal-app" / "spec.json").is_file()
     out = subprocess.run([str(view / "bin" / "dedal-app")], capture_output=True, text=True)
     assert out.stdout == "dedal-app 1.0 ok 4\n"
@@ -671,8 +718,10 @@ def test_view_and_activation(spack: Spack, tmp_path: Path):
         out = {}
         for line in text.splitlines():
             if line.startswith("export "):
-                k, v = line[len("export "):].rstrip(";").split("=", 1)
-                out[k] = [x for x in v.split(":") if x.startswith(vroot)] if k not in ("SPACK_ENV", "SPACK_ENV_VIEW") else v
+                k, v = line[len("export ") :].rstrip(";").split("=", 1)
+                out[k] = (
+                    [x for x in v.split(":") if x.startswith(vroot)] if k not in ("SPACK_ENV", "SPACK_ENV_VIEW") else v
+                )
         return out
 
     mine, real = exports(act, str(view)), exports(recorded, "/dev/shm/spack-view")
@@ -699,6 +748,7 @@ def test_view_and_activation(spack: Spack, tmp_path: Path):
 def test_standin_runs_with_python_39_syntax():
     """The stand-in must run on the python3 of a minimal Debian root (3.9+), stdlib only."""
     import ast
+
     src = STANDIN_SPACK.read_text()
     tree = ast.parse(src, feature_version=(3, 9))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -707,12 +757,13 @@ def test_standin_runs_with_python_39_syntax():
     if stdlib:
         assert imported <= set(stdlib) | {"__future__"}, imported - set(stdlib)
     assert os.access(STANDIN_SPACK, os.X_OK)
-    assert src.startswith("#!/usr/bin/python3\n")   # Debian host and root fs; no pyenv shim
+    assert src.startswith("#!/usr/bin/python3\n")  # Debian host and root fs; no pyenv shim
 
 
 def _standin_module():
     from importlib.machinery import SourceFileLoader
     import types
+
     loader = SourceFileLoader("dedal_spack_standin", str(STANDIN_SPACK))
     mod = types.ModuleType(loader.name)
     mod.__file__ = str(STANDIN_SPACK)
@@ -729,18 +780,26 @@ def test_minimal_yaml_reader_agrees_with_pyyaml():
         doc = yaml.safe_load(p.read_text())
         doc["spack"]["mirrors:"] = {"dedal": "file:///srv/mirror", "other": {"url": "file:///x", "signed": False}}
         doc["spack"]["view"] = {"default": {"root": "/opt/view", "link": "all", "link_type": "symlink"}}
-        doc["spack"]["config"] = {"install_tree": {"root": "/opt/esd", "padded_length": 128,
-                                                   "projections": {"all": "{name}-{version}-{hash}"}},
-                                  "build_stage": ["$tempdir/$user/spack-stage"], "build_jobs": 4}
+        doc["spack"]["config"] = {
+            "install_tree": {
+                "root": "/opt/esd",
+                "padded_length": 128,
+                "projections": {"all": "{name}-{version}-{hash}"},
+            },
+            "build_stage": ["$tempdir/$user/spack-stage"],
+            "build_jobs": 4,
+        }
         texts.append(yaml.safe_dump(doc, sort_keys=False))
         texts.append(yaml.safe_dump(doc, default_flow_style=True))
         texts.append(json.dumps(doc, indent=1))
-    texts.append("spack:\n  specs: [zlib, 'hdf5 +mpi']  # roots\n  mirrors:: {dedal: file:///m}\n"
-                 "  view:\n    default:\n      root: /opt/view\n  packages:\n    all:\n      target: [x86_64_v3]\n"
-                 "  note: |\n    two\n    lines\n")
+    texts.append(
+        "spack:\n  specs: [zlib, 'hdf5 +mpi']  # roots\n  mirrors:: {dedal: file:///m}\n"
+        "  view:\n    default:\n      root: /opt/view\n  packages:\n    all:\n      target: [x86_64_v3]\n"
+        "  note: |\n    two\n    lines\n"
+    )
     for text in texts:
         expected = yaml.safe_load(text)
-        if "mirrors::" in text:   # YAML reads `mirrors::` as the key 'mirrors:' too
+        if "mirrors::" in text:  # YAML reads `mirrors::` as the key 'mirrors:' too
             assert expected["spack"]["mirrors:"] == {"dedal": "file:///m"}
         assert standin.yaml_load(text) == expected, text
 

@@ -1,6 +1,7 @@
 """A long step on the display: a spinner line redrawn in place on a terminal, with the
 tool's latest line from its log while the tool runs; plain, rate-limited lines elsewhere;
 nothing under --json, and never anything on stdout."""
+
 from __future__ import annotations
 
 import io
@@ -74,11 +75,13 @@ def test_plain_lines_are_rate_limited():
             clock.now += 1
             a.tick()
     lines = _lines(a)
-    assert lines[1:] == ["still concretizing in debian-trixie (30 s)  (==> Concretizing zlib)",
-                         "still concretizing in debian-trixie (1m00s)  (==> Concretizing zlib)",
-                         "still concretizing in debian-trixie (1m30s)  (==> Concretizing zlib)",
-                         "still concretizing in debian-trixie (2m00s)  (==> Concretizing zlib)",
-                         "concretizing in debian-trixie: done after 2m10s"]
+    assert lines[1:] == [
+        "still concretizing in debian-trixie (30 s)  (==> Concretizing zlib)",
+        "still concretizing in debian-trixie (1m00s)  (==> Concretizing zlib)",
+        "still concretizing in debian-trixie (1m30s)  (==> Concretizing zlib)",
+        "still concretizing in debian-trixie (2m00s)  (==> Concretizing zlib)",
+        "concretizing in debian-trixie: done after 2m10s",
+    ]
 
 
 def test_an_announced_step_and_a_short_wait_print_nothing_more():
@@ -167,6 +170,7 @@ def _pty_console(monkeypatch):
         reader.join(10)
         os.close(primary)
         return shown.decode("utf-8", "replace")
+
     return console, close
 
 

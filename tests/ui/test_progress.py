@@ -1,4 +1,5 @@
 """The progress display: plain timestamped lines off a terminal (as before), a live view on one."""
+
 from __future__ import annotations
 
 import io
@@ -38,8 +39,16 @@ def test_plain_lines_off_a_terminal():
     assert re.fullmatch(stamp + "stopped after a failure", lines[3]) and len(lines) == 4
 
 
-@pytest.mark.parametrize("ci, term, live", [("", "xterm", True), ("true", "xterm", False), ("1", "xterm", False),
-                                            ("false", "xterm", True), ("", "dumb", False)])
+@pytest.mark.parametrize(
+    "ci, term, live",
+    [
+        ("", "xterm", True),
+        ("true", "xterm", False),
+        ("1", "xterm", False),
+        ("false", "xterm", True),
+        ("", "dumb", False),
+    ],
+)
 def test_live_only_on_a_terminal_outside_ci(monkeypatch, ci, term, live):
     monkeypatch.setenv("CI", ci)
     monkeypatch.setenv("TERM", term)

@@ -41,19 +41,58 @@ This package is its public face; the parts:
   :func:`node_instances`);
 * ``host``: the host's own ``mpirun`` and programs.
 """
+
 from __future__ import annotations
 
 from dedal.adapters.mpi.host import host_mpirun, host_which, shell_join
 from dedal.adapters.mpi.instances import local_instance, node_instances
 from dedal.adapters.mpi.launch import (
-    MPIRUN_HINT, SESSION_VAR, StepResult, env_names, missing_on_nodes, mpirun_command, reap_left_behind,
-    run_mpirun, run_ranks, run_srun, run_srun_attached, srun_command,
+    MPIRUN_HINT,
+    SESSION_VAR,
+    StepResult,
+    env_names,
+    missing_on_nodes,
+    mpirun_command,
+    reap_left_behind,
+    run_mpirun,
+    run_ranks,
+    run_srun,
+    run_srun_attached,
+    srun_command,
 )
-from dedal.adapters.mpi.scripts import IMAGE_TOKEN, INSTANCE_SCRIPT, RANK_PREFIXES, RANK_SCRIPT, REAP_SCRIPT, rank_command, write_rank_script
+from dedal.adapters.mpi.scripts import (
+    IMAGE_TOKEN,
+    INSTANCE_SCRIPT,
+    RANK_PREFIXES,
+    RANK_SCRIPT,
+    REAP_SCRIPT,
+    rank_command,
+    write_rank_script,
+)
 
 __all__ = [
-    "host_mpirun", "host_which", "shell_join", "local_instance", "node_instances", "MPIRUN_HINT", "SESSION_VAR",
-    "StepResult", "env_names", "missing_on_nodes", "mpirun_command", "reap_left_behind", "run_mpirun",
-    "run_ranks", "run_srun", "run_srun_attached", "srun_command", "IMAGE_TOKEN", "INSTANCE_SCRIPT",
-    "RANK_PREFIXES", "RANK_SCRIPT", "REAP_SCRIPT", "rank_command", "write_rank_script"
+    "host_mpirun",
+    "host_which",
+    "shell_join",
+    "local_instance",
+    "node_instances",
+    "MPIRUN_HINT",
+    "SESSION_VAR",
+    "StepResult",
+    "env_names",
+    "missing_on_nodes",
+    "mpirun_command",
+    "reap_left_behind",
+    "run_mpirun",
+    "run_ranks",
+    "run_srun",
+    "run_srun_attached",
+    "srun_command",
+    "IMAGE_TOKEN",
+    "INSTANCE_SCRIPT",
+    "RANK_PREFIXES",
+    "RANK_SCRIPT",
+    "REAP_SCRIPT",
+    "rank_command",
+    "write_rank_script",
 ]

@@ -1,6 +1,7 @@
 """Facts of the host's own MPI installation: its ``mpirun`` and the programs on its PATH, for
 the "native" side of a verification that runs on the host's stack.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,12 @@ def host_mpirun() -> Optional[Dict[str, str]]:
     text = (res.stdout + res.stderr).strip()
     first = text.splitlines()[0] if text else ""
     m = re.search(r"(\d+\.\d+(?:\.\d+)?)", first)
-    return {"path": path, "version_line": first, "version": m.group(1) if m else "",
-            "open_mpi": "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text}
+    return {
+        "path": path,
+        "version_line": first,
+        "version": m.group(1) if m else "",
+        "open_mpi": "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text,
+    }
 
 
 def host_which(name: str) -> Optional[str]:

@@ -3,6 +3,7 @@ mount of the image instead of mounting it (and decompressing the MPI stack) anew
 :func:`local_instance` on this machine (mpirun), :func:`node_instances` one per node of the
 allocation (srun steps).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,9 @@ _READY = re.compile(r"^#@ dedal-instance: ready on (\S+)$", re.M)
 
 
 @contextlib.contextmanager
-def local_instance(image: Path, *, log: Path, binds: Sequence[runtime.Bind] = (), nv: bool = False,
-                   timeout: float = 120) -> Iterator[Optional[runtime.Instance]]:
+def local_instance(
+    image: Path, *, log: Path, binds: Sequence[runtime.Bind] = (), nv: bool = False, timeout: float = 120
+) -> Iterator[Optional[runtime.Instance]]:
     """One Apptainer instance of ``image`` on this machine for the block, which the runs of
     ``mpirun`` in the container join (launcher and ranks in it), as :func:`node_instances` is for
     srun steps: each run would otherwise mount the image anew and decompress the MPI stack again
@@ -37,9 +39,14 @@ def local_instance(image: Path, *, log: Path, binds: Sequence[runtime.Bind] = ()
     env = runtime.apptainer_env(dict(os.environ))
     write_notes(log, [f"dedal: one Apptainer instance {name} of {image} on this machine"])
     try:
-        started = proc.run(runtime.instance_start_command(image, name, binds=with_host_tmp(binds), nv=nv),
-                           what="apptainer instance start", log=log, env=env, check=False,
-                           timeout=timeout).returncode
+        started = proc.run(
+            runtime.instance_start_command(image, name, binds=with_host_tmp(binds), nv=nv),
+            what="apptainer instance start",
+            log=log,
+            env=env,
+            check=False,
+            timeout=timeout,
+        ).returncode
     except ToolError as exc:  # timed out (124): what started is stopped below
         started = exc.returncode
     try:
@@ -50,8 +57,14 @@ def local_instance(image: Path, *, log: Path, binds: Sequence[runtime.Bind] = ()
             yield runtime.Instance(name, Path(image))
     finally:
         try:
-            stop = proc.run(runtime.instance_stop_command(name), what="apptainer instance stop", log=log, env=env,
-                            check=False, timeout=timeout).returncode
+            stop = proc.run(
+                runtime.instance_stop_command(name),
+                what="apptainer instance stop",
+                log=log,
+                env=env,
+                check=False,
+                timeout=timeout,
+            ).returncode
         except ToolError as exc:  # timed out (124)
             stop = exc.returncode
         if stop != 0 and started == 0:
@@ -59,9 +72,16 @@ def local_instance(image: Path, *, log: Path, binds: Sequence[runtime.Bind] = ()
 
 
 @contextlib.contextmanager
-def node_instances(image: Path, nodes: int, *, log: Path, binds: Sequence[runtime.Bind] = (), nv: bool = False,
-                   slurm_env: Optional[Mapping[str, str]] = None, timeout: float = 180
-                   ) -> Iterator[Optional[runtime.Instance]]:
+def node_instances(
+    image: Path,
+    nodes: int,
+    *,
+    log: Path,
+    binds: Sequence[runtime.Bind] = (),
+    nv: bool = False,
+    slurm_env: Optional[Mapping[str, str]] = None,
+    timeout: float = 180,
+) -> Iterator[Optional[runtime.Instance]]:
     """One Apptainer instance of ``image`` on each of ``nodes`` nodes of the allocation this runs
     in, for the block: a step of one task per node (``srun --overlap``) starts it and stops it
     when the step ends; the steps that run in the block join it (:func:`run_srun` of the
@@ -82,8 +102,12 @@ def node_instances(image: Path, nodes: int, *, log: Path, binds: Sequence[runtim
     run_env = runtime.apptainer_env(env)
     write_notes(log, [f"dedal: one Apptainer instance {name} of {image} per node ({nodes} node(s))"])
     offset = log.stat().st_size
-    holder = proc.start([*per_node, "/bin/sh", "-c", INSTANCE_SCRIPT, "dedal-instance", stop, *start], log=log,
-                        env=run_env, die_with_parent=True)
+    holder = proc.start(
+        [*per_node, "/bin/sh", "-c", INSTANCE_SCRIPT, "dedal-instance", stop, *start],
+        log=log,
+        env=run_env,
+        die_with_parent=True,
+    )
     ready: List[str] = []
     try:
         deadline = time.monotonic() + timeout
@@ -102,8 +126,13 @@ def node_instances(image: Path, nodes: int, *, log: Path, binds: Sequence[runtim
     finally:
         proc.stop(holder, group=True)
         where = ["-w", ",".join(sorted(ready))] if len(ready) >= nodes else []  # else wherever Slurm puts it
-        res = proc.run([*per_node, *where, "/bin/sh", "-c", f"{stop} >/dev/null 2>&1; exit 0"],
-                       what="srun (instance stop)",
-                       log=log, env=run_env, check=False, timeout=120)
+        res = proc.run(
+            [*per_node, *where, "/bin/sh", "-c", f"{stop} >/dev/null 2>&1; exit 0"],
+            what="srun (instance stop)",
+            log=log,
+            env=run_env,
+            check=False,
+            timeout=120,
+        )
         if res.returncode != 0:
             write_notes(log, [f"dedal: stopping instance {name} on the nodes exited {res.returncode}"])

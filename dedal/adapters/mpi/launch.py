@@ -4,6 +4,7 @@ script of :mod:`dedal.adapters.mpi.scripts`; :func:`run_ranks` chooses between t
 verification does. A timeout is a result (exit code 124), not an exception; after a step that
 failed or was cancelled, what it left on the nodes is reaped (:func:`reap_left_behind`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,14 @@ def env_names(env: Mapping[str, str]) -> List[str]:
 SESSION_VAR = "TMPDIR"
 
 
-def mpirun_command(program: Sequence[str], ranks: int, *, env: Mapping[str, str] = {},
-                   oversubscribe: bool = False, extra: Sequence[str] = ()) -> List[str]:
+def mpirun_command(
+    program: Sequence[str],
+    ranks: int,
+    *,
+    env: Mapping[str, str] = {},
+    oversubscribe: bool = False,
+    extra: Sequence[str] = (),
+) -> List[str]:
     """``mpirun -np RANKS [--oversubscribe] -x VAR ... PROGRAM`` (Open MPI 5 / PRRTE)."""
     cmd = ["mpirun", "-np", str(int(ranks))]
     if oversubscribe:
@@ -62,15 +69,22 @@ def mpirun_command(program: Sequence[str], ranks: int, *, env: Mapping[str, str]
     return cmd + [os.fspath(p) for p in program]
 
 
-def srun_command(program: Sequence[str], ranks: int, *, nodes: int = 1, mpi: str = "pmix",
-                 extra: Sequence[str] = (), nodelist: Sequence[str] = ()) -> List[str]:
+def srun_command(
+    program: Sequence[str],
+    ranks: int,
+    *,
+    nodes: int = 1,
+    mpi: str = "pmix",
+    extra: Sequence[str] = (),
+    nodelist: Sequence[str] = (),
+) -> List[str]:
     """``srun --mpi=pmix -N NODES -n RANKS [--ntasks-per-node=...] PROGRAM``; with several
     nodes the ranks are spread evenly (one per node for a two-rank point-to-point test).
     ``nodelist``: the step runs on the first NODES of these nodes (``-w``), not where Slurm
     likes (in an allocation larger than the step, a step goes to the least busy nodes)."""
     cmd = ["srun", f"--mpi={mpi}", "-N", str(int(nodes)), "-n", str(int(ranks))]
     if nodelist:
-        cmd += ["-w", ",".join(list(nodelist)[:int(nodes)])]
+        cmd += ["-w", ",".join(list(nodelist)[: int(nodes)])]
     if nodes > 1 and ranks % nodes == 0:
         cmd.append(f"--ntasks-per-node={ranks // nodes}")
     cmd += ["--kill-on-bad-exit=1", "--quiet"]
@@ -86,8 +100,7 @@ def missing_on_nodes(paths: Sequence[Path], nodes: int, *, timeout: float = 120)
     ``nodes`` nodes cannot see: what the ranks need from storage every node shares (the
     rank script, the native root, the image). Empty also when the step itself cannot run:
     its error comes with the first real step, with its log."""
-    cmd = srun_command(["/bin/sh", "-c", _VISIBLE, "dedal-visible", *[os.fspath(p) for p in paths]], nodes,
-                       nodes=nodes)
+    cmd = srun_command(["/bin/sh", "-c", _VISIBLE, "dedal-visible", *[os.fspath(p) for p in paths]], nodes, nodes=nodes)
     try:
         res = proc.run(cmd, what="srun", timeout=timeout, check=False)
     except ToolError:
@@ -119,10 +132,21 @@ def _killed(log: Path, timeout: Optional[float], cmd: List[str], start: float) -
     return StepResult(124, time.monotonic() - start, cmd, timed_out=True)
 
 
-def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: Mapping[str, str], log: Path,
-               timeout: Optional[float] = None, runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (),
-               nv: bool = False, oversubscribe: bool = False, note: Sequence[str] = (),
-               cwd: Optional[Path] = None) -> StepResult:
+def run_mpirun(
+    root: runtime.RootArg,
+    program: Sequence[str],
+    ranks: int,
+    *,
+    env: Mapping[str, str],
+    log: Path,
+    timeout: Optional[float] = None,
+    runtime_name: str = "auto",
+    binds: Sequence[runtime.Bind] = (),
+    nv: bool = False,
+    oversubscribe: bool = False,
+    note: Sequence[str] = (),
+    cwd: Optional[Path] = None,
+) -> StepResult:
     """``mpirun`` of ``root`` inside ``root`` (the launcher and all ranks in one sandbox),
     or the host's own ``mpirun`` with the caller's environment when ``root`` is None.
     ``note`` lines are written to ``log`` first (as ``#@`` lines, which parsers skip),
@@ -145,8 +169,19 @@ def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env
             host_env.update(run_env)
             res = proc.run(cmd, what="mpirun", log=log, env=host_env, timeout=timeout, check=False, cwd=cwd)
         else:
-            res = runtime.run_in(root, cmd, binds=binds, env=run_env, log=log, what="mpirun", runtime=runtime_name,
-                                 timeout=timeout, check=False, nv=nv, cwd=cwd)
+            res = runtime.run_in(
+                root,
+                cmd,
+                binds=binds,
+                env=run_env,
+                log=log,
+                what="mpirun",
+                runtime=runtime_name,
+                timeout=timeout,
+                check=False,
+                nv=nv,
+                cwd=cwd,
+            )
     except ToolError as exc:
         if not _timed_out(exc):
             raise
@@ -156,11 +191,26 @@ def run_mpirun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env
     return StepResult(res.returncode, res.seconds, cmd)
 
 
-def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: Mapping[str, str], log: Path,
-             script_dir: Path, nodes: int = 1, timeout: Optional[float] = None, runtime_name: str = "auto",
-             binds: Sequence[runtime.Bind] = (), nv: bool = False, slurm_env: Optional[Mapping[str, str]] = None,
-             note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None,
-             share: bool = True, cwd: Optional[Path] = None, nodelist: Sequence[str] = ()) -> StepResult:
+def run_srun(
+    root: runtime.RootArg,
+    program: Sequence[str],
+    ranks: int,
+    *,
+    env: Mapping[str, str],
+    log: Path,
+    script_dir: Path,
+    nodes: int = 1,
+    timeout: Optional[float] = None,
+    runtime_name: str = "auto",
+    binds: Sequence[runtime.Bind] = (),
+    nv: bool = False,
+    slurm_env: Optional[Mapping[str, str]] = None,
+    note: Sequence[str] = (),
+    image_mount: Optional[Tuple[str, str, int]] = None,
+    share: bool = True,
+    cwd: Optional[Path] = None,
+    nodelist: Sequence[str] = (),
+) -> StepResult:
     """``srun --mpi=pmix`` with the ranks of a node in one container of ``root`` (Apptainer's
     ``--sharens``; bwrap and ch-run sandboxes over the one mount of the image; see the module
     notes on the rank environment), or the host's program directly when ``root`` is None.
@@ -189,9 +239,21 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
             return StepResult(res.returncode, res.seconds, shown)
         script = ["/bin/sh", os.fspath(write_rank_script(script_dir))]
         offset = log.stat().st_size if log.exists() else 0
-        with _rank_step(root, program, ranks, nodes=nodes, script=script, env=env, runtime_name=runtime_name,
-                        binds=binds, nv=nv, share=share, image_mount=image_mount,
-                        cwd=os.fspath(cwd) if cwd is not None else None, nodelist=nodelist) as cmd:
+        with _rank_step(
+            root,
+            program,
+            ranks,
+            nodes=nodes,
+            script=script,
+            env=env,
+            runtime_name=runtime_name,
+            binds=binds,
+            nv=nv,
+            share=share,
+            image_mount=image_mount,
+            cwd=os.fspath(cwd) if cwd is not None else None,
+            nodelist=nodelist,
+        ) as cmd:
             try:
                 res = proc.run(cmd, what="srun", log=log, env=outer, timeout=timeout, check=False, shown=shown)
             except ToolError as exc:
@@ -209,10 +271,22 @@ def run_srun(root: runtime.RootArg, program: Sequence[str], ranks: int, *, env: 
 
 
 @contextlib.contextmanager
-def _rank_step(root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int, script: Sequence[str],
-               env: Mapping[str, str], runtime_name: str, binds: Sequence[runtime.Bind], nv: bool, share: bool,
-               image_mount: Optional[Tuple[str, str, int]] = None, cwd: Optional[str] = None,
-               nodelist: Sequence[str] = ()) -> Iterator[List[str]]:
+def _rank_step(
+    root: runtime.RootArg,
+    program: Sequence[str],
+    ranks: int,
+    *,
+    nodes: int,
+    script: Sequence[str],
+    env: Mapping[str, str],
+    runtime_name: str,
+    binds: Sequence[runtime.Bind],
+    nv: bool,
+    share: bool,
+    image_mount: Optional[Tuple[str, str, int]] = None,
+    cwd: Optional[str] = None,
+    nodelist: Sequence[str] = (),
+) -> Iterator[List[str]]:
     """The ``srun`` command line of a step of ``program`` in ``root``: each rank runs
     ``script`` (the rank script, as a file or inline) around the runtime's command, the
     host's ``/tmp`` bound (PMIx's rendezvous files); what ``prepared`` mounted stays mounted
@@ -222,12 +296,21 @@ def _rank_step(root: runtime.RootArg, program: Sequence[str], ranks: int, *, nod
     if joined and root.nodes:
         nodelist = root.nodes
     shared = joined or (share and runtime.shares_per_node(runtime_name))
-    with runtime.prepared(root, rank_command(program, session=shared), binds=all_binds, env=env, cwd=cwd,
-                          runtime=runtime_name, nv=nv, per_node=share) as prep:
+    with runtime.prepared(
+        root,
+        rank_command(program, session=shared),
+        binds=all_binds,
+        env=env,
+        cwd=cwd,
+        runtime=runtime_name,
+        nv=nv,
+        per_node=share,
+    ) as prep:
         mount = prep.mount or image_mount
         image = [IMAGE_TOKEN, mount[0], mount[1], str(mount[2])] if mount else []
-        yield srun_command([*script, *image, *prep.argv], ranks, nodes=nodes, extra=["--overlap"] if joined else [],
-                           nodelist=nodelist)
+        yield srun_command(
+            [*script, *image, *prep.argv], ranks, nodes=nodes, extra=["--overlap"] if joined else [], nodelist=nodelist
+        )
 
 
 def with_host_tmp(binds: Sequence[runtime.Bind]) -> List[runtime.Bind]:
@@ -235,15 +318,36 @@ def with_host_tmp(binds: Sequence[runtime.Bind]) -> List[runtime.Bind]:
     return [runtime.Bind("/tmp", "/tmp")] + [b for b in binds if b.target != "/tmp"]
 
 
-def run_srun_attached(root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int,
-                      env: Mapping[str, str], runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (),
-                      nv: bool = False, share: bool = True, cwd: Optional[str] = None) -> int:
+def run_srun_attached(
+    root: runtime.RootArg,
+    program: Sequence[str],
+    ranks: int,
+    *,
+    nodes: int,
+    env: Mapping[str, str],
+    runtime_name: str = "auto",
+    binds: Sequence[runtime.Bind] = (),
+    nv: bool = False,
+    share: bool = True,
+    cwd: Optional[str] = None,
+) -> int:
     """:func:`run_srun`'s step, its output on this terminal (``dedal run``); the exit code.
     The rank script goes inline (``sh -c``): nothing needs storage that every node sees."""
     proc.which("srun", slurm.HINT)
     inline = ["/bin/sh", "-c", RANK_SCRIPT, "dedal-rank"]
-    with _rank_step(root, program, ranks, nodes=nodes, script=inline, env=env, runtime_name=runtime_name,
-                    binds=binds, nv=nv, share=share, cwd=cwd) as cmd:
+    with _rank_step(
+        root,
+        program,
+        ranks,
+        nodes=nodes,
+        script=inline,
+        env=env,
+        runtime_name=runtime_name,
+        binds=binds,
+        nv=nv,
+        share=share,
+        cwd=cwd,
+    ) as cmd:
         return proc.call(cmd, env={**os.environ, **env})
 
 
@@ -261,8 +365,22 @@ def reap_left_behind(log: Path, slurm_env: Mapping[str, str], timeout: float = 1
     hosts = sorted({node for node, _ in ranks})
     if not hosts:
         return
-    cmd = ["srun", "-N", str(len(hosts)), "-n", str(len(hosts)), "--ntasks-per-node=1", "-w", ",".join(hosts),
-           "--quiet", "/bin/sh", "-c", REAP_SCRIPT, "dedal-reap", *sorted({step for _, step in ranks})]
+    cmd = [
+        "srun",
+        "-N",
+        str(len(hosts)),
+        "-n",
+        str(len(hosts)),
+        "--ntasks-per-node=1",
+        "-w",
+        ",".join(hosts),
+        "--quiet",
+        "/bin/sh",
+        "-c",
+        REAP_SCRIPT,
+        "dedal-reap",
+        *sorted({step for _, step in ranks}),
+    ]
     try:
         proc.run(cmd, what="srun (reap)", log=log, env=dict(slurm_env), timeout=timeout, check=False)
     except ToolError:
@@ -271,8 +389,10 @@ def reap_left_behind(log: Path, slurm_env: Mapping[str, str], timeout: float = 1
 
 #: what srun and the step daemon print when a step is cancelled (scancel, a signal): srun's exit
 #: code may still be 0 then (Slurm 22.05, when the tasks end on the signal it forwards)
-_CANCELLED = re.compile(r"\*\*\* STEP \S+ ON \S+ CANCELLED AT|Timed out waiting for job step to complete|"
-                        r"Job step aborted|Force Terminated")
+_CANCELLED = re.compile(
+    r"\*\*\* STEP \S+ ON \S+ CANCELLED AT|Timed out waiting for job step to complete|"
+    r"Job step aborted|Force Terminated"
+)
 
 
 def _cancelled(log: Path, offset: int) -> bool:
@@ -287,18 +407,58 @@ def read_log(path: Path) -> str:
         return ""
 
 
-def run_ranks(launcher: str, root: runtime.RootArg, program: Sequence[str], ranks: int, *, nodes: int,
-              env: Mapping[str, str], log: Path, script_dir: Path, timeout: Optional[float] = None,
-              runtime_name: str = "auto", binds: Sequence[runtime.Bind] = (), nv: bool = False,
-              note: Sequence[str] = (), image_mount: Optional[Tuple[str, str, int]] = None,
-              cwd: Optional[Path] = None, nodelist: Sequence[str] = ()) -> StepResult:
+def run_ranks(
+    launcher: str,
+    root: runtime.RootArg,
+    program: Sequence[str],
+    ranks: int,
+    *,
+    nodes: int,
+    env: Mapping[str, str],
+    log: Path,
+    script_dir: Path,
+    timeout: Optional[float] = None,
+    runtime_name: str = "auto",
+    binds: Sequence[runtime.Bind] = (),
+    nv: bool = False,
+    note: Sequence[str] = (),
+    image_mount: Optional[Tuple[str, str, int]] = None,
+    cwd: Optional[Path] = None,
+    nodelist: Sequence[str] = (),
+) -> StepResult:
     """``program`` on ``ranks`` ranks the way verification launches everything: with
     ``launcher`` "srun", :func:`run_srun` over ``nodes`` nodes; otherwise :func:`run_mpirun`
     on this machine, oversubscribed when there are more ranks than CPUs (``nodes``,
     ``nodelist`` and ``image_mount`` concern srun only); ``cwd``: the ranks' working directory."""
     if launcher == "srun":
-        return run_srun(root, program, ranks, env=env, log=log, script_dir=script_dir, nodes=nodes,
-                        timeout=timeout, runtime_name=runtime_name, binds=binds, nv=nv, note=note,
-                        image_mount=image_mount, cwd=cwd, nodelist=nodelist)
-    return run_mpirun(root, program, ranks, env=env, log=log, timeout=timeout, runtime_name=runtime_name,
-                      binds=binds, nv=nv, oversubscribe=ranks > (os.cpu_count() or 1), note=note, cwd=cwd)
+        return run_srun(
+            root,
+            program,
+            ranks,
+            env=env,
+            log=log,
+            script_dir=script_dir,
+            nodes=nodes,
+            timeout=timeout,
+            runtime_name=runtime_name,
+            binds=binds,
+            nv=nv,
+            note=note,
+            image_mount=image_mount,
+            cwd=cwd,
+            nodelist=nodelist,
+        )
+    return run_mpirun(
+        root,
+        program,
+        ranks,
+        env=env,
+        log=log,
+        timeout=timeout,
+        runtime_name=runtime_name,
+        binds=binds,
+        nv=nv,
+        oversubscribe=ranks > (os.cpu_count() or 1),
+        note=note,
+        cwd=cwd,
+    )

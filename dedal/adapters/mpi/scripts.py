@@ -5,6 +5,7 @@ program inside (:func:`rank_command`), the holder of a node's Apptainer instance
 (:data:`INSTANCE_SCRIPT`) and the reaper of what a step left running (:data:`REAP_SCRIPT`).
 Why each is as it is: :mod:`dedal.adapters.mpi`.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,8 @@ RANK_PREFIXES = ("PMIX", "PMI", "SLURM")
 IMAGE_TOKEN = "@DEDAL_IMAGE@"
 
 
-RANK_SCRIPT = r"""#!/bin/sh
+RANK_SCRIPT = (
+    r"""#!/bin/sh
 # dedal: start one rank of an MPI step in a sandbox (run by srun on each node).
 # The sandbox starts from a clean environment, so this rank's launcher variables
 # (@NAMES@) go to the command inside on its standard input, which it loads first: no
@@ -112,17 +114,21 @@ set +e
 $vars
 export DEDAL_STEP=${SLURM_JOB_ID:-}.${SLURM_STEP_ID:-} DEDAL_STEPD=$PPID
 EOF
-""".replace("@NAMES@", ", ".join(p + "_*" for p in RANK_PREFIXES)).replace(
-    "@ALTERNATIVES@", "\\|".join(RANK_PREFIXES)).replace("@IMAGE@", IMAGE_TOKEN)
+""".replace("@NAMES@", ", ".join(p + "_*" for p in RANK_PREFIXES))
+    .replace("@ALTERNATIVES@", "\\|".join(RANK_PREFIXES))
+    .replace("@IMAGE@", IMAGE_TOKEN)
+)
 
 
 # /proc/self/fd/0 rather than /dev/stdin: some sandboxes bind the image's own /dev. The
 # "#@ dedal-container:" line says, from inside, which container (mount namespace) the rank is
 # in and which mount of the image it reads (the device of the file system /bin/sh is on), so
 # that the report says how many of each the ranks of a node really had
-_LOADER = ('set -a; . /proc/self/fd/0; set +a; read -r h < /proc/sys/kernel/hostname; '
-           'echo "#@ dedal-container: host=$h mntns=$(readlink /proc/self/ns/mnt) '
-           'imagedev=$(stat -Lc %d /bin/sh 2>/dev/null)" >&2; @SESSION@exec "$@" </dev/null')
+_LOADER = (
+    "set -a; . /proc/self/fd/0; set +a; read -r h < /proc/sys/kernel/hostname; "
+    'echo "#@ dedal-container: host=$h mntns=$(readlink /proc/self/ns/mnt) '
+    'imagedev=$(stat -Lc %d /bin/sh 2>/dev/null)" >&2; @SESSION@exec "$@" </dev/null'
+)
 
 
 # In a container that Apptainer's --sharens shares, Apptainer forwards a signal (srun's SIGTERM

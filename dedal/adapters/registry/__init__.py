@@ -21,6 +21,7 @@ registry. Credentials never appear in an exception, a log record or a ``repr``: 
 name the registry, the method and the path (query strings, which may carry signed
 tokens, are cut off).
 """
+
 from __future__ import annotations
 
 from dedal.adapters.registry.auth import (
@@ -40,8 +41,16 @@ from dedal.adapters.registry.client import (
 )
 from dedal.adapters.registry.download import download_blob
 from dedal.adapters.registry.transport import CHUNK, RETRY_STATUS
-from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, IntegrityError, NotFound, RegistryAuthError,
-                                            TooLarge, redact_url, short_reason)
+from dedal.adapters.registry.errors import (
+    ANSWER_LIMIT,
+    TRANSIENT_ERRORS,
+    IntegrityError,
+    NotFound,
+    RegistryAuthError,
+    TooLarge,
+    redact_url,
+    short_reason,
+)
 from dedal.model.oci import (
     DOCKER_MANIFEST,
     DOCKER_MANIFEST_LIST,
@@ -54,9 +63,34 @@ from dedal.model.oci import (
 )
 
 __all__ = [
-    "DOCKER_MANIFEST", "DOCKER_MANIFEST_LIST", "MANIFEST_TYPES", "OCI_INDEX", "OCI_MANIFEST", "Manifest",
-    "RegistryError", "RegistryAuthError", "NotFound", "Credentials", "RegistryAuth", "auth_files",
-    "credentials_from_file", "resolve_credentials", "parse_challenge", "RegistryClient", "client_options", "make_client", "Progress",
-    "sha256_digest", "file_digest", "redact_url", "short_reason", "CHUNK", "RETRY_STATUS",
-    "TRANSIENT_ERRORS", "TooLarge", "ANSWER_LIMIT", "IntegrityError", "download_blob",
+    "DOCKER_MANIFEST",
+    "DOCKER_MANIFEST_LIST",
+    "MANIFEST_TYPES",
+    "OCI_INDEX",
+    "OCI_MANIFEST",
+    "Manifest",
+    "RegistryError",
+    "RegistryAuthError",
+    "NotFound",
+    "Credentials",
+    "RegistryAuth",
+    "auth_files",
+    "credentials_from_file",
+    "resolve_credentials",
+    "parse_challenge",
+    "RegistryClient",
+    "client_options",
+    "make_client",
+    "Progress",
+    "sha256_digest",
+    "file_digest",
+    "redact_url",
+    "short_reason",
+    "CHUNK",
+    "RETRY_STATUS",
+    "TRANSIENT_ERRORS",
+    "TooLarge",
+    "ANSWER_LIMIT",
+    "IntegrityError",
+    "download_blob",
 ]

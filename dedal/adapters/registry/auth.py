@@ -11,6 +11,7 @@ Kept apart from the client because none of it depends on how requests are retrie
 bodies are uploaded, and because this is the code that handles secrets: they never
 appear in an exception, a log record or a ``repr``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,8 +26,14 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import requests
 
 from dedal.adapters import proc
-from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, RegistryAuthError, read_body, redact_url,
-                                            short_reason)
+from dedal.adapters.registry.errors import (
+    ANSWER_LIMIT,
+    TRANSIENT_ERRORS,
+    RegistryAuthError,
+    read_body,
+    redact_url,
+    short_reason,
+)
 from dedal.errors import UserError, read_input
 from dedal.model.oci import RegistryError
 
@@ -94,20 +101,24 @@ def _entry_credentials(entry: Any, origin: str) -> Optional[Credentials]:
 
 
 def _credential_helper(helper: str, host: str, origin: str) -> Optional[Credentials]:
-    result = proc.run([f"docker-credential-{helper}", "get"], input=host, what=f"credential helper {helper}",
-                      check=False)
+    result = proc.run(
+        [f"docker-credential-{helper}", "get"], input=host, what=f"credential helper {helper}", check=False
+    )
     if result.returncode != 0:
         if "credentials not found" in (result.stdout + result.stderr).lower():
             return None
         # the helper's output may echo secrets: report only the exit code
-        raise RegistryAuthError(f"credential helper docker-credential-{helper} (from {origin}) failed "
-                                f"for {host} with exit code {result.returncode}")
+        raise RegistryAuthError(
+            f"credential helper docker-credential-{helper} (from {origin}) failed "
+            f"for {host} with exit code {result.returncode}"
+        )
     try:
         data = json.loads(result.stdout)
         return Credentials(str(data["Username"]), str(data["Secret"]), f"docker-credential-{helper}")
     except (ValueError, KeyError, TypeError):
-        raise RegistryAuthError(f"credential helper docker-credential-{helper} returned no usable "
-                                f"credentials for {host}") from None
+        raise RegistryAuthError(
+            f"credential helper docker-credential-{helper} returned no usable credentials for {host}"
+        ) from None
 
 
 def credentials_from_file(path: Path, host: str, repository: str = "") -> Optional[Credentials]:
@@ -123,7 +134,7 @@ def credentials_from_file(path: Path, host: str, repository: str = "") -> Option
         raise UserError(f"{path}: expected a JSON object (registry credentials file)")
     auths = data.get("auths") or {}
     by_key: Dict[str, Any] = {}
-    for key, entry in (auths.items() if isinstance(auths, dict) else []):
+    for key, entry in auths.items() if isinstance(auths, dict) else []:
         by_key.setdefault(_auth_key_host(str(key)), entry)
     wanted = [host]
     parts = [p for p in repository.split("/") if p]
@@ -191,8 +202,7 @@ def parse_challenge(header: str) -> Tuple[str, Dict[str, str]]:
     ("bearer", {...}). Only the first challenge is used."""
     header = header.strip()
     scheme, _, rest = header.partition(" ")
-    params = {m.group(1).lower(): (m.group(2) if m.group(2) is not None else m.group(3))
-              for m in _PARAM.finditer(rest)}
+    params = {m.group(1).lower(): (m.group(2) if m.group(2) is not None else m.group(3)) for m in _PARAM.finditer(rest)}
     return scheme.lower(), params
 
 
@@ -218,12 +228,13 @@ class RegistryAuth:
 
     def _who(self) -> str:
         if not self.creds:
-            return ("no credentials were found (docker/podman/apptainer registry login, $REGISTRY_AUTH_FILE, "
-                    "DEDAL_REGISTRY_USER + DEDAL_REGISTRY_PASSWORD, or --password-stdin)")
+            return (
+                "no credentials were found (docker/podman/apptainer registry login, $REGISTRY_AUTH_FILE, "
+                "DEDAL_REGISTRY_USER + DEDAL_REGISTRY_PASSWORD, or --password-stdin)"
+            )
         return f"user {self.creds.username!r} from {self.creds.origin or 'the command line'}"
 
-    def answer(self, response: requests.Response, session: requests.Session, verify: Any,
-               already_sent: bool) -> None:
+    def answer(self, response: requests.Response, session: requests.Session, verify: Any, already_sent: bool) -> None:
         """Handle a 401: set up what ``header()`` returns, or raise RegistryAuthError."""
         challenge = response.headers.get("WWW-Authenticate", "")
         scheme, params = parse_challenge(challenge) if challenge else ("", {})
@@ -231,8 +242,9 @@ class RegistryAuth:
             if not self.creds:
                 raise RegistryAuthError(f"registry {self.host} requires authentication; {self._who()}")
             if already_sent and self.scheme == "basic":
-                raise RegistryAuthError(f"registry {self.host} refused the credentials of {self._who()} "
-                                        "(wrong user name or password?)")
+                raise RegistryAuthError(
+                    f"registry {self.host} refused the credentials of {self._who()} (wrong user name or password?)"
+                )
             self.scheme = "basic"
             return
         if scheme == "bearer":
@@ -245,8 +257,9 @@ class RegistryAuth:
             if scope not in self.tokens:
                 self.tokens[scope] = self._fetch_token(params, session, verify)
             return
-        raise RegistryAuthError(f"registry {self.host} asks for unsupported authentication "
-                                f"{scheme or '(no WWW-Authenticate header)'}")
+        raise RegistryAuthError(
+            f"registry {self.host} asks for unsupported authentication {scheme or '(no WWW-Authenticate header)'}"
+        )
 
     def _fetch_token(self, params: Dict[str, str], session: requests.Session, verify: Any) -> str:
         realm = params.get("realm")
@@ -256,20 +269,30 @@ class RegistryAuth:
         headers = {"Accept": "application/json"}
         if self.creds:
             headers["Authorization"] = f"Basic {self.creds.basic()}"
-        log.debug("requesting a bearer token from %s (service=%s, scope=%s, with credentials: %s)",
-                  redact_url(realm), query.get("service"), query.get("scope"), bool(self.creds))
+        log.debug(
+            "requesting a bearer token from %s (service=%s, scope=%s, with credentials: %s)",
+            redact_url(realm),
+            query.get("service"),
+            query.get("scope"),
+            bool(self.creds),
+        )
         try:
             r = session.get(realm, params=query, headers=headers, verify=verify, timeout=60, stream=True)
             body = read_body(r, ANSWER_LIMIT, f"the answer of token server {redact_url(realm)}")
         except TRANSIENT_ERRORS as exc:
-            raise RegistryError(f"token server {redact_url(realm)} of {self.host} unreachable "
-                                f"({short_reason(exc)})") from None
+            raise RegistryError(
+                f"token server {redact_url(realm)} of {self.host} unreachable ({short_reason(exc)})"
+            ) from None
         if r.status_code in (401, 403):
             if not self.creds:
-                raise RegistryAuthError(f"registry {self.host} requires authentication (its token server "
-                                        f"{redact_url(realm)} answered HTTP {r.status_code}); {self._who()}")
-            raise RegistryAuthError(f"token server {redact_url(realm)} refused {self._who()} "
-                                    f"(HTTP {r.status_code}; wrong user name or password?)")
+                raise RegistryAuthError(
+                    f"registry {self.host} requires authentication (its token server "
+                    f"{redact_url(realm)} answered HTTP {r.status_code}); {self._who()}"
+                )
+            raise RegistryAuthError(
+                f"token server {redact_url(realm)} refused {self._who()} "
+                f"(HTTP {r.status_code}; wrong user name or password?)"
+            )
         if r.status_code != 200:
             raise RegistryAuthError(f"token server {redact_url(realm)} answered HTTP {r.status_code}")
         try:

@@ -9,6 +9,7 @@ the OCI 1.1 referrers API, paginated tag lists and streamed or small in-memory b
 
 Errors name the registry, the method and the path, never credentials.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,7 @@ import requests
 import requests.exceptions
 
 from dedal.adapters.registry.auth import Credentials, resolve_credentials
-from dedal.adapters.registry.errors import (NotFound,
-                                            RegistryAuthError, TooLarge)
+from dedal.adapters.registry.errors import NotFound, RegistryAuthError, TooLarge
 from dedal.adapters.registry.stall import Counted
 from dedal.adapters.registry.transport import CHUNK, Transport
 from dedal.errors import too_large
@@ -82,8 +82,9 @@ class RegistryClient(Transport):
         _ = self.base
         return bool(self.blob_exists({"digest": digest}, self.container(repository)))
 
-    def push_blob(self, repository: str, path: Union[str, os.PathLike], digest: str, size: int,
-                  progress: Progress = None) -> bool:
+    def push_blob(
+        self, repository: str, path: Union[str, os.PathLike], digest: str, size: int, progress: Progress = None
+    ) -> bool:
         """Upload a file as a blob unless the registry already has it (HEAD first).
 
         Returns True when bytes were sent. A failed upload (broken connection, 5xx) is
@@ -120,8 +121,7 @@ class RegistryClient(Transport):
             self._stall.finished_sending()
 
     def _upload_once(self, repository: str, path: Path, digest: str, size: int, furthest: List[int]) -> None:
-        r = self.do_request(f"/v2/{repository}/blobs/uploads/", "POST",
-                            headers={"Content-Length": "0"}, ok=(202,))
+        r = self.do_request(f"/v2/{repository}/blobs/uploads/", "POST", headers={"Content-Length": "0"}, ok=(202,))
         location = self._get_location(r, self.container(repository))
         if not location:
             raise RegistryError(f"POST /v2/{repository}/blobs/uploads/: no Location header in the answer")
@@ -131,15 +131,20 @@ class RegistryClient(Transport):
         put_url = f"{location}{sep}digest={digest}"
         at = [0]
         with open(path, "rb") as fh, meter(f"upload {digest[7:19]}", size) as m:
+
             def sent(n: int) -> None:
                 m.advance(n)
                 at[0] += n
                 self.progressed(n, new=at[0] > furthest[0])
                 furthest[0] = max(furthest[0], at[0])
 
-            r = self.do_request(put_url, "PUT", data=Counted(fh, size, sent, self._all_sent),  # type: ignore[arg-type]
-                                headers={"Content-Type": "application/octet-stream",
-                                         "Content-Length": str(size)}, retry=False)
+            r = self.do_request(
+                put_url,
+                "PUT",
+                data=Counted(fh, size, sent, self._all_sent),  # type: ignore[arg-type]
+                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                retry=False,
+            )
         if r.status_code != 201:
             raise self.error(r, "PUT", put_url)
         got = r.headers.get("Docker-Content-Digest")
@@ -161,8 +166,9 @@ class RegistryClient(Transport):
         r = self.do_request(url, "PUT", data=raw, headers={"Content-Type": media_type}, ok=(200, 201))
         got = r.headers.get("Docker-Content-Digest")
         if got and got != sha256_digest(raw):
-            raise RegistryError(f"registry {self.host} stored manifest {repository}:{ref} as {got}, "
-                                f"expected {sha256_digest(raw)}")
+            raise RegistryError(
+                f"registry {self.host} stored manifest {repository}:{ref} as {got}, expected {sha256_digest(raw)}"
+            )
         return r
 
     def get_manifest_raw(self, repository: str, ref: str, accept: Tuple[str, ...] = MANIFEST_TYPES) -> Manifest:
@@ -183,8 +189,9 @@ class RegistryClient(Transport):
 
     def head_manifest(self, repository: str, ref: str) -> Optional[str]:
         """The digest a tag points to, or None when it does not exist."""
-        r = self.do_request(f"/v2/{repository}/manifests/{ref}", "HEAD",
-                            headers={"Accept": ", ".join(MANIFEST_TYPES)}, ok=(200, 404))
+        r = self.do_request(
+            f"/v2/{repository}/manifests/{ref}", "HEAD", headers={"Accept": ", ".join(MANIFEST_TYPES)}, ok=(200, 404)
+        )
         if r.status_code == 404:
             return None
         return r.headers.get("Docker-Content-Digest")
@@ -200,7 +207,9 @@ class RegistryClient(Transport):
         except NotFound:
             raise NotFound(f"repository {self.host}/{repository} not found") from None
 
-    def referrers(self, repository: str, digest: str, artifact_type: Optional[str] = None) -> Optional[List[Dict[str, Any]]]:
+    def referrers(
+        self, repository: str, digest: str, artifact_type: Optional[str] = None
+    ) -> Optional[List[Dict[str, Any]]]:
         """Descriptors of manifests whose ``subject`` is ``digest`` through the OCI 1.1
         referrers API; None when the registry has no such API (404)."""
         url = f"/v2/{repository}/referrers/{digest}"
@@ -249,9 +258,16 @@ def client_options(settings: Settings) -> Dict[str, Any]:
     return {"deadline": float(settings.registry_deadline_s), "timeout": float(settings.registry_timeout_s)}
 
 
-def make_client(host: str, *, insecure: bool = False, creds: Optional[Credentials] = None,
-                repository: str = "", username: Optional[str] = None, password: Optional[str] = None,
-                **options: Any) -> RegistryClient:
+def make_client(
+    host: str,
+    *,
+    insecure: bool = False,
+    creds: Optional[Credentials] = None,
+    repository: str = "",
+    username: Optional[str] = None,
+    password: Optional[str] = None,
+    **options: Any,
+) -> RegistryClient:
     """A RegistryClient with credentials resolved (unless ``creds`` is given)."""
     if creds is None:
         creds = resolve_credentials(host, repository, username=username, password=password)

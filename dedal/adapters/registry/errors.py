@@ -9,6 +9,7 @@ tokens) and ``short_reason`` turns requests' nested exception texts into a few w
 Shared by the credential/challenge code (``auth``), the client, and the publish stage's
 download loop.
 """
+
 from __future__ import annotations
 
 from typing import Tuple

@@ -14,6 +14,7 @@ In plain output (CI logs) the same as lines: ``upload to HOST stalled ...`` when
 begins, ``still ...`` every 30 s, ``... going on again`` when bytes flow again.
 :class:`Counted` is the upload's body that tells them (and the byte count) each block.
 """
+
 from __future__ import annotations
 
 from typing import BinaryIO, Callable, Optional
@@ -24,8 +25,7 @@ from dedal.ui.activity import Activity, elapsed_text
 class Stall(Activity):
     """See the module. ``left()``: seconds before the operation gives up."""
 
-    def __init__(self, what: str, request: str, left: Callable[[], float], *, size: int = 0,
-                 **options: object) -> None:
+    def __init__(self, what: str, request: str, left: Callable[[], float], *, size: int = 0, **options: object) -> None:
         super().__init__(what, **options)  # type: ignore[arg-type]
         self.request = request
         self.left = left
@@ -41,8 +41,7 @@ class Stall(Activity):
             took = self.elapsed
             self.started = self.clock()
             if was:
-                self._say(f"{self.what}: going on again after {elapsed_text(took)} "
-                          f"({self.sent} of {self.size} bytes)")
+                self._say(f"{self.what}: going on again after {elapsed_text(took)} ({self.sent} of {self.size} bytes)")
                 self._printed = None
 
     def finished_sending(self) -> None:
@@ -50,8 +49,11 @@ class Stall(Activity):
 
     def detail(self) -> str:
         took = int(self.elapsed)
-        state = (f"all {self.size} bytes sent, no answer for {took} s" if self.done
-                 else f"no byte taken for {took} s, {self.sent} of {self.size} sent")
+        state = (
+            f"all {self.size} bytes sent, no answer for {took} s"
+            if self.done
+            else f"no byte taken for {took} s, {self.sent} of {self.size} sent"
+        )
         return f"{state}: {self.request}; gives up in {max(0, int(self.left()))} s"
 
     def tick(self) -> None:
@@ -61,8 +63,9 @@ class Stall(Activity):
         super().tick()
 
 
-def stall(what: str, request: str, left: Callable[[], float], size: int = 0, after: float = 5.0,
-          quiet: Optional[bool] = None) -> Stall:
+def stall(
+    what: str, request: str, left: Callable[[], float], size: int = 0, after: float = 5.0, quiet: Optional[bool] = None
+) -> Stall:
     return Stall(what, request, left, size=size, after=after, quiet=quiet)
 
 
@@ -72,8 +75,9 @@ class Counted:
     was taken) and ``at_end`` when all were; its length is the blob's, so requests sends
     it as it is."""
 
-    def __init__(self, fh: BinaryIO, size: int, seen: Callable[[int], None],
-                 at_end: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, fh: BinaryIO, size: int, seen: Callable[[int], None], at_end: Callable[[], None] = lambda: None
+    ) -> None:
         self._fh, self._size, self._seen, self._at_end = fh, size, seen, at_end
 
     def __len__(self) -> int:

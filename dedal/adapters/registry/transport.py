@@ -33,6 +33,7 @@ request of :class:`~dedal.adapters.registry.client.RegistryClient`) adds
 
 Errors name the registry, the method and the path, never credentials.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,17 @@ import requests
 import requests.exceptions
 
 from dedal.adapters.registry.auth import Credentials, RegistryAuth
-from dedal.adapters.registry.errors import (ANSWER_LIMIT, TRANSIENT_ERRORS, NotFound,
-                                            RegistryAuthError, error_body, read_body, redact_url, short_reason,
-                                            transport_failure)
+from dedal.adapters.registry.errors import (
+    ANSWER_LIMIT,
+    TRANSIENT_ERRORS,
+    NotFound,
+    RegistryAuthError,
+    error_body,
+    read_body,
+    redact_url,
+    short_reason,
+    transport_failure,
+)
 from dedal.adapters.registry.stall import Stall, stall
 from dedal.model.oci import RegistryError, local_registry
 from dedal.ui.activity import Activity, activity
@@ -56,12 +65,12 @@ from dedal.ui.activity import Activity, activity
 log = logging.getLogger("dedal.registry")
 
 RETRY_STATUS = (429, 500, 502, 503, 504)
-MAX_RETRY_AFTER = 60.0   # seconds a Retry-After may ask for; longer: give up now, with the reason
+MAX_RETRY_AFTER = 60.0  # seconds a Retry-After may ask for; longer: give up now, with the reason
 MAX_BACKOFF = 30.0
-CONNECT_TIMEOUT = 10.0     # seconds to connect: TCP and the TLS handshake (urllib3 bounds both by it)
-ANSWER_TIMEOUT = 10.0      # seconds the first contact (GET /v2/, per scheme) waits for an answer
+CONNECT_TIMEOUT = 10.0  # seconds to connect: TCP and the TLS handshake (urllib3 bounds both by it)
+ANSWER_TIMEOUT = 10.0  # seconds the first contact (GET /v2/, per scheme) waits for an answer
 WAITING_SHOWN_AFTER = 5.0  # a request unanswered (an upload stalled) this long is shown: "waiting for HOST (12 s)"
-DEADLINE = 180.0           # seconds an operation may go without progress (setting registry_deadline_s)
+DEADLINE = 180.0  # seconds an operation may go without progress (setting registry_deadline_s)
 CHUNK = 1 << 20
 
 
@@ -105,8 +114,13 @@ class Transport(oras.provider.Registry):
         self._auth = RegistryAuth(host, creds)
         self._scheme: Optional[str] = None
         self._stall: Optional[Stall] = None
-        self.stats: Dict[str, int] = {"requests": 0, "retries": 0, "blobs_uploaded": 0, "blobs_skipped": 0,
-                                      "bytes_uploaded": 0}
+        self.stats: Dict[str, int] = {
+            "requests": 0,
+            "retries": 0,
+            "blobs_uploaded": 0,
+            "blobs_skipped": 0,
+            "bytes_uploaded": 0,
+        }
 
     @property
     def base(self) -> str:
@@ -130,17 +144,24 @@ class Transport(oras.provider.Registry):
             return "https"
         except requests.exceptions.SSLError as exc:
             if self.insecure or local_registry(self.host):
-                log.debug("TLS to %s failed, using plain http (%s)", self.host,
-                          "--insecure" if self.insecure else "a local registry")
+                log.debug(
+                    "TLS to %s failed, using plain http (%s)",
+                    self.host,
+                    "--insecure" if self.insecure else "a local registry",
+                )
                 return "http"
-            raise RegistryError(f"registry {self.host}: TLS connection failed ({short_reason(exc)}); if it serves "
-                                "plain HTTP or has a certificate you do not trust, pass --insecure "
-                                "(setting registry_insecure)") from None
+            raise RegistryError(
+                f"registry {self.host}: TLS connection failed ({short_reason(exc)}); if it serves "
+                "plain HTTP or has a certificate you do not trust, pass --insecure "
+                "(setting registry_insecure)"
+            ) from None
         except TRANSIENT_ERRORS as exc:
             if self.insecure or local_registry(self.host):
                 return self._plain_http_answers(transport_failure(exc, timeouts), shown)
-            raise RegistryError(f"registry {self.host} unreachable over https ({transport_failure(exc, timeouts)}); if it "
-                                "serves plain HTTP, pass --insecure (setting registry_insecure)") from None
+            raise RegistryError(
+                f"registry {self.host} unreachable over https ({transport_failure(exc, timeouts)}); if it "
+                "serves plain HTTP, pass --insecure (setting registry_insecure)"
+            ) from None
 
     def _plain_http_answers(self, https_failure: str, shown: Activity) -> str:
         """``http`` where the registry (a local one, or any with --insecure) answers over
@@ -154,8 +175,10 @@ class Transport(oras.provider.Registry):
             self.session.get(url, timeout=timeouts, stream=True).close()  # body unread
             return "http"
         except TRANSIENT_ERRORS as exc:
-            raise RegistryError(f"registry {self.host} unreachable over https ({https_failure}) "
-                                f"and http ({transport_failure(exc, timeouts)})") from None
+            raise RegistryError(
+                f"registry {self.host} unreachable over https ({https_failure}) "
+                f"and http ({transport_failure(exc, timeouts)})"
+            ) from None
 
     def url(self, path: str) -> str:
         return f"{self.base}{path}"
@@ -188,9 +211,11 @@ class Transport(oras.provider.Registry):
         bounds sending the body by the connect timeout)."""
         left = self.remaining()
         if left <= 0:
-            raise RegistryError(f"{what}: gave up: no progress within the registry operation's deadline of "
-                                f"{self.deadline:.0f} s (setting registry_deadline_s; {self.stats['requests']} "
-                                f"request(s), {self.stats['retries']} retries)")
+            raise RegistryError(
+                f"{what}: gave up: no progress within the registry operation's deadline of "
+                f"{self.deadline:.0f} s (setting registry_deadline_s; {self.stats['requests']} "
+                f"request(s), {self.stats['retries']} retries)"
+            )
         read = min(ANSWER_TIMEOUT, self.timeout, left) if first else min(self.timeout, left)
         return (read if sending else min(CONNECT_TIMEOUT, self.timeout, left)), read
 
@@ -221,9 +246,13 @@ class Transport(oras.provider.Registry):
         elif not self._scheme:
             _ = self.base
         if hasattr(data, "read"):
-            with stall(f"upload to {self.host} stalled", f"{method} {redact_url(url)}", self.remaining,
-                       size=len(data) if hasattr(data, "__len__") else 0,  # type: ignore[arg-type]
-                       after=WAITING_SHOWN_AFTER) as shown:
+            with stall(
+                f"upload to {self.host} stalled",
+                f"{method} {redact_url(url)}",
+                self.remaining,
+                size=len(data) if hasattr(data, "__len__") else 0,  # type: ignore[arg-type]
+                after=WAITING_SHOWN_AFTER,
+            ) as shown:
                 self._stall = shown
                 try:
                     return self._attempts(shown, url, method, data, headers, json, stream, retry, ok)
@@ -232,14 +261,26 @@ class Transport(oras.provider.Registry):
         with activity(f"waiting for {self.host}", after=WAITING_SHOWN_AFTER) as shown:
             return self._attempts(shown, url, method, data, headers, json, stream, retry, ok)
 
-    def _attempts(self, shown: Activity, url: str, method: str, data: Any, headers: Optional[dict],
-                  json: Optional[dict], stream: bool, retry: bool, ok: Tuple[int, ...]) -> requests.Response:
+    def _attempts(
+        self,
+        shown: Activity,
+        url: str,
+        method: str,
+        data: Any,
+        headers: Optional[dict],
+        json: Optional[dict],
+        stream: bool,
+        retry: bool,
+        ok: Tuple[int, ...],
+    ) -> requests.Response:
         attempts = 1 + (self.retries if retry else 0)
         auth_rounds = 0
         attempt = 0
         while True:
             if not isinstance(shown, Stall):
-                shown.step(f"{method} {redact_url(url)}" + (f", attempt {attempt + 1} of {attempts}" if attempt else ""))
+                shown.step(
+                    f"{method} {redact_url(url)}" + (f", attempt {attempt + 1} of {attempts}" if attempt else "")
+                )
             hdrs = dict(headers or {})
             hdrs.update(self._auth.header())
             if hasattr(data, "seek"):
@@ -248,31 +289,42 @@ class Transport(oras.provider.Registry):
             self.stats["requests"] += 1
             try:
                 # always streamed: an answer read whole is read here, bounded (ANSWER_LIMIT)
-                response = self.session.request(method, url, data=data, json=json, headers=hdrs, stream=True,
-                                                verify=not self.insecure, timeout=timeouts,
-                                                allow_redirects=True)
+                response = self.session.request(
+                    method,
+                    url,
+                    data=data,
+                    json=json,
+                    headers=hdrs,
+                    stream=True,
+                    verify=not self.insecure,
+                    timeout=timeouts,
+                    allow_redirects=True,
+                )
                 if method == "HEAD":  # no body (http.client reads none), whatever its Content-Length says
                     response._content = b"".join(response.iter_content(CHUNK))  # and the connection kept
                 elif response.status_code >= 300:
                     response._content = error_body(response)
                 elif not stream:
                     # what requests does for stream=False, bounded (.content, .json() read it)
-                    response._content = read_body(response, ANSWER_LIMIT,
-                                                  f"the answer to {method} {redact_url(url)}")
+                    response._content = read_body(response, ANSWER_LIMIT, f"the answer to {method} {redact_url(url)}")
             except requests.exceptions.SSLError as exc:
-                raise RegistryError(f"{method} {redact_url(url)}: TLS error ({short_reason(exc)}); pass --insecure "
-                                    "only if you trust this registry") from None
+                raise RegistryError(
+                    f"{method} {redact_url(url)}: TLS error ({short_reason(exc)}); pass --insecure "
+                    "only if you trust this registry"
+                ) from None
             except TRANSIENT_ERRORS as exc:
                 attempt += 1
                 if attempt >= attempts:
-                    raise RegistryError(f"{method} {redact_url(url)}: connection failed after {attempt} "
-                                        f"attempt(s) ({transport_failure(exc, timeouts)})") from None
-                self.wait_before_retry(attempt, f"{method} {redact_url(url)}: {transport_failure(exc, timeouts)}",
-                                       kind=type(exc).__name__)
+                    raise RegistryError(
+                        f"{method} {redact_url(url)}: connection failed after {attempt} "
+                        f"attempt(s) ({transport_failure(exc, timeouts)})"
+                    ) from None
+                self.wait_before_retry(
+                    attempt, f"{method} {redact_url(url)}: {transport_failure(exc, timeouts)}", kind=type(exc).__name__
+                )
                 continue
             if response.status_code == 401 and auth_rounds < 3:
-                self._auth.answer(response, self.session, not self.insecure,
-                                  already_sent="Authorization" in hdrs)
+                self._auth.answer(response, self.session, not self.insecure, already_sent="Authorization" in hdrs)
                 auth_rounds += 1
                 response.close()
                 continue
@@ -283,8 +335,10 @@ class Transport(oras.provider.Registry):
                     response.close()
                     why = f"{method} {redact_url(url)}: HTTP {response.status_code}"
                     if delay is not None and delay > MAX_RETRY_AFTER:
-                        raise RegistryError(f"{why}: the registry asks to retry after {delay:.0f} s (Retry-After); "
-                                            "giving up now, try again later")
+                        raise RegistryError(
+                            f"{why}: the registry asks to retry after {delay:.0f} s (Retry-After); "
+                            "giving up now, try again later"
+                        )
                     self.wait_before_retry(attempt, why, delay, kind=f"HTTP {response.status_code}")
                     continue
             if response.status_code < 300 and method in ("GET", "PUT", "PATCH"):
@@ -303,14 +357,24 @@ class Transport(oras.provider.Registry):
             ceiling = min(MAX_BACKOFF, self.backoff * (2 ** (attempt - 1)))
             delay = ceiling / 2 + random.uniform(0, ceiling / 2)
         if delay >= self.remaining():
-            raise RegistryError(f"{why}: gave up: the registry operation's deadline of {self.deadline:.0f} s without "
-                                f"progress (setting registry_deadline_s) leaves no time for retry {attempt}")
+            raise RegistryError(
+                f"{why}: gave up: the registry operation's deadline of {self.deadline:.0f} s without "
+                f"progress (setting registry_deadline_s) leaves no time for retry {attempt}"
+            )
         self.stats["retries"] += 1
         kind = kind or why
         level = logging.DEBUG if kind in self._warned else logging.WARNING
         self._warned.add(kind)
-        log.log(level, "registry %s: %s; retry %d/%d in %.1f s%s", self.host, why, attempt, self.retries, delay,
-                "" if level == logging.DEBUG else " (further failures of this kind are not shown)")
+        log.log(
+            level,
+            "registry %s: %s; retry %d/%d in %.1f s%s",
+            self.host,
+            why,
+            attempt,
+            self.retries,
+            delay,
+            "" if level == logging.DEBUG else " (further failures of this kind are not shown)",
+        )
         self._sleep(delay)
 
     def error(self, response: requests.Response, method: str, url: str) -> RegistryError:
@@ -320,8 +384,9 @@ class Transport(oras.provider.Registry):
             body = json.loads(response.content)
             errs = body.get("errors") if isinstance(body, dict) else None
             if errs:
-                detail = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ")
-                                   for e in errs if isinstance(e, dict))
+                detail = "; ".join(
+                    f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errs if isinstance(e, dict)
+                )
         except ValueError:
             pass  # no error codes to show: the status says it
         msg = f"{method} {redact_url(url)}: HTTP {response.status_code} {response.reason or ''}".rstrip()

@@ -37,24 +37,71 @@ The modules, one concern each:
 
 This package is the public face: callers use the names below.
 """
+
 from dedal.adapters.runtime.apptainer import apptainer_build_sandbox, instance_start_command, instance_stop_command
 from dedal.adapters.runtime.apptainer import process_env as apptainer_env
 from dedal.adapters.runtime.apptainer import command as apptainer_command
 from dedal.adapters.runtime.bwrap import command as bwrap_command
 from dedal.adapters.runtime.charliecloud import command as charliecloud_command
-from dedal.adapters.runtime.common import (Bind, Instance, Prepared, RootArg, base_env, host_path, image_env_scripts,
-                                           mount_source, mounted,
-                                           root_kind,
-                                           wrap_with_image_env)
+from dedal.adapters.runtime.common import (
+    Bind,
+    Instance,
+    Prepared,
+    RootArg,
+    base_env,
+    host_path,
+    image_env_scripts,
+    mount_source,
+    mounted,
+    root_kind,
+    wrap_with_image_env,
+)
 from dedal.adapters.runtime.nvidia import HostDriver, find_driver, host_driver
-from dedal.adapters.runtime.launch import (BACKENDS, RUNTIMES, Running, choose_runtime, prepared, resolve_runtime,
-                                           rpm_packages, run_in, run_interactive, shares_per_node, start_in)
+from dedal.adapters.runtime.launch import (
+    BACKENDS,
+    RUNTIMES,
+    Running,
+    choose_runtime,
+    prepared,
+    resolve_runtime,
+    rpm_packages,
+    run_in,
+    run_interactive,
+    shares_per_node,
+    start_in,
+)
 
 __all__ = [
-    "BACKENDS", "RUNTIMES", "Bind", "HostDriver", "Instance", "Prepared", "RootArg", "Running",
-    "apptainer_build_sandbox", "apptainer_command", "apptainer_env", "instance_start_command", "instance_stop_command", "base_env", "bwrap_command", "charliecloud_command",
-    "choose_runtime", "find_driver", "host_driver", "host_path",
-    "image_env_scripts", "mount_source", "mounted", "prepared", "resolve_runtime", "root_kind", "rpm_packages",
+    "BACKENDS",
+    "RUNTIMES",
+    "Bind",
+    "HostDriver",
+    "Instance",
+    "Prepared",
+    "RootArg",
+    "Running",
+    "apptainer_build_sandbox",
+    "apptainer_command",
+    "apptainer_env",
+    "instance_start_command",
+    "instance_stop_command",
+    "base_env",
+    "bwrap_command",
+    "charliecloud_command",
+    "choose_runtime",
+    "find_driver",
+    "host_driver",
+    "host_path",
+    "image_env_scripts",
+    "mount_source",
+    "mounted",
+    "prepared",
+    "resolve_runtime",
+    "root_kind",
+    "rpm_packages",
     "run_in",
-    "run_interactive", "shares_per_node", "start_in", "wrap_with_image_env",
+    "run_interactive",
+    "shares_per_node",
+    "start_in",
+    "wrap_with_image_env",
 ]

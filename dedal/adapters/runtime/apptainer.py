@@ -44,6 +44,7 @@ command sees the same sandbox with every backend:
   ``APPTAINER_DROP_CAPS`` for ``apptainer build``, :func:`process_env`); a non-root user who cannot open ``/dev/fuse`` gets ``--unsquash``
   for a SIF or squashfs root.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,9 +57,19 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from dedal.adapters import proc
-from dedal.adapters.runtime.common import (ENV_DIR, HINTS, Bind, Instance, Prepared, RootArg, base_env,
-                                           make_mount_points,
-                                           norm, remove_mount_points, wrap_with_image_env)
+from dedal.adapters.runtime.common import (
+    ENV_DIR,
+    HINTS,
+    Bind,
+    Instance,
+    Prepared,
+    RootArg,
+    base_env,
+    make_mount_points,
+    norm,
+    remove_mount_points,
+    wrap_with_image_env,
+)
 from dedal.errors import UserError
 
 TOOL = "apptainer"
@@ -87,8 +98,11 @@ def process_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     ``APPTAINERENV_*``/``SINGULARITYENV_*`` variables (Apptainer would set them inside
     despite ``--cleanenv``), plus ``APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE`` when running as
     root without that capability (unless the caller set APPTAINER_DROP_CAPS)."""
-    env = {k: v for k, v in (os.environ if environ is None else environ).items()
-           if not k.startswith(("APPTAINERENV_", "SINGULARITYENV_"))}
+    env = {
+        k: v
+        for k, v in (os.environ if environ is None else environ).items()
+        if not k.startswith(("APPTAINERENV_", "SINGULARITYENV_"))
+    }
     if must_drop_sys_resource(env):
         env["APPTAINER_DROP_CAPS"] = "CAP_SYS_RESOURCE"
     return env
@@ -157,8 +171,10 @@ def command(
         args += ["--bind", f"{src}:{b.target}" + (":ro" if b.readonly else "")]
     args += ["--pwd", cwd or "/"]
     inner = base_env(env)
-    args += [os.fspath(image), *wrap_with_image_env(cmd, [ALL_IMAGE_SCRIPTS], env or {}, first=inner,
-                                                   start=None if cwd else os.getcwd())]
+    args += [
+        os.fspath(image),
+        *wrap_with_image_env(cmd, [ALL_IMAGE_SCRIPTS], env or {}, first=inner, start=None if cwd else os.getcwd()),
+    ]
     return Prepared(args, process_env())
 
 
@@ -183,8 +199,10 @@ def _private_dirs(targets: Sequence[str], binds: Sequence[Bind]) -> Iterator[Dic
             d = Path(tempfile.mkdtemp(prefix="dedal-" + dst.strip("/").replace("/", "-") + "-"))
             made[dst] = d
             d.chmod(0o1777)
-            make_mount_points(d, [(norm(b.target[len(dst):]), Path(b.src).is_file()) for b in binds
-                                  if b.target.startswith(dst + "/")])
+            make_mount_points(
+                d,
+                [(norm(b.target[len(dst) :]), Path(b.src).is_file()) for b in binds if b.target.startswith(dst + "/")],
+            )
         yield made
     finally:
         for d in made.values():
@@ -197,8 +215,9 @@ def _check_dev_binds(binds: Sequence[Bind]) -> None:
     for b in binds:
         src = os.path.abspath(os.fspath(b.src))
         if src.startswith("/dev/") and b.target.startswith("/dev/") and src != b.target:
-            raise UserError(f"apptainer binds a path under /dev only onto itself, not {src} onto {b.target}; "
-                            "use runtime bwrap")
+            raise UserError(
+                f"apptainer binds a path under /dev only onto itself, not {src} onto {b.target}; use runtime bwrap"
+            )
 
 
 def _needs_unsquash(kind: str) -> bool:
@@ -207,9 +226,18 @@ def _needs_unsquash(kind: str) -> bool:
 
 
 @contextlib.contextmanager
-def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
-            env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool, nv: bool,
-            per_node: bool = False) -> Iterator[Prepared]:
+def prepare(
+    root: RootArg,
+    kind: str,
+    cmd: Sequence[str],
+    *,
+    binds: Sequence[Bind],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    writable: bool,
+    nv: bool,
+    per_node: bool = False,
+) -> Iterator[Prepared]:
     """Apptainer is given the root as it is, with the private directories it needs; in a
     writable directory root the missing mount points are made first (and removed
     afterwards). ``per_node``: the ranks of an srun step share one container per node
@@ -227,8 +255,18 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
             wanted += [(f, True) for f in WRITABLE_FILES if os.path.exists(f)] + [(d, False) for d in WRITABLE_DIRS]
             created = make_mount_points(image, wanted)
         try:
-            prep = command(image, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv, private=private,
-                           unsquash=_needs_unsquash(kind), sharens=per_node and not writable)
+            prep = command(
+                image,
+                cmd,
+                binds=binds,
+                env=env,
+                cwd=cwd,
+                writable=writable,
+                nv=nv,
+                private=private,
+                unsquash=_needs_unsquash(kind),
+                sharens=per_node and not writable,
+            )
             prep.created = created
             yield prep
         finally:
@@ -256,8 +294,14 @@ def instance_stop_command(name: str) -> List[str]:
     return [proc.which("apptainer", HINTS["apptainer"]), "instance", "stop", "--force", name]
 
 
-def apptainer_build_sandbox(definition: Path, target: Path, *, log: Optional[Path] = None,
-                            fakeroot: Optional[bool] = None, timeout: Optional[float] = None) -> None:
+def apptainer_build_sandbox(
+    definition: Path,
+    target: Path,
+    *,
+    log: Optional[Path] = None,
+    fakeroot: Optional[bool] = None,
+    timeout: Optional[float] = None,
+) -> None:
     """``apptainer build [--fakeroot] --sandbox TARGET DEF`` (production .def base images)."""
     apptainer = proc.which("apptainer", HINTS["apptainer"])
     if fakeroot is None:

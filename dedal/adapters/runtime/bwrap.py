@@ -22,6 +22,7 @@ tmpfs. The root itself is never modified, except a writable directory root
 (``writable=True``, used to build base images), where missing mount points are created in
 the root and removed again afterwards.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,9 +33,23 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dedal.adapters import proc
 from dedal.adapters.runtime import nvidia
-from dedal.adapters.runtime.common import (ENV_DIR, HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, in_root,
-                                           make_mount_points, mounted, norm, note_mount, remove_mount_points,
-                                           resolve_in_image, with_image_env)
+from dedal.adapters.runtime.common import (
+    ENV_DIR,
+    HINTS,
+    Bind,
+    Prepared,
+    RootArg,
+    base_env,
+    image_env_scripts,
+    in_root,
+    make_mount_points,
+    mounted,
+    norm,
+    note_mount,
+    remove_mount_points,
+    resolve_in_image,
+    with_image_env,
+)
 from dedal.model.image import STD_PATH
 
 TOOL = "bwrap"
@@ -51,8 +66,7 @@ class _View:
     mkdirs: List[str] = field(default_factory=list)  # missing directories above new mount points
 
 
-def _split_view(rootdir: Path, dests: Sequence[str], *, writable: bool, host: bool,
-                fresh: Sequence[str] = ()) -> _View:
+def _split_view(rootdir: Path, dests: Sequence[str], *, writable: bool, host: bool, fresh: Sequence[str] = ()) -> _View:
     """bwrap arguments that show ``rootdir`` at ``/`` with every directory needed as a new
     mount point available, without writing to ``rootdir``. Destinations below ``fresh``
     mounts (the new /dev, /tmp, /run tmpfs) need nothing: bwrap creates them there."""
@@ -113,8 +127,9 @@ def _host_devices(driver: Optional[nvidia.HostDriver] = None) -> Dict[str, str]:
     return found
 
 
-def gpu_binds(driver: nvidia.HostDriver, binds: Sequence[Bind], scripts: Sequence[str]
-              ) -> Tuple[List[Bind], Dict[str, str]]:
+def gpu_binds(
+    driver: nvidia.HostDriver, binds: Sequence[Bind], scripts: Sequence[str]
+) -> Tuple[List[Bind], Dict[str, str]]:
     """The driver's binds (less any the caller binds itself) and the environment they need:
     ``LD_LIBRARY_PATH`` where the image has no ``99-base.sh`` to add the libraries' directory."""
     taken = {b.target for b in binds}
@@ -161,22 +176,33 @@ def command(
     user_dsts = [b.target for b in binds]
     created: List[Path] = []
     if writable and not host:
-        wanted = ([(d, False) for d in standard] + [(f, True) for f in extra_files]
-                  + [(b.target, Path(b.src).is_file()) for b in binds])
-        created = make_mount_points(viewroot, [(d, f) for d, f in wanted
-                                                if not d.startswith(("/dev/", "/run/"))])
-        view = _split_view(viewroot, standard + extra_files + devs + user_dsts, writable=True, host=False,
-                           fresh=["/dev", "/run"])
+        wanted = (
+            [(d, False) for d in standard]
+            + [(f, True) for f in extra_files]
+            + [(b.target, Path(b.src).is_file()) for b in binds]
+        )
+        created = make_mount_points(viewroot, [(d, f) for d, f in wanted if not d.startswith(("/dev/", "/run/"))])
+        view = _split_view(
+            viewroot, standard + extra_files + devs + user_dsts, writable=True, host=False, fresh=["/dev", "/run"]
+        )
     else:
         fresh = [] if host else ["/dev", "/run"] + ([] if writable else ["/tmp"])
-        view = _split_view(viewroot, standard + extra_files + devs + user_dsts, writable=writable or host,
-                           host=host, fresh=fresh)
+        view = _split_view(
+            viewroot, standard + extra_files + devs + user_dsts, writable=writable or host, host=host, fresh=fresh
+        )
     args = [bwrap, "--die-with-parent", *view.args]
     if host:  # the host as it is, in a private mount namespace: its /dev (incl. /dev/shm), /tmp, /run
         args += ["--dev-bind", "/dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys"]
     else:
-        args += ["--dev", view.targets["/dev"], "--proc", view.targets["/proc"],
-                 "--ro-bind", "/sys", view.targets["/sys"]]
+        args += [
+            "--dev",
+            view.targets["/dev"],
+            "--proc",
+            view.targets["/proc"],
+            "--ro-bind",
+            "/sys",
+            view.targets["/sys"],
+        ]
         for dev in devs:
             args += ["--dev-bind", dev_src[dev], view.targets[dev]]
         if not writable:  # apt's _apt user needs the root's own /tmp while building a base
@@ -196,13 +222,34 @@ def command(
 
 
 @contextlib.contextmanager
-def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
-            env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool, nv: bool) -> Iterator[Prepared]:
+def prepare(
+    root: RootArg,
+    kind: str,
+    cmd: Sequence[str],
+    *,
+    binds: Sequence[Bind],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    writable: bool,
+    nv: bool,
+) -> Iterator[Prepared]:
     """bwrap sees a directory: a squashfs/SIF stays mounted while the command runs; mount
     points made in a writable root are removed afterwards."""
     with mounted(root) as rootdir:
-        prep = note_mount(command(rootdir, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv,
-                                  scripts=image_env_scripts(rootdir)), root, rootdir)
+        prep = note_mount(
+            command(
+                rootdir,
+                cmd,
+                binds=binds,
+                env=env,
+                cwd=cwd,
+                writable=writable,
+                nv=nv,
+                scripts=image_env_scripts(rootdir),
+            ),
+            root,
+            rootdir,
+        )
         try:
             yield prep
         finally:

@@ -21,6 +21,7 @@ The copied directory is on this node: ranks that ``srun`` starts with ch-run on 
 do not see it (bwrap's binds name the driver's own paths, the same on every node of a
 homogeneous cluster).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -34,8 +35,19 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from dedal.adapters import proc
 from dedal.adapters.runtime import nvidia
-from dedal.adapters.runtime.common import (HINTS, Bind, Prepared, RootArg, base_env, image_env_scripts, mounted,
-                                           note_mount, resolve_in_image, with_image_env, wrap_with_image_env)
+from dedal.adapters.runtime.common import (
+    HINTS,
+    Bind,
+    Prepared,
+    RootArg,
+    base_env,
+    image_env_scripts,
+    mounted,
+    note_mount,
+    resolve_in_image,
+    with_image_env,
+    wrap_with_image_env,
+)
 from dedal.errors import UserError
 
 TOOL = "ch-run"
@@ -70,8 +82,15 @@ def command(
     if cwd:
         args.append(f"--cd={cwd}")
     # without cwd, bwrap's rule (the caller's directory where the image has it, else HOME): ch-run starts in /
-    args += [os.fspath(image), "--", *(with_image_env(cmd, scripts, env) if cwd
-                                       else wrap_with_image_env(cmd, scripts, env or {}, start=os.getcwd()))]
+    args += [
+        os.fspath(image),
+        "--",
+        *(
+            with_image_env(cmd, scripts, env)
+            if cwd
+            else wrap_with_image_env(cmd, scripts, env or {}, start=os.getcwd())
+        ),
+    ]
     outer = dict(os.environ)
     outer.setdefault("USER", inner_env["USER"])  # ch-run refuses to start without USER
     return Prepared(args, outer)
@@ -134,8 +153,10 @@ def gpu_binds(driver: nvidia.HostDriver, rootdir: Path, binds: Sequence[Bind]) -
         else:
             copy = stage / "files" / str(i) / os.path.basename(b.target)
             out.append(Bind(copy, b.target, readonly=True) if copy.is_file() else b)
-    note = (f"note: ch-run cannot create mount points in a read-only image: the NVIDIA driver's {', '.join(left)} "
-            "not bound (the image lacks them; runtime bwrap or apptainer binds them)")
+    note = (
+        f"note: ch-run cannot create mount points in a read-only image: the NVIDIA driver's {', '.join(left)} "
+        "not bound (the image lacks them; runtime bwrap or apptainer binds them)"
+    )
     if left and note not in _NOTED:
         _NOTED.add(note)
         log.warning("%s", note)
@@ -143,8 +164,17 @@ def gpu_binds(driver: nvidia.HostDriver, rootdir: Path, binds: Sequence[Bind]) -
 
 
 @contextlib.contextmanager
-def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
-            env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool, nv: bool) -> Iterator[Prepared]:
+def prepare(
+    root: RootArg,
+    kind: str,
+    cmd: Sequence[str],
+    *,
+    binds: Sequence[Bind],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    writable: bool,
+    nv: bool,
+) -> Iterator[Prepared]:
     """Refuse binds onto missing paths; then a directory or squashfs as it is (a squashfs
     mounted briefly to read its env scripts: ch-run mounts it again itself), a SIF mounted.
     ``nv``: the host driver's binds added (see the module notes)."""
@@ -154,28 +184,53 @@ def prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bin
             with mounted(root) as rootdir:
                 assert rootdir is not None
                 if driver.libraries and resolve_in_image(rootdir, nvidia.LIBS_DIR)[1]:
-                    raise UserError(f"ch-run cannot bind the NVIDIA driver's libraries: {root} has no "
-                                    f"{nvidia.LIBS_DIR} (images dedal assembles have it); use runtime bwrap "
-                                    "(or apptainer)")
+                    raise UserError(
+                        f"ch-run cannot bind the NVIDIA driver's libraries: {root} has no "
+                        f"{nvidia.LIBS_DIR} (images dedal assembles have it); use runtime bwrap "
+                        "(or apptainer)"
+                    )
                 binds = [*binds, *gpu_binds(driver, rootdir, binds)]
     with _prepare(root, kind, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv) as prep:
         yield prep
 
 
 @contextlib.contextmanager
-def _prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
-             env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool, nv: bool) -> Iterator[Prepared]:
+def _prepare(
+    root: RootArg,
+    kind: str,
+    cmd: Sequence[str],
+    *,
+    binds: Sequence[Bind],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    writable: bool,
+    nv: bool,
+) -> Iterator[Prepared]:
     with mounted(root) as rootdir:
         assert rootdir is not None
         missing = [b.target for b in binds if resolve_in_image(rootdir, b.target)[1]]
     if missing:
-        raise UserError(f"ch-run cannot create bind mount points in a read-only image: "
-                        f"{', '.join(missing)} missing in {root}; use runtime bwrap (or apptainer)")
+        raise UserError(
+            f"ch-run cannot create bind mount points in a read-only image: "
+            f"{', '.join(missing)} missing in {root}; use runtime bwrap (or apptainer)"
+        )
     if kind == "sif":  # ch-run cannot open it: give it the mounted partition
         with mounted(root) as rootdir:
             assert rootdir is not None
-            yield note_mount(command(rootdir, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv,
-                                     scripts=image_env_scripts(rootdir)), root, rootdir)
+            yield note_mount(
+                command(
+                    rootdir,
+                    cmd,
+                    binds=binds,
+                    env=env,
+                    cwd=cwd,
+                    writable=writable,
+                    nv=nv,
+                    scripts=image_env_scripts(rootdir),
+                ),
+                root,
+                rootdir,
+            )
         return
     scripts: List[str]
     if kind == "dir":
@@ -183,5 +238,13 @@ def _prepare(root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bi
     else:
         with mounted(root) as rootdir:  # to read the image's env scripts; ch-run mounts it again itself
             scripts = image_env_scripts(rootdir)
-    yield command(Path(root), cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv,  # type: ignore[arg-type]
-                  scripts=scripts)
+    yield command(
+        Path(root),
+        cmd,
+        binds=binds,
+        env=env,
+        cwd=cwd,
+        writable=writable,
+        nv=nv,  # type: ignore[arg-type]
+        scripts=scripts,
+    )

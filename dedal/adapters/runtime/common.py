@@ -19,6 +19,7 @@ command line from the same pieces, kept here so that the backends agree:
   runtime process itself, mount points it made in a writable root;
 * :class:`Backend`, the one interface the backend modules provide.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -116,13 +117,31 @@ class Backend(Protocol):
 
     TOOL: str
 
-    def command(self, root: Optional[Path], cmd: Sequence[str], *, binds: Sequence[Bind] = (),
-                env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None, writable: bool = False,
-                nv: bool = False, scripts: Sequence[str] = ()) -> Prepared: ...
+    def command(
+        self,
+        root: Optional[Path],
+        cmd: Sequence[str],
+        *,
+        binds: Sequence[Bind] = (),
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        writable: bool = False,
+        nv: bool = False,
+        scripts: Sequence[str] = (),
+    ) -> Prepared: ...
 
-    def prepare(self, root: RootArg, kind: str, cmd: Sequence[str], *, binds: Sequence[Bind],
-                env: Optional[Mapping[str, str]], cwd: Optional[str], writable: bool,
-                nv: bool) -> ContextManager[Prepared]: ...
+    def prepare(
+        self,
+        root: RootArg,
+        kind: str,
+        cmd: Sequence[str],
+        *,
+        binds: Sequence[Bind],
+        env: Optional[Mapping[str, str]],
+        cwd: Optional[str],
+        writable: bool,
+        nv: bool,
+    ) -> ContextManager[Prepared]: ...
 
 
 # ---------------------------------------------------------------------------- roots
@@ -227,7 +246,7 @@ def resolve_in_image(rootdir: Path, cpath: str, depth: int = 0) -> Tuple[str, st
         if host.is_symlink():
             target = os.readlink(host)
             base = target if target.startswith("/") else f"{cur}/{target}"
-            rest = "/".join(parts[i + 1:])
+            rest = "/".join(parts[i + 1 :])
             return resolve_in_image(rootdir, norm(f"{base}/{rest}" if rest else base), depth + 1)
         if not host.exists():
             return cur, "/".join(parts[i:])
@@ -310,8 +329,13 @@ def image_env_scripts(rootdir: Optional[Path]) -> List[str]:
     return [f"{ENV_DIR}/{p.name}" for p in sorted(d.iterdir()) if p.name.endswith(".sh")]
 
 
-def wrap_with_image_env(cmd: Sequence[str], scripts: Sequence[str], env: Mapping[str, str],
-                        first: Optional[Mapping[str, str]] = None, start: Optional[str] = None) -> List[str]:
+def wrap_with_image_env(
+    cmd: Sequence[str],
+    scripts: Sequence[str],
+    env: Mapping[str, str],
+    first: Optional[Mapping[str, str]] = None,
+    start: Optional[str] = None,
+) -> List[str]:
     """``/bin/sh -c`` that exports ``first`` (the clean environment, where the runtime could
     not set it itself), changes to ``start`` if given (else to ``HOME``, else ``/``, as
     bwrap does), sources the image's env scripts, re-exports the caller's variables (which
@@ -330,7 +354,7 @@ def _source(script: str) -> str:
     """The shell line that sources ``script`` if present; a pattern (``*.sh``) sources
     every match in order, as Apptainer's own action scripts do."""
     if "*" in script:
-        return (f'for _dedal_s in {script}; do [ -f "$_dedal_s" ] && . "$_dedal_s"; done; unset _dedal_s')
+        return f'for _dedal_s in {script}; do [ -f "$_dedal_s" ] && . "$_dedal_s"; done; unset _dedal_s'
     return f"[ -f {shlex.quote(script)} ] && . {shlex.quote(script)}"
 
 

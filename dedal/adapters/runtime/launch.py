@@ -7,6 +7,7 @@ PATH and able to run containers, else bwrap, else ch-run; :func:`choose_runtime`
 which and why). The host's own root (``None``) always runs with bwrap, the only backend
 that runs it in a private mount namespace.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,10 @@ from dedal.model.config import RUNTIMES
 
 #: the backends by name, in the order ``auto`` tries them
 BACKENDS: Dict[str, Backend] = {  # type: ignore[dict-item]
-    "apptainer": apptainer, "bwrap": bwrap, "charliecloud": charliecloud}
+    "apptainer": apptainer,
+    "bwrap": bwrap,
+    "charliecloud": charliecloud,
+}
 log = logging.getLogger("dedal.runtime")
 
 
@@ -71,8 +75,9 @@ def choose_runtime(runtime: str = "auto") -> Tuple[str, str]:
         why = "; ".join([f"auto: {found}", *passed])
         log.info("runtime %s", why)
         return name, why
-    raise ToolMissing("bwrap", "no container runtime found: install bubblewrap, Charliecloud or Apptainer ("
-                      + "; ".join(passed) + ")")
+    raise ToolMissing(
+        "bwrap", "no container runtime found: install bubblewrap, Charliecloud or Apptainer (" + "; ".join(passed) + ")"
+    )
 
 
 def resolve_runtime(runtime: str = "auto") -> str:
@@ -117,8 +122,9 @@ def prepared(
         raise UserError(f"{root}: a {kind} image is read-only; writable runs need a directory root")
     cwd_s = os.fspath(cwd) if cwd is not None else None
     shared = {"per_node": per_node} if backend == "apptainer" else {}
-    with BACKENDS[backend].prepare(root, kind, cmd, binds=binds, env=env, cwd=cwd_s, writable=writable,
-                                   nv=nv, **shared) as prep:
+    with BACKENDS[backend].prepare(
+        root, kind, cmd, binds=binds, env=env, cwd=cwd_s, writable=writable, nv=nv, **shared
+    ) as prep:
         yield prep
 
 
@@ -142,10 +148,26 @@ def run_in(
 
     A non-zero exit raises ToolError (``what``, the full command, exit code, log) unless
     ``check=False``."""
-    with prepared(root, cmd, binds=binds, env=env, cwd=cwd, runtime=runtime,  # type: ignore[arg-type]
-                  writable=writable, nv=nv) as prep:
-        return proc.run(prep.argv, what=what or f"{Path(str(cmd[0])).name} in {root or 'host'}",
-                        log=log, env=prep.env, timeout=timeout, check=check, input=input, shown=cmd)
+    with prepared(
+        root,
+        cmd,
+        binds=binds,
+        env=env,
+        cwd=cwd,
+        runtime=runtime,  # type: ignore[arg-type]
+        writable=writable,
+        nv=nv,
+    ) as prep:
+        return proc.run(
+            prep.argv,
+            what=what or f"{Path(str(cmd[0])).name} in {root or 'host'}",
+            log=log,
+            env=prep.env,
+            timeout=timeout,
+            check=check,
+            input=input,
+            shown=cmd,
+        )
 
 
 def run_interactive(
@@ -219,8 +241,17 @@ def start_in(
     """Start ``cmd`` in ``root`` without waiting (an MPI launcher, a daemon); output to ``log``."""
     stack = contextlib.ExitStack()
     try:
-        prep = stack.enter_context(prepared(root, cmd, binds=binds, env=env, cwd=cwd,  # type: ignore[arg-type]
-                                            runtime=runtime, nv=nv))
+        prep = stack.enter_context(
+            prepared(
+                root,
+                cmd,
+                binds=binds,
+                env=env,
+                cwd=cwd,  # type: ignore[arg-type]
+                runtime=runtime,
+                nv=nv,
+            )
+        )
         popen = proc.start(prep.argv, log=log, env=prep.env)
     except BaseException:
         stack.close()
@@ -230,8 +261,9 @@ def start_in(
 
 def rpm_packages(root: Path, *, log: Optional[Path] = None) -> Dict[str, str]:
     """``{package: version-release}`` of an RPM-based root (rpm -qa inside it, always with bwrap)."""
-    out = run_in(root, ["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"],
-                 what="rpm -qa", runtime="bwrap").stdout
+    out = run_in(
+        root, ["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"], what="rpm -qa", runtime="bwrap"
+    ).stdout
     result: Dict[str, str] = {}
     for line in out.splitlines():
         if "\t" in line:

@@ -29,6 +29,7 @@ driver tree: the ld cache read is ``<root>/etc/ld.so.cache`` (``ldconfig -C``), 
 ``ldconfig -p`` text. A host without driver gets nothing bound and one note (not an error),
 logged once per process.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,30 +47,86 @@ from dedal.model.elf import elf_id
 from dedal.model.image import STD_PATH
 
 #: binaries of Apptainer's etc/nvliblist.conf, bound at /usr/bin/<name>
-NV_BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
-               "nvidia-cuda-mps-server")
+NV_BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
 #: libraries of Apptainer's etc/nvliblist.conf (prefixes of the ld cache's names)
 NV_LIBRARIES = (
-    "libcuda.so", "libcudadebugger.so", "libEGL_installertest.so", "libEGL_nvidia.so", "libEGL.so",
-    "libGLdispatch.so", "libGLESv1_CM_nvidia.so", "libGLESv1_CM.so", "libGLESv2_nvidia.so", "libGLESv2.so",
-    "libGL.so", "libGLX_installertest.so", "libGLX_nvidia.so", "libglx.so", "libGLX.so", "libnvcuvid.so",
-    "libnvcucompat.so", "libnvcudla.so", "libnvcuextend.so", "libnvidia-cbl.so", "libnvidia-cfg.so",
-    "libnvidia-compiler.so", "libnvidia-eglcore.so", "libnvidia-egl-wayland.so", "libnvidia-encode.so",
-    "libnvidia-fatbinaryloader.so", "libnvidia-fbc.so", "libnvidia-glcore.so", "libnvidia-glsi.so",
-    "libnvidia-glvkspirv.so", "libnvidia-gpucomp.so", "libnvidia-gtk2.so", "libnvidia-gtk3.so",
-    "libnvidia-ifr.so", "libnvidia-ml.so", "libnvidia-nvvm.so", "libnvidia-opencl.so",
-    "libnvidia-opticalflow.so", "libnvidia-ptxjitcompiler.so", "libnvidia-rmapi-tegra.so", "libnvidia-rtcore.so",
-    "libnvidia-tls.so", "libnvidia-wfb.so", "libnvoptix.so", "libnvos.so", "libnvosd.so", "libnvrm_chip.so",
-    "libnvrm_gpu.so", "libnvrm_host1x.so", "libnvrm_mem.so", "libnvrm_stream.so", "libnvrm_surface.so",
-    "libnvrm_sync.so", "libnvsciipc.so", "libnvsocsys.so", "libnvtegrahv.so", "libOpenCL.so", "libOpenGL.so",
-    "libvdpau_nvidia.so", "nvidia_drv.so", "tls_test_.so",
+    "libcuda.so",
+    "libcudadebugger.so",
+    "libEGL_installertest.so",
+    "libEGL_nvidia.so",
+    "libEGL.so",
+    "libGLdispatch.so",
+    "libGLESv1_CM_nvidia.so",
+    "libGLESv1_CM.so",
+    "libGLESv2_nvidia.so",
+    "libGLESv2.so",
+    "libGL.so",
+    "libGLX_installertest.so",
+    "libGLX_nvidia.so",
+    "libglx.so",
+    "libGLX.so",
+    "libnvcuvid.so",
+    "libnvcucompat.so",
+    "libnvcudla.so",
+    "libnvcuextend.so",
+    "libnvidia-cbl.so",
+    "libnvidia-cfg.so",
+    "libnvidia-compiler.so",
+    "libnvidia-eglcore.so",
+    "libnvidia-egl-wayland.so",
+    "libnvidia-encode.so",
+    "libnvidia-fatbinaryloader.so",
+    "libnvidia-fbc.so",
+    "libnvidia-glcore.so",
+    "libnvidia-glsi.so",
+    "libnvidia-glvkspirv.so",
+    "libnvidia-gpucomp.so",
+    "libnvidia-gtk2.so",
+    "libnvidia-gtk3.so",
+    "libnvidia-ifr.so",
+    "libnvidia-ml.so",
+    "libnvidia-nvvm.so",
+    "libnvidia-opencl.so",
+    "libnvidia-opticalflow.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-rmapi-tegra.so",
+    "libnvidia-rtcore.so",
+    "libnvidia-tls.so",
+    "libnvidia-wfb.so",
+    "libnvoptix.so",
+    "libnvos.so",
+    "libnvosd.so",
+    "libnvrm_chip.so",
+    "libnvrm_gpu.so",
+    "libnvrm_host1x.so",
+    "libnvrm_mem.so",
+    "libnvrm_stream.so",
+    "libnvrm_surface.so",
+    "libnvrm_sync.so",
+    "libnvsciipc.so",
+    "libnvsocsys.so",
+    "libnvtegrahv.so",
+    "libOpenCL.so",
+    "libOpenGL.so",
+    "libvdpau_nvidia.so",
+    "nvidia_drv.so",
+    "tls_test_.so",
 )
 #: other files of Apptainer's etc/nvliblist.conf, bound where they are
 NV_FILES = (
-    "/usr/share/glvnd/egl_vendor.d/10_nvidia.json", "/usr/share/vulkan/icd.d/nvidia_icd.json",
-    "/usr/share/vulkan/icd.d/nvidia_layers.json", "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+    "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    "/usr/share/vulkan/icd.d/nvidia_icd.json",
+    "/usr/share/vulkan/icd.d/nvidia_layers.json",
+    "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
     "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
-    "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json", "/usr/share/nvidia/nvoptix.bin",
+    "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+    "/usr/share/nvidia/nvoptix.bin",
 )
 PERSISTENCED_SOCKET = "/var/run/nvidia-persistenced/socket"
 #: where the libraries are bound inside (Apptainer's ContainerLibsDir; on LD_LIBRARY_PATH by 99-base.sh)
@@ -109,8 +166,14 @@ class HostDriver:
         return out
 
     def to_json(self) -> Dict[str, Any]:
-        return {"root": self.root, "libraries": [list(x) for x in self.libraries], "binaries": list(self.binaries),
-                "files": list(self.files), "devices": list(self.devices), "note": self.note}
+        return {
+            "root": self.root,
+            "libraries": [list(x) for x in self.libraries],
+            "binaries": list(self.binaries),
+            "files": list(self.files),
+            "devices": list(self.devices),
+            "note": self.note,
+        }
 
 
 def parse_ldconfig(text: str) -> Dict[str, List[str]]:
@@ -131,8 +194,9 @@ def own_elf_id() -> Optional[Tuple[int, int]]:
     return elf_id(Path("/proc/self/exe"))
 
 
-def resolve_libraries(cache: Dict[str, List[str]], names: Sequence[str], *, root: str = "/",
-                      want: Optional[Tuple[int, int]] = None) -> List[Tuple[str, str]]:
+def resolve_libraries(
+    cache: Dict[str, List[str]], names: Sequence[str], *, root: str = "/", want: Optional[Tuple[int, int]] = None
+) -> List[Tuple[str, str]]:
     """(path, cache name) of every cache entry that starts with one of ``names``, at the first
     of its paths whose ELF class and machine are ``want`` (Apptainer's ``resolveLibs``)."""
     want = want or own_elf_id()
@@ -207,8 +271,13 @@ def ldconfig_listing(root: str = "/") -> Tuple[str, str]:
     return res.stdout, ""
 
 
-def find_driver(root: str = "/", *, ldconfig_text: Optional[str] = None, search_path: Optional[str] = None,
-                want: Optional[Tuple[int, int]] = None) -> HostDriver:
+def find_driver(
+    root: str = "/",
+    *,
+    ldconfig_text: Optional[str] = None,
+    search_path: Optional[str] = None,
+    want: Optional[Tuple[int, int]] = None,
+) -> HostDriver:
     """The NVIDIA driver below ``root`` (see the module notes); ``ldconfig_text``: an
     ``ldconfig -p`` output to use instead of reading the cache."""
     root = os.fspath(root)
@@ -220,11 +289,15 @@ def find_driver(root: str = "/", *, ldconfig_text: Optional[str] = None, search_
     libs = resolve_libraries(parse_ldconfig(ldconfig_text), NV_LIBRARIES, root=root, want=want)
     devices = device_nodes(root)
     if not any(nvidia_own(name) for _, name in libs) and not devices:
-        note = ("no NVIDIA driver on this host (no /dev/nvidia* device nodes, no NVIDIA library such as libcuda.so "
-                "in the ld cache): GPU passthrough binds nothing")
+        note = (
+            "no NVIDIA driver on this host (no /dev/nvidia* device nodes, no NVIDIA library such as libcuda.so "
+            "in the ld cache): GPU passthrough binds nothing"
+        )
         if libs:
-            note += (f" (the vendor-neutral {', '.join(sorted({n.split('.so')[0] for _, n in libs}))} of "
-                     "nvliblist.conf are no driver)")
+            note += (
+                f" (the vendor-neutral {', '.join(sorted({n.split('.so')[0] for _, n in libs}))} of "
+                "nvliblist.conf are no driver)"
+            )
         if problems:
             note += f" ({'; '.join(problems)})"
         return HostDriver(root, note=note)
@@ -234,8 +307,10 @@ def find_driver(root: str = "/", *, ldconfig_text: Optional[str] = None, search_
         files.insert(0, PERSISTENCED_SOCKET)
     note = ""
     if not libs:
-        note = ("NVIDIA device nodes but no driver libraries in the ld cache (no libcuda.so): CUDA programs in the "
-                "container will not find the driver" + (f" ({'; '.join(problems)})" if problems else ""))
+        note = (
+            "NVIDIA device nodes but no driver libraries in the ld cache (no libcuda.so): CUDA programs in the "
+            "container will not find the driver" + (f" ({'; '.join(problems)})" if problems else "")
+        )
     elif not devices:
         note = "NVIDIA driver libraries but no /dev/nvidia* device nodes (is the kernel module loaded?): no GPU usable"
     elif not any(name.startswith("libcuda.so") for _, name in libs):  # e.g. a display-only driver

@@ -15,6 +15,7 @@
 Callers import from here; the modules depend on each other only as listed
 (client on reports and conf; the others on nothing in this package).
 """
+
 from __future__ import annotations
 
 from dedal.adapters.slurm.client import HINT, Slurm, cancel, mpi_plugins, nodes, states, submit
@@ -24,6 +25,21 @@ from dedal.adapters.slurm.template import TEMPLATE_FIELDS, default_template, ren
 from dedal.adapters.slurm.times import time_minutes, time_text
 
 __all__ = [
-    "HINT", "JobState", "Node", "Slurm", "SlurmNotConfigured", "SlurmUnavailable", "State", "TEMPLATE_FIELDS", "cancel", "default_template",
-    "mpi_plugins", "nodes", "render_job_script", "states", "submit", "time_minutes", "time_text",
+    "HINT",
+    "JobState",
+    "Node",
+    "Slurm",
+    "SlurmNotConfigured",
+    "SlurmUnavailable",
+    "State",
+    "TEMPLATE_FIELDS",
+    "cancel",
+    "default_template",
+    "mpi_plugins",
+    "nodes",
+    "render_job_script",
+    "states",
+    "submit",
+    "time_minutes",
+    "time_text",
 ]

@@ -19,6 +19,7 @@ active or completed; a job whose dependency failed is CANCELLED with reason
 Verified against Slurm 22.05 (Debian bookworm); the JSON shapes of 23.02+ (state lists,
 exit codes as objects) are handled too. See ../shared/notes/real-components.md section 5.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,9 @@ def _dependency(after_ok: Iterable[Union[str, int]], after_any: Iterable[Union[s
 class Slurm:
     """Runs Slurm's commands in one environment (``SLURM_CONF`` etc.)."""
 
-    def __init__(self, environ: Optional[Mapping[str, str]] = None, *, timeout: float = 120.0,
-                 squeue_json: bool = False) -> None:
+    def __init__(
+        self, environ: Optional[Mapping[str, str]] = None, *, timeout: float = 120.0, squeue_json: bool = False
+    ) -> None:
         """``environ``: the environment of every command (default: this process's).
 
         ``squeue_json``: read job states from ``squeue --json`` (which also carries exit
@@ -77,8 +79,15 @@ class Slurm:
             env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def _run(self, cmd: List[str], *, what: str, check: bool = True, input: Optional[str] = None,
-             env: Optional[Mapping[str, str]] = None) -> proc.Result:
+    def _run(
+        self,
+        cmd: List[str],
+        *,
+        what: str,
+        check: bool = True,
+        input: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> proc.Result:
         """Run one Slurm command; a missing or broken configuration and an unreachable
         controller become one clear error (:mod:`~dedal.adapters.slurm.conf`) instead of
         Slurm's own lines, whether or not the caller checks the exit code."""
@@ -140,8 +149,14 @@ class Slurm:
         if deps:
             cmd.append("--dependency=" + deps)
             cmd.append("--kill-on-invalid-dep=" + ("yes" if kill_on_invalid_dep else "no"))
-        for flag, value in (("--partition", partition), ("--account", account), ("--qos", qos),
-                            ("--time", time), ("--constraint", constraint), ("--mem", mem)):
+        for flag, value in (
+            ("--partition", partition),
+            ("--account", account),
+            ("--qos", qos),
+            ("--time", time),
+            ("--constraint", constraint),
+            ("--mem", mem),
+        ):
             if value:
                 cmd.append(f"{flag}={value}")
         if nodes:
@@ -166,18 +181,30 @@ class Slurm:
         res = self._run(cmd, what=f"sbatch ({name})", input=stdin, env=env)
         job_id = res.stdout.strip().splitlines()[-1].split(";")[0].strip() if res.stdout.strip() else ""
         if not job_id.isdigit():
-            raise ToolError(f"sbatch ({name})", cmd, res.returncode, None,
-                            f"no job id in the output: {res.stdout.strip()[:200]!r} {res.stderr.strip()[:200]!r}")
+            raise ToolError(
+                f"sbatch ({name})",
+                cmd,
+                res.returncode,
+                None,
+                f"no job id in the output: {res.stdout.strip()[:200]!r} {res.stderr.strip()[:200]!r}",
+            )
         return job_id
 
-    def set_dependencies(self, job_id: Union[str, int], dependencies: Iterable[Union[str, int]] = (),
-                         after_any: Iterable[Union[str, int]] = ()) -> bool:
+    def set_dependencies(
+        self,
+        job_id: Union[str, int],
+        dependencies: Iterable[Union[str, int]] = (),
+        after_any: Iterable[Union[str, int]] = (),
+    ) -> bool:
         """Replace a pending job's dependencies (``scontrol update JobId=.. Dependency=..``;
         empty lists: none). False when the job has started or ended meanwhile (nothing to
         change any more); other errors raise."""
         value = _dependency(dependencies, after_any)
-        res = self._run(["scontrol", "update", f"JobId={job_id}", f"Dependency={value}"],
-                        what=f"scontrol update (job {job_id})", check=False)
+        res = self._run(
+            ["scontrol", "update", f"JobId={job_id}", f"Dependency={value}"],
+            what=f"scontrol update (job {job_id})",
+            check=False,
+        )
         if res.returncode == 0:
             return True
         text = res.stderr + res.stdout
@@ -194,23 +221,26 @@ class Slurm:
         found = self._squeue(ids)
         # finished jobs that squeue reports without an exit code (plain -o output) and
         # jobs slurmctld has already forgotten: ask accounting / the completion log
-        rest = [j for j in ids if j not in found
-                or (found[j].state.is_finished and found[j].exit_code is None and found[j].signal is None)]
+        rest = [
+            j
+            for j in ids
+            if j not in found or (found[j].state.is_finished and found[j].exit_code is None and found[j].signal is None)
+        ]
         if rest:
             for job, st in self._sacct(rest).items():
                 old = found.get(job)
                 if old is None:
                     found[job] = st
                 elif st.state == old.state:
-                    found[job] = JobState(old.state, st.exit_code, old.node or st.node,
-                                          old.reason, st.signal, old.source)
+                    found[job] = JobState(
+                        old.state, st.exit_code, old.node or st.node, old.reason, st.signal, old.source
+                    )
         return {j: found.get(j, JobState(State.UNKNOWN)) for j in ids}
 
     def _squeue(self, ids: List[str]) -> Dict[str, JobState]:
         wanted = set(ids)
         if self._squeue_json is not False:
-            res = self._run(["squeue", "--json", "-t", "all", "-j", ",".join(ids)],
-                            what="squeue", check=False)
+            res = self._run(["squeue", "--json", "-t", "all", "-j", ",".join(ids)], what="squeue", check=False)
             if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
                 self._squeue_json = True
                 return self._parse_squeue_json(res.stdout, wanted)
@@ -219,8 +249,9 @@ class Slurm:
             if self._squeue_json is True:
                 raise ToolError("squeue", res.cmd, res.returncode, None, proc.output_tail(res.stderr or res.stdout))
             self._squeue_json = False
-        res = self._run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r|%B|%N"],
-                        what="squeue", check=False)
+        res = self._run(
+            ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r|%B|%N"], what="squeue", check=False
+        )
         if res.returncode != 0:
             if self._invalid_ids(res):
                 return {}
@@ -231,8 +262,7 @@ class Slurm:
             if len(parts) < 5 or parts[0] not in wanted:
                 continue
             node = clean_node(parts[3]) or clean_node(parts[4])
-            out[parts[0]] = JobState(State.from_slurm(parts[1]), None, node, clean_reason(parts[2]),
-                                     None, "squeue")
+            out[parts[0]] = JobState(State.from_slurm(parts[1]), None, node, clean_reason(parts[2]), None, "squeue")
         return out
 
     @staticmethod
@@ -315,8 +345,11 @@ class Slurm:
         res = self._run(["scancel", *ids], what="scancel", check=False)
         if res.returncode == 0:
             return
-        bad = [ln for ln in (res.stderr + res.stdout).splitlines() if ln.strip()
-               and "already completing or completed" not in ln and "Invalid job id" not in ln]
+        bad = [
+            ln
+            for ln in (res.stderr + res.stdout).splitlines()
+            if ln.strip() and "already completing or completed" not in ln and "Invalid job id" not in ln
+        ]
         if bad:
             raise ToolError("scancel", res.cmd, res.returncode, None, proc.output_tail("\n".join(bad)))
 
@@ -359,6 +392,7 @@ class Slurm:
 
 
 # module-level shortcuts: a fresh client on the current process environment each time
+
 
 def submit(script: Union[Path, str], **kwargs: Any) -> str:
     return Slurm().submit(script, **kwargs)

@@ -7,6 +7,7 @@ lookup failed", which reads like a network problem; a ``SLURM_CONF`` naming a mi
 makes each command retry for 60 s first. :func:`before_use` catches the missing file
 before any command runs, :func:`explain` turns Slurm's own words into one clear line.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,16 +41,21 @@ def explain(output: str, environ: Mapping[str, str]) -> Optional[DedalError]:
     configuration or an unreachable controller; None for any other failure."""
     conf = environ.get("SLURM_CONF", "")
     if "Could not establish a configuration source" in output or "DNS SRV lookup failed" in output:
-        where = (f"SLURM_CONF is not set, there is no {DEFAULT_CONF}" if not conf
-                 else f"SLURM_CONF={conf} could not be used")
-        return SlurmNotConfigured(f"no Slurm configuration: {where}, and no Slurm controller is announced by DNS "
-                                f"(configless Slurm); {FIX}")
+        where = (
+            f"SLURM_CONF is not set, there is no {DEFAULT_CONF}" if not conf else f"SLURM_CONF={conf} could not be used"
+        )
+        return SlurmNotConfigured(
+            f"no Slurm configuration: {where}, and no Slurm controller is announced by DNS (configless Slurm); {FIX}"
+        )
     if "Unable to process configuration file" in output:
         why = [ln.split("error:", 1)[1].strip() for ln in output.splitlines() if "error:" in ln]
         name = conf or str(DEFAULT_CONF)
-        return SlurmNotConfigured(f"Slurm cannot use its configuration {name}"
-                                + (f" ({'; '.join(why[:3])})" if why else "") + f"; {FIX}")
+        return SlurmNotConfigured(
+            f"Slurm cannot use its configuration {name}" + (f" ({'; '.join(why[:3])})" if why else "") + f"; {FIX}"
+        )
     if "Unable to contact slurm controller" in output:
-        return SlurmUnavailable(f"the Slurm controller (slurmctld) of {conf or DEFAULT_CONF} does not answer: "
-                                "is it running and reachable from here? (`scontrol ping` tells)")
+        return SlurmUnavailable(
+            f"the Slurm controller (slurmctld) of {conf or DEFAULT_CONF} does not answer: "
+            "is it running and reachable from here? (`scontrol ping` tells)"
+        )
     return None

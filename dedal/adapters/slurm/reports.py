@@ -7,6 +7,7 @@ codes as a raw wait status (squeue JSON of 22.05), as an object (23.02+) or as s
 ``ExitCode`` (``3:0``, ``0:9``), and the placeholders Slurm prints for "no node" or "no
 reason". Pure data and parsing: nothing here runs a command.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,10 +65,37 @@ class State(str, Enum):
 
 _STATE_MAP: Dict[str, State] = {}
 for _state, _names in {
-    State.PENDING: ("PENDING", "PD", "REQUEUED", "RQ", "REQUEUE_HOLD", "RH", "REQUEUE_FED", "RF",
-                    "CONFIGURING", "CF", "RESV_DEL_HOLD", "RD", "SUSPENDED", "S", "STOPPED", "ST"),
-    State.RUNNING: ("RUNNING", "R", "COMPLETING", "CG", "STAGE_OUT", "SO", "SIGNALING", "SI",
-                    "RESIZING", "RS", "UPDATE_DB"),
+    State.PENDING: (
+        "PENDING",
+        "PD",
+        "REQUEUED",
+        "RQ",
+        "REQUEUE_HOLD",
+        "RH",
+        "REQUEUE_FED",
+        "RF",
+        "CONFIGURING",
+        "CF",
+        "RESV_DEL_HOLD",
+        "RD",
+        "SUSPENDED",
+        "S",
+        "STOPPED",
+        "ST",
+    ),
+    State.RUNNING: (
+        "RUNNING",
+        "R",
+        "COMPLETING",
+        "CG",
+        "STAGE_OUT",
+        "SO",
+        "SIGNALING",
+        "SI",
+        "RESIZING",
+        "RS",
+        "UPDATE_DB",
+    ),
     State.COMPLETED: ("COMPLETED", "CD"),
     State.FAILED: ("FAILED", "F", "SPECIAL_EXIT", "SE"),
     State.CANCELLED: ("CANCELLED", "CA", "REVOKED", "RV"),
@@ -103,13 +131,25 @@ class JobState:
         return self.state.is_node_failure
 
     def to_json(self) -> Dict[str, Any]:
-        return {"state": self.state.value, "exit_code": self.exit_code, "node": self.node,
-                "reason": self.reason, "signal": self.signal, "source": self.source}
+        return {
+            "state": self.state.value,
+            "exit_code": self.exit_code,
+            "node": self.node,
+            "reason": self.reason,
+            "signal": self.signal,
+            "source": self.source,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "JobState":
-        return cls(State(data["state"]), data.get("exit_code"), data.get("node", ""),
-                   data.get("reason", ""), data.get("signal"), data.get("source", ""))
+        return cls(
+            State(data["state"]),
+            data.get("exit_code"),
+            data.get("node", ""),
+            data.get("reason", ""),
+            data.get("signal"),
+            data.get("source", ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -132,8 +172,14 @@ class Node:
         return base in ("idle", "mixed", "allocated", "completing", "planned", "reserved")
 
     def to_json(self) -> Dict[str, Any]:
-        return {"name": self.name, "cpus": self.cpus, "state": self.state, "memory_mb": self.memory_mb,
-                "partitions": list(self.partitions), "features": list(self.features)}
+        return {
+            "name": self.name,
+            "cpus": self.cpus,
+            "state": self.state,
+            "memory_mb": self.memory_mb,
+            "partitions": list(self.partitions),
+            "features": list(self.features),
+        }
 
 
 def wait_status(value: Any) -> Tuple[Optional[int], Optional[int]]:

@@ -3,6 +3,7 @@
 Used for job time limits (``slurm.time``, estimate times ``slurm.time_factor``) and by
 the schedule benchmarks; Slurm rounds seconds up to the next minute, and so do these.
 """
+
 from __future__ import annotations
 
 from typing import Optional

@@ -4,6 +4,7 @@ The layout follows sylabs/sif v2 (``pkg/sif/sif.go``, ``descriptor.go``, ``creat
 :mod:`dedal.model.sif` describes it byte by byte. :class:`Descriptor` and :class:`SifInfo`
 are what :mod:`.reader` reads back.
 """
+
 from __future__ import annotations
 
 import platform
@@ -57,16 +58,48 @@ FS_NAMES = {1: "Squashfs", 2: "Ext3", 3: "Archive", 4: "Raw", 5: "Encrypted squa
 PART_SYSTEM, PART_PRIMSYS, PART_DATA, PART_OVERLAY = 1, 2, 3, 4
 PART_NAMES = {1: "System", 2: "*System", 3: "Data", 4: "Overlay"}
 SBOM_CYCLONEDX_JSON = 1
-SBOM_FORMATS = {1: "cyclonedx-json", 2: "cyclonedx-xml", 3: "github-json", 4: "spdx-json",
-                5: "spdx-rdf", 6: "spdx-tag-value", 7: "spdx-yaml", 8: "syft-json"}
+SBOM_FORMATS = {
+    1: "cyclonedx-json",
+    2: "cyclonedx-xml",
+    3: "github-json",
+    4: "spdx-json",
+    5: "spdx-rdf",
+    6: "spdx-tag-value",
+    7: "spdx-yaml",
+    8: "syft-json",
+}
 # SIF architecture codes (header and partition descriptors) <-> Go architecture names
-ARCHS = {"00": "unknown", "01": "386", "02": "amd64", "03": "arm", "04": "arm64", "05": "ppc64",
-         "06": "ppc64le", "07": "mips", "08": "mipsle", "09": "mips64", "10": "mips64le",
-         "11": "s390x", "12": "riscv64", "13": "loong64"}
+ARCHS = {
+    "00": "unknown",
+    "01": "386",
+    "02": "amd64",
+    "03": "arm",
+    "04": "arm64",
+    "05": "ppc64",
+    "06": "ppc64le",
+    "07": "mips",
+    "08": "mipsle",
+    "09": "mips64",
+    "10": "mips64le",
+    "11": "s390x",
+    "12": "riscv64",
+    "13": "loong64",
+}
 ARCH_CODES = {v: k for k, v in ARCHS.items() if v != "unknown"}
-_MACHINE_TO_GOARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
-                      "i386": "386", "i686": "386", "ppc64le": "ppc64le", "ppc64": "ppc64",
-                      "s390x": "s390x", "riscv64": "riscv64", "loongarch64": "loong64", "armv7l": "arm"}
+_MACHINE_TO_GOARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "i386": "386",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "ppc64": "ppc64",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+    "loongarch64": "loong64",
+    "armv7l": "arm",
+}
 
 
 def host_arch() -> str:

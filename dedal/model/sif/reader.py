@@ -2,6 +2,7 @@
 its small objects, each checked against the file (a SIF is input: its descriptors may say
 anything).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,23 @@ from typing import Any, List, Optional, Union
 
 from dedal.errors import UserError, open_regular, too_large
 from dedal.model.sif.layout import (
-    ARCHS, DATATYPE_NAMES, DATA_PARTITION, DATA_SBOM, DESCRIPTOR, Descriptor, FS_NAMES, GROUP_MASK, HEADER, MAGIC,
-    PARTITION_EXTRA, PART_NAMES, SBOM_EXTRA, SBOM_FORMATS, SifInfo, VERSION, host_arch,
+    ARCHS,
+    DATATYPE_NAMES,
+    DATA_PARTITION,
+    DATA_SBOM,
+    DESCRIPTOR,
+    Descriptor,
+    FS_NAMES,
+    GROUP_MASK,
+    HEADER,
+    MAGIC,
+    PARTITION_EXTRA,
+    PART_NAMES,
+    SBOM_EXTRA,
+    SBOM_FORMATS,
+    SifInfo,
+    VERSION,
+    host_arch,
 )
 
 
@@ -34,15 +50,17 @@ def read_sif(path: Union[str, os.PathLike]) -> SifInfo:
             head = fh.read(HEADER.size)
             if len(head) < HEADER.size or head[32:42] != MAGIC:
                 raise UserError(f"{p}: not a SIF image (no SIF_MAGIC in the header)")
-            (launch, _magic, version, arch, ident, created, modified, dfree, dtotal,
-             doff, dsize, dataoff, datasize) = HEADER.unpack(head)
+            (launch, _magic, version, arch, ident, created, modified, dfree, dtotal, doff, dsize, dataoff, datasize) = (
+                HEADER.unpack(head)
+            )
             if version != VERSION:
                 raise UserError(f"{p}: unsupported SIF version {_cstr(version)!r} (dedal reads version 01)")
             if dtotal < 0 or doff < HEADER.size or dsize != dtotal * DESCRIPTOR.size:
                 raise UserError(f"{p}: corrupt SIF header (descriptor table: {dtotal} at {doff}, {dsize} bytes)")
             if doff + dsize > size:
-                raise UserError(f"{p}: truncated SIF: the descriptor table ends at byte {doff + dsize}, "
-                                f"the file has {size} bytes")
+                raise UserError(
+                    f"{p}: truncated SIF: the descriptor table ends at byte {doff + dsize}, the file has {size} bytes"
+                )
             fh.seek(doff)
             table = fh.read(dsize)
     except IsADirectoryError:
@@ -53,15 +71,24 @@ def read_sif(path: Union[str, os.PathLike]) -> SifInfo:
         raise UserError(f"{p}: permission denied") from None
     descriptors: List[Descriptor] = []
     for i in range(dtotal):
-        (dt, used, did, gid, lid, off, dsz, dpad, dcr, dmod, _uid, _gid, name, extra) = \
-            DESCRIPTOR.unpack_from(table, i * DESCRIPTOR.size)
+        (dt, used, did, gid, lid, off, dsz, dpad, dcr, dmod, _uid, _gid, name, extra) = DESCRIPTOR.unpack_from(
+            table, i * DESCRIPTOR.size
+        )
         if not used:
             continue
         d = Descriptor(
-            id=did, datatype=dt, datatype_name=DATATYPE_NAMES.get(dt, "Unknown"),
-            group=gid & ~GROUP_MASK & 0xFFFFFFFF, link=lid & ~GROUP_MASK & 0xFFFFFFFF,
-            link_is_group=bool(lid & GROUP_MASK), offset=off, size=dsz, size_with_padding=dpad,
-            created=dcr, modified=dmod, name=_cstr(name),
+            id=did,
+            datatype=dt,
+            datatype_name=DATATYPE_NAMES.get(dt, "Unknown"),
+            group=gid & ~GROUP_MASK & 0xFFFFFFFF,
+            link=lid & ~GROUP_MASK & 0xFFFFFFFF,
+            link_is_group=bool(lid & GROUP_MASK),
+            offset=off,
+            size=dsz,
+            size_with_padding=dpad,
+            created=dcr,
+            modified=dmod,
+            name=_cstr(name),
         )
         if dt == DATA_PARTITION:
             fs, pt, parch = PARTITION_EXTRA.unpack_from(extra)
@@ -72,14 +99,25 @@ def read_sif(path: Union[str, os.PathLike]) -> SifInfo:
             (fmt,) = SBOM_EXTRA.unpack_from(extra)
             d.sbom_format = SBOM_FORMATS.get(fmt, "unknown")
         if off < 0 or dsz < 0 or off + dsz > size:
-            raise UserError(f"{p}: truncated SIF: object {did} ({d.type_label}) ends at byte {off + dsz}, "
-                            f"the file has {size} bytes")
+            raise UserError(
+                f"{p}: truncated SIF: object {did} ({d.type_label}) ends at byte {off + dsz}, the file has {size} bytes"
+            )
         descriptors.append(d)
     return SifInfo(
-        path=str(p), file_size=size, launch_script=_cstr(launch), version=_cstr(version),
-        primary_arch=ARCHS.get(_cstr(arch), "unknown"), id=str(uuid.UUID(bytes=ident)),
-        created=created, modified=modified, descriptors_free=dfree, descriptors_total=dtotal,
-        descriptors_offset=doff, descriptors_size=dsize, data_offset=dataoff, data_size=datasize,
+        path=str(p),
+        file_size=size,
+        launch_script=_cstr(launch),
+        version=_cstr(version),
+        primary_arch=ARCHS.get(_cstr(arch), "unknown"),
+        id=str(uuid.UUID(bytes=ident)),
+        created=created,
+        modified=modified,
+        descriptors_free=dfree,
+        descriptors_total=dtotal,
+        descriptors_offset=doff,
+        descriptors_size=dsize,
+        data_offset=dataoff,
+        data_size=datasize,
         descriptors=descriptors,
     )
 
@@ -106,8 +144,13 @@ def read_object(path: Union[str, os.PathLike], descriptor: Descriptor, limit: in
     """The bytes of one data object (meant for the small ones: definition, JSON, SBOM);
     UserError for one over ``limit`` bytes (a SIF is input: its descriptors say anything)."""
     if descriptor.size > limit:
-        raise UserError(too_large(f"{path}: object {descriptor.id} ({descriptor.name or descriptor.datatype_name})",
-                                  limit, descriptor.size))
+        raise UserError(
+            too_large(
+                f"{path}: object {descriptor.id} ({descriptor.name or descriptor.datatype_name})",
+                limit,
+                descriptor.size,
+            )
+        )
     with open_regular(Path(path)) as fh:
         fh.seek(descriptor.offset)
         data = fh.read(descriptor.size)
@@ -121,5 +164,6 @@ def read_json_object(path: Union[str, os.PathLike], descriptor: Descriptor) -> A
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: object {descriptor.id} ({descriptor.name or descriptor.datatype_name}) "
-                        f"is not valid JSON ({exc})") from None
+        raise UserError(
+            f"{path}: object {descriptor.id} ({descriptor.name or descriptor.datatype_name}) is not valid JSON ({exc})"
+        ) from None

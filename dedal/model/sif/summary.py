@@ -1,6 +1,7 @@
 """What ``dedal inspect`` shows of a SIF (:func:`summarize`): header, objects, labels,
 layers, the SBOM's summary and the root file system's squashfs superblock, read in Python.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,17 +26,27 @@ def squashfs_superblock(path: Union[str, os.PathLike], offset: int = 0) -> Dict[
         raw = fh.read(SQUASHFS_SUPERBLOCK.size)
     if len(raw) < SQUASHFS_SUPERBLOCK.size or raw[:4] != b"hsqs":
         raise UserError(f"{path}: no squashfs superblock at offset {offset}")
-    (_magic, inodes, mkfs_time, block_size, _frags, comp, _blog, _flags, _ids, major, minor,
-     _root, used) = SQUASHFS_SUPERBLOCK.unpack(raw)
-    return {"compression": SQUASHFS_COMPRESSION.get(comp, f"unknown ({comp})"), "block_size": block_size,
-            "inodes": inodes, "bytes_used": used, "mkfs_time": mkfs_time, "version": f"{major}.{minor}"}
+    (_magic, inodes, mkfs_time, block_size, _frags, comp, _blog, _flags, _ids, major, minor, _root, used) = (
+        SQUASHFS_SUPERBLOCK.unpack(raw)
+    )
+    return {
+        "compression": SQUASHFS_COMPRESSION.get(comp, f"unknown ({comp})"),
+        "block_size": block_size,
+        "inodes": inodes,
+        "bytes_used": used,
+        "mkfs_time": mkfs_time,
+        "version": f"{major}.{minor}",
+    }
 
 
 def _layers_from(labels: Dict[str, Any], metadata: Dict[str, Any]) -> List[Any]:
     """The layer list the assembler records: ``dedal.layers`` in the labels (a list or a JSON
     string, labels being strings for Apptainer) or ``dedal.layers`` in inspect-metadata.json."""
-    for source in (labels.get("dedal.layers"), (metadata.get("dedal") or {}).get("layers")
-                   if isinstance(metadata.get("dedal"), dict) else None, metadata.get("dedal.layers")):
+    for source in (
+        labels.get("dedal.layers"),
+        (metadata.get("dedal") or {}).get("layers") if isinstance(metadata.get("dedal"), dict) else None,
+        metadata.get("dedal.layers"),
+    ):
         if isinstance(source, str):
             try:
                 source = json.loads(source)
@@ -60,10 +71,15 @@ def sbom_summary(raw: bytes) -> Dict[str, Any]:
         t = c.get("type", "?") if isinstance(c, dict) else "?"
         types[t] = types.get(t, 0) + 1
     subject = (doc.get("metadata") or {}).get("component") or {}
-    return {"valid": doc.get("bomFormat") == "CycloneDX", "format": doc.get("bomFormat", "?"),
-            "spec_version": doc.get("specVersion", "?"), "components": len(comps) if isinstance(comps, list) else 0,
-            "by_type": types, "subject": {k: subject.get(k) for k in ("name", "version") if subject.get(k)},
-            "bytes": len(raw)}
+    return {
+        "valid": doc.get("bomFormat") == "CycloneDX",
+        "format": doc.get("bomFormat", "?"),
+        "spec_version": doc.get("specVersion", "?"),
+        "components": len(comps) if isinstance(comps, list) else 0,
+        "by_type": types,
+        "subject": {k: subject.get(k) for k in ("name", "version") if subject.get(k)},
+        "bytes": len(raw),
+    }
 
 
 def summarize(path: Union[str, os.PathLike]) -> Dict[str, Any]:
@@ -104,9 +120,12 @@ def summarize(path: Union[str, os.PathLike]) -> Dict[str, Any]:
         "layers": layers,
         "sbom": sbom,
         "definition": definition,
-        "sizes": {"file": info.file_size, "rootfs_partition": part.size if part else 0,
-                  "metadata_objects": sum(d.size for d in info.descriptors if d.datatype != DATA_PARTITION),
-                  "layers": sum(int(layer.get("size", 0) or 0) for layer in layers if isinstance(layer, dict))},
+        "sizes": {
+            "file": info.file_size,
+            "rootfs_partition": part.size if part else 0,
+            "metadata_objects": sum(d.size for d in info.descriptors if d.datatype != DATA_PARTITION),
+            "layers": sum(int(layer.get("size", 0) or 0) for layer in layers if isinstance(layer, dict)),
+        },
         "rootfs": rootfs,
         "primary_arch": info.primary_arch,
     }

@@ -2,6 +2,7 @@
 the image ID is derived from the content and the times come from ``SOURCE_DATE_EPOCH``
 (else the sif library's "zero" time), so the same inputs give the same bytes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,10 +17,30 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from dedal.errors import UserError
 from dedal.model.artifacts import sha256_file, temp_path
 from dedal.model.sif.layout import (
-    ARCH_CODES, DATA_DEFFILE, DATA_GENERIC_JSON, DATA_LABELS, DATA_PARTITION, DATA_SBOM, DEFAULT_GROUP,
-    DESCRIPTOR, DESCRIPTORS_OFFSET, DESCRIPTOR_CAPACITY, FS_SQUASH, GO_ZERO_TIME, GROUP_MASK, HEADER,
-    LAUNCH_SCRIPT, MAGIC, PARTITION_ALIGNMENT, PARTITION_EXTRA, PART_PRIMSYS, SBOM_CYCLONEDX_JSON, SBOM_EXTRA,
-    SifInfo, VERSION, host_arch,
+    ARCH_CODES,
+    DATA_DEFFILE,
+    DATA_GENERIC_JSON,
+    DATA_LABELS,
+    DATA_PARTITION,
+    DATA_SBOM,
+    DEFAULT_GROUP,
+    DESCRIPTOR,
+    DESCRIPTORS_OFFSET,
+    DESCRIPTOR_CAPACITY,
+    FS_SQUASH,
+    GO_ZERO_TIME,
+    GROUP_MASK,
+    HEADER,
+    LAUNCH_SCRIPT,
+    MAGIC,
+    PARTITION_ALIGNMENT,
+    PARTITION_EXTRA,
+    PART_PRIMSYS,
+    SBOM_CYCLONEDX_JSON,
+    SBOM_EXTRA,
+    SifInfo,
+    VERSION,
+    host_arch,
 )
 from dedal.model.sif.reader import read_sif
 
@@ -113,8 +134,11 @@ def write_sif(
     sq = Path(squashfs)
     if not sq.is_file():
         raise UserError(f"{sq}: squashfs image not found")
-    start_at = partition_offset(definition=definition, labels=labels, metadata=metadata, sbom=sbom,
-                                extra_json=extra_json) if in_place else 0
+    start_at = (
+        partition_offset(definition=definition, labels=labels, metadata=metadata, sbom=sbom, extra_json=extra_json)
+        if in_place
+        else 0
+    )
     with open(sq, "rb") as fh:
         fh.seek(start_at)
         if fh.read(4) != b"hsqs":
@@ -130,11 +154,19 @@ def write_sif(
         objects.append(_Object(DATA_GENERIC_JSON, _json_bytes(obj), name=name))
     objects.append(_Object(DATA_LABELS, _json_bytes(labels), name="labels.json"))
     if sbom is not None:
-        objects.append(_Object(DATA_SBOM, bytes(sbom), name="sbom.cdx.json",
-                               extra=SBOM_EXTRA.pack(SBOM_CYCLONEDX_JSON)))
+        objects.append(
+            _Object(DATA_SBOM, bytes(sbom), name="sbom.cdx.json", extra=SBOM_EXTRA.pack(SBOM_CYCLONEDX_JSON))
+        )
     code = ARCH_CODES[arch].encode() + b"\x00"
-    objects.append(_Object(DATA_PARTITION, path=sq, alignment=PARTITION_ALIGNMENT,
-                           extra=PARTITION_EXTRA.pack(FS_SQUASH, PART_PRIMSYS, code), skip=start_at))
+    objects.append(
+        _Object(
+            DATA_PARTITION,
+            path=sq,
+            alignment=PARTITION_ALIGNMENT,
+            extra=PARTITION_EXTRA.pack(FS_SQUASH, PART_PRIMSYS, code),
+            skip=start_at,
+        )
+    )
     if len(objects) > DESCRIPTOR_CAPACITY:
         raise UserError(f"too many SIF objects ({len(objects)} > {DESCRIPTOR_CAPACITY})")
 
@@ -142,7 +174,11 @@ def write_sif(
         h = hashlib.sha256()
         for o in objects:
             h.update(struct.pack("<iq", o.datatype, o.size) + o.name.encode() + o.extra)
-            h.update(hashlib.sha256(o.data).digest() if o.data is not None else bytes.fromhex(sha256_file(o.path, start=o.skip, chunk=8 << 20)))  # type: ignore[arg-type]
+            h.update(
+                hashlib.sha256(o.data).digest()
+                if o.data is not None
+                else bytes.fromhex(sha256_file(o.path, start=o.skip, chunk=8 << 20))
+            )  # type: ignore[arg-type]
         h.update(struct.pack("<q", t))
         ident = uuid.UUID(bytes=h.digest()[:16], version=4)
     else:
@@ -170,17 +206,42 @@ def write_sif(
                 else:
                     n = _copy_into(fh, o.path)  # type: ignore[arg-type]
                 DESCRIPTOR.pack_into(
-                    table, i * DESCRIPTOR.size, o.datatype, True, i + 1, DEFAULT_GROUP | GROUP_MASK, 0,
-                    start, n, start - end + n, t, t, 0, 0,
-                    o.name.encode("utf-8")[:128], o.extra,
+                    table,
+                    i * DESCRIPTOR.size,
+                    o.datatype,
+                    True,
+                    i + 1,
+                    DEFAULT_GROUP | GROUP_MASK,
+                    0,
+                    start,
+                    n,
+                    start - end + n,
+                    t,
+                    t,
+                    0,
+                    0,
+                    o.name.encode("utf-8")[:128],
+                    o.extra,
                 )
                 end = start + n
             fh.seek(0)
-            fh.write(HEADER.pack(
-                LAUNCH_SCRIPT.encode(), MAGIC, VERSION, code, ident.bytes, t, t,
-                DESCRIPTOR_CAPACITY - len(objects), DESCRIPTOR_CAPACITY, DESCRIPTORS_OFFSET,
-                DESCRIPTOR_CAPACITY * DESCRIPTOR.size, data_offset, end - data_offset,
-            ))
+            fh.write(
+                HEADER.pack(
+                    LAUNCH_SCRIPT.encode(),
+                    MAGIC,
+                    VERSION,
+                    code,
+                    ident.bytes,
+                    t,
+                    t,
+                    DESCRIPTOR_CAPACITY - len(objects),
+                    DESCRIPTOR_CAPACITY,
+                    DESCRIPTORS_OFFSET,
+                    DESCRIPTOR_CAPACITY * DESCRIPTOR.size,
+                    data_offset,
+                    end - data_offset,
+                )
+            )
             fh.write(b"\x00" * (DESCRIPTORS_OFFSET - HEADER.size))
             fh.write(table)
             fh.flush()
@@ -197,8 +258,14 @@ def write_sif(
     return read_sif(out)
 
 
-def partition_offset(*, definition: str, labels: Dict[str, Any], metadata: Dict[str, Any],
-                     sbom: Optional[bytes] = None, extra_json: Sequence[Tuple[str, Any]] = ()) -> int:
+def partition_offset(
+    *,
+    definition: str,
+    labels: Dict[str, Any],
+    metadata: Dict[str, Any],
+    sbom: Optional[bytes] = None,
+    extra_json: Sequence[Tuple[str, Any]] = (),
+) -> int:
     """Where ``write_sif`` puts the primary partition for these objects (for ``in_place``)."""
     end = DESCRIPTORS_OFFSET + DESCRIPTOR_CAPACITY * DESCRIPTOR.size + len(definition.encode("utf-8"))
     for _name, obj in [("inspect-metadata.json", metadata), *extra_json]:

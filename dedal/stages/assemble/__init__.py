@@ -17,6 +17,7 @@ The modules, in the order the stage uses them (each imports only those above it)
 
 This package is the public face: callers use the names below.
 """
+
 from dedal.stages.assemble.apptainer_files import DEFAULT_RUNSCRIPT, runscript_text
 from dedal.stages.layer_audit import LayerInfo, audit_layers, entry_problem
 from dedal.stages.assemble.closure import ClosureReport, check_closure, elf_closure
@@ -26,7 +27,17 @@ from dedal.stages.assemble.selection import select_packages
 from dedal.stages.assemble.stage import assemble
 
 __all__ = [
-    "AssembleResult", "ClosureReport", "DEFAULT_RUNSCRIPT", "LayerInfo", "activation_script", "assemble",
-    "audit_layers", "check_closure", "elf_closure",
-    "entry_problem", "image_paths", "runscript_text", "select_packages",
+    "AssembleResult",
+    "ClosureReport",
+    "DEFAULT_RUNSCRIPT",
+    "LayerInfo",
+    "activation_script",
+    "assemble",
+    "audit_layers",
+    "check_closure",
+    "elf_closure",
+    "entry_problem",
+    "image_paths",
+    "runscript_text",
+    "select_packages",
 ]

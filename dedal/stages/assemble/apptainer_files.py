@@ -1,6 +1,7 @@
 """Apptainer's layout inside the image: ``/.singularity.d/{actions,env,libs}``, the env
 scripts, the runscript, ``labels.json``, the mount points Apptainer expects; and what a base
 built by Apptainer already carries there (which an image built on it inherits)."""
+
 from __future__ import annotations
 
 import json
@@ -17,61 +18,81 @@ if TYPE_CHECKING:
 
 # Same behaviour as the files `apptainer build` writes (internal/pkg/build/sources/
 # base_environment.go), written here in dedal's words.
-_SOURCE_ENV = 'for script in /.singularity.d/env/*.sh; do\n    if [ -f "$script" ]; then\n        . "$script"\n    fi\ndone\n'
+_SOURCE_ENV = (
+    'for script in /.singularity.d/env/*.sh; do\n    if [ -f "$script" ]; then\n        . "$script"\n    fi\ndone\n'
+)
 ACTIONS = {
     "exec": "#!/bin/sh\n" + _SOURCE_ENV + '\nexec "$@"\n',
-    "run": "#!/bin/sh\n" + _SOURCE_ENV + (
+    "run": "#!/bin/sh\n"
+    + _SOURCE_ENV
+    + (
         '\nif [ -n "${APPTAINER_APPNAME:-}" ]; then\n'
         '    if [ -x "/scif/apps/${APPTAINER_APPNAME}/scif/runscript" ]; then\n'
         '        exec "/scif/apps/${APPTAINER_APPNAME}/scif/runscript" "$@"\n'
-        '    fi\n'
+        "    fi\n"
         '    echo "No runscript for the app ${APPTAINER_APPNAME} in this image" >&2\n'
-        '    exit 1\n'
-        'elif [ -x /.singularity.d/runscript ]; then\n'
+        "    exit 1\n"
+        "elif [ -x /.singularity.d/runscript ]; then\n"
         '    exec /.singularity.d/runscript "$@"\n'
-        'fi\n'
+        "fi\n"
         'echo "No runscript in this image, running /bin/sh" >&2\n'
-        'exec /bin/sh "$@"\n'),
-    "shell": "#!/bin/sh\n" + _SOURCE_ENV + (
+        'exec /bin/sh "$@"\n'
+    ),
+    "shell": "#!/bin/sh\n"
+    + _SOURCE_ENV
+    + (
         '\nif [ -n "${APPTAINER_SHELL:-}" ] && [ -x "$APPTAINER_SHELL" ]; then\n'
         '    exec "$APPTAINER_SHELL" "$@"\n'
-        'elif [ -x /bin/bash ]; then\n'
-        '    SHELL=/bin/bash\n'
+        "elif [ -x /bin/bash ]; then\n"
+        "    SHELL=/bin/bash\n"
         '    PS1="Apptainer ${APPTAINER_NAME:-}:\\\\w> "\n'
-        '    export SHELL PS1\n'
+        "    export SHELL PS1\n"
         '    exec /bin/bash --norc "$@"\n'
-        'elif [ -x /bin/sh ]; then\n'
-        '    SHELL=/bin/sh\n'
-        '    export SHELL\n'
+        "elif [ -x /bin/sh ]; then\n"
+        "    SHELL=/bin/sh\n"
+        "    export SHELL\n"
         '    exec /bin/sh "$@"\n'
-        'fi\n'
+        "fi\n"
         'echo "ERROR: no /bin/sh in this image" >&2\n'
-        'exit 1\n'),
-    "start": "#!/bin/sh\n\n# tell the instance's PID 1 to go on (Apptainer instances)\nkill -CONT 1\n\n" + _SOURCE_ENV + (
-        '\nif [ -x /.singularity.d/startscript ]; then\n    exec /.singularity.d/startscript\nfi\n'),
-    "test": "#!/bin/sh\n" + _SOURCE_ENV + (
+        "exit 1\n"
+    ),
+    "start": "#!/bin/sh\n\n# tell the instance's PID 1 to go on (Apptainer instances)\nkill -CONT 1\n\n"
+    + _SOURCE_ENV
+    + ("\nif [ -x /.singularity.d/startscript ]; then\n    exec /.singularity.d/startscript\nfi\n"),
+    "test": "#!/bin/sh\n"
+    + _SOURCE_ENV
+    + (
         '\nif [ -x /.singularity.d/test ]; then\n    exec /.singularity.d/test "$@"\nfi\n'
-        'echo "No test in this image, running /bin/sh -c true" >&2\nexec /bin/sh -c true\n'),
+        'echo "No test in this image, running /bin/sh -c true" >&2\nexec /bin/sh -c true\n'
+    ),
 }
 ENV_01_BASE = "#!/bin/sh\n# base environment of the image (Apptainer's 01-base.sh): nothing to set\n"
-ENV_95_APPS = ('#!/bin/sh\n# SCIF apps (`apptainer run --app NAME`): dedal images define none\n'
-               'if [ -n "${APPTAINER_APPNAME:-}" ] && [ ! -d "/scif/apps/${APPTAINER_APPNAME}" ]; then\n'
-               '    echo "Could not locate the container application: ${APPTAINER_APPNAME}"\n    exit 1\nfi\n')
-ENV_99_BASE = ('#!/bin/sh\n# Apptainer adds its bound libraries (e.g. --nv) after everything else\n'
-               'if [ -z "${LD_LIBRARY_PATH:-}" ]; then\n    LD_LIBRARY_PATH=/.singularity.d/libs\n'
-               'else\n    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/.singularity.d/libs"\nfi\n'
-               'PS1="Apptainer> "\nexport LD_LIBRARY_PATH PS1\n')
-ENV_99_RUNTIMEVARS = ('#!/bin/sh\n# PATH set by `apptainer --env PATH=...`, --env PREPEND_PATH / APPEND_PATH\n'
-                      'if [ -n "${SING_USER_DEFINED_PREPEND_PATH:-}" ]; then\n'
-                      '    PATH="${SING_USER_DEFINED_PREPEND_PATH}:${PATH}"\nfi\n'
-                      'if [ -n "${SING_USER_DEFINED_APPEND_PATH:-}" ]; then\n'
-                      '    PATH="${PATH}:${SING_USER_DEFINED_APPEND_PATH}"\nfi\n'
-                      'if [ -n "${SING_USER_DEFINED_PATH:-}" ]; then\n    PATH="${SING_USER_DEFINED_PATH}"\nfi\n'
-                      'unset SING_USER_DEFINED_PREPEND_PATH SING_USER_DEFINED_APPEND_PATH SING_USER_DEFINED_PATH\n'
-                      'export PATH\n')
-DEFAULT_RUNSCRIPT = ('#!/bin/sh\n# dedal default runscript: `apptainer run IMAGE CMD [ARG...]` runs CMD in the\n'
-                     '# image\'s environment; without a command, a shell\n'
-                     'if [ $# -eq 0 ]; then\n    exec /bin/sh\nfi\nexec "$@"\n')
+ENV_95_APPS = (
+    "#!/bin/sh\n# SCIF apps (`apptainer run --app NAME`): dedal images define none\n"
+    'if [ -n "${APPTAINER_APPNAME:-}" ] && [ ! -d "/scif/apps/${APPTAINER_APPNAME}" ]; then\n'
+    '    echo "Could not locate the container application: ${APPTAINER_APPNAME}"\n    exit 1\nfi\n'
+)
+ENV_99_BASE = (
+    "#!/bin/sh\n# Apptainer adds its bound libraries (e.g. --nv) after everything else\n"
+    'if [ -z "${LD_LIBRARY_PATH:-}" ]; then\n    LD_LIBRARY_PATH=/.singularity.d/libs\n'
+    'else\n    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/.singularity.d/libs"\nfi\n'
+    'PS1="Apptainer> "\nexport LD_LIBRARY_PATH PS1\n'
+)
+ENV_99_RUNTIMEVARS = (
+    "#!/bin/sh\n# PATH set by `apptainer --env PATH=...`, --env PREPEND_PATH / APPEND_PATH\n"
+    'if [ -n "${SING_USER_DEFINED_PREPEND_PATH:-}" ]; then\n'
+    '    PATH="${SING_USER_DEFINED_PREPEND_PATH}:${PATH}"\nfi\n'
+    'if [ -n "${SING_USER_DEFINED_APPEND_PATH:-}" ]; then\n'
+    '    PATH="${PATH}:${SING_USER_DEFINED_APPEND_PATH}"\nfi\n'
+    'if [ -n "${SING_USER_DEFINED_PATH:-}" ]; then\n    PATH="${SING_USER_DEFINED_PATH}"\nfi\n'
+    "unset SING_USER_DEFINED_PREPEND_PATH SING_USER_DEFINED_APPEND_PATH SING_USER_DEFINED_PATH\n"
+    "export PATH\n"
+)
+DEFAULT_RUNSCRIPT = (
+    "#!/bin/sh\n# dedal default runscript: `apptainer run IMAGE CMD [ARG...]` runs CMD in the\n"
+    "# image's environment; without a command, a shell\n"
+    'if [ $# -eq 0 ]; then\n    exec /bin/sh\nfi\nexec "$@"\n'
+)
 STARTSCRIPT = "#!/bin/sh\n"
 
 
@@ -126,8 +147,11 @@ def base_singularity(base: Optional[BaseImage]) -> Dict[str, Any]:
             found["labels"] = {str(k): str(v) for k, v in data.items()}
     except (OSError, ValueError):
         pass
-    for name, rel in (("90-environment.sh", "env/90-environment.sh"), ("91-environment.sh", "env/91-environment.sh"),
-                      ("runscript", "runscript")):
+    for name, rel in (
+        ("90-environment.sh", "env/90-environment.sh"),
+        ("91-environment.sh", "env/91-environment.sh"),
+        ("runscript", "runscript"),
+    ):
         try:
             text = (sd / rel).read_text()
         except (OSError, UnicodeDecodeError):

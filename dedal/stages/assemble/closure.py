@@ -19,6 +19,7 @@ Pure Python (:mod:`dedal.model.elf`), no container runtime and no ``ldd``: it ru
 image tree at assembly, before anything is packed, so that an image whose software
 cannot start is never written.
 """
+
 from __future__ import annotations
 
 import collections
@@ -37,8 +38,12 @@ from dedal.errors import UserError
 from dedal.model.elf import MACHINES, ElfError, ElfFile, elf_id, read_elf
 
 #: multiarch triplet ($LIB is lib/<triplet> on Debian) and $PLATFORM, per architecture
-_ARCH_DIRS = {"amd64": ("x86_64-linux-gnu", "x86_64"), "arm64": ("aarch64-linux-gnu", "aarch64"),
-              "ppc64le": ("powerpc64le-linux-gnu", "powerpc64le"), "386": ("i386-linux-gnu", "i686")}
+_ARCH_DIRS = {
+    "amd64": ("x86_64-linux-gnu", "x86_64"),
+    "arm64": ("aarch64-linux-gnu", "aarch64"),
+    "ppc64le": ("powerpc64le-linux-gnu", "powerpc64le"),
+    "386": ("i386-linux-gnu", "i686"),
+}
 _SHOWN = 12  # files named in the error (all of them in the report and the log)
 
 
@@ -53,21 +58,27 @@ class ClosureReport:
     needs that are nowhere in the image; ``host_driver`` the driver's libraries needed (left
     to the host) and how many files need each."""
 
-    checked: int = 0                                       # dynamically linked ELF files checked
-    elf_files: int = 0                                     # ELF files seen under the directories
+    checked: int = 0  # dynamically linked ELF files checked
+    elf_files: int = 0  # ELF files seen under the directories
     missing: Dict[str, List[str]] = field(default_factory=dict)
     host_driver: Dict[str, int] = field(default_factory=dict)
     unreadable: Dict[str, str] = field(default_factory=dict)
-    foreign: int = 0                                       # ELF files of another machine, passed over
-    opened: List[str] = field(default_factory=list)        # the paths the loader opens (symlinks kept)
+    foreign: int = 0  # ELF files of another machine, passed over
+    opened: List[str] = field(default_factory=list)  # the paths the loader opens (symlinks kept)
 
     @property
     def ok(self) -> bool:
         return not self.missing
 
     def to_json(self) -> Dict[str, object]:
-        return {"checked": self.checked, "elf_files": self.elf_files, "missing": self.missing,
-                "host_driver": self.host_driver, "unreadable": self.unreadable, "foreign": self.foreign}
+        return {
+            "checked": self.checked,
+            "elf_files": self.elf_files,
+            "missing": self.missing,
+            "host_driver": self.host_driver,
+            "unreadable": self.unreadable,
+            "foreign": self.foreign,
+        }
 
     def problem(self, where: str, log: Optional[Path] = None) -> str:
         """One line: the files with missing libraries (the first few) and where the rest is."""
@@ -75,9 +86,11 @@ class ClosureReport:
         shown = "; ".join(f"{path}: {', '.join(libs)}" for path, libs in items[:_SHOWN])
         more = f"; and {len(items) - _SHOWN} more file(s)" if len(items) > _SHOWN else ""
         names = sorted({lib for libs in self.missing.values() for lib in libs})
-        return (f"{where}: {len(items)} ELF file(s) need libraries that are not in the image "
-                f"({', '.join(names)}) and are not the host driver's: {shown}{more}"
-                + (f" (full list in {log})" if log else ""))
+        return (
+            f"{where}: {len(items)} ELF file(s) need libraries that are not in the image "
+            f"({', '.join(names)}) and are not the host driver's: {shown}{more}"
+            + (f" (full list in {log})" if log else "")
+        )
 
 
 _LD_LIBRARY_PATH = re.compile(r"^\s*(?:export\s+)?LD_LIBRARY_PATH=(.*)$", re.M)
@@ -89,7 +102,7 @@ def library_path_of(script: str) -> List[str]:
     dirs: List[str] = []
     for value in _LD_LIBRARY_PATH.findall(script):
         value = re.sub(r"\$\{[^}]*\}", ":", value.split(";", 1)[0])  # ${VAR:+:$VAR}: no entry of its own
-        value = re.sub(r"\$[A-Za-z_][A-Za-z0-9_]*", "\0", value)       # $HOME/lib: not a literal directory
+        value = re.sub(r"\$[A-Za-z_][A-Za-z0-9_]*", "\0", value)  # $HOME/lib: not a literal directory
         for entry in value.replace('"', "").replace("'", "").split(":"):
             entry = entry.strip()
             if entry.startswith("/") and "\0" not in entry and posixpath.normpath(entry) not in dirs:
@@ -111,8 +124,11 @@ def ld_so_conf_dirs(root: Path, conf: str = "/etc/ld.so.conf", depth: int = 0) -
             for pattern in line.split()[1:]:
                 pattern = pattern if pattern.startswith("/") else posixpath.join(posixpath.dirname(conf), pattern)
                 for match in sorted(glob.glob(str(root / pattern.lstrip("/")))):
-                    found += [d for d in ld_so_conf_dirs(root, "/" + os.path.relpath(match, root), depth + 1)
-                              if d not in found]
+                    found += [
+                        d
+                        for d in ld_so_conf_dirs(root, "/" + os.path.relpath(match, root), depth + 1)
+                        if d not in found
+                    ]
             continue
         for d in line.replace(",", " ").split():
             d = d.split("=", 1)[0]  # the old "dir=TYPE" form
@@ -211,16 +227,18 @@ def _elf_files(root: Path, dirs: Sequence[str]) -> List[str]:
     return out
 
 
-def check_closure(root: Path, dirs: Sequence[str], *, arch: str = "amd64",
-                  library_path: Sequence[str] = ()) -> ClosureReport:
+def check_closure(
+    root: Path, dirs: Sequence[str], *, arch: str = "amd64", library_path: Sequence[str] = ()
+) -> ClosureReport:
     """Check every ELF file under the image directories ``dirs`` (image paths) of the image
     tree ``root`` and, in turn, every library they load from elsewhere in the image;
     ``library_path``: the image environment's LD_LIBRARY_PATH."""
     return elf_closure(root, _elf_files(Path(root), dirs), arch=arch, library_path=library_path)[1]
 
 
-def elf_closure(root: Path, files: Sequence[str], *, arch: str = "amd64", library_path: Sequence[str] = ()
-                ) -> Tuple[List[str], ClosureReport]:
+def elf_closure(
+    root: Path, files: Sequence[str], *, arch: str = "amd64", library_path: Sequence[str] = ()
+) -> Tuple[List[str], ClosureReport]:
     """The ELF closure of ``files`` (image paths of the image tree ``root``, symlinks followed
     inside the image): the files and, in turn, every library they load, as the loader finds
     them (their image paths, the files themselves first), and the report of what is missing
@@ -268,16 +286,25 @@ def elf_closure(root: Path, files: Sequence[str], *, arch: str = "amd64", librar
     return list(done), report
 
 
-def require_closure(root: Path, dirs: Sequence[str], *, arch: str, where: str, log: Optional[Path] = None,
-                    library_path: Sequence[str] = ()) -> ClosureReport:
+def require_closure(
+    root: Path,
+    dirs: Sequence[str],
+    *,
+    arch: str,
+    where: str,
+    log: Optional[Path] = None,
+    library_path: Sequence[str] = (),
+) -> ClosureReport:
     """:func:`check_closure`, written to ``log``; a UserError naming the files and the libraries
     they miss when any is missing."""
     report = check_closure(root, dirs, arch=arch, library_path=library_path)
     if log is not None:
         with open(log, "a") as fh:
-            fh.write(f"ELF closure of {', '.join(dirs)}: {report.checked} dynamically linked file(s) checked, "
-                     f"{report.foreign} of another machine passed over; host driver's libraries left to the host: "
-                     f"{', '.join(sorted(report.host_driver)) or 'none'}\n")
+            fh.write(
+                f"ELF closure of {', '.join(dirs)}: {report.checked} dynamically linked file(s) checked, "
+                f"{report.foreign} of another machine passed over; host driver's libraries left to the host: "
+                f"{', '.join(sorted(report.host_driver)) or 'none'}\n"
+            )
             for path, libs in sorted(report.missing.items()):
                 fh.write(f"  missing for {path}: {', '.join(libs)}\n")
             for path, problem in sorted(report.unreadable.items()):

@@ -1,6 +1,7 @@
 """The image's environment scripts: ``spack env activate --sh`` output turned into
 ``/.singularity.d/env/91-environment.sh`` (Spack's own variables dropped, inherited values
 kept as ``$VAR``), and the base's environment as plain exports."""
+
 from __future__ import annotations
 
 import re
@@ -9,8 +10,20 @@ from typing import List, Mapping
 
 from dedal.errors import UserError
 
-_PATH_LIKE = {"MANPATH", "INFOPATH", "CMAKE_PREFIX_PATH", "PKG_CONFIG_PATH", "ACLOCAL_PATH", "CPATH",
-              "LIBRARY_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PERL5LIB", "XDG_DATA_DIRS", "MODULEPATH"}
+_PATH_LIKE = {
+    "MANPATH",
+    "INFOPATH",
+    "CMAKE_PREFIX_PATH",
+    "PKG_CONFIG_PATH",
+    "ACLOCAL_PATH",
+    "CPATH",
+    "LIBRARY_PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "PERL5LIB",
+    "XDG_DATA_DIRS",
+    "MODULEPATH",
+}
 
 
 def _q(value: str) -> str:
@@ -49,8 +62,9 @@ def activation_script(text: str, before: Mapping[str, str]) -> str:
                 continue
             out.append(_export(name, value, before.get(name, "")))
     body = "\n".join(out)
-    return ("#!/bin/sh\n# The Spack environment of this image (`spack env activate --sh`), made by dedal assemble\n"
-            + (body + "\n" if body else ""))
+    return "#!/bin/sh\n# The Spack environment of this image (`spack env activate --sh`), made by dedal assemble\n" + (
+        body + "\n" if body else ""
+    )
 
 
 def _export(name: str, value: str, old: str) -> str:

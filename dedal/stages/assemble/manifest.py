@@ -1,6 +1,7 @@
 """The image's record beside the SIF: where the files go (:func:`image_paths`), the
 stage's result, the image manifest ``<tag>.image.json`` with the digest of the inputs, and
 the check that an existing image with the same inputs is intact (then it is kept)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,14 +31,14 @@ IMAGE_FORMAT = 1
 class AssembleResult:
     env: str
     tag: str
-    status: str                 # assembled | present
-    image: str                  # the SIF
+    status: str  # assembled | present
+    image: str  # the SIF
     image_json: str
     sbom: str
     sha256: str
     size: int
     squashfs_size: int
-    created: int                # build date (seconds since 1970)
+    created: int  # build date (seconds since 1970)
     base_image: str
     base_id: str
     roots: List[str]
@@ -46,11 +47,11 @@ class AssembleResult:
     layers: List[Dict[str, Any]]
     labels: Dict[str, str]
     versions: Dict[str, str]
-    method: str                 # overlay (kernel|fuse), extract, none (host base)
+    method: str  # overlay (kernel|fuse), extract, none (host base)
     seconds: float = 0.0
     timings: Dict[str, float] = field(default_factory=dict)
     log: str = ""
-    runtime_base: str = ""      # the base the image was assembled on, where not base_image
+    runtime_base: str = ""  # the base the image was assembled on, where not base_image
     runtime_base_id: str = ""
     elf_closure: Dict[str, Any] = field(default_factory=dict)  # closure.ClosureReport.to_json()
 
@@ -58,8 +59,9 @@ class AssembleResult:
         return asdict(self)
 
 
-def image_paths(settings: Settings, plan: Plan, output: Optional[Union[str, os.PathLike]],
-                only_names: Sequence[str]) -> Tuple[Path, Path, Path]:
+def image_paths(
+    settings: Settings, plan: Plan, output: Optional[Union[str, os.PathLike]], only_names: Sequence[str]
+) -> Tuple[Path, Path, Path]:
     """(SIF, image manifest, SBOM): ``output`` and its siblings, else
     ``<images_dir>/<env>/<tag>[-only-<names>].sif``."""
     if output:
@@ -78,27 +80,47 @@ def image_paths(settings: Settings, plan: Plan, output: Optional[Union[str, os.P
     return sif_path, sif_path.with_name(f"{stem}.image.json"), sif_path.with_name(f"{stem}.sbom.cdx.json")
 
 
-def image_manifest(result: AssembleResult, digest: str, plan: Plan, base: Optional[BaseImage],
-                   infos: Sequence[LayerInfo],
-                    hashes: Sequence[str], runtime: Any = None) -> Dict[str, Any]:
+def image_manifest(
+    result: AssembleResult,
+    digest: str,
+    plan: Plan,
+    base: Optional[BaseImage],
+    infos: Sequence[LayerInfo],
+    hashes: Sequence[str],
+    runtime: Any = None,
+) -> Dict[str, Any]:
     """The manifest: ``base`` is the build base (the layers' key), ``runtime`` the base the
     image was assembled on where it is another."""
     extra: Dict[str, Any] = {"elf_closure": result.elf_closure} if result.elf_closure else {}
     if runtime is not None:
         extra["runtime_base"] = base_json(plan, runtime)
-    return {**extra,
+    return {
+        **extra,
         "format": IMAGE_FORMAT,
-        "path": result.image, "sha256": result.sha256, "size": result.size,
+        "path": result.image,
+        "sha256": result.sha256,
+        "size": result.size,
         "squashfs_size": result.squashfs_size,
-        "env": result.env, "tag": result.tag, "created": iso_date(result.created), "created_epoch": result.created,
-        "base": base_json(plan, base), "base_id": plan.base_id,
-        "lock_sha256": plan.lock_sha256, "spack_commit": plan.spack_commit,
-        "install_root": plan.install_root, "view": plan.view,
-        "roots": result.roots, "only": result.only, "keep_build_deps": result.keep_build_deps,
+        "env": result.env,
+        "tag": result.tag,
+        "created": iso_date(result.created),
+        "created_epoch": result.created,
+        "base": base_json(plan, base),
+        "base_id": plan.base_id,
+        "lock_sha256": plan.lock_sha256,
+        "spack_commit": plan.spack_commit,
+        "install_root": plan.install_root,
+        "view": plan.view,
+        "roots": result.roots,
+        "only": result.only,
+        "keep_build_deps": result.keep_build_deps,
         "packages": [plan.nodes[h].label for h in hashes],
         "layers": [{**i.label(), "prefix": i.prefix} for i in infos],
-        "labels": result.labels, "versions": result.versions,
-        "sbom": result.sbom, "inputs": digest, "dedal_version": __version__,
+        "labels": result.labels,
+        "versions": result.versions,
+        "sbom": result.sbom,
+        "inputs": digest,
+        "dedal_version": __version__,
     }
 
 
@@ -135,14 +157,28 @@ def existing_image(sif_path: Path, json_path: Path, sbom_path: Path, digest: str
         return None
     try:
         return AssembleResult(
-            env=data["env"], tag=data["tag"], status="present", image=str(sif_path), image_json=str(json_path),
-            sbom=str(sbom_path), sha256=data["sha256"], size=data["size"], squashfs_size=data.get("squashfs_size", 0),
-            created=int(data.get("created_epoch", 0)), base_image=data["base"].get("name", ""),
-            base_id=data["base_id"], roots=data["roots"], only=data["only"],
-            keep_build_deps=data["keep_build_deps"], layers=[{k: v for k, v in layer.items() if k != "prefix"}
-                                                             for layer in data["layers"]],
-            labels=data["labels"], versions=data["versions"], method="none",
+            env=data["env"],
+            tag=data["tag"],
+            status="present",
+            image=str(sif_path),
+            image_json=str(json_path),
+            sbom=str(sbom_path),
+            sha256=data["sha256"],
+            size=data["size"],
+            squashfs_size=data.get("squashfs_size", 0),
+            created=int(data.get("created_epoch", 0)),
+            base_image=data["base"].get("name", ""),
+            base_id=data["base_id"],
+            roots=data["roots"],
+            only=data["only"],
+            keep_build_deps=data["keep_build_deps"],
+            layers=[{k: v for k, v in layer.items() if k != "prefix"} for layer in data["layers"]],
+            labels=data["labels"],
+            versions=data["versions"],
+            method="none",
             runtime_base=(data.get("runtime_base") or {}).get("name", ""),
-            runtime_base_id=(data.get("runtime_base") or {}).get("id", ""), elf_closure=data.get("elf_closure", {}))
+            runtime_base_id=(data.get("runtime_base") or {}).get("id", ""),
+            elf_closure=data.get("elf_closure", {}),
+        )
     except (KeyError, TypeError, AttributeError):
         return None

@@ -1,6 +1,7 @@
 """What an image says about itself: the versions of its MPI stack, its labels (provenance
 first, the user's next, the base's under both), the definition object and
 inspect-metadata.json of the SIF."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,9 @@ def iso_date(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def image_versions(plan: Plan, hashes: Sequence[str],
-                   base: Optional[BaseImage]) -> Tuple[Dict[str, str], Dict[str, str]]:
+def image_versions(
+    plan: Plan, hashes: Sequence[str], base: Optional[BaseImage]
+) -> Tuple[Dict[str, str], Dict[str, str]]:
     """Versions of Open MPI, PMIx, UCX, CUDA in the image: a Spack package of the image
     wins (its view comes first on PATH), else what the base recorded."""
     versions: Dict[str, str] = {}
@@ -77,10 +79,20 @@ def bundled_pmix_node(plan: Plan, hashes: Sequence[str], lock: SpackLock) -> Opt
     return plan.nodes[h] if params.get("internal-pmix") is True else None
 
 
-def make_labels(plan: Plan, base: Optional[BaseImage], infos: Sequence[LayerInfo], roots: Sequence[str],
-                only_names: Sequence[str],
-            keep_build_deps: bool, versions: Mapping[str, str], sources: Mapping[str, str], created: int,
-            description: str, user: Mapping[str, str], inherited: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+def make_labels(
+    plan: Plan,
+    base: Optional[BaseImage],
+    infos: Sequence[LayerInfo],
+    roots: Sequence[str],
+    only_names: Sequence[str],
+    keep_build_deps: bool,
+    versions: Mapping[str, str],
+    sources: Mapping[str, str],
+    created: int,
+    description: str,
+    user: Mapping[str, str],
+    inherited: Optional[Mapping[str, str]] = None,
+) -> Dict[str, str]:
     date = iso_date(created)
     labels: Dict[str, str] = {
         "org.label-schema.schema-version": "1.0",
@@ -134,52 +146,82 @@ def runtime_base_labels(build: Any, runtime: Any, digest: str, shared: int) -> D
     Debian packages it shares with the build base (all in the same version, checked). The
     build base's recorded versions come along, so both sets are read side by side."""
     compact = {"sort_keys": True, "separators": (",", ":")}
-    labels = {"dedal.runtime_base.image": runtime.name, "dedal.runtime_base.id": runtime.id,
-              "dedal.runtime_base.sha256": digest,
-              "dedal.runtime_base.os": runtime.os_release.get("PRETTY_NAME", runtime.os_id),
-              "dedal.runtime_base.versions": json.dumps(dict(runtime.versions), **compact),
-              "dedal.runtime_base.shared_packages": str(shared),
-              "dedal.base.versions": json.dumps(dict(build.versions), **compact)}
+    labels = {
+        "dedal.runtime_base.image": runtime.name,
+        "dedal.runtime_base.id": runtime.id,
+        "dedal.runtime_base.sha256": digest,
+        "dedal.runtime_base.os": runtime.os_release.get("PRETTY_NAME", runtime.os_id),
+        "dedal.runtime_base.versions": json.dumps(dict(runtime.versions), **compact),
+        "dedal.runtime_base.shared_packages": str(shared),
+        "dedal.base.versions": json.dumps(dict(build.versions), **compact),
+    }
     labels.update(input_labels(runtime, prefix="dedal.runtime_base"))
     return labels
 
 
-def definition_text(plan: Plan, base: Optional[BaseImage], labels: Mapping[str, str], env91: str, runscript: str,
-                    runtime: Any = None) -> str:
+def definition_text(
+    plan: Plan, base: Optional[BaseImage], labels: Mapping[str, str], env91: str, runscript: str, runtime: Any = None
+) -> str:
     """The definition object: not an Apptainer recipe (no `apptainer build` made this image),
     a readable record of what went in, in the definition file's syntax."""
+
     def indent(text: str) -> str:
         return "".join(f"    {line}\n" for line in text.splitlines() if not line.startswith("#!"))
 
-    lines = [f"# Assembled by dedal {__version__} (`dedal assemble`), not by `apptainer build`:",
-             "# the base root filesystem, one squashfs layer per Spack package, spack reindex + view.",
-             "Bootstrap: dedal",
-             f"From: {plan.base_image}" + (f" ({base.id})" if base is not None else "")]
+    lines = [
+        f"# Assembled by dedal {__version__} (`dedal assemble`), not by `apptainer build`:",
+        "# the base root filesystem, one squashfs layer per Spack package, spack reindex + view.",
+        "Bootstrap: dedal",
+        f"From: {plan.base_image}" + (f" ({base.id})" if base is not None else ""),
+    ]
     if runtime is not None:
         lines[-1] = f"From: {runtime.name} ({runtime.id})"
-        lines.append(f"# the layers were built on {plan.base_image} ({plan.base_id}); the image carries "
-                     f"{runtime.name}, its runtime twin")
+        lines.append(
+            f"# the layers were built on {plan.base_image} ({plan.base_id}); the image carries "
+            f"{runtime.name}, its runtime twin"
+        )
     lines += ["", "%labels"]
     lines += [f"    {k} {v}" for k, v in sorted(labels.items()) if k != "dedal.layers"]
     text = "\n".join(lines) + "\n\n%environment\n" + indent(env91) + "\n%runscript\n" + indent(runscript)
     return text
 
 
-def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str, env90: str, env91: str, plan: Plan,
-              base: Optional[BaseImage], infos: Sequence[LayerInfo], roots: Sequence[str], only_names: Sequence[str],
-              keep_build_deps: bool, versions: Mapping[str, str], runtime: Any = None) -> Dict[str, Any]:
+def inspect_metadata(
+    labels: Mapping[str, str],
+    definition: str,
+    runscript: str,
+    env90: str,
+    env91: str,
+    plan: Plan,
+    base: Optional[BaseImage],
+    infos: Sequence[LayerInfo],
+    roots: Sequence[str],
+    only_names: Sequence[str],
+    keep_build_deps: bool,
+    versions: Mapping[str, str],
+    runtime: Any = None,
+) -> Dict[str, Any]:
     """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own section."""
     return {
-        "data": {"attributes": {
-            "labels": dict(labels), "deffile": definition, "runscript": runscript,
-            "environment": {"/.singularity.d/env/90-environment.sh": env90, ENV_SCRIPT: env91},
-        }},
+        "data": {
+            "attributes": {
+                "labels": dict(labels),
+                "deffile": definition,
+                "runscript": runscript,
+                "environment": {"/.singularity.d/env/90-environment.sh": env90, ENV_SCRIPT: env91},
+            }
+        },
         "type": "container",
         "dedal": {
-            "env": plan.env_name, "tag": plan.tag, "lock_sha256": plan.lock_sha256,
-            "spack_commit": plan.spack_commit, "base": base_json(plan, base),
-            "roots": [plan.nodes[h].label for h in roots], "only": list(only_names),
-            "keep_build_deps": keep_build_deps, "versions": dict(versions),
+            "env": plan.env_name,
+            "tag": plan.tag,
+            "lock_sha256": plan.lock_sha256,
+            "spack_commit": plan.spack_commit,
+            "base": base_json(plan, base),
+            "roots": [plan.nodes[h].label for h in roots],
+            "only": list(only_names),
+            "keep_build_deps": keep_build_deps,
+            "versions": dict(versions),
             "layers": [{**i.label(), "prefix": i.prefix, "files": i.files} for i in infos],
             **({"runtime_base": base_json(plan, runtime)} if runtime is not None else {}),
         },
@@ -189,5 +231,10 @@ def inspect_metadata(labels: Mapping[str, str], definition: str, runscript: str,
 def base_json(plan: Plan, base: Optional[BaseImage]) -> Dict[str, Any]:
     if base is None:
         return {"name": plan.base_image, "id": plan.base_id}
-    return {"name": base.name, "id": base.id, "os": base.os_release.get("PRETTY_NAME", ""),
-            "versions": dict(base.versions), "squashfs_bytes": base.squashfs_bytes}
+    return {
+        "name": base.name,
+        "id": base.id,
+        "os": base.os_release.get("PRETTY_NAME", ""),
+        "versions": dict(base.versions),
+        "squashfs_bytes": base.squashfs_bytes,
+    }

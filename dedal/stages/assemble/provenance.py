@@ -18,6 +18,7 @@ Besides ``spack.yaml`` (the manifest Spack uses inside the image) and ``spack.lo
 beside it. The copies are made the same way on every machine (sorted, no
 ``__pycache__``), so the image does not depend on where the environment was checked out.
 """
+
 from __future__ import annotations
 
 import copy
@@ -98,8 +99,17 @@ def copy_inputs(manifest: Mapping[str, Any], env_dir: Path) -> None:
         d.chmod(0o755)
 
 
-def dedal_section(plan: Plan, env_file: Optional[Path], *, only: List[str], keep_build_deps: bool, runscript: str,
-                  labels: Mapping[str, str], description: str, runtime_base: str = "") -> Dict[str, Any]:
+def dedal_section(
+    plan: Plan,
+    env_file: Optional[Path],
+    *,
+    only: List[str],
+    keep_build_deps: bool,
+    runscript: str,
+    labels: Mapping[str, str],
+    description: str,
+    runtime_base: str = "",
+) -> Dict[str, Any]:
     """The ``dedal:`` section of ``env.yaml``: the environment file's own (verify and
     registry settings kept), with every value that decides the image made explicit."""
     raw: Dict[str, Any] = {}
@@ -110,11 +120,24 @@ def dedal_section(plan: Plan, env_file: Optional[Path], *, only: List[str], keep
         except (UserError, OSError):  # read once already; the values below are what counts
             raw = {}
     raw.pop("lock", None)  # spack.lock lies beside env.yaml
-    raw.update({"name": plan.env_name, "tag": plan.tag, "base_image": plan.base_image,
-                "install_root": plan.install_root, "view": plan.view})
+    raw.update(
+        {
+            "name": plan.env_name,
+            "tag": plan.tag,
+            "base_image": plan.base_image,
+            "install_root": plan.install_root,
+            "view": plan.view,
+        }
+    )
     runtime_base = "" if runtime_base == plan.base_image else runtime_base
-    for key, value in (("description", description), ("runscript", runscript), ("labels", dict(labels)),
-                       ("only", list(only)), ("keep_build_deps", keep_build_deps), ("runtime_base", runtime_base)):
+    for key, value in (
+        ("description", description),
+        ("runscript", runscript),
+        ("labels", dict(labels)),
+        ("only", list(only)),
+        ("keep_build_deps", keep_build_deps),
+        ("runtime_base", runtime_base),
+    ):
         if value:
             raw[key] = value
         else:
@@ -127,8 +150,13 @@ def definition_of(base: Optional[BaseImage]) -> Optional[Path]:
     return Path(base.path) / base.definition_file if base is not None and base.definition_file else None
 
 
-def write_rebuild_inputs(env_dir: Path, manifest: Mapping[str, Any], dedal: Mapping[str, Any],
-                         base_definition: Optional[Path], runtime_definition: Optional[Path] = None) -> None:
+def write_rebuild_inputs(
+    env_dir: Path,
+    manifest: Mapping[str, Any],
+    dedal: Mapping[str, Any],
+    base_definition: Optional[Path],
+    runtime_definition: Optional[Path] = None,
+) -> None:
     """``env.yaml``, ``base.yaml`` and ``runtime-base.yaml`` (see the module documentation)
     into ``env_dir``."""
     text = yaml.safe_dump({"spack": relocated(manifest, "")["spack"], "dedal": dict(dedal)}, sort_keys=False)

@@ -1,5 +1,6 @@
 """Which packages go into an image: the runtime closure of the roots (build-only
 dependencies dropped unless ``keep_build_deps``), or of the roots that ``--only`` names."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
@@ -40,9 +41,11 @@ def match_specs(plan: Plan, only: Sequence[str]) -> List[str]:
             found = [h for h in runtime if h.startswith(spec[1:])]
         else:
             name, _, version = spec.partition("@")
+
             def fits(h: str) -> bool:
                 n = plan.nodes[h]
                 return n.name == name and (not version or n.version == version)
+
             found = [h for h in plan.roots if fits(h)] or [h for h in runtime if fits(h)]
         if not found:
             roots = ", ".join(sorted(plan.nodes[h].name for h in plan.roots))
@@ -57,8 +60,9 @@ def match_specs(plan: Plan, only: Sequence[str]) -> List[str]:
     return chosen
 
 
-def select_packages(plan: Plan, only: Optional[Sequence[str]] = None,
-                    keep_build_deps: bool = False) -> Tuple[List[str], List[str]]:
+def select_packages(
+    plan: Plan, only: Optional[Sequence[str]] = None, keep_build_deps: bool = False
+) -> Tuple[List[str], List[str]]:
     """(roots, every package of the image in dependency order, externals included)."""
     order = plan.runtime_layers(keep_build_deps=True)
     externals = [h for h in plan.nodes if plan.nodes[h].external]

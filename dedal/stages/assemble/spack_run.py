@@ -2,6 +2,7 @@
 ``reindex`` (the layers carry no database), ``env view regenerate`` at the view's final
 path and ``env activate --sh``; then the database made reproducible (install times from
 the layers' build times, a verifier derived from the content)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -26,9 +27,15 @@ if TYPE_CHECKING:
     from dedal.model.plan import Plan
 
 
-
-def run_spack(tree: Path, plan: Plan, settings: Settings, base: Optional[BaseImage], manifest: Mapping[str, Any],
-              log: Path, say: Callable[[str], None]) -> str:
+def run_spack(
+    tree: Path,
+    plan: Plan,
+    settings: Settings,
+    base: Optional[BaseImage],
+    manifest: Mapping[str, Any],
+    log: Path,
+    say: Callable[[str], None],
+) -> str:
     """reindex, view, activation inside the tree; returns the 91-environment.sh text."""
     spack_root = spack_adapter.locate(settings)
     cache = spack_adapter.user_cache(settings, spack_root)
@@ -56,8 +63,17 @@ def run_spack(tree: Path, plan: Plan, settings: Settings, base: Optional[BaseIma
         full = dict(run_env)
         full.update(env)
         seen.update(full)
-        return rt.run_in(None if host else tree, cmd, binds=binds, env=full, log=log, what=what,
-                         runtime=settings.runtime, writable=not host, timeout=timeout)
+        return rt.run_in(
+            None if host else tree,
+            cmd,
+            binds=binds,
+            env=full,
+            log=log,
+            what=what,
+            runtime=settings.runtime,
+            writable=not host,
+            timeout=timeout,
+        )
 
     scratch = ("tmp", "var/tmp", "root", "run")
     before = _snapshot(tree, scratch) if not host else {}

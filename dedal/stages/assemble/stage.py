@@ -44,6 +44,7 @@
 An existing image whose manifest records the same inputs (and whose SIF still has its
 recorded sha256) is kept as it is (``status: present``) unless ``force``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,8 +62,13 @@ from dedal import __version__
 from dedal.adapters import squashfs
 from dedal.errors import Signals, UserError
 from dedal.model import git_sources, sbom as sbom_mod, sif as sif_mod
-from dedal.model.base import (HOST_BASE, check_runtime_base, input_labels as base_input_labels, iter_cached,
-                              runtime_base_name)
+from dedal.model.base import (
+    HOST_BASE,
+    check_runtime_base,
+    input_labels as base_input_labels,
+    iter_cached,
+    runtime_base_name,
+)
 from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
 from dedal.model import artifacts
 from dedal.model.artifacts import sha256_file
@@ -78,9 +84,17 @@ from dedal.stages.layer_audit import LayerInfo, audit_layers, inside
 from dedal.stages.assemble.closure import library_path_of, require_closure
 from dedal.stages.assemble.envscript import base_environment_script
 from dedal.stages.assemble.manifest import IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths
-from dedal.stages.assemble.metadata import (BUNDLED_PMIX_HEADER, bundled_pmix_node, definition_text, image_versions,
-                                            inspect_metadata, iso_date, make_labels, pmix_version_of_header,
-                                            runtime_base_labels)
+from dedal.stages.assemble.metadata import (
+    BUNDLED_PMIX_HEADER,
+    bundled_pmix_node,
+    definition_text,
+    image_versions,
+    inspect_metadata,
+    iso_date,
+    make_labels,
+    pmix_version_of_header,
+    runtime_base_labels,
+)
 from dedal.stages.assemble.selection import select_packages
 from dedal.stages.assemble.spack_run import normalize_spack_db, run_spack
 from dedal.stages.assemble.tree import ImageTree, extract_layers, mkdirs, write_file
@@ -95,6 +109,7 @@ def _say(progress: Progress, start: float) -> Callable[[str], None]:
     def say(msg: str) -> None:
         if progress:
             progress(f"[{time.monotonic() - start:6.1f}s] {msg}")
+
     return say
 
 
@@ -108,9 +123,11 @@ def _find_base(plan: Plan, settings: Settings, say: Callable[[str], None]) -> An
             return img
     img = ensure_base(plan.base_image, settings, progress=say)
     if img.id != plan.base_id:
-        raise UserError(f"the layers of {plan.env_name} were built on base {plan.base_id}, which is not in the base "
-                        f"cache {settings.base_cache}; the definition of {plan.base_image} is now {img.id}: "
-                        "run `dedal build` again (new layers for the new base)")
+        raise UserError(
+            f"the layers of {plan.env_name} were built on base {plan.base_id}, which is not in the base "
+            f"cache {settings.base_cache}; the definition of {plan.base_image} is now {img.id}: "
+            "run `dedal build` again (new layers for the new base)"
+        )
     return img
 
 
@@ -125,8 +142,9 @@ def reap_temporaries(*outputs: Path) -> List[str]:
     return removed
 
 
-def bundled_pmix(plan: Plan, hashes: Sequence[str], lock: SpackLock, infos: Sequence[LayerInfo],
-                 store: LayerStore) -> Optional[Tuple[str, str]]:
+def bundled_pmix(
+    plan: Plan, hashes: Sequence[str], lock: SpackLock, infos: Sequence[LayerInfo], store: LayerStore
+) -> Optional[Tuple[str, str]]:
     """(version, source) of the PMIx an Open MPI built with its own (``+internal-pmix``)
     carries, read from that Open MPI's layer; None where the image's Open MPI has none."""
     ompi = bundled_pmix_node(plan, hashes, lock)
@@ -162,13 +180,17 @@ def assemble(
 
     envdir = Path(plan.env_dir) if plan.env_dir else None
     if envdir is None or not (envdir / "spack.yaml").is_file() or not (envdir / "spack.lock").is_file():
-        raise UserError(f"plan of {plan.env_name}: its environment directory {plan.env_dir!r} lacks spack.yaml "
-                        "or spack.lock (run `dedal build` on the environment file)")
+        raise UserError(
+            f"plan of {plan.env_name}: its environment directory {plan.env_dir!r} lacks spack.yaml "
+            "or spack.lock (run `dedal build` on the environment file)"
+        )
     manifest = read_spack_yaml(envdir / "spack.yaml")
     for p in (plan.view, plan.install_root):
         if not p.startswith("/") or posixpath.normpath(p) in ("/",) or posixpath.normpath(p).startswith("/dev/"):
-            raise UserError(f"{p}: the install root and the view must be absolute paths outside /dev "
-                            "(Apptainer mounts the host's /dev over the image)")
+            raise UserError(
+                f"{p}: the install root and the view must be absolute paths outside /dev "
+                "(Apptainer mounts the host's /dev over the image)"
+            )
     if inside(posixpath.normpath(plan.view), posixpath.normpath(plan.install_root)):
         raise UserError(f"view {plan.view} is inside the install root {plan.install_root}")
 
@@ -176,9 +198,11 @@ def assemble(
     only_names = [plan.nodes[h].name for h in roots] if only else []
     sif_path, json_path, sbom_path = image_paths(settings, plan, output, only_names)
     store = LayerStore(Path(settings.layer_store))
-    say(f"{plan.env_name}: {len(hashes)} package(s) in the image"
+    say(
+        f"{plan.env_name}: {len(hashes)} package(s) in the image"
         + (f" (only {', '.join(plan.nodes[h].label for h in roots)})" if only else "")
-        + (", build dependencies kept" if keep_build_deps else ""))
+        + (", build dependencies kept" if keep_build_deps else "")
+    )
 
     t0 = time.monotonic()
     infos = audit_layers(plan, hashes, store, say, memo=Path(settings.cache_dir) / "assemble" / "audited")
@@ -190,8 +214,10 @@ def assemble(
         base = ensure_base(runtime_name, settings, progress=say)
         shared = check_runtime_base(build_base, base)
         base_digest = base_sha256(base, settings)
-        say(f"runtime base {base.id}: the {shared} Debian packages it shares with build base {build_base.id} "
-            "have the same versions")
+        say(
+            f"runtime base {base.id}: the {shared} Debian packages it shares with build base {build_base.id} "
+            "have the same versions"
+        )
     lock = lock if lock is not None else load_lock(envdir / "spack.lock")
     versions, version_sources = image_versions(plan, hashes, base)
     bundled = bundled_pmix(plan, hashes, lock, infos, store)
@@ -200,12 +226,22 @@ def assemble(
     created, created_from = image_date(plan, settings, image.source_date_epoch)
     say(f"image date {iso_date(created)}: {created_from}")
     inputs = {
-        "format": IMAGE_FORMAT, "dedal": __version__, "env": plan.env_name, "tag": plan.tag,
-        "install_root": plan.install_root, "view": plan.view, "lock_sha256": plan.lock_sha256,
-        "spack_commit": plan.spack_commit, "manifest": provenance.inputs_digest(manifest),  # no host path
+        "format": IMAGE_FORMAT,
+        "dedal": __version__,
+        "env": plan.env_name,
+        "tag": plan.tag,
+        "install_root": plan.install_root,
+        "view": plan.view,
+        "lock_sha256": plan.lock_sha256,
+        "spack_commit": plan.spack_commit,
+        "manifest": provenance.inputs_digest(manifest),  # no host path
         "base": {"id": build_base.id, "sha256": build_digest} if build_base else "host",
-        "layers": [[i.key, i.sha256] for i in infos], "roots": roots, "keep_build_deps": keep_build_deps,
-        "runscript": runscript, "labels": user_labels, "description": description,
+        "layers": [[i.key, i.sha256] for i in infos],
+        "roots": roots,
+        "keep_build_deps": keep_build_deps,
+        "runscript": runscript,
+        "labels": user_labels,
+        "description": description,
         "source_date_epoch": created,
     }
     if base is not build_base:
@@ -220,8 +256,20 @@ def assemble(
             return kept
 
     inherited = base_singularity(base)  # an Apptainer-built base keeps its labels, environment, runscript
-    labels_out = make_labels(plan, build_base, infos, roots, only_names, keep_build_deps, versions, version_sources,
-                         created, description, user_labels, inherited["labels"])
+    labels_out = make_labels(
+        plan,
+        build_base,
+        infos,
+        roots,
+        only_names,
+        keep_build_deps,
+        versions,
+        version_sources,
+        created,
+        description,
+        user_labels,
+        inherited["labels"],
+    )
     if build_digest:
         labels_out["dedal.base.sha256"] = build_digest
     labels_out[SDE_LABEL] = str(created)
@@ -229,33 +277,46 @@ def assemble(
         labels_out.update(base_input_labels(build_base))
     if base is not build_base:
         labels_out.update(runtime_base_labels(build_base, base, base_digest, shared))
-    runscript_sh = runscript_text(runscript) if runscript.strip() or not inherited["runscript"] \
-        else inherited["runscript"]
+    runscript_sh = (
+        runscript_text(runscript) if runscript.strip() or not inherited["runscript"] else inherited["runscript"]
+    )
     env90 = base_environment_script(inherited["90-environment.sh"], base.env if base else {})
     layer_map = {i.hash: {"key": i.key, "sha256": i.sha256, "size": i.size} for i in infos}
 
-    base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id,
-                  "dedal:base_sha256": build_digest}
+    base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id, "dedal:base_sha256": build_digest}
     if base is not build_base:
-        base_props.update({"dedal:runtime_base_image": base.name, "dedal:runtime_base_id": base.id,
-                           "dedal:runtime_base_sha256": base_digest})
+        base_props.update(
+            {
+                "dedal:runtime_base_image": base.name,
+                "dedal:runtime_base_id": base.id,
+                "dedal:runtime_base_sha256": base_digest,
+            }
+        )
     if only_names:
         base_props["dedal:only"] = ",".join(only_names)
     for comp, version in versions.items():  # the stack's versions, as the labels name them
         base_props[f"dedal:version:{comp}"] = f"{version} ({version_sources[comp]})"
     # sources archived from git repositories: the manifests of the local package repositories name their origin
-    origins = git_sources.origins(local_inputs(manifest), ((h, plan.nodes[h].namespace, plan.nodes[h].name,
-                                                            plan.nodes[h].version) for h in hashes))
-    sbom_doc = sbom_mod.make_sbom(plan, hashes, layers=layer_map, lock=lock, created=created, roots=roots,
-                                  properties=base_props,
-                                  origins={h: git_sources.origin_record(s) for h, s in origins.items()})
+    origins = git_sources.origins(
+        local_inputs(manifest),
+        ((h, plan.nodes[h].namespace, plan.nodes[h].name, plan.nodes[h].version) for h in hashes),
+    )
+    sbom_doc = sbom_mod.make_sbom(
+        plan,
+        hashes,
+        layers=layer_map,
+        lock=lock,
+        created=created,
+        roots=roots,
+        properties=base_props,
+        origins={h: git_sources.origin_record(s) for h, s in origins.items()},
+    )
     sbom_bytes = sbom_mod.dumps(sbom_doc)
 
     logs = Path(settings.work_dir) / plan.env_name / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"assemble-{re.sub(r'[^A-Za-z0-9._-]+', '_', sif_path.stem)}.log"
     log.write_text(f"dedal assemble {plan.env_name} -> {sif_path} ({iso_date(int(time.time()))})\n")
-
 
     sif_path.parent.mkdir(parents=True, exist_ok=True)
     reap_temporaries(sif_path)  # every temporary of this output is named after the SIF
@@ -270,6 +331,7 @@ def assemble(
     with Signals("assemble"):  # SIGTERM/SIGINT: the stage and every temporary file go away
         try:
             with Stage(Path(settings.stage_dir), "assemble") as stage:
+
                 def fill(dest: Path) -> None:
                     t1 = time.monotonic()
                     extract_layers(store, infos, dest, log, plan.install_root)
@@ -289,8 +351,12 @@ def assemble(
 
                     # the local repositories and includes travel in the image, named there
                     provenance.copy_inputs(manifest, env_dir_img)
-                    img_manifest = stage_manifest(provenance.in_image(manifest), install_root=plan.install_root,
-                                                  stage=Path("/tmp/dedal-spack"), view=plan.view)
+                    img_manifest = stage_manifest(
+                        provenance.in_image(manifest),
+                        install_root=plan.install_root,
+                        stage=Path("/tmp/dedal-spack"),
+                        view=plan.view,
+                    )
                     write_env_dir(env_dir_img, img_manifest, envdir / "spack.lock")
                     spack_yaml_bytes = (env_dir_img / "spack.yaml").read_bytes()
                     env91 = run_spack(root, plan, settings, base, manifest, log, say)
@@ -302,22 +368,43 @@ def assemble(
                             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
                     write_file(env_dir_img / "spack.yaml", spack_yaml_bytes)
                     shutil.copyfile(envdir / "spack.lock", env_dir_img / "spack.lock")
-                    provenance.write_rebuild_inputs(env_dir_img, manifest, provenance.dedal_section(
-                        plan, image.env_file, only=only_names, keep_build_deps=keep_build_deps, runscript=runscript,
-                        labels=user_labels, description=description, runtime_base=runtime_name),
+                    provenance.write_rebuild_inputs(
+                        env_dir_img,
+                        manifest,
+                        provenance.dedal_section(
+                            plan,
+                            image.env_file,
+                            only=only_names,
+                            keep_build_deps=keep_build_deps,
+                            runscript=runscript,
+                            labels=user_labels,
+                            description=description,
+                            runtime_base=runtime_name,
+                        ),
                         provenance.definition_of(build_base),
-                        provenance.definition_of(base) if base is not build_base else None)
+                        provenance.definition_of(base) if base is not build_base else None,
+                    )
                     normalize_spack_db(ir_dir, created)
                     timings["spack"] = time.monotonic() - t0
 
                     t0 = time.monotonic()
                     if base is not None:  # a host base's libraries are the host's: nothing to check in the image
-                        closure = require_closure(root, [plan.install_root, plan.view], arch=base.arch,
-                                                  where=f"image {plan.env_name}:{plan.tag}", log=log,
-                                                  library_path=library_path_of(env90 + env91)).to_json()
-                        say(f"ELF closure: {closure['checked']} file(s) find their libraries in the image"
-                            + (f" (host driver's: {', '.join(sorted(closure['host_driver']))})"
-                               if closure["host_driver"] else ""))
+                        closure = require_closure(
+                            root,
+                            [plan.install_root, plan.view],
+                            arch=base.arch,
+                            where=f"image {plan.env_name}:{plan.tag}",
+                            log=log,
+                            library_path=library_path_of(env90 + env91),
+                        ).to_json()
+                        say(
+                            f"ELF closure: {closure['checked']} file(s) find their libraries in the image"
+                            + (
+                                f" (host driver's: {', '.join(sorted(closure['host_driver']))})"
+                                if closure["host_driver"]
+                                else ""
+                            )
+                        )
                     timings["closure"] = time.monotonic() - t0
 
                     t0 = time.monotonic()
@@ -325,14 +412,33 @@ def assemble(
                     write_file(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
                     timings["image_files"] = time.monotonic() - t0
 
-                    definition = definition_text(plan, build_base, labels_out, env91, runscript_sh,
-                                                 runtime=base if base is not build_base else None)
-                    metadata = inspect_metadata(labels_out, definition, runscript_sh, env90, env91, plan, build_base,
-                                                infos, roots, only_names, keep_build_deps, versions,
-                                                runtime=base if base is not build_base else None)
+                    definition = definition_text(
+                        plan,
+                        build_base,
+                        labels_out,
+                        env91,
+                        runscript_sh,
+                        runtime=base if base is not build_base else None,
+                    )
+                    metadata = inspect_metadata(
+                        labels_out,
+                        definition,
+                        runscript_sh,
+                        env90,
+                        env91,
+                        plan,
+                        build_base,
+                        infos,
+                        roots,
+                        only_names,
+                        keep_build_deps,
+                        versions,
+                        runtime=base if base is not build_base else None,
+                    )
                     # mksquashfs writes the partition at its place in the SIF: no copy afterwards
-                    offset = sif_mod.partition_offset(definition=definition, labels=labels_out, metadata=metadata,
-                                                      sbom=sbom_bytes)
+                    offset = sif_mod.partition_offset(
+                        definition=definition, labels=labels_out, metadata=metadata, sbom=sbom_bytes
+                    )
                     t0 = time.monotonic()
                     tops = image_tops(plan.install_root, plan.view)
                     stray = sorted(set(tree.changed_tops() or ()) - set(tops))
@@ -345,9 +451,15 @@ def assemble(
                     if part is not None:
                         # the base's untouched top-level entries come compressed already
                         say(f"base without {', '.join('/' + t for t in tops)} + mksquashfs of those -> {tmp_sqfs.name}")
-                        squashfs.append(part, [root / t for t in tops if os.path.lexists(root / t)], tmp_sqfs,
-                                        offset=offset, root_mode=os.stat(root).st_mode, log=log,
-                                        what="mksquashfs (image, onto the base)")
+                        squashfs.append(
+                            part,
+                            [root / t for t in tops if os.path.lexists(root / t)],
+                            tmp_sqfs,
+                            offset=offset,
+                            root_mode=os.stat(root).st_mode,
+                            log=log,
+                            what="mksquashfs (image, onto the base)",
+                        )
                         method += ", base reused"
                     else:
                         say(f"mksquashfs {tree.method} tree -> {tmp_sqfs.name}")
@@ -357,8 +469,17 @@ def assemble(
             t0 = time.monotonic()
             # the image ID from everything that makes the bytes (saves hashing the squashfs again)
             ident = uuid.UUID(bytes=hashlib.sha256(f"{digest}:{created}".encode()).digest()[:16], version=4)
-            sif_mod.write_sif(tmp_sif, tmp_sqfs, definition=definition, labels=labels_out, metadata=metadata,
-                              sbom=sbom_bytes, image_id=str(ident), created=created, in_place=True)
+            sif_mod.write_sif(
+                tmp_sif,
+                tmp_sqfs,
+                definition=definition,
+                labels=labels_out,
+                metadata=metadata,
+                sbom=sbom_bytes,
+                image_id=str(ident),
+                created=created,
+                in_place=True,
+            )
             timings["sif"] = time.monotonic() - t0
             t0 = time.monotonic()
 
@@ -367,16 +488,33 @@ def assemble(
             timings["digest"] = time.monotonic() - t0
             write_file(tmp_sbom, sbom_bytes, 0o644)
             result = AssembleResult(
-                env=plan.env_name, tag=plan.tag, status="assembled", image=str(sif_path), image_json=str(json_path),
-                sbom=str(sbom_path), sha256=sha, size=size, squashfs_size=squashfs_size, created=created,
-                base_image=plan.base_image, base_id=plan.base_id, roots=[plan.nodes[h].label for h in roots],
-                only=only_names, keep_build_deps=keep_build_deps, layers=[i.label() for i in infos],
-                labels=labels_out, versions=versions, method=method, log=str(log),
+                env=plan.env_name,
+                tag=plan.tag,
+                status="assembled",
+                image=str(sif_path),
+                image_json=str(json_path),
+                sbom=str(sbom_path),
+                sha256=sha,
+                size=size,
+                squashfs_size=squashfs_size,
+                created=created,
+                base_image=plan.base_image,
+                base_id=plan.base_id,
+                roots=[plan.nodes[h].label for h in roots],
+                only=only_names,
+                keep_build_deps=keep_build_deps,
+                layers=[i.label() for i in infos],
+                labels=labels_out,
+                versions=versions,
+                method=method,
+                log=str(log),
                 runtime_base=base.name if base is not build_base else "",
-                runtime_base_id=base.id if base is not build_base else "", elf_closure=closure,
+                runtime_base_id=base.id if base is not build_base else "",
+                elf_closure=closure,
             )
-            manifest_json = image_manifest(result, digest, plan, build_base, infos, hashes,
-                                           runtime=base if base is not build_base else None)
+            manifest_json = image_manifest(
+                result, digest, plan, build_base, infos, hashes, runtime=base if base is not build_base else None
+            )
             write_file(tmp_json, json.dumps(manifest_json, indent=1, sort_keys=True) + "\n", 0o644)
             # the manifest last: an image exists when its manifest does
             os.replace(tmp_sbom, sbom_path)

@@ -2,6 +2,7 @@
 overlay mount (nothing copied; where no overlay can be mounted, the base's squashfs is
 extracted instead), the layers extracted at the install root, and the two ways to write
 into the tree (:func:`write_file` through a new inode, :func:`mkdirs` with fixed modes)."""
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,18 @@ def extract_layers(store: LayerStore, infos: Sequence[LayerInfo], dest: Path, lo
     """Unpack the audited layers into ``dest`` (the install root in the tree), each through
     :func:`unpack_layer` (a fresh directory, audited as written, renamed into place): big
     layers one after the other with every core, the many small ones side by side, one core each."""
+
     def one(info: LayerInfo, processors: Optional[int]) -> None:
-        unpack_layer(store.sqfs(info.key), info.prefix, dest, dest, install_root,
-                     f"layer {info.key} ({info.name}@{info.version})", log=log, processors=processors)
+        unpack_layer(
+            store.sqfs(info.key),
+            info.prefix,
+            dest,
+            dest,
+            install_root,
+            f"layer {info.key} ({info.name}@{info.version})",
+            log=log,
+            processors=processors,
+        )
 
     big = [i for i in infos if i.size >= BIG_LAYER]
     small = [i for i in infos if i.size < BIG_LAYER]
@@ -69,8 +79,15 @@ class ImageTree:
     writes straight into the upper directory before the mount (plain tmpfs, not through
     overlayfs), with the base's parent directories' modes; otherwise into the tree."""
 
-    def __init__(self, stage: Path, base: Optional[BaseImage], log: Path, say: Callable[[str], None], install_root: str,
-                 fill: Callable[[Path], None]) -> None:
+    def __init__(
+        self,
+        stage: Path,
+        base: Optional[BaseImage],
+        log: Path,
+        say: Callable[[str], None],
+        install_root: str,
+        fill: Callable[[Path], None],
+    ) -> None:
         self.stage = stage
         self.base = base
         self.log = log

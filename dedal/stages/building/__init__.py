@@ -10,6 +10,7 @@ built pushed after. The source mirror is needed only for what must be built: a b
 whose every missing layer the cache has runs without one. Each attempt is recorded
 (:mod:`dedal.model.attempts`).
 """
+
 from __future__ import annotations
 
 import time
@@ -41,9 +42,15 @@ def check_build(plan: Plan, settings: Settings) -> Optional[LayerCache]:
     from dedal.stages.building.cache import LayerCache
 
     store = LayerStore(Path(settings.layer_store))
-    cache = (LayerCache(str(settings.get("layer_cache")), insecure=bool(settings.registry_insecure),
-                        client_options=client_options(settings))
-             if settings.get("layer_cache") else None)  # a bad reference is refused here
+    cache = (
+        LayerCache(
+            str(settings.get("layer_cache")),
+            insecure=bool(settings.registry_insecure),
+            client_options=client_options(settings),
+        )
+        if settings.get("layer_cache")
+        else None
+    )  # a bad reference is refused here
     mirror = Path(settings.mirror)
     if not mirror.is_dir():
         _check_without_mirror(plan, store, cache, mirror)
@@ -51,8 +58,16 @@ def check_build(plan: Plan, settings: Settings) -> Optional[LayerCache]:
     return cache
 
 
-def run_build(prepared: Prepared, settings: Settings, cache: Optional[LayerCache], *, executor: str, jobs: int,
-              keep_going: bool, quiet: bool = False) -> BuildSummary:
+def run_build(
+    prepared: Prepared,
+    settings: Settings,
+    cache: Optional[LayerCache],
+    *,
+    executor: str,
+    jobs: int,
+    keep_going: bool,
+    quiet: bool = False,
+) -> BuildSummary:
     """Build the layers ``prepared`` lacks; ``cache``: what :func:`check_build` returned."""
     from dedal.stages.building.cache import CacheReport
 
@@ -73,13 +88,20 @@ def run_build(prepared: Prepared, settings: Settings, cache: Optional[LayerCache
             if not mirror.is_dir():  # a layer the cache had failed its checks: it must be built
                 lacking = [plan.nodes[h].label for h in plan.to_build if not store.has(plan.nodes[h].key or "")]
                 if lacking:
-                    raise missing_mirror(mirror, lacking, f" (the layer cache's copies were refused: "
-                                                          f"{'; '.join(report.problems)})" if report.problems else "")
+                    raise missing_mirror(
+                        mirror,
+                        lacking,
+                        f" (the layer cache's copies were refused: {'; '.join(report.problems)})"
+                        if report.problems
+                        else "",
+                    )
             if executor == "slurm":
                 from dedal.stages.building.executors import slurm
+
                 summary = slurm.build(plan, plan_path, settings, keep_going=keep_going, progress=progress)
             else:
                 from dedal.stages.building.executors import local
+
                 summary = local.build(plan, plan_path, settings, jobs=jobs, keep_going=keep_going, progress=progress)
             if cache is not None:
                 built = {plan.nodes[h].label: h for h in plan.to_build}
@@ -92,13 +114,20 @@ def run_build(prepared: Prepared, settings: Settings, cache: Optional[LayerCache
     except BaseException as exc:
         interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted))
         error = exc.one_line() if isinstance(exc, DedalError) else f"{type(exc).__name__}: {exc}"
-        attempts.finish(attempt, "interrupted" if interrupted else "failed", seconds=time.monotonic() - started,
-                        error=error, jobs=_slurm_jobs(plan, executor))
+        attempts.finish(
+            attempt,
+            "interrupted" if interrupted else "failed",
+            seconds=time.monotonic() - started,
+            error=error,
+            jobs=_slurm_jobs(plan, executor),
+        )
         raise
-    status = ("interrupted" if summary.interrupted else "detached" if summary.detached
-              else "ok" if summary.ok else "failed")
-    attempts.finish(attempt, status, seconds=summary.seconds, summary=summary.to_json(),
-                    jobs=_slurm_jobs(plan, executor))
+    status = (
+        "interrupted" if summary.interrupted else "detached" if summary.detached else "ok" if summary.ok else "failed"
+    )
+    attempts.finish(
+        attempt, status, seconds=summary.seconds, summary=summary.to_json(), jobs=_slurm_jobs(plan, executor)
+    )
     return summary
 
 
@@ -120,6 +149,7 @@ def _slurm_jobs(plan: Plan, executor: str) -> list:
     if executor != "slurm" or not plan.env_dir:
         return []
     from dedal.stages.building.executors.slurm import read_record
+
     try:
         record = read_record(Path(plan.env_dir)) or {}
     except DedalError:

@@ -22,6 +22,7 @@ The cache only saves work: a registry that cannot be reached, or a layer that fa
 checks, is reported and the layer built here instead; a push that fails is reported
 without failing the build.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,17 @@ from dedal.adapters import registry as reg
 from dedal.adapters.registry import IntegrityError, RegistryClient, download_blob, make_client
 from dedal.errors import DedalError, UserError
 from dedal.model.layers import LayerManifest, LayerStore
-from dedal.model.oci import (ARTIFACT_LAYER, EMPTY_JSON, LAYER_MANIFEST, LAYER_SQUASHFS, OCI_MANIFEST, RegistryError,
-                             canonical_json, layer_artifact, parse_reference)
+from dedal.model.oci import (
+    ARTIFACT_LAYER,
+    EMPTY_JSON,
+    LAYER_MANIFEST,
+    LAYER_SQUASHFS,
+    OCI_MANIFEST,
+    RegistryError,
+    canonical_json,
+    layer_artifact,
+    parse_reference,
+)
 from dedal.model.plan import Plan
 from dedal.stages.layer_audit import check_packed
 from dedal.ui.console import human_size
@@ -66,19 +76,34 @@ class CacheReport:
     bytes_pushed: int = 0
 
     def to_json(self) -> Dict[str, object]:
-        return {"pulled": self.pulled, "pushed": self.pushed, "skipped": self.skipped, "problems": self.problems,
-                "bytes_pulled": self.bytes_pulled, "bytes_pushed": self.bytes_pushed}
+        return {
+            "pulled": self.pulled,
+            "pushed": self.pushed,
+            "skipped": self.skipped,
+            "problems": self.problems,
+            "bytes_pulled": self.bytes_pulled,
+            "bytes_pushed": self.bytes_pushed,
+        }
 
 
 class LayerCache:
     """One registry repository used as a layer cache."""
 
-    def __init__(self, ref: str, *, insecure: bool = False, say: Callable[[str], None] = lambda line: None,
-                 client: Optional[RegistryClient] = None, client_options: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        ref: str,
+        *,
+        insecure: bool = False,
+        say: Callable[[str], None] = lambda line: None,
+        client: Optional[RegistryClient] = None,
+        client_options: Optional[Dict[str, Any]] = None,
+    ) -> None:
         r = parse_reference(ref, require_scheme=False, repository_only=True)
         self.ref = f"oras://{r.host}/{r.repository}"
         self.repository = r.repository
-        self.client = client or make_client(r.host, insecure=insecure, repository=r.repository, **(client_options or {}))
+        self.client = client or make_client(
+            r.host, insecure=insecure, repository=r.repository, **(client_options or {})
+        )
         self.say = say
 
     # -- lookup ------------------------------------------------------------------------
@@ -92,8 +117,10 @@ class LayerCache:
             tags = set()
         except (RegistryError, DedalError, OSError) as exc:
             return list(hashes), f"the layer cache {self.ref} could not be asked ({_reason(exc)})"
-        return ([h for h in hashes if cache_tag(plan.nodes[h].key or "") not in tags],
-                f"the layer cache {self.ref} lacks them")
+        return (
+            [h for h in hashes if cache_tag(plan.nodes[h].key or "") not in tags],
+            f"the layer cache {self.ref} lacks them",
+        )
 
     # -- pull --------------------------------------------------------------------------
     def pull(self, plan: Plan, hashes: Sequence[str], store: LayerStore, report: CacheReport) -> None:
@@ -137,11 +164,15 @@ class LayerCache:
         if man.prefix != node.prefix_name:
             raise Refused(f"{where}: its manifest names prefix {man.prefix!r}, this plan needs {node.prefix_name!r}")
         if man.install_root != plan.install_root or man.base_id != plan.base_id or man.hash != h:
-            raise Refused(f"{where}: built for install root {man.install_root} on base {man.base_id}, "
-                                f"this plan needs {plan.install_root} on {plan.base_id}")
+            raise Refused(
+                f"{where}: built for install root {man.install_root} on base {man.base_id}, "
+                f"this plan needs {plan.install_root} on {plan.base_id}"
+            )
         if sqfs.get("digest") != f"sha256:{man.sha256}" or int(sqfs.get("size", -1)) != man.size:
-            raise Refused(f"{where}: the squashfs descriptor ({sqfs.get('digest')}, {sqfs.get('size')} bytes) "
-                                f"is not the one its manifest records (sha256:{man.sha256}, {man.size} bytes)")
+            raise Refused(
+                f"{where}: the squashfs descriptor ({sqfs.get('digest')}, {sqfs.get('size')} bytes) "
+                f"is not the one its manifest records (sha256:{man.sha256}, {man.size} bytes)"
+            )
         tmp = store.temp_path(key)
         try:
             download_blob(self.client, self.repository, str(sqfs["digest"]), man.size, tmp, where)  # length, sha256
@@ -195,9 +226,11 @@ class LayerCache:
         meta = canonical_json(man.to_json())
         meta_digest, meta_size, _ = self.client.push_bytes(self.repository, meta)
         self.client.push_bytes(self.repository, EMPTY_JSON)
-        art = layer_artifact(squashfs={"digest": digest, "size": man.size},
-                             manifest={"digest": meta_digest, "size": meta_size},
-                             annotations={ANN_KEY: man.key, ANN_SPEC: f"{man.name}@{man.version}/{man.hash[:7]}"})
+        art = layer_artifact(
+            squashfs={"digest": digest, "size": man.size},
+            manifest={"digest": meta_digest, "size": meta_size},
+            annotations={ANN_KEY: man.key, ANN_SPEC: f"{man.name}@{man.version}/{man.hash[:7]}"},
+        )
         raw = canonical_json(art)
         self.client.put_manifest(self.repository, tag, raw, OCI_MANIFEST)
         return man.size if sent else 0

@@ -15,6 +15,7 @@
    host) go beside the layer (:mod:`.records`), not into it: a layer is the same bytes
    whoever builds it, wherever and whenever.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,6 +44,7 @@ from dedal.stages.base import sandbox_runner
 from dedal.stages.building.records import split_records
 from dedal.stages.stage_dir import Stage
 
+
 class LayerRefused(DedalError):
     """The layer of a package just built fails the entry audit: the package failed."""
 
@@ -52,7 +54,7 @@ class PackageResult:
     hash: str
     name: str
     key: str
-    status: str            # built | present | failed | skipped
+    status: str  # built | present | failed | skipped
     seconds: float = 0.0
     log: str = ""
     error: str = ""
@@ -62,7 +64,7 @@ class PackageResult:
 class JobResult:
     job: str
     host: str
-    status: str            # ok | failed | interrupted
+    status: str  # ok | failed | interrupted
     packages: List[PackageResult] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
@@ -118,8 +120,10 @@ def missing_mirror(mirror: Path, labels: Sequence[str], why: str = "") -> UserEr
     """The refusal of a build that must build ``labels`` from sources without the source
     mirror (``why``: where else the layers were looked for)."""
     shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
-    return UserError(f"source mirror {mirror} does not exist and {len(labels)} package(s) must be built from "
-                     f"source: {shown}{why}; run `dedal fetch` first or set `mirror`")
+    return UserError(
+        f"source mirror {mirror} does not exist and {len(labels)} package(s) must be built from "
+        f"source: {shown}{why}; run `dedal fetch` first or set `mirror`"
+    )
 
 
 def run_job(
@@ -185,21 +189,38 @@ def run_job(
             # manifest, every entry), then unpacked so that no earlier layer can redirect it
             infos = parallel(lambda r: audit_layer(plan.nodes[r], store, plan.install_root), needed)
             for info in infos:
-                unpack_layer(store.sqfs(info.key), info.prefix, root, stage, plan.install_root,
-                             f"layer {info.key} ({info.name}@{info.version})", log=job_log)
+                unpack_layer(
+                    store.sqfs(info.key),
+                    info.prefix,
+                    root,
+                    stage,
+                    plan.install_root,
+                    f"layer {info.key} ({info.name}@{info.version})",
+                    log=job_log,
+                )
             for h in todo:
                 if os.path.lexists(root / plan.nodes[h].prefix_name):
                     raise UserError(f"job {job_id}: {plan.nodes[h].prefix_name} exists in the stage before its build")
             result.materialize_s = time.monotonic() - t0
             envdir = stage / "env"
-            write_env_dir(envdir, stage_manifest(manifest, install_root=plan.install_root, stage=stage,
-                                                 mirror=Path(mirror), build_jobs=build_jobs), lock)
+            write_env_dir(
+                envdir,
+                stage_manifest(
+                    manifest, install_root=plan.install_root, stage=stage, mirror=Path(mirror), build_jobs=build_jobs
+                ),
+                lock,
+            )
             # Spack's user cache holds the package repository index: rebuilding it costs a
             # minute per job, so it persists across jobs (Spack locks it for concurrent use)
             cache = Path(spack_cache) if spack_cache else stage / "spack-cache"
             cache.mkdir(parents=True, exist_ok=True)
-            binds = [rt.Bind(root, plan.install_root), rt.Bind(stage), rt.Bind(spack_root, readonly=True),
-                     rt.Bind(mirror, readonly=True), rt.Bind(cache)]
+            binds = [
+                rt.Bind(root, plan.install_root),
+                rt.Bind(stage),
+                rt.Bind(spack_root, readonly=True),
+                rt.Bind(mirror, readonly=True),
+                rt.Bind(cache),
+            ]
             for extra in local_inputs(manifest):
                 binds.append(rt.Bind(extra, readonly=True))
             spack = Spack(spack_root, cache, sandbox_runner(base_root, binds, runtime, base_env))
@@ -210,8 +231,16 @@ def run_job(
             result.status = "failed"
             result.error = exc.one_line() + _full_hint(stage)
             for h in todo:
-                result.packages.append(PackageResult(h, plan.nodes[h].name, plan.nodes[h].key or "", "skipped",
-                                                     log=str(job_log), error="job set-up failed"))
+                result.packages.append(
+                    PackageResult(
+                        h,
+                        plan.nodes[h].name,
+                        plan.nodes[h].key or "",
+                        "skipped",
+                        log=str(job_log),
+                        error="job set-up failed",
+                    )
+                )
             result.seconds = time.monotonic() - started
             return result
         failed = False
@@ -219,7 +248,14 @@ def run_job(
             node = plan.nodes[h]
             pkg_log = package_log(log_dir, node.name, h)
             if failed:
-                pr = PackageResult(h, node.name, node.key or "", "skipped", log=str(pkg_log), error="an earlier package of this job failed")
+                pr = PackageResult(
+                    h,
+                    node.name,
+                    node.key or "",
+                    "skipped",
+                    log=str(pkg_log),
+                    error="an earlier package of this job failed",
+                )
                 result.packages.append(pr)
                 continue
             pkg_log.unlink(missing_ok=True)
@@ -229,8 +265,13 @@ def run_job(
                 build_s = time.monotonic() - t0
                 prefix = root / node.prefix_name
                 if not (prefix / ".spack" / "spec.json").is_file():
-                    raise ToolError(f"spack install /{h[:7]}", ["spack", "install", f"/{h}"], 0, pkg_log,
-                                    f"no prefix {node.prefix_name} with .spack/spec.json under the install root")
+                    raise ToolError(
+                        f"spack install /{h[:7]}",
+                        ["spack", "install", f"/{h}"],
+                        0,
+                        pkg_log,
+                        f"no prefix {node.prefix_name} with .spack/spec.json under the install root",
+                    )
                 t1 = time.monotonic()
                 records = stage / "records" / h
                 # the layer: the same bytes on every build
@@ -243,13 +284,22 @@ def run_job(
                     except UserError as exc:
                         raise LayerRefused(exc.one_line()) from None
                     man = LayerManifest(
-                        key=node.key or "", name=node.name, version=node.version, hash=h, namespace=node.namespace,
-                        prefix=node.prefix_name, install_root=plan.install_root, base_id=plan.base_id,
-                        files=count_entries(prefix), build_seconds=round(build_s, 3),
+                        key=node.key or "",
+                        name=node.name,
+                        version=node.version,
+                        hash=h,
+                        namespace=node.namespace,
+                        prefix=node.prefix_name,
+                        install_root=plan.install_root,
+                        base_id=plan.base_id,
+                        files=count_entries(prefix),
+                        build_seconds=round(build_s, 3),
                         build_cores=make_jobs(build_jobs),
                         pack_seconds=round(time.monotonic() - t1, 3),
                         built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                        host=socket.gethostname(), log=str(pkg_log), dedal_version=__version__,
+                        host=socket.gethostname(),
+                        log=str(pkg_log),
+                        dedal_version=__version__,
                         spack_version=plan.spack_version,
                         runtime_deps=sorted(c for c, t in node.deps.items() if {"link", "run"} & set(t)),
                     )
@@ -263,12 +313,11 @@ def run_job(
                 result.status = "failed"
                 err = BuildError(node.label, exc)
                 result.error = err.one_line() + _full_hint(stage)
-                pr = PackageResult(h, node.name, node.key or "", "failed", round(time.monotonic() - t0, 3),
-                                   str(pkg_log), result.error)
+                pr = PackageResult(
+                    h, node.name, node.key or "", "failed", round(time.monotonic() - t0, 3), str(pkg_log), result.error
+                )
             result.packages.append(pr)
             if on_package:
                 on_package(pr)
     result.seconds = time.monotonic() - started
     return result
-
-

@@ -15,6 +15,7 @@ layer as its squashfs shows it: the moved records left out, every owner root and
 time 0 (mksquashfs ``-all-root -all-time 0``), its keys sorted (Spack writes them in the
 order the file system lists them).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,15 @@ from pathlib import Path
 from typing import List
 
 # names under <prefix>/.spack that record the build rather than describe the install
-RECORDS = ("spack-build-out.txt.gz", "spack-build-out.txt", "spack-build-env.txt", "spack-build-env-mods.txt",
-           "install_times.json", "install_environment.json", "archived-files")
+RECORDS = (
+    "spack-build-out.txt.gz",
+    "spack-build-out.txt",
+    "spack-build-env.txt",
+    "spack-build-env-mods.txt",
+    "install_times.json",
+    "install_environment.json",
+    "archived-files",
+)
 MANIFEST = "install_manifest.json"
 
 

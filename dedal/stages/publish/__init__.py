@@ -20,6 +20,7 @@ media types, manifests) are ``dedal.model.oci``'s. This package is the public fa
 work is in ``push`` (publish), ``pull``, ``attachments`` (grouping, artifacts, referrers
 and the fallback index) and ``remote`` (list and inspect).
 """
+
 from __future__ import annotations
 
 from dedal.adapters.registry import RegistryError, make_client
@@ -38,10 +39,27 @@ from dedal.stages.publish.push import PublishResult, publish, source_url
 from dedal.stages.publish.remote import ImageEntry, inspect_remote, list_images
 
 __all__ = [
-    "Reference", "parse_reference", "publish", "PublishResult", "pull", "PullResult", "list_images",
-    "ImageEntry", "inspect_remote", "is_remote", "Attachment", "group_attachments", "verdict_of",
-    "IntegrityError", "SIF_CONFIG_MEDIA_TYPE", "SIF_LAYER_MEDIA_TYPE", "SIF_LAYER_MEDIA_TYPE_PROTO",
-    "EMPTY_JSON_DIGEST", "default_pull_name", "source_url",
+    "Reference",
+    "parse_reference",
+    "publish",
+    "PublishResult",
+    "pull",
+    "PullResult",
+    "list_images",
+    "ImageEntry",
+    "inspect_remote",
+    "is_remote",
+    "Attachment",
+    "group_attachments",
+    "verdict_of",
+    "IntegrityError",
+    "SIF_CONFIG_MEDIA_TYPE",
+    "SIF_LAYER_MEDIA_TYPE",
+    "SIF_LAYER_MEDIA_TYPE_PROTO",
+    "EMPTY_JSON_DIGEST",
+    "default_pull_name",
+    "source_url",
     # re-exported from the registry adapter for callers that used them through this module
-    "RegistryError", "make_client",
+    "RegistryError",
+    "make_client",
 ]

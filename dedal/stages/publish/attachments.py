@@ -9,6 +9,7 @@ and found again: through the registry's referrers API, or, where the registry ha
 referrers tag schema that dedal maintains and ``oras discover`` reads too. Both the
 push (``push``) and the listing and inspection (``remote``) use it.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -84,8 +85,11 @@ def logs_archive(top: Path, files: Sequence[Path], out: Path) -> Path:
     ``top``, sorted, owned by root, dated like the newest of them: the same files give
     the same bytes and the same artifact."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        open(out, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for path in sorted(files, key=lambda q: q.relative_to(top).as_posix()):
             info = tar.gettarinfo(str(path), arcname=path.relative_to(top).as_posix())
             info.uid = info.gid = 0
@@ -176,9 +180,15 @@ class Attachment:
         return asdict(self)
 
 
-def push_attachment(client: RegistryClient, repository: str, subject: Dict[str, Any],
-                    group: AttachmentGroup, progress: Progress, uploaded: List[str], skipped: List[str]
-                    ) -> Tuple[Attachment, bool]:
+def push_attachment(
+    client: RegistryClient,
+    repository: str,
+    subject: Dict[str, Any],
+    group: AttachmentGroup,
+    progress: Progress,
+    uploaded: List[str],
+    skipped: List[str],
+) -> Tuple[Attachment, bool]:
     """Push one artifact manifest referring to ``subject``; returns it and whether the
     registry indexed it itself (``OCI-Subject`` header)."""
     layers = []
@@ -186,22 +196,24 @@ def push_attachment(client: RegistryClient, repository: str, subject: Dict[str, 
         digest, size = reg.file_digest(f.path)
         sent = client.push_blob(repository, f.path, digest, size, progress)
         (uploaded if sent else skipped).append(digest)
-        layers.append({"mediaType": f.media_type, "digest": digest, "size": size,
-                       "annotations": {ANN_TITLE: f.title}})
+        layers.append({"mediaType": f.media_type, "digest": digest, "size": size, "annotations": {ANN_TITLE: f.title}})
     _, _, sent = client.push_bytes(repository, EMPTY_JSON, None)
     (uploaded if sent else skipped).append(EMPTY_JSON_DIGEST)
-    manifest = artifact_manifest(artifact_type=group.artifact_type, layers=layers, subject=subject,
-                                 annotations=group.annotations)
+    manifest = artifact_manifest(
+        artifact_type=group.artifact_type, layers=layers, subject=subject, annotations=group.annotations
+    )
     raw = canonical_json(manifest)
     digest = sha256_digest(raw)
     response = client.put_manifest(repository, digest, raw, OCI_MANIFEST)
     indexed = bool(response.headers.get("OCI-Subject"))
-    return Attachment(group.artifact_type, digest, len(raw), [f.title for f in group.files],
-                      dict(group.annotations)), indexed
+    return Attachment(
+        group.artifact_type, digest, len(raw), [f.title for f in group.files], dict(group.annotations)
+    ), indexed
 
 
-def add_to_fallback_index(client: RegistryClient, repository: str, subject_digest: str,
-                          attachments: Sequence[Attachment]) -> None:
+def add_to_fallback_index(
+    client: RegistryClient, repository: str, subject_digest: str, attachments: Sequence[Attachment]
+) -> None:
     """Referrers tag schema: the index tagged ``sha256-<hex>`` lists the referrers."""
     tag = fallback_tag(subject_digest)
     try:
@@ -214,8 +226,15 @@ def add_to_fallback_index(client: RegistryClient, repository: str, subject_diges
     for a in attachments:
         if a.digest in known:
             continue
-        manifests.append({"mediaType": OCI_MANIFEST, "digest": a.digest, "size": a.size,
-                          "artifactType": a.artifact_type, "annotations": dict(a.annotations)})
+        manifests.append(
+            {
+                "mediaType": OCI_MANIFEST,
+                "digest": a.digest,
+                "size": a.size,
+                "artifactType": a.artifact_type,
+                "annotations": dict(a.annotations),
+            }
+        )
         added = True
     if added:
         index["manifests"] = manifests

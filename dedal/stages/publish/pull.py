@@ -9,6 +9,7 @@ audited as assemble audits the layers (:func:`audit_root`), with ``verify`` (``d
 against the local keyring (and the setting ``signers``), and only then renamed into
 place: a refused pull (an unsigned or wrongly signed image too) leaves no file behind.
 """
+
 from __future__ import annotations
 
 import os
@@ -99,15 +100,24 @@ def pull(
     if not r.tag and not r.digest:
         r = r.with_tag("latest")
     if r.tag and FALLBACK_TAG.match(r.tag):
-        image = "sha256:" + r.tag[len("sha256-"):]
-        raise UserError(f"{r}: {r.tag} is not an image but the list of the attachments (reports, SBOM) of the "
-                        f"image {image} (the OCI referrers tag schema, for registries without the referrers "
-                        f"API); pull oras://{r.host}/{r.repository}@{image} instead")
+        image = "sha256:" + r.tag[len("sha256-") :]
+        raise UserError(
+            f"{r}: {r.tag} is not an image but the list of the attachments (reports, SBOM) of the "
+            f"image {image} (the OCI referrers tag schema, for registries without the referrers "
+            f"API); pull oras://{r.host}/{r.repository}@{image} instead"
+        )
     want_arch = arch or sifmod.host_arch()
     if verify:
         signing.check_tool()  # before anything is downloaded
-    client = make_client(r.host, insecure=insecure, creds=creds, repository=r.repository, username=username,
-                         password=password, **(client_options or {}))
+    client = make_client(
+        r.host,
+        insecure=insecure,
+        creds=creds,
+        repository=r.repository,
+        username=username,
+        password=password,
+        **(client_options or {}),
+    )
     manifest = _resolve_image(client, r, want_arch)
     data = manifest.json()
     layer = check_sif_manifest(data, str(r))
@@ -135,8 +145,10 @@ def pull(
             msg = str(exc).replace(str(tmp), title or "the download")
             raise IntegrityError(f"{r}: the downloaded file is not a usable SIF image ({msg})") from None
         if info.primary_arch != want_arch:
-            raise UserError(f"{r}: the image is for {info.primary_arch}, this host is {want_arch} "
-                            f"(pass --arch {info.primary_arch} to download it anyway)")
+            raise UserError(
+                f"{r}: the image is for {info.primary_arch}, this host is {want_arch} "
+                f"(pass --arch {info.primary_arch} to download it anyway)"
+            )
         if progress:
             progress(f"auditing the entries of {r}'s root file system")
         try:
@@ -153,9 +165,19 @@ def pull(
                 raise UserError(str(exc).replace(str(tmp), str(r)) + "; nothing written") from None
         os.chmod(tmp, 0o755)
     ann = data.get("annotations") or {}
-    return PullResult(reference=str(r), path=str(target), digest=manifest.digest, sif_digest=expected_digest,
-                      size=expected_size, arch=info.primary_arch, layer_media_type=layer["mediaType"],
-                      created=ann.get(ANN_CREATED), title=title, signed_by=signed_by, entries=entries)
+    return PullResult(
+        reference=str(r),
+        path=str(target),
+        digest=manifest.digest,
+        sif_digest=expected_digest,
+        size=expected_size,
+        arch=info.primary_arch,
+        layer_media_type=layer["mediaType"],
+        created=ann.get(ANN_CREATED),
+        title=title,
+        signed_by=signed_by,
+        entries=entries,
+    )
 
 
 def audit_root(path: Path, info: sifmod.SifInfo, where: str) -> int:

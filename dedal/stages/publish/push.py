@@ -7,6 +7,7 @@ hash, Spack commit), taken from the arguments or else from the SIF's JSON.Labels
 a registry already has are not sent again, and the attachments are validated before any
 network traffic.
 """
+
 from __future__ import annotations
 
 import json
@@ -214,8 +215,10 @@ def publish(
             reason, overrides = gate_refusal(verdict, gate, group.annotations.get(ANN_SKIPPED, ""))
             if reason:
                 report = next((str(f.path) for f in group.files if f.media_type == ARTIFACT_VERIFY), "the report")
-                raise UserError(f"{report}: {reason}, so the image is not published; pass --force (or set "
-                                f"{' or '.join(overrides)}) to publish it with this report")
+                raise UserError(
+                    f"{report}: {reason}, so the image is not published; pass --force (or set "
+                    f"{' or '.join(overrides)}) to publish it with this report"
+                )
 
         labels = sif_labels(path, info)
         prov = provenance_from_labels(labels)
@@ -225,15 +228,24 @@ def publish(
         description = description or prov.get("description")
         # OCI: source is the URL of the sources the image is built from (the environment's
         # repository), revision their commit; the Spack commit has an annotation of its own
-        source = source_url(source) if source else (source_url(prov["source"], strict=False) if prov.get("source")
-                                                    else ci_source())
+        source = (
+            source_url(source)
+            if source
+            else (source_url(prov["source"], strict=False) if prov.get("source") else ci_source())
+        )
         revision = revision or prov.get("revision") or ci_revision()
         if created is None:
             created = float(info.created) if info.created > 0 else path.stat().st_mtime
         ann: Dict[str, str] = {ANN_CREATED: rfc3339(created)}
-        for key, value in ((ANN_DESCRIPTION, description), (ANN_SOURCE, source), (ANN_ENVIRONMENT, environment),
-                           (ANN_LOCK_HASH, lock_hash), (ANN_SPACK_COMMIT, spack_commit), (ANN_REVISION, revision),
-                           (ANN_ARCH, info.primary_arch)):
+        for key, value in (
+            (ANN_DESCRIPTION, description),
+            (ANN_SOURCE, source),
+            (ANN_ENVIRONMENT, environment),
+            (ANN_LOCK_HASH, lock_hash),
+            (ANN_SPACK_COMMIT, spack_commit),
+            (ANN_REVISION, revision),
+            (ANN_ARCH, info.primary_arch),
+        ):
             if value:
                 ann[key] = str(value)
         ann.update(annotations or {})
@@ -256,17 +268,31 @@ def publish(
         sif_digest, sif_size = reg.file_digest(path)
         if provenance:
             statement = Path(scratch) / prov_mod.FILE_NAME
-            statement.write_text(json.dumps(prov_mod.statement(labels, name=path.name, sha256=sif_digest,
-                                                               source=source, revision=revision),
-                                            indent=1, sort_keys=True) + "\n")
+            statement.write_text(
+                json.dumps(
+                    prov_mod.statement(labels, name=path.name, sha256=sif_digest, source=source, revision=revision),
+                    indent=1,
+                    sort_keys=True,
+                )
+                + "\n"
+            )
             os.utime(statement, (created, created))  # its created annotation: the image's (a republish adds none)
             groups = groups + group_attachments([statement], Path(scratch) / "provenance")
         manifest = sif_manifest(sif_digest=sif_digest, sif_size=sif_size, title=path.name, annotations=ann)
         raw = canonical_json(manifest)
         digest = sha256_digest(raw)
-        result = PublishResult(references=[str(r) for r in parsed], digest=digest, manifest_size=len(raw),
-                               sif=str(original), sif_digest=sif_digest, sif_size=sif_size, arch=info.primary_arch,
-                               created=ann[ANN_CREATED], annotations=ann, signed_by=signed_by)
+        result = PublishResult(
+            references=[str(r) for r in parsed],
+            digest=digest,
+            manifest_size=len(raw),
+            sif=str(original),
+            sif_digest=sif_digest,
+            sif_size=sif_size,
+            arch=info.primary_arch,
+            created=ann[ANN_CREATED],
+            annotations=ann,
+            signed_by=signed_by,
+        )
         subject = {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw)}
 
         clients: Dict[str, RegistryClient] = {}
@@ -277,8 +303,15 @@ def publish(
         for (host, repository), repo_refs in by_repo.items():
             client = clients.get(host)
             if client is None:
-                client = make_client(host, insecure=insecure, creds=creds, repository=repository, username=username,
-                                     password=password, **(client_options or {}))
+                client = make_client(
+                    host,
+                    insecure=insecure,
+                    creds=creds,
+                    repository=repository,
+                    username=username,
+                    password=password,
+                    **(client_options or {}),
+                )
                 clients[host] = client
             _, _, sent = client.push_bytes(repository, EMPTY_JSON, None)
             (result.blobs_uploaded if sent else result.blobs_skipped).append(EMPTY_JSON_DIGEST)
@@ -292,8 +325,9 @@ def publish(
                 pushed: List[Attachment] = []
                 indexed_all = True
                 for group in groups:
-                    att, indexed = push_attachment(client, repository, subject, group, progress,
-                                                   result.blobs_uploaded, result.blobs_skipped)
+                    att, indexed = push_attachment(
+                        client, repository, subject, group, progress, result.blobs_uploaded, result.blobs_skipped
+                    )
                     indexed_all = indexed_all and indexed
                     pushed.append(att)
                     if progress:

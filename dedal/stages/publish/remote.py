@@ -5,6 +5,7 @@ Read-only: tags (the referrers-schema ``sha256-<hex>`` tags left out), manifests
 whether Apptainer would pull them as a SIF, attachments found through the referrers API
 or the tag schema, and the verdict of the newest verification report attached.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
     from dedal.model.config import Settings
 
 
-
-def _verify_verdict(client: RegistryClient, repository: str, referrers: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def _verify_verdict(
+    client: RegistryClient, repository: str, referrers: List[Dict[str, Any]]
+) -> Optional[Dict[str, Any]]:
     """The newest verification attachment: its digest, created time and verdict."""
     verify = [d for d in referrers if d.get("artifactType") == ARTIFACT_VERIFY]
     if not verify:
@@ -103,10 +105,20 @@ def list_images(
 ) -> List[ImageEntry]:
     """Every tag of a repository (referrers-schema tags left out) with the SIF size,
     the created annotation and the verdict of the newest verification attachment."""
-    r = repo_ref if isinstance(repo_ref, Reference) else parse_reference(repo_ref, require_scheme=False,
-                                                                         repository_only=True)
-    client = make_client(r.host, insecure=insecure, creds=creds, repository=r.repository, username=username,
-                         password=password, **(client_options or {}))
+    r = (
+        repo_ref
+        if isinstance(repo_ref, Reference)
+        else parse_reference(repo_ref, require_scheme=False, repository_only=True)
+    )
+    client = make_client(
+        r.host,
+        insecure=insecure,
+        creds=creds,
+        repository=r.repository,
+        username=username,
+        password=password,
+        **(client_options or {}),
+    )
     entries: List[ImageEntry] = []
     verdicts: Dict[str, Optional[Dict[str, Any]]] = {}
     for tag in sorted(client.tags(r.repository)):
@@ -126,11 +138,18 @@ def list_images(
             _, refs = list_referrers(client, r.repository, m.digest)
             verdicts[m.digest] = _verify_verdict(client, r.repository, refs)
         v = verdicts[m.digest]
-        entries.append(ImageEntry(
-            tag=tag, digest=m.digest, size=layer["size"] if layer else None, created=ann.get(ANN_CREATED),
-            verdict=v["verdict"] if v else "unverified", sif=layer is not None, arch=ann.get(ANN_ARCH),
-            title=(layer.get("annotations") or {}).get(ANN_TITLE) if layer else None,
-        ))
+        entries.append(
+            ImageEntry(
+                tag=tag,
+                digest=m.digest,
+                size=layer["size"] if layer else None,
+                created=ann.get(ANN_CREATED),
+                verdict=v["verdict"] if v else "unverified",
+                sif=layer is not None,
+                arch=ann.get(ANN_ARCH),
+                title=(layer.get("annotations") or {}).get(ANN_TITLE) if layer else None,
+            )
+        )
     return entries
 
 
@@ -154,21 +173,38 @@ def inspect_remote(
     r = ref if isinstance(ref, Reference) else parse_reference(ref)
     if not r.tag and not r.digest:
         r = r.with_tag("latest")
-    client = make_client(r.host, insecure=insecure, creds=creds, repository=r.repository, username=username,
-                         password=password, **(client_options or {}))
+    client = make_client(
+        r.host,
+        insecure=insecure,
+        creds=creds,
+        repository=r.repository,
+        username=username,
+        password=password,
+        **(client_options or {}),
+    )
     m = client.get_manifest_raw(r.repository, r.ref)
     data = m.json()
     problems = sif_problems(data) if "layers" in data else ["an image index, not a SIF image manifest"]
     mode, refs = list_referrers(client, r.repository, m.digest)
     attachments = []
     for d in refs:
-        entry: Dict[str, Any] = {"artifactType": d.get("artifactType"), "digest": d.get("digest"),
-                                 "size": d.get("size"), "annotations": d.get("annotations") or {}}
+        entry: Dict[str, Any] = {
+            "artifactType": d.get("artifactType"),
+            "digest": d.get("digest"),
+            "size": d.get("size"),
+            "annotations": d.get("annotations") or {},
+        }
         try:
             art = client.get_manifest_raw(r.repository, d["digest"]).json()
-            entry["files"] = [{"title": (layer.get("annotations") or {}).get(ANN_TITLE), "mediaType": layer.get("mediaType"),
-                               "digest": layer.get("digest"), "size": layer.get("size")}
-                              for layer in art.get("layers") or []]
+            entry["files"] = [
+                {
+                    "title": (layer.get("annotations") or {}).get(ANN_TITLE),
+                    "mediaType": layer.get("mediaType"),
+                    "digest": layer.get("digest"),
+                    "size": layer.get("size"),
+                }
+                for layer in art.get("layers") or []
+            ]
             entry["annotations"] = art.get("annotations") or entry["annotations"]
             entry["artifactType"] = art.get("artifactType") or entry["artifactType"]
         except (RegistryError, KeyError) as exc:
@@ -179,8 +215,12 @@ def inspect_remote(
     sif_layer = None
     if not problems or all(p.startswith("legacy") for p in problems):
         layer = data["layers"][0]
-        sif_layer = {"title": (layer.get("annotations") or {}).get(ANN_TITLE), "digest": layer["digest"],
-                     "size": layer["size"], "mediaType": layer["mediaType"]}
+        sif_layer = {
+            "title": (layer.get("annotations") or {}).get(ANN_TITLE),
+            "digest": layer["digest"],
+            "size": layer["size"],
+            "mediaType": layer["mediaType"],
+        }
     return {
         "reference": str(r),
         "digest": m.digest,

@@ -30,6 +30,7 @@ This face is what other packages import. The verdict rules load with it; the run
 parsers and the report (MPI, runtimes, Slurm: about half a second) load on first use of one
 of their names, so that ``dedal publish`` or a gate does not pay for them.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -40,16 +41,37 @@ from dedal.stages.verify.findings import VERDICTS, GATES, Finding, gate_allows, 
 
 # name -> module that defines it, imported on first use (PEP 562)
 _LAZY = {
-    "Options": "options", "options_from_args": "options", "Given": "options", "verify_options": "options", "site_rule_table": "options",
-    "DEFAULT_MAX_SIZE": "options", "DEFAULT_NCCL_MAX": "options", "DEFAULT_TIMEOUT": "options",
-    "Outcome": "runner", "verify": "runner",
-    "KINDS": "parsers", "parse_file": "parsers", "parse_text": "parsers",
-    "VerifyReport": "report", "console_lines": "report",
-    "CATALOGUE": "catalogue", "KEYS": "catalogue",
+    "Options": "options",
+    "options_from_args": "options",
+    "Given": "options",
+    "verify_options": "options",
+    "site_rule_table": "options",
+    "DEFAULT_MAX_SIZE": "options",
+    "DEFAULT_NCCL_MAX": "options",
+    "DEFAULT_TIMEOUT": "options",
+    "Outcome": "runner",
+    "verify": "runner",
+    "KINDS": "parsers",
+    "parse_file": "parsers",
+    "parse_text": "parsers",
+    "VerifyReport": "report",
+    "console_lines": "report",
+    "CATALOGUE": "catalogue",
+    "KEYS": "catalogue",
 }
 
-__all__ = ["VERDICTS", "GATES", "Finding", "worst", "gate_allows", "gate_refusal", "verdict_with", "skipped_of",
-           "skipped_text", *sorted(_LAZY)]
+__all__ = [
+    "VERDICTS",
+    "GATES",
+    "Finding",
+    "worst",
+    "gate_allows",
+    "gate_refusal",
+    "verdict_with",
+    "skipped_of",
+    "skipped_text",
+    *sorted(_LAZY),
+]
 
 
 def __getattr__(name: str) -> Any:

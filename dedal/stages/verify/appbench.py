@@ -26,6 +26,7 @@ and the native sandbox) and its log next to it (``<side>-NN.log``; ``-warmup`` f
 A check bad on timing alone (every run correct) is measured once more, as many repetitions
 again, and judged on all of them, as the microbenchmarks are (``--no-remeasure``: at once).
 """
+
 from __future__ import annotations
 
 import re
@@ -69,9 +70,9 @@ class AppRun:
     empty: it is)."""
 
     side: str
-    rep: int                 # 0: the warm-up
-    rel: str                 # its log, relative to the report directory
-    workdir: str             # its working directory, likewise
+    rep: int  # 0: the warm-up
+    rel: str  # its log, relative to the report directory
+    workdir: str  # its working directory, likewise
     returncode: Optional[int] = None
     seconds: float = 0.0
     timed_out: bool = False
@@ -89,9 +90,19 @@ class AppRun:
         return self.returncode == 0 and not self.timed_out and not self.problems
 
     def to_json(self) -> Dict[str, Any]:
-        return {"side": self.side, "repetition": self.rep, "log": self.rel, "workdir": self.workdir,
-                "returncode": self.returncode, "seconds": round(self.seconds, 3), "timed_out": self.timed_out,
-                "value": self.value, "expected": self.expected, "correct": self.ok, "problems": list(self.problems)}
+        return {
+            "side": self.side,
+            "repetition": self.rep,
+            "log": self.rel,
+            "workdir": self.workdir,
+            "returncode": self.returncode,
+            "seconds": round(self.seconds, 3),
+            "timed_out": self.timed_out,
+            "value": self.value,
+            "expected": self.expected,
+            "correct": self.ok,
+            "problems": list(self.problems),
+        }
 
 
 # ---------------------------------------------------------------------------- one run's output
@@ -120,8 +131,9 @@ def reference_problem(output_name: str, produced: Optional[str], expected_path: 
     return f"{output_name} differs from {expected_path} after sorting lines: {', '.join(parts)}"
 
 
-def judge_run(app: AppCheck, run: AppRun, log_text: str, produced: Optional[str] = None,
-              reference: Optional[str] = None) -> None:
+def judge_run(
+    app: AppCheck, run: AppRun, log_text: str, produced: Optional[str] = None, reference: Optional[str] = None
+) -> None:
     """Fill ``run``'s value, expected text and problems from its log (``log_text``), and the
     file it wrote (``produced``, None: none) against the ``reference`` text (None: the app has
     no reference)."""
@@ -148,8 +160,9 @@ def judge_run(app: AppCheck, run: AppRun, log_text: str, produced: Optional[str]
         try:
             run.value = float(metric.group("value"))
         except (TypeError, ValueError):
-            run.problems.append(f"the metric's value {metric.group('value')!r} is not a number "
-                                f"(line: {line_of(output, metric)})")
+            run.problems.append(
+                f"the metric's value {metric.group('value')!r} is not a number (line: {line_of(output, metric)})"
+            )
     if app.reference is not None and reference is not None:
         problem = reference_problem(app.reference.output, produced, app.reference.expected, reference)
         if problem:
@@ -175,27 +188,51 @@ def judge_benchmark(app: AppCheck, runs: Sequence[AppRun], *, noise_sigmas: floa
         by_problem: Dict[str, List[str]] = {}  # the same problem in every run is said once, with the runs
         for r in group:
             by_problem.setdefault(r.problems[0], []).append(r.name)
-        shown = "; ".join(f"{problem} ({', '.join(names[:4])}{' ...' if len(names) > 4 else ''})"
-                          for problem, names in list(by_problem.items())[:2]) + (" ..." if len(by_problem) > 2 else "")
-        findings.append(F.error(code, f"{name}: {len(group)} of {len(runs)} run(s) {what}: {shown}; log {first.rel}",
-                                first.tail[-3:] + [f"{r.name}: {p}" for r in group[:2] for p in r.problems[1:2]]
-                                + [f"log: {first.rel}"]))
+        shown = "; ".join(
+            f"{problem} ({', '.join(names[:4])}{' ...' if len(names) > 4 else ''})"
+            for problem, names in list(by_problem.items())[:2]
+        ) + (" ..." if len(by_problem) > 2 else "")
+        findings.append(
+            F.error(
+                code,
+                f"{name}: {len(group)} of {len(runs)} run(s) {what}: {shown}; log {first.rel}",
+                first.tail[-3:]
+                + [f"{r.name}: {p}" for r in group[:2] for p in r.problems[1:2]]
+                + [f"log: {first.rel}"],
+            )
+        )
     texts = {side: Counter(r.expected for r in runs if r.side == side and r.expected is not None) for side in SIDES}
     if len(set(texts["native"]) | set(texts["container"])) > 1:
-        said = "; ".join(f"{side} " + ", ".join(f"{v!r} in {n} run(s)" for v, n in texts[side].most_common())
-                         for side in SIDES if texts[side])
-        findings.append(F.error("app-value-differs", f"{name}: expect's value is not the same in every run ({said}): "
-                                "native and container must compute the same result",
-                                [f"expect: /{app.expect}/"]))
+        said = "; ".join(
+            f"{side} " + ", ".join(f"{v!r} in {n} run(s)" for v, n in texts[side].most_common())
+            for side in SIDES
+            if texts[side]
+        )
+        findings.append(
+            F.error(
+                "app-value-differs",
+                f"{name}: expect's value is not the same in every run ({said}): "
+                "native and container must compute the same result",
+                [f"expect: /{app.expect}/"],
+            )
+        )
     nat = [r.value for r in runs if r.side == "native" and r.rep > 0 and r.ok and r.value is not None]
     con = [r.value for r in runs if r.side == "container" and r.rep > 0 and r.ok and r.value is not None]
     if not nat or not con:
         missing = " and ".join(s for s, v in (("native", nat), ("container", con)) if not v)
         findings.append(F.error("no-measurement", f"{name}: no correct {missing} repetition, nothing to compare"))
-        return CheckResult(name, METRIC, unit, verdict_of(findings, "bad"), findings,
-                           higher_is_better=app.metric.higher_is_better)
-    cmp = compare_app(nat, con, name=name, unit=unit, higher_is_better=app.metric.higher_is_better,
-                      overhead_pct=app.metric.overhead_pct, noise_sigmas=noise_sigmas)
+        return CheckResult(
+            name, METRIC, unit, verdict_of(findings, "bad"), findings, higher_is_better=app.metric.higher_is_better
+        )
+    cmp = compare_app(
+        nat,
+        con,
+        name=name,
+        unit=unit,
+        higher_is_better=app.metric.higher_is_better,
+        overhead_pct=app.metric.overhead_pct,
+        noise_sigmas=noise_sigmas,
+    )
     findings += cmp.findings
     findings.append(F.info("app-benchmark", summary_text(app, cmp, runs), [f"log: {r.rel}" for r in runs[:1]]))
     cmp.findings = findings
@@ -223,10 +260,15 @@ def summary_text(app: AppCheck, check: CheckResult, runs: Sequence[AppRun]) -> s
         what.append(f"expect's value {values[0]} on both sides")
     if app.reference is not None:
         what.append(f"{app.reference.output} equal to {app.reference.expected} after sorting lines")
-    return (f"{check.name}: container/native {r:.3f} ({s.container.median:.4g} against {s.native.median:.4g} "
+    return (
+        (
+            f"{check.name}: container/native {r:.3f} ({s.container.median:.4g} against {s.native.median:.4g} "
             f"{app.metric.unit}, medians of {reps}; {way} is better; limit {app.metric.overhead_pct:g} %); "
-            f"{correct} of {len(runs)} run(s) correct ({', '.join(what)})") if r is not None else (
-            f"{check.name}: native median 0 {app.metric.unit}: no ratio; {correct} of {len(runs)} run(s) correct")
+            f"{correct} of {len(runs)} run(s) correct ({', '.join(what)})"
+        )
+        if r is not None
+        else (f"{check.name}: native median 0 {app.metric.unit}: no ratio; {correct} of {len(runs)} run(s) correct")
+    )
 
 
 def measurement(app: AppCheck, runs: Sequence[AppRun]) -> Dict[str, Any]:
@@ -234,19 +276,31 @@ def measurement(app: AppCheck, runs: Sequence[AppRun]) -> Dict[str, Any]:
     runs per side (one "size", 0, as MPI init's), container / native of their medians, and
     every run with its log and correctness."""
     assert app.metric is not None
-    vals = {side: [r.value for r in runs if r.side == side and r.rep > 0 and r.ok and r.value is not None]
-            for side in SIDES}
+    vals = {
+        side: [r.value for r in runs if r.side == side and r.rep > 0 and r.ok and r.value is not None] for side in SIDES
+    }
     nat, con = (statistics.median(vals[s]) if vals[s] else None for s in SIDES)
-    return {"unit": app.metric.unit, "metric": METRIC, "better": app.metric.better,
-            "overhead_pct": app.metric.overhead_pct, "native": {0: vals["native"]}, "container": {0: vals["container"]},
-            "ratio": round(con / nat, 6) if nat and con is not None else None, "runs": [r.to_json() for r in runs]}
+    return {
+        "unit": app.metric.unit,
+        "metric": METRIC,
+        "better": app.metric.better,
+        "overhead_pct": app.metric.overhead_pct,
+        "native": {0: vals["native"]},
+        "container": {0: vals["container"]},
+        "ratio": round(con / nat, 6) if nat and con is not None else None,
+        "runs": [r.to_json() for r in runs],
+    }
 
 
 def remeasurable(check: CheckResult, runs: Sequence[AppRun]) -> bool:
     """Bad on timing alone: its only errors are the exceeded threshold, and every run was correct."""
     errors = [f for f in check.findings if f.severity == "error"]
-    return (check.verdict == "bad" and bool(errors) and all(f.code == f"{METRIC}-overhead" for f in errors)
-            and all(r.ok for r in runs))
+    return (
+        check.verdict == "bad"
+        and bool(errors)
+        and all(f.code == f"{METRIC}-overhead" for f in errors)
+        and all(r.ok for r in runs)
+    )
 
 
 # ---------------------------------------------------------------------------- the runs
@@ -261,12 +315,24 @@ def apps_dir(outdir: Path) -> Path:
 def order(app: AppCheck, first: int, count: int, warmup: bool) -> List[Tuple[int, str]]:
     """(repetition, side) in run order: one warm-up per side first (``warmup``), then ``count``
     repetitions from ``first`` on, interleaved (:func:`~dedal.stages.verify.plan.interleaved`)."""
-    return ([(0, side) for side in SIDES] if warmup else []) + [(rep, side) for _a, rep, side
-                                                                in interleaved([app], first, count)]
+    return ([(0, side) for side in SIDES] if warmup else []) + [
+        (rep, side) for _a, rep, side in interleaved([app], first, count)
+    ]
 
 
-def run_one(app: AppCheck, rep: int, side: str, how: Side, *, launcher: str, outdir: Path, env: Mapping[str, str],
-            reference: Optional[str], label: str, of: int) -> AppRun:
+def run_one(
+    app: AppCheck,
+    rep: int,
+    side: str,
+    how: Side,
+    *,
+    launcher: str,
+    outdir: Path,
+    env: Mapping[str, str],
+    reference: Optional[str],
+    label: str,
+    of: int,
+) -> AppRun:
     """One run of ``app`` on ``side`` in a fresh working directory, judged (:func:`judge_run`)."""
     base = apps_dir(outdir) / app.name
     name = f"{side}-{'warmup' if rep == 0 else f'{rep:02d}'}"
@@ -276,14 +342,29 @@ def run_one(app: AppCheck, rep: int, side: str, how: Side, *, launcher: str, out
     shutil.rmtree(workdir, ignore_errors=True)  # empty at its start: nothing a run finds there is another's
     workdir.mkdir(parents=True)
     log.unlink(missing_ok=True)
-    note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {of}'} of application benchmark "
-            f"{app.name} ({app.ranks} rank(s) on {app.nodes} node(s), launcher {launcher})",
-            f"working directory: {workdir}"]
+    note = [
+        f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {of}'} of application benchmark "
+        f"{app.name} ({app.ranks} rank(s) on {app.nodes} node(s), launcher {launcher})",
+        f"working directory: {workdir}",
+    ]
     with activity(label, log=log, after=3, announce=False):
-        res = mpi.run_ranks(launcher, how.root, app.command, app.ranks, nodes=app.nodes, env={**env, **app.env},
-                            log=log, script_dir=Path(outdir) / "raw" / ".launch", timeout=app.timeout,
-                            runtime_name=how.runtime_name, binds=how.binds, note=note,
-                            image_mount=how.image_mount, cwd=workdir, nodelist=how.nodelist)
+        res = mpi.run_ranks(
+            launcher,
+            how.root,
+            app.command,
+            app.ranks,
+            nodes=app.nodes,
+            env={**env, **app.env},
+            log=log,
+            script_dir=Path(outdir) / "raw" / ".launch",
+            timeout=app.timeout,
+            runtime_name=how.runtime_name,
+            binds=how.binds,
+            note=note,
+            image_mount=how.image_mount,
+            cwd=workdir,
+            nodelist=how.nodelist,
+        )
     run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
     produced = None
     if app.reference is not None:
@@ -293,10 +374,20 @@ def run_one(app: AppCheck, rep: int, side: str, how: Side, *, launcher: str, out
     return run
 
 
-def run_benchmarks(apps: Sequence[AppCheck], sides: Mapping[str, Side], *, launcher: str, nodes: int, outdir: Path,
-                   env: Mapping[str, str], repetitions: int, references: Mapping[str, Optional[bytes]],
-                   noise_sigmas: float = 3.0, remeasure: bool = True, progress: Progress = None
-                   ) -> Tuple[List[CheckResult], Dict[str, Any], List[str]]:
+def run_benchmarks(
+    apps: Sequence[AppCheck],
+    sides: Mapping[str, Side],
+    *,
+    launcher: str,
+    nodes: int,
+    outdir: Path,
+    env: Mapping[str, str],
+    repetitions: int,
+    references: Mapping[str, Optional[bytes]],
+    noise_sigmas: float = 3.0,
+    remeasure: bool = True,
+    progress: Progress = None,
+) -> Tuple[List[CheckResult], Dict[str, Any], List[str]]:
     """Run and judge every application benchmark of ``apps`` (those with a metric): the checks,
     their measurements (verify.json) and the names of those measured once more. ``sides``: how
     native and container run; ``references``: the image's reference files by path (None: the
@@ -316,9 +407,21 @@ def run_benchmarks(apps: Sequence[AppCheck], sides: Mapping[str, Side], *, launc
         if app.reference is not None:
             data = references.get(app.reference.expected)
             if data is None:
-                checks.append(CheckResult(name, METRIC, unit, "bad", [F.error(
-                    "app-reference-missing", f"{name}: the image has no {app.reference.expected} (reference.expected): "
-                    "its runs could not be checked, so none was run")]))
+                checks.append(
+                    CheckResult(
+                        name,
+                        METRIC,
+                        unit,
+                        "bad",
+                        [
+                            F.error(
+                                "app-reference-missing",
+                                f"{name}: the image has no {app.reference.expected} (reference.expected): "
+                                "its runs could not be checked, so none was run",
+                            )
+                        ],
+                    )
+                )
                 continue
             reference = data.decode(errors="replace")
         count = app.metric.repetitions or repetitions
@@ -333,34 +436,57 @@ def run_benchmarks(apps: Sequence[AppCheck], sides: Mapping[str, Side], *, launc
                 if failed is not None:  # a side that crashed once is not run again (each run may take its timeout)
                     left_out.append(f"{side}-{rep:02d}: not run, {failed.name} failed")
                     continue
-                run = run_one(app, rep, side, sides[side], launcher=launcher, outdir=outdir, env=env,
-                              reference=reference, label=f"[{i}/{len(planned)}] {side} app {app.name} {when}", of=of)
+                run = run_one(
+                    app,
+                    rep,
+                    side,
+                    sides[side],
+                    launcher=launcher,
+                    outdir=outdir,
+                    env=env,
+                    reference=reference,
+                    label=f"[{i}/{len(planned)}] {side} app {app.name} {when}",
+                    of=of,
+                )
                 runs.append(run)
                 if progress:
                     value = f"{run.value:g} {unit}" if run.value is not None else "no value"
                     state = "ok" if run.ok else f"WRONG: {run.problems[0]}"
-                    progress(f"[{i}/{len(planned)}] {side:9s} app {app.name} {when}: {run.seconds:.1f} s, {value}, "
-                             f"{state}")
+                    progress(
+                        f"[{i}/{len(planned)}] {side:9s} app {app.name} {when}: {run.seconds:.1f} s, {value}, {state}"
+                    )
 
         series(1, count, True)
         check = judge_benchmark(app, runs, noise_sigmas=noise_sigmas)
         if remeasure and remeasurable(check, runs):
             if progress:
-                progress(f"app {app.name}: over its threshold on timing alone; {count} more repetition(s) of each "
-                         "side")
+                progress(f"app {app.name}: over its threshold on timing alone; {count} more repetition(s) of each side")
             series(count + 1, 2 * count, False)
             check = judge_benchmark(app, runs, noise_sigmas=noise_sigmas)
-            check.findings.append(F.info("remeasured", f"{name}: over its threshold after {count} repetitions on "
-                                         f"timing alone (every run correct); {count} more were run, and the check "
-                                         f"rests on all {2 * count}"))
+            check.findings.append(
+                F.info(
+                    "remeasured",
+                    f"{name}: over its threshold after {count} repetitions on "
+                    f"timing alone (every run correct); {count} more were run, and the check "
+                    f"rests on all {2 * count}",
+                )
+            )
             remeasured.append(name)
         if left_out:
-            check.findings.append(F.warning("runs-skipped", f"{name}: {len(left_out)} run(s) not run after a failed "
-                                            "run of the same side", left_out))
+            check.findings.append(
+                F.warning(
+                    "runs-skipped",
+                    f"{name}: {len(left_out)} run(s) not run after a failed run of the same side",
+                    left_out,
+                )
+            )
         checks.append(check)
         measurements[name] = measurement(app, runs)
         if progress:
             r = ratio(check)
-            progress(f"app {app.name}: container/native {r:.3f} {check.verdict}" if r is not None
-                     else f"app {app.name}: {check.verdict}")
+            progress(
+                f"app {app.name}: container/native {r:.3f} {check.verdict}"
+                if r is not None
+                else f"app {app.name}: {check.verdict}"
+            )
     return checks, measurements, remeasured

@@ -7,6 +7,7 @@ check runs one command of the image in the container, launched as users launch i
 with its expected output (a regular expression) found. A failure makes the verdict bad;
 an app that needs more nodes than the run has is reported as skipped, never as passed.
 """
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,9 @@ def skip_reason(app: AppCheck, launcher: str, nodes: int) -> str:
     return ""
 
 
-def judge(app: AppCheck, returncode: Optional[int], timed_out: bool, seconds: float, log: Path,
-          rel: str) -> CheckResult:
+def judge(
+    app: AppCheck, returncode: Optional[int], timed_out: bool, seconds: float, log: Path, rel: str
+) -> CheckResult:
     """The check's verdict from the run's exit code and output (``log``)."""
     where = f"{app.ranks} rank(s) on {app.nodes} node(s)"
     try:
@@ -53,11 +55,13 @@ def judge(app: AppCheck, returncode: Optional[int], timed_out: bool, seconds: fl
     else:
         line = line_of(output, match) if match else ""
         found = f"; expected output: {line}" if line else ""
-        finding = F.info("app-check", f"{check_name(app)}: exit 0 in {seconds:.1f} s, {where}{found}",
-                         [f"log: {rel}"])
+        finding = F.info("app-check", f"{check_name(app)}: exit 0 in {seconds:.1f} s, {where}{found}", [f"log: {rel}"])
         return CheckResult(check_name(app), METRIC, UNIT, "good", [finding])
-    finding = F.error("app-check-failed", f"{check_name(app)} ({where}) {problem}; log {rel}",
-                      [ln for ln in output.splitlines() if ln.strip()][-6:] + [f"log: {rel}"])
+    finding = F.error(
+        "app-check-failed",
+        f"{check_name(app)} ({where}) {problem}; log {rel}",
+        [ln for ln in output.splitlines() if ln.strip()][-6:] + [f"log: {rel}"],
+    )
     return CheckResult(check_name(app), METRIC, UNIT, "bad", [finding])
 
 
@@ -87,12 +91,22 @@ def line_of(text: str, match: "re.Match[str]") -> str:
     """The line of ``text`` where ``match`` is (at most 200 characters)."""
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
-    return text[start:end if end >= 0 else len(text)].strip()[:200]
+    return text[start : end if end >= 0 else len(text)].strip()[:200]
 
 
-def run_apps(apps: Sequence[AppCheck], *, root: runtime.RootArg, launcher: str, nodes: int, outdir: Path,
-             runtime_name: str, env: Dict[str, str], binds: Sequence[runtime.Bind] = (),
-             image_mount: Optional[Tuple[str, str, int]] = None, progress: Any = None) -> List[CheckResult]:
+def run_apps(
+    apps: Sequence[AppCheck],
+    *,
+    root: runtime.RootArg,
+    launcher: str,
+    nodes: int,
+    outdir: Path,
+    runtime_name: str,
+    env: Dict[str, str],
+    binds: Sequence[runtime.Bind] = (),
+    image_mount: Optional[Tuple[str, str, int]] = None,
+    progress: Any = None,
+) -> List[CheckResult]:
     """Run every app check (those without a metric) in the container ``root``; one CheckResult
     each (skipped where it cannot run here). ``env`` (the verification's variables) is given to
     every rank, the app's own ``env`` over it."""
@@ -109,9 +123,21 @@ def run_apps(apps: Sequence[AppCheck], *, root: runtime.RootArg, launcher: str, 
         log = outdir / rel
         log.parent.mkdir(parents=True, exist_ok=True)
         note = [f"dedal verify: app check {app.name} ({app.ranks} rank(s) on {app.nodes} node(s), launcher {launcher})"]
-        res = mpi.run_ranks(launcher, root, app.command, app.ranks, nodes=app.nodes, env={**env, **app.env},
-                            log=log, script_dir=rawdir / ".launch", timeout=app.timeout, runtime_name=runtime_name,
-                            binds=binds, note=note, image_mount=image_mount)
+        res = mpi.run_ranks(
+            launcher,
+            root,
+            app.command,
+            app.ranks,
+            nodes=app.nodes,
+            env={**env, **app.env},
+            log=log,
+            script_dir=rawdir / ".launch",
+            timeout=app.timeout,
+            runtime_name=runtime_name,
+            binds=binds,
+            note=note,
+            image_mount=image_mount,
+        )
         check = judge(app, res.returncode, res.timed_out, res.seconds, log, rel)
         if progress:
             progress(f"app {app.name}: {res.seconds:.1f} s {check.verdict}")

@@ -18,6 +18,7 @@ D D``, named ``osu_latency-cuda``, ``osu_bw-cuda``; with ``latency``/``bw`` and 
 which the expectations hold to that floor. On a host without GPU they are not run:
 :func:`gpu_planned` names them for the report, which lists each as ``skipped: no GPU``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class Bench:
 
     key: str
     program: str
-    suite: str          # dedal | osu | nccl-tests
+    suite: str  # dedal | osu | nccl-tests
     pt2pt: bool = False
     gpu: bool = False
     device: str = ""
@@ -89,8 +90,13 @@ CATALOGUE: Tuple[Bench, ...] = (
 )
 KEYS = ("init", "latency", "bw", "allreduce", "nccl")
 #: what each key's check measures, and in what unit (a skipped check is named by it)
-METRICS = {"init": ("init", "ms"), "latency": ("latency", "us"), "bw": ("bandwidth", "MB/s"),
-           "allreduce": ("latency", "us"), "nccl": ("busbw", "GB/s")}
+METRICS = {
+    "init": ("init", "ms"),
+    "latency": ("latency", "us"),
+    "bw": ("bandwidth", "MB/s"),
+    "allreduce": ("latency", "us"),
+    "nccl": ("busbw", "GB/s"),
+}
 
 
 def needs_driver(bench: Bench, osu_cuda: Optional[bool]) -> bool:
@@ -100,9 +106,14 @@ def needs_driver(bench: Bench, osu_cuda: Optional[bool]) -> bool:
     return bench.gpu or (bench.suite == "osu" and bool(osu_cuda))
 
 
-def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu: bool,
-                      osu_cuda: Optional[bool] = None, dedal_cuda: Optional[bool] = None
-                      ) -> Tuple[List[Bench], List[str]]:
+def select_benchmarks(
+    wanted: Sequence[str],
+    programs: Mapping[str, str],
+    *,
+    gpu: bool,
+    osu_cuda: Optional[bool] = None,
+    dedal_cuda: Optional[bool] = None,
+) -> Tuple[List[Bench], List[str]]:
     """The benchmarks to run (in catalogue order) and notes on what was asked for but is
     not in the image or not runnable here. GPU benchmarks only with ``gpu`` (the runner
     reports those left out as skipped checks, :func:`gpu_planned`); OSU's device-buffer
@@ -132,17 +143,27 @@ def select_benchmarks(wanted: Sequence[str], programs: Mapping[str, str], *, gpu
                 continue
         elif b.device and not osu_cuda:
             if gpu:
-                notes.append(f"{b.name}: the image's OSU micro-benchmarks are "
-                             f"{'not built with' if osu_cuda is False else 'not known to be built with'} CUDA "
-                             f"(osu-micro-benchmarks +cuda): no device-buffer runs")
+                notes.append(
+                    f"{b.name}: the image's OSU micro-benchmarks are "
+                    f"{'not built with' if osu_cuda is False else 'not known to be built with'} CUDA "
+                    f"(osu-micro-benchmarks +cuda): no device-buffer runs"
+                )
             continue
         chosen.append(b)
     return chosen, notes
 
 
-def gpu_planned(wanted: Sequence[str], programs: Mapping[str, str], *, osu_cuda: Optional[bool] = None,
-                dedal_cuda: Optional[bool] = None) -> List[Bench]:
+def gpu_planned(
+    wanted: Sequence[str],
+    programs: Mapping[str, str],
+    *,
+    osu_cuda: Optional[bool] = None,
+    dedal_cuda: Optional[bool] = None,
+) -> List[Bench]:
     """The benchmarks a verification of this image plans only where the host has a GPU (its
     driver): the GPU benchmarks, and OSU's where the image's OSU is built with CUDA."""
-    return [b for b in select_benchmarks(wanted, programs, gpu=True, osu_cuda=osu_cuda, dedal_cuda=dedal_cuda)[0]
-            if needs_driver(b, osu_cuda)]
+    return [
+        b
+        for b in select_benchmarks(wanted, programs, gpu=True, osu_cuda=osu_cuda, dedal_cuda=dedal_cuda)[0]
+        if needs_driver(b, osu_cuda)
+    ]

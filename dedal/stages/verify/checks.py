@@ -35,6 +35,7 @@ small-message latency overhead 0.5 us (the container stayed within 0.5 us for
 1-128 KiB messages), bandwidth and NCCL bus bandwidth within 2 % (all_reduce within
 0.01-1.29 %), MPI init overhead within 15 % (6-14 % at up to 229,376 ranks).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -55,14 +56,14 @@ class Thresholds:
     """Limits of the checks; the first four can be set in ``env.yaml`` under
     ``dedal.verify.thresholds``."""
 
-    latency_overhead_us: float = 0.5   # container - native, small messages
-    bandwidth_pct: float = 2.0         # loss of OSU bandwidth, large messages
-    busbw_pct: float = 2.0             # loss of NCCL bus bandwidth, large messages
-    init_overhead_pct: float = 15.0    # MPI_Init (osu_init) overhead
-    small_message_max: int = 128 * 1024    # latency is compared in us up to here, in % above (bandwidth_pct)
-    bandwidth_min_size: int = 64 * 1024    # smaller messages are latency-bound: bandwidth not checked there
-    busbw_min_size: int = 1 << 20          # NCCL bus bandwidth is checked from 1 MiB on
-    noise_sigmas: float = 3.0              # an excess within this many deviations of the repetitions is noise
+    latency_overhead_us: float = 0.5  # container - native, small messages
+    bandwidth_pct: float = 2.0  # loss of OSU bandwidth, large messages
+    busbw_pct: float = 2.0  # loss of NCCL bus bandwidth, large messages
+    init_overhead_pct: float = 15.0  # MPI_Init (osu_init) overhead
+    small_message_max: int = 128 * 1024  # latency is compared in us up to here, in % above (bandwidth_pct)
+    bandwidth_min_size: int = 64 * 1024  # smaller messages are latency-bound: bandwidth not checked there
+    busbw_min_size: int = 1 << 20  # NCCL bus bandwidth is checked from 1 MiB on
+    noise_sigmas: float = 3.0  # an excess within this many deviations of the repetitions is noise
 
     @classmethod
     def from_mapping(cls, data: Optional[Mapping[str, Any]]) -> "Thresholds":
@@ -110,11 +111,11 @@ class SizeComparison:
     size: Optional[int]
     native: Stats
     container: Stats
-    delta: float            # container - native, in the benchmark's unit
+    delta: float  # container - native, in the benchmark's unit
     delta_pct: Optional[float]  # (container - native) / native, in %
     penalty: Optional[float]  # how much worse the container is, in the limit's unit (us or %); <= 0: not worse
     limit: Optional[float]  # the threshold applied (None: size not checked)
-    limit_unit: str         # "us" (absolute) or "%"
+    limit_unit: str  # "us" (absolute) or "%"
     checked: bool
     ok: bool
     within_noise: bool
@@ -149,7 +150,7 @@ class CheckResult:
     it was not made: ``skip_reason``; ``gpu``: a GPU check)."""
 
     name: str
-    metric: str               # latency | bandwidth | busbw | init
+    metric: str  # latency | bandwidth | busbw | init
     unit: str
     verdict: str
     findings: List[Finding] = field(default_factory=list)
@@ -185,12 +186,22 @@ class CheckResult:
 
 def skipped_check(name: str, metric: str, unit: str, reason: str, *, gpu: bool = False) -> CheckResult:
     """A check that was planned but not run, with one note saying ``skipped: <reason>``."""
-    return CheckResult(name, metric, unit, SKIPPED, [F.info("check-skipped", f"{name}: skipped: {reason}")],
-                       higher_is_better=metric in ("bandwidth", "busbw"), skip_reason=reason, gpu=gpu)
+    return CheckResult(
+        name,
+        metric,
+        unit,
+        SKIPPED,
+        [F.info("check-skipped", f"{name}: skipped: {reason}")],
+        higher_is_better=metric in ("bandwidth", "busbw"),
+        skip_reason=reason,
+        gpu=gpu,
+    )
 
 
 def _common_sizes(native: Series, container: Series) -> List[int]:
-    return sorted(set(int(k) for k, v in native.items() if len(v)) & set(int(k) for k, v in container.items() if len(v)))
+    return sorted(
+        set(int(k) for k, v in native.items() if len(v)) & set(int(k) for k, v in container.items() if len(v))
+    )
 
 
 def _get(series: Series, size: int) -> Sequence[float]:
@@ -214,23 +225,41 @@ def _spread(native: Sequence[float], container: Sequence[float]) -> Optional[flo
     return (sn * sn + sc * sc) ** 0.5
 
 
-def _compare(name: str, metric: str, unit: str, native: Series, container: Series, *, higher_is_better: bool,
-             limit_for, noise_sigmas: float = 3.0, sized: bool = True) -> CheckResult:
+def _compare(
+    name: str,
+    metric: str,
+    unit: str,
+    native: Series,
+    container: Series,
+    *,
+    higher_is_better: bool,
+    limit_for,
+    noise_sigmas: float = 3.0,
+    sized: bool = True,
+) -> CheckResult:
     """Shared engine: ``limit_for(size) -> (limit, "us"|"%") or None`` says what applies at a size;
     ``sized=False``: one number per run, no message sizes (MPI init, an application's metric)."""
     result = CheckResult(name, metric, unit, "good", higher_is_better=higher_is_better)
     sizes = _common_sizes(native, container)
     if not sizes:
         result.verdict = "unknown"
-        result.findings.append(F.warning("no-data", f"{name}: no message size measured both natively and in the "
-                                         "container", verdict="unknown"))
+        result.findings.append(
+            F.warning(
+                "no-data", f"{name}: no message size measured both natively and in the container", verdict="unknown"
+            )
+        )
         return result
     missing = sorted(set(map(int, native)) ^ set(map(int, container)))
     if missing:
         # a note: a run cut short is a failure of its own (run-failed, truncated); the verdict rests on the
         # sizes both sides measured, so it is never 'suboptimal' for a container that is as fast or faster
-        result.findings.append(F.info("sizes-differ", f"{name}: sizes measured on one side only: "
-                                         f"{', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''}"))
+        result.findings.append(
+            F.info(
+                "sizes-differ",
+                f"{name}: sizes measured on one side only: "
+                f"{', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''}",
+            )
+        )
     failures: List[SizeComparison] = []
     noisy: List[SizeComparison] = []
     for size in sizes:
@@ -243,24 +272,31 @@ def _compare(name: str, metric: str, unit: str, native: Series, container: Serie
         checked = rule is not None
         ok = True
         within_noise = False
-        limit, limit_unit = (rule if rule else (None, "%"))
+        limit, limit_unit = rule if rule else (None, "%")
         penalty = worse if limit_unit == "us" else worse_pct
         spread = _spread(_get(native, size), _get(container, size))
         if checked and penalty is not None and penalty > limit:
             ok = False
             separated = (c.max < n.min) if higher_is_better else (c.min > n.max)
             beyond = worse - (limit if limit_unit == "us" else limit / 100 * n.median)  # excess, in the unit
-            within_noise = (not separated and min(n.n, c.n) >= 3 and spread is not None
-                            and beyond <= noise_sigmas * spread)
-        comp = SizeComparison(size, n, c, c.median - n.median, pct, penalty, limit, limit_unit, checked, ok,
-                              within_noise, spread)
+            within_noise = (
+                not separated and min(n.n, c.n) >= 3 and spread is not None and beyond <= noise_sigmas * spread
+            )
+        comp = SizeComparison(
+            size, n, c, c.median - n.median, pct, penalty, limit, limit_unit, checked, ok, within_noise, spread
+        )
         result.sizes.append(comp)
         if not ok:
             (noisy if within_noise else failures).append(comp)
     if all(s.native.median == 0 for s in result.sizes):
         result.verdict = "degenerate"
-        result.findings.append(F.warning("degenerate", f"{name}: every native value is 0 (e.g. a one-rank "
-                                         "collective): nothing to compare", verdict="degenerate"))
+        result.findings.append(
+            F.warning(
+                "degenerate",
+                f"{name}: every native value is 0 (e.g. a one-rank collective): nothing to compare",
+                verdict="degenerate",
+            )
+        )
         return result
     if not any(s.checked for s in result.sizes):
         result.findings.append(F.info("not-checked", f"{name}: no measured size is in the checked range"))
@@ -289,8 +325,11 @@ def deciding_size(check: CheckResult) -> Optional[SizeComparison]:
     """The size that decided the check: the worst failure, else the worst noise, else the checked size nearest
     its limit, else (nothing checked) the size where the container is relatively worst. The report's worst
     difference, the console summary and the plot all show this one size."""
-    for group in ([s for s in check.sizes if s.state == "fail"], [s for s in check.sizes if s.state == "noise"],
-                  [s for s in check.sizes if s.checked]):
+    for group in (
+        [s for s in check.sizes if s.state == "fail"],
+        [s for s in check.sizes if s.state == "noise"],
+        [s for s in check.sizes if s.checked],
+    ):
         if group:
             return max(group, key=excess)
     sign = -1.0 if check.higher_is_better else 1.0
@@ -302,69 +341,139 @@ def _describe(s: SizeComparison, unit: str, sized: bool = True) -> str:
     where = f"{s.size} B: " if s.size is not None and sized else ""
     pct = f" ({s.delta_pct:+.2f} %)" if s.delta_pct is not None else ""
     lim = f"; limit {s.limit:g} {s.limit_unit}" if s.limit is not None else ""
-    return (f"{where}native {s.native.median:.4g} {unit} [{s.native.min:.4g}..{s.native.max:.4g}], container "
-            f"{s.container.median:.4g} {unit} [{s.container.min:.4g}..{s.container.max:.4g}], "
-            f"delta {s.delta:+.3g} {unit}{pct}{lim}")
+    return (
+        f"{where}native {s.native.median:.4g} {unit} [{s.native.min:.4g}..{s.native.max:.4g}], container "
+        f"{s.container.median:.4g} {unit} [{s.container.min:.4g}..{s.container.max:.4g}], "
+        f"delta {s.delta:+.3g} {unit}{pct}{lim}"
+    )
 
 
-def compare_latency(native: Series, container: Series, thresholds: Optional[Thresholds] = None,
-                    name: str = "osu_latency") -> CheckResult:
+def compare_latency(
+    native: Series, container: Series, thresholds: Optional[Thresholds] = None, name: str = "osu_latency"
+) -> CheckResult:
     """Latency (us, lower is better): up to ``small_message_max`` bytes the container may add at most
     ``latency_overhead_us`` (an absolute limit: small-message latency is a fixed software cost, and a
     relative limit on 0.2 us would be meaningless); above, latency is bandwidth-bound and may grow by at
     most ``bandwidth_pct`` %."""
     th = thresholds or Thresholds()
-    return _compare(name, "latency", "us", native, container, higher_is_better=False,
-                    limit_for=lambda size: (th.latency_overhead_us, "us") if size <= th.small_message_max
-                    else (th.bandwidth_pct, "%"), noise_sigmas=th.noise_sigmas)
+    return _compare(
+        name,
+        "latency",
+        "us",
+        native,
+        container,
+        higher_is_better=False,
+        limit_for=lambda size: (
+            (th.latency_overhead_us, "us") if size <= th.small_message_max else (th.bandwidth_pct, "%")
+        ),
+        noise_sigmas=th.noise_sigmas,
+    )
 
 
-def compare_bandwidth(native: Series, container: Series, thresholds: Optional[Thresholds] = None,
-                      name: str = "osu_bw", unit: str = "MB/s") -> CheckResult:
+def compare_bandwidth(
+    native: Series, container: Series, thresholds: Optional[Thresholds] = None, name: str = "osu_bw", unit: str = "MB/s"
+) -> CheckResult:
     """Bandwidth (higher is better): from ``bandwidth_min_size`` bytes on the container may lose at most
     ``bandwidth_pct`` % (smaller messages are latency-bound and covered by the latency check)."""
     th = thresholds or Thresholds()
-    return _compare(name, "bandwidth", unit, native, container, higher_is_better=True,
-                    limit_for=lambda size: (th.bandwidth_pct, "%") if size >= th.bandwidth_min_size else None,
-                    noise_sigmas=th.noise_sigmas)
+    return _compare(
+        name,
+        "bandwidth",
+        unit,
+        native,
+        container,
+        higher_is_better=True,
+        limit_for=lambda size: (th.bandwidth_pct, "%") if size >= th.bandwidth_min_size else None,
+        noise_sigmas=th.noise_sigmas,
+    )
 
 
-def compare_busbw(native: Series, container: Series, thresholds: Optional[Thresholds] = None,
-                  name: str = "all_reduce_perf") -> CheckResult:
+def compare_busbw(
+    native: Series, container: Series, thresholds: Optional[Thresholds] = None, name: str = "all_reduce_perf"
+) -> CheckResult:
     """NCCL bus bandwidth (GB/s, higher is better): from ``busbw_min_size`` bytes on the container may
     lose at most ``busbw_pct`` %. All-zero native values (a one-rank run) are ``degenerate``."""
     th = thresholds or Thresholds()
-    return _compare(name, "busbw", "GB/s", native, container, higher_is_better=True,
-                    limit_for=lambda size: (th.busbw_pct, "%") if size >= th.busbw_min_size else None,
-                    noise_sigmas=th.noise_sigmas)
+    return _compare(
+        name,
+        "busbw",
+        "GB/s",
+        native,
+        container,
+        higher_is_better=True,
+        limit_for=lambda size: (th.busbw_pct, "%") if size >= th.busbw_min_size else None,
+        noise_sigmas=th.noise_sigmas,
+    )
 
 
-def compare_init(native: Sequence[float], container: Sequence[float], thresholds: Optional[Thresholds] = None,
-                 name: str = "osu_init") -> CheckResult:
+def compare_init(
+    native: Sequence[float], container: Sequence[float], thresholds: Optional[Thresholds] = None, name: str = "osu_init"
+) -> CheckResult:
     """MPI init time (ms, lower is better): the container may add at most ``init_overhead_pct`` %.
     Start-up has a heavy right tail (cold caches on the first run), hence the median of repetitions;
     the runner should also run one unmeasured warm-up."""
     th = thresholds or Thresholds()
-    return _compare_one(name, "init", "ms", native, container, higher_is_better=False, limit_pct=th.init_overhead_pct,
-                        noise_sigmas=th.noise_sigmas)
+    return _compare_one(
+        name,
+        "init",
+        "ms",
+        native,
+        container,
+        higher_is_better=False,
+        limit_pct=th.init_overhead_pct,
+        noise_sigmas=th.noise_sigmas,
+    )
 
 
-def compare_app(native: Sequence[float], container: Sequence[float], *, name: str, unit: str, higher_is_better: bool,
-                overhead_pct: float, noise_sigmas: float = 3.0) -> CheckResult:
+def compare_app(
+    native: Sequence[float],
+    container: Sequence[float],
+    *,
+    name: str,
+    unit: str,
+    higher_is_better: bool,
+    overhead_pct: float,
+    noise_sigmas: float = 3.0,
+) -> CheckResult:
     """An application's metric (one number per run, e.g. its time to solution in s): the
     container may be at most ``overhead_pct`` % worse than native, medians against medians,
     with the noise rule of every check (an application's time varies more between runs than a
     microbenchmark's, hence its own threshold, 10 % unless the environment file says)."""
-    return _compare_one(name, "app", unit, native, container, higher_is_better=higher_is_better,
-                        limit_pct=overhead_pct, noise_sigmas=noise_sigmas)
+    return _compare_one(
+        name,
+        "app",
+        unit,
+        native,
+        container,
+        higher_is_better=higher_is_better,
+        limit_pct=overhead_pct,
+        noise_sigmas=noise_sigmas,
+    )
 
 
-def _compare_one(name: str, metric: str, unit: str, native: Sequence[float], container: Sequence[float], *,
-                 higher_is_better: bool, limit_pct: float, noise_sigmas: float) -> CheckResult:
+def _compare_one(
+    name: str,
+    metric: str,
+    unit: str,
+    native: Sequence[float],
+    container: Sequence[float],
+    *,
+    higher_is_better: bool,
+    limit_pct: float,
+    noise_sigmas: float,
+) -> CheckResult:
     """:func:`_compare` of one number per run (no message size: the one comparison's size is None)."""
-    res = _compare(name, metric, unit, {0: list(native)} if native else {}, {0: list(container)} if container else {},
-                   higher_is_better=higher_is_better, limit_for=lambda size: (limit_pct, "%"),
-                   noise_sigmas=noise_sigmas, sized=False)
+    res = _compare(
+        name,
+        metric,
+        unit,
+        {0: list(native)} if native else {},
+        {0: list(container)} if container else {},
+        higher_is_better=higher_is_better,
+        limit_for=lambda size: (limit_pct, "%"),
+        noise_sigmas=noise_sigmas,
+        sized=False,
+    )
     for s in res.sizes:
         s.size = None
     return res
@@ -394,9 +503,13 @@ def series_from_nccl(results: Iterable[Mapping[str, Any]], key: str = "oop_busbw
     return out
 
 
-def compare_osu_runs(native_runs: Sequence[Mapping[str, Any]], container_runs: Sequence[Mapping[str, Any]],
-                     benchmark: str, thresholds: Optional[Thresholds] = None,
-                     name: Optional[str] = None) -> CheckResult:
+def compare_osu_runs(
+    native_runs: Sequence[Mapping[str, Any]],
+    container_runs: Sequence[Mapping[str, Any]],
+    benchmark: str,
+    thresholds: Optional[Thresholds] = None,
+    name: Optional[str] = None,
+) -> CheckResult:
     """Compare one OSU benchmark from parse results, one result per repetition and side.
 
     The metric comes from the table (latency -> :func:`compare_latency`, bandwidth or
@@ -422,16 +535,22 @@ def compare_osu_runs(native_runs: Sequence[Mapping[str, Any]], container_runs: S
     return compare_latency(nat_s, con_s, thresholds, name=label)
 
 
-def compare_nccl_runs(native_runs: Sequence[Mapping[str, Any]], container_runs: Sequence[Mapping[str, Any]],
-                      thresholds: Optional[Thresholds] = None, name: Optional[str] = None,
-                      key: str = "oop_busbw") -> CheckResult:
+def compare_nccl_runs(
+    native_runs: Sequence[Mapping[str, Any]],
+    container_runs: Sequence[Mapping[str, Any]],
+    thresholds: Optional[Thresholds] = None,
+    name: Optional[str] = None,
+    key: str = "oop_busbw",
+) -> CheckResult:
     """Compare nccl-tests bus bandwidth from parse results (one per repetition and side)."""
     label = name or next((r.get("test") for r in native_runs if r.get("test")), None) or "nccl-tests"
-    res = compare_busbw(series_from_nccl(native_runs, key), series_from_nccl(container_runs, key), thresholds,
-                        name=label)
+    res = compare_busbw(
+        series_from_nccl(native_runs, key), series_from_nccl(container_runs, key), thresholds, name=label
+    )
     if any(r.get("nranks") == 1 for r in list(native_runs) + list(container_runs)) and res.verdict != "degenerate":
-        res.findings.append(F.warning("degenerate", f"{label}: a one-rank run: bus bandwidth is 0 by definition",
-                                      verdict="degenerate"))
+        res.findings.append(
+            F.warning("degenerate", f"{label}: a one-rank run: bus bandwidth is 0 by definition", verdict="degenerate")
+        )
         res.verdict = verdict_of(res.findings, res.verdict)
     return res
 

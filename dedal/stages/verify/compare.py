@@ -10,6 +10,7 @@ The expectations of GPU buffers are judged once per side and scope over all its 
 (:func:`expectation_findings`): a device-buffer latency against the host-buffer latency and
 the CUDA floor of the same host, which other runs measured.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,16 @@ from dedal.stages.verify import expectations
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.rules import Rule
 from dedal.stages.verify.catalogue import METRICS, Bench
-from dedal.stages.verify.checks import (CheckResult, Thresholds, compare_init, compare_nccl_runs, compare_osu_runs,
-                                        series_from_nccl, series_from_osu, skipped_check)
+from dedal.stages.verify.checks import (
+    CheckResult,
+    Thresholds,
+    compare_init,
+    compare_nccl_runs,
+    compare_osu_runs,
+    series_from_nccl,
+    series_from_osu,
+    skipped_check,
+)
 from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.findings import Finding, verdict_of
 from dedal.stages.verify.plan import SIDES, Plan, Run
@@ -30,8 +39,9 @@ from dedal.stages.verify.report import summary_row
 GPU_EXPECTATIONS = expectations.codes_of("cuda")
 
 
-def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
-                 ) -> Tuple[List[CheckResult], Dict[str, Any], List[Dict[str, Any]]]:
+def compare_runs(
+    runs: Sequence[Run], plan: Plan, thresholds: Thresholds
+) -> Tuple[List[CheckResult], Dict[str, Any], List[Dict[str, Any]]]:
     """The checks, the measurements (every value per side and size) and the summary (one
     representative number per side and check) of the measured runs (warm-ups left out)."""
     checks: List[CheckResult] = []
@@ -44,8 +54,17 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
         name = f"{bench.name} {scope}"
         if not nat or not con:
             missing = " and ".join(s for s, v in (("native", nat), ("container", con)) if not v)
-            chk = CheckResult(name, bench.key, "", "failed", [F.error(
-                "no-measurement", f"{name}: no successful {missing} run, nothing to compare", verdict="failed")])
+            chk = CheckResult(
+                name,
+                bench.key,
+                "",
+                "failed",
+                [
+                    F.error(
+                        "no-measurement", f"{name}: no successful {missing} run, nothing to compare", verdict="failed"
+                    )
+                ],
+            )
             checks.append(chk)
             continue
         if bench.parser == "nccl-tests":
@@ -54,9 +73,12 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
             chk = compare_osu_runs(nat, con, bench.table, thresholds, name=name)  # type: ignore[arg-type]
         checks.append(chk)
         if bench.key == "init":
-            job = compare_init([r.seconds * 1000 for r in sel if r.side == "native"],
-                               [r.seconds * 1000 for r in sel if r.side == "container"], thresholds,
-                               name=f"{bench.name} {scope} job wall time")
+            job = compare_init(
+                [r.seconds * 1000 for r in sel if r.side == "native"],
+                [r.seconds * 1000 for r in sel if r.side == "container"],
+                thresholds,
+                name=f"{bench.name} {scope} job wall time",
+            )
             # whole-job time includes the launcher and the container start: reported, never failing
             for f in job.findings:
                 if f.severity == "error":
@@ -66,11 +88,14 @@ def compare_runs(runs: Sequence[Run], plan: Plan, thresholds: Thresholds
             checks.append(job)
         for c in checks[-2:] if bench.key == "init" else checks[-1:]:
             measurements[c.name] = {
-                "unit": c.unit, "metric": c.metric,
-                "native": {(s.size if s.size is not None else 0): list(_values(sel, "native", c, s.size))
-                           for s in c.sizes},
-                "container": {(s.size if s.size is not None else 0): list(_values(sel, "container", c, s.size))
-                              for s in c.sizes},
+                "unit": c.unit,
+                "metric": c.metric,
+                "native": {
+                    (s.size if s.size is not None else 0): list(_values(sel, "native", c, s.size)) for s in c.sizes
+                },
+                "container": {
+                    (s.size if s.size is not None else 0): list(_values(sel, "container", c, s.size)) for s in c.sizes
+                },
             }
             rep = summary_row(c)
             if rep:
@@ -130,8 +155,9 @@ def _tail(path: Path, n: int = 6) -> List[str]:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    keep = [ln for ln in lines if ln.strip() and not ln.startswith(("#@", "$ ")) and "|" not in ln
-            and "UCX  DIAG" not in ln]
+    keep = [
+        ln for ln in lines if ln.strip() and not ln.startswith(("#@", "$ ")) and "|" not in ln and "UCX  DIAG" not in ln
+    ]
     return keep[-n:]
 
 
@@ -163,19 +189,29 @@ def _machine_findings(runs: Sequence[Run]) -> List[Finding]:
     out: List[Finding] = []
     if shared:
         r, m = shared[0]
-        out.append(F.warning("nodes-share-machine", f"{len({id(x) for x, _ in shared})} inter-node run(s) had ranks on "
-                             f"Slurm nodes {', '.join(m['hosts'])} that are one machine (one kernel, boot id "
-                             f"{m['boot_id']}): their messages crossed a network inside that machine, not a fabric "
-                             "between machines, so the inter-node numbers say nothing about an interconnect",
-                             [f"log: {r.rel}"]))
+        out.append(
+            F.warning(
+                "nodes-share-machine",
+                f"{len({id(x) for x, _ in shared})} inter-node run(s) had ranks on "
+                f"Slurm nodes {', '.join(m['hosts'])} that are one machine (one kernel, boot id "
+                f"{m['boot_id']}): their messages crossed a network inside that machine, not a fabric "
+                "between machines, so the inter-node numbers say nothing about an interconnect",
+                [f"log: {r.rel}"],
+            )
+        )
     if crowded:
         r, m = crowded[0]
-        out.append(F.warning("oversubscribed", f"{len({id(x) for x, _ in crowded})} run(s) had more ranks than CPUs on "
-                             f"one machine ({m['ranks']} ranks on {m['cpus']} CPUs, nodes {', '.join(m['hosts'])}): "
-                             "ranks that busy-poll for messages wait for each other's time slices, so these timings "
-                             "(collectives above all) measure CPU contention, not the MPI stack; verify with at most "
-                             "one rank per CPU (fewer --ranks per node, or separate machines)",
-                             [f"log: {r.rel}"]))
+        out.append(
+            F.warning(
+                "oversubscribed",
+                f"{len({id(x) for x, _ in crowded})} run(s) had more ranks than CPUs on "
+                f"one machine ({m['ranks']} ranks on {m['cpus']} CPUs, nodes {', '.join(m['hosts'])}): "
+                "ranks that busy-poll for messages wait for each other's time slices, so these timings "
+                "(collectives above all) measure CPU contention, not the MPI stack; verify with at most "
+                "one rank per CPU (fewer --ranks per node, or separate machines)",
+                [f"log: {r.rel}"],
+            )
+        )
     return out
 
 
@@ -193,16 +229,24 @@ def containers(runs: Sequence[Run]) -> Dict[str, Any]:
         for c in r.parsed.get("rank_containers") or []:
             by.setdefault(c.get("host") or "?", []).append(c)
         for host, ranks in sorted(by.items()):
-            groups.append((host, len(ranks), len({c["mntns"] for c in ranks}),
-                           len({c["imagedev"] for c in ranks if c.get("imagedev")})))
+            groups.append(
+                (
+                    host,
+                    len(ranks),
+                    len({c["mntns"] for c in ranks}),
+                    len({c["imagedev"] for c in ranks if c.get("imagedev")}),
+                )
+            )
     several = [g for g in groups if g[1] > 1]
     if not several:
         return {"mode": "", "example": ""}
     shared = all(g[2] == 1 for g in several)
     apart = all(g[2] == g[1] for g in several)
     host, ranks, spaces, mounts = several[0]
-    return {"mode": "shared per node" if shared else "one per rank" if apart else "mixed",
-            "example": f"{ranks} ranks on {host} in {spaces} container(s), reading {mounts or '?'} mount(s) of the image"}
+    return {
+        "mode": "shared per node" if shared else "one per rank" if apart else "mixed",
+        "example": f"{ranks} ranks on {host} in {spaces} container(s), reading {mounts or '?'} mount(s) of the image",
+    }
 
 
 def run_findings(runs: Sequence[Run]) -> List[Finding]:
@@ -213,29 +257,52 @@ def run_findings(runs: Sequence[Run]) -> List[Finding]:
             continue
         what = "did not finish within the time limit" if r.timed_out else f"exited with code {r.returncode}"
         warm = " (warm-up)" if r.rep == 0 else ""
-        out.append(F.error("run-failed", f"{r.side} {r.bench.name} ({r.scope}){warm} {what}; log {r.rel}",
-                           _tail(r.log) + [f"log: {r.rel}"], verdict="failed"))
-    same = [r for r in runs if r.scope == "inter-node" and r.ok and r.parsed
-            and len(set(r.parsed.get("hosts") or [])) == 1]
+        out.append(
+            F.error(
+                "run-failed",
+                f"{r.side} {r.bench.name} ({r.scope}){warm} {what}; log {r.rel}",
+                _tail(r.log) + [f"log: {r.rel}"],
+                verdict="failed",
+            )
+        )
+    same = [
+        r for r in runs if r.scope == "inter-node" and r.ok and r.parsed and len(set(r.parsed.get("hosts") or [])) == 1
+    ]
     if same:
         host = same[0].parsed["hosts"][0]  # type: ignore[index]
-        out.append(F.warning("inter-node-same-host", f"{len(same)} inter-node run(s) had every rank on one machine "
-                             f"({host}): Slurm's nodes share a host here, so these are not inter-node measurements",
-                             [f"log: {r.rel}" for r in same[:3]]))
+        out.append(
+            F.warning(
+                "inter-node-same-host",
+                f"{len(same)} inter-node run(s) had every rank on one machine "
+                f"({host}): Slurm's nodes share a host here, so these are not inter-node measurements",
+                [f"log: {r.rel}" for r in same[:3]],
+            )
+        )
     out += _machine_findings(runs)
     seen = containers(runs)
     if seen["mode"]:
-        out.append(F.info("containers", f"container side: {seen['mode']} ({seen['example']}; measured from inside "
-                          "each rank: its mount namespace and the device of the image's file system)"))
+        out.append(
+            F.info(
+                "containers",
+                f"container side: {seen['mode']} ({seen['example']}; measured from inside "
+                "each rank: its mount namespace and the device of the image's file system)",
+            )
+        )
     skipped = [r for r in runs if r.skipped]
     if skipped:
-        out.append(F.warning("runs-skipped", f"{len(skipped)} repetition(s) not run after a failure of the same "
-                             "benchmark on the same side", [f"{r.rel}: {r.skipped}" for r in skipped[:5]]))
+        out.append(
+            F.warning(
+                "runs-skipped",
+                f"{len(skipped)} repetition(s) not run after a failure of the same benchmark on the same side",
+                [f"{r.rel}: {r.skipped}" for r in skipped[:5]],
+            )
+        )
     return out
 
 
-def log_findings(runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host: HostFacts,
-                 rows: Optional[Sequence[Rule]] = None) -> List[Finding]:
+def log_findings(
+    runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host: HostFacts, rows: Optional[Sequence[Rule]] = None
+) -> List[Finding]:
     """Transport rules and the parsers' own findings over every log, merged per side and
     code: one finding that says in how many runs it was seen and quotes the first."""
     groups: Dict[Tuple[str, str, str], Dict[str, Any]] = {}
@@ -267,13 +334,14 @@ def log_findings(runs: Sequence[Run], extra_logs: Sequence[Dict[str, Any]], host
         msg = f.message
         first = srcs[0]
         if msg.startswith(first + ": "):
-            msg = msg[len(first) + 2:]
+            msg = msg[len(first) + 2 :]
         if side in SIDES:
             seen = f" (seen in {len(srcs)} of {totals.get(side, 0)} {side} run log(s), first {first})"
         else:
             seen = f" ({first})"
-        out.append(Finding(f.severity, f.code, f"[{side}] {msg}{seen}", list(f.evidence) + [f"log: {first}"],
-                           f.verdict))
+        out.append(
+            Finding(f.severity, f.code, f"[{side}] {msg}{seen}", list(f.evidence) + [f"log: {first}"], f.verdict)
+        )
     return out
 
 
@@ -286,10 +354,14 @@ def expectation_findings(runs: Sequence[Run], plan: Plan) -> List[Finding]:
     facts: Dict[Tuple[str, str], List[expectations.Fact]] = {}
     for scope, bench in plan.pairs():
         for side in SIDES:
-            sel = [r for r in runs if r.scope == scope and r.bench == bench and r.side == side and r.rep > 0
-                   and r.ok and r.parsed]
+            sel = [
+                r
+                for r in runs
+                if r.scope == scope and r.bench == bench and r.side == side and r.rep > 0 and r.ok and r.parsed
+            ]
             facts.setdefault((side, scope), []).extend(
-                expectations.median_facts([expectations.facts_of(r.parsed or {}) for r in sel], [r.rel for r in sel]))
+                expectations.median_facts([expectations.facts_of(r.parsed or {}) for r in sel], [r.rel for r in sel])
+            )
     out: List[Finding] = []
     for (side, scope), found in facts.items():
         floor = [f for f in facts.get(("native", scope), []) if f.key in expectations.FLOOR_FACTS]

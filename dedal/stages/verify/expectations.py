@@ -26,6 +26,7 @@ The rows are rows of the one rules table (:data:`dedal.stages.verify.rules.RULES
 :data:`EXPECTATIONS` is its measured rows and :func:`judge` its judge over measured facts; the
 facts themselves (:class:`~dedal.stages.verify.facts.Fact`) are read here from the tables.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -37,8 +38,8 @@ from dedal.stages.verify.facts import FACTS, Fact
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.rules import Rule
 
-SMALL_MAX = 64          # bytes: a "small message" (latency facts)
-LARGE_MIN = 1 << 20     # bytes: a "large message" (bandwidth facts)
+SMALL_MAX = 64  # bytes: a "small message" (latency facts)
+LARGE_MIN = 1 << 20  # bytes: a "large message" (bandwidth facts)
 #: the benchmark whose tables are the platform's own floor, and the fact of each of its columns
 FLOOR_BENCHMARK = "dedal_cuda_floor"
 FLOOR_COLUMNS = {"ipc latency": "ipc_latency_us", "d2h+sync": "copy_sync_us"}
@@ -111,8 +112,9 @@ def facts_of(parsed: Mapping[str, Any]) -> List[Fact]:
     if isinstance(peak, (int, float)) and len(parsed.get("hosts") or []) > 1 and parsed.get("nranks") != 1:
         evidence = [f"peak busbw {peak:g} GB/s at {parsed.get('peak_busbw_size')} B"]
         evidence += [f"# Avg bus bandwidth : {avg:g}"] if isinstance(avg, (int, float)) else []
-        out.append(Fact("nccl", "busbw_peak_gbs", parsed.get("test") or "nccl-tests", float(peak), "GB/s",
-                        tuple(evidence)))
+        out.append(
+            Fact("nccl", "busbw_peak_gbs", parsed.get("test") or "nccl-tests", float(peak), "GB/s", tuple(evidence))
+        )
     return [f for f in out if f is not None and f.key in FACTS]
 
 
@@ -134,8 +136,13 @@ def median_facts(facts_per_run: Iterable[Sequence[Fact]], logs: Sequence[str] = 
     return out
 
 
-def judge(facts: Iterable[Fact], *, scope: Optional[str] = None, hardware: Optional[Sequence[str]] = None,
-          rows: Sequence[Rule] = EXPECTATIONS) -> List[Finding]:
+def judge(
+    facts: Iterable[Fact],
+    *,
+    scope: Optional[str] = None,
+    hardware: Optional[Sequence[str]] = None,
+    rows: Sequence[Rule] = EXPECTATIONS,
+) -> List[Finding]:
     """The measured rows of the rules table applied once to every fact they read
     (:func:`dedal.stages.verify.judge.judge`, no host: the class bounds and the same host's
     references); ``scope``: where the facts were measured (None: unknown, every row applies);

@@ -16,6 +16,7 @@ Two kinds, both read by the one judge (:mod:`dedal.stages.verify.judge`) of the 
 evidence, and no severity; this is the one reading of it. A fact is true of the log whatever
 the host: whether it is bad depends on the host, which the rules know.
 """
+
 from __future__ import annotations
 
 import re
@@ -47,7 +48,7 @@ SEEN: Dict[str, str] = {
     "ucx-info:no-cuda": "the container's UCX lists no CUDA transport",
     "slurm:no-pmix": "Slurm offers no pmix MPI plugin",
     "net:fabric": "the log names a high-speed fabric: an RDMA device (mlx5_*, cxi*, efa), a Slingshot or IPoIB "
-                  "interface (hsn*, ib*)",
+    "interface (hsn*, ib*)",
 }
 #: every measured fact a rule may read: ``class:name`` -> (unit, better: lower|higher, what it is)
 FACTS: Dict[str, Tuple[str, str, str]] = {
@@ -55,13 +56,27 @@ FACTS: Dict[str, Tuple[str, str, str]] = {
     "host:bandwidth_large_mbs": ("MB/s", "higher", "point-to-point bandwidth between host buffers, peak at >= 1 MiB"),
     "cuda:latency_small_us": ("us", "lower", "point-to-point latency between GPU buffers, smallest at <= 64 B"),
     "cuda:bandwidth_large_mbs": ("MB/s", "higher", "point-to-point bandwidth between GPU buffers, peak at >= 1 MiB"),
-    "cuda:collective_small_us": ("us", "lower", "a collective (all-reduce ...) between GPU buffers, smallest latency "
-                                 "at <= 64 B"),
-    "cuda:ipc_latency_us": ("us", "lower", "dedal_cuda_floor: CUDA IPC ping-pong between two processes (one copy "
-                            "into the peer's buffer, synchronize, a host message), half round trip, smallest at <= 64 B"),
-    "cuda:copy_sync_us": ("us", "lower", "dedal_cuda_floor: one device-to-host copy + synchronize, smallest at <= 64 B"),
-    "cuda:copy_bandwidth_mbs": ("MB/s", "higher", "dedal_cuda_floor: copies into the peer process's GPU buffer, "
-                                "64 in flight, peak at >= 1 MiB"),
+    "cuda:collective_small_us": (
+        "us",
+        "lower",
+        "a collective (all-reduce ...) between GPU buffers, smallest latency at <= 64 B",
+    ),
+    "cuda:ipc_latency_us": (
+        "us",
+        "lower",
+        "dedal_cuda_floor: CUDA IPC ping-pong between two processes (one copy "
+        "into the peer's buffer, synchronize, a host message), half round trip, smallest at <= 64 B",
+    ),
+    "cuda:copy_sync_us": (
+        "us",
+        "lower",
+        "dedal_cuda_floor: one device-to-host copy + synchronize, smallest at <= 64 B",
+    ),
+    "cuda:copy_bandwidth_mbs": (
+        "MB/s",
+        "higher",
+        "dedal_cuda_floor: copies into the peer process's GPU buffer, 64 in flight, peak at >= 1 MiB",
+    ),
     "nccl:busbw_peak_gbs": ("GB/s", "higher", "nccl-tests between nodes: the largest bus bandwidth of any row"),
 }
 SCOPES = ("intra-node", "inter-node", "self", "unknown", "gpu", "")
@@ -78,11 +93,11 @@ _FABRIC_PROVIDERS = ("cxi", "efa", "verbs", "psm3", "opx")
 class HostFacts:
     """What the host offers, found by the preflight. ``None`` means unknown."""
 
-    has_infiniband: bool = False       # an RDMA fabric: /dev/infiniband (IB, RoCE, EFA) or Slingshot's /dev/cxi*
-    multi_node: bool = False           # the run spans more than one node
-    gpus: int = 0                      # GPUs per node used by the run
-    gpu_p2p: Optional[bool] = None     # GPUs of a node can reach each other by NVLink / PCIe P2P
-    gdrdma: Optional[bool] = None      # GPUDirect RDMA possible (nvidia-peermem or dma-buf)
+    has_infiniband: bool = False  # an RDMA fabric: /dev/infiniband (IB, RoCE, EFA) or Slingshot's /dev/cxi*
+    multi_node: bool = False  # the run spans more than one node
+    gpus: int = 0  # GPUs per node used by the run
+    gpu_p2p: Optional[bool] = None  # GPUs of a node can reach each other by NVLink / PCIe P2P
+    gdrdma: Optional[bool] = None  # GPUDirect RDMA possible (nvidia-peermem or dma-buf)
 
     @classmethod
     def from_mapping(cls, data: Optional[Mapping[str, Any]]) -> "HostFacts":
@@ -114,8 +129,13 @@ class Fact:
         return f"{self.hardware}:{self.name}"
 
     def to_json(self) -> Dict[str, Any]:
-        return {"fact": self.key, "subject": self.subject, "value": self.value, "unit": self.unit,
-                "evidence": list(self.evidence)}
+        return {
+            "fact": self.key,
+            "subject": self.subject,
+            "value": self.value,
+            "unit": self.unit,
+            "evidence": list(self.evidence),
+        }
 
 
 @dataclass(frozen=True)
@@ -141,14 +161,36 @@ class Seen:
         return {"seen": self.key, "scope": self.scope, "items": list(self.items), "evidence": list(self.evidence)}
 
 
-def _seen(stack: str, what: str, scope: str, items: Iterable[str], evidence: Iterable[str], nic: bool = False,
-          detail: str = "") -> Seen:
-    return Seen(stack, what, scope, tuple(dict.fromkeys(items)), tuple(dict.fromkeys(e for e in evidence if e))[:4],
-                nic, detail)
+def _seen(
+    stack: str,
+    what: str,
+    scope: str,
+    items: Iterable[str],
+    evidence: Iterable[str],
+    nic: bool = False,
+    detail: str = "",
+) -> Seen:
+    return Seen(
+        stack, what, scope, tuple(dict.fromkeys(items)), tuple(dict.fromkeys(e for e in evidence if e))[:4], nic, detail
+    )
 
 
-SHM_TLS = {"sysv", "posix", "xpmem", "knem", "cma", "mm", "self", "cuda_ipc", "rocm_ipc", "ze_ipc", "cuda_copy",
-           "rocm_copy", "ze_copy", "gdr_copy"}
+SHM_TLS = {
+    "sysv",
+    "posix",
+    "xpmem",
+    "knem",
+    "cma",
+    "mm",
+    "self",
+    "cuda_ipc",
+    "rocm_ipc",
+    "ze_ipc",
+    "cuda_copy",
+    "rocm_copy",
+    "ze_copy",
+    "gdr_copy",
+}
 TCP_TLS = {"tcp", "sockcm"}
 
 
@@ -178,8 +220,17 @@ def _ucx(p: Mapping[str, Any]) -> List[Seen]:
         if tcp and (scope != "self" or not any(s != "self" for s in by_scope)):
             nic = all(t.partition("/")[2] not in ("", "lo") for t in tcp)
             forced = (p.get("ucx_env") or {}).get("UCX_TLS")
-            out.append(_seen("ucx", "tcp-self" if scope == "self" else "tcp", scope, tcp, lines(scope, tcp), nic,
-                             f" (UCX_TLS={forced})" if forced else ""))
+            out.append(
+                _seen(
+                    "ucx",
+                    "tcp-self" if scope == "self" else "tcp",
+                    scope,
+                    tcp,
+                    lines(scope, tcp),
+                    nic,
+                    f" (UCX_TLS={forced})" if forced else "",
+                )
+            )
     intra = by_scope.get("intra-node") or []
     if intra and not any(_family(t) == "tcp" for t in intra) and not any(_family(t) == "shm" for t in intra):
         rdma = all(_family(t) == "rdma" for t in intra)
@@ -188,8 +239,16 @@ def _ucx(p: Mapping[str, Any]) -> List[Seen]:
     if inter and not any(_family(t) in ("rdma", "tcp") for t in inter):
         out.append(_seen("ucx", "no-rdma", "inter-node", inter, lines("inter-node", inter)))
     for u in p.get("ucx_unavailable") or []:
-        out.append(_seen("ucx", f"{u['what']}-unavailable", "inter-node", u.get("items") or [], u.get("lines") or [],
-                         detail=u.get("detail") or ""))
+        out.append(
+            _seen(
+                "ucx",
+                f"{u['what']}-unavailable",
+                "inter-node",
+                u.get("items") or [],
+                u.get("lines") or [],
+                detail=u.get("detail") or "",
+            )
+        )
     return out
 
 
@@ -218,20 +277,38 @@ def _nccl(p: Mapping[str, Any]) -> List[Seen]:
     if plugins.get("failed"):
         to = (plugins.get("assigned") or [p.get("network")])[0]
         what = "plugin-failed-to-socket" if to == "Socket" and nnodes != 1 else "plugin-failed"
-        out.append(_seen("nccl", what, "inter-node", external, p.get("plugin_lines") or [],
-                         detail=p.get("plugin_failure") or ""))
+        out.append(
+            _seen(
+                "nccl", what, "inter-node", external, p.get("plugin_lines") or [], detail=p.get("plugin_failure") or ""
+            )
+        )
     elif plugins.get("not_found") and not external:
         out.append(_seen("nccl", "plugin-not-found", "inter-node", [], p.get("plugin_missing_lines") or []))
     if p.get("no_verbs_lines"):
-        out.append(_seen("nccl", "no-ibverbs", "intra-node" if nnodes == 1 else "inter-node",
-                         p.get("ib_unopenable") or [], p["no_verbs_lines"]))
+        out.append(
+            _seen(
+                "nccl",
+                "no-ibverbs",
+                "intra-node" if nnodes == 1 else "inter-node",
+                p.get("ib_unopenable") or [],
+                p["no_verbs_lines"],
+            )
+        )
     sock = [t for t in transports if t.startswith("NET/Socket")]
     if sock or (p.get("network") == "Socket" and (nnodes or 0) > 1):
-        out.append(_seen("nccl", "tcp", "inter-node", sock or ["NET/Socket"], lines(sock) or net_lines[:2] + sock_lines[:1]))
+        out.append(
+            _seen("nccl", "tcp", "inter-node", sock or ["NET/Socket"], lines(sock) or net_lines[:2] + sock_lines[:1])
+        )
     if p.get("network") == "Socket" and nnodes != 1:
-        out.append(_seen("nccl", "socket-network", "inter-node", [f"NET/Socket on {i}" for i in
-                                                                  p.get("socket_interfaces") or []] or ["NET/Socket"],
-                         net_lines[:1] + sock_lines[:1] + list(p.get("ib_lines") or [])[:1]))
+        out.append(
+            _seen(
+                "nccl",
+                "socket-network",
+                "inter-node",
+                [f"NET/Socket on {i}" for i in p.get("socket_interfaces") or []] or ["NET/Socket"],
+                net_lines[:1] + sock_lines[:1] + list(p.get("ib_lines") or [])[:1],
+            )
+        )
     elif p.get("network") and p.get("network") != "Socket":
         out.append(_seen("nccl", "fabric-network", "inter-node", [p["network"]], net_lines[:1]))
     shm = [t for t in transports if t.startswith("SHM")]
@@ -284,8 +361,15 @@ def seen_of(parsed: Mapping[str, Any]) -> List[Seen]:
             out.append(_seen("ucx-info", "no-cuda", "gpu", names, ev))
     if parsed.get("kind") == "srun-mpi-list" and not parsed.get("has_pmix"):
         plugins = list(parsed.get("plugins") or [])
-        out.append(_seen("slurm", "no-pmix", "", plugins, list(parsed.get("list_lines") or [])
-                         or [f"plugins: {', '.join(plugins) or 'none'}"]))
+        out.append(
+            _seen(
+                "slurm",
+                "no-pmix",
+                "",
+                plugins,
+                list(parsed.get("list_lines") or []) or [f"plugins: {', '.join(plugins) or 'none'}"],
+            )
+        )
     return out + _fabric(parsed)
 
 

@@ -15,6 +15,7 @@ one-rank all-reduce) is worse than ``suboptimal`` because nothing can be conclud
 but better than ``bad`` (evidence of a real problem) and ``failed`` (the run crashed,
 aborted or was truncated). Combining verdicts always keeps the worst one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -12,6 +12,7 @@ own ``mpicc`` for an image that lacks them.
 Its "native" twin (the host's own MPI stack, or the image's root filesystem unpacked) is
 :mod:`dedal.stages.verify.native`'s.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,10 +34,23 @@ if TYPE_CHECKING:
 
 
 #: programs looked for in the image (and, for native host runs, on the host)
-PROGRAMS = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_nccl_allreduce",
-            "dedal_cuda_floor",
-            "osu_init", "osu_latency", "osu_bw", "osu_allreduce", "all_reduce_perf",
-            "mpirun", "ompi_info", "ucx_info", "mpicc")
+PROGRAMS = (
+    "dedal_init",
+    "dedal_latency",
+    "dedal_bw",
+    "dedal_allreduce",
+    "dedal_nccl_allreduce",
+    "dedal_cuda_floor",
+    "osu_init",
+    "osu_latency",
+    "osu_bw",
+    "osu_allreduce",
+    "all_reduce_perf",
+    "mpirun",
+    "ompi_info",
+    "ucx_info",
+    "mpicc",
+)
 #: the MPI benchmarks of dedal-benchmarks, and where dedal verify puts its own build of them
 BUNDLED_MPI = ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce")
 #: the CUDA floor of device-buffer messages: plain C that finds the driver at run time, built like the others
@@ -52,10 +66,10 @@ Progress = Optional[Callable[[str], None]]
 @dataclass
 class ImageInfo:
     path: Path
-    kind: str                      # sif | squashfs | dir
-    name: str                      # for reports/<name>/
+    kind: str  # sif | squashfs | dir
+    name: str  # for reports/<name>/
     labels: Dict[str, Any] = field(default_factory=dict)
-    arch: Optional[str] = None     # SIF architecture (amd64 ...)
+    arch: Optional[str] = None  # SIF architecture (amd64 ...)
     view: str = "/opt/view"
     install_root: str = ""
     target: Optional[str] = None
@@ -63,20 +77,46 @@ class ImageInfo:
     cuda: Optional[str] = None
     osu_cuda: Optional[bool] = None  # the image's osu-micro-benchmarks built +cuda (None: unknown)
     versions: Dict[str, str] = field(default_factory=dict)
-    programs: Dict[str, str] = field(default_factory=dict)   # name -> path inside the image
-    digests: Dict[str, str] = field(default_factory=dict)    # name -> sha256 of the program file
-    image_path_var: str = ""                                 # PATH inside the image
-    identity: str = ""                                       # cache key of the native root
-    mpirun_stub: str = ""      # the image's mpirun is a stub that only says to use srun (its path)
+    programs: Dict[str, str] = field(default_factory=dict)  # name -> path inside the image
+    digests: Dict[str, str] = field(default_factory=dict)  # name -> sha256 of the program file
+    image_path_var: str = ""  # PATH inside the image
+    identity: str = ""  # cache key of the native root
+    mpirun_stub: str = ""  # the image's mpirun is a stub that only says to use srun (its path)
     dedal_cuda: Optional[bool] = None  # the image's dedal_latency knows -d cuda (None: no dedal_latency)
 
     def to_json(self) -> Dict[str, Any]:
-        keep = {k: v for k, v in self.labels.items()
-                if k.startswith(("dedal.version", "dedal.env", "dedal.tag", "dedal.base", "dedal.lock", "dedal.spack",
-                                 "dedal.target", "org.opencontainers.image.created"))}
-        return {"path": str(self.path), "kind": self.kind, "name": self.name, "arch": self.arch, "view": self.view,
-                "install_root": self.install_root, "target": self.target, "target_source": self.target_source,
-                "cuda": self.cuda, "osu_cuda": self.osu_cuda, "dedal_cuda": self.dedal_cuda, "versions": self.versions, "programs": self.programs, "labels": keep}
+        keep = {
+            k: v
+            for k, v in self.labels.items()
+            if k.startswith(
+                (
+                    "dedal.version",
+                    "dedal.env",
+                    "dedal.tag",
+                    "dedal.base",
+                    "dedal.lock",
+                    "dedal.spack",
+                    "dedal.target",
+                    "org.opencontainers.image.created",
+                )
+            )
+        }
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "name": self.name,
+            "arch": self.arch,
+            "view": self.view,
+            "install_root": self.install_root,
+            "target": self.target,
+            "target_source": self.target_source,
+            "cuda": self.cuda,
+            "osu_cuda": self.osu_cuda,
+            "dedal_cuda": self.dedal_cuda,
+            "versions": self.versions,
+            "programs": self.programs,
+            "labels": keep,
+        }
 
 
 def resolve_image(image: str, settings: Settings) -> Path:
@@ -94,8 +134,9 @@ def resolve_image(image: str, settings: Settings) -> Path:
             cand = Path(settings.images_dir) / env / f"{tag}.sif"
             if cand.is_file():
                 return cand
-    raise UserError(f"{image}: no such image (a SIF, squashfs file or root directory, or ENV[:TAG] of "
-                    f"{settings.images_dir})")
+    raise UserError(
+        f"{image}: no such image (a SIF, squashfs file or root directory, or ENV[:TAG] of {settings.images_dir})"
+    )
 
 
 def _labels_from_dir(root: Path) -> Dict[str, Any]:
@@ -206,8 +247,11 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
                 info.target, info.target_source = str(lab[key]), f"label {key}"
                 break
         info.cuda = str(lab["dedal.version.cuda"]) if lab.get("dedal.version.cuda") else None
-        info.versions = {k[len("dedal.version."):]: str(v) for k, v in lab.items()
-                         if k.startswith("dedal.version.") and not k.endswith(".source")}
+        info.versions = {
+            k[len("dedal.version.") :]: str(v)
+            for k, v in lab.items()
+            if k.startswith("dedal.version.") and not k.endswith(".source")
+        }
         if info.target is None or info.cuda is None:
             facts = _spec_facts(root, info.install_root or "/opt/esd/software")
             if info.target is None and facts.get("target"):
@@ -215,8 +259,13 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
             if info.cuda is None and facts.get("cuda"):
                 info.cuda = facts["cuda"]
         info.osu_cuda = _osu_cuda(root, info.install_root or "/opt/esd/software")
-        res = runtime.run_in(path, ["/bin/sh", "-c", _DISCOVER, "dedal-find", *PROGRAMS],
-                             what="find the benchmarks in the image", runtime=runtime_name, timeout=120)
+        res = runtime.run_in(
+            path,
+            ["/bin/sh", "-c", _DISCOVER, "dedal-find", *PROGRAMS],
+            what="find the benchmarks in the image",
+            runtime=runtime_name,
+            timeout=120,
+        )
         for line in res.stdout.splitlines():
             parts = line.split(" ", 2)
             if len(parts) == 3 and parts[0] == "found" and parts[2].startswith("/"):
@@ -280,8 +329,14 @@ def bundled_sources() -> Path:
     return src
 
 
-def compile_bundled(info: ImageInfo, cache: Path, *, runtime_name: str = "auto", progress: Progress = None,
-                    names: Sequence[str] = BUNDLED_MPI) -> Path:
+def compile_bundled(
+    info: ImageInfo,
+    cache: Path,
+    *,
+    runtime_name: str = "auto",
+    progress: Progress = None,
+    names: Sequence[str] = BUNDLED_MPI,
+) -> Path:
     """Build dedal's MPI benchmarks ``names`` with the image's own ``mpicc``, for an image that
     does not carry them (no dedal-benchmarks package, or one from before ``dedal_cuda_floor``):
     the same binaries then run natively and in the container (bound at BUNDLED_DIR on both
@@ -295,12 +350,19 @@ def compile_bundled(info: ImageInfo, cache: Path, *, runtime_name: str = "auto",
         return out
     if progress:
         progress(f"building {', '.join(names)} with the image's own mpicc into {out}")
-    script = " && ".join(f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o {BUNDLED_DIR}/{name} "
-                         f"/opt/dedal-verify/src/{name}.c -ldl" for name in names)
+    script = " && ".join(
+        f"mpicc -O2 -std=c11 -I/opt/dedal-verify/src -o {BUNDLED_DIR}/{name} /opt/dedal-verify/src/{name}.c -ldl"
+        for name in names
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:  # replaces an incomplete ``out`` whole
         tmp.mkdir()
-        runtime.run_in(info.path, ["/bin/sh", "-c", script], what="mpicc of the bundled benchmarks in the image",
-                       runtime=runtime_name, timeout=600,
-                       binds=[runtime.Bind(src, "/opt/dedal-verify/src", readonly=True), runtime.Bind(tmp, BUNDLED_DIR)])
+        runtime.run_in(
+            info.path,
+            ["/bin/sh", "-c", script],
+            what="mpicc of the bundled benchmarks in the image",
+            runtime=runtime_name,
+            timeout=600,
+            binds=[runtime.Bind(src, "/opt/dedal-verify/src", readonly=True), runtime.Bind(tmp, BUNDLED_DIR)],
+        )
     return out

@@ -9,6 +9,7 @@ re-grades the findings whose row ``means`` the same in its scope and host condit
 :func:`graded` is the context row the preflight reads for the host's network; :func:`codes_of`
 the codes of one hardware class's measured rows.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,10 +25,14 @@ def host_view(host: Optional[HostFacts], seen: Sequence[Seen] = ()) -> Dict[str,
     for the fabric, what the log itself names (an RDMA device, a Slingshot or IPoIB interface)."""
     in_log = any(s.key == "net:fabric" for s in seen)
     if host is None:
-        return {"fabric": True if in_log else None, "multi_node": None, "gpus": None, "gpu_p2p": None,
-                "gdrdma": None}
-    return {"fabric": bool(host.has_infiniband or in_log), "multi_node": bool(host.multi_node),
-            "gpus": bool(host.gpus), "gpu_p2p": host.gpu_p2p, "gdrdma": host.gdrdma}
+        return {"fabric": True if in_log else None, "multi_node": None, "gpus": None, "gpu_p2p": None, "gdrdma": None}
+    return {
+        "fabric": bool(host.has_infiniband or in_log),
+        "multi_node": bool(host.multi_node),
+        "gpus": bool(host.gpus),
+        "gpu_p2p": host.gpu_p2p,
+        "gdrdma": host.gdrdma,
+    }
 
 
 def _host_ok(row: Rule, view: Mapping[str, Any]) -> bool:
@@ -50,26 +55,42 @@ def _pick(candidates: Sequence[Rule]) -> Optional[Rule]:
 def _context(f: Finding, row: Rule, scope: Optional[str], view: Mapping[str, Any], rows: Sequence[Rule]) -> Finding:
     if not row.means:
         return f
-    ctx = _pick([c for c in rows if c.context and c.means == row.means and scope is not None and c.scope in ("", scope)
-                 and _host_ok(c, view)])
+    ctx = _pick(
+        [
+            c
+            for c in rows
+            if c.context and c.means == row.means and scope is not None and c.scope in ("", scope) and _host_ok(c, view)
+        ]
+    )
     if ctx is None:
         return f
     return Finding(ctx.severity, f.code, ctx.message.format(message=f.message), f.evidence, ctx.verdict)
 
 
-def _judge_seen(seen: Sequence[Seen], present: set, view: Mapping[str, Any], scope: Optional[str],
-                rows: Sequence[Rule]) -> List[Finding]:
+def _judge_seen(
+    seen: Sequence[Seen], present: set, view: Mapping[str, Any], scope: Optional[str], rows: Sequence[Rule]
+) -> List[Finding]:
     out: List[Finding] = []
     for s in seen:
-        fit = [r for r in rows if not r.context and not r.measured and r.key == s.key and r.scope in ("", s.scope)
-               and _host_ok(r, view) and not any(u in present for u in r.unless)
-               and (not r.match or any(re.search(r.match, i) for i in s.items))]
+        fit = [
+            r
+            for r in rows
+            if not r.context
+            and not r.measured
+            and r.key == s.key
+            and r.scope in ("", s.scope)
+            and _host_ok(r, view)
+            and not any(u in present for u in r.unless)
+            and (not r.match or any(re.search(r.match, i) for i in s.items))
+        ]
         row = _pick(fit)
         if row is None:
             continue
         msg = row.message.format(items=", ".join(s.items) or "none", scope=s.scope, detail=s.detail)
         where = s.scope if s.scope != "unknown" else (scope if s.nic and scope else s.scope)
-        out.append(_context(Finding(row.severity, row.code, msg, list(s.evidence), row.verdict), row, where, view, rows))
+        out.append(
+            _context(Finding(row.severity, row.code, msg, list(s.evidence), row.verdict), row, where, view, rows)
+        )
     return out
 
 
@@ -78,8 +99,14 @@ def _best(facts: Sequence[Fact]) -> Fact:
     return (min if better == "lower" else max)(facts, key=lambda f: f.value)
 
 
-def _judge_measured(facts: Sequence[Fact], present: set, view: Mapping[str, Any], scope: Optional[str],
-                    hardware: Optional[Sequence[str]], rows: Sequence[Rule]) -> List[Finding]:
+def _judge_measured(
+    facts: Sequence[Fact],
+    present: set,
+    view: Mapping[str, Any],
+    scope: Optional[str],
+    hardware: Optional[Sequence[str]],
+    rows: Sequence[Rule],
+) -> List[Finding]:
     by_key: Dict[str, List[Fact]] = {}
     for f in facts:
         by_key.setdefault(f.key, []).append(f)
@@ -112,9 +139,15 @@ def _judge_measured(facts: Sequence[Fact], present: set, view: Mapping[str, Any]
     return out
 
 
-def judge(seen: Iterable[Seen] = (), facts: Iterable[Fact] = (), *, host: Optional[HostFacts] = None,
-          scope: Optional[str] = None, hardware: Optional[Sequence[str]] = None,
-          rows: Sequence[Rule] = RULES) -> List[Finding]:
+def judge(
+    seen: Iterable[Seen] = (),
+    facts: Iterable[Fact] = (),
+    *,
+    host: Optional[HostFacts] = None,
+    scope: Optional[str] = None,
+    hardware: Optional[Sequence[str]] = None,
+    rows: Sequence[Rule] = RULES,
+) -> List[Finding]:
     """Every row of ``rows`` applied once: a finding per seen fact that a row matches (the most
     specific one), then per measured fact in a row's range (rows in table order), each quoting the
     fact's lines and re-graded by the context rows. ``host``: what the preflight found (None: a
@@ -124,8 +157,9 @@ def judge(seen: Iterable[Seen] = (), facts: Iterable[Fact] = (), *, host: Option
     facts = list(facts)
     present = {s.key for s in seen} | {f.key for f in facts}
     view = host_view(host, seen)
-    return (_judge_seen(seen, present, view, scope, rows) if hardware is None else []) + \
-        _judge_measured(facts, present, view, scope, hardware, rows)
+    return (_judge_seen(seen, present, view, scope, rows) if hardware is None else []) + _judge_measured(
+        facts, present, view, scope, hardware, rows
+    )
 
 
 def graded(means: str, scope: str, host: Optional[HostFacts], rows: Sequence[Rule] = RULES) -> Optional[Rule]:

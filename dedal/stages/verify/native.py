@@ -9,6 +9,7 @@ and network namespaces), cached per image; the roots of an image beyond ``NATIVE
 pruned, but never one another verification holds. The image itself is read by
 :mod:`dedal.stages.verify.image`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,12 +50,19 @@ class Native:
     cached: bool = False
 
     def to_json(self) -> Dict[str, Any]:
-        return {"mode": self.mode, "root": str(self.root) if self.root else None, "description": self.description,
-                "prepare_seconds": round(self.seconds, 2), "reused": self.cached}
+        return {
+            "mode": self.mode,
+            "root": str(self.root) if self.root else None,
+            "description": self.description,
+            "prepare_seconds": round(self.seconds, 2),
+            "reused": self.cached,
+        }
 
 
-NATIVE_RUN = ("no container runtime: a chroot (bubblewrap with only a mount namespace) that shares the host's "
-              "/tmp, /dev/shm and its PID, IPC and network namespaces")
+NATIVE_RUN = (
+    "no container runtime: a chroot (bubblewrap with only a mount namespace) that shares the host's "
+    "/tmp, /dev/shm and its PID, IPC and network namespaces"
+)
 
 
 def native_binds() -> List[runtime.Bind]:
@@ -180,10 +188,18 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
     return final, False
 
 
-def prepare_native(info: ImageInfo, *, mode: str, wanted: Sequence[str], cache: Path,
-                   native_root: Optional[Path] = None, host_programs: Optional[Dict[str, Optional[str]]] = None,
-                   host_mpi: Optional[Dict[str, Any]] = None, launcher: str = "mpirun",
-                   progress: Progress = None) -> Native:
+def prepare_native(
+    info: ImageInfo,
+    *,
+    mode: str,
+    wanted: Sequence[str],
+    cache: Path,
+    native_root: Optional[Path] = None,
+    host_programs: Optional[Dict[str, Optional[str]]] = None,
+    host_mpi: Optional[Dict[str, Any]] = None,
+    launcher: str = "mpirun",
+    progress: Progress = None,
+) -> Native:
     """Choose and prepare the native side (``mode``: auto, host or rootfs). ``wanted``:
     the benchmark programs the run uses; ``host_programs``: where they are on the host
     (None: absent); ``host_mpi``: the host's mpirun (None: none)."""
@@ -194,13 +210,20 @@ def prepare_native(info: ImageInfo, *, mode: str, wanted: Sequence[str], cache: 
     if mode == "host" and not have_host:
         missing = [p for p in wanted if not host_programs.get(p)]
         what = ", ".join(missing) if missing else "mpirun"
-        raise UserError(f"--native host: the host lacks {what} (load the host's MPI and the benchmarks, "
-                        "e.g. `spack load dedal-benchmarks`, or use --native rootfs)")
+        raise UserError(
+            f"--native host: the host lacks {what} (load the host's MPI and the benchmarks, "
+            "e.g. `spack load dedal-benchmarks`, or use --native rootfs)"
+        )
     if mode == "host" or (mode == "auto" and have_host and native_root is None):
         mpi = (host_mpi or {}).get("version_line") or "srun"
-        return Native("host", None, f"the host's own MPI stack ({mpi}) and benchmark programs from the host's PATH "
-                      "(a separate build of the same benchmarks), no container", 
-                      {p: str(host_programs[p]) for p in wanted}, time.monotonic() - start)
+        return Native(
+            "host",
+            None,
+            f"the host's own MPI stack ({mpi}) and benchmark programs from the host's PATH "
+            "(a separate build of the same benchmarks), no container",
+            {p: str(host_programs[p]) for p in wanted},
+            time.monotonic() - start,
+        )
     if native_root is not None:
         root = Path(native_root)
         if not root.is_dir():
@@ -213,16 +236,34 @@ def prepare_native(info: ImageInfo, *, mode: str, wanted: Sequence[str], cache: 
             if host is None or not host.is_file() or sha256_file(host) != digest:
                 differ.append(name)
         if differ:
-            raise UserError(f"--native-root {root}: {', '.join(differ)} differ from the image's (not the same "
-                            "binaries, so the comparison would mean nothing)")
-        return Native("rootfs", root, f"the image's programs and libraries from the directory {root} (checked: "
-                      f"the benchmark binaries are byte-identical to the image's), run with {NATIVE_RUN}",
-                      dict(info.programs), time.monotonic() - start)
+            raise UserError(
+                f"--native-root {root}: {', '.join(differ)} differ from the image's (not the same "
+                "binaries, so the comparison would mean nothing)"
+            )
+        return Native(
+            "rootfs",
+            root,
+            f"the image's programs and libraries from the directory {root} (checked: "
+            f"the benchmark binaries are byte-identical to the image's), run with {NATIVE_RUN}",
+            dict(info.programs),
+            time.monotonic() - start,
+        )
     if info.kind == "dir":
-        return Native("same-dir", info.path, f"the same root directory as the container runs ({info.path}), run "
-                      f"with {NATIVE_RUN}; native and container differ only in the sandbox", dict(info.programs),
-                      time.monotonic() - start)
+        return Native(
+            "same-dir",
+            info.path,
+            f"the same root directory as the container runs ({info.path}), run "
+            f"with {NATIVE_RUN}; native and container differ only in the sandbox",
+            dict(info.programs),
+            time.monotonic() - start,
+        )
     root, reused = unpack_root(info, cache, progress=progress)
-    return Native("rootfs", root, f"the image's own root filesystem unpacked onto local storage ({root}): the same "
-                  f"binaries and libraries as plain files instead of the mounted image, run with {NATIVE_RUN}",
-                  dict(info.programs), time.monotonic() - start, cached=reused)
+    return Native(
+        "rootfs",
+        root,
+        f"the image's own root filesystem unpacked onto local storage ({root}): the same "
+        f"binaries and libraries as plain files instead of the mounted image, run with {NATIVE_RUN}",
+        dict(info.programs),
+        time.monotonic() - start,
+        cached=reused,
+    )

@@ -5,6 +5,7 @@ Settings come from (later wins): built-in defaults, the image's label
 environment file's ``dedal.verify`` section (``--env-file``), the command line. The
 options are checked here, before anything runs (unknown thresholds included).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,12 +64,23 @@ class Options:
     def settings_digest(self) -> str:
         """What decides a verification besides the image (sha256 of them): a report made
         with other settings (ranks, thresholds, application checks ...) is not this one's."""
-        keys = {"runtime": self.runtime, "ranks": self.ranks, "nodes": self.nodes, "repetitions": self.repetitions,
-                "launcher": self.launcher, "benchmarks": list(self.benchmarks), "env": dict(self.env),
-                "thresholds": dict(self.thresholds), "gpu": self.gpu, "max_size": self.max_size,
-                "nccl_max_size": self.nccl_max_size, "native": self.native,
-                "native_root": str(self.native_root) if self.native_root else None, "timeout": self.timeout,
-                "apps": [a.to_json() for a in self.apps]}
+        keys = {
+            "runtime": self.runtime,
+            "ranks": self.ranks,
+            "nodes": self.nodes,
+            "repetitions": self.repetitions,
+            "launcher": self.launcher,
+            "benchmarks": list(self.benchmarks),
+            "env": dict(self.env),
+            "thresholds": dict(self.thresholds),
+            "gpu": self.gpu,
+            "max_size": self.max_size,
+            "nccl_max_size": self.nccl_max_size,
+            "native": self.native,
+            "native_root": str(self.native_root) if self.native_root else None,
+            "timeout": self.timeout,
+            "apps": [a.to_json() for a in self.apps],
+        }
         if not self.remeasure:  # only when off: the digests of reports made before it stay as they were
             keys["remeasure"] = False
         if self.rules:  # likewise: only where a site has rows of its own
@@ -96,8 +108,9 @@ class Given:
     remeasure: bool = True
 
 
-def verify_options(image: Path, output: Optional[Path], settings: Any, spec: Optional[VerifySpec],
-                   given: Given = Given()) -> Options:
+def verify_options(
+    image: Path, output: Optional[Path], settings: Any, spec: Optional[VerifySpec], given: Given = Given()
+) -> Options:
     """The one merge of a verification's options, for ``dedal verify`` and build-image alike:
     the defaults (the environment file schema's, then these), the environment file's
     ``dedal.verify`` section (``spec``; None without a file), what was ``given`` on the command
@@ -106,19 +119,27 @@ def verify_options(image: Path, output: Optional[Path], settings: Any, spec: Opt
     spec = spec if spec is not None else VerifySpec()
     thresholds: Dict[str, Any] = {**spec.thresholds, **given.thresholds}
     opts = Options(
-        image=image, output=output, reports_dir=Path(settings.reports_dir), cache_dir=Path(settings.cache_dir),
+        image=image,
+        output=output,
+        reports_dir=Path(settings.reports_dir),
+        cache_dir=Path(settings.cache_dir),
         runtime=settings.runtime,
         ranks=given.ranks if given.ranks is not None else spec.ranks,
         nodes=given.nodes if given.nodes is not None else (spec.nodes if spec.nodes > 1 else None),
         repetitions=given.repetitions if given.repetitions is not None else spec.repetitions,
         launcher=given.launcher or spec.launcher,
         benchmarks=list(given.benchmarks or spec.benchmarks or list(KEYS) + ["osu"]),
-        env={**spec.env, **given.env}, thresholds=thresholds,
+        env={**spec.env, **given.env},
+        thresholds=thresholds,
         gpu=given.gpu if given.gpu is not None else (True if spec.gpu else None),
-        max_size=given.max_size or DEFAULT_MAX_SIZE, nccl_max_size=given.nccl_max_size or DEFAULT_NCCL_MAX,
-        native=given.native, native_root=given.native_root,
+        max_size=given.max_size or DEFAULT_MAX_SIZE,
+        nccl_max_size=given.nccl_max_size or DEFAULT_NCCL_MAX,
+        native=given.native,
+        native_root=given.native_root,
         timeout=given.timeout if given.timeout is not None else DEFAULT_TIMEOUT,
-        images_dir=Path(settings.images_dir), apps=list(spec.apps), remeasure=given.remeasure,
+        images_dir=Path(settings.images_dir),
+        apps=list(spec.apps),
+        remeasure=given.remeasure,
         rules=site_rules(settings) + list(spec.rules),
     )
     # one rank per node is fine on one node too: the runs within a node use 2 (Plan.ranks_for)
@@ -131,8 +152,9 @@ def verify_options(image: Path, output: Optional[Path], settings: Any, spec: Opt
     if opts.timeout <= 0:
         raise UserError("--timeout must be positive")
     if opts.launcher == "mpirun" and (opts.nodes or 1) > 1:
-        raise UserError(f"{opts.nodes} nodes need the srun launcher (inside a Slurm allocation); mpirun runs on "
-                        "this node")
+        raise UserError(
+            f"{opts.nodes} nodes need the srun launcher (inside a Slurm allocation); mpirun runs on this node"
+        )
     if "apps" in opts.benchmarks and not opts.apps:
         raise UserError("--benchmarks apps: no application checks to run (dedal.verify.apps of an --env-file)")
     Thresholds.from_mapping(opts.thresholds)  # unknown keys and bad values fail now, before anything runs
@@ -145,7 +167,12 @@ def _pairs(specs: Sequence[str], what: str) -> Dict[str, str]:
     for spec in specs:
         key, sep, value = spec.partition("=")
         key = key.strip()
-        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+        if (
+            not sep
+            or not key
+            or not (key[0].isalpha() or key[0] == "_")
+            or not all(c.isalnum() or c == "_" for c in key)
+        ):
             raise UserError(f"{what} {spec!r}: expected KEY=VALUE with a valid name")
         out[key] = value
     return out
@@ -162,11 +189,22 @@ def options_from_args(args: argparse.Namespace) -> Options:
             thresholds[key] = float(value)
         except ValueError:
             raise UserError(f"--threshold {key}={value}: expected a number") from None
-    given = Given(ranks=args.ranks, nodes=args.nodes, repetitions=args.repetitions, launcher=args.launcher,
-                  benchmarks=_benchmark_list(args.benchmarks) if args.benchmarks else None,
-                  env=_pairs(args.env, "--env"), thresholds=thresholds, gpu=args.gpu, max_size=args.max_size,
-                  nccl_max_size=args.nccl_max_size, native=args.native, native_root=args.native_root,
-                  timeout=args.timeout, remeasure=getattr(args, "remeasure", True))
+    given = Given(
+        ranks=args.ranks,
+        nodes=args.nodes,
+        repetitions=args.repetitions,
+        launcher=args.launcher,
+        benchmarks=_benchmark_list(args.benchmarks) if args.benchmarks else None,
+        env=_pairs(args.env, "--env"),
+        thresholds=thresholds,
+        gpu=args.gpu,
+        max_size=args.max_size,
+        nccl_max_size=args.nccl_max_size,
+        native=args.native,
+        native_root=args.native_root,
+        timeout=args.timeout,
+        remeasure=getattr(args, "remeasure", True),
+    )
     return verify_options(image, args.output, settings, spec, given)
 
 
@@ -189,6 +227,8 @@ def _benchmark_list(text: str) -> List[str]:
     known = set(KEYS) | {"osu", "apps"} | {b.name for b in CATALOGUE}
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise UserError(f"--benchmarks {text!r}: unknown {', '.join(bad) or 'empty list'}; known: "
-                        f"{', '.join(KEYS)}, osu, apps, or program names ({', '.join(b.name for b in CATALOGUE)})")
+        raise UserError(
+            f"--benchmarks {text!r}: unknown {', '.join(bad) or 'empty list'}; known: "
+            f"{', '.join(KEYS)}, osu, apps, or program names ({', '.join(b.name for b in CATALOGUE)})"
+        )
     return names

@@ -8,6 +8,7 @@ of the machine hits both sides alike; one unmeasured warm-up per side first. UCX
 (``UCX_LOG_LEVEL=info UCX_PROTO_INFO=y``), Open MPI (``pml_base_verbose``) and NCCL
 (``NCCL_DEBUG=INFO``) debug output is on for every run.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,14 +28,14 @@ T = TypeVar("T")
 #: device, and ob1 hangs under Slurm's PMIx 4 server, or crashes in MPI_Init
 #: (mca_pml_ob1_recv_frag_callback_match, ringtest on 3 nodes of the test cluster)
 MPI_ENV = {
-    "OMPI_MCA_pml": "ucx",            # the UCX pml
-    "OMPI_MCA_pml_ucx_tls": "any",    # Open MPI 5 defaults to Mellanox transports only
+    "OMPI_MCA_pml": "ucx",  # the UCX pml
+    "OMPI_MCA_pml_ucx_tls": "any",  # Open MPI 5 defaults to Mellanox transports only
     "OMPI_MCA_pml_ucx_devices": "any",
 }
 #: and the debug output every benchmark run has on (the applications' output stays theirs)
 DEBUG_ENV = {
-    "UCX_LOG_LEVEL": "info",          # UCX: version, selected transports per endpoint configuration
-    "UCX_PROTO_INFO": "y",            # UCX: protocol table per message size range
+    "UCX_LOG_LEVEL": "info",  # UCX: version, selected transports per endpoint configuration
+    "UCX_PROTO_INFO": "y",  # UCX: protocol table per message size range
     **MPI_ENV,
     "OMPI_MCA_pml_base_verbose": "10",  # which pml was selected
 }
@@ -46,7 +47,7 @@ class Run:
     side: str
     scope: str
     bench: Bench
-    rep: int               # 0: warm-up
+    rep: int  # 0: warm-up
     ranks: int
     nodes: int
     log: Path
@@ -65,7 +66,7 @@ class Run:
 @dataclass
 class Plan:
     launcher: str
-    scopes: List[Tuple[str, int]]        # (scope, nodes)
+    scopes: List[Tuple[str, int]]  # (scope, nodes)
     benches: List[Bench]
     repetitions: int
     ranks: int
@@ -83,8 +84,12 @@ class Plan:
     def pairs(self) -> List[Tuple[str, Bench]]:
         """(scope, bench) of every check: each benchmark in each scope, those that measure
         something only one node has (``intra_only``) within a node only."""
-        return [(scope, bench) for scope, _nodes in self.scopes for bench in self.benches
-                if not (bench.intra_only and scope != "intra-node")]
+        return [
+            (scope, bench)
+            for scope, _nodes in self.scopes
+            for bench in self.benches
+            if not (bench.intra_only and scope != "intra-node")
+        ]
 
     def order(self) -> List[Tuple[str, Bench, int, str]]:
         """(scope, bench, repetition, side) in run order: warm-up first, then each

@@ -24,6 +24,7 @@ Everything here reads files (``/proc``, ``/dev``, ``/sys``); the one command is
 ``srun --mpi=list``, through the Slurm adapter. Paths are parameters so that tests can
 point the checks at recorded files.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,17 @@ class PreflightFailed(DedalError):
 _V2 = ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3")
 _V3 = _V2 + ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")
 _V4 = _V3 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
-_ICELAKE = _V4 + ("avx512_vnni", "avx512vbmi", "avx512_vbmi2", "avx512_bitalg", "avx512_vpopcntdq", "vaes",
-                  "gfni", "vpclmulqdq", "sha_ni")
+_ICELAKE = _V4 + (
+    "avx512_vnni",
+    "avx512vbmi",
+    "avx512_vbmi2",
+    "avx512_bitalg",
+    "avx512_vpopcntdq",
+    "vaes",
+    "gfni",
+    "vpclmulqdq",
+    "sha_ni",
+)
 _ZEN = _V3 + ("adx", "rdseed", "clzero", "sha_ni", "clflushopt")
 
 #: CPU flags (as /proc/cpuinfo names them) each Spack x86_64 target needs, after
@@ -80,16 +90,45 @@ X86_TARGETS: Dict[str, Tuple[str, ...]] = {
     "zen": _ZEN,
     "zen2": _ZEN + ("clwb",),
     "zen3": _ZEN + ("clwb", "vaes", "vpclmulqdq"),
-    "zen4": _V4 + ("adx", "rdseed", "clzero", "sha_ni", "clwb", "vaes", "vpclmulqdq", "avx512_bf16",
-                   "avx512_vnni", "avx512vbmi", "avx512_vbmi2", "gfni"),
-    "zen5": _V4 + ("adx", "rdseed", "clzero", "sha_ni", "clwb", "vaes", "vpclmulqdq", "avx512_bf16",
-                   "avx512_vnni", "avx512vbmi", "avx512_vbmi2", "gfni", "avx_vnni"),
+    "zen4": _V4
+    + (
+        "adx",
+        "rdseed",
+        "clzero",
+        "sha_ni",
+        "clwb",
+        "vaes",
+        "vpclmulqdq",
+        "avx512_bf16",
+        "avx512_vnni",
+        "avx512vbmi",
+        "avx512_vbmi2",
+        "gfni",
+    ),
+    "zen5": _V4
+    + (
+        "adx",
+        "rdseed",
+        "clzero",
+        "sha_ni",
+        "clwb",
+        "vaes",
+        "vpclmulqdq",
+        "avx512_bf16",
+        "avx512_vnni",
+        "avx512vbmi",
+        "avx512_vbmi2",
+        "gfni",
+        "avx_vnni",
+    ),
 }
 #: families of other targets: the target names (prefixes) and the machine names of hosts that run them
 FAMILIES: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
     "x86_64": (tuple(X86_TARGETS), ("x86_64", "amd64")),
-    "aarch64": (("aarch64", "armv8", "armv9", "neoverse", "a64fx", "graviton", "thunderx", "cortex", "m1", "m2",
-                 "m3", "m4"), ("aarch64", "arm64")),
+    "aarch64": (
+        ("aarch64", "armv8", "armv9", "neoverse", "a64fx", "graviton", "thunderx", "cortex", "m1", "m2", "m3", "m4"),
+        ("aarch64", "arm64"),
+    ),
     "ppc64le": (("ppc64le", "power8le", "power9le", "power10le"), ("ppc64le",)),
 }
 _FLAG_ALIASES = {"lzcnt": "abm", "sse4.1": "sse4_1", "sse4.2": "sse4_2", "pni": "sse3"}
@@ -132,28 +171,54 @@ def check_cpu_target(target: Optional[str], flags: set, machine: str) -> List[Fi
     """The image's Spack target against the host CPU (fatal when the host lacks
     instructions the image's binaries may use)."""
     if not target:
-        return [F.info("cpu-target-unknown", "the image records no Spack target (label dedal.target or "
-                       "spec.json): its binaries' CPU requirements were not checked")]
+        return [
+            F.info(
+                "cpu-target-unknown",
+                "the image records no Spack target (label dedal.target or "
+                "spec.json): its binaries' CPU requirements were not checked",
+            )
+        ]
     fam, host_fam = target_family(target), machine_family(machine)
     if fam and host_fam and fam != host_fam:
-        return [F.error("cpu-arch-mismatch", f"the image is built for {target} ({fam}) but this host is {machine}: "
-                        "its programs cannot run here", [f"target: {target}", f"host machine: {machine}"])]
+        return [
+            F.error(
+                "cpu-arch-mismatch",
+                f"the image is built for {target} ({fam}) but this host is {machine}: its programs cannot run here",
+                [f"target: {target}", f"host machine: {machine}"],
+            )
+        ]
     need = X86_TARGETS.get(target.lower())
     if need is None:
         if fam and fam != "x86_64":
-            return [F.info("cpu-target-unchecked", f"image target {target} ({fam}): only the architecture was "
-                           f"checked ({machine}), not the CPU's features")]
-        return [F.warning("cpu-target-unchecked", f"image target {target!r} is not in dedal's table of x86_64 "
-                          "targets: the host CPU was not checked against it")]
+            return [
+                F.info(
+                    "cpu-target-unchecked",
+                    f"image target {target} ({fam}): only the architecture was "
+                    f"checked ({machine}), not the CPU's features",
+                )
+            ]
+        return [
+            F.warning(
+                "cpu-target-unchecked",
+                f"image target {target!r} is not in dedal's table of x86_64 "
+                "targets: the host CPU was not checked against it",
+            )
+        ]
     if not flags:
-        return [F.warning("cpu-flags-unknown", f"the host CPU's flags could not be read; image target {target} "
-                          "not checked")]
+        return [
+            F.warning("cpu-flags-unknown", f"the host CPU's flags could not be read; image target {target} not checked")
+        ]
     missing = [f for f in need if f not in flags]
     if missing:
-        return [F.error("cpu-target", f"the image is built for {target} but this CPU lacks "
-                        f"{', '.join(missing)}: its programs may die with 'Illegal instruction'; rebuild for an "
-                        "older target (e.g. x86_64_v2) or run on newer nodes",
-                        [f"target {target} needs: {' '.join(need)}", f"missing on this host: {' '.join(missing)}"])]
+        return [
+            F.error(
+                "cpu-target",
+                f"the image is built for {target} but this CPU lacks "
+                f"{', '.join(missing)}: its programs may die with 'Illegal instruction'; rebuild for an "
+                "older target (e.g. x86_64_v2) or run on newer nodes",
+                [f"target {target} needs: {' '.join(need)}", f"missing on this host: {' '.join(missing)}"],
+            )
+        ]
     return [F.info("cpu-target", f"the host CPU has every instruction set the image's target {target} needs")]
 
 
@@ -162,11 +227,25 @@ def check_cpu_target(target: Optional[str], flags: set, machine: str) -> List[Fi
 #: minimum Linux driver of each CUDA toolkit release (NVIDIA's CUDA release notes, table
 #: "CUDA Toolkit and Corresponding Driver Versions", the GA driver of each minor release)
 CUDA_MIN_DRIVER: Dict[Tuple[int, int], Tuple[int, ...]] = {
-    (11, 0): (450, 36, 6), (11, 1): (455, 23), (11, 2): (460, 27, 3), (11, 3): (465, 19, 1),
-    (11, 4): (470, 42, 1), (11, 5): (495, 29, 5), (11, 6): (510, 39, 1), (11, 7): (515, 43, 4),
-    (11, 8): (520, 61, 5), (12, 0): (525, 60, 13), (12, 1): (530, 30, 2), (12, 2): (535, 54, 3),
-    (12, 3): (545, 23, 6), (12, 4): (550, 54, 14), (12, 5): (555, 42, 2), (12, 6): (560, 28, 3),
-    (12, 8): (570, 26), (12, 9): (575, 51, 3), (13, 0): (580, 65, 6),
+    (11, 0): (450, 36, 6),
+    (11, 1): (455, 23),
+    (11, 2): (460, 27, 3),
+    (11, 3): (465, 19, 1),
+    (11, 4): (470, 42, 1),
+    (11, 5): (495, 29, 5),
+    (11, 6): (510, 39, 1),
+    (11, 7): (515, 43, 4),
+    (11, 8): (520, 61, 5),
+    (12, 0): (525, 60, 13),
+    (12, 1): (530, 30, 2),
+    (12, 2): (535, 54, 3),
+    (12, 3): (545, 23, 6),
+    (12, 4): (550, 54, 14),
+    (12, 5): (555, 42, 2),
+    (12, 6): (560, 28, 3),
+    (12, 8): (570, 26),
+    (12, 9): (575, 51, 3),
+    (13, 0): (580, 65, 6),
 }
 #: minimum driver of CUDA's minor version compatibility within a major release
 CUDA_MAJOR_MIN_DRIVER: Dict[int, Tuple[int, ...]] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
@@ -177,8 +256,9 @@ def _ver(text: str) -> Tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
-def gpu_driver(proc_version: Path = Path("/proc/driver/nvidia/version"),
-               gpus_dir: Path = Path("/proc/driver/nvidia/gpus")) -> Dict[str, Any]:
+def gpu_driver(
+    proc_version: Path = Path("/proc/driver/nvidia/version"), gpus_dir: Path = Path("/proc/driver/nvidia/gpus")
+) -> Dict[str, Any]:
     """The NVIDIA kernel driver version and the GPUs it drives (empty when there is none)."""
     info: Dict[str, Any] = {"driver": None, "gpus": 0, "line": ""}
     try:
@@ -195,19 +275,28 @@ def gpu_driver(proc_version: Path = Path("/proc/driver/nvidia/version"),
     return info
 
 
-def check_gpu(cuda: Optional[str], driver: Optional[str], gpus: int, *, want_gpu: bool, driver_line: str = "") -> List[Finding]:
+def check_gpu(
+    cuda: Optional[str], driver: Optional[str], gpus: int, *, want_gpu: bool, driver_line: str = ""
+) -> List[Finding]:
     """The image's CUDA against the host driver. Fatal when GPU benchmarks are wanted and
     the driver is missing or older than the CUDA major release allows."""
     if not cuda:
         if want_gpu:
-            return [F.error("gpu-no-cuda", "GPU verification was asked for but the image carries no CUDA "
-                            "(no dedal.version.cuda label, no cuda in its Spack specs)")]
+            return [
+                F.error(
+                    "gpu-no-cuda",
+                    "GPU verification was asked for but the image carries no CUDA "
+                    "(no dedal.version.cuda label, no cuda in its Spack specs)",
+                )
+            ]
         return []
     cv = _ver(cuda)[:2]
     if not driver:
         f = (F.error if want_gpu else F.info)(
-            "gpu-driver-missing", f"the image carries CUDA {cuda} but this host has no NVIDIA driver "
-            "(/proc/driver/nvidia/version): GPU benchmarks " + ("cannot run" if want_gpu else "are skipped"))
+            "gpu-driver-missing",
+            f"the image carries CUDA {cuda} but this host has no NVIDIA driver "
+            "(/proc/driver/nvidia/version): GPU benchmarks " + ("cannot run" if want_gpu else "are skipped"),
+        )
         return [f]
     dv = _ver(driver)
     ev = [driver_line or f"driver {driver}", f"image CUDA {cuda}"]
@@ -218,13 +307,24 @@ def check_gpu(cuda: Optional[str], driver: Optional[str], gpus: int, *, want_gpu
         exact = CUDA_MIN_DRIVER[below[-1]] if below else None
     fmt = lambda v: ".".join(str(x) for x in v)  # noqa: E731
     if major_min is not None and dv < major_min:
-        return [(F.error if want_gpu else F.warning)(
-            "gpu-driver-too-old", f"NVIDIA driver {driver} is too old for the image's CUDA {cuda} (CUDA {cv[0]}.x "
-            f"needs at least {fmt(major_min)}): CUDA programs fail with 'CUDA driver version is insufficient'", ev)]
+        return [
+            (F.error if want_gpu else F.warning)(
+                "gpu-driver-too-old",
+                f"NVIDIA driver {driver} is too old for the image's CUDA {cuda} (CUDA {cv[0]}.x "
+                f"needs at least {fmt(major_min)}): CUDA programs fail with 'CUDA driver version is insufficient'",
+                ev,
+            )
+        ]
     if exact is not None and dv < exact:
-        return [F.warning("gpu-driver-minor-compat", f"NVIDIA driver {driver} is older than CUDA {cuda}'s own "
-                          f"({fmt(exact)}): it runs through CUDA's minor version compatibility, but PTX JIT of "
-                          "newer code and some new APIs fail", ev)]
+        return [
+            F.warning(
+                "gpu-driver-minor-compat",
+                f"NVIDIA driver {driver} is older than CUDA {cuda}'s own "
+                f"({fmt(exact)}): it runs through CUDA's minor version compatibility, but PTX JIT of "
+                "newer code and some new APIs fail",
+                ev,
+            )
+        ]
     return [F.info("gpu-driver", f"NVIDIA driver {driver} supports the image's CUDA {cuda} ({gpus} GPU(s))", ev)]
 
 
@@ -237,11 +337,21 @@ def check_passthrough(backend: str, libraries: Sequence[str], note: str, *, use_
     if backend == "apptainer":
         return [F.info("gpu-passthrough", "apptainer --nv binds the host's NVIDIA driver into the container")]
     if not any(name.startswith("libcuda.so") for name in libraries):
-        return [F.error("gpu-passthrough-missing", f"runtime {backend} finds no libcuda.so of the host's NVIDIA driver "
-                        f"to bind into the container ({note or 'none in the ld cache'}): the GPU runs cannot start",
-                        [f"driver libraries found: {', '.join(libraries) or 'none'}"])]
-    return [F.info("gpu-passthrough", f"runtime {backend} binds the host's NVIDIA driver into the container "
-                   f"({len(libraries)} libraries, e.g. {', '.join(libraries[:3])}, in /.singularity.d/libs)")]
+        return [
+            F.error(
+                "gpu-passthrough-missing",
+                f"runtime {backend} finds no libcuda.so of the host's NVIDIA driver "
+                f"to bind into the container ({note or 'none in the ld cache'}): the GPU runs cannot start",
+                [f"driver libraries found: {', '.join(libraries) or 'none'}"],
+            )
+        ]
+    return [
+        F.info(
+            "gpu-passthrough",
+            f"runtime {backend} binds the host's NVIDIA driver into the container "
+            f"({len(libraries)} libraries, e.g. {', '.join(libraries[:3])}, in /.singularity.d/libs)",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------- network, PMIx
@@ -262,19 +372,32 @@ def slingshot(devdir: Path = Path("/dev")) -> List[str]:
         return []
 
 
-def check_infiniband(devices: Sequence[str], *, multi_node: bool,
-                     rows: Sequence[rules.Rule] = rules.RULES) -> List[Finding]:
+def check_infiniband(
+    devices: Sequence[str], *, multi_node: bool, rows: Sequence[rules.Rule] = rules.RULES
+) -> List[Finding]:
     """The host's fabric, and how the rules grade TCP between nodes on it (the same row that
     judges the run logs: :func:`dedal.stages.verify.judge.graded`)."""
     fabric = bool(devices)
     ctx = graded("tcp", "inter-node", HostFacts(has_infiniband=fabric, multi_node=multi_node), rows)
-    how = ("TCP between nodes is expected, not a fallback" if ctx is not None and ctx.severity == "info" else
-           "a TCP transport between nodes is a fallback")
+    how = (
+        "TCP between nodes is expected, not a fallback"
+        if ctx is not None and ctx.severity == "info"
+        else "a TCP transport between nodes is a fallback"
+    )
     if fabric:
-        return [F.info("infiniband", f"RDMA devices {', '.join(devices[:6])}: RDMA transports are expected between "
-                       f"nodes ({how})")]
-    return [F.info("no-infiniband", "no RDMA device on this host (/dev/infiniband, /dev/cxi*): between nodes only "
-                   "TCP is possible" + (f", so {how}" if multi_node else ""))]
+        return [
+            F.info(
+                "infiniband",
+                f"RDMA devices {', '.join(devices[:6])}: RDMA transports are expected between nodes ({how})",
+            )
+        ]
+    return [
+        F.info(
+            "no-infiniband",
+            "no RDMA device on this host (/dev/infiniband, /dev/cxi*): between nodes only "
+            "TCP is possible" + (f", so {how}" if multi_node else ""),
+        )
+    ]
 
 
 def check_pmix(parsed: Mapping[str, Any]) -> List[Finding]:
@@ -282,15 +405,30 @@ def check_pmix(parsed: Mapping[str, Any]) -> List[Finding]:
     plugins = list(parsed.get("plugins") or [])
     versions = list(parsed.get("pmix_versions") or [])
     if not parsed.get("has_pmix"):
-        return [F.error("pmix-missing", "Slurm offers no pmix MPI plugin (srun --mpi=list): `srun --mpi=pmix` "
-                        "cannot start the image's Open MPI 5; ask the site for Slurm built with PMIx",
-                        [f"plugins: {', '.join(plugins) or 'none'}"])]
-    out = [F.info("pmix", f"Slurm offers pmix ({', '.join(versions) or 'version not listed'})",
-                  [f"plugins: {', '.join(plugins)}"])]
+        return [
+            F.error(
+                "pmix-missing",
+                "Slurm offers no pmix MPI plugin (srun --mpi=list): `srun --mpi=pmix` "
+                "cannot start the image's Open MPI 5; ask the site for Slurm built with PMIx",
+                [f"plugins: {', '.join(plugins) or 'none'}"],
+            )
+        ]
+    out = [
+        F.info(
+            "pmix",
+            f"Slurm offers pmix ({', '.join(versions) or 'version not listed'})",
+            [f"plugins: {', '.join(plugins)}"],
+        )
+    ]
     if versions and all(v in ("pmix_v2", "pmix_v3", "pmix_v4") for v in versions):
-        out.append(F.info("pmix-server-old", f"Slurm's PMIx server is {versions[-1]}, older than the image's PMIx 5 "
-                          "client: Open MPI 5's ob1 pml gets no locality from it and hangs, so the runs use the "
-                          "UCX pml"))
+        out.append(
+            F.info(
+                "pmix-server-old",
+                f"Slurm's PMIx server is {versions[-1]}, older than the image's PMIx 5 "
+                "client: Open MPI 5's ob1 pml gets no locality from it and hangs, so the runs use the "
+                "UCX pml",
+            )
+        )
     return out
 
 
@@ -305,7 +443,7 @@ class Preflight:
     host: HostFacts
     findings: List[Finding] = field(default_factory=list)
     fatal: List[Finding] = field(default_factory=list)
-    facts: Dict[str, Any] = field(default_factory=dict)   # what was looked at (for the report)
+    facts: Dict[str, Any] = field(default_factory=dict)  # what was looked at (for the report)
     logs: List[Dict[str, Any]] = field(default_factory=list)  # parsed outputs (srun --mpi=list)
 
     def add(self, items: Sequence[Finding], *, fatal_codes: Sequence[str] = ()) -> None:
@@ -318,9 +456,18 @@ class Preflight:
         return "preflight: " + "; ".join(f"{f.message}" for f in self.fatal)
 
 
-FATAL = ("cpu-arch-mismatch", "cpu-target", "gpu-driver-too-old", "gpu-driver-missing", "gpu-no-cuda",
-         "gpu-passthrough-missing", "pmix-missing",
-         "sif-arch", "runtime-missing", "nodes")
+FATAL = (
+    "cpu-arch-mismatch",
+    "cpu-target",
+    "gpu-driver-too-old",
+    "gpu-driver-missing",
+    "gpu-no-cuda",
+    "gpu-passthrough-missing",
+    "pmix-missing",
+    "sif-arch",
+    "runtime-missing",
+    "nodes",
+)
 
 
 def check_load(loadavg: Path = Path("/proc/loadavg"), cpus: Optional[int] = None) -> List[Finding]:
@@ -332,24 +479,36 @@ def check_load(loadavg: Path = Path("/proc/loadavg"), cpus: Optional[int] = None
     except (OSError, ValueError, IndexError):
         return []
     if load1 > 0.5 * cpus:
-        return [F.warning("host-busy", f"the host is busy before the runs start (load average {load1:.2f} on "
-                          f"{cpus} CPU(s)): timing differences between native and container runs may be noise; "
-                          "verify on an idle node (e.g. a Slurm allocation with --exclusive) for a firm verdict",
-                          [f"/proc/loadavg: {loadavg.read_text().strip()}"])]
+        return [
+            F.warning(
+                "host-busy",
+                f"the host is busy before the runs start (load average {load1:.2f} on "
+                f"{cpus} CPU(s)): timing differences between native and container runs may be noise; "
+                "verify on an idle node (e.g. a Slurm allocation with --exclusive) for a firm verdict",
+                [f"/proc/loadavg: {loadavg.read_text().strip()}"],
+            )
+        ]
     return [F.info("host-load", f"load average {load1:.2f} on {cpus} CPU(s) before the runs")]
 
 
-def run_preflight(*, image_target: Optional[str], image_cuda: Optional[str], image_arch: Optional[str],
-                  launcher: str, nodes: int, want_gpu: Optional[bool],
-                  srun_mpi_list: Optional[Callable[[], str]] = None,
-                  allocation_nodes: Optional[int] = None,
-                  cpuinfo: Path = Path("/proc/cpuinfo"),
-                  nvidia_version: Path = Path("/proc/driver/nvidia/version"),
-                  nvidia_gpus: Path = Path("/proc/driver/nvidia/gpus"),
-                  infiniband_dir: Path = Path("/dev/infiniband"),
-                  cxi_dir: Path = Path("/dev"),
-                  loadavg: Path = Path("/proc/loadavg"),
-                  machine: Optional[str] = None) -> Preflight:
+def run_preflight(
+    *,
+    image_target: Optional[str],
+    image_cuda: Optional[str],
+    image_arch: Optional[str],
+    launcher: str,
+    nodes: int,
+    want_gpu: Optional[bool],
+    srun_mpi_list: Optional[Callable[[], str]] = None,
+    allocation_nodes: Optional[int] = None,
+    cpuinfo: Path = Path("/proc/cpuinfo"),
+    nvidia_version: Path = Path("/proc/driver/nvidia/version"),
+    nvidia_gpus: Path = Path("/proc/driver/nvidia/gpus"),
+    infiniband_dir: Path = Path("/dev/infiniband"),
+    cxi_dir: Path = Path("/dev"),
+    loadavg: Path = Path("/proc/loadavg"),
+    machine: Optional[str] = None,
+) -> Preflight:
     """Every check; ``srun_mpi_list`` returns ``srun --mpi=list``'s output (called only
     under Slurm). ``want_gpu`` None means: GPU benchmarks if the host has GPUs."""
     machine = machine or os.uname().machine
@@ -359,19 +518,37 @@ def run_preflight(*, image_target: Optional[str], image_cuda: Optional[str], ima
     use_gpu = bool(want_gpu) if want_gpu is not None else bool(drv["driver"] and drv["gpus"] and image_cuda)
     cpu = cpu_info(cpuinfo)
     pf = Preflight(HostFacts(has_infiniband=bool(ib), multi_node=multi, gpus=drv["gpus"] if use_gpu else 0))
-    pf.facts = {"machine": machine, "cpu_model": cpu["model"], "infiniband": ib, "nvidia_driver": drv["driver"],
-                "gpus": drv["gpus"], "gpu_benchmarks": use_gpu, "image_target": image_target,
-                "image_cuda": image_cuda, "launcher": launcher, "nodes": nodes}
+    pf.facts = {
+        "machine": machine,
+        "cpu_model": cpu["model"],
+        "infiniband": ib,
+        "nvidia_driver": drv["driver"],
+        "gpus": drv["gpus"],
+        "gpu_benchmarks": use_gpu,
+        "image_target": image_target,
+        "image_cuda": image_cuda,
+        "launcher": launcher,
+        "nodes": nodes,
+    }
     if image_arch:
         host_arch = sif.host_arch()
         if image_arch != host_arch:
-            pf.add([F.error("sif-arch", f"the image is for {image_arch} but this host is {host_arch}",
-                            [f"SIF architecture: {image_arch}"])], fatal_codes=FATAL)
+            pf.add(
+                [
+                    F.error(
+                        "sif-arch",
+                        f"the image is for {image_arch} but this host is {host_arch}",
+                        [f"SIF architecture: {image_arch}"],
+                    )
+                ],
+                fatal_codes=FATAL,
+            )
     pf.add(check_cpu_target(image_target, cpu["flags"], machine), fatal_codes=FATAL)
     pf.add(check_infiniband(ib, multi_node=multi))
     pf.add(check_load(loadavg))
-    pf.add(check_gpu(image_cuda, drv["driver"], drv["gpus"], want_gpu=use_gpu, driver_line=drv["line"]),
-           fatal_codes=FATAL)
+    pf.add(
+        check_gpu(image_cuda, drv["driver"], drv["gpus"], want_gpu=use_gpu, driver_line=drv["line"]), fatal_codes=FATAL
+    )
     if launcher == "srun":
         if srun_mpi_list is None:
             raise ValueError("srun_mpi_list is needed with the srun launcher")
@@ -382,6 +559,14 @@ def run_preflight(*, image_target: Optional[str], image_cuda: Optional[str], ima
         pf.facts["pmix_versions"] = parsed.get("pmix_versions") or []
         pf.add(check_pmix(parsed), fatal_codes=FATAL)
         if allocation_nodes is not None and nodes > allocation_nodes:
-            pf.add([F.error("nodes", f"{nodes} nodes asked for but the Slurm allocation has {allocation_nodes} "
-                            "(SLURM_JOB_NUM_NODES)")], fatal_codes=FATAL)
+            pf.add(
+                [
+                    F.error(
+                        "nodes",
+                        f"{nodes} nodes asked for but the Slurm allocation has {allocation_nodes} "
+                        "(SLURM_JOB_NUM_NODES)",
+                    )
+                ],
+                fatal_codes=FATAL,
+            )
     return pf

@@ -25,6 +25,7 @@ Every file is written to a temporary name in the same directory and renamed, so 
 exists whole or not at all. Plots are drawn with matplotlib's Agg canvas directly (no
 pyplot global state, no display needed).
 """
+
 from __future__ import annotations
 
 import io
@@ -36,8 +37,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.model.artifacts import write_atomic
 from dedal.model.verify_report import SCHEMA_VERSION, exit_code, skipped_text
-from dedal.stages.verify.checks import (CheckResult, SizeComparison, Thresholds, deciding_size, overall_verdict,
-                                        verdict_text)
+from dedal.stages.verify.checks import (
+    CheckResult,
+    SizeComparison,
+    Thresholds,
+    deciding_size,
+    overall_verdict,
+    verdict_text,
+)
 from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.findings import Finding, as_finding
 
@@ -55,13 +62,13 @@ _VERDICT_WORD = {
 class VerifyReport:
     image: str
     checks: List[CheckResult] = field(default_factory=list)
-    findings: List[Finding] = field(default_factory=list)     # transport rules and log findings
-    logs: List[Dict[str, Any]] = field(default_factory=list)   # parse results of the logs looked at
+    findings: List[Finding] = field(default_factory=list)  # transport rules and log findings
+    logs: List[Dict[str, Any]] = field(default_factory=list)  # parse results of the logs looked at
     measurements: Dict[str, Any] = field(default_factory=dict)  # name -> {unit, native: {size: [..]}, container: ..}
     host: Optional[HostFacts] = None
     thresholds: Thresholds = field(default_factory=Thresholds)
-    meta: Dict[str, Any] = field(default_factory=dict)          # provenance: versions, commands, dates
-    verdict: Optional[str] = None                              # None: computed from checks and findings
+    meta: Dict[str, Any] = field(default_factory=dict)  # provenance: versions, commands, dates
+    verdict: Optional[str] = None  # None: computed from checks and findings
 
     def __post_init__(self) -> None:
         self.findings = [as_finding(f) for f in self.findings]
@@ -119,15 +126,18 @@ def counts(report: VerifyReport) -> Dict[str, int]:
 def headline(report: VerifyReport) -> str:
     n = counts(report)
     skipped = f", {n['checks_skipped']} skipped" if n["checks_skipped"] else ""
-    return (f"{n['checks']} check(s), {n['checks_not_passed']} not passed{skipped}; {n['errors']} error(s), "
-            f"{n['warnings']} warning(s), {n['notes']} note(s)")
+    return (
+        f"{n['checks']} check(s), {n['checks_not_passed']} not passed{skipped}; {n['errors']} error(s), "
+        f"{n['warnings']} warning(s), {n['notes']} note(s)"
+    )
 
 
 def shown_findings(report: VerifyReport) -> List[Tuple[Optional[str], Finding]]:
     """The errors and warnings, errors first: the Findings of report.md and of the console."""
     order = {"error": 0, "warning": 1}
-    return sorted([(n, f) for n, f in all_findings(report) if f.severity in order],
-                  key=lambda nf: order[nf[1].severity])
+    return sorted(
+        [(n, f) for n, f in all_findings(report) if f.severity in order], key=lambda nf: order[nf[1].severity]
+    )
 
 
 def summary_row(check: CheckResult) -> Optional[Dict[str, Any]]:
@@ -138,9 +148,17 @@ def summary_row(check: CheckResult) -> Optional[Dict[str, Any]]:
     if pick is None:
         return None
     n, c = pick.native.median, pick.container.median
-    return {"check": check.name, "metric": check.metric, "unit": check.unit, "size": pick.size,
-            "native": n, "container": c, "ratio": (c / n) if n else None, "state": pick.state,
-            "verdict": check.verdict}
+    return {
+        "check": check.name,
+        "metric": check.metric,
+        "unit": check.unit,
+        "size": pick.size,
+        "native": n,
+        "container": c,
+        "ratio": (c / n) if n else None,
+        "state": pick.state,
+        "verdict": check.verdict,
+    }
 
 
 def console_lines(report: VerifyReport, limit: int = 20) -> List[str]:
@@ -150,16 +168,23 @@ def console_lines(report: VerifyReport, limit: int = 20) -> List[str]:
     rows = [r for r in (summary_row(c) for c in report.checks) if r]
     if rows:
         width = max(len(r["check"]) for r in rows)
-        out.append(f"{'check':<{width}}  {'size (B)':>9}  {'native':>12}  {'container':>12}  {'ratio':>7}  "
-                   f"{'size is':<11}  verdict")
+        out.append(
+            f"{'check':<{width}}  {'size (B)':>9}  {'native':>12}  {'container':>12}  {'ratio':>7}  "
+            f"{'size is':<11}  verdict"
+        )
         for r in rows:
             unit = r["unit"]
             ratio = f"{r['ratio']:.3f}" if r.get("ratio") is not None else "-"
             size = "-" if r.get("size") is None else str(r["size"])
-            out.append(f"{r['check']:<{width}}  {size:>9}  {r['native']:>9.4g} {unit:<2}  {r['container']:>9.4g} "
-                       f"{unit:<2}  {ratio:>7}  {r['state']:<11}  {r['verdict']}")
-    out += [f"check {c.name}: {c.verdict}" + (f": {c.skip_reason}" if c.skipped else "")
-            for c in report.checks if not c.passed]
+            out.append(
+                f"{r['check']:<{width}}  {size:>9}  {r['native']:>9.4g} {unit:<2}  {r['container']:>9.4g} "
+                f"{unit:<2}  {ratio:>7}  {r['state']:<11}  {r['verdict']}"
+            )
+    out += [
+        f"check {c.name}: {c.verdict}" + (f": {c.skip_reason}" if c.skipped else "")
+        for c in report.checks
+        if not c.passed
+    ]
     shown = [f for _, f in shown_findings(report)]
     for f in shown[:limit]:
         out.append(f"[{f.severity}] {f.code}: {f.message}")
@@ -186,14 +211,31 @@ def _jsonable(obj: Any) -> Any:
 def _log_summary(result: Mapping[str, Any]) -> Dict[str, Any]:
     """A parse result without its bulky parts (full protocol tables, per-channel evidence, the
     evidence lines the parsers keep for the rules: the findings quote them)."""
-    drop = {"protocols", "transport_evidence", "btl_peers", "frameworks", "devices", "ucx_transport_evidence",
-            "ucx_unavailable", "network_lines", "socket_lines", "ib_lines", "ib_unopenable", "no_verbs_lines",
-            "gdr_enabled_lines", "gdr_disabled_lines", "plugin_lines", "plugin_missing_lines", "plugin_failure",
-            "list_lines"}
+    drop = {
+        "protocols",
+        "transport_evidence",
+        "btl_peers",
+        "frameworks",
+        "devices",
+        "ucx_transport_evidence",
+        "ucx_unavailable",
+        "network_lines",
+        "socket_lines",
+        "ib_lines",
+        "ib_unopenable",
+        "no_verbs_lines",
+        "gdr_enabled_lines",
+        "gdr_disabled_lines",
+        "plugin_lines",
+        "plugin_missing_lines",
+        "plugin_failure",
+        "list_lines",
+    }
     return _jsonable({k: v for k, v in result.items() if k not in drop})
 
 
 # ---- files ---------------------------------------------------------------------------
+
 
 def _atomic_write(path: Path, data: bytes) -> None:
     write_atomic(path, data, mode=0o644, fsync=True)
@@ -232,6 +274,7 @@ def write_report(report: VerifyReport, outdir: Path) -> Dict[str, Path]:
 
 
 # ---- plots ---------------------------------------------------------------------------
+
 
 def plot_png(check: CheckResult) -> bytes:
     """PNG of one check. Top: median per size (line), min..max of the repetitions (band), native and
@@ -296,8 +339,10 @@ def _plot_ratio(rx, check: CheckResult, pts: List[SizeComparison]) -> None:
     ratios = [r for _, r in rated]
     rx.plot(xs, ratios, color="#444444", linewidth=1.0, marker="o", markersize=3, label="container / native")
     rx.axhline(1.0, color="#888888", linewidth=0.8)
-    for state, style in (("fail", dict(marker="x", color="#d62728", s=60, linewidths=2, label="fails the threshold")),
-                         ("noise", dict(marker="^", color="#ff7f0e", s=40, label="over, within noise"))):
+    for state, style in (
+        ("fail", dict(marker="x", color="#d62728", s=60, linewidths=2, label="fails the threshold")),
+        ("noise", dict(marker="^", color="#ff7f0e", s=40, label="over, within noise")),
+    ):
         sel = [(s.size, r) for s, r in rated if s.state == state]
         if sel:
             rx.scatter([x for x, _ in sel], [r for _, r in sel], zorder=3, **style)
@@ -314,8 +359,17 @@ def _plot_ratio(rx, check: CheckResult, pts: List[SizeComparison]) -> None:
     allowed_lo = [b if check.higher_is_better else pad_lo for b in bound]
     allowed_hi = [pad_hi if check.higher_is_better else b for b in bound]
     checked = [lim is not None for lim in limits]
-    rx.fill_between(xs, allowed_lo, allowed_hi, where=checked, color="#2ca02c", alpha=0.15, linewidth=0,
-                    step="mid", label="allowed by the threshold")
+    rx.fill_between(
+        xs,
+        allowed_lo,
+        allowed_hi,
+        where=checked,
+        color="#2ca02c",
+        alpha=0.15,
+        linewidth=0,
+        step="mid",
+        label="allowed by the threshold",
+    )
     rx.plot(xs, bound, color="#2ca02c", linewidth=1.0, linestyle="--", drawstyle="steps-mid")
     rx.set_ylim(pad_lo, pad_hi)
     rx.set_ylabel("container / native")
@@ -333,6 +387,7 @@ def _size_label(x: float) -> str:
 
 # ---- markdown ------------------------------------------------------------------------
 
+
 def _fmt(v: Optional[float]) -> str:
     if v is None:
         return "-"
@@ -348,8 +403,12 @@ def _md_escape(text: str) -> str:
 def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = None) -> str:
     plots = plots or {}
     v = report.overall
-    lines: List[str] = [f"# Verdict: {_upper_verdict(report)}", "",
-                        f"**{_VERDICT_WORD.get(v, v)}**: image `{report.image}`.", ""]
+    lines: List[str] = [
+        f"# Verdict: {_upper_verdict(report)}",
+        "",
+        f"**{_VERDICT_WORD.get(v, v)}**: image `{report.image}`.",
+        "",
+    ]
     skipped = skipped_text(report.checks)
     if skipped:
         lines += [f"Not everything planned ran ({skipped}): the verdict is about what ran.", ""]
@@ -382,16 +441,21 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
             lines += [f"![{c.name}]({plots[c.name]})", ""]
         if c.sizes:
             limit_head = "limit"
-            lines += [f"| size (B) | native median [min..max] ({c.unit}) | container median [min..max] ({c.unit}) "
-                      f"| difference | {limit_head} | ok |", "| ---: | ---: | ---: | ---: | ---: | :---: |"]
+            lines += [
+                f"| size (B) | native median [min..max] ({c.unit}) | container median [min..max] ({c.unit}) "
+                f"| difference | {limit_head} | ok |",
+                "| ---: | ---: | ---: | ---: | ---: | :---: |",
+            ]
             for s in c.sizes:
                 size = "-" if s.size is None else str(s.size)
                 diff = f"{s.delta:+.3g} {c.unit}" + (f" ({s.delta_pct:+.2f} %)" if s.delta_pct is not None else "")
                 lim = f"{s.limit:g} {s.limit_unit}" if s.limit is not None and s.checked else "not checked"
                 ok = {"ok": "yes", "noise": "noise", "fail": "**no**"}.get(s.state, "-")
-                lines.append(f"| {size} | {_fmt(s.native.median)} [{_fmt(s.native.min)}..{_fmt(s.native.max)}] | "
-                             f"{_fmt(s.container.median)} [{_fmt(s.container.min)}..{_fmt(s.container.max)}] | "
-                             f"{diff} | {lim} | {ok} |")
+                lines.append(
+                    f"| {size} | {_fmt(s.native.median)} [{_fmt(s.native.min)}..{_fmt(s.native.max)}] | "
+                    f"{_fmt(s.container.median)} [{_fmt(s.container.min)}..{_fmt(s.container.max)}] | "
+                    f"{diff} | {lim} | {ok} |"
+                )
             lines.append("")
         if c.metric == "app":
             lines += _app_runs(c, report.measurements.get(c.name))
@@ -401,20 +465,31 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
     if report.logs:
         lines += ["## Logs", "", "| log | kind | verdict |", "| --- | --- | --- |"]
         for entry in report.logs:
-            lines.append(f"| {_md_escape(str(entry.get('source') or '-'))} | {entry.get('kind')} | {entry.get('verdict')} |")
+            lines.append(
+                f"| {_md_escape(str(entry.get('source') or '-'))} | {entry.get('kind')} | {entry.get('verdict')} |"
+            )
         lines.append("")
     th = report.thresholds
-    lines += ["## Thresholds", "",
-              f"- small-message latency overhead (up to {th.small_message_max} B): {th.latency_overhead_us:g} us",
-              f"- bandwidth loss (from {th.bandwidth_min_size} B) and large-message latency growth: {th.bandwidth_pct:g} %",
-              f"- NCCL bus bandwidth loss (from {th.busbw_min_size} B): {th.busbw_pct:g} %",
-              f"- MPI init overhead: {th.init_overhead_pct:g} %",
-              *(["- application benchmarks: container / native of the medians within each application's own "
-                 "overhead_pct (its section says which)"] if any(c.metric == "app" and c.sizes for c in report.checks)
-                else []),
-              f"- statistics: median of the repetitions; min..max shown; an exceeded threshold is noise (warning) "
-              f"only when the ranges overlap and the excess is within {th.noise_sigmas:g} deviations of the "
-              f"repetitions (interquartile range / 1.349 of each side); otherwise it fails the check", ""]
+    lines += [
+        "## Thresholds",
+        "",
+        f"- small-message latency overhead (up to {th.small_message_max} B): {th.latency_overhead_us:g} us",
+        f"- bandwidth loss (from {th.bandwidth_min_size} B) and large-message latency growth: {th.bandwidth_pct:g} %",
+        f"- NCCL bus bandwidth loss (from {th.busbw_min_size} B): {th.busbw_pct:g} %",
+        f"- MPI init overhead: {th.init_overhead_pct:g} %",
+        *(
+            [
+                "- application benchmarks: container / native of the medians within each application's own "
+                "overhead_pct (its section says which)"
+            ]
+            if any(c.metric == "app" and c.sizes for c in report.checks)
+            else []
+        ),
+        f"- statistics: median of the repetitions; min..max shown; an exceeded threshold is noise (warning) "
+        f"only when the ranges overlap and the excess is within {th.noise_sigmas:g} deviations of the "
+        f"repetitions (interquartile range / 1.349 of each side); otherwise it fails the check",
+        "",
+    ]
     if report.host:
         lines += ["## Host", ""] + [f"- {k}: {val}" for k, val in report.host.to_json().items()] + [""]
     if report.meta:
@@ -430,8 +505,10 @@ def _app_ratio_line(c: CheckResult) -> str:
         return "container / native: - (the native median is 0)"
     allowed = ratio_limit(s, c.higher_is_better)
     bound = f"; allowed: {'at least' if c.higher_is_better else 'at most'} {allowed:.3f}" if allowed is not None else ""
-    return (f"container / native: **{s.container.median / s.native.median:.3f}** (medians of the repetitions, "
-            f"{'higher' if c.higher_is_better else 'lower'} is better{bound})")
+    return (
+        f"container / native: **{s.container.median / s.native.median:.3f}** (medians of the repetitions, "
+        f"{'higher' if c.higher_is_better else 'lower'} is better{bound})"
+    )
 
 
 def _app_runs(c: CheckResult, measured: Any) -> List[str]:
@@ -452,7 +529,7 @@ def _app_runs(c: CheckResult, measured: Any) -> List[str]:
 def _upper_verdict(report: VerifyReport) -> str:
     """``GOOD (GPU checks skipped: no GPU)``: the verdict word in capitals, the rest as written."""
     text = report.verdict_text
-    return report.overall.upper() + text[len(report.overall):]
+    return report.overall.upper() + text[len(report.overall) :]
 
 
 def _worst_text(c: CheckResult) -> str:
@@ -470,5 +547,16 @@ def load_report(path: Path) -> Dict[str, Any]:
     return json.loads(Path(path).read_text())
 
 
-__all__: Sequence[str] = ["VerifyReport", "write_report", "render_markdown", "plot_png", "load_report", "counts",
-                          "headline", "all_findings", "shown_findings", "summary_row", "console_lines"]
+__all__: Sequence[str] = [
+    "VerifyReport",
+    "write_report",
+    "render_markdown",
+    "plot_png",
+    "load_report",
+    "counts",
+    "headline",
+    "all_findings",
+    "shown_findings",
+    "summary_row",
+    "console_lines",
+]

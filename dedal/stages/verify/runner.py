@@ -53,6 +53,7 @@ This module drives the steps: :func:`verify` takes the checked :class:`Options` 
 the :class:`Outcome` (the report, its files). The command line (its options, printing the
 verdict, the exit code) is :mod:`dedal.commands.verify`'s.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -128,8 +129,10 @@ def _check_shared(outdir: Path, paths: List[Optional[Path]], nodes: int) -> None
         probe.unlink()
     if missing:
         where = "; ".join(f"{node}: {Path(path).parent if Path(path) == probe else path}" for node, path in missing)
-        raise UserError(f"srun's ranks would not see what they need ({where}): the report directory (--output), "
-                        "the cache (DEDAL_CACHE_DIR) and the image must be on storage every node shares")
+        raise UserError(
+            f"srun's ranks would not see what they need ({where}): the report directory (--output), "
+            "the cache (DEDAL_CACHE_DIR) and the image must be on storage every node shares"
+        )
 
 
 def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome:
@@ -157,13 +160,24 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     rows = opts.rule_table()  # dedal's rules with the site's (verify_rules, dedal.verify.rules)
 
     # preflight
-    pf = pre.run_preflight(image_target=info.target, image_cuda=info.cuda, image_arch=info.arch, launcher=launcher,
-                           nodes=nodes, want_gpu=opts.gpu, srun_mpi_list=(lambda: Slurm().mpi_plugins()),
-                           allocation_nodes=alloc)
+    pf = pre.run_preflight(
+        image_target=info.target,
+        image_cuda=info.cuda,
+        image_arch=info.arch,
+        launcher=launcher,
+        nodes=nodes,
+        want_gpu=opts.gpu,
+        srun_mpi_list=(lambda: Slurm().mpi_plugins()),
+        allocation_nodes=alloc,
+    )
     if pf.facts.get("gpu_benchmarks"):
         driver = runtime.host_driver() if backend != "apptainer" else None
-        pf.add(pre.check_passthrough(backend, [n for _, n in driver.libraries] if driver else [],
-                                     driver.note if driver else "", use_gpu=True), fatal_codes=pre.FATAL)
+        pf.add(
+            pre.check_passthrough(
+                backend, [n for _, n in driver.libraries] if driver else [], driver.note if driver else "", use_gpu=True
+            ),
+            fatal_codes=pre.FATAL,
+        )
     for f in pf.findings:
         _say(progress, f"preflight [{f.severity}] {f.code}: {f.message}")
     if pf.fatal:
@@ -180,8 +194,9 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     if use_gpu and "latency" in wanted_benchmarks and img.CUDA_FLOOR not in info.programs:
         gpu_build.append(img.CUDA_FLOOR)
     if use_gpu and not info.dedal_cuda:
-        gpu_build += [p for p, key in zip(img.DEVICE_MPI, ("latency", "bw")) if key in wanted_benchmarks
-                      and p not in build]
+        gpu_build += [
+            p for p, key in zip(img.DEVICE_MPI, ("latency", "bw")) if key in wanted_benchmarks and p not in build
+        ]
     if (build or gpu_build) and "mpicc" in info.programs:
         names = build + gpu_build
         try:
@@ -198,32 +213,46 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             info.dedal_cuda = True
             extra_binds.append(runtime.Bind(built, img.BUNDLED_DIR, readonly=True))
             what = "dedal-benchmarks" if build else "dedal-benchmarks that know GPU buffers"
-            bundled_note = (f"the image does not carry {what}: dedal verify built {', '.join(names)} with the image's "
-                            f"own mpicc ({built}) and runs those same binaries natively and in the container")
+            bundled_note = (
+                f"the image does not carry {what}: dedal verify built {', '.join(names)} with the image's "
+                f"own mpicc ({built}) and runs those same binaries natively and in the container"
+            )
         _say(progress, bundled_note)
-    benches, notes = select_benchmarks(wanted_benchmarks, info.programs, gpu=use_gpu, osu_cuda=info.osu_cuda,
-                                       dedal_cuda=info.dedal_cuda)
+    benches, notes = select_benchmarks(
+        wanted_benchmarks, info.programs, gpu=use_gpu, osu_cuda=info.osu_cuda, dedal_cuda=info.dedal_cuda
+    )
     # a GPU image on a host without GPU: its GPU checks are reported as skipped, never as passed
     # (what a GPU host would run: the floor and the device-buffer builds too, where the image's mpicc builds them)
     buildable = "mpicc" in info.programs
     planned = {**({img.CUDA_FLOOR: img.BUNDLED_DIR} if buildable else {}), **info.programs}
-    skipped = [] if use_gpu or not info.cuda else gpu_planned(wanted_benchmarks, planned, osu_cuda=info.osu_cuda,
-                                                                dedal_cuda=info.dedal_cuda or buildable)
+    skipped = (
+        []
+        if use_gpu or not info.cuda
+        else gpu_planned(wanted_benchmarks, planned, osu_cuda=info.osu_cuda, dedal_cuda=info.dedal_cuda or buildable)
+    )
     skip_reason = "GPU checks turned off (--no-gpu)" if opts.gpu is False else "no GPU"
     if not benches and skipped:
-        raise UserError(f"{opts.image}: only GPU benchmarks were asked for ({', '.join(b.name for b in skipped)}) and "
-                        f"they cannot run here: {skip_reason}")
+        raise UserError(
+            f"{opts.image}: only GPU benchmarks were asked for ({', '.join(b.name for b in skipped)}) and "
+            f"they cannot run here: {skip_reason}"
+        )
     if not benches and wanted_benchmarks:
         have = ", ".join(p for p in info.programs if p.startswith(("dedal_", "osu_", "all_reduce"))) or "none"
-        raise UserError(f"{opts.image}: none of the requested benchmarks ({', '.join(opts.benchmarks)}) is in the "
-                        f"image (found: {have}); build the environment with the dedal-benchmarks package")
+        raise UserError(
+            f"{opts.image}: none of the requested benchmarks ({', '.join(opts.benchmarks)}) is in the "
+            f"image (found: {have}); build the environment with the dedal-benchmarks package"
+        )
     if "mpirun" not in info.programs and launcher == "mpirun":
         if info.mpirun_stub:
-            raise UserError(f"{opts.image}: the image's mpirun ({info.mpirun_stub}) is Spack's stub for openmpi "
-                            "schedulers=slurm ~legacylaunchers, which only says to use srun: verify inside a Slurm "
-                            "allocation (--launcher srun)")
-        raise UserError(f"{opts.image}: the image has no mpirun on its PATH, so it cannot be verified with the "
-                        "mpirun launcher (use --launcher srun under Slurm)")
+            raise UserError(
+                f"{opts.image}: the image's mpirun ({info.mpirun_stub}) is Spack's stub for openmpi "
+                "schedulers=slurm ~legacylaunchers, which only says to use srun: verify inside a Slurm "
+                "allocation (--launcher srun)"
+            )
+        raise UserError(
+            f"{opts.image}: the image has no mpirun on its PATH, so it cannot be verified with the "
+            "mpirun launcher (use --launcher srun under Slurm)"
+        )
 
     outdir = Path(opts.output) if opts.output else opts.reports_dir / slug(info.name)
     if outdir.exists() and not outdir.is_dir():
@@ -233,9 +262,17 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     wanted = list(dict.fromkeys(b.program for b in benches))
     host_programs = {p: mpi.host_which(p) for p in wanted}
     host_mpi = mpi.host_mpirun() if launcher == "mpirun" and all(host_programs.values()) else None
-    native = prepare_native(info, mode=opts.native, wanted=wanted, cache=opts.cache_dir / "verify-native",
-                                native_root=opts.native_root, host_programs=host_programs, host_mpi=host_mpi,
-                                launcher=launcher, progress=progress)
+    native = prepare_native(
+        info,
+        mode=opts.native,
+        wanted=wanted,
+        cache=opts.cache_dir / "verify-native",
+        native_root=opts.native_root,
+        host_programs=host_programs,
+        host_mpi=host_mpi,
+        launcher=launcher,
+        progress=progress,
+    )
     _say(progress, f"native: {native.description}")
 
     scopes = [("intra-node", 1)] + ([("inter-node", 2)] if launcher == "srun" and nodes >= 2 else [])
@@ -262,8 +299,15 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     logs: List[Dict[str, Any]] = [{**p, "side": "host"} for p in pf.logs]
     if "ucx_info" in info.programs:
         ucx_log = rawdir / "container-ucx_info-d.txt"
-        runtime.run_in(opts.image, ["ucx_info", "-d"], log=ucx_log, what="ucx_info -d", runtime=opts.runtime,
-                       check=False, timeout=120)
+        runtime.run_in(
+            opts.image,
+            ["ucx_info", "-d"],
+            log=ucx_log,
+            what="ucx_info -d",
+            runtime=opts.runtime,
+            check=False,
+            timeout=120,
+        )
         parsed = parse_file(ucx_log, "ucx-info", host=pf.host, rows=rows)
         parsed["source"] = str(ucx_log.relative_to(outdir))
         parsed["side"] = "image"
@@ -285,10 +329,16 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         if source is not None:
             image_mount = (str(container_root), str(source[0]), source[1])
     elif backend == "apptainer":  # srun: one instance per node; mpirun: launcher and ranks in one here
-        kept = dict(log=rawdir / "instances.log", binds=extra_binds + app_binds,
-                    nv=any(needs_driver(b, info.osu_cuda) for b in benches))
-        instance = mounts.enter_context(mpi.node_instances(Path(opts.image), span, **kept) if launcher == "srun"
-                                        else mpi.local_instance(Path(opts.image), **kept))
+        kept = dict(
+            log=rawdir / "instances.log",
+            binds=extra_binds + app_binds,
+            nv=any(needs_driver(b, info.osu_cuda) for b in benches),
+        )
+        instance = mounts.enter_context(
+            mpi.node_instances(Path(opts.image), span, **kept)
+            if launcher == "srun"
+            else mpi.local_instance(Path(opts.image), **kept)
+        )
         if instance is not None:
             container_root = instance
     # both sides run on the nodes that have the instance (a native step elsewhere would compare
@@ -318,28 +368,59 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         # the native side never goes through a container runtime: a plain bubblewrap chroot (a GPU run
         # gets the host's driver there too, as a program of the host finds it; the host itself needs none)
         rt = "bwrap" if side == "native" else opts.runtime
-        note = [f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {of}'} of "
-                f"{bench.name} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
-                f"{side}: " + (native.description if side == "native" else container_text(backend, launcher))]
+        note = [
+            f"dedal verify: {side} {'warm-up' if rep == 0 else f'repetition {rep} of {of}'} of "
+            f"{bench.name} ({scope}, {ranks} rank(s) on {nnodes} node(s), launcher {launcher})",
+            f"{side}: " + (native.description if side == "native" else container_text(backend, launcher)),
+        ]
         # a run of seconds (a bandwidth sweep, ranks waiting for slow nodes) is not silent on a terminal
-        with activity(f"[{i}/{total}] {side} {bench.name} {scope} {'warm-up' if rep == 0 else f'rep {rep}/{of}'}",
-                      log=run.log, after=3, announce=False):
-            res = mpi.run_ranks(launcher, root, argv, ranks, nodes=nnodes, env=env, log=run.log,
-                                script_dir=rawdir / ".launch", timeout=opts.timeout, runtime_name=rt, binds=binds,
-                                nv=needs_driver(bench, info.osu_cuda), note=note,
-                                image_mount=image_mount if side == "container" else None, nodelist=pinned)
+        with activity(
+            f"[{i}/{total}] {side} {bench.name} {scope} {'warm-up' if rep == 0 else f'rep {rep}/{of}'}",
+            log=run.log,
+            after=3,
+            announce=False,
+        ):
+            res = mpi.run_ranks(
+                launcher,
+                root,
+                argv,
+                ranks,
+                nodes=nnodes,
+                env=env,
+                log=run.log,
+                script_dir=rawdir / ".launch",
+                timeout=opts.timeout,
+                runtime_name=rt,
+                binds=binds,
+                nv=needs_driver(bench, info.osu_cuda),
+                note=note,
+                image_mount=image_mount if side == "container" else None,
+                nodelist=pinned,
+            )
         run.returncode, run.seconds, run.timed_out = res.returncode, res.seconds, res.timed_out
         # judged once, against the host's facts and in the run's scope, with the site's rules
         run.parsed = parse_file(run.log, bench.parser, host=pf.host, scope=scope, rows=rows)
-        run.parsed.update({"source": rel, "side": side, "scope": scope, "program": bench.program,
-                           "benchmark": bench.name,
-                           "repetition": rep, "returncode": run.returncode, "seconds": round(run.seconds, 3)})
+        run.parsed.update(
+            {
+                "source": rel,
+                "side": side,
+                "scope": scope,
+                "program": bench.program,
+                "benchmark": bench.name,
+                "repetition": rep,
+                "returncode": run.returncode,
+                "seconds": round(run.seconds, 3),
+            }
+        )
         if not run.ok and rep > 0:
             failed_series[key] = run
         state = "ok" if run.ok else ("TIMED OUT" if run.timed_out else f"FAILED (exit {run.returncode})")
-        _say(progress, f"[{i}/{total}] {side:9s} {bench.name} {scope} "
-                       f"{'warm-up' if rep == 0 else f'rep {rep}/{of}'}: {run.seconds:.1f} s {state}"
-                       f" ({run.parsed['verdict']})")
+        _say(
+            progress,
+            f"[{i}/{total}] {side:9s} {bench.name} {scope} "
+            f"{'warm-up' if rep == 0 else f'rep {rep}/{of}'}: {run.seconds:.1f} s {state}"
+            f" ({run.parsed['verdict']})",
+        )
 
     remeasured: List[str] = []
     try:
@@ -351,25 +432,51 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
         again = compare.remeasurable(judged[0], runs, plan) if opts.remeasure else []
         if again:
             remeasured = [f"{bench.name} {scope}" for scope, bench in again]
-            _say(progress, f"{', '.join(remeasured)}: over a threshold on timing alone; "
-                           f"{opts.repetitions} more repetitions of each side")
+            _say(
+                progress,
+                f"{', '.join(remeasured)}: over a threshold on timing alone; "
+                f"{opts.repetitions} more repetitions of each side",
+            )
             more = plan.again(again, opts.repetitions + 1)
             for i, (scope, bench, rep, side) in enumerate(more, 1):
                 run_one(i, len(more), scope, bench, rep, side, 2 * opts.repetitions)
             judged = compare.compare_runs(runs, plan, thresholds)
 
-        app_checks = run_apps(opts.apps, root=container_root, launcher=launcher, nodes=nodes, outdir=outdir,
-                              runtime_name=opts.runtime, env={**MPI_ENV, **opts.env}, binds=extra_binds,
-                              image_mount=image_mount, progress=progress)
+        app_checks = run_apps(
+            opts.apps,
+            root=container_root,
+            launcher=launcher,
+            nodes=nodes,
+            outdir=outdir,
+            runtime_name=opts.runtime,
+            env={**MPI_ENV, **opts.env},
+            binds=extra_binds,
+            image_mount=image_mount,
+            progress=progress,
+        )
         # native as the benchmarks' native side (the image's root unpacked, or the host's programs)
-        sides = {"native": appbench.Side(native.root, "bwrap", (native_binds() if native.root is not None else [])
-                                         + extra_binds + app_binds, nodelist=pinned),
-                 "container": appbench.Side(container_root, opts.runtime, extra_binds + app_binds, image_mount,
-                                            pinned)}
+        sides = {
+            "native": appbench.Side(
+                native.root,
+                "bwrap",
+                (native_binds() if native.root is not None else []) + extra_binds + app_binds,
+                nodelist=pinned,
+            ),
+            "container": appbench.Side(container_root, opts.runtime, extra_binds + app_binds, image_mount, pinned),
+        }
         bench_checks, bench_measurements, bench_again = appbench.run_benchmarks(
-            app_benches, sides, launcher=launcher, nodes=nodes, outdir=outdir, env={**MPI_ENV, **opts.env},
-            repetitions=opts.repetitions, references=references, noise_sigmas=thresholds.noise_sigmas,
-            remeasure=opts.remeasure, progress=progress)
+            app_benches,
+            sides,
+            launcher=launcher,
+            nodes=nodes,
+            outdir=outdir,
+            env={**MPI_ENV, **opts.env},
+            repetitions=opts.repetitions,
+            references=references,
+            noise_sigmas=thresholds.noise_sigmas,
+            remeasure=opts.remeasure,
+            progress=progress,
+        )
     finally:
         mounts.close()
     checks, measurements, summary = judged
@@ -384,10 +491,15 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     if bundled_note:
         findings.append(F.info("bundled-benchmarks", bundled_note))
     if remeasured:
-        findings.append(F.info("remeasured", f"{', '.join(remeasured)}: over a threshold after {opts.repetitions} "
-                               f"repetitions on timing alone (every run exited 0, every log good); "
-                               f"{opts.repetitions} more were run, and the check rests on all "
-                               f"{2 * opts.repetitions}"))
+        findings.append(
+            F.info(
+                "remeasured",
+                f"{', '.join(remeasured)}: over a threshold after {opts.repetitions} "
+                f"repetitions on timing alone (every run exited 0, every log good); "
+                f"{opts.repetitions} more were run, and the check rests on all "
+                f"{2 * opts.repetitions}",
+            )
+        )
     findings += compare.run_findings(runs)
     findings += compare.log_findings(runs, logs, pf.host, rows)
     findings += compare.expectation_findings(runs, plan)
@@ -402,20 +514,32 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     shared = compare.containers(runs)["mode"]  # measured from inside the ranks, not assumed
     meta["runtime"] = f"{backend} ({shared})" if shared else backend
     if isinstance(container_root, runtime.Instance):
-        meta["container"] += (f"; every container run joined one Apptainer instance per node ({container_root.name})"
-                              if launcher == "srun" else
-                              f"; every container run joined one Apptainer instance on this machine "
-                              f"({container_root.name}; the host's /tmp, where mpirun makes its session directory)")
+        meta["container"] += (
+            f"; every container run joined one Apptainer instance per node ({container_root.name})"
+            if launcher == "srun"
+            else f"; every container run joined one Apptainer instance on this machine "
+            f"({container_root.name}; the host's /tmp, where mpirun makes its session directory)"
+        )
     meta["remeasured"] = remeasured + bench_again  # an application benchmark's own note is in its check
     if app_benches:
         meta["app_benchmarks"] = "; ".join(
             f"{a.name} ({a.ranks} rank(s) on {a.nodes} node(s), "
             f"{(a.metric.repetitions if a.metric else None) or opts.repetitions} repetition(s) per side)"
-            for a in app_benches) + (
+            for a in app_benches
+        ) + (
             ": native and container interleaved after one warm-up per side, each run in its own working directory; "
-            "raw/apps/<name>/<side>-<repetition>.log")
-    report = VerifyReport(image=info.name, checks=checks, findings=findings, logs=logs, measurements=measurements,
-                          host=pf.host, thresholds=thresholds, meta=meta)
+            "raw/apps/<name>/<side>-<repetition>.log"
+        )
+    report = VerifyReport(
+        image=info.name,
+        checks=checks,
+        findings=findings,
+        logs=logs,
+        measurements=measurements,
+        host=pf.host,
+        thresholds=thresholds,
+        meta=meta,
+    )
     paths = write_report(report, outdir)
     return Outcome(report, paths, outdir, runs, summary)
 

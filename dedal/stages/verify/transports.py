@@ -8,6 +8,7 @@ and judged once, by the rules table (:mod:`dedal.stages.verify.rules`): TCP with
 fallback, TCP between nodes only where the nodes have an RDMA network, and so on. This module
 only applies that judge to the logs of a report.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, List, Mapping, Optional, Sequence
@@ -20,8 +21,11 @@ from dedal.stages.verify.findings import Finding
 __all__ = ["HostFacts", "check_transports"]
 
 
-def check_transports(parsed_logs: Iterable[Mapping[str, Any]], host: Optional[HostFacts] = None,
-                     rows: Optional[Sequence[rules.Rule]] = None) -> List[Finding]:
+def check_transports(
+    parsed_logs: Iterable[Mapping[str, Any]],
+    host: Optional[HostFacts] = None,
+    rows: Optional[Sequence[rules.Rule]] = None,
+) -> List[Finding]:
     """The rules over what each parsed log (a result of
     :func:`dedal.stages.verify.parsers.parse_file`) shows of its transports, protocols and plugins,
     judged against ``host`` (default: nothing special, no fabric, one node) in the log's own scope

@@ -1,5 +1,6 @@
 """Credentials and authentication: htpasswd (Basic) and bearer-token registries, every
 credential source, clear errors, and no secret in any output, log, error or repr."""
+
 from __future__ import annotations
 
 import base64
@@ -69,8 +70,9 @@ def test_htpasswd_registry_needs_and_checks_credentials(run_dedal, auth_registry
 def test_credentials_from_docker_and_podman_files_and_stdin(run_dedal, auth_registry, isolated_env, sifs, tmp_path):
     ref = auth_registry.ref("esd/tiny-mpi:v1")
     # ~/.docker/config.json (HOME is tmp_path/home in the isolated environment)
-    _docker_config(Path(isolated_env["HOME"]) / ".docker" / "config.json", auth_registry.host,
-                   key_form="https://{host}/v1/")
+    _docker_config(
+        Path(isolated_env["HOME"]) / ".docker" / "config.json", auth_registry.host, key_form="https://{host}/v1/"
+    )
     r = run_dedal("publish", str(sifs["good"]), ref, "--insecure")
     assert r.returncode == 0, r.stderr
     os.remove(Path(isolated_env["HOME"]) / ".docker" / "config.json")
@@ -84,8 +86,16 @@ def test_credentials_from_docker_and_podman_files_and_stdin(run_dedal, auth_regi
     assert r.returncode == 1 and "refused the credentials" in r.stderr  # the stale docker entry alone
 
     # --password-stdin with --username (overrides the files)
-    r = run_dedal("images", auth_registry.ref("esd/tiny-mpi"), "--insecure", "--username", USER, "--password-stdin",
-                  "--json", input=PASSWORD + "\n")
+    r = run_dedal(
+        "images",
+        auth_registry.ref("esd/tiny-mpi"),
+        "--insecure",
+        "--username",
+        USER,
+        "--password-stdin",
+        "--json",
+        input=PASSWORD + "\n",
+    )
     assert r.returncode == 0, r.stderr
     assert [e["tag"] for e in json.loads(r.stdout)] == ["v1"]
     r = run_dedal("images", auth_registry.ref("esd/tiny-mpi"), "--insecure", "--password-stdin", input=PASSWORD)
@@ -126,8 +136,10 @@ def test_docker_credential_helper(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     helper = bindir / "docker-credential-dedaltest"
-    helper.write_text('#!/bin/sh\nread host\n[ "$1" = get ] || exit 3\n'
-                      'printf \'{"ServerURL":"%s","Username":"helper-user","Secret":"helper-secret"}\' "$host"\n')
+    helper.write_text(
+        '#!/bin/sh\nread host\n[ "$1" = get ] || exit 3\n'
+        'printf \'{"ServerURL":"%s","Username":"helper-user","Secret":"helper-secret"}\' "$host"\n'
+    )
     helper.chmod(helper.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     cfg = tmp_path / "config.json"
@@ -180,8 +192,7 @@ def test_secrets_never_in_logs_errors_or_reprs(kind, auth_registry, token_regist
     bad = reg.Credentials(USER, PASSWORD + "-wrong", "test")
     ref = registry.ref("esd/tiny-mpi:v1")
 
-    res = pub.publish(sifs["good"], [ref], insecure=True, creds=good, attachments=[reports["dir"]],
-                      client_options=FAST)
+    res = pub.publish(sifs["good"], [ref], insecure=True, creds=good, attachments=[reports["dir"]], client_options=FAST)
     pulled = pub.pull(ref, tmp_path / "x.sif", insecure=True, creds=good)
     listing = pub.list_images(registry.ref("esd/tiny-mpi"), insecure=True, creds=good)
     info = pub.inspect_remote(ref, insecure=True, creds=good)
@@ -191,9 +202,20 @@ def test_secrets_never_in_logs_errors_or_reprs(kind, auth_registry, token_regist
     with pytest.raises(reg.RegistryAuthError) as failed:
         pub.pull(ref, tmp_path / "y.sif", insecure=True, creds=bad)
 
-    texts = [caplog.text, json.dumps(res.to_json()), json.dumps(pulled.to_json()),
-             json.dumps([e.to_json() for e in listing]), json.dumps(info), repr(client), str(client),
-             repr(client._auth), repr(good), str(good), str(failed.value), repr(failed.value)]
+    texts = [
+        caplog.text,
+        json.dumps(res.to_json()),
+        json.dumps(pulled.to_json()),
+        json.dumps([e.to_json() for e in listing]),
+        json.dumps(info),
+        repr(client),
+        str(client),
+        repr(client._auth),
+        repr(good),
+        str(good),
+        str(failed.value),
+        repr(failed.value),
+    ]
     for text in texts:
         _no_secret(text)
         assert PASSWORD + "-wrong" not in text

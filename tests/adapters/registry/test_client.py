@@ -1,5 +1,6 @@
 """The registry client's choice of scheme: plain http without --insecure only for the
 registries Apptainer reaches that way too (this machine, a private network)."""
+
 from __future__ import annotations
 
 import time
@@ -14,14 +15,27 @@ from dedal.model.oci import local_registry
 from dedal.model.oci import RegistryError
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1:5000", "localhost:5000", "reg.localhost", "[::1]:5000", "::1",
-                                  "127.0.1.1:5000", "10.1.2.3:5000", "172.16.0.9", "192.168.1.1:443"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1:5000",
+        "localhost:5000",
+        "reg.localhost",
+        "[::1]:5000",
+        "::1",
+        "127.0.1.1:5000",
+        "10.1.2.3:5000",
+        "172.16.0.9",
+        "192.168.1.1:443",
+    ],
+)
 def test_local_registries(host):
     assert local_registry(host)
 
 
-@pytest.mark.parametrize("host", ["ghcr.io", "registry.example.org:5000", "8.8.8.8:5000", "172.32.0.1:5000",
-                                  "localhost.example.org"])
+@pytest.mark.parametrize(
+    "host", ["ghcr.io", "registry.example.org:5000", "8.8.8.8:5000", "172.32.0.1:5000", "localhost.example.org"]
+)
 def test_remote_registries(host):
     assert not local_registry(host)
 
@@ -43,8 +57,9 @@ class _NoTLS:
         return SimpleNamespace(close=lambda: None)  # an answer whose body the probe never reads
 
 
-@pytest.mark.parametrize("exc", [requests.exceptions.SSLError("wrong version number"),
-                                 requests.exceptions.ConnectionError("refused")])
+@pytest.mark.parametrize(
+    "exc", [requests.exceptions.SSLError("wrong version number"), requests.exceptions.ConnectionError("refused")]
+)
 def test_scheme_fallback(exc):
     local = RegistryClient("127.0.0.1:5000", session=_NoTLS(exc))
     assert local.base == "http://127.0.0.1:5000"
@@ -58,8 +73,7 @@ def test_scheme_fallback(exc):
 
 def test_local_registry_not_there_is_one_error():
     """Nothing listening on either scheme: one error at once, no retries (as Apptainer)."""
-    gone = RegistryClient("127.0.0.1:9", session=_NoTLS(requests.exceptions.ConnectionError("refused"),
-                                                         http_down=True))
+    gone = RegistryClient("127.0.0.1:9", session=_NoTLS(requests.exceptions.ConnectionError("refused"), http_down=True))
     with pytest.raises(RegistryError, match=r"unreachable over https \(.*\) and http"):
         _ = gone.base
     assert [u for u, _ in gone.session.asked] == ["https://127.0.0.1:9/v2/", "http://127.0.0.1:9/v2/"]
@@ -89,8 +103,9 @@ def test_a_registry_that_never_answers_is_one_error_naming_it(silent_server, mon
     with pytest.raises(RegistryError) as info:
         c.tags("esd/tiny")
     took = time.monotonic() - started
-    assert info.value.one_line() == (f"registry {silent_server.host} unreachable over https (no answer in 1 s) "
-                                     "and http (no answer in 1 s)")
+    assert info.value.one_line() == (
+        f"registry {silent_server.host} unreachable over https (no answer in 1 s) and http (no answer in 1 s)"
+    )
     assert len(silent_server.accepted) == 2, "https once, plain http once: no retries of a registry that is mute"
     assert took < 10, f"{took:.1f} s: the first contact waits ANSWER_TIMEOUT per scheme, not the stall timeout"
 

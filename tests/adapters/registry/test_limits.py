@@ -6,6 +6,7 @@ answers a manifest, a bearer token or an error with a body that never ends, with
 a Content-Length: ``dedal pull`` stops reading after ``ANSWER_LIMIT`` (4 MiB), says so in
 one line, exits 2 and writes nothing; a HEAD's Content-Length (what a GET would send) is
 no body and passes."""
+
 from __future__ import annotations
 
 import threading
@@ -75,8 +76,10 @@ class Flood:
                 elif flood.mode == "error":
                     self._flood(404, {"Content-Type": "application/json"})
                 elif flood.mode == "length":
-                    self._flood(200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json",
-                                      "Content-Length": str(1 << 30)})
+                    self._flood(
+                        200,
+                        {"Content-Type": "application/vnd.oci.image.manifest.v1+json", "Content-Length": str(1 << 30)},
+                    )
                 else:
                     self._flood(200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
 
@@ -103,14 +106,26 @@ def flood() -> Iterator:
         s.stop()
 
 
-@pytest.mark.parametrize("mode,expect", [
-    ("manifest", "the answer to GET http://{host}/v2/esd/x/manifests/v1: too large (more than 4194304 bytes; "
-                 "dedal reads at most 4 MiB of it)"),
-    ("length", "the answer to GET http://{host}/v2/esd/x/manifests/v1: too large (1073741824 bytes; "
-               "dedal reads at most 4 MiB of it)"),
-    ("token", "the answer of token server http://{host}/token: too large (more than 4194304 bytes; "
-              "dedal reads at most 4 MiB of it)"),
-])
+@pytest.mark.parametrize(
+    "mode,expect",
+    [
+        (
+            "manifest",
+            "the answer to GET http://{host}/v2/esd/x/manifests/v1: too large (more than 4194304 bytes; "
+            "dedal reads at most 4 MiB of it)",
+        ),
+        (
+            "length",
+            "the answer to GET http://{host}/v2/esd/x/manifests/v1: too large (1073741824 bytes; "
+            "dedal reads at most 4 MiB of it)",
+        ),
+        (
+            "token",
+            "the answer of token server http://{host}/token: too large (more than 4194304 bytes; "
+            "dedal reads at most 4 MiB of it)",
+        ),
+    ],
+)
 def test_a_flooding_answer_is_refused_in_one_line(mode: str, expect: str, flood, run_dedal, tmp_path: Path) -> None:
     server = flood(mode)
     out = tmp_path / "out"

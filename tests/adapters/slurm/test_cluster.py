@@ -3,6 +3,7 @@
 Every wait is bounded; on a timeout the assertion message carries the job states and
 the daemon logs.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,14 @@ pytestmark = pytest.mark.slurm
 WAIT_S = 90
 
 
-def wait_states(client: Slurm, cluster: SlurmCluster, ids: Iterable[str], *, until=lambda st: st.state.is_finished,
-                timeout: float = WAIT_S) -> Dict[str, JobState]:
+def wait_states(
+    client: Slurm,
+    cluster: SlurmCluster,
+    ids: Iterable[str],
+    *,
+    until=lambda st: st.state.is_finished,
+    timeout: float = WAIT_S,
+) -> Dict[str, JobState]:
     ids = list(ids)
     deadline = time.monotonic() + timeout
     while True:
@@ -66,28 +73,44 @@ def test_cluster_is_up(slurm_cluster: SlurmCluster, client: Slurm) -> None:
 
 
 def test_start_refuses_a_running_cluster(slurm_cluster: SlurmCluster) -> None:
-    proc = subprocess.run([str(TESTCLUSTER / "start.sh"), str(slurm_cluster.state_dir)],
-                          text=True, capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [str(TESTCLUSTER / "start.sh"), str(slurm_cluster.state_dir)], text=True, capture_output=True, timeout=60
+    )
     assert proc.returncode == 1
     assert "already running" in proc.stderr
 
 
-def test_dependency_graph_runs_in_order_on_several_nodes(slurm_cluster: SlurmCluster, client: Slurm,
-                                                          jobdir: Path) -> None:
+def test_dependency_graph_runs_in_order_on_several_nodes(
+    slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path
+) -> None:
     """a -> (b1, b2, b3) -> c, every job rendered from the default build-job template."""
     template = slurm.default_template().read_text()
 
     def submit(name: str, deps: List[str], seconds: float) -> str:
         record = jobdir / f"{name}.rec"
-        command = (f"bash -c {shlex.quote(f'echo start $(date +%s.%N) $SLURMD_NODENAME $DEDAL_STAGE_DIR > {record}.tmp; sleep {seconds}; echo end $(date +%s.%N) >> {record}.tmp; mv {record}.tmp {record}')}")
+        command = f"bash -c {shlex.quote(f'echo start $(date +%s.%N) $SLURMD_NODENAME $DEDAL_STAGE_DIR > {record}.tmp; sleep {seconds}; echo end $(date +%s.%N) >> {record}.tmp; mv {record}.tmp {record}')}"
         log = jobdir / f"{name}.log"
-        text = slurm.render_job_script(template, {
-            "job_name": f"dedal-{name}", "packages": f"{name}@1.0", "command": command,
-            "log": shlex.quote(str(log)), "stage_dir": "/dev/shm"})
+        text = slurm.render_job_script(
+            template,
+            {
+                "job_name": f"dedal-{name}",
+                "packages": f"{name}@1.0",
+                "command": command,
+                "log": shlex.quote(str(log)),
+                "stage_dir": "/dev/shm",
+            },
+        )
         path = jobdir / f"{name}.sh"
         path.write_text(text)
-        return client.submit(path, name=f"dedal-{name}", dependencies=deps, output=log, cpus=1,
-                             partition=slurm_cluster.partition, time="00:05:00")
+        return client.submit(
+            path,
+            name=f"dedal-{name}",
+            dependencies=deps,
+            output=log,
+            cpus=1,
+            partition=slurm_cluster.partition,
+            time="00:05:00",
+        )
 
     t0 = time.monotonic()
     t0_wall = time.time()
@@ -117,15 +140,18 @@ def test_dependency_graph_runs_in_order_on_several_nodes(slurm_cluster: SlurmClu
     assert {states[j].node for j in bs} == {rec[b][2] for b in ("b1", "b2", "b3")}
     log = (jobdir / "b2.log").read_text()
     assert "dedal: packages: b2@1.0" in log and "exit=0" in log and f"job {bs[1]} dedal-b2" in log
-    print(f"\nsubmit of 5 jobs {submit_s:.2f} s; first job started {rec['a'][0] - t0_wall:.2f} s after its submit; "
-          f"graph from first start to last end {rec['c'][1] - rec['a'][0]:.2f} s (cluster start {slurm_cluster.start_seconds:.2f} s)")
+    print(
+        f"\nsubmit of 5 jobs {submit_s:.2f} s; first job started {rec['a'][0] - t0_wall:.2f} s after its submit; "
+        f"graph from first start to last end {rec['c'][1] - rec['a'][0]:.2f} s (cluster start {slurm_cluster.start_seconds:.2f} s)"
+    )
 
 
 def test_failure_cancels_only_dependents(slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path) -> None:
     bad = client.submit(script("echo building; exit 3"), name="dedal-bad", output=jobdir / "bad.log")
     child = client.submit(script("echo never"), name="dedal-child", dependencies=[bad], output=jobdir / "child.log")
-    grandchild = client.submit(script("echo never"), name="dedal-grandchild", dependencies=[child],
-                               output=jobdir / "grandchild.log")
+    grandchild = client.submit(
+        script("echo never"), name="dedal-grandchild", dependencies=[child], output=jobdir / "grandchild.log"
+    )
     other = client.submit(script("sleep 1; echo fine"), name="dedal-other", output=jobdir / "other.log")
 
     states = wait_states(client, slurm_cluster, [bad, child, grandchild, other])
@@ -145,11 +171,18 @@ def test_afterany_hint_and_dropping_it(slurm_cluster: SlurmCluster, client: Slur
     which then runs while the hinted job is still running; a job that ended can no longer
     be changed, which is not an error."""
     bad = client.submit(script("exit 3"), name="dedal-hint-bad", output=jobdir / "bad.log")
-    after_bad = client.submit(script("echo ran"), name="dedal-hint-after-bad", after_any=[bad],
-                              output=jobdir / "after-bad.log")
+    after_bad = client.submit(
+        script("echo ran"), name="dedal-hint-after-bad", after_any=[bad], output=jobdir / "after-bad.log"
+    )
     long = client.submit(script("sleep 120"), name="dedal-hint-long", output=jobdir / "long.log")
-    held = client.submit(script("echo ran"), name="dedal-hint-held", dependencies=[bad], after_any=[long],
-                         kill_on_invalid_dep=False, output=jobdir / "held.log")
+    held = client.submit(
+        script("echo ran"),
+        name="dedal-hint-held",
+        dependencies=[bad],
+        after_any=[long],
+        kill_on_invalid_dep=False,
+        output=jobdir / "held.log",
+    )
     free = client.submit(script("echo ran"), name="dedal-hint-free", after_any=[long], output=jobdir / "free.log")
     states = wait_states(client, slurm_cluster, [bad, after_bad])
     assert states[bad].state is State.FAILED and states[after_bad].state is State.COMPLETED, states
@@ -157,7 +190,7 @@ def test_afterany_hint_and_dropping_it(slurm_cluster: SlurmCluster, client: Slur
     pending = client.states([held, free])
     assert pending[free].state is State.PENDING and pending[free].reason == "Dependency", pending
     assert pending[held].state is State.PENDING and pending[held].reason == "DependencyNeverSatisfied", pending
-    assert client.set_dependencies(free) is True    # no dependency left: it runs beside "long"
+    assert client.set_dependencies(free) is True  # no dependency left: it runs beside "long"
     assert wait_states(client, slurm_cluster, [free])[free].state is State.COMPLETED
     assert client.states([long])[long].state is State.RUNNING
     assert (jobdir / "free.log").read_text().strip() == "ran"
@@ -186,8 +219,11 @@ def test_scancel_running_job(slurm_cluster: SlurmCluster, client: Slurm, jobdir:
 
 def test_killed_job_is_seen_as_failed(slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path) -> None:
     pidfile = jobdir / "victim.pid"
-    job = client.submit(script(f"echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; sleep 120"),
-                        name="dedal-victim", output=jobdir / "victim.log")
+    job = client.submit(
+        script(f"echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; sleep 120"),
+        name="dedal-victim",
+        output=jobdir / "victim.log",
+    )
     wait_states(client, slurm_cluster, [job], until=lambda st: st.state is State.RUNNING)
     deadline = time.monotonic() + 30
     while not pidfile.exists():
@@ -202,8 +238,12 @@ def test_killed_job_is_seen_as_failed(slurm_cluster: SlurmCluster, client: Slurm
 
 def test_node_down_is_a_node_failure(slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path) -> None:
     node = slurm_cluster.nodes[-1]
-    job = client.submit(script("sleep 120"), name="dedal-on-doomed-node", output=jobdir / "doomed.log",
-                        extra_args=[f"--nodelist={node}"])
+    job = client.submit(
+        script("sleep 120"),
+        name="dedal-on-doomed-node",
+        output=jobdir / "doomed.log",
+        extra_args=[f"--nodelist={node}"],
+    )
     try:
         st = wait_states(client, slurm_cluster, [job], until=lambda s: s.state is State.RUNNING)[job]
         assert st.node == node
@@ -221,8 +261,7 @@ def test_node_down_is_a_node_failure(slurm_cluster: SlurmCluster, client: Slurm,
         slurm_cluster.wait_nodes_usable([node])
 
 
-def test_sacct_completion_log_after_slurmctld_forgot(slurm_cluster: SlurmCluster, client: Slurm,
-                                                     jobdir: Path) -> None:
+def test_sacct_completion_log_after_slurmctld_forgot(slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path) -> None:
     ok = client.submit(script("true"), name="dedal-acct-ok", output=jobdir / "ok.log")
     bad = client.submit(script("exit 7"), name="dedal-acct-bad", output=jobdir / "bad.log")
     wait_states(client, slurm_cluster, [ok, bad])
@@ -246,9 +285,18 @@ def test_sacct_completion_log_after_slurmctld_forgot(slurm_cluster: SlurmCluster
 
 def test_submit_options_and_environment(slurm_cluster: SlurmCluster, client: Slurm, jobdir: Path) -> None:
     out = jobdir / "opts.log"
-    job = client.submit(script('echo "$DEDAL_X|$SLURM_JOB_NAME|$SLURM_CPUS_PER_TASK|$SLURM_JOB_PARTITION"; pwd'),
-                        name="dedal-opts", output=out, cpus=2, mem="100M", time="1:00", nice=10,
-                        env={"DEDAL_X": "a,b c"}, workdir=jobdir, partition=slurm_cluster.partition)
+    job = client.submit(
+        script('echo "$DEDAL_X|$SLURM_JOB_NAME|$SLURM_CPUS_PER_TASK|$SLURM_JOB_PARTITION"; pwd'),
+        name="dedal-opts",
+        output=out,
+        cpus=2,
+        mem="100M",
+        time="1:00",
+        nice=10,
+        env={"DEDAL_X": "a,b c"},
+        workdir=jobdir,
+        partition=slurm_cluster.partition,
+    )
     st = wait_states(client, slurm_cluster, [job])[job]
     assert st.state is State.COMPLETED, (st, out.read_text() if out.exists() else "")
     assert out.read_text().splitlines() == ["a,b c|dedal-opts|2|debug", str(jobdir)]

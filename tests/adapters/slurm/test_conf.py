@@ -1,4 +1,5 @@
 """A missing or broken Slurm configuration is one clear error, not Slurm's DNS SRV lines."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,9 @@ def _fake_slurm(tmp_path: Path, recorded: str) -> dict:
     bin_dir.mkdir()
     for tool in ("sinfo", "squeue", "sacct", "sbatch"):
         exe = bin_dir / tool
-        exe.write_text(f"#!{sys.executable}\nimport sys\nsys.stderr.write(open({str(DATA / recorded)!r}).read())\n"
-                       "sys.exit(1)\n")
+        exe.write_text(
+            f"#!{sys.executable}\nimport sys\nsys.stderr.write(open({str(DATA / recorded)!r}).read())\nsys.exit(1)\n"
+        )
         exe.chmod(0o755)
     return {"PATH": f"{bin_dir}:/usr/bin:/bin"}
 
@@ -49,7 +51,8 @@ def test_broken_configuration_quotes_slurms_reasons(tmp_path):
         Slurm(env).nodes()
     assert info.value.one_line().startswith(
         f"Slurm cannot use its configuration {tmp_path / 'slurm.conf'} (_parse_next_key: Parsing error at "
-        "unrecognized key: BogusKey; No SlurmctldHost defined.)")
+        "unrecognized key: BogusKey; No SlurmctldHost defined.)"
+    )
 
 
 def test_controller_down(tmp_path):
@@ -65,16 +68,17 @@ def test_slurm_conf_naming_no_file_fails_before_any_command(tmp_path):
     env = {"PATH": str(tmp_path), "SLURM_CONF": str(tmp_path / "nope.conf")}
     with pytest.raises(conf.SlurmNotConfigured) as info:
         Slurm(env).nodes()
-    assert info.value.one_line() == (f"SLURM_CONF={tmp_path / 'nope.conf'}: no such file; "
-                                     f"{conf.FIX}")
+    assert info.value.one_line() == (f"SLURM_CONF={tmp_path / 'nope.conf'}: no such file; {conf.FIX}")
 
 
 def test_other_failures_are_left_alone():
     assert conf.explain("squeue: error: Invalid job id specified", {}) is None
 
 
-@pytest.mark.skipif(not shutil.which("sinfo") or conf.DEFAULT_CONF.exists(),
-                    reason="needs Slurm's commands and no /etc/slurm/slurm.conf")
+@pytest.mark.skipif(
+    not shutil.which("sinfo") or conf.DEFAULT_CONF.exists(),
+    reason="needs Slurm's commands and no /etc/slurm/slurm.conf",
+)
 def test_real_sinfo_without_configuration():
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
     with pytest.raises(DedalError) as info:

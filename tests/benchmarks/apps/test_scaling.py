@@ -2,6 +2,7 @@
 scaling arithmetic (ideal, normalised, efficiency) on strong and weak series, its table and plot,
 and the script run for real at 1 node on the tests' benchmark image (the image's mpirun: outside
 Slurm 1 node is all there is; an allocation of N nodes runs the same code with srun)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -30,13 +31,28 @@ def sc():
 
 
 def _point(nodes, native, container, verdict="good"):
-    return {"nodes": nodes, "ranks": 4 * nodes, "native": native, "container": container, "verdict": verdict,
-            "problems": [], "skip_reason": "", "report": f"reports/{nodes}-nodes"}
+    return {
+        "nodes": nodes,
+        "ranks": 4 * nodes,
+        "native": native,
+        "container": container,
+        "verdict": verdict,
+        "problems": [],
+        "skip_reason": "",
+        "report": f"reports/{nodes}-nodes",
+    }
 
 
 def test_strong_scaling_of_a_time(sc) -> None:
-    rows = sc.derive([_point(4, [2.6, 2.5, 2.7], [2.8, 2.8, 2.9]), _point(1, [10.0, 10.2, 9.8], [10.5, 10.4, 10.6]),
-                      _point(2, [5.2, 5.1, 5.3], [5.6, 5.5, 5.4])], "strong", higher_is_better=False)
+    rows = sc.derive(
+        [
+            _point(4, [2.6, 2.5, 2.7], [2.8, 2.8, 2.9]),
+            _point(1, [10.0, 10.2, 9.8], [10.5, 10.4, 10.6]),
+            _point(2, [5.2, 5.1, 5.3], [5.6, 5.5, 5.4]),
+        ],
+        "strong",
+        higher_is_better=False,
+    )
     assert [r["nodes"] for r in rows] == [1, 2, 4]
     assert [r["ideal"] for r in rows] == [10.0, 5.0, 2.5]  # the 1-node native median / n
     assert [round(r["ratio"], 3) for r in rows] == [1.05, 1.058, 1.077]
@@ -60,9 +76,14 @@ def test_weak_scaling_and_rates(sc) -> None:
 
 
 def test_the_app_at_n_nodes(sc) -> None:
-    app = AppCheck(name="ringtest", command=["special", "-python", "ringtest.py"], ranks=4, nodes=1,
-                   metric=AppMetric("runtime=(?P<value>[0-9.]+)", "s"),
-                   reference=AppReference("spk4.std", "/opt/ringtest/spk1.ref"))
+    app = AppCheck(
+        name="ringtest",
+        command=["special", "-python", "ringtest.py"],
+        ranks=4,
+        nodes=1,
+        metric=AppMetric("runtime=(?P<value>[0-9.]+)", "s"),
+        reference=AppReference("spk4.std", "/opt/ringtest/spk1.ref"),
+    )
     strong = sc.app_at(app, 2, 4, reference_output="spk{ranks}.std")
     assert (strong.nodes, strong.ranks, strong.command) == (2, 8, ["special", "-python", "ringtest.py"])
     assert strong.reference == AppReference("spk8.std", "/opt/ringtest/spk1.ref")
@@ -71,23 +92,44 @@ def test_the_app_at_n_nodes(sc) -> None:
     assert app.nodes == 1 and app.ranks == 4  # the env file's app is left as it was
     assert sc.shown_command(weak.command) == "special -python ringtest.py -nring 8"
     # weak scaling's result grows with the problem: expect as a template, a pattern's own braces kept
-    grown = sc.app_at(app, 2, 2, command="ringtest -nring {ranks}", keep_reference=False,
-                      expect=r"^wrote (?P<value>\d{1,9}) spikes of {ranks} ranks")
+    grown = sc.app_at(
+        app,
+        2,
+        2,
+        command="ringtest -nring {ranks}",
+        keep_reference=False,
+        expect=r"^wrote (?P<value>\d{1,9}) spikes of {ranks} ranks",
+    )
     assert grown.expect == r"^wrote (?P<value>\d{1,9}) spikes of 4 ranks" and app.expect != grown.expect
     assert sc.shown_command(["arbor-ring", "ring 1.json"]) == "arbor-ring 'ring 1.json'"
 
 
 def test_table_and_plot(sc, tmp_path: Path) -> None:
-    results = {"app": "ringtest", "mode": "strong", "unit": "s", "higher_is_better": False, "image": "esd-neuro.sif",
-               "command": "special -python ringtest.py", "ranks_per_node": 4, "repetitions": 3, "date": "2026-12-01",
-               "host": "n01", "plot": "ringtest-strong.png", "extra_verify_options": []}
-    results["rows"] = sc.derive([_point(1, [10.0, 10.2, 9.8], [10.5, 10.4, 10.6]),
-                                 _point(2, [5.2, 5.1, 5.3], [5.6, 5.5, 5.4], verdict="bad")], "strong", False)
+    results = {
+        "app": "ringtest",
+        "mode": "strong",
+        "unit": "s",
+        "higher_is_better": False,
+        "image": "esd-neuro.sif",
+        "command": "special -python ringtest.py",
+        "ranks_per_node": 4,
+        "repetitions": 3,
+        "date": "2026-12-01",
+        "host": "n01",
+        "plot": "ringtest-strong.png",
+        "extra_verify_options": [],
+    }
+    results["rows"] = sc.derive(
+        [_point(1, [10.0, 10.2, 9.8], [10.5, 10.4, 10.6]), _point(2, [5.2, 5.1, 5.3], [5.6, 5.5, 5.4], verdict="bad")],
+        "strong",
+        False,
+    )
     results["rows"][1]["problems"] = ["app-overhead"]
     md = sc.markdown(results)
     assert "| 1 | 4 | 10 [9.8..10.2] | 10.5 [10.4..10.6] | 1.05 | 10 | 1 | 1.05 | 1 | 0.952 | - | good |" in md
-    assert ("| 2 | 8 | 5.2 [5.1..5.3] | 5.5 [5.4..5.6] | 1.06 | 5 | 0.52 | 0.55 | 0.962 | 0.909 | - | "
-            "bad (app-overhead) |") in md
+    assert (
+        "| 2 | 8 | 5.2 [5.1..5.3] | 5.5 [5.4..5.6] | 1.06 | 5 | 0.52 | 0.55 | 0.962 | 0.909 | - | bad (app-overhead) |"
+    ) in md
     results["rows"][0]["load"] = 1.234  # the load before a node count's runs, when it was measured
     assert "| 0.952 | 1.2 | good |" in sc.markdown(results)
     png = sc.plot_png(results)
@@ -104,15 +146,50 @@ def test_scaling_runs_dedal_verify_for_real(bench_image, native_cache, isolated_
     if shutil.which("apptainer") is None:
         pytest.skip("needs Apptainer (the container side of the benchmark image)")
     env_file = tmp_path / "env.yaml"
-    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
-        {"name": "plain", "command": ["true"]},
-        {"name": "lat", "command": ["dedal_latency", "-m", "8"], "ranks": 2,
-         "metric": {"match": r"^8 +(?P<value>[0-9.]+)$", "unit": "us", "overhead_pct": 1000000}}]}}}))
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {
+                    "verify": {
+                        "apps": [
+                            {"name": "plain", "command": ["true"]},
+                            {
+                                "name": "lat",
+                                "command": ["dedal_latency", "-m", "8"],
+                                "ranks": 2,
+                                "metric": {"match": r"^8 +(?P<value>[0-9.]+)$", "unit": "us", "overhead_pct": 1000000},
+                            },
+                        ]
+                    }
+                },
+            }
+        )
+    )
     out = tmp_path / "scaling"
     env = {**isolated_env, "DEDAL_CACHE_DIR": str(native_cache), "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, str(SCRIPT), str(bench_image.sif), "--env-file", str(env_file), "--app", "lat",
-                        "--nodes", "1", "-r", "2", "-o", str(out)], env=env, capture_output=True, text=True,
-                       timeout=400, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            str(bench_image.sif),
+            "--env-file",
+            str(env_file),
+            "--app",
+            "lat",
+            "--nodes",
+            "1",
+            "-r",
+            "2",
+            "-o",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
     results = json.loads((out / "results.json").read_text())
     [row] = results["rows"]
@@ -129,15 +206,28 @@ def test_scaling_runs_dedal_verify_for_real(bench_image, native_cache, isolated_
 
 def test_scaling_refuses_more_nodes_than_it_has(tmp_path: Path) -> None:
     env_file = tmp_path / "env.yaml"
-    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
-        {"name": "plain", "command": ["true"]},
-        {"name": "lat", "command": ["x"], "metric": {"match": "(?P<value>.+)", "unit": "us"}}]}}}))
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {
+                    "verify": {
+                        "apps": [
+                            {"name": "plain", "command": ["true"]},
+                            {"name": "lat", "command": ["x"], "metric": {"match": "(?P<value>.+)", "unit": "us"}},
+                        ]
+                    }
+                },
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env["PYTHONPATH"] = str(ROOT)
-    for args, message in ((["--app", "plain", "--nodes", "1,2"], "2 nodes, but this runs outside a Slurm allocation"),
-                          (["--app", "plain", "--nodes", "1"], "--app plain: no app with a metric of that name"),
-                          (["--app", "lat", "--nodes", "1", "--mode", "weak"],
-                           "--mode weak: the problem must grow with the nodes")):
+    for args, message in (
+        (["--app", "plain", "--nodes", "1,2"], "2 nodes, but this runs outside a Slurm allocation"),
+        (["--app", "plain", "--nodes", "1"], "--app plain: no app with a metric of that name"),
+        (["--app", "lat", "--nodes", "1", "--mode", "weak"], "--mode weak: the problem must grow with the nodes"),
+    ):
         argv = [sys.executable, str(SCRIPT), "image.sif", "--env-file", str(env_file), *args]
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert p.returncode == 2 and message in p.stderr, (args, p.stderr)

@@ -19,16 +19,30 @@ def _load():
 
 
 def _figure(app: str, mode: str, runtime: str, ratios) -> dict:
-    rows = [{"nodes": n, "ranks": n, "native_median": 1.0, "container_median": r, "ratio": r,
-             "native_efficiency": 1.0, "container_efficiency": 1 / r, "load": 1.5, "verdict": "good",
-             "problems": []} for n, r in enumerate(ratios, start=1)]
+    rows = [
+        {
+            "nodes": n,
+            "ranks": n,
+            "native_median": 1.0,
+            "container_median": r,
+            "ratio": r,
+            "native_efficiency": 1.0,
+            "container_efficiency": 1 / r,
+            "load": 1.5,
+            "verdict": "good",
+            "problems": [],
+        }
+        for n, r in enumerate(ratios, start=1)
+    ]
     return {"app": app, "mode": mode, "unit": "s", "extra_verify_options": ["--runtime", runtime], "rows": rows}
 
 
 def test_every_figure_in_one_table(tmp_path: Path) -> None:
     mod = _load()
-    for name, fig in {"ringtest-strong-apptainer": _figure("ringtest", "strong", "apptainer", [1.02, 0.95]),
-                      "busyring-weak-bwrap": _figure("busyring", "weak", "bwrap", [1.1])}.items():
+    for name, fig in {
+        "ringtest-strong-apptainer": _figure("ringtest", "strong", "apptainer", [1.02, 0.95]),
+        "busyring-weak-bwrap": _figure("busyring", "weak", "bwrap", [1.1]),
+    }.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(fig))
     assert mod.main([str(tmp_path)]) == 0

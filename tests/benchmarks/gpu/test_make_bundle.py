@@ -1,6 +1,7 @@
 """The GPU verification kit (benchmarks/gpu/): the bundle's slimming on small trees, and the
 whole kit rehearsed on the real Debian base without a GPU (make_bundle.py, then kit.sh with the
 kit's own bubblewrap): dedal verify runs on the slimmed root, whose ELF closure is complete."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -46,8 +47,13 @@ def test_symlink_chains_are_kept_link_by_link_and_large_files_left_out(mb, tmp_p
     (root / "usr/lib/libnccl.so.2").symlink_to("libnccl.so.2.22.3")
     slim = mb.Slim(root, keep_over=1024)
     assert slim.add("/bin/mpirun") == "/usr/bin/prterun"
-    assert list(slim.paths) == ["/bin", "/usr/bin/mpirun", "/etc/alternatives/mpirun", "/usr/bin/mpirun.openmpi",
-                                "/usr/bin/prterun"]
+    assert list(slim.paths) == [
+        "/bin",
+        "/usr/bin/mpirun",
+        "/etc/alternatives/mpirun",
+        "/usr/bin/mpirun.openmpi",
+        "/usr/bin/prterun",
+    ]
     assert slim.add("/usr/lib/libnccl.so.2") is None
     assert "/usr/lib/libnccl.so.2" in slim.paths  # the name stays: kit.sh puts the host's library behind it
     assert slim.left_out == {"/usr/lib/libnccl.so.2.22.3": 4096}
@@ -57,8 +63,14 @@ def test_a_kept_tree_leaves_out_build_files_and_other_vendors_components(mb, tmp
     root = tmp_path / "root"
     comp = root / "usr/lib/openmpi"
     (comp / "include").mkdir(parents=True)
-    for name in ("mca_pml_ucx.so", "mca_accelerator_cuda.so", "mca_accelerator_rocm.so", "mca_accelerator_ze.so",
-                 "libmpi.a", "include/mpi.h"):
+    for name in (
+        "mca_pml_ucx.so",
+        "mca_accelerator_cuda.so",
+        "mca_accelerator_rocm.so",
+        "mca_accelerator_ze.so",
+        "libmpi.a",
+        "include/mpi.h",
+    ):
         (comp / name).write_text("x")
     files = mb.Slim(root, keep_over=1 << 20).add_tree("/usr/lib/openmpi")
     assert sorted(files) == ["/usr/lib/openmpi/mca_accelerator_cuda.so", "/usr/lib/openmpi/mca_pml_ucx.so"]
@@ -72,8 +84,12 @@ def test_spacks_srun_stub_gives_way_to_prterun(mb, tmp_path: Path) -> None:
     bindir = root / "opt/esd/software/openmpi-5.0.7-abc/bin"
     bindir.mkdir(parents=True)
     (bindir / "prterun").write_text("")
-    info = ImageInfo(path=tmp_path / "i.sif", kind="sif", name="esd-gpu",
-                     mpirun_stub="/opt/esd/software/openmpi-5.0.7-abc/bin/mpirun")
+    info = ImageInfo(
+        path=tmp_path / "i.sif",
+        kind="sif",
+        name="esd-gpu",
+        mpirun_stub="/opt/esd/software/openmpi-5.0.7-abc/bin/mpirun",
+    )
     path, script = mb.launcher_fix(info, root)
     assert path == info.mpirun_stub and script.startswith("#!/bin/sh\n")
     assert 'exec /opt/esd/software/openmpi-5.0.7-abc/bin/prterun --personality ompi "$@"' in script
@@ -92,16 +108,35 @@ def test_the_kit_rehearsed_on_the_base_without_a_gpu(base_sif, tmp_path: Path) -
     if os.geteuid() != 0:
         pytest.skip("needs root (bubblewrap chroots of the root as the device machine runs them)")
     kit = tmp_path / "kit"
-    res = subprocess.run([sys.executable, str(KIT / "make_bundle.py"), str(base_sif), "-o", str(kit),
-                          "--cache", str(tmp_path / "cache")], capture_output=True, text=True, timeout=900)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(KIT / "make_bundle.py"),
+            str(base_sif),
+            "-o",
+            str(kit),
+            "--cache",
+            str(tmp_path / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     manifest = json.loads((kit / "manifest.json").read_text())
     assert manifest["built"] == ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "dedal_cuda_floor"]
     assert manifest["missing_libraries"] == {} and manifest["carried_bytes"] < manifest["budget_bytes"]
     assert {p.name for p in (kit / "runtime").iterdir()} == {"bwrap", "bwrap.bin", "lib"}
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "KIT": str(kit), "KIT_OWN_RUNTIME": "1", "BUDGET": "240",
-           "KIT_WORK": str(tmp_path / "work"), "KIT_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "KIT": str(kit),
+        "KIT_OWN_RUNTIME": "1",
+        "BUDGET": "240",
+        "KIT_WORK": str(tmp_path / "work"),
+        "KIT_PYTHON": sys.executable,
+    }
     env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not (Path(p) / "apptainer").exists())
     res = subprocess.run(["bash", str(KIT / "kit.sh")], env=env, capture_output=True, text=True, timeout=400)
     log = (out / "kit.log").read_text()

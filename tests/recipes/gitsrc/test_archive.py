@@ -3,6 +3,7 @@ archived at the pinned commit and checked against the sha256 the manifest record
 recorded with --record); against repositories made here, cloned through file:// URLs (no
 network). Then the committed manifest against the recipes that pin the same files, and
 against the mirror the script filled on this machine (skipped where it has not run)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,9 +42,17 @@ def origin(tmp_path) -> git.Repo:
 
 def manifest_for(tmp_path: Path, repo: git.Repo, **over) -> Path:
     commit = repo.commit("v1.0").hexsha
-    entry = {"package": "bench", "version": "1.0", "repository": Path(repo.working_dir).as_uri(), "ref": "v1.0",
-             "commit": commit, "prefix": "bench-1.0/", "url": "https://example.org/bench-1.0.tar.gz",
-             "sha256": "", "size": 0}
+    entry = {
+        "package": "bench",
+        "version": "1.0",
+        "repository": Path(repo.working_dir).as_uri(),
+        "ref": "v1.0",
+        "commit": commit,
+        "prefix": "bench-1.0/",
+        "url": "https://example.org/bench-1.0.tar.gz",
+        "sha256": "",
+        "size": 0,
+    }
     entry.update(over)
     path = tmp_path / "repo" / gs.MANIFEST
     path.parent.mkdir(exist_ok=True)
@@ -53,8 +62,11 @@ def manifest_for(tmp_path: Path, repo: git.Repo, **over) -> Path:
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEDAL_")}
-    env.update(DEDAL_CACHE_DIR=str(tmp_path / "cache"), DEDAL_DATA_DIR=str(tmp_path / "data"),
-               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env.update(
+        DEDAL_CACHE_DIR=str(tmp_path / "cache"),
+        DEDAL_DATA_DIR=str(tmp_path / "data"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+    )
     return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, text=True, capture_output=True, timeout=120)
 
 
@@ -84,8 +96,15 @@ def test_record_then_check_against_the_record(tmp_path, origin):
 def test_an_archive_that_is_not_the_recorded_one_is_refused(tmp_path, origin):
     manifest = manifest_for(tmp_path, origin, sha256="ab" * 32, size=10)
     before = manifest.read_text()
-    res = run(tmp_path, "--manifest", str(manifest), "--mirror", str(tmp_path / "mirror"),
-              "--git-dir", f"bench={origin.working_dir}")
+    res = run(
+        tmp_path,
+        "--manifest",
+        str(manifest),
+        "--mirror",
+        str(tmp_path / "mirror"),
+        "--git-dir",
+        f"bench={origin.working_dir}",
+    )
     assert res.returncode == 1 and res.stdout == ""
     assert res.stderr.startswith("archive.py: error: bench@1.0: the archive of ") and res.stderr.count("\n") == 1
     assert f"the manifest records {'ab' * 32}" in res.stderr
@@ -93,8 +112,15 @@ def test_an_archive_that_is_not_the_recorded_one_is_refused(tmp_path, origin):
     assert not [p for p in (tmp_path / "mirror").rglob("*") if p.is_file()]  # nothing stored
     # never recorded: says how
     manifest = manifest_for(tmp_path, origin)
-    res = run(tmp_path, "--manifest", str(manifest), "--mirror", str(tmp_path / "mirror"),
-              "--git-dir", f"bench={origin.working_dir}")
+    res = run(
+        tmp_path,
+        "--manifest",
+        str(manifest),
+        "--mirror",
+        str(tmp_path / "mirror"),
+        "--git-dir",
+        f"bench={origin.working_dir}",
+    )
     assert res.returncode == 1 and "records none (run with --record)" in res.stderr
 
 
@@ -104,17 +130,28 @@ def test_a_tag_that_moved_is_refused(tmp_path, origin):
     origin.index.add(["bench.c"])
     moved = origin.index.commit("second").hexsha
     origin.create_tag("v1.0", force=True)
-    res = run(tmp_path, "--manifest", str(manifest), "--mirror", str(tmp_path / "mirror"), "--record",
-              "--git-dir", f"bench={origin.working_dir}")
+    res = run(
+        tmp_path,
+        "--manifest",
+        str(manifest),
+        "--mirror",
+        str(tmp_path / "mirror"),
+        "--record",
+        "--git-dir",
+        f"bench={origin.working_dir}",
+    )
     assert res.returncode == 1 and f"v1.0 names {moved}" in res.stderr and res.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--git-dir", "bench"], "--git-dir 'bench': expected PACKAGE=DIR"),
-    (["--git-dir", "other=/tmp"], "other is not in"),
-    (["--git-dir", "bench=/nonexistent"], "/nonexistent is not a directory"),
-    (["nothing"], "nothing: not in"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--git-dir", "bench"], "--git-dir 'bench': expected PACKAGE=DIR"),
+        (["--git-dir", "other=/tmp"], "other is not in"),
+        (["--git-dir", "bench=/nonexistent"], "/nonexistent is not a directory"),
+        (["nothing"], "nothing: not in"),
+    ],
+)
 def test_bad_input_is_exit_2_in_one_line(tmp_path, origin, args, says):
     manifest = manifest_for(tmp_path, origin)
     res = run(tmp_path, "--manifest", str(manifest), "--mirror", str(tmp_path / "mirror"), *args)
@@ -132,6 +169,7 @@ def test_a_missing_or_broken_manifest_is_exit_2(tmp_path):
 
 # ----------------------------------------------------------------------------- the committed manifest
 
+
 def recipe_versions(package: str) -> Dict[str, Dict[str, Optional[str]]]:
     """version -> {sha256, url} as the dedal recipe of ``package`` pins them (its text)."""
     text = (ROOT / "recipes" / "repo" / "packages" / package / "package.py").read_text()
@@ -139,8 +177,10 @@ def recipe_versions(package: str) -> Dict[str, Dict[str, Optional[str]]]:
     for m in re.finditer(r"version\(\s*\"([^\"]+)\"(.*?)\)\n", text, re.S):
         sha = re.search(r"sha256=\"([0-9a-f]{64})\"", m.group(2))
         url = re.search(r"url=((?:\s*\"[^\"]*\")+)", m.group(2))
-        found[m.group(1)] = {"sha256": sha.group(1) if sha else None,
-                             "url": "".join(re.findall(r"\"([^\"]*)\"", url.group(1))) if url else None}
+        found[m.group(1)] = {
+            "sha256": sha.group(1) if sha else None,
+            "url": "".join(re.findall(r"\"([^\"]*)\"", url.group(1))) if url else None,
+        }
     return found
 
 
@@ -181,7 +221,8 @@ def test_the_mirror_holds_the_recorded_archive(entry):
     mirror = Path(load_settings().mirror)
     stored = mirror / entry.storage_path
     if not stored.is_file():
-        pytest.skip(f"{entry.spec} is not in the mirror {mirror}: run recipes/gitsrc/archive.py "
-                    f"(it clones {entry.repository})")
+        pytest.skip(
+            f"{entry.spec} is not in the mirror {mirror}: run recipes/gitsrc/archive.py (it clones {entry.repository})"
+        )
     assert hashlib.sha256(stored.read_bytes()).hexdigest() == entry.sha256
     assert stored.stat().st_size == entry.size

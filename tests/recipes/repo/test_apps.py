@@ -6,6 +6,7 @@ where it has not run): every source edit finds its text exactly once, the launch
 files the tree has, busyring-input writes what the tree's gen-inputs.py writes, and the
 reference spikes are what the ringtest recipe says. The recipes' constants are read from
 their text (a recipe imports spack, which is not here)."""
+
 from __future__ import annotations
 
 import ast
@@ -54,11 +55,12 @@ def pinned_tree(package: str) -> Dict[str, bytes]:
         for member in tar.getmembers():
             assert (member.name + "/").startswith(entry.prefix), member.name
             if member.isfile():
-                files[member.name[len(entry.prefix):]] = tar.extractfile(member).read()
+                files[member.name[len(entry.prefix) :]] = tar.extractfile(member).read()
     return files
 
 
 # ----------------------------------------------------------------------------- arbor-busyring
+
 
 def test_busyring_edits_each_find_their_text_once():
     tree = pinned_tree("arbor-busyring")
@@ -125,10 +127,19 @@ def test_busyring_input_refuses_what_is_no_json(tmp_path, args):
 
 # ----------------------------------------------------------------------------- neuron-ringtest
 
+
 def test_ringtest_tree_has_what_the_launcher_runs():
     tree = pinned_tree("neuron-ringtest")
-    for name in ("ringtest.py", "args.py", "ring.py", "commonutils.py", "settings.py", "cell.hoc",
-                 "mod/halfgap.mod", "reference_data/spk1.100ms.std.ref"):
+    for name in (
+        "ringtest.py",
+        "args.py",
+        "ring.py",
+        "commonutils.py",
+        "settings.py",
+        "cell.hoc",
+        "mod/halfgap.mod",
+        "reference_data/spk1.100ms.std.ref",
+    ):
         assert name in tree, name
     # ringtest writes its spikes as spk<nhost>.std in the working directory
     assert b"fname = folder + '/spk%d.std' % nhost" in tree["commonutils.py"]
@@ -140,7 +151,9 @@ def test_ringtest_reference_spikes_are_the_defaults_on_one_rank():
     args.py) over 100 ms at dt 0.025 ms."""
     tree = pinned_tree("neuron-ringtest")
     args = tree["args.py"].decode()
-    assert 'help="number of rings (default 16)",\n                    type=int,\n                    default=16)' in args
+    assert (
+        'help="number of rings (default 16)",\n                    type=int,\n                    default=16)' in args
+    )
     rows = [line.split() for line in tree["reference_data/spk1.100ms.std.ref"].decode().splitlines()]
     spikes = [(float(t), int(gid)) for t, gid in rows]
     assert len(spikes) == 688 and spikes == sorted(spikes)
@@ -158,17 +171,38 @@ def test_ringtest_launcher_runs_special_with_the_tree_on_the_paths(tmp_path):
     launcher.write_text(constants("neuron-ringtest")["LAUNCHER"].replace("@SHARE@", str(share)))
     launcher.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HOC_LIBRARY_PATH")}
-    res = subprocess.run([str(launcher), "-nring", "256", "-tstop", "100"], env=env, cwd=tmp_path,
-                         text=True, capture_output=True, timeout=30)
+    res = subprocess.run(
+        [str(launcher), "-nring", "256", "-tstop", "100"],
+        env=env,
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        timeout=30,
+    )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines() == [str(share), str(share), "-mpi", "-python", f"{share}/ringtest.py",
-                                       "-nring", "256", "-tstop", "100"]
-    res = subprocess.run([str(launcher)], env=dict(env, PYTHONPATH="/x", HOC_LIBRARY_PATH="/y"),
-                         text=True, capture_output=True, timeout=30)
+    assert res.stdout.splitlines() == [
+        str(share),
+        str(share),
+        "-mpi",
+        "-python",
+        f"{share}/ringtest.py",
+        "-nring",
+        "256",
+        "-tstop",
+        "100",
+    ]
+    res = subprocess.run(
+        [str(launcher)],
+        env=dict(env, PYTHONPATH="/x", HOC_LIBRARY_PATH="/y"),
+        text=True,
+        capture_output=True,
+        timeout=30,
+    )
     assert res.stdout.splitlines()[:2] == [f"{share}:/x", f"{share}:/y"]
 
 
 # ----------------------------------------------------------------------------- esd-neuro
+
 
 def test_esd_neuro_has_both_at_the_manifests_versions():
     """Both are specs of esd-neuro, pinned to the version of their archive."""

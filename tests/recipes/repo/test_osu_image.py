@@ -6,6 +6,7 @@ source's origin, and `dedal verify` runs OSU beside dedal's own benchmarks.
 
 About 4 minutes on 2 shared cores (the OSU build about 1, verify 2); skipped without a real
 Spack, without root, or where this machine's mirror lacks the OSU archive."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,11 @@ def test_osu_builds_runs_and_is_verified(run_dedal, real_spack, tmp_path, git_so
         pytest.skip("needs root (the base image's root filesystem through bubblewrap)")
     data = tmp_path / "data"
     [osu] = git_sources_mirror(data / "mirror", ["osu-micro-benchmarks"])
-    env = {"DEDAL_DATA_DIR": str(data), "DEDAL_SPACK_ROOT": str(real_spack),
-           "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal"))}
+    env = {
+        "DEDAL_DATA_DIR": str(data),
+        "DEDAL_SPACK_ROOT": str(real_spack),
+        "DEDAL_CACHE_DIR": os.environ.get("DEDAL_CACHE_DIR", str(Path.home() / ".cache" / "dedal")),
+    }
     res = run_dedal("fetch", str(ENV_FILE), "--json", env=env, timeout=1800)
     assert res.returncode == 0, res.stdout + res.stderr
     fetched = json.loads(res.stdout)
@@ -36,9 +40,17 @@ def test_osu_builds_runs_and_is_verified(run_dedal, real_spack, tmp_path, git_so
     assembled = json.loads(res.stdout)
     sif = assembled["image"]
 
-    run = run_dedal("exec", sif, "--", "sh", "-c",
-                    "for p in osu_latency osu_bw osu_allreduce osu_init; do command -v $p; done; "
-                    "mpirun --allow-run-as-root --oversubscribe -np 2 osu_latency -m 64", env=env, timeout=600)
+    run = run_dedal(
+        "exec",
+        sif,
+        "--",
+        "sh",
+        "-c",
+        "for p in osu_latency osu_bw osu_allreduce osu_init; do command -v $p; done; "
+        "mpirun --allow-run-as-root --oversubscribe -np 2 osu_latency -m 64",
+        env=env,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert [p.rsplit("/", 1)[-1] for p in lines[:4]] == ["osu_latency", "osu_bw", "osu_allreduce", "osu_init"]
@@ -55,8 +67,21 @@ def test_osu_builds_runs_and_is_verified(run_dedal, real_spack, tmp_path, git_so
     assert dist["hashes"] == [{"alg": "SHA-256", "content": osu.sha256}] and dist["url"] == osu.url
 
     # the verdict's timings are not this test's business (2 shared cores); that OSU ran is
-    res = run_dedal("verify", "run", sif, "--env-file", str(ENV_FILE), "--max-size", "4096", "--repetitions", "2",
-                    "--no-remeasure", "--json", env=env, timeout=1800)
+    res = run_dedal(
+        "verify",
+        "run",
+        sif,
+        "--env-file",
+        str(ENV_FILE),
+        "--max-size",
+        "4096",
+        "--repetitions",
+        "2",
+        "--no-remeasure",
+        "--json",
+        env=env,
+        timeout=1800,
+    )
     assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
     report = json.loads(res.stdout)
     ran = {c["name"] for c in report["checks"] if c.get("verdict") not in ("skipped", None)}

@@ -1,6 +1,7 @@
 """`dedal assemble` on layers built with the Spack stand-in on base ``host``: real
 squashfs, real siftool, real sandboxes; the image holds the software only (no OS), so
 these tests look at its structure, its provenance, the audit and reproducibility."""
+
 from __future__ import annotations
 
 import hashlib
@@ -79,11 +80,32 @@ def test_labels_carry_provenance(host_env, host_image):
 
 def test_image_tree(host_env, host_image):
     _result, _out, tree = host_image
-    for d in (".singularity.d/actions", ".singularity.d/env", ".singularity.d/libs", "dev", "proc", "sys", "tmp",
-              "etc", "home", "root", "var/tmp"):
+    for d in (
+        ".singularity.d/actions",
+        ".singularity.d/env",
+        ".singularity.d/libs",
+        "dev",
+        "proc",
+        "sys",
+        "tmp",
+        "etc",
+        "home",
+        "root",
+        "var/tmp",
+    ):
         assert (tree / d).is_dir(), d
-    for f in ("actions/exec", "actions/run", "actions/shell", "env/01-base.sh", "env/90-environment.sh",
-              "env/91-environment.sh", "env/99-base.sh", "env/99-runtimevars.sh", "runscript", "startscript"):
+    for f in (
+        "actions/exec",
+        "actions/run",
+        "actions/shell",
+        "env/01-base.sh",
+        "env/90-environment.sh",
+        "env/91-environment.sh",
+        "env/99-base.sh",
+        "env/99-runtimevars.sh",
+        "runscript",
+        "startscript",
+    ):
         assert (tree / ".singularity.d" / f).is_file(), f
     env91 = (tree / ".singularity.d/env/91-environment.sh").read_text()
     assert 'export PATH=/opt/view/bin"${PATH:+:$PATH}"' in env91 and "SPACK_ENV" not in env91
@@ -123,8 +145,13 @@ def test_image_tree(host_env, host_image):
     rebuild = yaml.safe_load((tree / "opt/dedal/env/env.yaml").read_text())
     assert rebuild["spack"]["specs"] == ["dedal-app"]
     assert {k: rebuild["dedal"][k] for k in ("name", "tag", "base_image", "install_root", "view", "runscript")} == {
-        "name": "tiny", "tag": "latest", "base_image": "host", "install_root": "/opt/esd/software",
-        "view": "/opt/view", "runscript": 'exec dedal-app "$@"'}
+        "name": "tiny",
+        "tag": "latest",
+        "base_image": "host",
+        "install_root": "/opt/esd/software",
+        "view": "/opt/view",
+        "runscript": 'exec dedal-app "$@"',
+    }
     assert rebuild["dedal"]["labels"] == {"maintainer": "dedal tests"}
     assert str(host_env.root) not in (tree / "opt/dedal/env/env.yaml").read_text()
     assert sorted(p.name for p in (tree / "tmp").iterdir()) == []
@@ -189,8 +216,11 @@ def test_default_path_up_to_date_and_force(host_env):
     forced = host_env.assemble_json("--force")
     assert forced["status"] == "assembled"
     assert leftovers(host_env.stage) == []
-    assert sorted(p.name for p in (host_env.images / "tiny").iterdir()) == \
-        ["latest.image.json", "latest.sbom.cdx.json", "latest.sif"]
+    assert sorted(p.name for p in (host_env.images / "tiny").iterdir()) == [
+        "latest.image.json",
+        "latest.sbom.cdx.json",
+        "latest.sif",
+    ]
 
 
 def test_only_subset(host_env, tmp_path):
@@ -260,13 +290,16 @@ def _rel_escape(store: Path) -> None:
     _replace_layer(store, "libdedal", lambda w, p: (w / p / "lib" / "up").symlink_to("../../../../etc"))
 
 
-@pytest.mark.parametrize("damage,message", [
-    (_missing, "missing from the layer store"),
-    (_corrupt, "corrupt: sha256"),
-    (_outside, "outside its prefix"),
-    (_abs_symlink, "points outside the install root"),
-    (_rel_escape, "escapes the install root"),
-])
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (_missing, "missing from the layer store"),
+        (_corrupt, "corrupt: sha256"),
+        (_outside, "outside its prefix"),
+        (_abs_symlink, "points outside the install root"),
+        (_rel_escape, "escapes the install root"),
+    ],
+)
 def test_bad_layers_are_refused(host_env, tmp_path, damage, message):
     store = _store_copy(host_env, tmp_path)
     damage(store)
@@ -280,12 +313,17 @@ def test_bad_layers_are_refused(host_env, tmp_path, damage, message):
     assert leftovers(host_env.stage) == []
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--only", "nosuch"], "--only nosuch: no such package"),
-    (["--only", "dedal-tool"], "no such package"),   # build-only: never in the image
-    (["--runtime-base", "debian-trixie"], "runtime_base debian-trixie: a runtime base goes with a base image, "
-                                          "not with base host"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--only", "nosuch"], "--only nosuch: no such package"),
+        (["--only", "dedal-tool"], "no such package"),  # build-only: never in the image
+        (
+            ["--runtime-base", "debian-trixie"],
+            "runtime_base debian-trixie: a runtime base goes with a base image, not with base host",
+        ),
+    ],
+)
 def test_bad_arguments(host_env, args, message):
     r = host_env.dedal("assemble", str(host_env.env_file), *args)
     assert r.returncode == 2 and message in r.stderr, r.stderr

@@ -2,6 +2,7 @@
 is a bootable root filesystem; programs from the view and an MPI program compiled with
 the image's own mpicc run inside the SIF (`dedal exec`: the SIF's partition mounted,
 bubblewrap where Apptainer is absent)."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,11 @@ def test_layout_and_labels(trixie_env, trixie_image, trixie_base_image):
     labels = trixie_image["labels"]
     assert labels["dedal.base.id"] == trixie_base_image.id
     from dedal.model.artifacts import sha256_file
+
     assert labels["dedal.base.sha256"] == sha256_file(trixie_base_image.squashfs)  # the base's content
-    assert labels["dedal.version.openmpi"].startswith("5.") and labels["dedal.version.openmpi.source"].startswith("base")
+    assert labels["dedal.version.openmpi"].startswith("5.") and labels["dedal.version.openmpi.source"].startswith(
+        "base"
+    )
     assert labels["dedal.version.pmix"].startswith("5.") and labels["dedal.version.ucx"].startswith("1.")
     assert "Debian" in labels["dedal.base.os"]
     info = sif.read_sif(out)
@@ -47,9 +51,19 @@ def test_layout_and_labels(trixie_env, trixie_image, trixie_base_image):
         raw.write_bytes(src.read(part.size))
     paths = {e["path"] for e in squashfs.entries(raw)}
     raw.unlink()
-    for p in ("usr/bin/mpirun", "etc/os-release", "opt/view", ".singularity.d/labels.json",
-              ".singularity.d/env/91-environment.sh", ".singularity.d/actions/exec", "opt/dedal/env/spack.lock",
-              "opt/esd/software/.spack-db/index.json", "var/tmp", "home", "root"):
+    for p in (
+        "usr/bin/mpirun",
+        "etc/os-release",
+        "opt/view",
+        ".singularity.d/labels.json",
+        ".singularity.d/env/91-environment.sh",
+        ".singularity.d/actions/exec",
+        "opt/dedal/env/spack.lock",
+        "opt/esd/software/.spack-db/index.json",
+        "var/tmp",
+        "home",
+        "root",
+    ):
         assert p in paths, p
     assert not [p for p in paths if p.startswith("tmp/")], "nothing left in /tmp"
     inspect = json.loads(trixie_env.dedal("inspect", str(out), "--json").stdout)
@@ -122,15 +136,20 @@ def test_without_an_overlay_the_same_image(trixie_env, trixie_image, tmp_path, m
     settings = trixie_env.settings()
     target = resolve(str(trixie_env.env_file), settings)
     plan, _path, lock = prepare(target)
-    result = assemble(plan, ImageOptions.of(target.env, source_date_epoch=int(SDE)), settings, lock=lock,
-                      output=tmp_path / "x.sif", force=True)
+    result = assemble(
+        plan,
+        ImageOptions.of(target.env, source_date_epoch=int(SDE)),
+        settings,
+        lock=lock,
+        output=tmp_path / "x.sif",
+        force=True,
+    )
     assert result.method == "extract, base reused"
     assert result.sha256 == trixie_image["sha256"]
     assert list(trixie_env.stage.iterdir()) == []
 
 
-def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_env, trixie_image, tmp_path,
-                                                                       monkeypatch):
+def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_env, trixie_image, tmp_path, monkeypatch):
     """The base's untouched top-level entries come from a squashfs of the base made once
     (kept in the cache); the image has exactly the content of one mksquashfs of its tree."""
     from dedal.stages import assemble as asm
@@ -150,8 +169,14 @@ def test_base_reused_compressed_same_content_as_packing_the_whole_tree(trixie_en
     monkeypatch.setattr(stage, "base_part", lambda *a, **k: None)
     target = resolve(str(trixie_env.env_file), settings)
     plan, _path, lock = prepare(target)
-    whole = asm.assemble(plan, ImageOptions.of(target.env, source_date_epoch=int(SDE)), settings, lock=lock,
-                         output=tmp_path / "whole.sif", force=True)
+    whole = asm.assemble(
+        plan,
+        ImageOptions.of(target.env, source_date_epoch=int(SDE)),
+        settings,
+        lock=lock,
+        output=tmp_path / "whole.sif",
+        force=True,
+    )
     assert "base reused" not in whole.method and whole.sha256 != trixie_image["sha256"]
     a = partition_file(Path(trixie_image["image"]), tmp_path / "reused.sqfs")
     b = partition_file(Path(whole.image), tmp_path / "whole.sqfs")
@@ -172,14 +197,27 @@ def test_apptainer_runs_inspects_signs_and_verifies_the_image(trixie_image, appt
     assert apptainer("run", str(image), "dedal-app").stdout.strip() == "dedal-app 1.0 ok 4"
     labels = json.loads(apptainer("inspect", "--labels", "--json", str(image)).stdout)
     assert labels["data"]["attributes"]["labels"] == trixie_image["labels"]
-    apptainer("key", "newpair", "--name", "dedal test", "--email", "test@example.org", "--comment", "test",
-              "--password", "", "--push=false")
+    apptainer(
+        "key",
+        "newpair",
+        "--name",
+        "dedal test",
+        "--email",
+        "test@example.org",
+        "--comment",
+        "test",
+        "--password",
+        "",
+        "--push=false",
+    )
     apptainer("sign", str(image))
     r = apptainer("verify", str(image))
     assert "Verified signature" in r.stdout + r.stderr
     # dedal reads the signed image as before (the signature is one more SIF object)
-    assert sif.primary_partition(sif.read_sif(image)).size == sif.primary_partition(
-        sif.read_sif(trixie_image["image"])).size
+    assert (
+        sif.primary_partition(sif.read_sif(image)).size
+        == sif.primary_partition(sif.read_sif(trixie_image["image"])).size
+    )
 
 
 def test_elf_closure_is_checked_and_no_runtime_base_by_default(trixie_image):

@@ -1,5 +1,6 @@
 """The ELF closure check on image trees made of real ELF files (gcc here), without a
 container runtime: what resolves, where, and the one error for what does not."""
+
 from __future__ import annotations
 
 import functools
@@ -11,8 +12,14 @@ from pathlib import Path
 import pytest
 
 from dedal.errors import UserError
-from dedal.stages.assemble.closure import (check_closure, elf_closure, host_driver_library, ld_so_conf_dirs,
-                                           library_path_of, require_closure)
+from dedal.stages.assemble.closure import (
+    check_closure,
+    elf_closure,
+    host_driver_library,
+    ld_so_conf_dirs,
+    library_path_of,
+    require_closure,
+)
 
 TRIPLET = "usr/lib/x86_64-linux-gnu"
 
@@ -23,8 +30,9 @@ def gcc(*args: str) -> None:
     subprocess.run(["gcc", *args], check=True, capture_output=True)
 
 
-def make_lib(srcdir: Path, out: Path, name: str, *link: str, soname: str = "", rpath: str = "",
-        new_dtags: bool = True) -> Path:
+def make_lib(
+    srcdir: Path, out: Path, name: str, *link: str, soname: str = "", rpath: str = "", new_dtags: bool = True
+) -> Path:
     """A shared library ``out/name`` without libc (-nostdlib: only the DT_NEEDED we ask for),
     its source in ``srcdir`` (outside the image tree)."""
     srcdir.mkdir(parents=True, exist_ok=True)
@@ -54,11 +62,25 @@ def image(tmp_path) -> Path:
     sys_broken = lib(root / TRIPLET, "libsysbroken.so.1", str(gone), soname="libsysbroken.so.1")
     extra = lib(root / "opt/extra/lib", "libextra.so.1", soname="libextra.so.1")
     dep = lib(root / "opt/sw/dep-1.0-aaa/lib", "libdep.so.1", soname="libdep.so.1")
-    lib(root / "opt/sw/app-1.0-bbb/lib", "libapp.so", str(dep), str(sysdep), str(cuda), str(extra),
-        soname="libapp.so", rpath="$ORIGIN/../../dep-1.0-aaa/lib")
+    lib(
+        root / "opt/sw/app-1.0-bbb/lib",
+        "libapp.so",
+        str(dep),
+        str(sysdep),
+        str(cuda),
+        str(extra),
+        soname="libapp.so",
+        rpath="$ORIGIN/../../dep-1.0-aaa/lib",
+    )
     # DT_RPATH (Spack's default), the absolute install path of the image
-    lib(root / "opt/sw/tool-1.0-ccc/lib", "libtool.so", str(dep), soname="libtool.so",
-        rpath="/opt/sw/dep-1.0-aaa/lib", new_dtags=False)
+    lib(
+        root / "opt/sw/tool-1.0-ccc/lib",
+        "libtool.so",
+        str(dep),
+        soname="libtool.so",
+        rpath="/opt/sw/dep-1.0-aaa/lib",
+        new_dtags=False,
+    )
     lib(root / "opt/sw/bad-1.0-ddd/lib", "libbad.so", str(gone), str(sys_broken), soname="libbad.so")
     (root / "opt/view/lib").mkdir(parents=True)
     (root / "opt/view/lib/libapp.so").symlink_to("/opt/sw/app-1.0-bbb/lib/libapp.so")
@@ -73,8 +95,10 @@ def image(tmp_path) -> Path:
 def test_closure_resolves_rpath_runpath_origin_ld_so_conf_and_reports_the_rest(image):
     report = check_closure(image, ["/opt/sw", "/opt/view"])
     # libbad misses libgone; the base's libsysbroken it loads misses it too (the chain is checked)
-    assert report.missing == {"/opt/sw/bad-1.0-ddd/lib/libbad.so": ["libgone.so.2"],
-                              f"/{TRIPLET}/libsysbroken.so.1": ["libgone.so.2"]}
+    assert report.missing == {
+        "/opt/sw/bad-1.0-ddd/lib/libbad.so": ["libgone.so.2"],
+        f"/{TRIPLET}/libsysbroken.so.1": ["libgone.so.2"],
+    }
     assert report.host_driver == {"libcuda.so.1": 1}
     # app, dep, tool, bad under /opt/sw (the view's symlink is no second file), then the
     # system libraries they load: libsys, libextra, libsysbroken
@@ -83,8 +107,10 @@ def test_closure_resolves_rpath_runpath_origin_ld_so_conf_and_reports_the_rest(i
     with pytest.raises(UserError) as exc:
         require_closure(image, ["/opt/sw", "/opt/view"], arch="amd64", where="image t:latest")
     msg = exc.value.one_line()
-    assert msg.startswith("image t:latest: 2 ELF file(s) need libraries that are not in the image (libgone.so.2) "
-                          "and are not the host driver's: /opt/sw/bad-1.0-ddd/lib/libbad.so: libgone.so.2; ")
+    assert msg.startswith(
+        "image t:latest: 2 ELF file(s) need libraries that are not in the image (libgone.so.2) "
+        "and are not the host driver's: /opt/sw/bad-1.0-ddd/lib/libbad.so: libgone.so.2; "
+    )
     assert "\n" not in msg
 
 
@@ -92,11 +118,18 @@ def test_the_closure_of_some_files_is_what_they_load(image):
     """What a slimmed copy of the image keeps for a program: it, then what it loads in turn,
     where the loader finds it (the view's symlink followed to the file)."""
     files, report = elf_closure(image, ["/opt/view/lib/libapp.so"])
-    assert files == ["/opt/sw/app-1.0-bbb/lib/libapp.so", "/opt/sw/dep-1.0-aaa/lib/libdep.so.1",
-                     f"/{TRIPLET}/libsys.so.1", "/opt/extra/lib/libextra.so.1"]
+    assert files == [
+        "/opt/sw/app-1.0-bbb/lib/libapp.so",
+        "/opt/sw/dep-1.0-aaa/lib/libdep.so.1",
+        f"/{TRIPLET}/libsys.so.1",
+        "/opt/extra/lib/libextra.so.1",
+    ]
     assert report.ok and report.host_driver == {"libcuda.so.1": 1}
-    assert report.opened == ["/opt/sw/dep-1.0-aaa/lib/libdep.so.1", f"/{TRIPLET}/libsys.so.1",
-                             "/opt/extra/lib/libextra.so.1"]
+    assert report.opened == [
+        "/opt/sw/dep-1.0-aaa/lib/libdep.so.1",
+        f"/{TRIPLET}/libsys.so.1",
+        "/opt/extra/lib/libextra.so.1",
+    ]
     files, report = elf_closure(image, ["/opt/sw/bad-1.0-ddd/lib/libbad.so"])
     assert files == ["/opt/sw/bad-1.0-ddd/lib/libbad.so", f"/{TRIPLET}/libsysbroken.so.1"]
     assert sorted(report.missing) == ["/opt/sw/bad-1.0-ddd/lib/libbad.so", f"/{TRIPLET}/libsysbroken.so.1"]
@@ -137,9 +170,12 @@ def test_the_image_environments_library_path_counts(image):
     shutil.move(str(image / "opt/sw/dep-1.0-aaa/lib/libdep.so.1"), str(image / "opt/extra/lib/libdep.so.1"))
     (image / "etc/ld.so.conf").unlink()
     assert check_closure(image, ["/opt/sw/app-1.0-bbb"]).missing == {
-        "/opt/sw/app-1.0-bbb/lib/libapp.so": ["libdep.so.1", "libextra.so.1"]}
-    script = ("#!/bin/sh\nexport PATH=/opt/view/bin\n"
-              'export LD_LIBRARY_PATH=/opt/extra/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n')
+        "/opt/sw/app-1.0-bbb/lib/libapp.so": ["libdep.so.1", "libextra.so.1"]
+    }
+    script = (
+        "#!/bin/sh\nexport PATH=/opt/view/bin\n"
+        'export LD_LIBRARY_PATH=/opt/extra/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n'
+    )
     assert library_path_of(script) == ["/opt/extra/lib"]
     assert library_path_of("LD_LIBRARY_PATH=$HOME/x:/a//b:relative; export LD_LIBRARY_PATH\n") == ["/a/b"]
     assert check_closure(image, ["/opt/sw/app-1.0-bbb"], library_path=library_path_of(script)).ok
@@ -162,8 +198,7 @@ def test_files_of_another_machine_or_word_size_are_passed_over(image):
 def test_ld_so_conf_and_driver_names(tmp_path):
     (tmp_path / "etc/ld.so.conf.d").mkdir(parents=True)
     (tmp_path / "etc/ld.so.conf").write_text("include ld.so.conf.d/*.conf\n/opt/a/lib, /opt/b/lib=libc6\n")
-    (tmp_path / "etc/ld.so.conf.d/x86_64-linux-gnu.conf").write_text("/usr/local/lib/x86_64-linux-gnu\n"
-                                                                     f"/{TRIPLET}\n")
+    (tmp_path / "etc/ld.so.conf.d/x86_64-linux-gnu.conf").write_text(f"/usr/local/lib/x86_64-linux-gnu\n/{TRIPLET}\n")
     assert ld_so_conf_dirs(tmp_path) == ["/usr/local/lib/x86_64-linux-gnu", f"/{TRIPLET}", "/opt/a/lib", "/opt/b/lib"]
     assert ld_so_conf_dirs(tmp_path / "none") == []
     for name in ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libEGL_nvidia.so.0"):

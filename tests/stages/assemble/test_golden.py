@@ -7,6 +7,7 @@ tiny environment, a stand-in base with a fixed environment and OS, layers with f
 digests, a fixed creation time and a fixed dedal version (a release must not rewrite the
 golden files). ``DEDAL_UPDATE_GOLDEN=1`` rewrites them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,12 @@ class Base:
 
     os_id = "debian"
     os_release = {"PRETTY_NAME": "Debian GNU/Linux 13 (trixie)"}
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-           "OMPI_MCA_btl": "^openib", "SPACK_ROOT": "/opt/spack"}
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "OMPI_MCA_btl": "^openib",
+        "SPACK_ROOT": "/opt/spack",
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -46,22 +51,48 @@ def fixed_version(monkeypatch):
 @pytest.fixture(scope="module")
 def plan():
     lock = load_lock(SPACK_DATA / "tiny-dedal.spack.lock")
-    return make_plan(lock, env_name="tiny", install_root="/opt/esd/software", base_image="debian-trixie",
-                     base_id="debian-trixie:0123456789ab", tag="v1")
+    return make_plan(
+        lock,
+        env_name="tiny",
+        install_root="/opt/esd/software",
+        base_image="debian-trixie",
+        base_id="debian-trixie:0123456789ab",
+        tag="v1",
+    )
 
 
 def layer_infos(plan, hashes):
-    return [LayerInfo(hash=h, key=plan.nodes[h].key, name=plan.nodes[h].name, version=plan.nodes[h].version,
-                      prefix=plan.nodes[h].prefix_name, sha256=hashlib.sha256(h.encode()).hexdigest(),
-                      size=4096 * (i + 1))
-            for i, h in enumerate(hashes) if not plan.nodes[h].external]
+    return [
+        LayerInfo(
+            hash=h,
+            key=plan.nodes[h].key,
+            name=plan.nodes[h].name,
+            version=plan.nodes[h].version,
+            prefix=plan.nodes[h].prefix_name,
+            sha256=hashlib.sha256(h.encode()).hexdigest(),
+            size=4096 * (i + 1),
+        )
+        for i, h in enumerate(hashes)
+        if not plan.nodes[h].external
+    ]
 
 
 def labels_of(plan):
     roots, hashes = asm.select_packages(plan)
     versions, sources = metadata.image_versions(plan, hashes, None)
-    return metadata.make_labels(plan, Base(), layer_infos(plan, hashes), roots, [], False, versions, sources,
-                                CREATED, "the tiny test environment", {"site.team": "hpc"})
+    return metadata.make_labels(
+        plan,
+        Base(),
+        layer_infos(plan, hashes),
+        roots,
+        [],
+        False,
+        versions,
+        sources,
+        CREATED,
+        "the tiny test environment",
+        {"site.team": "hpc"},
+    )
 
 
 def test_singularity_d_matches_the_golden_file(tmp_path: Path, plan) -> None:
@@ -69,8 +100,9 @@ def test_singularity_d_matches_the_golden_file(tmp_path: Path, plan) -> None:
     env91 = activation_script(RECORDED_ACTIVATE, {"PATH": RECORDED_PATH})
     root = tmp_path / "root"
     root.mkdir()
-    apptainer_files.write_apptainer_files(root, env90=env90, env91=env91, runscript=asm.runscript_text(""),
-                                          labels=labels_of(plan))
+    apptainer_files.write_apptainer_files(
+        root, env90=env90, env91=env91, runscript=asm.runscript_text(""), labels=labels_of(plan)
+    )
     sd = root / ".singularity.d"
     parts = []
     for p in sorted(sd.rglob("*")):
@@ -85,8 +117,15 @@ def test_singularity_d_matches_the_golden_file(tmp_path: Path, plan) -> None:
 def test_sif_labels_match_the_golden_file(tmp_path: Path, plan) -> None:
     part = tmp_path / "part.sqfs"
     part.write_bytes(b"hsqs" + bytes(4092))  # the labels object does not depend on the partition
-    out = sif.write_sif(tmp_path / "tiny.sif", part, definition="Bootstrap: dedal\n", labels=labels_of(plan),
-                        metadata={}, arch="amd64", created=CREATED)
+    out = sif.write_sif(
+        tmp_path / "tiny.sif",
+        part,
+        definition="Bootstrap: dedal\n",
+        labels=labels_of(plan),
+        metadata={},
+        arch="amd64",
+        created=CREATED,
+    )
     found = out.by_type(sif.DATA_LABELS)
     assert len(found) == 1
     assert_golden("sif-labels.json", sif.read_object(tmp_path / "tiny.sif", found[0]).decode())

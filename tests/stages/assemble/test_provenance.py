@@ -1,5 +1,6 @@
 """The rebuild inputs an image carries: local repositories and includes copied and named
 inside the image, an env.yaml with every value explicit, no path of the building machine."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,14 @@ def _checkout(where: Path) -> dict:
     (repo / "packages" / "app" / "__pycache__" / "package.cpython-313.pyc").write_bytes(b"\x00stale")
     inc = where / "site.yaml"
     inc.write_text("packages: {}\n")
-    return {"spack": {"specs": ["app"], "repos": [str(repo), "$spack/var/spack/repos/builtin"],
-                      "include": [str(inc)], "concretizer": {"unify": True}}}
+    return {
+        "spack": {
+            "specs": ["app"],
+            "repos": [str(repo), "$spack/var/spack/repos/builtin"],
+            "include": [str(inc)],
+            "concretizer": {"unify": True},
+        }
+    }
 
 
 def test_relocated_and_the_same_from_any_checkout(tmp_path):
@@ -39,12 +46,33 @@ def test_relocated_and_the_same_from_any_checkout(tmp_path):
 
     plan = SimpleNamespace(env_name="app", tag="v1", base_image="host", install_root="/opt/sw", view="/opt/view")
     env_file = tmp_path / "one" / "env.yaml"
-    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["app"]}, "dedal": {
-        "name": "app", "lock": "x.lock", "verify": {"ranks": 4}, "registry": "oras://r.example/x", "description": "old"}}))
-    section = provenance.dedal_section(plan, env_file, only=[], keep_build_deps=False,
-                                       runscript="", labels={"team": "x"}, description="")
-    assert section == {"name": "app", "tag": "v1", "base_image": "host", "install_root": "/opt/sw",
-                       "view": "/opt/view", "verify": {"ranks": 4}, "registry": "oras://r.example/x", "labels": {"team": "x"}}
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["app"]},
+                "dedal": {
+                    "name": "app",
+                    "lock": "x.lock",
+                    "verify": {"ranks": 4},
+                    "registry": "oras://r.example/x",
+                    "description": "old",
+                },
+            }
+        )
+    )
+    section = provenance.dedal_section(
+        plan, env_file, only=[], keep_build_deps=False, runscript="", labels={"team": "x"}, description=""
+    )
+    assert section == {
+        "name": "app",
+        "tag": "v1",
+        "base_image": "host",
+        "install_root": "/opt/sw",
+        "view": "/opt/view",
+        "verify": {"ranks": 4},
+        "registry": "oras://r.example/x",
+        "labels": {"team": "x"},
+    }
     base_def = tmp_path / "debian-x.yaml"
     base_def.write_text("name: debian-x\n")
     provenance.write_rebuild_inputs(env_dir, one, section, base_def)

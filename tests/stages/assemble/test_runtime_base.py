@@ -2,6 +2,7 @@
 (debian-trixie-cuda: toolkit, development tree, GCC 13) and assembled on its runtime twin
 (debian-trixie-cuda-runtime), both real debootstrapped bases (built here when missing:
 minutes, network to the Debian mirror)."""
+
 from __future__ import annotations
 
 import json
@@ -42,18 +43,31 @@ def gpu_image(gpu_env) -> dict:
 def test_image_carries_the_runtime_base_not_the_build_base(gpu_env, gpu_image, bases):
     build, runtime = bases
     assert (gpu_image["base_id"], gpu_image["runtime_base"], gpu_image["runtime_base_id"]) == (
-        build.id, RUNTIME, runtime.id)
+        build.id,
+        RUNTIME,
+        runtime.id,
+    )
     # smaller than the build base itself: the toolkit and development tree stay out
     assert gpu_image["squashfs_size"] < build.squashfs_bytes / 2
     raw = partition_file(Path(gpu_image["image"]), gpu_env.root / "part.sqfs")
     paths = {e["path"] for e in squashfs.entries(raw)}
     raw.unlink()
-    for p in ("usr/lib/x86_64-linux-gnu/libcudart.so.12", "usr/lib/x86_64-linux-gnu/libnccl.so.2",
-              "usr/lib/x86_64-linux-gnu/libcublas.so.12", "opt/view", "opt/dedal/env/runtime-base.yaml",
-              "opt/dedal/env/base.yaml"):
+    for p in (
+        "usr/lib/x86_64-linux-gnu/libcudart.so.12",
+        "usr/lib/x86_64-linux-gnu/libnccl.so.2",
+        "usr/lib/x86_64-linux-gnu/libcublas.so.12",
+        "opt/view",
+        "opt/dedal/env/runtime-base.yaml",
+        "opt/dedal/env/base.yaml",
+    ):
         assert p in paths, p
-    for p in ("usr/bin/nvcc", "usr/include/cuda_runtime.h", "usr/lib/x86_64-linux-gnu/libcuda.so.1",
-              "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "usr/bin/gcc-13"):
+    for p in (
+        "usr/bin/nvcc",
+        "usr/include/cuda_runtime.h",
+        "usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+        "usr/bin/gcc-13",
+    ):
         assert p not in paths, p
     closure = gpu_image["elf_closure"]
     assert closure["missing"] == {} and closure["checked"] >= 3
@@ -75,8 +89,9 @@ def test_labels_sbom_and_manifest_name_both_bases(gpu_env, gpu_image, bases):
     assert props["dedal:base_id"] == build.id and props["dedal:runtime_base_id"] == runtime.id
     manifest = json.loads(Path(gpu_image["image_json"]).read_text())
     assert manifest["base"]["id"] == build.id and manifest["runtime_base"]["id"] == runtime.id
-    meta = sif.read_json_object(Path(gpu_image["image"]), sif.read_sif(Path(gpu_image["image"])).by_type(
-        sif.DATA_LABELS)[0])
+    meta = sif.read_json_object(
+        Path(gpu_image["image"]), sif.read_sif(Path(gpu_image["image"])).by_type(sif.DATA_LABELS)[0]
+    )
     assert meta == labels
     inspect = json.loads(gpu_env.dedal("inspect", gpu_image["image"], "--json").stdout)
     assert sorted(layer["name"] for layer in inspect["layers"]) == sorted(TINY_RUNTIME)

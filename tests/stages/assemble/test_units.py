@@ -1,5 +1,6 @@
 """The assembler's model code without any tool: selection, layer audit rules, the
 environment script made from `spack env activate --sh`, labels, the SBOM."""
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,9 @@ def test_only_by_name_version_and_hash(tiny_plan):
     assert asm.select_packages(tiny_plan, only=["/suuk3yz"])[0] == roots
 
 
-@pytest.mark.parametrize("spec,msg", [("nosuch", "no such package"), ("libdedal@9", "no such package"),
-                                      ("dedal-tool", "no such package")])  # build-only: not in the image
+@pytest.mark.parametrize(
+    "spec,msg", [("nosuch", "no such package"), ("libdedal@9", "no such package"), ("dedal-tool", "no such package")]
+)  # build-only: not in the image
 def test_only_refuses_unknown(tiny_plan, spec, msg):
     with pytest.raises(UserError, match=msg):
         asm.select_packages(tiny_plan, only=[spec])
@@ -79,21 +81,27 @@ def test_only_subset_of_a_real_env(mpi_plan):
 
 
 # ----------------------------------------------------------------------------- layer audit
-@pytest.mark.parametrize("entry,problem", [
-    ({"path": PREFIX, "mode": "drwxr-xr-x"}, None),
-    ({"path": f"{PREFIX}/lib/libx.so", "mode": "-rwxr-xr-x"}, None),
-    ({"path": f"{PREFIX}/lib/a.so", "mode": "lrwxrwxrwx", "target": "libx.so"}, None),
-    ({"path": f"{PREFIX}/lib/b.so", "mode": "lrwxrwxrwx", "target": f"{IR}/gcc-runtime-1/lib/libgcc.so"}, None),
-    ({"path": f"{PREFIX}/share/c", "mode": "lrwxrwxrwx", "target": "../../other-prefix/share/c"}, None),
-    ({"path": "evil", "mode": "-rw-r--r--"}, "outside its prefix"),
-    ({"path": f"{PREFIX}-x/file", "mode": "-rw-r--r--"}, "outside its prefix"),
-    ({"path": f"{PREFIX}/../evil", "mode": "-rw-r--r--"}, "outside its prefix"),
-    ({"path": f"{PREFIX}/dev/sda", "mode": "brw-r--r--"}, "device node"),
-    ({"path": f"{PREFIX}/etc/passwd", "mode": "lrwxrwxrwx", "target": "/etc/passwd"}, "outside the install root"),
-    ({"path": f"{PREFIX}/x", "mode": "lrwxrwxrwx", "target": "/opt/esd/software-evil/x"}, "outside the install root"),
-    ({"path": f"{PREFIX}/up", "mode": "lrwxrwxrwx", "target": "../../../etc"}, "escapes the install root"),
-    ({"path": f"{PREFIX}/a/b", "mode": "lrwxrwxrwx", "target": "../../../../../../root"}, "escapes"),
-])
+@pytest.mark.parametrize(
+    "entry,problem",
+    [
+        ({"path": PREFIX, "mode": "drwxr-xr-x"}, None),
+        ({"path": f"{PREFIX}/lib/libx.so", "mode": "-rwxr-xr-x"}, None),
+        ({"path": f"{PREFIX}/lib/a.so", "mode": "lrwxrwxrwx", "target": "libx.so"}, None),
+        ({"path": f"{PREFIX}/lib/b.so", "mode": "lrwxrwxrwx", "target": f"{IR}/gcc-runtime-1/lib/libgcc.so"}, None),
+        ({"path": f"{PREFIX}/share/c", "mode": "lrwxrwxrwx", "target": "../../other-prefix/share/c"}, None),
+        ({"path": "evil", "mode": "-rw-r--r--"}, "outside its prefix"),
+        ({"path": f"{PREFIX}-x/file", "mode": "-rw-r--r--"}, "outside its prefix"),
+        ({"path": f"{PREFIX}/../evil", "mode": "-rw-r--r--"}, "outside its prefix"),
+        ({"path": f"{PREFIX}/dev/sda", "mode": "brw-r--r--"}, "device node"),
+        ({"path": f"{PREFIX}/etc/passwd", "mode": "lrwxrwxrwx", "target": "/etc/passwd"}, "outside the install root"),
+        (
+            {"path": f"{PREFIX}/x", "mode": "lrwxrwxrwx", "target": "/opt/esd/software-evil/x"},
+            "outside the install root",
+        ),
+        ({"path": f"{PREFIX}/up", "mode": "lrwxrwxrwx", "target": "../../../etc"}, "escapes the install root"),
+        ({"path": f"{PREFIX}/a/b", "mode": "lrwxrwxrwx", "target": "../../../../../../root"}, "escapes"),
+    ],
+)
 def test_entry_rules(entry, problem):
     found = asm.entry_problem(entry, PREFIX, IR)
     if problem is None:
@@ -104,9 +112,11 @@ def test_entry_rules(entry, problem):
 
 # ----------------------------------------------------------------------------- environment script
 RECORDED_ACTIVATE = (SPACK_DATA / "tiny-dedal.activate.sh").read_text()
-RECORDED_PATH = ("/srv/probe/venv/bin:/srv/spack/bin:/usr/local/go/bin:/root/go/bin:/root/.cargo/bin:"
-                 "/root/.pyenv/plugins/pyenv-virtualenv/shims:/root/.pyenv/shims:/root/.pyenv/bin:"
-                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+RECORDED_PATH = (
+    "/srv/probe/venv/bin:/srv/spack/bin:/usr/local/go/bin:/root/go/bin:/root/.cargo/bin:"
+    "/root/.pyenv/plugins/pyenv-virtualenv/shims:/root/.pyenv/shims:/root/.pyenv/bin:"
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
 
 
 def test_activation_of_real_spack_output():
@@ -115,18 +125,23 @@ def test_activation_of_real_spack_output():
     assert 'export PATH=/dev/shm/spack-view/bin"${PATH:+:$PATH}"' in script
     assert "/srv/spack/bin" not in script  # the build host's PATH is not baked in
     assert 'export CMAKE_PREFIX_PATH=/dev/shm/spack-view"${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"' in script
-    assert 'export MANPATH=/usr/share/man:/dev/shm/spack-view/share/man:/dev/shm/spack-view/man:"${MANPATH:-}"' in script
+    assert (
+        'export MANPATH=/usr/share/man:/dev/shm/spack-view/share/man:/dev/shm/spack-view/man:"${MANPATH:-}"' in script
+    )
 
 
 def run_sh(script: str, env: dict, show: str) -> str:
-    return subprocess.run(["/bin/sh", "-c", script + f'\nprintf "%s" "${show}"'], env=env, text=True,
-                          capture_output=True, check=True).stdout
+    return subprocess.run(
+        ["/bin/sh", "-c", script + f'\nprintf "%s" "${show}"'], env=env, text=True, capture_output=True, check=True
+    ).stdout
 
 
 def test_activation_script_runs_in_sh():
-    text = ("export SPACK_ENV=/opt/dedal/env;\nexport SPACK_ENV_VIEW=default;\nalias despacktivate='spack env deactivate';\n"
-            "export PATH=/opt/view/bin:/usr/bin:/bin;\nexport DEDAL_HOME=/opt/view;\n"
-            "export LD_LIBRARY_PATH=/opt/view/lib;\nexport NOTE='two words';\n")
+    text = (
+        "export SPACK_ENV=/opt/dedal/env;\nexport SPACK_ENV_VIEW=default;\nalias despacktivate='spack env deactivate';\n"
+        "export PATH=/opt/view/bin:/usr/bin:/bin;\nexport DEDAL_HOME=/opt/view;\n"
+        "export LD_LIBRARY_PATH=/opt/view/lib;\nexport NOTE='two words';\n"
+    )
     script = asm.activation_script(text, {"PATH": "/usr/bin:/bin"})
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
     assert run_sh(script, env, "PATH") == "/opt/view/bin:/usr/local/bin:/usr/bin:/bin"
@@ -169,7 +184,9 @@ def test_versions_from_base_and_layers(tiny_plan, mpi_plan):
 def test_user_labels_cannot_override_provenance(tiny_plan):
     with pytest.raises(UserError, match="provenance label"):
         metadata.make_labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {"dedal.env": "x"})
-    labels = metadata.make_labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 1700000000, "d", {"team": "x"})
+    labels = metadata.make_labels(
+        tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 1700000000, "d", {"team": "x"}
+    )
     assert labels["team"] == "x" and labels["org.label-schema.build-date"] == "2023-11-14T22:13:20Z"
     assert all(isinstance(v, str) for v in labels.values())  # Apptainer's labels are strings
 
@@ -178,8 +195,11 @@ def test_user_labels_cannot_override_provenance(tiny_plan):
 def test_sbom_from_lock(tiny_plan):
     lock = load_lock(SPACK_DATA / "tiny-dedal.spack.lock")
     _roots, hashes = asm.select_packages(tiny_plan)
-    layers = {h: {"key": tiny_plan.nodes[h].key, "sha256": "ab" * 32, "size": 4096}
-              for h in hashes if not tiny_plan.nodes[h].external}
+    layers = {
+        h: {"key": tiny_plan.nodes[h].key, "sha256": "ab" * 32, "size": 4096}
+        for h in hashes
+        if not tiny_plan.nodes[h].external
+    }
     doc = sbom.make_sbom(tiny_plan, hashes, layers=layers, lock=lock, created=1700000000)
     again = sbom.make_sbom(tiny_plan, list(reversed(hashes)), layers=layers, lock=lock, created=1700000000)
     assert sbom.dumps(doc) == sbom.dumps(again)  # deterministic, independent of input order
@@ -192,11 +212,15 @@ def test_sbom_from_lock(tiny_plan):
     assert sorted(comps) == ["dedal-app", "gcc-runtime", "glibc", "libdedal"]
     app = comps["dedal-app"]
     assert app["type"] == "application" and app["bom-ref"] == "jqiwi5fvmfnuwwespap26l5ducyj4evg"
-    assert app["purl"] == ("pkg:spack/dedal-app@1.0?arch=linux-debian12-x86_64_v3"
-                           "&hash=jqiwi5fvmfnuwwespap26l5ducyj4evg&namespace=dedaltest")
+    assert app["purl"] == (
+        "pkg:spack/dedal-app@1.0?arch=linux-debian12-x86_64_v3"
+        "&hash=jqiwi5fvmfnuwwespap26l5ducyj4evg&namespace=dedaltest"
+    )
     assert app["hashes"] == [{"alg": "SHA-256", "content": "ab" * 32}]
     glibc = {p["name"]: p["value"] for p in comps["glibc"]["properties"]}
-    assert glibc["spack:external"] == "true" and glibc["spack:external_path"] == "/usr" and "hashes" not in comps["glibc"]
+    assert (
+        glibc["spack:external"] == "true" and glibc["spack:external_path"] == "/usr" and "hashes" not in comps["glibc"]
+    )
     deps = {d["ref"]: d["dependsOn"] for d in doc["dependencies"]}
     assert deps["image"] == [app["bom-ref"]]
     assert sorted(tiny_plan.nodes[h].name for h in deps[app["bom-ref"]]) == ["gcc-runtime", "glibc", "libdedal"]
@@ -218,8 +242,12 @@ def test_sif_in_place_equals_copied(tmp_path):
     (src / "etc").mkdir(parents=True)
     (src / "etc" / "os-release").write_text("ID=t\n")
     (src / "blob").write_bytes(bytes(range(256)) * 1000)
-    objs = dict(definition="Bootstrap: dedal\n", labels={"a": "b"}, metadata={"type": "container"},
-                sbom=b'{"bomFormat": "CycloneDX"}\n')
+    objs = dict(
+        definition="Bootstrap: dedal\n",
+        labels={"a": "b"},
+        metadata={"type": "container"},
+        sbom=b'{"bomFormat": "CycloneDX"}\n',
+    )
     plain = tmp_path / "plain.sqfs"
     squashfs.pack([src], plain)
     copied = sif.write_sif(tmp_path / "copied.sif", plain, created=1700000000, **objs)
@@ -240,7 +268,9 @@ def test_inherits_an_apptainer_built_base(tmp_path, tiny_plan):
     sd = tmp_path / "rootfs" / ".singularity.d"
     (sd / "env").mkdir(parents=True)
     (sd / "labels.json").write_text('{"org.label-schema.usage": "/.singularity.d/runscript.help", "site": "cscs"}')
-    (sd / "env" / "90-environment.sh").write_text("#!/bin/sh\n# Custom environment shell code should follow\n\nexport SITE=cscs\n")
+    (sd / "env" / "90-environment.sh").write_text(
+        "#!/bin/sh\n# Custom environment shell code should follow\n\nexport SITE=cscs\n"
+    )
     (sd / "env" / "91-environment.sh").write_text("#!/bin/sh\n# Custom environment shell code should follow\n\n")
     (sd / "runscript").write_text('#!/bin/sh\n\necho "There is no runscript defined for this container\\n";\n')
 
@@ -251,8 +281,9 @@ def test_inherits_an_apptainer_built_base(tmp_path, tiny_plan):
     assert found["labels"]["site"] == "cscs"
     assert "export SITE=cscs" in found["90-environment.sh"]
     assert found["91-environment.sh"] == "" and found["runscript"] == ""  # Apptainer's empty placeholders
-    labels = metadata.make_labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {},
-                                  {"site": "cscs", "dedal.env": "spoofed"})
+    labels = metadata.make_labels(
+        tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {}, {"site": "cscs", "dedal.env": "spoofed"}
+    )
     assert labels["site"] == "cscs" and labels["dedal.env"] == "t"  # ours win over the base's
 
 
@@ -262,9 +293,11 @@ ESD_CPU_LOCK = Path(__file__).parent / "data" / "esd-cpu.spack.lock"  # a real l
 
 def test_pmix_version_of_the_header_open_mpi_installs():
     """What Open MPI 5.0.7 (+internal-pmix) installs as include/pmix_version.h (excerpt)."""
-    header = ("#ifndef PMIx_VERSION_H\n#define PMIx_VERSION_H\n\n/* define PMIx version */\n"
-              "#define PMIX_VERSION_MAJOR 5L\n#define PMIX_VERSION_MINOR 0L\n#define PMIX_VERSION_RELEASE 5L\n\n"
-              "#define PMIX_NUMERIC_VERSION 0x00050005\n#endif\n")
+    header = (
+        "#ifndef PMIx_VERSION_H\n#define PMIx_VERSION_H\n\n/* define PMIx version */\n"
+        "#define PMIX_VERSION_MAJOR 5L\n#define PMIX_VERSION_MINOR 0L\n#define PMIX_VERSION_RELEASE 5L\n\n"
+        "#define PMIX_NUMERIC_VERSION 0x00050005\n#endif\n"
+    )
     assert metadata.pmix_version_of_header(header) == "5.0.5"
     assert metadata.pmix_version_of_header("#define PMIX_VERSION_MAJOR 5L\n") is None
     assert metadata.pmix_version_of_header("") is None
@@ -298,7 +331,8 @@ def test_bundled_pmix_is_read_from_the_open_mpi_layer(tmp_path):
     top = f"openmpi-5.0.7-{ompi.hash}"
     (tmp_path / top / "include").mkdir(parents=True)
     (tmp_path / top / "include" / "pmix_version.h").write_text(
-        "#define PMIX_VERSION_MAJOR 5L\n#define PMIX_VERSION_MINOR 0L\n#define PMIX_VERSION_RELEASE 5L\n")
+        "#define PMIX_VERSION_MAJOR 5L\n#define PMIX_VERSION_MINOR 0L\n#define PMIX_VERSION_RELEASE 5L\n"
+    )
     layer = tmp_path / "layer.sqfs"
     squashfs.pack([tmp_path / top], layer, keep_as_directory=True)
 
@@ -318,6 +352,7 @@ def test_bundled_pmix_is_read_from_the_open_mpi_layer(tmp_path):
 def test_current_says_why_an_image_is_assembled_again(tmp_path: Path) -> None:
     from dedal.model.artifacts import sha256_file
     from dedal.stages.assemble.manifest import current
+
     sif, js, sbom_path = tmp_path / "t.sif", tmp_path / "t.image.json", tmp_path / "t.sbom.cdx.json"
     assert "no readable t.image.json" in current(sif, js, sbom_path, "d")
     sif.write_bytes(b"SIF")

@@ -1,6 +1,7 @@
 """The remote layer cache against a real local registry: a build on a machine with an empty
 store (here: another store) pulls what an earlier build pushed, each blob checked against its
 digest, and builds only what the cache lacks or what fails the checks."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,6 @@ from dedal.stages.building.cache import cache_tag
 from tests.fixtures.tiny import TINY_PACKAGES, make_env
 
 pytestmark = [pytest.mark.registry, pytest.mark.usefixtures("as_root")]
-
 
 
 def _build(run_dedal, tiny, cache, **env):
@@ -48,7 +48,8 @@ def test_a_second_machine_pulls_what_the_first_pushed(run_dedal, registry, tmp_p
     assert res.returncode == 0, res.stderr
     assert summary["built"] == [] and names(summary["cache"]["pulled"]) == TINY_PACKAGES
     assert summary["cache"]["pushed"] == [] and summary["cache"]["bytes_pulled"] == sum(
-        m.size for m in a_store.manifests())
+        m.size for m in a_store.manifests()
+    )
     b_store = LayerStore(second.store)
     assert {m.key: m.sha256 for m in b_store.manifests()} == {m.key: m.sha256 for m in a_store.manifests()}
     assert b_store.verify().clean
@@ -106,8 +107,9 @@ def test_without_a_mirror_every_layer_comes_from_the_cache(run_dedal, registry, 
 
     # another machine with no source mirror at all and a Spack that would fail every build
     second = make_env(tmp_path / "b", fail=TINY_PACKAGES)
-    res = run_dedal("build", str(second.env_file), "--cache", cache, "--insecure", "--json",
-                    env=_no_mirror(second, tmp_path))
+    res = run_dedal(
+        "build", str(second.env_file), "--cache", cache, "--insecure", "--json", env=_no_mirror(second, tmp_path)
+    )
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["built"] == [] and names(summary["cache"]["pulled"]) == TINY_PACKAGES
@@ -120,14 +122,18 @@ def test_without_a_mirror_every_layer_comes_from_the_cache(run_dedal, registry, 
 
 
 def test_without_a_mirror_a_layer_the_cache_lacks_is_refused_by_name_before_anything_is_written(
-        run_dedal, registry, tmp_path):  # noqa: F811
+    run_dedal, registry, tmp_path
+):  # noqa: F811
     cache = registry.ref("esd/layers")
     first = make_env(tmp_path / "a")
     res, _ = _build(run_dedal, first, cache)
     assert res.returncode == 0, res.stderr
     app = next(m for m in LayerStore(first.store).manifests() if m.name == "dedal-app")
-    digest = registry.api("HEAD", f"/v2/esd/layers/manifests/{cache_tag(app.key)}",
-                          headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).headers["Docker-Content-Digest"]
+    digest = registry.api(
+        "HEAD",
+        f"/v2/esd/layers/manifests/{cache_tag(app.key)}",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+    ).headers["Docker-Content-Digest"]
     assert registry.api("DELETE", f"/v2/esd/layers/manifests/{digest}").status_code == 202
 
     second = make_env(tmp_path / "b", fail=TINY_PACKAGES)
@@ -160,7 +166,11 @@ def test_without_a_mirror_a_cached_layer_that_fails_its_checks_is_refused_by_nam
     assert "Traceback" not in res.stderr
     # the good layers it pulled stay in the store (checked, whole): the next try needs only libdedal
     assert sorted(m.name for m in LayerStore(second.store).manifests()) == [
-        "dedal-app", "dedal-bootstrap", "dedal-tool", "gcc-runtime"]
+        "dedal-app",
+        "dedal-bootstrap",
+        "dedal-tool",
+        "gcc-runtime",
+    ]
     assert LayerStore(second.store).verify().clean
 
 
@@ -174,14 +184,27 @@ def _repack(store: LayerStore, man, tmp: Path, shape) -> None:
     """Replace ``man``'s layer in ``store`` with its content shaped by ``shape(root, prefix)``
     (``root`` holds the prefix directory; what else lies there goes into the layer too)."""
     root = tmp / f"poison-{man.name}"
-    subprocess.run(["unsquashfs", "-q", "-n", "-d", str(root), str(store.sqfs(man.key))], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["unsquashfs", "-q", "-n", "-d", str(root), str(store.sqfs(man.key))], check=True, capture_output=True
+    )
     shape(root, root / man.prefix)
     packed = tmp / f"{man.name}.sqfs"
-    subprocess.run(["mksquashfs", *sorted(str(p) for p in root.iterdir()), str(packed), "-noappend", "-all-root",
-                    "-quiet", "-no-progress", "-keep-as-directory"] if len(list(root.iterdir())) == 1 else
-                   ["mksquashfs", str(root), str(packed), "-noappend", "-all-root", "-quiet", "-no-progress"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "mksquashfs",
+            *sorted(str(p) for p in root.iterdir()),
+            str(packed),
+            "-noappend",
+            "-all-root",
+            "-quiet",
+            "-no-progress",
+            "-keep-as-directory",
+        ]
+        if len(list(root.iterdir())) == 1
+        else ["mksquashfs", str(root), str(packed), "-noappend", "-all-root", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
     store.remove(man.key)
     tmp_in_store = store.temp_path(man.key)
     shutil.move(str(packed), tmp_in_store)
@@ -237,7 +260,8 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
     # what an attacker with write access to the cache pushes (with dedal's own push)
     report = CacheReport()
     LayerCache(registry.ref("esd/layers"), insecure=True).push_layers(
-        [(m.name, m.key) for m in poisoned.manifests()], poisoned, report)
+        [(m.name, m.key) for m in poisoned.manifests()], poisoned, report
+    )
     assert sorted(report.pushed) == TINY_PACKAGES, report
 
     # `dedal layers verify` flags such layers where they are already in a store
@@ -249,8 +273,16 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
         assert any(f"({name}@" in line and says in line for line in check["refused"]), (name, check["refused"])
     assert all("\n" not in line for line in check["refused"])
     # and `dedal layers push` does not offer them to the machines sharing a cache
-    res = run_dedal("layers", "--layers", str(first.store), "push", registry.ref("esd/seeded"), "--insecure", "--json",
-                    env=first.env)
+    res = run_dedal(
+        "layers",
+        "--layers",
+        str(first.store),
+        "push",
+        registry.ref("esd/seeded"),
+        "--insecure",
+        "--json",
+        env=first.env,
+    )
     pushed = json.loads(res.stdout)
     assert res.returncode == 1 and pushed["pushed"] == [] and len(pushed["problems"]) == len(TINY_PACKAGES), res.stdout
     assert all(": not pushed: layer " in line and "refused" in line for line in pushed["problems"])
@@ -263,8 +295,10 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
     assert summary["cache"]["pulled"] == [] and names(summary["built"]) == TINY_PACKAGES
     assert len(summary["cache"]["problems"]) == len(TINY_PACKAGES)
     for name, (_, says) in POISON.items():
-        assert sum(1 for line in summary["cache"]["problems"] if line.startswith(f"{name}@") and says in line) == 1, \
-            (name, summary["cache"]["problems"])
+        assert sum(1 for line in summary["cache"]["problems"] if line.startswith(f"{name}@") and says in line) == 1, (
+            name,
+            summary["cache"]["problems"],
+        )
     store = LayerStore(second.store)
     assert store.verify().clean and not list(store.tmp_dir.iterdir())
     assert all("pulled" not in m.log for m in store.manifests())
@@ -273,8 +307,14 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
 
     # without a source mirror the build is refused, naming the layers and why
     third = make_env(tmp_path / "c", fail=TINY_PACKAGES)
-    res = run_dedal("build", str(third.env_file), "--cache", registry.ref("esd/layers"), "--insecure",
-                    env=_no_mirror(third, tmp_path))
+    res = run_dedal(
+        "build",
+        str(third.env_file),
+        "--cache",
+        registry.ref("esd/layers"),
+        "--insecure",
+        env=_no_mirror(third, tmp_path),
+    )
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert lines[-1].startswith("dedal: error: source mirror ") and "5 package(s)" in lines[-1], res.stderr

@@ -2,6 +2,7 @@
 earlier layer can redirect it (issue 22, item 1): a squashfs swapped behind its manifest
 and a layer holding a symlink where the next package's prefix goes are both refused
 before anything is built, and nothing lands outside the stage."""
+
 from __future__ import annotations
 
 import json
@@ -72,11 +73,25 @@ def test_a_symlink_at_the_next_prefix_cannot_send_files_outside_the_stage(built,
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     src = tmp_path / "evil"
-    subprocess.run(["unsquashfs", "-q", "-n", "-d", str(src), str(store.sqfs(dep.key))], check=True, capture_output=True)
+    subprocess.run(
+        ["unsquashfs", "-q", "-n", "-d", str(src), str(store.sqfs(dep.key))], check=True, capture_output=True
+    )
     os.symlink(elsewhere, src / app.prefix)  # the prefix dedal-app will be installed into
     os.unlink(store.sqfs(dep.key))
-    subprocess.run(["mksquashfs", str(src / dep.prefix), str(src / app.prefix), str(store.sqfs(dep.key)),
-                    "-noappend", "-all-root", "-quiet", "-no-progress"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "mksquashfs",
+            str(src / dep.prefix),
+            str(src / app.prefix),
+            str(store.sqfs(dep.key)),
+            "-noappend",
+            "-all-root",
+            "-quiet",
+            "-no-progress",
+        ],
+        check=True,
+        capture_output=True,
+    )
     _resign(store, dep.key)
     res = _rebuild_app(run_dedal, built)
     text = _failure(res)
@@ -91,9 +106,11 @@ def test_the_next_build_removes_a_killed_builds_temporaries(built, run_dedal, tm
     a leftover of a process that is gone, no fault of the store (exit 0: issue 39, item 4),
     and the next build removes it."""
     store = LayerStore(built.store)
-    writer = ("import sys, time; from dedal.model.layers import LayerStore; "
-              "p = LayerStore(sys.argv[1]).temp_path('dedal-app-1.0-jqiwi5f-0'); p.write_bytes(b'half'); "
-              "print(p, flush=True); time.sleep(600)")
+    writer = (
+        "import sys, time; from dedal.model.layers import LayerStore; "
+        "p = LayerStore(sys.argv[1]).temp_path('dedal-app-1.0-jqiwi5f-0'); p.write_bytes(b'half'); "
+        "print(p, flush=True); time.sleep(600)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", writer, str(store.root)], stdout=subprocess.PIPE, text=True)
     dead = Path(proc.stdout.readline().strip())  # type: ignore[union-attr]
     proc.kill()

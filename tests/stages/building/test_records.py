@@ -1,4 +1,5 @@
 """Spack's build records moved beside the layer; the install manifest describing the layer."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,20 @@ def _prefix(tmp_path, uid: int, when: float):
         (meta / name).write_text(f"{name} at {when}\n")
     sp = "/opt/sw/pkg-1.0-abc"
     manifest = {}
-    for rel in ("", "/bin", "/bin/tool", "/.spack", "/.spack/spec.json", "/.spack/spack-build-out.txt.gz",
-                "/.spack/spack-build-env.txt", "/.spack/install_times.json", "/.spack/install_environment.json",
-                "/.spack/archived-files", "/.spack/archived-files/src", "/.spack/archived-files/src/config.log"):
+    for rel in (
+        "",
+        "/bin",
+        "/bin/tool",
+        "/.spack",
+        "/.spack/spec.json",
+        "/.spack/spack-build-out.txt.gz",
+        "/.spack/spack-build-env.txt",
+        "/.spack/install_times.json",
+        "/.spack/install_environment.json",
+        "/.spack/archived-files",
+        "/.spack/archived-files/src",
+        "/.spack/archived-files/src/config.log",
+    ):
         entry = {"mode": 33188, "owner": uid, "group": uid}
         if "." in rel.rsplit("/", 1)[-1] or rel.endswith("tool"):
             entry.update(hash="H" + rel, time=when, size=3)
@@ -44,8 +56,14 @@ def test_records_move_and_the_manifest_is_the_same_for_every_build(tmp_path):
         manifest = json.loads((prefix / ".spack" / "install_manifest.json").read_text())
         assert list(manifest) == sorted(manifest)
         assert sorted(manifest) == sorted(sp + r for r in ("", "/bin", "/bin/tool", "/.spack", "/.spack/spec.json"))
-        assert manifest[sp + "/bin/tool"] == {"mode": 33188, "owner": 0, "group": 0, "hash": "H/bin/tool",
-                                              "time": 0, "size": 3}
+        assert manifest[sp + "/bin/tool"] == {
+            "mode": 33188,
+            "owner": 0,
+            "group": 0,
+            "hash": "H/bin/tool",
+            "time": 0,
+            "size": 3,
+        }
         outs.append((prefix / ".spack" / "install_manifest.json").read_bytes())
     assert outs[0] == outs[1]
 

@@ -1,6 +1,7 @@
 """dedal and the real Apptainer on the same local registry: what one publishes the other
 pulls byte for byte, Apptainer's registry login serves dedal, signatures survive the trip.
 Skipped where apptainer is not on PATH."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,8 +45,15 @@ def test_apptainer_registry_login_serves_dedal(run_dedal, apptainer, auth_regist
     ref = auth_registry.ref("esd/private:v1")
     r = run_dedal("publish", str(sifs["good"]), ref)
     assert r.returncode == 1 and "requires authentication" in r.stderr
-    apptainer("registry", "login", "--username", USER, "--password-stdin", f"oras://{auth_registry.host}",
-              input=PASSWORD + "\n")
+    apptainer(
+        "registry",
+        "login",
+        "--username",
+        USER,
+        "--password-stdin",
+        f"oras://{auth_registry.host}",
+        input=PASSWORD + "\n",
+    )
     r = run_dedal("publish", str(sifs["good"]), ref)
     assert r.returncode == 0, r.stderr
     out = tmp_path / "back.sif"
@@ -59,8 +67,19 @@ def test_signature_survives_publish_and_pull(run_dedal, apptainer, registry, sif
     """A SIF signed with Apptainer's keyring, published and pulled by dedal, still verifies."""
     signed = tmp_path / "signed.sif"
     signed.write_bytes(sifs["good"].read_bytes())
-    apptainer("key", "newpair", "--name", "dedal test", "--email", "test@example.org", "--comment", "test",
-              "--password", "", "--push=false")
+    apptainer(
+        "key",
+        "newpair",
+        "--name",
+        "dedal test",
+        "--email",
+        "test@example.org",
+        "--comment",
+        "test",
+        "--password",
+        "",
+        "--push=false",
+    )
     apptainer("sign", str(signed))
     apptainer("verify", str(signed))
     ref = registry.ref("esd/signed:v1")
@@ -82,8 +101,22 @@ PASSPHRASE = "correct horse battery staple 39"
 def _keypair(apptainer, name: str, keysdir=None, password: str = PASSPHRASE) -> str:
     """A PGP key pair in Apptainer's keyring (``keysdir``: another keyring); its fingerprint."""
     extra = ["--keysdir", str(keysdir)] if keysdir else []
-    apptainer("key", "newpair", *extra, "--name", name, "--email", "t@example.org", "--comment", "dedal test",
-              "--password", password, "--bit-length", "2048", "--push=false")
+    apptainer(
+        "key",
+        "newpair",
+        *extra,
+        "--name",
+        name,
+        "--email",
+        "t@example.org",
+        "--comment",
+        "dedal test",
+        "--password",
+        password,
+        "--bit-length",
+        "2048",
+        "--push=false",
+    )
     listing = apptainer("key", "list", "--secret", *extra).stdout
     return next(line.split()[-1] for line in listing.splitlines() if "Fingerprint:" in line).lower()
 
@@ -136,16 +169,23 @@ def test_pull_verify_refuses_unsigned_and_wrongly_signed_images(run_dedal, appta
 
     # signed by a key this keyring does not hold
     wrong = registry.ref("esd/x:stranger")
-    r = run_dedal("publish", str(sifs["good"]), wrong, "--sign",
-                  env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE, "APPTAINER_KEYSDIR": str(stranger)})
+    r = run_dedal(
+        "publish",
+        str(sifs["good"]),
+        wrong,
+        "--sign",
+        env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE, "APPTAINER_KEYSDIR": str(stranger)},
+    )
     assert r.returncode == 0, r.stderr
     line = _one_error(run_dedal("pull", wrong, "-o", str(out), "--verify"))
     assert "signature is not accepted" in line and "unknown entity" in line and not out.exists()
 
     # signed by a key of the keyring, but not one the setting `signers` names
     good = registry.ref("esd/x:mine")
-    assert run_dedal("publish", str(sifs["good"]), good, "--sign",
-                     env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE}).returncode == 0
+    assert (
+        run_dedal("publish", str(sifs["good"]), good, "--sign", env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE}).returncode
+        == 0
+    )
     line = _one_error(run_dedal("-s", "signers=['" + "f" * 40 + "']", "pull", good, "-o", str(out), "--verify"))
     assert f"signed by {mine}, not by a key of the setting `signers`" in line and not out.exists()
     assert run_dedal("-s", f"signers=['{mine}']", "pull", good, "-o", str(out), "--verify").returncode == 0
@@ -167,16 +207,28 @@ def test_provenance_statement_is_attached_and_read_by_inspect(run_dedal, apptain
 
     from tests.fixtures.registry import make_sif
 
-    labels = {"dedal.env": "tiny", "dedal.tag": "v1", "dedal.lock.sha256": "ab" * 32,
-              "dedal.spack.commit": "e8f8cf8543b31ff6ba81a5ab0e515bc9a4856384", "dedal.base.image": "debian-trixie",
-              "dedal.base.id": "debian-trixie-0123456789abcdef", "dedal.base.sha256": "cd" * 32,
-              "dedal.source_date_epoch": "1700000000", "dedal.version": "0.1"}
-    image = make_sif(tmp_path / "tiny.sif", arch=__import__("dedal.model.sif", fromlist=["x"]).host_arch(),
-                     payload=b"p" * 4096, labels=labels)
+    labels = {
+        "dedal.env": "tiny",
+        "dedal.tag": "v1",
+        "dedal.lock.sha256": "ab" * 32,
+        "dedal.spack.commit": "e8f8cf8543b31ff6ba81a5ab0e515bc9a4856384",
+        "dedal.base.image": "debian-trixie",
+        "dedal.base.id": "debian-trixie-0123456789abcdef",
+        "dedal.base.sha256": "cd" * 32,
+        "dedal.source_date_epoch": "1700000000",
+        "dedal.version": "0.1",
+    }
+    image = make_sif(
+        tmp_path / "tiny.sif",
+        arch=__import__("dedal.model.sif", fromlist=["x"]).host_arch(),
+        payload=b"p" * 4096,
+        labels=labels,
+    )
     _keypair(apptainer, "dedal signer")
     ref = registry.ref("esd/prov:v1")
-    r = run_dedal("publish", str(image), ref, "--sign", "--provenance", "--json",
-                  env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE})
+    r = run_dedal(
+        "publish", str(image), ref, "--sign", "--provenance", "--json", env={"DEDAL_SIGN_PASSPHRASE": PASSPHRASE}
+    )
     assert r.returncode == 0, r.stderr
     pushed = json.loads(r.stdout)
     [att] = [a for a in pushed["attachments"] if a["artifact_type"] == "application/vnd.in-toto+json"]

@@ -1,5 +1,6 @@
 """Failures on the wire and in the registry: retries, tampered blobs, images that
 `apptainer pull` would refuse. A pull that is refused leaves no file behind."""
+
 from __future__ import annotations
 
 import hashlib
@@ -23,37 +24,52 @@ def _push_raw(registry, repo: str, tag: str, blob: bytes, layers: list) -> str:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         loc = registry.api("POST", f"/v2/{repo}/blobs/uploads/").headers["Location"]
         sep = "&" if "?" in loc else "?"
-        r = registry.api("PUT", f"{loc.split(registry.host, 1)[1]}{sep}digest={digest}", data=data,
-                         headers={"Content-Type": "application/octet-stream"})
+        r = registry.api(
+            "PUT",
+            f"{loc.split(registry.host, 1)[1]}{sep}digest={digest}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
         assert r.status_code == 201, r.text
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": {"mediaType": "application/vnd.sylabs.sif.config.v1+json", "digest": EMPTY, "size": 2},
-                "layers": layers}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.sylabs.sif.config.v1+json", "digest": EMPTY, "size": 2},
+        "layers": layers,
+    }
     raw = json.dumps(manifest).encode()
-    r = registry.api("PUT", f"/v2/{repo}/manifests/{tag}", data=raw,
-                     headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    r = registry.api(
+        "PUT",
+        f"/v2/{repo}/manifests/{tag}",
+        data=raw,
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+    )
     assert r.status_code == 201, r.text
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 def _layer(blob: bytes, media_type: str, title: str = "image.sif") -> dict:
-    return {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(blob).hexdigest(), "size": len(blob),
-            "annotations": {"org.opencontainers.image.title": title}}
+    return {
+        "mediaType": media_type,
+        "digest": "sha256:" + hashlib.sha256(blob).hexdigest(),
+        "size": len(blob),
+        "annotations": {"org.opencontainers.image.title": title},
+    }
 
 
 def test_interrupted_upload_and_5xx_are_retried(run_dedal, registry, proxy_for, sifs, tmp_path):
     proxy = proxy_for(registry)
     sif_digest = sha256_file(sifs["good"])
-    proxy.fault("PUT", f"digest={sif_digest}", "drop")     # connection broken half way through the SIF
-    proxy.fault("POST", "/blobs/uploads/", 503)            # then the new upload session fails once
-    proxy.fault("PUT", "/manifests/v1", 502)               # and the manifest PUT once
+    proxy.fault("PUT", f"digest={sif_digest}", "drop")  # connection broken half way through the SIF
+    proxy.fault("POST", "/blobs/uploads/", 503)  # then the new upload session fails once
+    proxy.fault("PUT", "/manifests/v1", 502)  # and the manifest PUT once
     ref = f"oras://{proxy.host}/esd/tiny-mpi:v1"
     r = run_dedal("publish", str(sifs["good"]), ref, "--insecure", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["retries"] >= 3
-    assert proxy.count("PUT", f"digest={sif_digest}", status=0) == 1     # the broken attempt
-    assert proxy.count("PUT", f"digest={sif_digest}", status=201) == 1   # the retried upload
+    assert proxy.count("PUT", f"digest={sif_digest}", status=0) == 1  # the broken attempt
+    assert proxy.count("PUT", f"digest={sif_digest}", status=201) == 1  # the retried upload
     assert proxy.count("PUT", "/manifests/v1", status=502) == 1
     assert proxy.count("PUT", "/manifests/v1", status=201) == 1
     assert "retry" in r.stderr
@@ -73,8 +89,9 @@ def test_persistent_5xx_fails_clearly(registry, proxy_for, sifs):
     proxy = proxy_for(registry)
     proxy.fault("PUT", "/manifests/", 503, times=100)
     with pytest.raises(pub.RegistryError, match=r"PUT http://127\.0\.0\.1:\d+/v2/esd/x/manifests/v1: HTTP 503"):
-        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
-                    client_options={"retries": 2, **FAST})
+        pub.publish(
+            sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True, client_options={"retries": 2, **FAST}
+        )
     assert proxy.count("PUT", "/manifests/v1") == 3  # one try and two retries
 
 
@@ -102,16 +119,23 @@ def test_tampered_blob_is_refused_and_leaves_no_file(run_dedal, registry, sifs, 
 
 def test_pull_refuses_what_apptainer_refuses(run_dedal, registry, sifs, tmp_path):
     sif = sifs["good"].read_bytes()
-    _push_raw(registry, "esd/bad", "two-layers", sif,
-              [_layer(sif, pub.SIF_LAYER_MEDIA_TYPE), _layer(b"{}", pub.SIF_LAYER_MEDIA_TYPE, "x.sif")])
+    _push_raw(
+        registry,
+        "esd/bad",
+        "two-layers",
+        sif,
+        [_layer(sif, pub.SIF_LAYER_MEDIA_TYPE), _layer(b"{}", pub.SIF_LAYER_MEDIA_TYPE, "x.sif")],
+    )
     _push_raw(registry, "esd/bad", "tar-layer", sif, [_layer(sif, "application/vnd.oci.image.layer.v1.tar")])
     junk = sifs["not_sif"].read_bytes()
     _push_raw(registry, "esd/bad", "not-a-sif", junk, [_layer(junk, pub.SIF_LAYER_MEDIA_TYPE)])
     out = tmp_path / "out"
     out.mkdir()
-    for tag, message in (("two-layers", "ORAS SIF image should have a single layer, found 2"),
-                         ("tar-layer", "invalid layer mediatype: application/vnd.oci.image.layer.v1.tar"),
-                         ("not-a-sif", "not a usable SIF image")):
+    for tag, message in (
+        ("two-layers", "ORAS SIF image should have a single layer, found 2"),
+        ("tar-layer", "invalid layer mediatype: application/vnd.oci.image.layer.v1.tar"),
+        ("not-a-sif", "not a usable SIF image"),
+    ):
         r = run_dedal("pull", registry.ref(f"esd/bad:{tag}"), "-o", str(out / "x.sif"), "--insecure")
         assert r.returncode == 1, (tag, r.stdout)
         assert message in r.stderr, (tag, r.stderr)
@@ -149,11 +173,24 @@ def test_image_index_resolved_by_architecture(registry, sifs, tmp_path):
     sif = sifs["good"].read_bytes()
     digest = _push_raw(registry, "esd/multi", "amd", sif, [_layer(sif, pub.SIF_LAYER_MEDIA_TYPE)])
     size = len(registry.manifest("esd/multi", "amd").content)
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest,
-                            "size": size, "platform": {"os": "linux", "architecture": host_arch()}}]}
-    r = registry.api("PUT", "/v2/esd/multi/manifests/multi", data=json.dumps(index).encode(),
-                     headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": size,
+                "platform": {"os": "linux", "architecture": host_arch()},
+            }
+        ],
+    }
+    r = registry.api(
+        "PUT",
+        "/v2/esd/multi/manifests/multi",
+        data=json.dumps(index).encode(),
+        headers={"Content-Type": "application/vnd.oci.image.index.v1+json"},
+    )
     assert r.status_code == 201, r.text
     res = pub.pull(registry.ref("esd/multi:multi"), tmp_path / "m.sif", insecure=True)
     assert res.digest == digest
@@ -191,10 +228,14 @@ def _recorder():
 @pytest.mark.reliability
 def test_a_registry_that_stops_answering_ends_at_the_deadline(registry, proxy_for, sifs):
     proxy = proxy_for(registry)
-    proxy.fault("HEAD", "/blobs/", "hang", times=1000)       # answers /v2/, then nothing more
+    proxy.fault("HEAD", "/blobs/", "hang", times=1000)  # answers /v2/, then nothing more
     with pytest.raises(pub.RegistryError, match=r"deadline of 3 s"):
-        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
-                    client_options={"timeout": 1, "deadline": 3, "backoff": 0.01})
+        pub.publish(
+            sifs["good"],
+            [f"oras://{proxy.host}/esd/x:v1"],
+            insecure=True,
+            client_options={"timeout": 1, "deadline": 3, "backoff": 0.01},
+        )
     stalled = proxy.count("HEAD", "/blobs/", status=0)
     assert 1 <= stalled <= 3, "each attempt waits at most the stall timeout, and none starts after the deadline"
 
@@ -208,8 +249,12 @@ def test_persistent_5xx_is_bounded_for_the_whole_operation(registry, proxy_for, 
     slept, sleep = _recorder()
     caplog.set_level("DEBUG", logger="dedal.registry")
     with pytest.raises(pub.RegistryError, match="gave up after 8 retries"):
-        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
-                    client_options={"retries": 4, "backoff": 0.5, "sleep": sleep})
+        pub.publish(
+            sifs["good"],
+            [f"oras://{proxy.host}/esd/x:v1"],
+            insecure=True,
+            client_options={"retries": 4, "backoff": 0.5, "sleep": sleep},
+        )
     assert proxy.count("POST", "/blobs/uploads/") <= 9
     warnings = [r for r in caplog.records if r.name == "dedal.registry" and r.levelname == "WARNING"]
     kinds = {("HTTP 500" in r.getMessage(), "upload of" in r.getMessage()) for r in warnings}
@@ -224,8 +269,12 @@ def test_a_long_retry_after_ends_the_operation_at_once(registry, proxy_for, sifs
     proxy.fault("PUT", "/manifests/", (503, {"Retry-After": "3600"}), times=1000)
     slept, sleep = _recorder()
     with pytest.raises(pub.RegistryError, match=r"asks to retry after 3600 s \(Retry-After\); giving up now"):
-        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
-                    client_options={"backoff": 0.01, "sleep": sleep})
+        pub.publish(
+            sifs["good"],
+            [f"oras://{proxy.host}/esd/x:v1"],
+            insecure=True,
+            client_options={"backoff": 0.01, "sleep": sleep},
+        )
     assert proxy.count("PUT", "/manifests/") == 1 and slept == []
 
 
@@ -234,8 +283,9 @@ def test_a_short_retry_after_is_honoured(registry, proxy_for, sifs):
     proxy = proxy_for(registry)
     proxy.fault("PUT", "/manifests/v1", (503, {"Retry-After": "7"}))
     slept, sleep = _recorder()
-    res = pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
-                      client_options={"backoff": 0.01, "sleep": sleep})
+    res = pub.publish(
+        sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True, client_options={"backoff": 0.01, "sleep": sleep}
+    )
     assert res.references and slept == [7.0]
     assert proxy.count("PUT", "/manifests/v1", status=201) == 1
 
@@ -266,10 +316,17 @@ def test_a_stalled_upload_is_shown_while_it_waits_and_ends_at_the_deadline(regis
     so, with the seconds left."""
     proxy = proxy_for(registry)
     proxy.fault("PUT", "/blobs/uploads/", "hang", times=1000)
-    with pytest.raises(pub.RegistryError, match=r"gave up: no progress within the registry operation's deadline "
-                                                r"of 9 s \(setting registry_deadline_s"):
-        pub.publish(sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True,
-                    client_options={"timeout": 6, "deadline": 9, "retries": 10, "backoff": 0.01})
+    with pytest.raises(
+        pub.RegistryError,
+        match=r"gave up: no progress within the registry operation's deadline "
+        r"of 9 s \(setting registry_deadline_s",
+    ):
+        pub.publish(
+            sifs["good"],
+            [f"oras://{proxy.host}/esd/x:v1"],
+            insecure=True,
+            client_options={"timeout": 6, "deadline": 9, "retries": 10, "backoff": 0.01},
+        )
     assert proxy.count("PUT", "/blobs/uploads/") == 2  # 6 s, then the 3 s left
     err = capsys.readouterr().err
     shown = [line for line in err.splitlines() if line.startswith(f"upload to {proxy.host} stalled")]

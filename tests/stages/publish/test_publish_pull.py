@@ -4,6 +4,7 @@ The manifest is read back raw from the registry API and compared field by field 
 what `apptainer push oras://` writes (../shared/data/logs/apptainer/ and
 ../shared/notes/prior-art.md D1), which is what `apptainer pull oras://` checks.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,9 +30,20 @@ def _publish(run_dedal, sif, *refs, extra=(), env=None):
 
 def test_manifest_is_exactly_what_apptainer_pulls(run_dedal, registry, sifs):
     sif = sifs["good"]
-    res = _publish(run_dedal, sif, registry.ref("esd/tiny-mpi:v1"), registry.ref("esd/tiny-mpi:latest"),
-                   extra=("--description", "tiny MPI test image", "--source", "git@git.example.org:esd/spack-envs",
-                          "--revision", "0123456789abcdef0123456789abcdef01234567"))
+    res = _publish(
+        run_dedal,
+        sif,
+        registry.ref("esd/tiny-mpi:v1"),
+        registry.ref("esd/tiny-mpi:latest"),
+        extra=(
+            "--description",
+            "tiny MPI test image",
+            "--source",
+            "git@git.example.org:esd/spack-envs",
+            "--revision",
+            "0123456789abcdef0123456789abcdef01234567",
+        ),
+    )
 
     r = registry.manifest("esd/tiny-mpi", "v1")
     assert r.status_code == 200
@@ -99,12 +111,19 @@ def test_round_trip_is_byte_identical(run_dedal, registry, sifs, tmp_path):
 
 def test_default_tag_and_registry_setting(run_dedal, registry, sifs, tmp_path):
     """Without a reference the setting `registry` is used, and the tag is the file stem."""
-    r = run_dedal("-s", f"registry=oras://{registry.host}/esd/defaults", "-s", "registry_insecure=true",
-                  "publish", str(sifs["good"]))
+    r = run_dedal(
+        "-s",
+        f"registry=oras://{registry.host}/esd/defaults",
+        "-s",
+        "registry_insecure=true",
+        "publish",
+        str(sifs["good"]),
+    )
     assert r.returncode == 0, r.stderr
     assert f"published oras://{registry.host}/esd/defaults:tiny-mpi" in r.stdout
-    r = run_dedal("-s", f"registry=oras://{registry.host}/esd/defaults", "-s", "registry_insecure=true",
-                  "images", "--json")
+    r = run_dedal(
+        "-s", f"registry=oras://{registry.host}/esd/defaults", "-s", "registry_insecure=true", "images", "--json"
+    )
     assert r.returncode == 0, r.stderr
     assert [e["tag"] for e in json.loads(r.stdout)] == ["tiny-mpi"]
 
@@ -112,14 +131,21 @@ def test_default_tag_and_registry_setting(run_dedal, registry, sifs, tmp_path):
 def test_republish_uploads_no_blob_twice(run_dedal, registry, proxy_for, sifs, reports):
     proxy = proxy_for(registry)
     ref = f"oras://{proxy.host}/esd/tiny-mpi"
-    first = _publish(run_dedal, sifs["good"], f"{ref}:v1", extra=("--attach", str(reports["dir"]), str(reports["sbom"])))
+    first = _publish(
+        run_dedal, sifs["good"], f"{ref}:v1", extra=("--attach", str(reports["dir"]), str(reports["sbom"]))
+    )
     uploads_first = proxy.uploads()
     assert sorted(uploads_first) == sorted(first["blobs_uploaded"])
     assert len(uploads_first) == len(set(uploads_first))  # not even within one publish
     assert sha256_file(sifs["good"]) in uploads_first and EMPTY in uploads_first
 
-    second = _publish(run_dedal, sifs["good"], f"{ref}:v1", f"{ref}:v1.0.0",
-                      extra=("--attach", str(reports["dir"]), str(reports["sbom"])))
+    second = _publish(
+        run_dedal,
+        sifs["good"],
+        f"{ref}:v1",
+        f"{ref}:v1.0.0",
+        extra=("--attach", str(reports["dir"]), str(reports["sbom"])),
+    )
     assert proxy.uploads() == uploads_first  # the registry saw no further blob upload
     assert second["blobs_uploaded"] == []
     assert set(second["blobs_skipped"]) == set(uploads_first)
@@ -137,8 +163,12 @@ def test_republish_uploads_no_blob_twice(run_dedal, registry, proxy_for, sifs, r
 
 def test_attachments_with_tag_schema_fallback(run_dedal, registry, sifs, reports):
     ref = registry.ref("esd/tiny-mpi:v1")
-    res = _publish(run_dedal, sifs["good"], ref, extra=("--attach", str(reports["verify"]), str(reports["report"]),
-                                                        "--attach", str(reports["sbom"])))
+    res = _publish(
+        run_dedal,
+        sifs["good"],
+        ref,
+        extra=("--attach", str(reports["verify"]), str(reports["report"]), "--attach", str(reports["sbom"])),
+    )
     assert res["referrers"] == "tag-schema"  # docker-registry 2.8 has no referrers API
     assert registry.api("GET", f"/v2/esd/tiny-mpi/referrers/{res['digest']}").status_code == 404
     types = {a["artifact_type"]: a for a in res["attachments"]}
@@ -156,8 +186,11 @@ def test_attachments_with_tag_schema_fallback(run_dedal, registry, sifs, reports
     for desc in index["manifests"]:
         art = registry.manifest("esd/tiny-mpi", desc["digest"]).json()
         assert art["artifactType"] == desc["artifactType"]
-        assert art["subject"] == {"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                                  "digest": res["digest"], "size": res["manifest_size"]}
+        assert art["subject"] == {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": res["digest"],
+            "size": res["manifest_size"],
+        }
         assert art["config"]["mediaType"] == "application/vnd.oci.empty.v1+json"
         for layer in art["layers"]:
             title = layer["annotations"]["org.opencontainers.image.title"]
@@ -185,8 +218,10 @@ def test_attachments_through_the_referrers_api(run_dedal, registry, proxy_for, s
     assert registry.manifest("esd/tiny-mpi", res["digest"].replace(":", "-")).status_code == 404
     info = pub.inspect_remote(ref, insecure=True)
     assert info["referrers"] == "api"
-    assert {a["artifactType"] for a in info["attachments"]} == {"application/vnd.dedal.verify.v1+json",
-                                                                "application/vnd.cyclonedx+json"}
+    assert {a["artifactType"] for a in info["attachments"]} == {
+        "application/vnd.dedal.verify.v1+json",
+        "application/vnd.cyclonedx+json",
+    }
     assert info["verdict"] == "good"
 
 
@@ -198,8 +233,12 @@ def test_images_lists_tags_with_size_created_and_verdict(run_dedal, registry, si
     failing = tmp_path / "failing"
     failing.mkdir()
     write_report(VerifyReport(image="other.sif", verdict="bad"), failing)
-    _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:failed"),
-             extra=("--attach", str(failing / "verify.json"), "--force"))  # a failed verification needs --force
+    _publish(
+        run_dedal,
+        sifs["other"],
+        registry.ref(f"{repo}:failed"),
+        extra=("--attach", str(failing / "verify.json"), "--force"),
+    )  # a failed verification needs --force
     _publish(run_dedal, sifs["other"], registry.ref(f"{repo}:plain"))  # same manifest as :failed
     _publish(run_dedal, sifs["wrong_arch"], registry.ref(f"{repo}:unverified"))
 
@@ -235,12 +274,15 @@ def test_publish_refuses_a_failed_verification_unless_forced(run_dedal, registry
     assert refused.returncode == 2 and "verification verdict bad" in refused.stderr and "--force" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     assert registry.manifest("esd/gate", "v1").status_code == 404
-    strict = run_dedal("publish", str(sifs["other"]), ref, "--insecure", "--attach", str(suboptimal),
-                       env={"DEDAL_VERIFY_GATE": "good"})
+    strict = run_dedal(
+        "publish", str(sifs["other"]), ref, "--insecure", "--attach", str(suboptimal), env={"DEDAL_VERIFY_GATE": "good"}
+    )
     assert strict.returncode == 2 and "verify_gate good" in strict.stderr
     assert registry.manifest("esd/gate", "v1").status_code == 404
     _publish(run_dedal, sifs["other"], ref, extra=("--attach", str(suboptimal)))  # passed: published
-    forced = _publish(run_dedal, sifs["other"], registry.ref("esd/gate:forced"), extra=("--attach", str(bad), "--force"))
+    forced = _publish(
+        run_dedal, sifs["other"], registry.ref("esd/gate:forced"), extra=("--attach", str(bad), "--force")
+    )
     assert forced["digest"] and registry.manifest("esd/gate", "forced").status_code == 200
 
 
@@ -253,15 +295,24 @@ def test_publish_gates_skipped_gpu_checks_as_build_image_does(run_dedal, registr
 
     ran = CheckResult("osu_latency", "latency", "us", "good")
     gpu, old = tmp_path / "gpu", tmp_path / "old"
-    write_report(VerifyReport(image="other.sif", checks=[ran, skipped_check("osu_latency D D", "latency", "us",
-                                                                            "no GPU", gpu=True)]), gpu)
+    write_report(
+        VerifyReport(
+            image="other.sif", checks=[ran, skipped_check("osu_latency D D", "latency", "us", "no GPU", gpu=True)]
+        ),
+        gpu,
+    )
     write_report(VerifyReport(image="other.sif", checks=[ran]), old)
     strict = {"DEDAL_VERIFY_GATE": "good"}
     ref = registry.ref("esd/gpu:v1")
     refused = run_dedal("publish", str(sifs["other"]), ref, "--insecure", "--attach", str(gpu), env=strict)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-    for said in ("verification verdict good (GPU checks skipped: no GPU)", "verify_gate good", "--force",
-                 "verify_gate=passed", "verify_gate=off"):
+    for said in (
+        "verification verdict good (GPU checks skipped: no GPU)",
+        "verify_gate good",
+        "--force",
+        "verify_gate=passed",
+        "verify_gate=off",
+    ):
         assert said in refused.stderr, (said, refused.stderr)
     assert registry.manifest("esd/gpu", "v1").status_code == 404
 
@@ -301,13 +352,17 @@ def test_inspect_command_for_remote_references(run_dedal, registry, sifs, report
     assert summary.returncode == 0, summary.stderr
     lines = summary.stdout.splitlines()
     assert lines[0] == ref
-    assert any(ln.split() == ["digest", info["digest"], "(application/vnd.oci.image.manifest.v1+json,",
-                              f"{info['manifest_size']}", "B)"] for ln in lines)
+    assert any(
+        ln.split()
+        == ["digest", info["digest"], "(application/vnd.oci.image.manifest.v1+json,", f"{info['manifest_size']}", "B)"]
+        for ln in lines
+    )
     assert any(ln.strip().startswith("SIF") and "tiny-mpi.sif" in ln and info["sif"]["digest"] in ln for ln in lines)
     assert "  apptainer    `apptainer pull oras://...` accepts it" in lines
     assert "  verdict      good" in lines and "  attachments  2 (found through the referrers tag)" in lines
-    assert any(ln.strip().startswith("application/vnd.dedal.verify.v1+json sha256:") and "verdict good" in ln
-               for ln in lines)
+    assert any(
+        ln.strip().startswith("application/vnd.dedal.verify.v1+json sha256:") and "verdict good" in ln for ln in lines
+    )
     assert "      verify.json (" in summary.stdout and "{" not in summary.stdout
 
 
@@ -317,8 +372,14 @@ def test_publish_refuses_bad_input_before_any_upload(run_dedal, registry, proxy_
     assert r.returncode == 2 and "not a SIF image" in r.stderr
     r = run_dedal("publish", str(tmp_path / "missing.sif"), f"oras://{proxy.host}/esd/x:v1", "--insecure")
     assert r.returncode == 2 and "no such file" in r.stderr
-    r = run_dedal("publish", str(sifs["good"]), f"oras://{proxy.host}/esd/x:v1", "--insecure",
-                  "--attach", str(tmp_path / "nope.json"))
+    r = run_dedal(
+        "publish",
+        str(sifs["good"]),
+        f"oras://{proxy.host}/esd/x:v1",
+        "--insecure",
+        "--attach",
+        str(tmp_path / "nope.json"),
+    )
     assert r.returncode == 2 and "no such file or directory" in r.stderr
     r = run_dedal("publish", str(sifs["good"]), f"oras://{proxy.host}/Esd/x:v1", "--insecure")
     assert r.returncode == 2 and "lowercase" in r.stderr
@@ -365,8 +426,11 @@ def test_uploads_and_downloads_count_their_bytes_on_a_live_display(registry, sif
 
 
 def test_source_and_revision_of_a_ci_job_and_a_refused_source(run_dedal, registry, sifs):
-    ci = {"CI_PROJECT_URL": "https://gitlab.example.org/esd/spack-envs", "CI_COMMIT_SHA": "f" * 40,
-          "GITHUB_REPOSITORY": ""}
+    ci = {
+        "CI_PROJECT_URL": "https://gitlab.example.org/esd/spack-envs",
+        "CI_COMMIT_SHA": "f" * 40,
+        "GITHUB_REPOSITORY": "",
+    }
     r = run_dedal("publish", str(sifs["good"]), registry.ref("esd/ci:v1"), "--insecure", "--json", env=ci)
     assert r.returncode == 0, r.stderr
     ann = json.loads(r.stdout)["annotations"]
@@ -378,8 +442,9 @@ def test_source_and_revision_of_a_ci_job_and_a_refused_source(run_dedal, registr
     assert registry.manifest("esd/ci", "v2").status_code == 404
 
 
-def test_a_report_directory_is_three_referrers_with_the_logs_in_one_archive(run_dedal, registry, sifs, reports,
-                                                                         tmp_path):
+def test_a_report_directory_is_three_referrers_with_the_logs_in_one_archive(
+    run_dedal, registry, sifs, reports, tmp_path
+):
     """What CI and build-image attach: the report directory (verify.json, report.md, plots and
     raw logs) and the SBOM: the report, the SBOM and one archive of the logs."""
     import shutil
@@ -392,11 +457,15 @@ def test_a_report_directory_is_three_referrers_with_the_logs_in_one_archive(run_
         (report / "runs" / f"osu_latency-{i}.log").write_text(f"# OSU MPI Latency Test run {i}\n")
     (report / "preflight.json").write_text("{}")
     (report / "latency.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    res = _publish(run_dedal, sifs["good"], registry.ref("esd/att:v1"),
-                   extra=("--attach", str(report), str(reports["sbom"])))
+    res = _publish(
+        run_dedal, sifs["good"], registry.ref("esd/att:v1"), extra=("--attach", str(report), str(reports["sbom"]))
+    )
     kinds = sorted(a["artifact_type"] for a in res["attachments"])
-    assert kinds == ["application/vnd.cyclonedx+json", "application/vnd.dedal.logs.v1.tar+gzip",
-                     "application/vnd.dedal.verify.v1+json"]
+    assert kinds == [
+        "application/vnd.cyclonedx+json",
+        "application/vnd.dedal.logs.v1.tar+gzip",
+        "application/vnd.dedal.verify.v1+json",
+    ]
     verify = next(a for a in res["attachments"] if a["artifact_type"].startswith("application/vnd.dedal.verify"))
     assert "latency.png" in verify["files"] and "verify.json" in verify["files"]
     logs = next(a for a in res["attachments"] if a["artifact_type"].endswith("tar+gzip"))
@@ -409,8 +478,9 @@ def test_a_report_directory_is_three_referrers_with_the_logs_in_one_archive(run_
         names = sorted(tar.getnames())
     assert names == ["preflight.json"] + sorted(f"runs/osu_latency-{i}.log" for i in range(12))
     # published again: the same artifacts, no referrer added
-    again = _publish(run_dedal, sifs["good"], registry.ref("esd/att:v1"),
-                     extra=("--attach", str(report), str(reports["sbom"])))
+    again = _publish(
+        run_dedal, sifs["good"], registry.ref("esd/att:v1"), extra=("--attach", str(report), str(reports["sbom"]))
+    )
     assert sorted(a["digest"] for a in again["attachments"]) == sorted(a["digest"] for a in res["attachments"])
     index = registry.manifest("esd/att", res["digest"].replace(":", "-")).json()
     assert len(index["manifests"]) == 3

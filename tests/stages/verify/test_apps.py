@@ -1,6 +1,7 @@
 """Application checks (dedal.verify.apps): the verdict from an app's exit code and output,
 and when an app cannot run here. The runs themselves: test_runner_local.py (mpirun) and the
 esd-neuro image's report (srun on the namespaced cluster)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,8 +29,13 @@ def test_exit_0_with_the_expected_output_is_good(tmp_path: Path) -> None:
 
 def test_failures_are_bad_and_quote_the_log(tmp_path: Path) -> None:
     cases = [
-        (1, False, "Traceback (most recent call last):\nModuleNotFoundError: No module named 'arbor'\n",
-         "exited with code 1", "ModuleNotFoundError: No module named 'arbor'"),
+        (
+            1,
+            False,
+            "Traceback (most recent call last):\nModuleNotFoundError: No module named 'arbor'\n",
+            "exited with code 1",
+            "ModuleNotFoundError: No module named 'arbor'",
+        ),
         (0, False, "ranks=1 spiked=10\n", r"exited 0 but its output lacks /ranks=2 spiked=\d+/", "ranks=1 spiked=10"),
         (124, True, "still running\n", "did not finish within 60 s", "still running"),
     ]

@@ -7,6 +7,7 @@ output together, as the runner saves them. The NCCL benchmark cannot run here (n
 output is rebuilt from the ``printf`` formats of ``dedal_nccl_allreduce.cu`` itself, so the
 test follows the source.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,7 +38,8 @@ def test_sources_checksum_matches_the_recipe() -> None:
     m = re.search(r'SOURCES_SHA256 = "([0-9a-f]{64})"', (RECIPE / "package.py").read_text())
     assert m, "package.py has no SOURCES_SHA256"
     assert m.group(1) == digest.hexdigest(), (
-        f"SOURCES_SHA256 in package.py is stale: the sources hash to {digest.hexdigest()}")
+        f"SOURCES_SHA256 in package.py is stale: the sources hash to {digest.hexdigest()}"
+    )
 
 
 def test_recipe_builds_every_mpi_source() -> None:
@@ -87,7 +89,11 @@ def test_native_latency_log() -> None:
     assert r["kind"] == "osu" and r["verdict"] == "good" and r["suites"] == ["dedal-bench"]
     (t,) = r["tables"]
     assert (t["benchmark"], t["metric"], t["unit"], t["title"]) == (
-        "dedal_latency", "latency", "us", "dedal-bench MPI Latency Test")
+        "dedal_latency",
+        "latency",
+        "us",
+        "dedal-bench MPI Latency Test",
+    )
     assert len(t["rows"]) == 18 and t["rows"][0] == [0, 0.19] and t["rows"][8] == [128, 0.74]
     assert t["rows"][-1] == [65536, 3.35]
     assert r["message_size_option"] == "65536"  # from the command line the runner logs
@@ -153,8 +159,11 @@ def test_native_vs_container_comparison_from_real_logs() -> None:
 def test_a_cut_dedal_table_is_truncated() -> None:
     lines = (DATA / "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log").read_text().splitlines()
     command = next(ln for ln in lines if "/dedal_latency -m 65536" in ln)  # the end of the runner's `$ ...` lines
-    table = [ln for ln in lines if ln.startswith("# dedal-bench") or ln.startswith("# Size")
-             or re.match(r"^\d+\s+[\d.]+$", ln)]
+    table = [
+        ln
+        for ln in lines
+        if ln.startswith("# dedal-bench") or ln.startswith("# Size") or re.match(r"^\d+\s+[\d.]+$", ln)
+    ]
     r = parse_text("\n".join([command] + table[:10]) + "\n")  # the command asks for -m 65536, the rows stop at 64 B
     assert r["verdict"] == "failed"
     (cut,) = [f for f in r["findings"] if f["code"] == "truncated"]
@@ -165,8 +174,11 @@ def test_a_table_without_its_command_line_is_judged_on_its_rows() -> None:
     """Without the command line a -m limit and a cut output look alike (issue 36: the H200 runs
     with -m 65536 were called truncated): a note, not a failure."""
     lines = (DATA / "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log").read_text().splitlines()
-    table = [ln for ln in lines if ln.startswith("# dedal-bench") or ln.startswith("# Size")
-             or re.match(r"^\d+\s+[\d.]+$", ln)]
+    table = [
+        ln
+        for ln in lines
+        if ln.startswith("# dedal-bench") or ln.startswith("# Size") or re.match(r"^\d+\s+[\d.]+$", ln)
+    ]
     r = parse_text("\n".join(table) + "\n")
     assert r["verdict"] == "good" and r["message_size_option"] is None
     (note,) = [f for f in r["findings"] if f["code"] == "table-range-unknown"]
@@ -225,31 +237,75 @@ def test_the_cuda_benchmarks_run_on_a_stand_in_driver(trixie_base, tmp_path: Pat
     (tmp_path / "fake_libcuda.c").write_bytes((DATA.parent / "cuda" / "fake_libcuda.c").read_bytes())
     work = [runtime.Bind(tmp_path, "/work")]
     for name in ("dedal_cuda_floor", "dedal_latency"):
-        runtime.run_in(trixie_base.rootfs_dir, ["mpicc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I/work",
-                                                "-o", f"/work/{name}", f"/work/{name}.c", "-ldl"],
-                       binds=work, what=f"mpicc {name}.c")
-    runtime.run_in(trixie_base.rootfs_dir, ["gcc", "-shared", "-fPIC", "-o", "/work/libcuda.so.1",
-                                            "/work/fake_libcuda.c"], binds=work, what="gcc fake_libcuda.c")
+        runtime.run_in(
+            trixie_base.rootfs_dir,
+            [
+                "mpicc",
+                "-O2",
+                "-std=c11",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-I/work",
+                "-o",
+                f"/work/{name}",
+                f"/work/{name}.c",
+                "-ldl",
+            ],
+            binds=work,
+            what=f"mpicc {name}.c",
+        )
+    runtime.run_in(
+        trixie_base.rootfs_dir,
+        ["gcc", "-shared", "-fPIC", "-o", "/work/libcuda.so.1", "/work/fake_libcuda.c"],
+        binds=work,
+        what="gcc fake_libcuda.c",
+    )
     log = tmp_path / "floor.log"
-    runtime.run_in(trixie_base.rootfs_dir, ["mpirun", "-np", "2", "--oversubscribe", "-x", "LD_LIBRARY_PATH",
-                                            "/work/dedal_cuda_floor", "-m", "65536"],
-                   binds=work, env={"LD_LIBRARY_PATH": "/work"}, log=log, what="dedal_cuda_floor", timeout=120)
+    runtime.run_in(
+        trixie_base.rootfs_dir,
+        ["mpirun", "-np", "2", "--oversubscribe", "-x", "LD_LIBRARY_PATH", "/work/dedal_cuda_floor", "-m", "65536"],
+        binds=work,
+        env={"LD_LIBRARY_PATH": "/work"},
+        log=log,
+        what="dedal_cuda_floor",
+        timeout=120,
+    )
     r = parse_file(log)
     assert r["verdict"] == "good", r["findings"]
     floor, bw = r["tables"]
     assert (floor["benchmark"], bw["benchmark"]) == ("dedal_cuda_floor", "dedal_cuda_copy_bandwidth")
     assert floor["columns"] == ["Size", "IPC Latency(us)", "D2H+sync(us)", "D2D+sync(us)"]
     assert [row[0] for row in floor["rows"]] == [1 << i for i in range(17)] and all(
-        isinstance(v, float) for row in floor["rows"] for v in row[1:])
+        isinstance(v, float) for row in floor["rows"] for v in row[1:]
+    )
     assert "GPU 0 of 1: fake GPU (sm_90), CUDA driver 13.0" in floor["meta"]
     assert [row[0] for row in bw["rows"]] == [1 << i for i in range(17)]
     assert {f.key for f in expectations.facts_of(r)} == {"cuda:ipc_latency_us", "cuda:copy_sync_us"}  # < 1 MiB
     assert not list(Path("/dev/shm").glob("dedal-fakecuda.*"))  # the stand-in's IPC files were removed
     # dedal_latency -d cuda: its buffers from the driver (cuMemAlloc), given to MPI as they are
     log = tmp_path / "latency.log"
-    runtime.run_in(trixie_base.rootfs_dir, ["mpirun", "-np", "2", "--oversubscribe", "-x", "LD_LIBRARY_PATH",
-                                            "/work/dedal_latency", "-d", "cuda", "-m", "64"],
-                   binds=work, env={"LD_LIBRARY_PATH": "/work"}, log=log, what="dedal_latency -d cuda", timeout=120)
+    runtime.run_in(
+        trixie_base.rootfs_dir,
+        [
+            "mpirun",
+            "-np",
+            "2",
+            "--oversubscribe",
+            "-x",
+            "LD_LIBRARY_PATH",
+            "/work/dedal_latency",
+            "-d",
+            "cuda",
+            "-m",
+            "64",
+        ],
+        binds=work,
+        env={"LD_LIBRARY_PATH": "/work"},
+        log=log,
+        what="dedal_latency -d cuda",
+        timeout=120,
+    )
     (t,) = parse_file(log)["tables"]
     assert (t["title"], t["benchmark"], t["device"]) == ("dedal-bench MPI-CUDA Latency Test", "dedal_latency", "cuda")
     assert [row[0] for row in t["rows"]] == [0] + [1 << i for i in range(7)]

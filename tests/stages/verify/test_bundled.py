@@ -1,5 +1,6 @@
 """An image without dedal-benchmarks (the plain base) is verified with the bundled
 benchmarks, built by the image's own mpicc and run as the same binaries on both sides."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,25 @@ def test_image_without_benchmarks_gets_the_bundled_ones(run_dedal, tmp_path: Pat
     base = helpers.trixie_base()
     env = {"DEDAL_DATA_DIR": str(tmp_path / "data"), "DEDAL_CACHE_DIR": str(tmp_path / "cache")}
     out = tmp_path / "report"
-    res = run_dedal("verify", str(base.squashfs), "-r", "1", "--max-size", "1024", "-b", "init,latency",
-                    "-t", "init_overhead_pct=1000", "-t", "latency_overhead_us=1000", "-o", str(out), "--json",
-                    env=env, timeout=900)
+    res = run_dedal(
+        "verify",
+        str(base.squashfs),
+        "-r",
+        "1",
+        "--max-size",
+        "1024",
+        "-b",
+        "init,latency",
+        "-t",
+        "init_overhead_pct=1000",
+        "-t",
+        "latency_overhead_us=1000",
+        "-o",
+        str(out),
+        "--json",
+        env=env,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     report = json.loads((out / "verify.json").read_text())
     codes = {f["code"]: f for f in report["findings"]}

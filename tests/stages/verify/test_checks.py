@@ -1,4 +1,5 @@
 """Checks: thresholds over repetitions, transport rules with host facts."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,17 @@ from pathlib import Path
 import pytest
 
 from dedal.errors import UserError
-from dedal.stages.verify.checks import (Thresholds, compare_bandwidth, compare_busbw, compare_init, compare_latency,
-                                        exit_code, overall_verdict, series_from_nccl, series_from_osu)
+from dedal.stages.verify.checks import (
+    Thresholds,
+    compare_bandwidth,
+    compare_busbw,
+    compare_init,
+    compare_latency,
+    exit_code,
+    overall_verdict,
+    series_from_nccl,
+    series_from_osu,
+)
 from dedal.stages.verify.transports import HostFacts, check_transports
 from dedal.stages.verify.parsers import parse_file
 
@@ -119,12 +129,20 @@ def test_series_from_parse_results(logs: Path) -> None:
 
 
 def test_exit_codes_and_overall() -> None:
-    assert [exit_code(v) for v in ("good", "suboptimal", "degenerate", "bad", "failed", "unknown")] == [0, 0, 1, 1, 1, 1]
+    assert [exit_code(v) for v in ("good", "suboptimal", "degenerate", "bad", "failed", "unknown")] == [
+        0,
+        0,
+        1,
+        1,
+        1,
+        1,
+    ]
     good = compare_init([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])
     assert overall_verdict([good]) == "good"
 
 
 # ---- transport rules ------------------------------------------------------------------
+
 
 def test_forced_tcp_within_a_node_is_bad_whatever_the_host(local_data: Path) -> None:
     parsed = parse_file(local_data / "ompi5_ucx_forced_tcp_lo_intranode_BAD.log")
@@ -140,8 +158,12 @@ def test_shared_memory_within_a_node_passes(local_data: Path) -> None:
 
 def test_inter_node_tcp_depends_on_infiniband() -> None:
     # a parse result as the UCX parser gives it: the transports per scope and the lines that show them
-    parsed = {"kind": "ucx-log", "source": "run.log", "transports_by_scope": {"inter-node": ["tcp/eth0"]},
-              "ucx_transport_evidence": {"inter-node": {"tcp/eth0": ["... inter-node cfg#2 tag(tcp/eth0)"]}}}
+    parsed = {
+        "kind": "ucx-log",
+        "source": "run.log",
+        "transports_by_scope": {"inter-node": ["tcp/eth0"]},
+        "ucx_transport_evidence": {"inter-node": {"tcp/eth0": ["... inter-node cfg#2 tag(tcp/eth0)"]}},
+    }
     (f,) = check_transports([parsed], HostFacts(has_infiniband=True, multi_node=True))
     assert f.severity == "error" and f.evidence == ["... inter-node cfg#2 tag(tcp/eth0)"]
     (g,) = check_transports([parsed], HostFacts(has_infiniband=False, multi_node=True))
@@ -158,8 +180,10 @@ def test_btl_tcp_within_node(local_data: Path) -> None:
 
 def test_nccl_rules_with_host_facts(logs: Path) -> None:
     k8s = parse_file(logs / "nccl_debug/nccl_2.21.5_info_k8s_2node_4rank_NET_Socket_and_SHM_BAD.log")
-    fs = {f.code: f for f in check_transports([k8s], HostFacts(has_infiniband=True, multi_node=True, gpus=2,
-                                                                gpu_p2p=True))}
+    fs = {
+        f.code: f
+        for f in check_transports([k8s], HostFacts(has_infiniband=True, multi_node=True, gpus=2, gpu_p2p=True))
+    }
     assert fs["nccl-socket-transport"].severity == "error"
     assert fs["nccl-shm-hop"].severity == "error"
     assert all("via NET/Socket" in e for e in fs["nccl-socket-transport"].evidence)
@@ -167,7 +191,9 @@ def test_nccl_rules_with_host_facts(logs: Path) -> None:
     # without an RDMA network NCCL over sockets is what UCX and Open MPI over TCP are: expected (issue 38;
     # a warning before, where the other two were information)
     assert fs["nccl-socket-transport"].severity == "info" and fs["nccl-shm-hop"].severity == "info"
-    sglang = parse_file(logs / "nccl_debug/nccl_2.27.5_info_sglang_2node_16rank_roce_ofi_plugin_fallback_to_ib_gdrdma.log")
+    sglang = parse_file(
+        logs / "nccl_debug/nccl_2.27.5_info_sglang_2node_16rank_roce_ofi_plugin_fallback_to_ib_gdrdma.log"
+    )
     (p,) = check_transports([sglang], HostFacts(has_infiniband=True, multi_node=True, gpus=8, gdrdma=True))
     assert p.code == "nccl-plugin-failure" and any("plugin/net.cc" in e for e in p.evidence)
 

@@ -1,10 +1,11 @@
 """Issue 23: noise is decided from the spread of the repetitions, and the size that decides a
 check is the one every view shows."""
+
 from __future__ import annotations
 
 import pytest
 
-from dedal.stages.verify.checks import (Thresholds, compare_bandwidth, compare_latency, deciding_size)
+from dedal.stages.verify.checks import Thresholds, compare_bandwidth, compare_latency, deciding_size
 
 SIZES = [1 << i for i in range(0, 21)]
 
@@ -20,8 +21,8 @@ def tight(value: float) -> list:
 def test_a_large_regression_with_tight_repetitions_fails_even_when_an_outlier_makes_the_ranges_touch() -> None:
     native = {s: tight(lat(s)) for s in SIZES}
     container = {s: [v * 1.005 for v in vals] for s, vals in native.items()}
-    container[262144] = [v * 3.29 for v in native[262144]]   # +229 % at 256 KiB
-    container[262144][3] = native[262144][4] * 0.9           # one lucky repetition: the old rule called this noise
+    container[262144] = [v * 3.29 for v in native[262144]]  # +229 % at 256 KiB
+    container[262144][3] = native[262144][4] * 0.9  # one lucky repetition: the old rule called this noise
     r = compare_latency(native, container)
     big = next(s for s in r.sizes if s.size == 262144)
     assert big.state == "fail" and not big.within_noise and big.spread is not None
@@ -31,7 +32,7 @@ def test_a_large_regression_with_tight_repetitions_fails_even_when_an_outlier_ma
 
 
 def test_an_excess_within_the_spread_of_the_repetitions_is_noise() -> None:
-    native = {1024: [0.30, 0.31, 0.30, 1.80, 1.20]}       # two slow native repetitions: a wide spread
+    native = {1024: [0.30, 0.31, 0.30, 1.80, 1.20]}  # two slow native repetitions: a wide spread
     container = {1024: [1.00, 1.90, 0.95, 1.10, 1.05]}
     r = compare_latency(native, container)
     (s,) = r.sizes

@@ -1,5 +1,6 @@
 """Expectations per hardware class, declared as rows and judged once (issue 36, item 3): a
 stack as slow natively as in the container is reported, with the reason."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,14 +26,17 @@ def test_the_table_is_consistent() -> None:
     assert len({r.code for r in E.EXPECTATIONS}) == len(E.EXPECTATIONS) == len(E.CODES)
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"fact": "latency_tiny_us"}, "not a fact"),
-    ({"of": "cuda:nothing"}, "not a fact"),
-    ({"at_least": None, "below": None}, "no range"),
-    ({"at_least": 5.0, "below": 5.0}, "empty range"),
-    ({"severity": "fatal"}, "severity"),
-    ({"message": "{subject} {ratio}"}, "message"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"fact": "latency_tiny_us"}, "not a fact"),
+        ({"of": "cuda:nothing"}, "not a fact"),
+        ({"at_least": None, "below": None}, "no range"),
+        ({"at_least": 5.0, "below": 5.0}, "empty range"),
+        ({"severity": "fatal"}, "severity"),
+        ({"message": "{subject} {ratio}"}, "message"),
+    ],
+)
 def test_a_wrong_row_is_named(change, problem) -> None:
     row = dataclasses.replace(E.EXPECTATIONS[0], **change)
     (found,) = E.check_table([row])
@@ -51,13 +55,19 @@ def test_the_h200_device_latency_is_reported_without_a_floor() -> None:
 
 
 def test_against_the_same_hosts_host_buffers() -> None:
-    found = E.judge([fact("cuda:latency_small_us", 151.43), fact("host:latency_small_us", 0.35, "dedal_latency"),
-                     fact("host:latency_small_us", 0.41, "osu_latency")])
+    found = E.judge(
+        [
+            fact("cuda:latency_small_us", 151.43),
+            fact("host:latency_small_us", 0.35, "dedal_latency"),
+            fact("host:latency_small_us", 0.41, "osu_latency"),
+        ]
+    )
     vs = next(f for f in found if f.code == "device-latency-vs-host")
     assert vs.severity == "warning" and "433x the 0.35 us" in vs.message and "dedal_latency" in vs.message
     assert vs.evidence == ["8 151.43", "8 0.35"]  # the fact's line and its reference's
-    assert "device-latency-vs-host" not in codes(E.judge([fact("cuda:latency_small_us", 30.0),
-                                                         fact("host:latency_small_us", 0.35)]))
+    assert "device-latency-vs-host" not in codes(
+        E.judge([fact("cuda:latency_small_us", 30.0), fact("host:latency_small_us", 0.35)])
+    )
 
 
 def test_against_the_platforms_own_floor() -> None:
@@ -92,13 +102,18 @@ def test_judge_by_hardware_class() -> None:
 
 
 def test_facts_of_osu_tables() -> None:
-    text = ("# OSU MPI-CUDA Latency Test v7.4\n# Size       Avg Latency(us)\n1   154.63\n8   151.43\n64   154.85\n"
-            "128   153.92\n# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1   0.41\n2   0.40\n"
-            "# OSU MPI-CUDA Bandwidth Test v7.4\n# Size      Bandwidth (MB/s)\n1048576   350000.5\n4194304   396560.0\n"
-            "# OSU MPI Allreduce Latency Test v7.4\n# Size       Avg Latency(us)\n4   240.0\n8   241.0\n")
+    text = (
+        "# OSU MPI-CUDA Latency Test v7.4\n# Size       Avg Latency(us)\n1   154.63\n8   151.43\n64   154.85\n"
+        "128   153.92\n# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1   0.41\n2   0.40\n"
+        "# OSU MPI-CUDA Bandwidth Test v7.4\n# Size      Bandwidth (MB/s)\n1048576   350000.5\n4194304   396560.0\n"
+        "# OSU MPI Allreduce Latency Test v7.4\n# Size       Avg Latency(us)\n4   240.0\n8   241.0\n"
+    )
     facts = {(f.key, f.subject): f for f in E.facts_of(parse_text(text))}
-    assert set(facts) == {("cuda:latency_small_us", "osu_latency"), ("host:latency_small_us", "osu_latency"),
-                          ("cuda:bandwidth_large_mbs", "osu_bw")}  # a collective is no point-to-point fact
+    assert set(facts) == {
+        ("cuda:latency_small_us", "osu_latency"),
+        ("host:latency_small_us", "osu_latency"),
+        ("cuda:bandwidth_large_mbs", "osu_bw"),
+    }  # a collective is no point-to-point fact
     assert facts[("cuda:latency_small_us", "osu_latency")].value == 151.43
     assert facts[("cuda:latency_small_us", "osu_latency")].evidence == ("8 151.43",)
     assert facts[("cuda:bandwidth_large_mbs", "osu_bw")].value == 396560.0
@@ -114,11 +129,13 @@ def test_a_slow_collective_between_gpu_buffers() -> None:
 
 
 def test_facts_of_the_floor_benchmark() -> None:
-    text = ("# dedal-bench CUDA Floor Test v1.1\n# GPU 0 of 1: NVIDIA H200 (sm_90), CUDA driver 13.0\n"
-            "# Size      IPC Latency(us)     D2H+sync(us)     D2D+sync(us)\n"
-            "1    19.50    15.10    12.20\n8    18.90    14.80    12.10\n128    19.70    15.00    12.30\n"
-            "# dedal-bench CUDA Copy Bandwidth Test v1.1\n# Size      Bandwidth (MB/s)\n"
-            "1048576    600000.00\n4194304    800000.00\n")
+    text = (
+        "# dedal-bench CUDA Floor Test v1.1\n# GPU 0 of 1: NVIDIA H200 (sm_90), CUDA driver 13.0\n"
+        "# Size      IPC Latency(us)     D2H+sync(us)     D2D+sync(us)\n"
+        "1    19.50    15.10    12.20\n8    18.90    14.80    12.10\n128    19.70    15.00    12.30\n"
+        "# dedal-bench CUDA Copy Bandwidth Test v1.1\n# Size      Bandwidth (MB/s)\n"
+        "1048576    600000.00\n4194304    800000.00\n"
+    )
     facts = {f.key: f for f in E.facts_of(parse_text(text))}
     assert set(facts) == {"cuda:ipc_latency_us", "cuda:copy_sync_us", "cuda:copy_bandwidth_mbs"}
     assert (facts["cuda:ipc_latency_us"].value, facts["cuda:copy_sync_us"].value) == (18.9, 14.8)

@@ -1,4 +1,5 @@
 """Issue 23: the publish gate follows the verification verdict (setting verify_gate)."""
+
 from __future__ import annotations
 
 import json

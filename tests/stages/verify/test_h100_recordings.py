@@ -2,6 +2,7 @@
 (tests/stages/verify/data/h100, made by tests/gpu/device_check.sh: the bundled NCCL benchmark
 built with nvcc 13.0 against NCCL 2.28.3, Ubuntu's Open MPI 4.1.6 with UCX 1.16.0).
 Expected values were read from the files by hand."""
+
 from __future__ import annotations
 
 from pathlib import Path

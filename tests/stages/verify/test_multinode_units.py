@@ -1,5 +1,6 @@
 """Multi-node verification without a cluster: one rank per node, the fabric a run log is
 judged against, and the rank script that mounts the image on nodes that lack it."""
+
 from __future__ import annotations
 
 import os
@@ -45,9 +46,11 @@ def test_runs_within_a_node_keep_two_ranks_at_one_rank_per_node() -> None:
 
 
 # an inter-node run's UCX selection over TCP and its OSU latency table (72 us: what TCP gives)
-_TCP_RUN = ("[1.0] [n1:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 inter-node cfg#2 tag(tcp/eth0)\n"
-            "# OSU MPI Latency Test v7.4\n# Size          Latency (us)\n0                      72.00\n"
-            "1                      72.50\n")
+_TCP_RUN = (
+    "[1.0] [n1:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 inter-node cfg#2 tag(tcp/eth0)\n"
+    "# OSU MPI Latency Test v7.4\n# Size          Latency (us)\n0                      72.00\n"
+    "1                      72.50\n"
+)
 
 
 def test_tcp_between_nodes_is_expected_without_rdma() -> None:
@@ -94,9 +97,25 @@ def test_rank_script_mounts_the_image_where_it_is_missing(tmp_path: Path) -> Non
     mounted = tmp_path / "root"
     (mounted / "etc").mkdir(parents=True)
     (mounted / "etc" / "hello").write_text("from the mount\n")
-    out = subprocess.run(["/bin/sh", str(script), mpi.IMAGE_TOKEN, str(mounted), "/nonexistent.sif", "0",
-                          "/bin/sh", "-c", 'cat "$1"; echo "$2"', "sh", f"{mounted}/etc/hello", "second"],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [
+            "/bin/sh",
+            str(script),
+            mpi.IMAGE_TOKEN,
+            str(mounted),
+            "/nonexistent.sif",
+            "0",
+            "/bin/sh",
+            "-c",
+            'cat "$1"; echo "$2"',
+            "sh",
+            f"{mounted}/etc/hello",
+            "second",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["from the mount", "second"]
 
@@ -110,15 +129,34 @@ def test_rank_script_mounts_the_image_where_it_is_missing(tmp_path: Path) -> Non
     empty = tmp_path / "empty"
     empty.mkdir()
     before = set(Path("/tmp").glob("dedal-rank-root.*"))
-    out = subprocess.run(["/bin/sh", str(script), mpi.IMAGE_TOKEN, str(empty), str(image), "0",
-                          "/bin/sh", "-c", 'cat "$1"; echo "$1"', "sh", f"{empty}/etc/hello"],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [
+            "/bin/sh",
+            str(script),
+            mpi.IMAGE_TOKEN,
+            str(empty),
+            str(image),
+            "0",
+            "/bin/sh",
+            "-c",
+            'cat "$1"; echo "$1"',
+            "sh",
+            f"{empty}/etc/hello",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     text, path = out.stdout.splitlines()
     assert text == "from the image" and path.startswith("/tmp/dedal-rank-root.") and path.endswith("/etc/hello")
     assert set(Path("/tmp").glob("dedal-rank-root.*")) == before  # unmounted and removed
-    out = subprocess.run(["/bin/sh", str(script), mpi.IMAGE_TOKEN, str(empty), str(tmp_path / "missing.sif"), "0",
-                          "/bin/true"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        ["/bin/sh", str(script), mpi.IMAGE_TOKEN, str(empty), str(tmp_path / "missing.sif"), "0", "/bin/true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 1 and f"cannot mount the image {tmp_path / 'missing.sif'}" in out.stderr
     assert set(Path("/tmp").glob("dedal-rank-root.*")) == before
 
@@ -136,8 +174,9 @@ def _step(script: Path, *ranks: list) -> subprocess.Popen:
     """A stand-in for one step of srun on one node: a parent process (the step daemon) that
     starts ``ranks`` (the rank script's arguments each) at once and waits for them."""
     body = " ".join(f"/bin/sh {script} {' '.join(r)} &" for r in ranks) + " wait; true"
-    return subprocess.Popen(["/bin/sh", "-c", body], start_new_session=True, stderr=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        ["/bin/sh", "-c", body], start_new_session=True, stderr=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+    )
 
 
 def _wait_for(what, ok, procs, timeout: float = 30.0) -> None:
@@ -194,4 +233,3 @@ def test_the_ranks_of_a_step_share_one_mount_and_a_killed_steps_is_undone(tmp_pa
             subprocess.run(["umount", "-l", path], check=False)
             subprocess.run(["rmdir", path], check=False)
     assert _rank_mounts() == before and _rank_files() <= files  # no mount, directory or lock file left
-

@@ -2,6 +2,7 @@
 rebuild of an image is a new identity and a new 1-2 GB copy, so unpacking one removes the
 same image's roots beyond the last ``NATIVE_KEEP`` used, but never one that another
 verification is using."""
+
 from __future__ import annotations
 
 import os
@@ -87,13 +88,21 @@ def test_a_root_another_verification_uses_is_kept(tmp_path: Path) -> None:
     old, _ = N.unpack_root(_info(sq, "img", "old"), cache)
     os.utime(old / ".dedal-unpacked", (1000, 1000))
     # a verification in another process holds "old" (its shared lock) for as long as it runs
-    holder = subprocess.Popen([sys.executable, "-c", f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import fcntl, os, sys, time
 fd = os.open({str(old / ".dedal-unpacked")!r}, os.O_RDONLY)
 fcntl.flock(fd, fcntl.LOCK_SH)
 print("held", flush=True)
 time.sleep(60)
-"""], stdout=subprocess.PIPE, text=True)
+""",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         _let_go()

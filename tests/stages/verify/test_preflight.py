@@ -1,5 +1,6 @@
 """Preflight checks on files shaped like the host's (/proc/cpuinfo, /proc/driver/nvidia/version,
 /dev/infiniband) and on recorded `srun --mpi=list` outputs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,24 +12,36 @@ from dedal.stages.verify.parsers import parse_file, parse_text
 from tests.conftest import LOGS_DATA
 
 # /proc/cpuinfo of an AVX2 machine without AVX-512 (Haswell-class), and of an old one
-HASWELL_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
-                 "sse2 ss ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology cpuid pni "
-                 "pclmulqdq ssse3 fma cx16 pcid sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand "
-                 "hypervisor lahf_lm abm cpuid_fault invpcid_single pti fsgsbase bmi1 avx2 smep bmi2 erms "
-                 "invpcid xsaveopt arat")
-NEHALEM_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
-                 "sse2 ht syscall nx lm constant_tsc pni ssse3 cx16 sse4_1 sse4_2 popcnt lahf_lm")
+HASWELL_FLAGS = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
+    "sse2 ss ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology cpuid pni "
+    "pclmulqdq ssse3 fma cx16 pcid sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand "
+    "hypervisor lahf_lm abm cpuid_fault invpcid_single pti fsgsbase bmi1 avx2 smep bmi2 erms "
+    "invpcid xsaveopt arat"
+)
+NEHALEM_FLAGS = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
+    "sse2 ht syscall nx lm constant_tsc pni ssse3 cx16 sse4_1 sse4_2 popcnt lahf_lm"
+)
 # the first line of /proc/driver/nvidia/version, proprietary and open kernel modules
-NVRM_535 = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
-            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
-NVRM_OPEN_560 = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "
-                 "(dvs-builder@U16-I3-B03-4-3)  Fri Aug 16 21:22:33 UTC 2024\n")
+NVRM_535 = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+)
+NVRM_OPEN_560 = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Fri Aug 16 21:22:33 UTC 2024\n"
+)
 
 
 def cpuinfo(tmp_path: Path, flags: str, model: str = "Intel(R) Xeon(R) CPU E5-2680 v3 @ 2.50GHz") -> Path:
     p = tmp_path / "cpuinfo"
-    p.write_text("".join(f"processor\t: {i}\nvendor_id\t: GenuineIntel\nmodel name\t: {model}\n"
-                         f"flags\t\t: {flags}\n\n" for i in range(2)))
+    p.write_text(
+        "".join(
+            f"processor\t: {i}\nvendor_id\t: GenuineIntel\nmodel name\t: {model}\nflags\t\t: {flags}\n\n"
+            for i in range(2)
+        )
+    )
     return p
 
 
@@ -71,17 +84,20 @@ def test_gpu_driver_versions(tmp_path: Path) -> None:
     assert pre.gpu_driver(tmp_path / "absent", gpus) == {"driver": None, "gpus": 0, "line": ""}
 
 
-@pytest.mark.parametrize("cuda,driver,want,code,severity", [
-    ("12.2.2", "535.104.05", True, "gpu-driver", "info"),
-    ("12.6.2", "535.104.05", True, "gpu-driver-minor-compat", "warning"),   # minor version compatibility
-    ("12.4.1", "470.199.02", True, "gpu-driver-too-old", "error"),          # CUDA 12 needs >= 525.60.13
-    ("12.4.1", "470.199.02", False, "gpu-driver-too-old", "warning"),        # not fatal without GPU runs
-    ("13.0.1", "560.35.03", True, "gpu-driver-too-old", "error"),
-    ("11.8.0", "535.104.05", True, "gpu-driver", "info"),
-    ("12.7.0", "565.57.01", True, "gpu-driver", "info"),                    # unlisted minor: 12.6's minimum
-    ("12.4.1", None, True, "gpu-driver-missing", "error"),
-    ("12.4.1", None, False, "gpu-driver-missing", "info"),
-])
+@pytest.mark.parametrize(
+    "cuda,driver,want,code,severity",
+    [
+        ("12.2.2", "535.104.05", True, "gpu-driver", "info"),
+        ("12.6.2", "535.104.05", True, "gpu-driver-minor-compat", "warning"),  # minor version compatibility
+        ("12.4.1", "470.199.02", True, "gpu-driver-too-old", "error"),  # CUDA 12 needs >= 525.60.13
+        ("12.4.1", "470.199.02", False, "gpu-driver-too-old", "warning"),  # not fatal without GPU runs
+        ("13.0.1", "560.35.03", True, "gpu-driver-too-old", "error"),
+        ("11.8.0", "535.104.05", True, "gpu-driver", "info"),
+        ("12.7.0", "565.57.01", True, "gpu-driver", "info"),  # unlisted minor: 12.6's minimum
+        ("12.4.1", None, True, "gpu-driver-missing", "error"),
+        ("12.4.1", None, False, "gpu-driver-missing", "info"),
+    ],
+)
 def test_gpu_driver_vs_cuda(cuda, driver, want, code, severity) -> None:
     (f,) = pre.check_gpu(cuda, driver, 4, want_gpu=want)
     assert (f.code, f.severity) == (code, severity), f.message
@@ -111,8 +127,11 @@ def test_pmix_from_recorded_srun_mpi_list() -> None:
     v5 = parse_file(LOGS_DATA / "slurm_pmix" / "srun_mpi_list_slurm_pmix_v5_oci.txt", "srun-mpi-list")
     assert [f.code for f in pre.check_pmix(v5)] == ["pmix"]
     # Debian bookworm's Slurm 22.05 (the host of this project's test cluster)
-    v4 = parse_text("MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
-                    "specific pmix plugin versions available: pmix_v4\n", "srun-mpi-list")
+    v4 = parse_text(
+        "MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
+        "specific pmix plugin versions available: pmix_v4\n",
+        "srun-mpi-list",
+    )
     codes = [f.code for f in pre.check_pmix(v4)]
     assert codes == ["pmix", "pmix-server-old"]
     none = parse_text("MPI plugin types are...\n\tnone\n\tpmi2\n", "srun-mpi-list")
@@ -127,23 +146,45 @@ def test_run_preflight_fatal_and_facts(tmp_path: Path) -> None:
     gpus = tmp_path / "gpus"
     (gpus / "0000:3b:00.0").mkdir(parents=True)
     listing = "MPI plugin types are...\n\tnone\n\tpmi2\n"
-    pf = pre.run_preflight(image_target="x86_64_v3", image_cuda="12.6.2", image_arch="amd64", launcher="srun",
-                           nodes=2, want_gpu=None, srun_mpi_list=lambda: listing, allocation_nodes=1,
-                           cpuinfo=cpu, nvidia_version=nv, nvidia_gpus=gpus,
-                           infiniband_dir=tmp_path / "no-ib", machine="x86_64")
+    pf = pre.run_preflight(
+        image_target="x86_64_v3",
+        image_cuda="12.6.2",
+        image_arch="amd64",
+        launcher="srun",
+        nodes=2,
+        want_gpu=None,
+        srun_mpi_list=lambda: listing,
+        allocation_nodes=1,
+        cpuinfo=cpu,
+        nvidia_version=nv,
+        nvidia_gpus=gpus,
+        infiniband_dir=tmp_path / "no-ib",
+        machine="x86_64",
+    )
     assert {f.code for f in pf.fatal} == {"cpu-target", "pmix-missing", "nodes"}
     assert pf.host.multi_node and not pf.host.has_infiniband and pf.host.gpus == 1
     assert pf.facts["nvidia_driver"] == "535.104.05" and pf.facts["gpu_benchmarks"] is True
     line = pf.fatal_line()
     assert line.startswith("preflight: ") and "avx2" in line and "pmix" in line
-    ok = pre.run_preflight(image_target="x86_64_v2", image_cuda=None, image_arch="amd64", launcher="mpirun",
-                           nodes=1, want_gpu=None, cpuinfo=cpu, nvidia_version=tmp_path / "none",
-                           nvidia_gpus=tmp_path / "none", infiniband_dir=tmp_path / "no-ib", machine="x86_64")
+    ok = pre.run_preflight(
+        image_target="x86_64_v2",
+        image_cuda=None,
+        image_arch="amd64",
+        launcher="mpirun",
+        nodes=1,
+        want_gpu=None,
+        cpuinfo=cpu,
+        nvidia_version=tmp_path / "none",
+        nvidia_gpus=tmp_path / "none",
+        infiniband_dir=tmp_path / "no-ib",
+        machine="x86_64",
+    )
     assert not ok.fatal and ok.host.gpus == 0 and not ok.host.multi_node
 
 
 def test_busy_host_is_reported_with_the_numbers(tmp_path):
     from dedal.stages.verify.preflight import check_load
+
     busy = tmp_path / "loadavg"
     busy.write_text("3.50 2.00 1.00 3/200 1234\n")
     [f] = check_load(busy, cpus=2)
@@ -168,10 +209,20 @@ def test_cuda_12_4_image_against_the_host_driver(tmp_path: Path) -> None:
 
     def preflight(driver: str) -> pre.Preflight:
         nv.write_text(NVRM_535.replace("535.104.05", driver))
-        return pre.run_preflight(image_target="x86_64_v3", image_cuda="12.4.131", image_arch=None,
-                                 launcher="mpirun", nodes=1, want_gpu=None, cpuinfo=cpu, nvidia_version=nv,
-                                 nvidia_gpus=gpus, infiniband_dir=tmp_path / "no-ib", loadavg=load,
-                                 machine="x86_64")
+        return pre.run_preflight(
+            image_target="x86_64_v3",
+            image_cuda="12.4.131",
+            image_arch=None,
+            launcher="mpirun",
+            nodes=1,
+            want_gpu=None,
+            cpuinfo=cpu,
+            nvidia_version=nv,
+            nvidia_gpus=gpus,
+            infiniband_dir=tmp_path / "no-ib",
+            loadavg=load,
+            machine="x86_64",
+        )
 
     def gpu_findings(pf: pre.Preflight):
         return [(f.severity, f.code) for f in pf.findings if f.code.startswith("gpu")]
@@ -189,9 +240,20 @@ def test_cuda_12_4_image_against_the_host_driver(tmp_path: Path) -> None:
     assert "470.199.02" in line and "525.60.13" in line and "CUDA driver version is insufficient" in line
     # without a driver (no GPU) nothing is fatal: the GPU checks are skipped
     nv.unlink()
-    none = pre.run_preflight(image_target="x86_64_v3", image_cuda="12.4.131", image_arch=None, launcher="mpirun",
-                             nodes=1, want_gpu=None, cpuinfo=cpu, nvidia_version=nv, nvidia_gpus=tmp_path / "none",
-                             infiniband_dir=tmp_path / "no-ib", loadavg=load, machine="x86_64")
+    none = pre.run_preflight(
+        image_target="x86_64_v3",
+        image_cuda="12.4.131",
+        image_arch=None,
+        launcher="mpirun",
+        nodes=1,
+        want_gpu=None,
+        cpuinfo=cpu,
+        nvidia_version=nv,
+        nvidia_gpus=tmp_path / "none",
+        infiniband_dir=tmp_path / "no-ib",
+        loadavg=load,
+        machine="x86_64",
+    )
     assert not none.fatal and none.facts["gpu_benchmarks"] is False
     assert gpu_findings(none) == [("info", "gpu-driver-missing")]
 

@@ -1,4 +1,5 @@
 """The report: verify.json, report.md (verdict first), PNG plots; atomic writes."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,11 @@ def make_report(local_data: Path, slow: float = 0.0) -> VerifyReport:
     logs = [parse_file(local_data / "ompi5_ucx_info_proto_intranode_sysv_cma_GOOD.log")]
     return VerifyReport(
         image="esd-gpu_latest.sif",
-        checks=[compare_latency(native, container, name="osu_latency intra-node"),
-                compare_bandwidth(bw, bw, name="osu_bw intra-node"),
-                compare_init([400.0, 410.0, 405.0], [420.0, 415.0, 430.0])],
+        checks=[
+            compare_latency(native, container, name="osu_latency intra-node"),
+            compare_bandwidth(bw, bw, name="osu_bw intra-node"),
+            compare_init([400.0, 410.0, 405.0], [420.0, 415.0, 430.0]),
+        ],
         findings=check_transports(logs, HostFacts()),
         logs=logs,
         measurements={"osu_latency intra-node": {"unit": "us", "native": native, "container": container}},
@@ -40,8 +43,12 @@ def make_report(local_data: Path, slow: float = 0.0) -> VerifyReport:
 def test_report_files(tmp_path: Path, local_data: Path) -> None:
     paths = write_report(make_report(local_data), tmp_path / "reports" / "esd-gpu")
     out = tmp_path / "reports" / "esd-gpu"
-    assert sorted(p.name for p in out.iterdir()) == ["osu_bw_intra-node.png", "osu_latency_intra-node.png",
-                                                     "report.md", "verify.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "osu_bw_intra-node.png",
+        "osu_latency_intra-node.png",
+        "report.md",
+        "verify.json",
+    ]
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 5000
     assert paths["verify.json"] == out / "verify.json"
@@ -77,8 +84,10 @@ def test_verify_json_has_every_measurement(tmp_path: Path, local_data: Path) -> 
     assert lat["metric"] == "latency" and lat["sizes"][1]["native"]["median"] > 0
     assert data["checks"][2]["sizes"][0]["size"] is None
     assert data["logs"][0]["kind"] == "osu" and "protocols" not in data["logs"][0]
-    assert data["plots"] == {"osu_latency intra-node": "osu_latency_intra-node.png",
-                             "osu_bw intra-node": "osu_bw_intra-node.png"}
+    assert data["plots"] == {
+        "osu_latency intra-node": "osu_latency_intra-node.png",
+        "osu_bw intra-node": "osu_bw_intra-node.png",
+    }
     assert data["thresholds"]["latency_overhead_us"] == 0.5
     json.dumps(data)  # plain JSON
 
@@ -92,11 +101,19 @@ def test_rewrite_replaces_files(tmp_path: Path, local_data: Path) -> None:
 def test_gpu_checks_skipped_without_gpu_are_never_good(tmp_path: Path, local_data: Path) -> None:
     """A GPU image verified on a host without GPU: the device-buffer OSU runs and the NCCL all-reduce are
     planned, reported as 'skipped: no GPU', and the verdict says what did not run."""
-    planned = gpu_planned(["latency", "bw", "nccl", "osu"],
-                          {p: f"/opt/view/bin/{p}" for p in ("osu_latency", "osu_bw", "all_reduce_perf",
-                                                              "dedal_nccl_allreduce")}, osu_cuda=True)
-    assert [b.name for b in planned] == ["dedal_nccl_allreduce", "osu_latency", "osu_bw", "all_reduce_perf",
-                                         "osu_latency-cuda", "osu_bw-cuda"]  # OSU +cuda needs the driver to start
+    planned = gpu_planned(
+        ["latency", "bw", "nccl", "osu"],
+        {p: f"/opt/view/bin/{p}" for p in ("osu_latency", "osu_bw", "all_reduce_perf", "dedal_nccl_allreduce")},
+        osu_cuda=True,
+    )
+    assert [b.name for b in planned] == [
+        "dedal_nccl_allreduce",
+        "osu_latency",
+        "osu_bw",
+        "all_reduce_perf",
+        "osu_latency-cuda",
+        "osu_bw-cuda",
+    ]  # OSU +cuda needs the driver to start
     rep = make_report(local_data)
     # (the recorded report ran OSU between host buffers: the checks of an OSU without CUDA stand in for them)
     rep.checks += skipped_checks([b for b in planned if b.gpu or b.device], [("intra-node", 1)], "no GPU")
@@ -118,7 +135,10 @@ def test_gpu_checks_skipped_without_gpu_are_never_good(tmp_path: Path, local_dat
     assert data["verdict"] == "good" and data["verdict_text"] == "good (GPU checks skipped: no GPU)"
     skipped = [c for c in data["checks"] if c["verdict"] == "skipped"]
     assert [(c["name"], c["skip_reason"], c["gpu"]) for c in skipped][0] == (
-        "dedal_nccl_allreduce intra-node", "no GPU", True)
+        "dedal_nccl_allreduce intra-node",
+        "no GPU",
+        True,
+    )
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["osu_bw_intra-node.png", "osu_latency_intra-node.png"]
     # a failed check stays bad; the skipped ones are named next to it
     bad = make_report(local_data, slow=1.0)
@@ -133,14 +153,24 @@ def test_the_model_reads_what_the_writer_writes(tmp_path: Path) -> None:
     from dedal.model import verify_report
     from dedal.stages.verify.checks import CheckResult, skipped_check
 
-    report = VerifyReport(image="gpu.sif", checks=[CheckResult("osu_latency", "latency", "us", "good"),
-                                                   skipped_check("nccl", "busbw", "GB/s", "no GPU", gpu=True)],
-                          meta={"image_sha256": "abc", "settings_sha256": "def"})
+    report = VerifyReport(
+        image="gpu.sif",
+        checks=[
+            CheckResult("osu_latency", "latency", "us", "good"),
+            skipped_check("nccl", "busbw", "GB/s", "no GPU", gpu=True),
+        ],
+        meta={"image_sha256": "abc", "settings_sha256": "def"},
+    )
     write_report(report, tmp_path)
     rec = verify_report.load(tmp_path / "verify.json")
     assert (rec.image, rec.verdict, rec.verdict_text, rec.exit_code) == (
-        report.image, report.overall, report.verdict_text, report.exit_code)
+        report.image,
+        report.overall,
+        report.verdict_text,
+        report.exit_code,
+    )
     assert [(c.name, c.verdict, c.skip_reason, c.gpu) for c in rec.checks] == [
-        (c.name, c.verdict, c.skip_reason, c.gpu) for c in report.checks]
+        (c.name, c.verdict, c.skip_reason, c.gpu) for c in report.checks
+    ]
     assert rec.schema == verify_report.SCHEMA_VERSION and rec.is_of("abc", "def")
     assert rec.skipped == verify_report.skipped_text(report.checks) == "GPU checks skipped: no GPU"

@@ -1,5 +1,6 @@
 """Issue 23: one source of truth for a report's counts (headline, Findings, verify.json, console),
 the deciding size in the summary, and plots that show the threshold band."""
+
 from __future__ import annotations
 
 import io
@@ -8,8 +9,17 @@ from pathlib import Path
 
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.checks import compare_bandwidth, compare_latency
-from dedal.stages.verify.report import (VerifyReport, console_lines, counts, headline, plot_png, ratio_limit,
-                                        render_markdown, shown_findings, write_report)
+from dedal.stages.verify.report import (
+    VerifyReport,
+    console_lines,
+    counts,
+    headline,
+    plot_png,
+    ratio_limit,
+    render_markdown,
+    shown_findings,
+    write_report,
+)
 
 SIZES = [1 << i for i in range(0, 21)]
 
@@ -21,15 +31,20 @@ def lat(size: int) -> float:
 def _report() -> VerifyReport:
     native = {s: [lat(s) * f for f in (1.0, 1.01, 0.99, 1.02, 1.0)] for s in SIZES}
     container = {s: [v * (3.29 if s == 262144 else 1.0) for v in vals] for s, vals in native.items()}
-    container[1] = [v + 0.7 for v in native[1]]                     # over the 0.5 us limit at 1 B as well
+    container[1] = [v + 0.7 for v in native[1]]  # over the 0.5 us limit at 1 B as well
     latency = compare_latency(native, container)
     bw = {s: [min(s / lat(s), 20000.0)] * 5 for s in SIZES}
     faster = {s: [v * 1.2 for v in vals] for s, vals in bw.items()}
-    faster[1 << 22] = [24000.0] * 5                                 # measured in the container only: a note
+    faster[1 << 22] = [24000.0] * 5  # measured in the container only: a note
     bandwidth = compare_bandwidth(bw, faster)
-    return VerifyReport("demo", checks=[latency, bandwidth],
-                        findings=[F.warning("loader-warning", "libnl: no version information", ["a line"]),
-                                  F.info("ucx-transports", "native, intra-node: UCX moved messages over sysv/memory")])
+    return VerifyReport(
+        "demo",
+        checks=[latency, bandwidth],
+        findings=[
+            F.warning("loader-warning", "libnl: no version information", ["a line"]),
+            F.info("ucx-transports", "native, intra-node: UCX moved messages over sysv/memory"),
+        ],
+    )
 
 
 def test_headline_findings_and_verify_json_agree(tmp_path: Path) -> None:
@@ -70,7 +85,7 @@ def test_ratio_limits_follow_the_threshold() -> None:
     big = next(s for s in latency.sizes if s.size == 1 << 20)
     assert abs(ratio_limit(big, False) - 1.02) < 1e-9
     small_bw = next(s for s in bandwidth.sizes if s.size == 1024)
-    assert ratio_limit(small_bw, True) is None                  # not checked: no band there
+    assert ratio_limit(small_bw, True) is None  # not checked: no band there
     assert abs(ratio_limit(bandwidth.sizes[-1], True) - 0.98) < 1e-9
 
 

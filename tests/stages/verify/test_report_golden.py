@@ -4,6 +4,7 @@ seconds and are not text) for a fixed report: a latency check that fails at one 
 bandwidth check with a size measured in the container only, findings of each severity,
 a log, the host's facts and provenance with fixed values. ``DEDAL_UPDATE_GOLDEN=1``
 rewrites the golden file."""
+
 from __future__ import annotations
 
 from dedal.stages.verify.facts import HostFacts

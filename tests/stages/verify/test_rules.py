@@ -1,5 +1,6 @@
 """The rules table and its one judge (issue 38): the same situation gets the same severity
 whichever stack shows it, the TCP-between-nodes rule is one row, and a site's rows are data."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,10 +25,17 @@ TCP_LINES = {
     ("ucx", "intra-node"): "[1.0] [n1:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(tcp/lo)",
     ("ompi", "intra-node"): "[n1:1234] mca: bml: Using tcp btl for send to [[52108,1],1] on node n1",
 }
-TCP_CODES = {"ucx-tcp-inter-node", "ompi-tcp-inter-node", "nccl-socket-transport", "ucx-tcp-intra-node",
-             "ompi-tcp-intra-node"}
-HOSTS = {"with a fabric": HostFacts(has_infiniband=True, multi_node=True),
-         "without a fabric": HostFacts(has_infiniband=False, multi_node=True)}
+TCP_CODES = {
+    "ucx-tcp-inter-node",
+    "ompi-tcp-inter-node",
+    "nccl-socket-transport",
+    "ucx-tcp-intra-node",
+    "ompi-tcp-intra-node",
+}
+HOSTS = {
+    "with a fabric": HostFacts(has_infiniband=True, multi_node=True),
+    "without a fabric": HostFacts(has_infiniband=False, multi_node=True),
+}
 
 
 def _severity(stack: str, scope: str, host) -> str:
@@ -61,11 +69,19 @@ def test_tcp_between_nodes_is_one_row_for_every_stack_and_measurement() -> None:
     assert row is R.TCP_BETWEEN_NODES_WITHOUT_FABRIC and dict(row.host) == {"fabric": False}
     assert not [r for r in R.RULES if not r.context and ("fabric", False) in r.host and r.means == "tcp"]
     meaning_tcp = {r.code for r in R.RULES if r.means == "tcp" and not r.context}
-    assert {"ucx-tcp-inter-node", "ompi-tcp-inter-node", "nccl-socket-transport", "latency-tcp-like",
-            "bandwidth-tcp-like", "busbw-socket-like"} <= meaning_tcp
+    assert {
+        "ucx-tcp-inter-node",
+        "ompi-tcp-inter-node",
+        "nccl-socket-transport",
+        "latency-tcp-like",
+        "bandwidth-tcp-like",
+        "busbw-socket-like",
+    } <= meaning_tcp
     osu = "# OSU MPI Latency Test v7.4\n# Size          Latency (us)\n0    72.00\n1    72.50\n"
-    graded = {f["code"]: f["severity"] for f in parse_text(osu, host=HOSTS["without a fabric"], scope="inter-node")
-              ["findings"]}
+    graded = {
+        f["code"]: f["severity"]
+        for f in parse_text(osu, host=HOSTS["without a fabric"], scope="inter-node")["findings"]
+    }
     assert graded["latency-tcp-like"] == "info"
     assert {f["code"]: f["severity"] for f in parse_text(osu)["findings"]}["latency-tcp-like"] == "error"
 
@@ -85,8 +101,18 @@ def test_the_table_is_consistent() -> None:
 def test_the_preflight_says_what_the_table_says(tmp_path: Path) -> None:
     (none,) = pre.check_infiniband([], multi_node=True)
     assert "expected, not a fallback" in none.message
-    never = R.with_site(R.rules_from_config([{"code": "*", "means": "tcp", "severity": "error",
-                                              "when": {"scope": "inter-node", "host": {"fabric": False}}}]))
+    never = R.with_site(
+        R.rules_from_config(
+            [
+                {
+                    "code": "*",
+                    "means": "tcp",
+                    "severity": "error",
+                    "when": {"scope": "inter-node", "host": {"fabric": False}},
+                }
+            ]
+        )
+    )
     (strict,) = pre.check_infiniband([], multi_node=True, rows=never)
     assert "is a fallback" in strict.message
     cxi = tmp_path / "dev"
@@ -113,24 +139,34 @@ dedal:
         message: "Slingshot needs the OFI plugin (aws-ofi-nccl)"
 """)
     rows = R.with_site(R.rules_from_config(parse_env(__import__("yaml").safe_load(env.read_text()), env).verify.rules))
-    hsn = ("n1:1:1 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation\n"
-           "n1:1:1 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.253.1.200<0>\nn1:1:1 [0] NCCL INFO Using network Socket\n")
+    hsn = (
+        "n1:1:1 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation\n"
+        "n1:1:1 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.253.1.200<0>\nn1:1:1 [0] NCCL INFO Using network Socket\n"
+    )
     codes = {f["code"]: f for f in parse_text(hsn, rows=rows)["findings"]}
     assert codes["site-nccl-plugin-missing"]["severity"] == "error"  # added: the log names a fabric (hsn0)
-    assert "site-nccl-plugin-missing" not in {f["code"] for f in parse_text(hsn.replace("hsn0", "eth0"),
-                                                                            rows=rows)["findings"]}
+    assert "site-nccl-plugin-missing" not in {
+        f["code"] for f in parse_text(hsn.replace("hsn0", "eth0"), rows=rows)["findings"]
+    }
     sock = parse_text(TCP_LINES[("nccl", "inter-node")] + "\n", rows=rows)
     (f,) = [f for f in sock["findings"] if f["code"] == "nccl-socket-transport"]
     assert f["severity"] == "warning" and "this site's Ethernet nodes" in f["message"]
-    assert {f["code"] for f in parse_text(TCP_LINES[("nccl", "inter-node")] + "\n")["findings"]} >= \
-        {"nccl-socket-transport"}  # dedal's own row where the site has none
+    assert {f["code"] for f in parse_text(TCP_LINES[("nccl", "inter-node")] + "\n")["findings"]} >= {
+        "nccl-socket-transport"
+    }  # dedal's own row where the site has none
 
 
-@pytest.mark.parametrize("row, problem", [
-    ({"code": "x", "when": {"seen": "nccl:tcp"}, "severity": "fatal"}, "severity"),
-    ({"code": "x", "when": {"seen": "nccl:tcp", "host": {"site": True}}, "severity": "error"}, "unknown key 'site'"),
-    ({"code": "x", "when": {"seen": "nccl:tcp"}}, "missing key 'severity'"),
-])
+@pytest.mark.parametrize(
+    "row, problem",
+    [
+        ({"code": "x", "when": {"seen": "nccl:tcp"}, "severity": "fatal"}, "severity"),
+        (
+            {"code": "x", "when": {"seen": "nccl:tcp", "host": {"site": True}}, "severity": "error"},
+            "unknown key 'site'",
+        ),
+        ({"code": "x", "when": {"seen": "nccl:tcp"}}, "missing key 'severity'"),
+    ],
+)
 def test_the_schema_names_a_wrong_site_row(tmp_path: Path, row, problem) -> None:
     env = tmp_path / "env.yaml"
     with pytest.raises(UserError, match=problem):
@@ -144,7 +180,9 @@ def test_a_row_that_could_never_fire_is_refused() -> None:
 
 def test_the_site_file_of_the_verify_rules_setting(tmp_path: Path) -> None:
     f = tmp_path / "rules.yaml"
-    f.write_text("rules:\n  - {code: '*', means: tcp, severity: warning, when: {scope: inter-node, host: {fabric: false}}}\n")
+    f.write_text(
+        "rules:\n  - {code: '*', means: tcp, severity: warning, when: {scope: inter-node, host: {fabric: false}}}\n"
+    )
     (row,) = R.rules_from_config(load_rules_file(f))
     assert row.context and row.severity == "warning"
     f.write_text("rules:\n  - {code: x}\n")

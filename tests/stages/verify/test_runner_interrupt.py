@@ -9,6 +9,7 @@ SIGTERM rather than SIGKILL, which leaves the step for Slurm to find (about 3 s 
 part is the unit test's, tests/adapters/test_proc.py). Real components: the local Slurm
 test cluster, bubblewrap, Open MPI 5 in the bench image.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,8 @@ import pytest
 from tests.conftest import dedal_exe
 
 pytestmark = [pytest.mark.slurm, pytest.mark.reliability]
-RANK_WAIT_S = 600   # the first rank starts after the image is inspected and unpacked (slow on a loaded machine)
-EXIT_WAIT_S = 60    # dedal's own grace for srun is a few seconds
+RANK_WAIT_S = 600  # the first rank starts after the image is inspected and unpacked (slow on a loaded machine)
+EXIT_WAIT_S = 60  # dedal's own grace for srun is a few seconds
 QUEUE_WAIT_S = 30
 WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "init_overhead_pct=1000000"]
 
@@ -73,8 +74,7 @@ def _mounts_of(image: Path) -> List[str]:
             backing = Path(f"/sys/block/{Path(source).name}/loop/backing_file")
             if backing.exists() and backing.read_text().strip() == str(image):
                 found.append(point)
-        elif fstype.startswith("fuse") and any(str(image) in argv and point in argv for _, argv in
-                                               _processes(point)):
+        elif fstype.startswith("fuse") and any(str(image) in argv and point in argv for _, argv in _processes(point)):
             found.append(point)
     return found
 
@@ -86,22 +86,44 @@ def _unmount(points: List[str]) -> None:
 
 
 def _queue(env: Dict[str, str]) -> List[str]:
-    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env, text=True, capture_output=True,
-                         timeout=30).stdout
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env, text=True, capture_output=True, timeout=30).stdout
     return [line for line in out.splitlines() if line.strip()]
 
 
-def test_sigterm_stops_srun_its_ranks_and_its_job(slurm_cluster, bench_image, native_cache, isolated_env,
-                                                   tmp_path: Path) -> None:
+def test_sigterm_stops_srun_its_ranks_and_its_job(
+    slurm_cluster, bench_image, native_cache, isolated_env, tmp_path: Path
+) -> None:
     out = tmp_path / "report"
     marker = str(out / "raw" / ".launch")  # the rank script's folder: on srun's and every rank's command line
     env = dict(isolated_env, **slurm_cluster.facts, DEDAL_CACHE_DIR=str(native_cache))  # SLURM_CONF...
     assert not _queue(env), "the test cluster is busy before the test"
     assert not _marked(), f"rank processes run before the test: {_marked()}"
     # latency up to 64 MiB: each step runs for seconds, long enough to be caught running
-    dedal = subprocess.Popen([dedal_exe(), "verify", str(bench_image.sif), "--launcher", "srun", "-b", "latency",
-                              "-r", "3", "--max-size", "64M", "--timeout", "600", "-o", str(out), *WIDE],
-                             env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dedal = subprocess.Popen(
+        [
+            dedal_exe(),
+            "verify",
+            str(bench_image.sif),
+            "--launcher",
+            "srun",
+            "-b",
+            "latency",
+            "-r",
+            "3",
+            "--max-size",
+            "64M",
+            "--timeout",
+            "600",
+            "-o",
+            str(out),
+            *WIDE,
+        ],
+        env=env,
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     seen: List[Tuple[int, List[str]]] = []
     mounts: List[str] = []
     try:
@@ -161,7 +183,7 @@ def _descendants(root: int) -> Dict[int, Tuple[str, List[str]]]:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         children.setdefault(int(fields[1]), []).append(int(entry.name))
         info[int(entry.name)] = (fields[19], argv)
     found: Dict[int, Tuple[str, List[str]]] = {}
@@ -182,7 +204,7 @@ def _alive(procs: Dict[int, Tuple[str, List[str]]]) -> List[Tuple[int, str]]:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if fields[19] == start and fields[0] != "Z":
             left.append((pid, " ".join(argv[:3])))
     return left
@@ -192,9 +214,31 @@ def test_sigterm_stops_mpirun_and_its_ranks(bench_image, native_cache, isolated_
     """The same with the local launcher: ``mpirun`` of the image in its sandbox (and natively)."""
     out = tmp_path / "report"
     env = dict(isolated_env, DEDAL_CACHE_DIR=str(native_cache))
-    dedal = subprocess.Popen([dedal_exe(), "verify", str(bench_image.sif), "--launcher", "mpirun", "-b", "latency",
-                              "-r", "3", "--max-size", "64M", "--timeout", "600", "-o", str(out), *WIDE],
-                             env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dedal = subprocess.Popen(
+        [
+            dedal_exe(),
+            "verify",
+            str(bench_image.sif),
+            "--launcher",
+            "mpirun",
+            "-b",
+            "latency",
+            "-r",
+            "3",
+            "--max-size",
+            "64M",
+            "--timeout",
+            "600",
+            "-o",
+            str(out),
+            *WIDE,
+        ],
+        env=env,
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     below: Dict[int, Tuple[str, List[str]]] = {}
     mounts: List[str] = []
     try:

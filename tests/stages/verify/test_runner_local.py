@@ -6,6 +6,7 @@ The thresholds are opened wide here (a busy 2-core VM is no place for timing ver
 docs/CONVENTIONS.md): these tests check the machinery, the logs and the transport rules;
 performance ratios live in benchmarks/.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,20 @@ WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "i
 
 
 def _verify(run_dedal, image: Path, out: Path, cache: Path, *args: str):
-    return run_dedal("verify", str(image), "-o", str(out), "--repetitions", "2", "--max-size", "64K", *WIDE, *args,
-                     env={"DEDAL_CACHE_DIR": str(cache)}, timeout=400)
+    return run_dedal(
+        "verify",
+        str(image),
+        "-o",
+        str(out),
+        "--repetitions",
+        "2",
+        "--max-size",
+        "64K",
+        *WIDE,
+        *args,
+        env={"DEDAL_CACHE_DIR": str(cache)},
+        timeout=400,
+    )
 
 
 def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
@@ -41,8 +54,13 @@ def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_ca
 
     # every benchmark compared, native against container, two repetitions each
     names = {c["name"]: c for c in data["checks"]}
-    assert set(names) == {"dedal_init intra-node", "dedal_init intra-node job wall time",
-                          "dedal_latency intra-node", "dedal_bw intra-node", "dedal_allreduce intra-node"}
+    assert set(names) == {
+        "dedal_init intra-node",
+        "dedal_init intra-node job wall time",
+        "dedal_latency intra-node",
+        "dedal_bw intra-node",
+        "dedal_allreduce intra-node",
+    }
     lat = data["measurements"]["dedal_latency intra-node"]
     assert lat["unit"] == "us" and list(lat["native"]) == ["0"] + [str(1 << i) for i in range(17)]
     assert all(len(v) == 2 for side in ("native", "container") for v in lat[side].values())
@@ -50,8 +68,12 @@ def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_ca
 
     # UCX's own log says shared memory on both sides
     runs = [entry for entry in data["logs"] if entry.get("side") in ("native", "container")]
-    assert {(e["side"], e["repetition"]) for e in runs} >= {("native", 1), ("native", 2), ("container", 1),
-                                                             ("container", 2)}
+    assert {(e["side"], e["repetition"]) for e in runs} >= {
+        ("native", 1),
+        ("native", 2),
+        ("container", 1),
+        ("container", 2),
+    }
     for entry in runs:
         intra = set(entry["transports_by_scope"]["intra-node"])
         assert intra and intra <= SHM, entry["source"]
@@ -66,8 +88,10 @@ def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_ca
     assert meta["native_mode"] == "rootfs" and "unpacked" in meta["native"] and "no container runtime" in meta["native"]
     assert meta["launcher"] == "mpirun" and meta["repetitions"] == 2 and "interleaved" in meta["order"]
     assert "UCX_LOG_LEVEL=info" in meta["run_env"] and "UCX_PROTO_INFO=y" in meta["run_env"]
-    assert Path(meta["native_root"], "opt/view/bin/dedal_latency.bin").read_bytes() == \
-        (bench_image.bindir / "dedal_latency").read_bytes()
+    assert (
+        Path(meta["native_root"], "opt/view/bin/dedal_latency.bin").read_bytes()
+        == (bench_image.bindir / "dedal_latency").read_bytes()
+    )
 
     # the report files
     md = (out / "report.md").read_text()
@@ -76,7 +100,11 @@ def test_verify_two_ranks_native_and_container(run_dedal, bench_image, native_ca
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({plot})" in md
     assert sorted(p.name for p in (out / "raw" / "intra-node" / "dedal_latency").iterdir()) == [
-        "container-01.log", "container-02.log", "native-01.log", "native-02.log"]
+        "container-01.log",
+        "container-02.log",
+        "native-01.log",
+        "native-02.log",
+    ]
     assert "verdict: " in p.stdout and "dedal_latency intra-node" in p.stdout
 
     # interleaved: native and container back to back, alternating who goes first
@@ -94,12 +122,25 @@ def test_a_check_bad_on_timing_alone_is_measured_again(run_dedal, bench_image, n
     if shutil.which("apptainer") is None:
         pytest.skip("needs Apptainer: the test image's slower container is slower only under Apptainer")
     out = tmp_path / "again"
-    p = _verify(run_dedal, bench_image.sif, out, native_cache, "-b", "latency", "-t", "latency_overhead_us=0",
-                "-t", "bandwidth_pct=0", "--env", "DEDAL_TEST_CONTAINER_EXTRA_US=1")
+    p = _verify(
+        run_dedal,
+        bench_image.sif,
+        out,
+        native_cache,
+        "-b",
+        "latency",
+        "-t",
+        "latency_overhead_us=0",
+        "-t",
+        "bandwidth_pct=0",
+        "--env",
+        "DEDAL_TEST_CONTAINER_EXTRA_US=1",
+    )
     data = json.loads((out / "verify.json").read_text())
     assert data["meta"]["remeasured"] == ["dedal_latency intra-node"], p.stderr
-    assert sorted(f.name for f in (out / "raw" / "intra-node" / "dedal_latency").iterdir() if "warmup" not in f.name) \
-        == [f"{side}-0{rep}.log" for side in ("container", "native") for rep in (1, 2, 3, 4)]
+    assert sorted(
+        f.name for f in (out / "raw" / "intra-node" / "dedal_latency").iterdir() if "warmup" not in f.name
+    ) == [f"{side}-0{rep}.log" for side in ("container", "native") for rep in (1, 2, 3, 4)]
     lat = data["measurements"]["dedal_latency intra-node"]
     assert all(len(v) == 4 for side in ("native", "container") for v in lat[side].values())
     again = re.findall(r"\] (native|container)\s+dedal_latency intra-node rep (\d)/4", p.stderr)
@@ -112,8 +153,19 @@ def test_a_check_bad_on_timing_alone_is_measured_again(run_dedal, bench_image, n
 
 def test_forced_tcp_is_flagged_with_the_log_lines(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
     out = tmp_path / "tcp"
-    p = _verify(run_dedal, bench_image.sif, out, native_cache, "-b", "latency", "--max-size", "8K",
-                "--env", "UCX_TLS=tcp", "--json")
+    p = _verify(
+        run_dedal,
+        bench_image.sif,
+        out,
+        native_cache,
+        "-b",
+        "latency",
+        "--max-size",
+        "8K",
+        "--env",
+        "UCX_TLS=tcp",
+        "--json",
+    )
     assert p.returncode == 1, f"{p.stdout}\n{p.stderr}"
     printed = json.loads(p.stdout)  # --json: verify.json and the paths, nothing else on stdout
     assert printed["report_dir"] == str(out) and Path(printed["files"]["verify.json"]) == out / "verify.json"
@@ -190,8 +242,20 @@ def test_gpu_image_without_gpu_says_what_was_skipped(run_dedal, bench_image, tmp
     _unlink_write(nccl, "#!/bin/sh\necho 'dedal_nccl_allreduce must not run without a GPU' >&2\nexit 99\n")
     nccl.chmod(0o755)
     out = tmp_path / "report"
-    p = run_dedal("verify", str(tree), "-o", str(out), "--repetitions", "1", "--max-size", "1K", *WIDE,
-                  "--benchmarks", "latency,nccl", timeout=400)
+    p = run_dedal(
+        "verify",
+        str(tree),
+        "-o",
+        str(out),
+        "--repetitions",
+        "1",
+        "--max-size",
+        "1K",
+        *WIDE,
+        "--benchmarks",
+        "latency,nccl",
+        timeout=400,
+    )
     assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
     data = json.loads((out / "verify.json").read_text())
     assert data["verdict"] in ("good", "suboptimal")
@@ -205,8 +269,11 @@ def test_gpu_image_without_gpu_says_what_was_skipped(run_dedal, bench_image, tmp
     assert not (out / "raw/intra-node/dedal_nccl_allreduce").exists()
     assert "gpu-driver-missing" in {f["code"] for f in data["findings"]}
     assert f"verdict: {data['verdict'].upper()} (GPU checks skipped: no GPU)" in p.stdout
-    assert (out / "report.md").read_text().startswith(
-        f"# Verdict: {data['verdict'].upper()} (GPU checks skipped: no GPU)\n")
+    assert (
+        (out / "report.md")
+        .read_text()
+        .startswith(f"# Verdict: {data['verdict'].upper()} (GPU checks skipped: no GPU)\n")
+    )
 
 
 def test_app_checks_run_in_the_container(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
@@ -216,10 +283,32 @@ def test_app_checks_run_in_the_container(run_dedal, bench_image, native_cache, t
     import yaml
 
     env_file = tmp_path / "env.yaml"
-    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
-        {"name": "init", "command": ["dedal_init"], "ranks": 2, "expect": r"^nprocs: 2, min: \d+ ms"},
-        {"name": "wrong", "command": "echo rank-$OMPI_COMM_WORLD_RANK", "ranks": 2, "expect": "^rank-2$"},
-        {"name": "far", "command": ["dedal_init"], "nodes": 2}]}}}))
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {
+                    "verify": {
+                        "apps": [
+                            {
+                                "name": "init",
+                                "command": ["dedal_init"],
+                                "ranks": 2,
+                                "expect": r"^nprocs: 2, min: \d+ ms",
+                            },
+                            {
+                                "name": "wrong",
+                                "command": "echo rank-$OMPI_COMM_WORLD_RANK",
+                                "ranks": 2,
+                                "expect": "^rank-2$",
+                            },
+                            {"name": "far", "command": ["dedal_init"], "nodes": 2},
+                        ]
+                    }
+                },
+            }
+        )
+    )
     out = tmp_path / "report"
     p = _verify(run_dedal, bench_image.sif, out, native_cache, "-b", "init", "-r", "1", "--env-file", str(env_file))
     assert p.returncode == 1, f"{p.stdout}\n{p.stderr}"
@@ -246,7 +335,9 @@ def test_mpirun_stub_of_a_slurm_open_mpi_is_no_launcher(run_dedal, bench_image, 
     failing every run."""
     from tests.fixtures.bench import _unlink_write
 
-    stub = (Path(__file__).parent / "data" / "launchers" / "spack-openmpi-nolegacylaunchers.sh").read_text()  # Spack's own
+    stub = (
+        Path(__file__).parent / "data" / "launchers" / "spack-openmpi-nolegacylaunchers.sh"
+    ).read_text()  # Spack's own
     tree = tmp_path / "slurm-image"
     subprocess.run(["cp", "-al", str(bench_image.root), str(tree)], check=True)
     mpirun = tree / "usr/bin/mpirun"
@@ -276,22 +367,59 @@ def test_app_benchmark_native_and_container(run_dedal, bench_image, native_cache
 
     if shutil.which("apptainer") is None:
         pytest.skip("needs Apptainer: the test image's slower container is slower only under Apptainer")
-    write = ('dedal_latency -m 8 || exit 1; if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then tac /etc/shells > shells.txt; '
-             'echo "mpi: pml=$OMPI_MCA_pml tls=$OMPI_MCA_pml_ucx_tls"; fi')
+    write = (
+        'dedal_latency -m 8 || exit 1; if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then tac /etc/shells > shells.txt; '
+        'echo "mpi: pml=$OMPI_MCA_pml tls=$OMPI_MCA_pml_ucx_tls"; fi'
+    )
     metric = {"match": r"^8 +(?P<value>[0-9.]+)$", "unit": "us"}
     env_file = tmp_path / "env.yaml"
-    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
-        {"name": "lat", "command": write, "expect": r"^# dedal-bench MPI Latency Test v(?P<value>[0-9.]+)$",
-         "metric": {**metric, "overhead_pct": 1000000, "repetitions": 2},
-         "reference": {"output": "shells.txt", "expected": "/etc/shells"}},
-        {"name": "slower", "command": ["dedal_latency", "-m", "8"], "env": {"DEDAL_TEST_CONTAINER_EXTRA_US": "50"},
-         "metric": {**metric, "repetitions": 1}},
-        {"name": "wrong", "command": write, "env": {"DEDAL_TEST_CONTAINER_EXTRA_US": "50"},
-         "expect": r"^8 +(?P<value>[0-9.]+)$", "metric": {**metric, "overhead_pct": 1000000, "repetitions": 1},
-         "reference": {"output": "shells.txt", "expected": "/etc/debian_version"}}]}}}))
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {
+                    "verify": {
+                        "apps": [
+                            {
+                                "name": "lat",
+                                "command": write,
+                                "expect": r"^# dedal-bench MPI Latency Test v(?P<value>[0-9.]+)$",
+                                "metric": {**metric, "overhead_pct": 1000000, "repetitions": 2},
+                                "reference": {"output": "shells.txt", "expected": "/etc/shells"},
+                            },
+                            {
+                                "name": "slower",
+                                "command": ["dedal_latency", "-m", "8"],
+                                "env": {"DEDAL_TEST_CONTAINER_EXTRA_US": "50"},
+                                "metric": {**metric, "repetitions": 1},
+                            },
+                            {
+                                "name": "wrong",
+                                "command": write,
+                                "env": {"DEDAL_TEST_CONTAINER_EXTRA_US": "50"},
+                                "expect": r"^8 +(?P<value>[0-9.]+)$",
+                                "metric": {**metric, "overhead_pct": 1000000, "repetitions": 1},
+                                "reference": {"output": "shells.txt", "expected": "/etc/debian_version"},
+                            },
+                        ]
+                    }
+                },
+            }
+        )
+    )
     out = tmp_path / "report"
-    p = run_dedal("verify", str(bench_image.sif), "-o", str(out), "-b", "apps", "--env-file", str(env_file),
-                  env={"DEDAL_CACHE_DIR": str(native_cache)}, timeout=400)
+    p = run_dedal(
+        "verify",
+        str(bench_image.sif),
+        "-o",
+        str(out),
+        "-b",
+        "apps",
+        "--env-file",
+        str(env_file),
+        env={"DEDAL_CACHE_DIR": str(native_cache)},
+        timeout=400,
+    )
     assert p.returncode == 1, f"{p.stdout}\n{p.stderr}"
     data = json.loads((out / "verify.json").read_text())
     checks = {c["name"]: c for c in data["checks"]}
@@ -313,15 +441,22 @@ def test_app_benchmark_native_and_container(run_dedal, bench_image, native_cache
         log = (out / "raw/apps/lat" / f"{name}.log").read_text()
         assert log.startswith("#@ dedal verify: ") and "# dedal-bench MPI Latency Test v" in log
         assert "mpi: pml=ucx tls=any" in log  # the MPI stack the microbenchmarks use (not ob1 by default)
-        assert sorted((out / "raw/apps/lat" / name / "shells.txt").read_text().splitlines()) == \
-            sorted((bench_image.root / "etc/shells").read_text().splitlines())
+        assert sorted((out / "raw/apps/lat" / name / "shells.txt").read_text().splitlines()) == sorted(
+            (bench_image.root / "etc/shells").read_text().splitlines()
+        )
     assert all(r["correct"] and r["expected"] for r in m["runs"]) and len({r["expected"] for r in m["runs"]}) == 1
     [note] = [f for f in lat["findings"] if f["code"] == "app-benchmark"]
     assert "container/native " in note["message"] and "6 of 6 run(s) correct" in note["message"]
     assert "shells.txt equal to /etc/shells after sorting lines" in note["message"]
     order = re.findall(r"\] (native|container)\s+app lat (warm-up|rep \d/2)", p.stderr)
-    assert order == [("native", "warm-up"), ("container", "warm-up"), ("native", "rep 1/2"), ("container", "rep 1/2"),
-                     ("container", "rep 2/2"), ("native", "rep 2/2")]
+    assert order == [
+        ("native", "warm-up"),
+        ("container", "warm-up"),
+        ("native", "rep 1/2"),
+        ("container", "rep 1/2"),
+        ("container", "rep 2/2"),
+        ("native", "rep 2/2"),
+    ]
 
     # slower: 50 us more in the container, far over 10 %: measured once more, still bad, and the ratio says by how much
     slower = checks["app slower"]
@@ -332,17 +467,27 @@ def test_app_benchmark_native_and_container(run_dedal, bench_image, native_cache
     assert size["native"]["n"] == size["container"]["n"] == 2
     assert size["container"]["median"] / size["native"]["median"] > 1.1 and size["delta"] >= 49
     assert sorted(f.name for f in (out / "raw/apps/slower").glob("*.log")) == [
-        "container-01.log", "container-02.log", "container-warmup.log", "native-01.log", "native-02.log",
-        "native-warmup.log"]
+        "container-01.log",
+        "container-02.log",
+        "container-warmup.log",
+        "native-01.log",
+        "native-02.log",
+        "native-warmup.log",
+    ]
 
     # wrong: another file than the reference, and a value the container changes
     wrong = checks["app wrong"]
     assert wrong["verdict"] == "bad"
     assert {f["code"] for f in wrong["findings"] if f["severity"] == "error"} == {
-        "app-output-wrong", "app-value-differs", "no-measurement"}  # no correct run: its timing is no result
+        "app-output-wrong",
+        "app-value-differs",
+        "no-measurement",
+    }  # no correct run: its timing is no result
     [bad] = [f for f in wrong["findings"] if f["code"] == "app-output-wrong"]
-    assert bad["message"].startswith("app wrong: 4 of 4 run(s) incorrect: shells.txt differs from /etc/debian_version "
-                                     "after sorting lines: 8 line(s) not in the reference")
+    assert bad["message"].startswith(
+        "app wrong: 4 of 4 run(s) incorrect: shells.txt differs from /etc/debian_version "
+        "after sorting lines: 8 line(s) not in the reference"
+    )
     assert "(native-warmup, container-warmup, native-01, container-01)" in bad["message"]
 
     # the report and the console

@@ -10,6 +10,7 @@ verification runs on the namespaced cluster (tests/e2e/test_multinode.py, marker
 With Slurm 22.05's PMIx 4 server Open MPI 5's ob1 pml hangs (../shared/notes/real-components.md
 section 5); the runner uses the UCX pml, which works.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,23 +28,49 @@ WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "i
 def _allocation(cluster, native_cache: Path) -> Tuple[str, Dict[str, str]]:
     """A job of one node and 2 tasks with no shell (``salloc --no-shell``), and the environment
     dedal sees inside it (what salloc would export): the job id and that environment."""
-    got = subprocess.run(["salloc", "--no-shell", "-N", "1", "-n", "2"], env=cluster.env, capture_output=True,
-                         text=True, timeout=120)
+    got = subprocess.run(
+        ["salloc", "--no-shell", "-N", "1", "-n", "2"], env=cluster.env, capture_output=True, text=True, timeout=120
+    )
     job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
     assert job, got.stderr
-    env = dict(cluster.env, DEDAL_CACHE_DIR=str(native_cache), SLURM_JOB_ID=job.group(1),
-               SLURM_JOBID=job.group(1), SLURM_NTASKS="2", SLURM_JOB_NUM_NODES="1", SLURM_NNODES="1")
+    env = dict(
+        cluster.env,
+        DEDAL_CACHE_DIR=str(native_cache),
+        SLURM_JOB_ID=job.group(1),
+        SLURM_JOBID=job.group(1),
+        SLURM_NTASKS="2",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_NNODES="1",
+    )
     return job.group(1), env
 
 
-def test_srun_pmix_launch_of_the_images_open_mpi(run_dedal, slurm_cluster, bench_image, native_cache,
-                                                 tmp_path: Path) -> None:
+def test_srun_pmix_launch_of_the_images_open_mpi(
+    run_dedal, slurm_cluster, bench_image, native_cache, tmp_path: Path
+) -> None:
     out = tmp_path / "srun"
     before = set(Path("/tmp").glob("dedal-rank.*"))
     env = dict(slurm_cluster.env)
     env["DEDAL_CACHE_DIR"] = str(native_cache)
-    p = run_dedal("verify", str(bench_image.sif), "--launcher", "srun", "-b", "init,latency",
-                  "-r", "1", "--max-size", "4K", "--timeout", "120", "-o", str(out), *WIDE, env=env, timeout=400)
+    p = run_dedal(
+        "verify",
+        str(bench_image.sif),
+        "--launcher",
+        "srun",
+        "-b",
+        "init,latency",
+        "-r",
+        "1",
+        "--max-size",
+        "4K",
+        "--timeout",
+        "120",
+        "-o",
+        str(out),
+        *WIDE,
+        env=env,
+        timeout=400,
+    )
     assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{slurm_cluster.log_tail()}"
     data = json.loads((out / "verify.json").read_text())
     meta = data["meta"]
@@ -64,17 +91,25 @@ def test_srun_pmix_launch_of_the_images_open_mpi(run_dedal, slurm_cluster, bench
 
     runs = [e for e in data["logs"] if e.get("side") in ("native", "container")]
     assert {(e["side"], e["scope"], e["program"]) for e in runs} == {
-        (side, "intra-node", prog) for side in ("native", "container") for prog in ("dedal_init", "dedal_latency")}
+        (side, "intra-node", prog) for side in ("native", "container") for prog in ("dedal_init", "dedal_latency")
+    }
     for e in runs:
         assert e["returncode"] == 0 and e["pml"] == "ucx", e["source"]
         assert e["verdict"] == "good", (e["source"], e["findings"])
         text = (out / e["source"]).read_text()
         assert "srun --mpi=pmix" in text
-    init = next(e for e in runs if e["program"] == "dedal_init" and e["side"] == "container" and e["repetition"] == 1
-                and e["scope"] == "intra-node")
+    init = next(
+        e
+        for e in runs
+        if e["program"] == "dedal_init"
+        and e["side"] == "container"
+        and e["repetition"] == 1
+        and e["scope"] == "intra-node"
+    )
     assert init["init"]["nprocs"] == 2 and init["init"]["avg_ms"] > 0
-    lat = next(e for e in runs if e["program"] == "dedal_latency" and e["side"] == "container"
-               and e["scope"] == "intra-node")
+    lat = next(
+        e for e in runs if e["program"] == "dedal_latency" and e["side"] == "container" and e["scope"] == "intra-node"
+    )
     assert [r[0] for r in lat["tables"][0]["rows"]] == [0] + [1 << i for i in range(13)]
     assert set(lat["transports_by_scope"]["intra-node"]) <= {"sysv/memory", "cma/memory", "posix/memory"}
     names = {c["name"] for c in data["checks"]}
@@ -84,8 +119,9 @@ def test_srun_pmix_launch_of_the_images_open_mpi(run_dedal, slurm_cluster, bench
 
 
 @pytest.mark.apptainer
-def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(run_dedal, slurm_cluster, bench_image,
-                                                                   native_cache, apptainer, tmp_path: Path) -> None:
+def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(
+    run_dedal, slurm_cluster, bench_image, native_cache, apptainer, tmp_path: Path
+) -> None:
     """Inside an allocation, with Apptainer, every container run of the verification joins one
     instance per node (the steady state, as bwrap's runs share dedal's one mount); afterwards no
     instance and no step of it is left."""
@@ -93,17 +129,37 @@ def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(run_dedal, s
     job, env = _allocation(slurm_cluster, native_cache)
     out = tmp_path / "inst"
     try:
-        p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "-b", "init",
-                      "-r", "2", "--timeout", "120", "-o", str(out), *WIDE, env=env, timeout=400)
+        p = run_dedal(
+            "verify",
+            str(bench_image.sif),
+            "--runtime",
+            "apptainer",
+            "--launcher",
+            "srun",
+            "-b",
+            "init",
+            "-r",
+            "2",
+            "--timeout",
+            "120",
+            "-o",
+            str(out),
+            *WIDE,
+            env=env,
+            timeout=400,
+        )
         assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{slurm_cluster.log_tail()}"
         meta = json.loads((out / "verify.json").read_text())["meta"]
         assert meta["runtime"] == "apptainer (shared per node)", meta["runtime"]
         assert "joined one Apptainer instance per node (dedal-" in meta["container"], meta["container"]
         logs = sorted((out / "raw" / "intra-node" / "dedal_init").glob("container-*.log"))
-        namespaces = {m for log in logs for m in re.findall(r"^#@ dedal-container: \S+ mntns=(\S+)", log.read_text(), re.M)}
+        namespaces = {
+            m for log in logs for m in re.findall(r"^#@ dedal-container: \S+ mntns=(\S+)", log.read_text(), re.M)
+        }
         assert len(logs) == 3 and len(namespaces) == 1, namespaces  # warm-up and both repetitions: the same container
-        steps = subprocess.run(["squeue", "-h", "-s", "-j", job], env=slurm_cluster.env, capture_output=True,
-                               text=True, timeout=30).stdout
+        steps = subprocess.run(
+            ["squeue", "-h", "-s", "-j", job], env=slurm_cluster.env, capture_output=True, text=True, timeout=30
+        ).stdout
         assert steps.strip() == "", steps  # the step that kept the instance ended with the verification
         left = apptainer("instance", "list", "--all", check=False).stdout
         assert "dedal-" not in left, left
@@ -112,8 +168,9 @@ def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(run_dedal, s
 
 
 @pytest.mark.apptainer
-def test_app_benchmark_in_an_allocation(run_dedal, slurm_cluster, bench_image, native_cache, apptainer,
-                                        tmp_path: Path) -> None:
+def test_app_benchmark_in_an_allocation(
+    run_dedal, slurm_cluster, bench_image, native_cache, apptainer, tmp_path: Path
+) -> None:
     """An application benchmark as esd-neuro's run on a cluster: srun --mpi=pmix inside an
     allocation, the container side joining the Apptainer instance kept per node, the native side
     the image's root in a sandbox per rank; every run in its own working directory (bound into the
@@ -122,16 +179,53 @@ def test_app_benchmark_in_an_allocation(run_dedal, slurm_cluster, bench_image, n
     import yaml
 
     env_file = tmp_path / "env.yaml"
-    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["zlib"]}, "dedal": {"verify": {"apps": [
-        {"name": "lat", "ranks": 2, "expect": r"^# dedal-bench MPI Latency Test v(?P<value>[0-9.]+)$",
-         "command": 'dedal_latency -m 8 || exit 1; [ "$PMIX_RANK" != 0 ] || tac /etc/shells > shells.txt',
-         "metric": {"match": r"^8 +(?P<value>[0-9.]+)$", "unit": "us", "overhead_pct": 1000000, "repetitions": 1},
-         "reference": {"output": "shells.txt", "expected": "/etc/shells"}}]}}}))
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {
+                    "verify": {
+                        "apps": [
+                            {
+                                "name": "lat",
+                                "ranks": 2,
+                                "expect": r"^# dedal-bench MPI Latency Test v(?P<value>[0-9.]+)$",
+                                "command": 'dedal_latency -m 8 || exit 1; [ "$PMIX_RANK" != 0 ] || tac /etc/shells > shells.txt',
+                                "metric": {
+                                    "match": r"^8 +(?P<value>[0-9.]+)$",
+                                    "unit": "us",
+                                    "overhead_pct": 1000000,
+                                    "repetitions": 1,
+                                },
+                                "reference": {"output": "shells.txt", "expected": "/etc/shells"},
+                            }
+                        ]
+                    }
+                },
+            }
+        )
+    )
     job, env = _allocation(slurm_cluster, native_cache)
     out = tmp_path / "apps"
     try:
-        p = run_dedal("verify", str(bench_image.sif), "--runtime", "apptainer", "--launcher", "srun", "-b", "apps",
-                      "--env-file", str(env_file), "--timeout", "120", "-o", str(out), env=env, timeout=400)
+        p = run_dedal(
+            "verify",
+            str(bench_image.sif),
+            "--runtime",
+            "apptainer",
+            "--launcher",
+            "srun",
+            "-b",
+            "apps",
+            "--env-file",
+            str(env_file),
+            "--timeout",
+            "120",
+            "-o",
+            str(out),
+            env=env,
+            timeout=400,
+        )
         assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{slurm_cluster.log_tail()}"
         data = json.loads((out / "verify.json").read_text())
         [check] = data["checks"]

@@ -1,6 +1,7 @@
 """The runner's plain-Python parts: options and their precedence, benchmark selection, the
 interleaved run order (intra- and inter-node), merging of log findings, and the comparison
 of parsed runs (the real runs are in test_runner_local.py and test_runner_slurm.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,15 @@ from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS, gpu_planned, select_benchmarks
 from dedal.stages.verify.checks import Thresholds
 from dedal.stages.verify.transports import HostFacts
-from dedal.stages.verify.compare import (compare_runs, expectation_findings, log_findings, remeasurable, run_findings,
-                                         skipped_checks, transports)
+from dedal.stages.verify.compare import (
+    compare_runs,
+    expectation_findings,
+    log_findings,
+    remeasurable,
+    run_findings,
+    skipped_checks,
+    transports,
+)
 from dedal.stages.verify.plan import Plan, Run
 from dedal.stages.verify.parsers import parse_file, parse_text
 
@@ -38,25 +46,53 @@ def test_options_defaults_and_precedence(tmp_path: Path, monkeypatch) -> None:
     assert (o.ranks, o.repetitions, o.launcher, o.max_size, o.native) == (2, 5, "auto", 4 << 20, "auto")
     assert o.reports_dir == tmp_path / "data" / "dedal" / "reports"
     env_file = tmp_path / "env.yaml"
-    env_file.write_text(yaml.safe_dump({"spack": {"specs": ["dedal-benchmarks"]}, "dedal": {"verify": {
-        "ranks": 4, "repetitions": 7, "launcher": "mpirun", "benchmarks": ["latency", "bw"],
-        "env": {"UCX_TLS": "sm,self", "FOO": "1"}, "thresholds": {"latency_overhead_us": 0.3}}}}))
-    o = options(tmp_path, "--env-file", str(env_file), "-e", "UCX_TLS=tcp", "-t", "bandwidth_pct=5",
-                "--repetitions", "3", "--max-size", "64K")
+    env_file.write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["dedal-benchmarks"]},
+                "dedal": {
+                    "verify": {
+                        "ranks": 4,
+                        "repetitions": 7,
+                        "launcher": "mpirun",
+                        "benchmarks": ["latency", "bw"],
+                        "env": {"UCX_TLS": "sm,self", "FOO": "1"},
+                        "thresholds": {"latency_overhead_us": 0.3},
+                    }
+                },
+            }
+        )
+    )
+    o = options(
+        tmp_path,
+        "--env-file",
+        str(env_file),
+        "-e",
+        "UCX_TLS=tcp",
+        "-t",
+        "bandwidth_pct=5",
+        "--repetitions",
+        "3",
+        "--max-size",
+        "64K",
+    )
     assert (o.ranks, o.repetitions, o.launcher, o.benchmarks) == (4, 3, "mpirun", ["latency", "bw"])
     assert o.env == {"UCX_TLS": "tcp", "FOO": "1"}  # the command line wins
     assert o.thresholds == {"latency_overhead_us": 0.3, "bandwidth_pct": 5.0}
     assert o.max_size == 65536
 
 
-@pytest.mark.parametrize("args,message", [
-    (("-e", "1X=2"), "--env"),
-    (("-t", "bandwidth_pct=fast"), "expected a number"),
-    (("-t", "nope=1"), "unknown verification threshold"),
-    (("-b", "latency,,quux"), "unknown quux"),
-    (("--ranks", "0"), "--ranks 0: at least 1"),
-    (("--launcher", "mpirun", "--nodes", "3"), "srun launcher"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("-e", "1X=2"), "--env"),
+        (("-t", "bandwidth_pct=fast"), "expected a number"),
+        (("-t", "nope=1"), "unknown verification threshold"),
+        (("-b", "latency,,quux"), "unknown quux"),
+        (("--ranks", "0"), "--ranks 0: at least 1"),
+        (("--launcher", "mpirun", "--nodes", "3"), "srun launcher"),
+    ],
+)
 def test_bad_options(tmp_path: Path, args, message) -> None:
     with pytest.raises(UserError, match=message.replace("(", r"\(")):
         options(tmp_path, *args)
@@ -69,33 +105,55 @@ def test_missing_image(tmp_path: Path) -> None:
 
 
 def test_benchmark_selection() -> None:
-    programs = {p: f"/opt/view/bin/{p}" for p in ("dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce",
-                                                   "dedal_nccl_allreduce", "osu_latency", "all_reduce_perf")}
+    programs = {
+        p: f"/opt/view/bin/{p}"
+        for p in (
+            "dedal_init",
+            "dedal_latency",
+            "dedal_bw",
+            "dedal_allreduce",
+            "dedal_nccl_allreduce",
+            "osu_latency",
+            "all_reduce_perf",
+        )
+    }
     chosen, notes = select_benchmarks(list(KEYS) + ["osu"], programs, gpu=False)
-    assert [b.program for b in chosen] == ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce",
-                                           "osu_latency"]
+    assert [b.program for b in chosen] == ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce", "osu_latency"]
     assert not any("nccl" in n or "all_reduce" in n for n in notes)  # GPU checks left out are skipped checks
     # a GPU image plans the NCCL all-reduce, and OSU between device buffers where its OSU is built +cuda
     # (and every OSU run there: OSU built +cuda links libcuda, host buffers or not, and exits 127 without
     # the driver, as esd-gpu's did on a host without GPU)
     assert [b.name for b in gpu_planned(list(KEYS) + ["osu"], programs, osu_cuda=True)] == [
-        "dedal_nccl_allreduce", "osu_latency", "all_reduce_perf", "osu_latency-cuda"]  # no osu_bw in this image
+        "dedal_nccl_allreduce",
+        "osu_latency",
+        "all_reduce_perf",
+        "osu_latency-cuda",
+    ]  # no osu_bw in this image
     chosen, _ = select_benchmarks(list(KEYS) + ["osu"], programs, gpu=False, osu_cuda=True)
     assert [b.program for b in chosen] == ["dedal_init", "dedal_latency", "dedal_bw", "dedal_allreduce"]
     assert [b.name for b in gpu_planned(list(KEYS) + ["osu"], programs, osu_cuda=False)] == [
-        "dedal_nccl_allreduce", "all_reduce_perf"]
+        "dedal_nccl_allreduce",
+        "all_reduce_perf",
+    ]
     chosen, notes = select_benchmarks(["latency", "osu"], programs, gpu=True, osu_cuda=False)
     assert [b.name for b in chosen] == ["dedal_latency", "osu_latency"]
-    assert notes == ["dedal_cuda_floor: not in the image",
-                     "dedal_latency-cuda: the image's dedal-benchmarks predate device buffers (-d cuda)",
-                     "osu_latency-cuda: the image's OSU micro-benchmarks are not built with CUDA "
-                     "(osu-micro-benchmarks +cuda): no device-buffer runs"]
+    assert notes == [
+        "dedal_cuda_floor: not in the image",
+        "dedal_latency-cuda: the image's dedal-benchmarks predate device buffers (-d cuda)",
+        "osu_latency-cuda: the image's OSU micro-benchmarks are not built with CUDA "
+        "(osu-micro-benchmarks +cuda): no device-buffer runs",
+    ]
     # the CUDA floor that device-buffer latency is held to (with latency on a GPU, within a node only),
     # and dedal's own latency between device buffers where its build knows -d cuda
     floor = {**programs, "dedal_cuda_floor": "/opt/view/bin/dedal_cuda_floor"}
     chosen, notes = select_benchmarks(["latency", "osu"], floor, gpu=True, osu_cuda=True, dedal_cuda=True)
-    assert [b.name for b in chosen] == ["dedal_latency", "dedal_cuda_floor", "dedal_latency-cuda", "osu_latency",
-                                        "osu_latency-cuda"]
+    assert [b.name for b in chosen] == [
+        "dedal_latency",
+        "dedal_cuda_floor",
+        "dedal_latency-cuda",
+        "osu_latency",
+        "osu_latency-cuda",
+    ]
     assert chosen[1].intra_only and chosen[1].gpu and chosen[1].table == "dedal_cuda_floor"
     assert chosen[2].args(65536, 1) == ["-d", "cuda", "-m", "65536"] and chosen[2].table == "dedal_latency"
     assert [b.program for b in select_benchmarks(["latency"], floor, gpu=False)[0]] == ["dedal_latency"]
@@ -126,9 +184,15 @@ def test_a_benchmark_of_one_node_runs_within_a_node_only() -> None:
     floor = next(b for b in CATALOGUE if b.program == "dedal_cuda_floor")
     plan = Plan("srun", [("intra-node", 1), ("inter-node", 2)], [lat, floor], 1, 2, 1)
     assert [(s, b.program) for s, b in plan.pairs()] == [
-        ("intra-node", "dedal_latency"), ("intra-node", "dedal_cuda_floor"), ("inter-node", "dedal_latency")]
+        ("intra-node", "dedal_latency"),
+        ("intra-node", "dedal_cuda_floor"),
+        ("inter-node", "dedal_latency"),
+    ]
     assert {(s, b.program) for s, b, _r, _side in plan.order()} == {
-        ("intra-node", "dedal_latency"), ("intra-node", "dedal_cuda_floor"), ("inter-node", "dedal_latency")}
+        ("intra-node", "dedal_latency"),
+        ("intra-node", "dedal_cuda_floor"),
+        ("inter-node", "dedal_latency"),
+    }
     assert [c.name for c in skipped_checks([floor], plan.scopes, "no GPU")] == ["dedal_cuda_floor intra-node"]
 
 
@@ -136,8 +200,12 @@ def test_interleaved_order_intra_and_inter_node() -> None:
     init, lat = CATALOGUE[0], CATALOGUE[1]
     plan = Plan("srun", [("intra-node", 1), ("inter-node", 2)], [init, lat], 2, 4, 0)
     order = [(s, b.program, r, side) for s, b, r, side in plan.order()]
-    assert order[:4] == [("intra-node", "dedal_init", 0, "native"), ("intra-node", "dedal_init", 0, "container"),
-                         ("inter-node", "dedal_init", 0, "native"), ("inter-node", "dedal_init", 0, "container")]
+    assert order[:4] == [
+        ("intra-node", "dedal_init", 0, "native"),
+        ("intra-node", "dedal_init", 0, "container"),
+        ("inter-node", "dedal_init", 0, "native"),
+        ("inter-node", "dedal_init", 0, "container"),
+    ]
     rep1 = [x for x in order if x[2] == 1]
     rep2 = [x for x in order if x[2] == 2]
     assert [x[3] for x in rep1] == ["native", "container"] * 4
@@ -150,16 +218,28 @@ def _run(tmp_path: Path, side: str, rep: int, log: str, seconds: float = 1.0, be
     bench = bench or CATALOGUE[1]
     parsed = parse_file(DATA / log)
     rel = f"raw/intra-node/{bench.program}/{side}-{rep:02d}.log"
-    parsed.update({"source": rel, "side": side, "scope": "intra-node", "program": bench.program,
-                   "repetition": rep, "returncode": 0})
+    parsed.update(
+        {
+            "source": rel,
+            "side": side,
+            "scope": "intra-node",
+            "program": bench.program,
+            "repetition": rep,
+            "returncode": 0,
+        }
+    )
     return Run(side, "intra-node", bench, rep, 2, 1, tmp_path / rel, rel, 0, seconds, False, parsed)
 
 
 def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
     good = "mpirun_native_dedal_latency_64K_ucx_sysv_cma_GOOD.log"
     tcp = "mpirun_container_dedal_latency_UCX_TLS_tcp_BAD.log"
-    runs = [_run(tmp_path, "native", 1, good), _run(tmp_path, "container", 1, tcp),
-            _run(tmp_path, "native", 2, good), _run(tmp_path, "container", 2, tcp)]
+    runs = [
+        _run(tmp_path, "native", 1, good),
+        _run(tmp_path, "container", 1, tcp),
+        _run(tmp_path, "native", 2, good),
+        _run(tmp_path, "container", 2, tcp),
+    ]
     plan = Plan("mpirun", [("intra-node", 1)], [CATALOGUE[1]], 2, 2, 0)
     checks, measurements, summary = compare_runs(runs, plan, Thresholds())
     (chk,) = checks
@@ -175,14 +255,18 @@ def test_compare_and_findings_from_real_logs(tmp_path: Path) -> None:
     assert any("tag(tcp/lo tcp/eth0)" in e for e in tcp_f[0].evidence)
     assert tcp_f[0].evidence[-1] == "log: raw/intra-node/dedal_latency/container-01.log"
     assert not [f for f in found if f.message.startswith("[native]") and f.severity != "info"]
-    assert transports(runs) == {"native": {"intra-node": ["cma/memory", "sysv/memory"]},
-                                "container": {"intra-node": ["tcp/eth0", "tcp/lo"]}}
+    assert transports(runs) == {
+        "native": {"intra-node": ["cma/memory", "sysv/memory"]},
+        "container": {"intra-node": ["tcp/eth0", "tcp/lo"]},
+    }
 
 
 H200 = Path(__file__).parent / "data" / "real" / "gpu"
-FLOOR_LOG = ("$ prterun -np 2 dedal_cuda_floor -m 4194304\n# dedal-bench CUDA Floor Test v1.1\n"
-             "# Size      IPC Latency(us)     D2H+sync(us)     D2D+sync(us)\n"
-             + "".join(f"{1 << i:<10} {18.5:18.2f} {15.1:16.2f} {12.2:16.2f}\n" for i in range(23)))
+FLOOR_LOG = (
+    "$ prterun -np 2 dedal_cuda_floor -m 4194304\n# dedal-bench CUDA Floor Test v1.1\n"
+    "# Size      IPC Latency(us)     D2H+sync(us)     D2D+sync(us)\n"
+    + "".join(f"{1 << i:<10} {18.5:18.2f} {15.1:16.2f} {12.2:16.2f}\n" for i in range(23))
+)
 
 
 def _gpu_runs(tmp_path: Path, floor: bool):
@@ -193,16 +277,38 @@ def _gpu_runs(tmp_path: Path, floor: bool):
     runs = []
     for side in ("native", "container"):
         for rep in (1, 2):
-            for name, text in (("osu_latency-cuda", (H200 / "run2-C-osu-lat-DD.txt").read_text()),
-                               ("dedal_latency", (H200 / "dedal-latency.txt").read_text()),
-                               ("dedal_cuda_floor", FLOOR_LOG if floor else None)):
+            for name, text in (
+                ("osu_latency-cuda", (H200 / "run2-C-osu-lat-DD.txt").read_text()),
+                ("dedal_latency", (H200 / "dedal-latency.txt").read_text()),
+                ("dedal_cuda_floor", FLOOR_LOG if floor else None),
+            ):
                 if text is None:
                     continue
                 rel = f"raw/intra-node/{name}/{side}-{rep:02d}.log"
-                runs.append(Run(side, "intra-node", benches[name], rep, 2, 1, tmp_path / rel, rel, 0, 1.0, False,
-                                {**parse_text(text), "source": rel, "side": side, "returncode": 0}))
-    plan = Plan("mpirun", [("intra-node", 1)], [benches["dedal_latency"], benches["dedal_cuda_floor"],
-                                                 benches["osu_latency-cuda"]], 2, 2, 1)
+                runs.append(
+                    Run(
+                        side,
+                        "intra-node",
+                        benches[name],
+                        rep,
+                        2,
+                        1,
+                        tmp_path / rel,
+                        rel,
+                        0,
+                        1.0,
+                        False,
+                        {**parse_text(text), "source": rel, "side": side, "returncode": 0},
+                    )
+                )
+    plan = Plan(
+        "mpirun",
+        [("intra-node", 1)],
+        [benches["dedal_latency"], benches["dedal_cuda_floor"], benches["osu_latency-cuda"]],
+        2,
+        2,
+        1,
+    )
     return runs, plan
 
 
@@ -214,8 +320,11 @@ def test_equally_slow_on_both_sides_is_reported_against_the_floor(tmp_path: Path
     assert {c.name: c.verdict for c in checks}["osu_latency-cuda intra-node"] == "good"  # native vs container
     found = expectation_findings(runs, plan)
     by = {(f.message.split("]")[0][1:], f.code): f for f in found}
-    assert set(by) == {(side, code) for side in ("native", "container")
-                       for code in ("device-latency-vs-floor", "device-latency-vs-host")}
+    assert set(by) == {
+        (side, code)
+        for side in ("native", "container")
+        for code in ("device-latency-vs-floor", "device-latency-vs-host")
+    }
     floor = by[("container", "device-latency-vs-floor")]
     assert floor.implied_verdict == "bad" and "8.5x" in floor.message and "18.5 us" in floor.message
     assert floor.message.endswith("(intra-node)")
@@ -239,8 +348,12 @@ def test_another_round_of_repetitions_is_interleaved_as_the_first() -> None:
     plan = Plan("srun", [("intra-node", 1), ("inter-node", 2)], [init, lat], 2, 4, 0)
     more = [(s, b.program, r, side) for s, b, r, side in plan.again([("inter-node", lat)], 3)]
     # repetitions 3 and 4 of the one pair, the odd one native first, as in order()
-    assert more == [("inter-node", "dedal_latency", 3, "native"), ("inter-node", "dedal_latency", 3, "container"),
-                    ("inter-node", "dedal_latency", 4, "container"), ("inter-node", "dedal_latency", 4, "native")]
+    assert more == [
+        ("inter-node", "dedal_latency", 3, "native"),
+        ("inter-node", "dedal_latency", 3, "container"),
+        ("inter-node", "dedal_latency", 4, "container"),
+        ("inter-node", "dedal_latency", 4, "native"),
+    ]
     assert plan.order()[4:] == plan.again([(s, b) for s, _ in plan.scopes for b in plan.benches], 1)
 
 
@@ -268,7 +381,8 @@ def test_only_a_check_bad_on_timing_alone_is_remeasured(tmp_path: Path) -> None:
     slow = runs(1.5)
     checks = compare_runs(slow, plan, Thresholds())[0]
     assert checks[0].verdict == "bad" and {f.code for f in checks[0].findings if f.severity == "error"} == {
-        "latency-overhead"}
+        "latency-overhead"
+    }
     assert remeasurable(checks, slow, plan) == [("intra-node", CATALOGUE[1])]
     # as fast: nothing to measure again
     same = runs(1.0)
@@ -347,9 +461,13 @@ def _info(tmp_path: Path, kind: str = "sif"):
     (root / "opt/view/bin/dedal_latency").write_bytes(b"\x7fELF the image's binary")
     import hashlib
 
-    return ImageInfo(path=root if kind == "dir" else tmp_path / "x.sif", kind=kind, name="x",
-                     programs={"dedal_latency": "/opt/view/bin/dedal_latency", "mpirun": "/usr/bin/mpirun"},
-                     digests={"dedal_latency": hashlib.sha256(b"\x7fELF the image's binary").hexdigest()})
+    return ImageInfo(
+        path=root if kind == "dir" else tmp_path / "x.sif",
+        kind=kind,
+        name="x",
+        programs={"dedal_latency": "/opt/view/bin/dedal_latency", "mpirun": "/usr/bin/mpirun"},
+        digests={"dedal_latency": hashlib.sha256(b"\x7fELF the image's binary").hexdigest()},
+    )
 
 
 def test_what_native_means(tmp_path: Path) -> None:
@@ -367,8 +485,10 @@ def test_what_native_means(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="lacks mpirun"):
         prepare_native(info, mode="host", wanted=wanted, cache=tmp_path / "c", host_programs=host, host_mpi=None)
     # srun needs no host mpirun
-    assert prepare_native(info, mode="auto", wanted=wanted, cache=tmp_path / "c", host_programs=host,
-                          launcher="srun").mode == "host"
+    assert (
+        prepare_native(info, mode="auto", wanted=wanted, cache=tmp_path / "c", host_programs=host, launcher="srun").mode
+        == "host"
+    )
     # a directory image is plain files already
     d = _info(tmp_path, "dir")
     same = prepare_native(d, mode="rootfs", wanted=wanted, cache=tmp_path / "c", host_programs=host, host_mpi=mpirun)
@@ -418,8 +538,11 @@ def test_the_rank_scripts_machine_line_is_what_the_parser_reads(tmp_path: Path) 
     [me] = rank_machines(p.stderr)
     boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     cpus = sum(1 for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("processor"))
-    assert me == {"host": subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip(),
-                  "boot_id": boot_id, "cpus": cpus}
+    assert me == {
+        "host": subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip(),
+        "boot_id": boot_id,
+        "cpus": cpus,
+    }
 
 
 def _srun_run(tmp_path: Path, scope: str, ranks_at: list) -> Run:
@@ -463,13 +586,15 @@ def test_launcher_stub_is_told_from_a_launcher(tmp_path: Path) -> None:
 
     assert is_launcher_stub(Path(__file__).parent / "data" / "launchers" / "spack-openmpi-nolegacylaunchers.sh")
     script = tmp_path / "mpirun"
-    script.write_text("#!/bin/sh\nexec prterun \"$@\"\n")
+    script.write_text('#!/bin/sh\nexec prterun "$@"\n')
     assert not is_launcher_stub(script)
     kit = tmp_path / "kit-mpirun"
-    kit.write_text("#!/bin/sh\n# dedal GPU kit: Open MPI 5's own launcher in place of Spack's srun stub "
-                   "(~legacylaunchers)\nexec /opt/view/bin/prterun --personality ompi \"$@\"\n")
+    kit.write_text(
+        "#!/bin/sh\n# dedal GPU kit: Open MPI 5's own launcher in place of Spack's srun stub "
+        '(~legacylaunchers)\nexec /opt/view/bin/prterun --personality ompi "$@"\n'
+    )
     assert not is_launcher_stub(kit)
-    assert not is_launcher_stub(Path("/bin/sh"))          # a program
+    assert not is_launcher_stub(Path("/bin/sh"))  # a program
     assert not is_launcher_stub(tmp_path / "missing")
 
 

@@ -1,4 +1,5 @@
 """What both executors share: the node-build command line, priorities, the summary."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,28 @@ from dedal.model.config import Settings
 from dedal.model.plan import Plan
 
 # settings a node build needs; passed explicitly so a job sees what the submitter saw
-NODE_SETTINGS = ("layer_store", "mirror", "stage_dir", "cache_dir", "base_cache", "runtime", "build_jobs",
-                 "debian_mirror", "spack_ref")
+NODE_SETTINGS = (
+    "layer_store",
+    "mirror",
+    "stage_dir",
+    "cache_dir",
+    "base_cache",
+    "runtime",
+    "build_jobs",
+    "debian_mirror",
+    "spack_ref",
+)
 
 
-def node_build_command(settings: Settings, plan_path: Path, job_id: str, hashes: Sequence[str],
-                       result: Path, log_dir: Path, python: str = sys.executable) -> List[str]:
+def node_build_command(
+    settings: Settings,
+    plan_path: Path,
+    job_id: str,
+    hashes: Sequence[str],
+    result: Path,
+    log_dir: Path,
+    python: str = sys.executable,
+) -> List[str]:
     cmd = [python, "-m", "dedal"]
     for key in NODE_SETTINGS:
         value = settings.get(key)
@@ -24,8 +41,18 @@ def node_build_command(settings: Settings, plan_path: Path, job_id: str, hashes:
             cmd += ["-s", f"{key}={value}"]
     if settings.spack_root:
         cmd += ["-s", f"spack_root={settings.spack_root}"]
-    cmd += ["node-build", str(plan_path), "--job", job_id, "--hashes", ",".join(hashes),
-            "--result", str(result), "--log-dir", str(log_dir)]
+    cmd += [
+        "node-build",
+        str(plan_path),
+        "--job",
+        job_id,
+        "--hashes",
+        ",".join(hashes),
+        "--result",
+        str(result),
+        "--log-dir",
+        str(log_dir),
+    ]
     return cmd
 
 
@@ -73,9 +100,9 @@ class BuildSummary:
     executor: str
     built: List[str] = field(default_factory=list)
     reused: List[str] = field(default_factory=list)
-    failed: Dict[str, str] = field(default_factory=dict)     # label -> error line
+    failed: Dict[str, str] = field(default_factory=dict)  # label -> error line
     blocked: List[str] = field(default_factory=list)
-    logs: Dict[str, str] = field(default_factory=dict)       # label -> log path
+    logs: Dict[str, str] = field(default_factory=dict)  # label -> log path
     seconds: float = 0.0
     jobs: int = 0
     adopted: int = 0  # Slurm jobs of an earlier build whose dedal was gone, followed to their end

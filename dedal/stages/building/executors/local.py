@@ -7,6 +7,7 @@ running builds finish (their layers are good). Ctrl-C / SIGTERM stop every child
 removes its own stage) before dedal exits; a dedal killed outright (SIGKILL) leaves no
 build running either: each child gets SIGTERM when its parent dies.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,14 @@ from typing import Dict, Set, Tuple
 
 from dedal.adapters import proc
 from dedal.model.config import Settings
-from dedal.stages.building.executors.common import (BuildSummary, blocked_by_failure, bottom_levels, node_build_command,
-                                                 read_result, remaining_s)
+from dedal.stages.building.executors.common import (
+    BuildSummary,
+    blocked_by_failure,
+    bottom_levels,
+    node_build_command,
+    read_result,
+    remaining_s,
+)
 from dedal.model.layers import LayerStore
 from dedal.model.plan import Plan
 from dedal.ui.progress import BuildProgress
@@ -54,8 +61,9 @@ def _terminate(children: Dict[str, Tuple[subprocess.Popen, float]]) -> None:
             p.wait()
 
 
-def build(plan: Plan, plan_path: Path, settings: Settings, *, jobs: int, keep_going: bool,
-          progress: BuildProgress) -> BuildSummary:
+def build(
+    plan: Plan, plan_path: Path, settings: Settings, *, jobs: int, keep_going: bool, progress: BuildProgress
+) -> BuildSummary:
     store = LayerStore(Path(settings.layer_store))
     summary = BuildSummary(env=plan.env_name, executor="local")
     started = time.monotonic()
@@ -77,22 +85,24 @@ def build(plan: Plan, plan_path: Path, settings: Settings, *, jobs: int, keep_go
     running: Dict[str, Tuple[subprocess.Popen, float]] = {}
     stop_new = False
     progress.estimates.update({plan.nodes[h].label: plan.nodes[h].estimate_s for h in pending})
-    progress.eta = lambda: remaining_s(plan, pending | set(running),
-                                       {h: time.monotonic() - t0 for h, (_, t0) in running.items()}, jobs)
+    progress.eta = lambda: remaining_s(
+        plan, pending | set(running), {h: time.monotonic() - t0 for h, (_, t0) in running.items()}, jobs
+    )
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         while pending or running:
             if not stop_new:
-                ready = [h for h in pending
-                         if all(r in done for r in plan.build_requirements.get(h, []))]
+                ready = [h for h in pending if all(r in done for r in plan.build_requirements.get(h, []))]
                 ready.sort(key=lambda h: (-priority.get(h, 0.0), plan.nodes[h].name))
                 for h in ready[: max(0, jobs - len(running))]:
                     node = plan.nodes[h]
                     result_file = results_dir / f"{node.name}-{h[:7]}.json"
                     result_file.unlink(missing_ok=True)
                     cmd = node_build_command(settings, plan_path, node.label, [h], result_file, log_dir)
-                    running[h] = (proc.start(cmd, log=log_dir / f"job-{node.name}-{h[:7]}.out", die_with_parent=True),
-                                  time.monotonic())
+                    running[h] = (
+                        proc.start(cmd, log=log_dir / f"job-{node.name}-{h[:7]}.out", die_with_parent=True),
+                        time.monotonic(),
+                    )
                     summary.jobs += 1
                     pending.discard(h)
                     progress.started(node.label)
@@ -125,7 +135,9 @@ def build(plan: Plan, plan_path: Path, settings: Settings, *, jobs: int, keep_go
             if stop_new and not running:
                 for b in sorted(pending):
                     summary.blocked.append(plan.nodes[b].label)
-                    progress.finished(plan.nodes[b].label, "not started", detail="stopped after a failure (use --keep-going)")
+                    progress.finished(
+                        plan.nodes[b].label, "not started", detail="stopped after a failure (use --keep-going)"
+                    )
                 pending.clear()
             if running:
                 time.sleep(POLL_S)

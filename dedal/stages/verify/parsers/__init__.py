@@ -71,6 +71,7 @@ init in ms; NCCL bus bandwidth in GB/s, times in us):
 - ``srun-mpi-list``: ``plugins``, ``pmix_versions``, ``has_pmix``;
 - ``failure``: ``failures`` (the failure codes found).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -81,8 +82,16 @@ from dedal.stages.verify import expectations, rules
 from dedal.stages.verify.judge import judge
 from dedal.stages.verify.facts import HostFacts, seen_of
 from dedal.stages.verify.findings import Finding, verdict_of
-from dedal.stages.verify.parsers import (nccl_debug, nccl_tests, ompi_verbose, osu, srun_mpi, ucx_info, ucx_log,
-                                         ucx_perftest)
+from dedal.stages.verify.parsers import (
+    nccl_debug,
+    nccl_tests,
+    ompi_verbose,
+    osu,
+    srun_mpi,
+    ucx_info,
+    ucx_log,
+    ucx_perftest,
+)
 from dedal.stages.verify.parsers._text import clean_lines, rank_containers, rank_machines
 from dedal.stages.verify.parsers.detect import detect_kind, sections
 from dedal.stages.verify.parsers.signatures import scan
@@ -117,8 +126,14 @@ def _empty(value: Any) -> bool:
     return value is None or value == [] or value == {}
 
 
-def parse_lines(lines: List[str], kind: Optional[str] = None, *, host: Optional[HostFacts] = None,
-                scope: Optional[str] = None, rows: Optional[Sequence[rules.Rule]] = None) -> Dict[str, Any]:
+def parse_lines(
+    lines: List[str],
+    kind: Optional[str] = None,
+    *,
+    host: Optional[HostFacts] = None,
+    scope: Optional[str] = None,
+    rows: Optional[Sequence[rules.Rule]] = None,
+) -> Dict[str, Any]:
     """Parse cleaned lines (see :func:`clean_lines`); ``kind`` None means detect it. What the
     parsers saw is judged once by the rules (:func:`dedal.stages.verify.judge.judge`): against
     ``host`` where the preflight found it (None: the log alone), in ``scope`` where the run's is
@@ -145,12 +160,19 @@ def parse_lines(lines: List[str], kind: Optional[str] = None, *, host: Optional[
                 result[key] = result[key] + value
         findings.extend(part_findings)
         base = part_base if part == kind or base == "unknown" else base
-    judged = judge(seen_of(result), expectations.facts_of(result), host=host, scope=scope,
-                         rows=rules.RULES if rows is None else rows)
+    judged = judge(
+        seen_of(result),
+        expectations.facts_of(result),
+        host=host,
+        scope=scope,
+        rows=rules.RULES if rows is None else rows,
+    )
     judged_codes = {f.code for f in judged}
     findings = [f for f in findings if f.code not in judged_codes] + judged
-    failure_findings = [_no_gpu_used(f) if f.code == "nv-libraries-missing" and host is not None and not host.gpus
-                        else f for f in scan(lines)]
+    failure_findings = [
+        _no_gpu_used(f) if f.code == "nv-libraries-missing" and host is not None and not host.gpus else f
+        for f in scan(lines)
+    ]
     findings.extend(failure_findings)
     if kind == "failure":
         result["failures"] = [f.code for f in failure_findings]
@@ -166,8 +188,14 @@ def _no_gpu_used(found: Finding) -> Finding:
     host without one): the image's CUDA-aware components (Open MPI's accelerator and GPU memory
     components, UCX's cuda transports) try to load it and go on without: expected, not a fault
     of the container. Where the run uses GPUs it stays what it is: the driver is missing inside."""
-    return Finding("info", "cuda-driver-absent", "no GPU is used here: the image's CUDA-aware components find no "
-                   "GPU driver to load, as expected, and go on without it", found.evidence, "good")
+    return Finding(
+        "info",
+        "cuda-driver-absent",
+        "no GPU is used here: the image's CUDA-aware components find no "
+        "GPU driver to load, as expected, and go on without it",
+        found.evidence,
+        "good",
+    )
 
 
 def parse_text(text: Union[str, bytes], kind: Optional[str] = None, **judged: Any) -> Dict[str, Any]:

@@ -1,4 +1,5 @@
 """Line handling shared by the parsers: normalisation, numbers, evidence collection."""
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,10 @@ _SRUN_LABEL = re.compile(r"^\s{0,3}\d{1,6}: ")
 # prefixes a launcher or a log collector puts before each line of a program's output:
 # mpirun --tag-output ("[1,0]<stdout>:", "[1,mpirank:0,algo-1]<stderr>:"), a CI's or log
 # service's time stamp ("2019-12-01T22:04:48.1127607Z ")
-_LINE_PREFIXES = (re.compile(r"^\[\d+,[^\]<>]*\d+[^\]<>]*\]<(?:stdout|stderr)>:"),
-                  re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z "))
+_LINE_PREFIXES = (
+    re.compile(r"^\[\d+,[^\]<>]*\d+[^\]<>]*\]<(?:stdout|stderr)>:"),
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z "),
+)
 
 
 def clean_lines(text: Union[str, bytes]) -> List[str]:

@@ -9,6 +9,7 @@ the measurement wins and the others are parsed as sections of the same result:
 ``failure`` is a log whose main content is a known failure signature (no benchmark
 output, no debug log); ``unknown`` is a log with nothing recognizable.
 """
+
 from __future__ import annotations
 
 import re
@@ -33,14 +34,15 @@ def sections(lines: Sequence[str]) -> List[str]:
         line = raw.strip()
         if not line:
             continue
-        if not found["nccl-tests"] and any(rx.search(line) if rx is nccl_tests.STARTING else rx.match(line)
-                                           for rx in _NCCL_TESTS):
+        if not found["nccl-tests"] and any(
+            rx.search(line) if rx is nccl_tests.STARTING else rx.match(line) for rx in _NCCL_TESTS
+        ):
             found["nccl-tests"] = True
-        if not found["osu"] and (osu.TITLE.match(line) or osu.INIT.search(line)
-                                  or _OSU_COLUMNS.match(line)):
+        if not found["osu"] and (osu.TITLE.match(line) or osu.INIT.search(line) or _OSU_COLUMNS.match(line)):
             found["osu"] = True
-        if not found["ucx-perftest"] and (ucx_perftest.HEADER.match(line) or
-                                          (line.startswith("Final:") and ucx_perftest.ROW.match(line))):
+        if not found["ucx-perftest"] and (
+            ucx_perftest.HEADER.match(line) or (line.startswith("Final:") and ucx_perftest.ROW.match(line))
+        ):
             found["ucx-perftest"] = True
         if not found["srun-mpi-list"] and (srun_mpi.HEADER.match(line) or srun_mpi.VERSIONS.search(line)):
             found["srun-mpi-list"] = True
@@ -52,7 +54,9 @@ def sections(lines: Sequence[str]) -> List[str]:
             m = ompi_verbose.PREFIX.match(line)
             if m and m.group("msg").startswith(("mca: ", "mca:base:", "select: ")):
                 found["ompi-verbose"] = True
-        if not found["ucx-log"] and (ucx_log.UCX_LINE.search(line) or ("|" in line and ucx_log.PROTO_LINE.search(line))):
+        if not found["ucx-log"] and (
+            ucx_log.UCX_LINE.search(line) or ("|" in line and ucx_log.PROTO_LINE.search(line))
+        ):
             found["ucx-log"] = True
     found["ucx-info"] = ucx_info_hits >= 2
     return [k for k in PRIORITY if found[k]]

@@ -20,6 +20,7 @@ These are facts, each with the lines that show it (``network_lines``, ``socket_l
 plugin or the IB device missing), a GPU to GPU hop through host shared memory, a network path
 without GPUDirect RDMA, an external NET plugin that failed.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,8 +36,10 @@ VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+\S*)")
 USING_NETWORK = re.compile(r"^Using network (?P<net>.+?)\s*$")
 NET_IB = re.compile(r"^NET/IB\s*:\s*Using\s+(?P<devs>.*?)(?:;\s*OOB\s+(?P<oob>\S+))?\s*$")
 NET_SOCKET = re.compile(r"^NET/Socket\s*:\s*Using\s+(?P<ifs>.*?)\s*$")
-VIA = re.compile(r"(?:Channel|Ring)\s+\d+(?:/\d+)?\s*:\s*(?P<src>\d+)(?:\[[^\]]*\])?\s*->\s*(?P<dst>\d+)(?:\[[^\]]*\])?"
-                 r"(?:\s*\[(?P<dir>send|receive)\])?\s*via\s+(?P<via>\S.*?)\s*$")
+VIA = re.compile(
+    r"(?:Channel|Ring)\s+\d+(?:/\d+)?\s*:\s*(?P<src>\d+)(?:\[[^\]]*\])?\s*->\s*(?P<dst>\d+)(?:\[[^\]]*\])?"
+    r"(?:\s*\[(?P<dir>send|receive)\])?\s*via\s+(?P<via>\S.*?)\s*$"
+)
 COMM = re.compile(r"\bnRanks\s+(?P<nranks>\d+)\s+nNodes\s+(?P<nnodes>\d+)")
 INIT_RANK = re.compile(r"ncclCommInitRank comm \S+ rank (?P<rank>\d+) nranks (?P<nranks>\d+)")
 GDR_STATE = re.compile(r"GPU Direct RDMA (?P<state>Enabled|Disabled)", re.IGNORECASE)
@@ -45,12 +48,19 @@ OFI_VERSION = re.compile(r"NET/OFI Using aws-ofi-nccl (?P<v>\S+)")
 PLUGIN_LOADED = re.compile(r"(?:NET/Plugin: Loaded net plugin|Loaded net plugin) (?P<name>.+?)\s*$")
 PLUGIN_INIT = re.compile(r"^Initialized NET plugin (?P<name>.+?)\s*$")
 PLUGIN_ASSIGNED = re.compile(r"^Assigned NET plugin (?P<name>.+?) to comm")
-PLUGIN_MISSING = re.compile(r"NET/Plugin\s*:?\s*(?:No plugin found|Could not find:?|Plugin load \(?\S*\)? returned \d+|"
-                            r"Plugin load returned \d+)", re.IGNORECASE)
-PLUGIN_FAIL = re.compile(r"(?:plugin/net\.cc:\d+ -> [1-9]\d*|NET/Plugin\s*:?\s*Failed to initialize|"
-                         r"Failed to initialize NET plugin|NET/OFI .*(?:Invalid|[Ff]ailed|[Ee]rror|Unable))")
+PLUGIN_MISSING = re.compile(
+    r"NET/Plugin\s*:?\s*(?:No plugin found|Could not find:?|Plugin load \(?\S*\)? returned \d+|"
+    r"Plugin load returned \d+)",
+    re.IGNORECASE,
+)
+PLUGIN_FAIL = re.compile(
+    r"(?:plugin/net\.cc:\d+ -> [1-9]\d*|NET/Plugin\s*:?\s*Failed to initialize|"
+    r"Failed to initialize NET plugin|NET/OFI .*(?:Invalid|[Ff]ailed|[Ee]rror|Unable))"
+)
 INTERNAL_FAIL = re.compile(r"Failed to initialize NET plugin (?:IB|Socket)\s*$")
-NO_VERBS = re.compile(r"Failed to open libibverbs|NET/IB\s*:\s*No device found|NET/IB\s*:\s*No IB device", re.IGNORECASE)
+NO_VERBS = re.compile(
+    r"Failed to open libibverbs|NET/IB\s*:\s*No device found|NET/IB\s*:\s*No IB device", re.IGNORECASE
+)
 #: an RDMA device NCCL found and could not open (in a container without it, or without permission)
 IB_UNOPENABLE = re.compile(r"NET/IB\s*:\s*Unable to open device (?P<dev>\S+)")
 
@@ -86,8 +96,15 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     nnodes: Optional[int] = None
     gdr_enabled: List[str] = []
     gdr_disabled: List[str] = []
-    plugins: Dict[str, Any] = {"loaded": [], "initialized": [], "assigned": [], "not_found": False,
-                               "failed": False, "ofi_provider": None, "aws_ofi_nccl": None}
+    plugins: Dict[str, Any] = {
+        "loaded": [],
+        "initialized": [],
+        "assigned": [],
+        "not_found": False,
+        "failed": False,
+        "ofi_provider": None,
+        "aws_ofi_nccl": None,
+    }
     plugin_fail_lines: List[str] = []
     plugin_init_lines: List[str] = []
     plugin_missing_lines: List[str] = []
@@ -228,10 +245,12 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     external = [p for p in plugins["loaded"] if p not in ("IB", "Socket")]
     # NCCL >= 2.2x says "Failed to initialize NET plugin IB" for its own IB transport when a
     # host has no IB device: that is the no-device case below, not a plugin failing
-    real_failures = [ln for ln in plugin_fail_lines
-                     if not (INTERNAL_FAIL.search(ln) and no_verbs and not external)]
-    fell_back = bool(external) and bool(plugins["assigned"]) and all(
-        not any(a.startswith(e.split(" (")[0]) for e in external) for a in plugins["assigned"])
+    real_failures = [ln for ln in plugin_fail_lines if not (INTERNAL_FAIL.search(ln) and no_verbs and not external)]
+    fell_back = (
+        bool(external)
+        and bool(plugins["assigned"])
+        and all(not any(a.startswith(e.split(" (")[0]) for e in external) for a in plugins["assigned"])
+    )
     plugin_evidence: List[str] = []
     plugin_failure = ""
     if real_failures or fell_back:
@@ -240,9 +259,13 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         if plugins["aws_ofi_nccl"]:
             ext += f" (aws-ofi-nccl {plugins['aws_ofi_nccl']})"
         to = plugins["assigned"][0] if plugins["assigned"] else network
-        plugin_failure = f"{ext} failed to initialise" + (f"; NCCL fell back to its internal {to} transport" if to else "")
-        plugin_evidence = _dedupe(plugin_init_lines[:1] + plugin_fail_lines)[:3] + \
-            [ln for ln in lines if "Assigned NET plugin" in ln][:1]
+        plugin_failure = f"{ext} failed to initialise" + (
+            f"; NCCL fell back to its internal {to} transport" if to else ""
+        )
+        plugin_evidence = (
+            _dedupe(plugin_init_lines[:1] + plugin_fail_lines)[:3]
+            + [ln for ln in lines if "Assigned NET plugin" in ln][:1]
+        )
         if to == "Socket" and nnodes != 1:
             plugin_evidence += [ln.strip() for ln in lines if "Using network Socket" in ln][:1]
     if warns:

@@ -20,6 +20,7 @@ A one-rank run has a bus bandwidth of 0 by definition (nothing crosses a link) a
 ``degenerate``; a table without its ``Avg bus bandwidth`` line, or a header without
 rows, is a truncated run (``failed``), with the rows parsed so far kept.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,21 +30,43 @@ from dedal.stages.verify import findings as F
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.parsers._text import strip_srun_label, to_number
 
-PARAMS = re.compile(r"^#?\s*nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)\s+"
-                    r"maxBytes\s+(?P<max>\d+)(?P<rest>.*)$")
-RANK = re.compile(r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+"
-                  r"(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
+PARAMS = re.compile(
+    r"^#?\s*nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)\s+"
+    r"maxBytes\s+(?P<max>\d+)(?P<rest>.*)$"
+)
+RANK = re.compile(
+    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+"
+    r"(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+)
 HEADER = re.compile(r"^#?\s*size\s+count\s+type\b", re.IGNORECASE)
 AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(?P<v>[-+\d.eE]+|nan|inf)", re.IGNORECASE)
 OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<status>\w+)?", re.IGNORECASE)
 STARTING = re.compile(r"Collective test starting:\s*(?P<test>\S+)")
 CONCLUDED = re.compile(r"Collective test concluded:\s*(?P<test>\S+)")
-DEDAL = re.compile(r"^#\s*dedal-bench NCCL all-reduce v(?P<v>[\w.]+):\s*nranks\s+(?P<n>\d+),\s*host\s+(?P<host>\S+),"
-                   r"\s*nccl\s+(?P<nccl>[\w.]+)")
+DEDAL = re.compile(
+    r"^#\s*dedal-bench NCCL all-reduce v(?P<v>[\w.]+):\s*nranks\s+(?P<n>\d+),\s*host\s+(?P<host>\S+),"
+    r"\s*nccl\s+(?P<nccl>[\w.]+)"
+)
 CMD = re.compile(r"\b(?P<test>[a-z_]+_perf)(?:_mpi)?\b")
-TYPES = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "fp8_e4m3",
-         "fp8_e5m2", "char", "int", "float16", "float32", "float64"}
-
+TYPES = {
+    "int8",
+    "uint8",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "char",
+    "int",
+    "float16",
+    "float32",
+    "float64",
+}
 
 
 def _wrong(tok: str) -> Optional[float]:
@@ -67,8 +90,13 @@ def _parse_row(line: str, error_style: bool = False) -> Optional[Dict[str, Any]]
     if len(rest) in (5, 9) and isinstance(to_number(rest[0]), int):
         root = to_number(rest[0])
         rest = rest[1:]
-    row: Dict[str, Any] = {"size": int(toks[0]), "count": to_number(toks[1]), "type": toks[2], "redop": redop,
-                           "root": root}
+    row: Dict[str, Any] = {
+        "size": int(toks[0]),
+        "count": to_number(toks[1]),
+        "type": toks[2],
+        "redop": redop,
+        "root": root,
+    }
     if len(rest) >= 8:
         vals = rest[-8:]
     elif len(rest) >= 4:
@@ -78,8 +106,16 @@ def _parse_row(line: str, error_style: bool = False) -> Optional[Dict[str, Any]]
     nums = [to_number(v) if v is not None else None for v in vals]
     if any(nums[k] is None and vals[k] is not None for k in (0, 1, 2, 4, 5, 6) if vals[k] is not None):
         return {"partial": True, **row}
-    row.update({"oop_time_us": nums[0], "oop_algbw": nums[1], "oop_busbw": nums[2],
-                "ip_time_us": nums[4], "ip_algbw": nums[5], "ip_busbw": nums[6]})
+    row.update(
+        {
+            "oop_time_us": nums[0],
+            "oop_algbw": nums[1],
+            "oop_busbw": nums[2],
+            "ip_time_us": nums[4],
+            "ip_algbw": nums[5],
+            "ip_busbw": nums[6],
+        }
+    )
     # newer nccl-tests count wrong elements (#wrong); older ones print the maximum error
     key = "error" if error_style else "wrong"
     row[f"oop_{key}"] = _wrong(vals[3] or "")
@@ -119,15 +155,26 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             continue
         m = PARAMS.match(line)
         if m:
-            params = {"nThread": int(m.group("nthread")), "nGpus": int(m.group("ngpus")),
-                      "minBytes": int(m.group("min")), "maxBytes": int(m.group("max"))}
+            params = {
+                "nThread": int(m.group("nthread")),
+                "nGpus": int(m.group("ngpus")),
+                "minBytes": int(m.group("min")),
+                "maxBytes": int(m.group("max")),
+            }
             for k, v in re.findall(r"([A-Za-z][\w ]*?):\s*(\S+)", m.group("rest")):
                 params[k.strip().replace(" ", "_")] = to_number(v) if to_number(v) is not None else v
             continue
         m = RANK.match(line)
         if m:
-            ranks.append({"rank": int(m.group("rank")), "host": m.group("host"), "device": int(m.group("dev")),
-                          "busid": m.group("bus"), "name": m.group("name").strip()})
+            ranks.append(
+                {
+                    "rank": int(m.group("rank")),
+                    "host": m.group("host"),
+                    "device": int(m.group("dev")),
+                    "busid": m.group("bus"),
+                    "name": m.group("name").strip(),
+                }
+            )
             continue
         if HEADER.match(line):
             header_seen = True
@@ -163,10 +210,14 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     rank_ids = [r["rank"] for r in ranks]
     nranks: Optional[int] = len(set(rank_ids)) if ranks else (dedal["nranks"] if dedal else None)
     if len(rank_ids) != len(set(rank_ids)):
-        findings.append(F.warning(
-            "nccl-independent-ranks", f"rank numbers repeat ({len(rank_ids)} device lines, {nranks} distinct rank(s)): "
-            "the processes ran as separate jobs (nccl-tests built without MPI, or launched without PMI)",
-            [f"#  Rank {r['rank']} on {r['host']} device {r['device']} {r['name']}" for r in ranks[:3]]))
+        findings.append(
+            F.warning(
+                "nccl-independent-ranks",
+                f"rank numbers repeat ({len(rank_ids)} device lines, {nranks} distinct rank(s)): "
+                "the processes ran as separate jobs (nccl-tests built without MPI, or launched without PMI)",
+                [f"#  Rank {r['rank']} on {r['host']} device {r['device']} {r['name']}" for r in ranks[:3]],
+            )
+        )
     busbws = [v for r in rows for v in (r.get("oop_busbw"), r.get("ip_busbw")) if isinstance(v, (int, float))]
     peak = max(busbws) if busbws else None
     peak_row = None
@@ -178,37 +229,76 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     base = "good" if rows else "unknown"
     name = test or "nccl-tests"
     if header_seen and not rows:
-        findings.append(F.error("truncated", f"{name}: the result header was printed but no row follows "
-                                "(run died or output cut)", [header_line], verdict="failed"))
+        findings.append(
+            F.error(
+                "truncated",
+                f"{name}: the result header was printed but no row follows (run died or output cut)",
+                [header_line],
+                verdict="failed",
+            )
+        )
     elif not rows and (params or ranks):
-        findings.append(F.error("truncated", f"{name}: the test started ({'devices listed' if ranks else 'parameters printed'}) "
-                                "but no result table follows", [], verdict="failed"))
+        findings.append(
+            F.error(
+                "truncated",
+                f"{name}: the test started ({'devices listed' if ranks else 'parameters printed'}) "
+                "but no result table follows",
+                [],
+                verdict="failed",
+            )
+        )
     elif rows and avg is None:
         last = rows[-1]["size"]
-        findings.append(F.error(
-            "truncated", f"{name}: no '# Avg bus bandwidth' line after {len(rows)} row(s) (last size {last} B"
-            + (f" of {params['maxBytes']} B" if params.get("maxBytes") else "") + "): the run did not finish",
-            partial[-1:] or [f"{last} ..."], verdict="failed"))
+        findings.append(
+            F.error(
+                "truncated",
+                f"{name}: no '# Avg bus bandwidth' line after {len(rows)} row(s) (last size {last} B"
+                + (f" of {params['maxBytes']} B" if params.get("maxBytes") else "")
+                + "): the run did not finish",
+                partial[-1:] or [f"{last} ..."],
+                verdict="failed",
+            )
+        )
     elif partial:
         findings.append(F.error("truncated", f"{name}: a result row is cut short", partial, verdict="failed"))
 
-    wrong = [r for r in rows if any(isinstance(r.get(k), (int, float)) and r.get(k) > 0 for k in ("oop_wrong", "ip_wrong"))]
+    wrong = [
+        r for r in rows if any(isinstance(r.get(k), (int, float)) and r.get(k) > 0 for k in ("oop_wrong", "ip_wrong"))
+    ]
     if wrong:
-        findings.append(F.error("nccl-wrong-results", f"{name}: {len(wrong)} size(s) report wrong results (#wrong > 0)",
-                                [f"size {r['size']}: #wrong {r.get('oop_wrong')} / {r.get('ip_wrong')}" for r in wrong]))
+        findings.append(
+            F.error(
+                "nccl-wrong-results",
+                f"{name}: {len(wrong)} size(s) report wrong results (#wrong > 0)",
+                [f"size {r['size']}: #wrong {r.get('oop_wrong')} / {r.get('ip_wrong')}" for r in wrong],
+            )
+        )
     if oob is not None and oob["count"] > 0:
-        findings.append(F.error("nccl-out-of-bounds", f"{name}: {oob['count']} out-of-bounds values",
-                                [f"# Out of bounds values : {oob['count']} {oob.get('status') or ''}".strip()]))
+        findings.append(
+            F.error(
+                "nccl-out-of-bounds",
+                f"{name}: {oob['count']} out-of-bounds values",
+                [f"# Out of bounds values : {oob['count']} {oob.get('status') or ''}".strip()],
+            )
+        )
 
     degenerate = nranks == 1 or (bool(rows) and (peak or 0) == 0 and (avg is None or avg == 0))
     if degenerate and rows:
         why = "one rank" if nranks == 1 else "every bus bandwidth is 0"
-        findings.append(F.warning(
-            "degenerate", f"{name}: {why}: bus bandwidth of a single-rank collective is 0 by definition, "
-            "nothing crossed a link; run with 2 or more GPUs/ranks to measure anything",
-            [r_line for r_line in (f"# Avg bus bandwidth : {avg:g}" if avg is not None else "",) if r_line]
-            + ([f"#  Rank  0 on {ranks[0]['host']} device {ranks[0]['device']} {ranks[0]['name']}"] if ranks else []),
-            verdict="degenerate"))
+        findings.append(
+            F.warning(
+                "degenerate",
+                f"{name}: {why}: bus bandwidth of a single-rank collective is 0 by definition, "
+                "nothing crossed a link; run with 2 or more GPUs/ranks to measure anything",
+                [r_line for r_line in (f"# Avg bus bandwidth : {avg:g}" if avg is not None else "",) if r_line]
+                + (
+                    [f"#  Rank  0 on {ranks[0]['host']} device {ranks[0]['device']} {ranks[0]['name']}"]
+                    if ranks
+                    else []
+                ),
+                verdict="degenerate",
+            )
+        )
 
     return {
         "test": test,

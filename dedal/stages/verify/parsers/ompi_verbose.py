@@ -12,6 +12,7 @@ fabric BTL (``uct``, ``ofi``, ``openib``, ``usnic``) or ``pml ucx``/``cm`` betwe
 failures are listed (``info``): most are the normal pruning of components for hardware the node
 does not have.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,7 +33,9 @@ SELECTED = re.compile(r"select: component (?P<comp>\w+) selected")
 NOT_SELECTED = re.compile(r"select: component (?P<comp>\w+) not selected")
 BEST = re.compile(r"selected (?P<comp>\w+) best priority (?P<prio>\d+)")
 BASE_SELECTED = re.compile(r"mca:base:select:\(\s*(?P<fw>\w+)\)\s*Selected component \[(?P<comp>\w+)\]")
-USING_BTL = re.compile(r"mca: bml: Using (?P<btl>\w+) btl for send to (?P<peer>\[\[[\d,]+\],\d+\]) on node (?P<node>\S+)")
+USING_BTL = re.compile(
+    r"mca: bml: Using (?P<btl>\w+) btl for send to (?P<peer>\[\[[\d,]+\],\d+\]) on node (?P<node>\S+)"
+)
 PML_UCX = re.compile(r"pml_ucx\.c:\d+|common_ucx\.c:\d+")
 SHM_BTLS = {"sm", "vader", "smcuda", "self"}
 FABRIC_BTLS = {"uct", "ofi", "openib", "usnic", "ugni", "portals4", "psm2"}
@@ -123,20 +126,36 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             btl, node = mm.group("btl"), mm.group("node")
             same = _short(node) == _short(host)
             btl_used[btl] += 1
-            peers.append({"host": host, "pid": int(pid), "btl": btl, "peer": mm.group("peer"), "node": node,
-                          "same_node": same, "line": line})
+            peers.append(
+                {
+                    "host": host,
+                    "pid": int(pid),
+                    "btl": btl,
+                    "peer": mm.group("peer"),
+                    "node": node,
+                    "same_node": same,
+                    "line": line,
+                }
+            )
             continue
 
     pml = selected.most_common(1)[0][0] if selected else None
     btl_fw = frameworks.get("btl", {})
     if failures:
         comps = sorted({INIT_RESULT.search(f).group("comp") for f in failures if INIT_RESULT.search(f)})
-        findings.append(F.info("ompi-component-init-failed", f"components that did not initialise: {', '.join(comps)}",
-                               failures[:3]))
+        findings.append(
+            F.info(
+                "ompi-component-init-failed", f"components that did not initialise: {', '.join(comps)}", failures[:3]
+            )
+        )
     inited = btl_fw.get("initialized", []) if btl_fw else []
     if inited:
-        findings.append(F.info("ompi-btl-initialized", f"BTL components initialised: {', '.join(inited)}"
-                               + (f"; PML selected: {pml}" if pml else "")))
+        findings.append(
+            F.info(
+                "ompi-btl-initialized",
+                f"BTL components initialised: {', '.join(inited)}" + (f"; PML selected: {pml}" if pml else ""),
+            )
+        )
     has_data = bool(inited or btl_used or selected)
     return {
         "pml": pml,

@@ -26,6 +26,7 @@ named ``dedal_latency``, ``dedal_bw``, ``dedal_allreduce``, ``dedal_init`` (``su
 ``dedal-bench``), and the ``# precise: min X ms, max Y ms, avg Z ms`` line that
 ``dedal_init`` prints after its (rounded) ``nprocs:`` line replaces the rounded values.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,25 +36,43 @@ from dedal.stages.verify import findings as F
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.parsers._text import strip_srun_label, to_number
 
-TITLE = re.compile(r"^#?\s*(?:OSU|(?P<suite>dedal-bench))\s+(?P<title>.*?\bTest)\b(?:\s+v(?P<version>\d+(?:\.\d+)*\w*))?", re.IGNORECASE)
+TITLE = re.compile(
+    r"^#?\s*(?:OSU|(?P<suite>dedal-bench))\s+(?P<title>.*?\bTest)\b(?:\s+v(?P<version>\d+(?:\.\d+)*\w*))?",
+    re.IGNORECASE,
+)
 COLUMN_HEADER = re.compile(r"^#?\s*(?:Size\b|Avg Latency|Latency\s*\(|Bandwidth|MB/s)")
 INIT = re.compile(
     r"nprocs:\s*(?P<nprocs>\d+),\s*min:\s*(?P<min>[\d.]+)\s*(?:ms)?,\s*max:\s*(?P<max>[\d.]+)\s*(?:ms)?,\s*"
     r"avg:\s*(?P<avg>[\d.]+)\s*(?:ms)?",
     re.IGNORECASE,
 )
-PRECISE_INIT = re.compile(r"^#\s*precise:\s*min\s+(?P<min>[\d.]+)\s*ms,\s*max\s+(?P<max>[\d.]+)\s*ms,\s*"
-                          r"avg\s+(?P<avg>[\d.]+)\s*ms")
+PRECISE_INIT = re.compile(
+    r"^#\s*precise:\s*min\s+(?P<min>[\d.]+)\s*ms,\s*max\s+(?P<max>[\d.]+)\s*ms,\s*"
+    r"avg\s+(?P<avg>[\d.]+)\s*ms"
+)
 MSG_SIZE_OPT = re.compile(r"(?:osu|dedal)_\w+.*?(?:\s-m|\s--message-size)[= ]\s*(?P<range>[\dKkMmGg:]+)")
 #: a command line that runs a benchmark: its program as a word of its own (a path's last part)
 COMMAND = re.compile(r"(?:^|[\s/])(?P<program>(?:osu|dedal)_\w+)(?=\s|$)")
 WORDS_OK = {"pass", "passed", "fail", "failed", "n/a", "-"}
 STANDALONE = {"size", "iterations", "validation", "mb/s", "messages/s", "overlap(%)"}
 
-PT2PT_MAX = 1 << 22       # default largest message of osu_latency, osu_bw, one-sided ... (4 MiB)
+PT2PT_MAX = 1 << 22  # default largest message of osu_latency, osu_bw, one-sided ... (4 MiB)
 COLLECTIVE_MAX = 1 << 20  # default largest message of the collectives (1 MiB)
-COLLECTIVE_WORDS = ("allreduce", "allgather", "alltoall", "all-to-all", "barrier", "broadcast", "bcast",
-                    "gather", "reduce", "scatter", "scan", "neighbor", "collective")
+COLLECTIVE_WORDS = (
+    "allreduce",
+    "allgather",
+    "alltoall",
+    "all-to-all",
+    "barrier",
+    "broadcast",
+    "bcast",
+    "gather",
+    "reduce",
+    "scatter",
+    "scan",
+    "neighbor",
+    "collective",
+)
 
 _BENCH = [
     # (regex on the normalised title, program name); first match wins
@@ -106,14 +125,21 @@ def size_limit(option: Optional[str]) -> Optional[int]:
 def benchmark_name(title: str) -> str:
     """``"MPI-CUDA Bandwidth"`` -> ``"osu_bw"``; unknown titles get a slug (``osu_<words>``)."""
     core = re.sub(r"\bTest\b", "", title, flags=re.IGNORECASE)
-    core = re.sub(r"^(?:MPI|OpenSHMEM|UPC\+\+|UPC|NCCL)(?:-(?:CUDA|ROCM|ROCm|OpenACC|SYCL))?\s+", "", core.strip(),
-                  flags=re.IGNORECASE)
+    core = re.sub(
+        r"^(?:MPI|OpenSHMEM|UPC\+\+|UPC|NCCL)(?:-(?:CUDA|ROCM|ROCm|OpenACC|SYCL))?\s+",
+        "",
+        core.strip(),
+        flags=re.IGNORECASE,
+    )
     core = re.sub(r"\s+", " ", core).strip().lower()
     for rx, name in _BENCH:
         if re.search(rx, core):
             return name
-    m = re.match(r"^(non-blocking )?(all-?gather|allgatherv|allreduce|gather|gatherv|reduce|reduce_scatter|"
-                 r"reduce-scatter|scatter|scatterv|scan|exscan)v? latency$", core)
+    m = re.match(
+        r"^(non-blocking )?(all-?gather|allgatherv|allreduce|gather|gatherv|reduce|reduce_scatter|"
+        r"reduce-scatter|scatter|scatterv|scan|exscan)v? latency$",
+        core,
+    )
     if m:
         base = m.group(2).replace("-", "_").replace("all_gather", "allgather")
         if core.split(" latency")[0].endswith("v") and not base.endswith("v"):
@@ -174,7 +200,7 @@ def _metric(columns: List[str]) -> Dict[str, Optional[str]]:
 
 def suite_name(benchmark: str, suite: str) -> str:
     """``osu_latency`` as the bundled suite names it (``dedal_latency``); OSU names stay."""
-    return "dedal_" + benchmark[len("osu_"):] if suite == "dedal-bench" and benchmark.startswith("osu_") else benchmark
+    return "dedal_" + benchmark[len("osu_") :] if suite == "dedal-bench" and benchmark.startswith("osu_") else benchmark
 
 
 class _Table:
@@ -204,7 +230,9 @@ class _Table:
             "version": self.version,
             "device": _device(self.title or ""),
             # point to point (not a collective, not init): what the expectations' facts read
-            "pt2pt": bool(self.title) and not _is_collective(self.title or "") and "init" not in (self.title or "").lower(),
+            "pt2pt": bool(self.title)
+            and not _is_collective(self.title or "")
+            and "init" not in (self.title or "").lower(),
             "columns": columns,
             "rows": self.rows,
             "meta": self.meta,
@@ -265,17 +293,20 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             continue
         m = PRECISE_INIT.match(line)
         if m and inits:
-            inits[-1].update({"min_ms": float(m.group("min")), "max_ms": float(m.group("max")),
-                              "avg_ms": float(m.group("avg"))})
+            inits[-1].update(
+                {"min_ms": float(m.group("min")), "max_ms": float(m.group("max")), "avg_ms": float(m.group("avg"))}
+            )
             continue
         m = INIT.search(line)
         if m:
-            inits.append({
-                "nprocs": int(m.group("nprocs")),
-                "min_ms": float(m.group("min")),
-                "max_ms": float(m.group("max")),
-                "avg_ms": float(m.group("avg")),
-            })
+            inits.append(
+                {
+                    "nprocs": int(m.group("nprocs")),
+                    "min_ms": float(m.group("min")),
+                    "max_ms": float(m.group("max")),
+                    "avg_ms": float(m.group("avg")),
+                }
+            )
             if cur is not None and cur.title and "init" in cur.title.lower():
                 cur.init_seen = True
             events.append("init")
@@ -283,8 +314,12 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         if COLUMN_HEADER.match(line) and not _row_tokens(line):
             if cur is None or cur.columns is not None:
                 # a header without a title line, or a second table under the same title
-                cur = _Table(cur.title if cur is not None else None, cur.version if cur is not None else None, no,
-                             cur.suite if cur is not None else "osu")
+                cur = _Table(
+                    cur.title if cur is not None else None,
+                    cur.version if cur is not None else None,
+                    no,
+                    cur.suite if cur is not None else "osu",
+                )
                 tables.append(cur)
                 events.append("table")
             cur.columns = split_columns(line)
@@ -331,26 +366,44 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     data_tables = [t for t in tables if not (t.title and "init" in t.title.lower() and not t.rows)]
     for t in tables:
         if t.title and "init" in t.title.lower() and not t.rows and not t.init_seen:
-            findings.append(F.error(
-                "truncated", f"{suite_name('osu_init', t.suite)}: the benchmark title was printed but no "
-                "'nprocs: ..., avg: ... ms' result",
-                [lines[t.line_no].strip()], verdict="failed"))
+            findings.append(
+                F.error(
+                    "truncated",
+                    f"{suite_name('osu_init', t.suite)}: the benchmark title was printed but no "
+                    "'nprocs: ..., avg: ... ms' result",
+                    [lines[t.line_no].strip()],
+                    verdict="failed",
+                )
+            )
     for i, t in enumerate(data_tables):
         name = suite_name(benchmark_name(t.title), t.suite) if t.title else "OSU benchmark"
         is_last = i == len(data_tables) - 1 and (not inits or events[-1] == "table")
         if t.columns is not None and not t.rows:
-            findings.append(F.error(
-                "truncated", f"{name}: the table header was printed but no result row follows (run died or output cut)",
-                [lines[t.line_no].strip()] if t.line_no < len(lines) else [], verdict="failed"))
+            findings.append(
+                F.error(
+                    "truncated",
+                    f"{name}: the table header was printed but no result row follows (run died or output cut)",
+                    [lines[t.line_no].strip()] if t.line_no < len(lines) else [],
+                    verdict="failed",
+                )
+            )
             continue
         if t.title is not None and t.columns is None and not t.rows and "hello" not in t.title.lower():
-            findings.append(F.error(
-                "truncated", f"{name}: the benchmark title was printed but nothing after it",
-                [lines[t.line_no].strip()], verdict="failed"))
+            findings.append(
+                F.error(
+                    "truncated",
+                    f"{name}: the benchmark title was printed but nothing after it",
+                    [lines[t.line_no].strip()],
+                    verdict="failed",
+                )
+            )
             continue
         if t.partial:
-            findings.append(F.error(
-                "truncated", f"{name}: a result row is cut short (output truncated)", t.partial, verdict="failed"))
+            findings.append(
+                F.error(
+                    "truncated", f"{name}: a result row is cut short (output truncated)", t.partial, verdict="failed"
+                )
+            )
         if t.has_size and len(t.rows) >= 2 and (is_last or t.command is not None):
             findings.extend(_range_findings(t, name, msg_opt if is_last and t.command is None else None))
         findings.extend(_table_findings(t, name))
@@ -389,14 +442,27 @@ def _range_findings(t: _Table, name: str, msg_opt: Optional[str]) -> List[Findin
         limit = size_limit(t.command["range"]) if t.command["range"] else (default if known else None)
         why = f"-m {t.command['range']}" if t.command["range"] else "the default largest message, no -m"
         if limit is not None and last < limit and (last * 2 <= limit):
-            return [F.error("truncated", f"{name}: the table stops at {last} B, below the {limit} B its command line "
-                            f"asks for ({why}): output truncated", [t.command["line"]] + row, verdict="failed")]
+            return [
+                F.error(
+                    "truncated",
+                    f"{name}: the table stops at {last} B, below the {limit} B its command line "
+                    f"asks for ({why}): output truncated",
+                    [t.command["line"]] + row,
+                    verdict="failed",
+                )
+            ]
         return []
     if msg_opt is not None or not known or last >= default:
         return []
-    return [F.info("table-range-unknown", f"{name}: the table stops at {last} B, below the default largest message "
-                   f"of {default} B; the log shows no command line, so a -m limit and a cut output look alike "
-                   "(judged on the rows it has)", row)]
+    return [
+        F.info(
+            "table-range-unknown",
+            f"{name}: the table stops at {last} B, below the default largest message "
+            f"of {default} B; the log shows no command line, so a -m limit and a cut output look alike "
+            "(judged on the rows it has)",
+            row,
+        )
+    ]
 
 
 def _table_findings(t: _Table, name: str) -> List[Finding]:
@@ -408,6 +474,11 @@ def _table_findings(t: _Table, name: str) -> List[Finding]:
         vi = cols.index("validation")
         bad = [r for r in t.rows if vi < len(r) and isinstance(r[vi], str) and r[vi].lower().startswith("fail")]
         if bad:
-            out.append(F.error("validation-failed", f"{name}: data validation failed for {len(bad)} message size(s)",
-                               [" ".join(str(v) for v in r) for r in bad]))
+            out.append(
+                F.error(
+                    "validation-failed",
+                    f"{name}: data validation failed for {len(bad)} message size(s)",
+                    [" ".join(str(v) for v in r) for r in bad],
+                )
+            )
     return out

@@ -13,6 +13,7 @@ Slurm 20/21 prefix every line with ``srun: `` and list the versions as plugins
 ``mpi/`` is dropped here. The image's Open MPI 5 is launched with ``srun --mpi=pmix``: a list
 without ``pmix`` is judged by the rules (``pmix-missing``, :mod:`dedal.stages.verify.rules`).
 """
+
 from __future__ import annotations
 
 import re
@@ -41,7 +42,7 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         if mh:
             in_list = True
             header = line
-            rest = line[mh.end():]  # a list pasted on one line: "srun: MPI types are... srun: none srun: pmix"
+            rest = line[mh.end() :]  # a list pasted on one line: "srun: MPI types are... srun: none srun: pmix"
             for name in re.findall(r"srun:\s*(?:mpi/)?([A-Za-z][\w.\-]*)", rest) or rest.split():
                 if re.match(r"^[A-Za-z][\w.\-]*$", name) and name not in plugins:
                     plugins.append(name)
@@ -70,14 +71,21 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     recognized = bool(header or versions)
     if recognized:
         if has_pmix:
-            findings.append(F.info("pmix-available", f"Slurm MPI plugins: {', '.join(plugins)}"
-                                   + (f"; PMIx versions: {', '.join(versions)}" if versions else ""),
-                                   [header] + evidence))
+            findings.append(
+                F.info(
+                    "pmix-available",
+                    f"Slurm MPI plugins: {', '.join(plugins)}"
+                    + (f"; PMIx versions: {', '.join(versions)}" if versions else ""),
+                    [header] + evidence,
+                )
+            )
     return {
         "plugins": plugins,
         "pmix_versions": versions,
         "has_pmix": has_pmix,
-        "list_lines": ([header] + [ln.strip() for ln in lines if ln.strip() and ln.strip() != header][:6]) if header else [],
+        "list_lines": ([header] + [ln.strip() for ln in lines if ln.strip() and ln.strip() != header][:6])
+        if header
+        else [],
         "_findings": findings,
         "_base_verdict": "good" if plugins else "unknown",
         "_recognized": recognized,

@@ -11,6 +11,7 @@ present. A listing with TCP as the only network transport is only ``info`` here,
 because whether the host has an RDMA network is a host fact: :mod:`dedal.stages.verify.checks`
 turns it into an error when the host has InfiniBand but the container's UCX does not.
 """
+
 from __future__ import annotations
 
 import re
@@ -64,9 +65,16 @@ def parse(lines: List[str]) -> Dict[str, Any]:
             continue
         m = TRANSPORT.match(line)
         if m:
-            tl = {"transport": m.group("name"), "device": None, "type": None, "memory_domain": md["name"],
-                  "component": md["component"], "bandwidth_mbs": None, "latency_ns": None,
-                  "family": transport_family(m.group("name"))}
+            tl = {
+                "transport": m.group("name"),
+                "device": None,
+                "type": None,
+                "memory_domain": md["name"],
+                "component": md["component"],
+                "bandwidth_mbs": None,
+                "latency_ns": None,
+                "family": transport_family(m.group("name")),
+            }
             transports.append(tl)
             continue
         if tl is None:
@@ -92,18 +100,33 @@ def parse(lines: List[str]) -> Dict[str, Any]:
     cuda = [t for t in transports if t["transport"].startswith(("cuda", "gdr_copy", "rocm"))]
     if rdma:
         devs = sorted({t["device"] for t in rdma if t["device"]})
-        findings.append(F.info("ucx-rdma-available",
-                               f"RDMA transports available: {', '.join(sorted({t['transport'] for t in rdma}))} "
-                               f"on {', '.join(devs)}"))
+        findings.append(
+            F.info(
+                "ucx-rdma-available",
+                f"RDMA transports available: {', '.join(sorted({t['transport'] for t in rdma}))} on {', '.join(devs)}",
+            )
+        )
     elif network:
-        findings.append(F.info("ucx-no-rdma", "no RDMA network transport: inter-node traffic would use TCP ("
-                               + ", ".join(f"{t['transport']}/{t['device']}" for t in network) + ")"))
+        findings.append(
+            F.info(
+                "ucx-no-rdma",
+                "no RDMA network transport: inter-node traffic would use TCP ("
+                + ", ".join(f"{t['transport']}/{t['device']}" for t in network)
+                + ")",
+            )
+        )
     if transports and not shm:
-        findings.append(F.warning("ucx-no-shm", "no shared-memory transport (sysv/posix/cma): intra-node traffic "
-                                  "would go through the network stack"))
+        findings.append(
+            F.warning(
+                "ucx-no-shm",
+                "no shared-memory transport (sysv/posix/cma): intra-node traffic would go through the network stack",
+            )
+        )
     recognized = bool(domains)
     return {
-        "memory_domains": [{"name": d["name"], "component": d["component"], "has_devices": d["devices"]} for d in domains],
+        "memory_domains": [
+            {"name": d["name"], "component": d["component"], "has_devices": d["devices"]} for d in domains
+        ],
         "connection_managers": cms,
         "transports": transports,
         "transport_names": names,

@@ -25,6 +25,7 @@ nodes that have a fabric, a missing device: fallbacks). Other WARN and ERROR lin
 are harmless and only counted, except those that say UCX runs without its memory event hooks
 (UCM), noted (``ucx-memory-hooks-off``).
 """
+
 from __future__ import annotations
 
 import re
@@ -39,30 +40,41 @@ UCX_LINE = re.compile(r"\bUCX\s+(?P<level>INFO|WARN|WARNING|ERROR|DIAG|DEBUG|TRA
 PREFIX = re.compile(r"\[(?P<host>[^\]:\s]+):(?P<pid>\d+)\s*(?::[^\]]*)?\]")  # [vm:860  :0]: UCX pads the pid
 VERSION = re.compile(r"^Version (?P<v>\d+\.\d+\.\d+\S*)")
 ENV = re.compile(r"^UCX_\* env variables?:\s*(?P<vars>.*)$")
-SELECTION = re.compile(r"^(?P<ctx>\S+)\s+(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)\s+(?P<lanes>\w+\(.*)$")
+SELECTION = re.compile(
+    r"^(?P<ctx>\S+)\s+(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)\s+(?P<lanes>\w+\(.*)$"
+)
 OLD_SELECTION = re.compile(r"^ep_cfg\[(?P<cfg>\d+)\]:\s*(?P<lanes>\w+\(.*)$")
 LANE = re.compile(r"(?P<op>[\w]+)\((?P<tls>[^)]*)\)")
 TL = re.compile(r"(?P<tl>[a-z][a-z0-9_]*)/(?P<dev>[\w:.\-]+)")
-TABLE_HEAD = re.compile(r"\|\s*(?P<ctx>\S+)\s+(?:(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)|"
-                        r"ep_cfg\[(?P<epcfg>\d+)\])\s*\|\s*(?P<op>[^|]*?)\s*\|")
+TABLE_HEAD = re.compile(
+    r"\|\s*(?P<ctx>\S+)\s+(?:(?P<scope>self|intra-node|inter-node|[\w-]+)\s+cfg#(?P<cfg>\d+)|"
+    r"ep_cfg\[(?P<epcfg>\d+)\])\s*\|\s*(?P<op>[^|]*?)\s*\|"
+)
 TABLE_ROW = re.compile(r"\|\s*(?P<range>[\w.]+\.\.[\w.]+)\s*\|\s*(?P<proto>[^|]*?)\s*\|\s*(?P<tl>[^|]*?)\s*\|")
 #: a protocol table line, with or without the ``UCX INFO`` tag (UCX 1.17+ prints the rows bare;
 #: ``ucx_info -e`` comments them with ``#``): a header with cfg#/ep_cfg, or a size range with a transport
-PROTO_LINE = re.compile(r"\|\s*\S+\s+(?:(?:self|intra-node|inter-node)\s+cfg#\d+|ep_cfg\[\d+\])\s*\||"
-                        r"\|\s*[\w.]+\.\.[\w.]+\s*\|[^|]*\|[^|]*\b[a-z][a-z0-9_]*/[\w:.\-]+")
-DEVICE_UNAVAILABLE = re.compile(r"network device '(?P<dev>[^']+)' is not available(?:, please use one or more of: (?P<alt>.*))?")
-TL_UNAVAILABLE = re.compile(r"transports? (?P<tls>'[^']+'(?:\s*,\s*'[^']+')*) (?:is|are) not available"
-                            r"(?:, please use one or more of: (?P<alt>.*))?")
+PROTO_LINE = re.compile(
+    r"\|\s*\S+\s+(?:(?:self|intra-node|inter-node)\s+cfg#\d+|ep_cfg\[\d+\])\s*\||"
+    r"\|\s*[\w.]+\.\.[\w.]+\s*\|[^|]*\|[^|]*\b[a-z][a-z0-9_]*/[\w:.\-]+"
+)
+DEVICE_UNAVAILABLE = re.compile(
+    r"network device '(?P<dev>[^']+)' is not available(?:, please use one or more of: (?P<alt>.*))?"
+)
+TL_UNAVAILABLE = re.compile(
+    r"transports? (?P<tls>'[^']+'(?:\s*,\s*'[^']+')*) (?:is|are) not available"
+    r"(?:, please use one or more of: (?P<alt>.*))?"
+)
 
 # ranks in separate user namespaces (ch-run, some Apptainer set-ups) cannot open each other's
 # /proc/<pid>/fd: UCX's posix transport fails for that peer and sysv/cma are used instead
 #: DIAG lines of a UCX without its memory event hooks (UCM): no registration or memory-type cache
-MEMORY_HOOKS_OFF = re.compile(r"failed to (?:install|set) UCM (?:memtype )?event handler|"
-                              r"could not create UCP registration cache")
+MEMORY_HOOKS_OFF = re.compile(
+    r"failed to (?:install|set) UCM (?:memtype )?event handler|"
+    r"could not create UCP registration cache"
+)
 POSIX_PROC_DENIED = re.compile(r"open\(/proc/\d+/fd/\d+\) failed: Permission denied")
 #: WARN lines about the benchmark process, not the transports (ucx_perftest without -c)
 BENIGN_WARN = re.compile(r"CPU affinity is not set \(bound to \d+ cpus\)")
-
 
 
 def has_ucx_lines(lines: List[str]) -> bool:
@@ -109,9 +121,16 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 ctx, scope, cfg, op = current.get(pid, ("?", "", -1, ""))
                 key = (ctx, scope, cfg, op, m.group("range"), m.group("proto"), m.group("tl"))
                 if key not in protocols:
-                    protocols[key] = {"context": ctx, "scope": scope, "cfg": cfg, "operation": op,
-                                      "range": m.group("range"), "protocol": m.group("proto"),
-                                      "transports": _tls(m.group("tl")), "line": line}
+                    protocols[key] = {
+                        "context": ctx,
+                        "scope": scope,
+                        "cfg": cfg,
+                        "operation": op,
+                        "range": m.group("range"),
+                        "protocol": m.group("proto"),
+                        "transports": _tls(m.group("tl")),
+                        "line": line,
+                    }
                 ucx_lines += 1
                 continue
         m = UCX_LINE.search(line)
@@ -163,8 +182,15 @@ def parse(lines: List[str]) -> Dict[str, Any]:
                 for lm in LANE.finditer(lanes_text):
                     lanes.setdefault(lm.group("op"), []).extend(_tls(lm.group("tls")))
                 tls = sorted({t for v in lanes.values() for t in v})
-                selections[key] = {"context": ctx, "scope": scope or _infer_scope(tls), "cfg": int(ms.group("cfg")),
-                                   "lanes": lanes, "transports": tls, "count": 0, "line": line}
+                selections[key] = {
+                    "context": ctx,
+                    "scope": scope or _infer_scope(tls),
+                    "cfg": int(ms.group("cfg")),
+                    "lanes": lanes,
+                    "transports": tls,
+                    "count": 0,
+                    "line": line,
+                }
             selections[key]["count"] += 1
 
     # ---- transports per scope ------------------------------------------------------
@@ -202,37 +228,78 @@ def parse(lines: List[str]) -> Dict[str, Any]:
         dev = m.group("dev") if m else "?"
         alt = (m.group("alt") or "").strip() if m else ""
         hosts = sorted({h.group("host") for h in (PREFIX.search(x) for x in unavailable_dev) if h})
-        unavailable.append({"what": "device", "items": [dev], "lines": unavailable_dev[:3], "detail":
-                            f"requested network device '{dev}' is not available on {', '.join(hosts) or 'a node'} "
-                            f"({len(unavailable_dev)} line(s)); UCX can only use {alt or 'other devices'}"})
+        unavailable.append(
+            {
+                "what": "device",
+                "items": [dev],
+                "lines": unavailable_dev[:3],
+                "detail": f"requested network device '{dev}' is not available on {', '.join(hosts) or 'a node'} "
+                f"({len(unavailable_dev)} line(s)); UCX can only use {alt or 'other devices'}",
+            }
+        )
     if unavailable_tl:
         m = TL_UNAVAILABLE.search(unavailable_tl[0])
-        unavailable.append({"what": "transport", "items": [m.group("tls") if m else "?"], "lines": unavailable_tl[:3],
-                            "detail": f"transports {m.group('tls') if m else '?'} are not available "
-                                      f"({len(unavailable_tl)} line(s)); left: "
-                                      f"{(m.group('alt') or '?').strip() if m else '?'}"})
+        unavailable.append(
+            {
+                "what": "transport",
+                "items": [m.group("tls") if m else "?"],
+                "lines": unavailable_tl[:3],
+                "detail": f"transports {m.group('tls') if m else '?'} are not available "
+                f"({len(unavailable_tl)} line(s)); left: "
+                f"{(m.group('alt') or '?').strip() if m else '?'}",
+            }
+        )
 
     if warn_lines:
         findings.append(F.warning("ucx-warn", f"UCX printed {len(warn_lines)} WARN line(s)", warn_lines[:5]))
     if benign:
-        findings.append(F.info("ucx-perftest-affinity", "ucx_perftest runs without CPU affinity (its own note about "
-                               "the benchmark's pinning, not about the transports)", benign[:1]))
+        findings.append(
+            F.info(
+                "ucx-perftest-affinity",
+                "ucx_perftest runs without CPU affinity (its own note about "
+                "the benchmark's pinning, not about the transports)",
+                benign[:1],
+            )
+        )
     if proc_denied:
-        findings.append(F.info("ucx-posix-proc-denied", f"UCX could not open a peer's /proc/<pid>/fd ({len(proc_denied)} "
-                               "line(s)): the ranks run in separate user namespaces, so the posix shared-memory "
-                               "transport is unusable between them and UCX uses sysv/cma (harmless)", proc_denied[:2]))
+        findings.append(
+            F.info(
+                "ucx-posix-proc-denied",
+                f"UCX could not open a peer's /proc/<pid>/fd ({len(proc_denied)} "
+                "line(s)): the ranks run in separate user namespaces, so the posix shared-memory "
+                "transport is unusable between them and UCX uses sysv/cma (harmless)",
+                proc_denied[:2],
+            )
+        )
     if no_hooks:
-        findings.append(F.info("ucx-memory-hooks-off", f"UCX could not install its memory event hooks (UCM; "
-                               f"{len(no_hooks)} line(s)): it runs without its registration cache and memory-type "
-                               "cache, which it would otherwise keep across messages", no_hooks[:3]))
+        findings.append(
+            F.info(
+                "ucx-memory-hooks-off",
+                f"UCX could not install its memory event hooks (UCM; "
+                f"{len(no_hooks)} line(s)): it runs without its registration cache and memory-type "
+                "cache, which it would otherwise keep across messages",
+                no_hooks[:3],
+            )
+        )
     if error_lines:
-        findings.append(F.warning("ucx-error", f"UCX printed {len(error_lines)} ERROR line(s) (the run may still "
-                                  "have succeeded over other transports)", error_lines[:5]))
+        findings.append(
+            F.warning(
+                "ucx-error",
+                f"UCX printed {len(error_lines)} ERROR line(s) (the run may still "
+                "have succeeded over other transports)",
+                error_lines[:5],
+            )
+        )
     fast = {scope: [t for t in tls if transport_family(t.split("/")[0]) != "tcp"] for scope, tls in by_scope.items()}
     if protocols and fast == by_scope:
         rows = [p["line"] for p in protocols.values()]
-        findings.append(F.info("ucx-protocols", "UCX protocol tables: " + "; ".join(
-            f"{scope}: {', '.join(tls)}" for scope, tls in fast.items() if tls), rows[:2] + rows[2:][-1:]))
+        findings.append(
+            F.info(
+                "ucx-protocols",
+                "UCX protocol tables: " + "; ".join(f"{scope}: {', '.join(tls)}" for scope, tls in fast.items() if tls),
+                rows[:2] + rows[2:][-1:],
+            )
+        )
 
     recognized = ucx_lines > 0
     has_data = bool(selections or protocols)

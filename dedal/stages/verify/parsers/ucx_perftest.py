@@ -20,6 +20,7 @@ so that the expectations read it as they read OSU's: latency tests give their ov
 (us), bandwidth tests their overall bandwidth in MB/s (10^6 bytes, as OSU's). A header without a
 final row is a cut output (``truncated``).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,10 @@ from dedal.stages.verify import findings as F
 from dedal.stages.verify.findings import Finding
 
 HEADER = re.compile(r"^\|\s*\|\s*\|\s*(?:latency|overhead) \(usec\)\s*\|\s*bandwidth \(MB/s\)")
-ROW = re.compile(r"^(?:\[thread \d+\]|Final:)\s+(?P<iters>\d+)\s+(?P<p50>[\d.]+)\s+(?P<avg>[\d.]+)\s+"
-                 r"(?P<overall>[\d.]+)\s+(?P<bw_avg>[\d.]+)\s+(?P<bw>[\d.]+)\s+(?P<mr_avg>[\d.]+)\s+(?P<mr>[\d.]+)")
+ROW = re.compile(
+    r"^(?:\[thread \d+\]|Final:)\s+(?P<iters>\d+)\s+(?P<p50>[\d.]+)\s+(?P<avg>[\d.]+)\s+"
+    r"(?P<overall>[\d.]+)\s+(?P<bw_avg>[\d.]+)\s+(?P<bw>[\d.]+)\s+(?P<mr_avg>[\d.]+)\s+(?P<mr>[\d.]+)"
+)
 COMMAND = re.compile(r"\bucx_perftest\b(?P<args>(?:\s+\S+)*)")
 COPY_NOTE = re.compile(r"copy one-byte value from host memory to (?P<mem>[\w-]+) send memory")
 GPU_MEMORY = {"cuda": "cuda", "cuda-managed": "cuda", "rocm": "rocm", "rocm-managed": "rocm"}
@@ -43,8 +46,9 @@ def _option(args: List[str], flag: str) -> Optional[str]:
     return None
 
 
-def _table(test: Optional[str], size: Optional[int], memory: Optional[str], final: "re.Match[str]",
-           line: str) -> Dict[str, Any]:
+def _table(
+    test: Optional[str], size: Optional[int], memory: Optional[str], final: "re.Match[str]", line: str
+) -> Dict[str, Any]:
     bw_mib = float(final.group("bw"))
     rate = float(final.group("mr"))
     if size is None and rate > 0 and bw_mib > 0:  # bytes per message = bandwidth / message rate
@@ -56,11 +60,18 @@ def _table(test: Optional[str], size: Optional[int], memory: Optional[str], fina
     latency = "lat" in name or test is None
     value = float(final.group("overall")) if latency else round(bw_mib * 1.048576, 2)
     return {
-        "benchmark": f"ucx_perftest_{name}", "title": f"ucx_perftest {name}", "suite": "ucx-perftest",
-        "version": None, "device": GPU_MEMORY.get(memory or ""), "pt2pt": True,
+        "benchmark": f"ucx_perftest_{name}",
+        "title": f"ucx_perftest {name}",
+        "suite": "ucx-perftest",
+        "version": None,
+        "device": GPU_MEMORY.get(memory or ""),
+        "pt2pt": True,
         "columns": ["Size", "Latency (us)" if latency else "Bandwidth (MB/s)"],
-        "rows": [[size if size is not None else 0, value]], "row_lines": [line], "meta": [],
-        "metric": "latency" if latency else "bandwidth", "unit": "us" if latency else "MB/s",
+        "rows": [[size if size is not None else 0, value]],
+        "row_lines": [line],
+        "meta": [],
+        "metric": "latency" if latency else "bandwidth",
+        "unit": "us" if latency else "MB/s",
         "perftest": {"test": test, "size": size, "memory": memory},
     }
 
@@ -108,5 +119,9 @@ def parse(lines: List[str]) -> Dict[str, Any]:
 
 
 def _cut(header: str) -> Finding:
-    return F.error("truncated", "ucx_perftest: the table header was printed but no 'Final:' row (run died or "
-                   "output cut)", [header], verdict="failed")
+    return F.error(
+        "truncated",
+        "ucx_perftest: the table header was printed but no 'Final:' row (run died or output cut)",
+        [header],
+        verdict="failed",
+    )

@@ -2,6 +2,7 @@
 import os
 
 from spack.package import *
+
 # Spack looks the builder classes up in the package's own module
 from spack.pkg.builtin.py_pybind11 import CMakeBuilder  # noqa: F401
 from spack.pkg.builtin.py_pybind11 import PyPybind11 as BuiltinPyPybind11

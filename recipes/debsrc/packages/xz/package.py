@@ -2,6 +2,7 @@
 import os
 
 from spack.package import *
+
 # Spack looks the builder classes up in the package's own module
 from spack.pkg.builtin.xz import AutotoolsBuilder, MSBuildBuilder  # noqa: F401
 from spack.pkg.builtin.xz import Xz as BuiltinXz

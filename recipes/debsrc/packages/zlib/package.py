@@ -2,6 +2,7 @@
 import os
 
 from spack.package import *
+
 # Spack looks the builder classes up in the package's own module
 from spack.pkg.builtin.zlib import GenericBuilder, MakefileBuilder  # noqa: F401
 from spack.pkg.builtin.zlib import Zlib as BuiltinZlib

@@ -48,8 +48,9 @@ class ArborBusyring(CMakePackage):
     (esd-neuro asks for it)."""
 
     homepage = "https://github.com/thorstenhater/euhpc-arbor-benchmark"
-    url = ("https://github.com/thorstenhater/euhpc-arbor-benchmark/archive/"
-           "0adb4ae9ff03a2158c1284634e9163665997506a.tar.gz")
+    url = (
+        "https://github.com/thorstenhater/euhpc-arbor-benchmark/archive/0adb4ae9ff03a2158c1284634e9163665997506a.tar.gz"
+    )
 
     version(
         "2024.09.19-0adb4ae",
@@ -68,15 +69,21 @@ class ArborBusyring(CMakePackage):
     CMAKE_EDITS = [
         ("CMakeLists.txt", "find_package(arbor 0.10.0 CONFIG REQUIRED)", "find_package(arbor {arbor} CONFIG REQUIRED)"),
         ("CMakeLists.txt", 'set(JSON_Install OFF CACHE INTERNAL "")\n', ""),
-        ("CMakeLists.txt", "add_subdirectory(ext/json)\n",
-         "find_package(nlohmann_json CONFIG REQUIRED)\nfind_package(pugixml CONFIG REQUIRED)\n"),
+        (
+            "CMakeLists.txt",
+            "add_subdirectory(ext/json)\n",
+            "find_package(nlohmann_json CONFIG REQUIRED)\nfind_package(pugixml CONFIG REQUIRED)\n",
+        ),
     ]
     CMAKE_INSTALL = "\ninstall(TARGETS busyring RUNTIME DESTINATION bin)  # dedal\n"
     # builds against Arbor 0.9 (ring.cpp is written for 0.10's typed units)
     ARBOR_09_EDITS = [
-        ("ring.cpp", "namespace U = arb::units;",
-         "namespace U { constexpr double ms = 1, mV = 1, Ohm = 1, cm = 1, F = 1, m2 = 1; }"
-         "  // dedal: Arbor 0.9's bare units"),
+        (
+            "ring.cpp",
+            "namespace U = arb::units;",
+            "namespace U { constexpr double ms = 1, mV = 1, Ohm = 1, cm = 1, F = 1, m2 = 1; }"
+            "  // dedal: Arbor 0.9's bare units",
+        ),
         ("ring.cpp", "arb::explicit_generator_from_milliseconds(", "arb::explicit_generator("),
         ("ring.cpp", '{{cable_probe_membrane_voltage{loc}, "Um"}}', "{{cable_probe_membrane_voltage{loc}, 0}}"),
     ]

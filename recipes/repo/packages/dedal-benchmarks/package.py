@@ -43,14 +43,22 @@ class DedalBenchmarks(Package):
         mkdirp(prefix.bin)
         mpicc = Executable(spec["mpi"].mpicc)
         for name in self.MPI_BENCHMARKS:
-            mpicc("-O2", "-std=c11", "-I" + src, "-o", join_path(prefix.bin, name), join_path(src, name + ".c"),
-                  "-ldl")
+            mpicc("-O2", "-std=c11", "-I" + src, "-o", join_path(prefix.bin, name), join_path(src, name + ".c"), "-ldl")
         if spec.satisfies("+cuda"):
             nvcc = Executable(join_path(spec["cuda"].prefix.bin, "nvcc"))
-            nvcc("-O2", "-ccbin", spec["mpi"].mpicxx,
-                 "-I" + spec["nccl"].prefix.include, "-o", join_path(prefix.bin, "dedal_nccl_allreduce"),
-                 join_path(src, "dedal_nccl_allreduce.cu"),
-                 "-L" + spec["nccl"].prefix.lib, "-lnccl", "-Xlinker", "-rpath=" + spec["nccl"].prefix.lib)
+            nvcc(
+                "-O2",
+                "-ccbin",
+                spec["mpi"].mpicxx,
+                "-I" + spec["nccl"].prefix.include,
+                "-o",
+                join_path(prefix.bin, "dedal_nccl_allreduce"),
+                join_path(src, "dedal_nccl_allreduce.cu"),
+                "-L" + spec["nccl"].prefix.lib,
+                "-lnccl",
+                "-Xlinker",
+                "-rpath=" + spec["nccl"].prefix.lib,
+            )
         mkdirp(prefix.share.dedal)
         with open(join_path(prefix.share.dedal, "sources.sha256"), "w") as fh:
             fh.write(digest.hexdigest() + "\n")

@@ -33,14 +33,12 @@ class NeuronRingtest(Package):
     archive URL of the commit serves). The repository has no tags."""
 
     homepage = "https://github.com/neuronsimulator/ringtest"
-    url = ("https://github.com/neuronsimulator/ringtest/archive/"
-           "78b996a7a9f2a9fadc23fd09a515d9a427cb2fab.tar.gz")
+    url = "https://github.com/neuronsimulator/ringtest/archive/78b996a7a9f2a9fadc23fd09a515d9a427cb2fab.tar.gz"
 
     version(
         "2025.07.21-78b996a",
         sha256="b01bebb8bfcb67fa11d0eb7cf529f0b8745656d55f88e08d5b6124b9274ce489",
-        url="https://github.com/neuronsimulator/ringtest/archive/"
-        "78b996a7a9f2a9fadc23fd09a515d9a427cb2fab.tar.gz",
+        url="https://github.com/neuronsimulator/ringtest/archive/78b996a7a9f2a9fadc23fd09a515d9a427cb2fab.tar.gz",
     )
 
     depends_on("neuron+mpi+python", type=("build", "link", "run"))

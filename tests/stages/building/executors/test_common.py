@@ -1,4 +1,5 @@
 """The ETA of a local build from the plan's estimates."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,13 @@ from tests.conftest import SPACK_DATA
 
 @pytest.fixture
 def plan():
-    plan = make_plan(load_lock(SPACK_DATA / "tiny-dedal.spack.lock"), env_name="t", install_root="/opt/x",
-                     base_image="host", base_id="test")
+    plan = make_plan(
+        load_lock(SPACK_DATA / "tiny-dedal.spack.lock"),
+        env_name="t",
+        install_root="/opt/x",
+        base_image="host",
+        base_id="test",
+    )
     for i, h in enumerate(plan.to_build):
         plan.nodes[h].estimate_s = 10.0 * (i + 1)
     return plan

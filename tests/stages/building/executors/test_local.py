@@ -1,5 +1,6 @@
 """The build stage with the local executor: real process pool, real mksquashfs, real
 signals, the Spack stand-in compiling real binaries linked by RPATH."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,7 @@ def test_build_then_rerun_does_nothing(run_dedal, tiny):
     res = build(run_dedal, tiny)
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
-    assert sorted(x.split("@")[0] for x in summary["built"]) == \
-        TINY_PACKAGES
+    assert sorted(x.split("@")[0] for x in summary["built"]) == TINY_PACKAGES
     store = LayerStore(tiny.store)
     manifests = store.manifests()
     assert len(manifests) == 5
@@ -64,6 +64,7 @@ def test_layers_hold_working_binaries_at_the_install_root(run_dedal, tiny, tmp_p
     assert "dedal-app 1.0 ok" in out
     # a missing layer makes the binary fail to load: RPATHs point into the install root
     import shutil
+
     shutil.rmtree(tree / by_name["libdedal"].prefix)
     res = rt.run_in(None, [app], binds=[rt.Bind(tree, "/opt/esd/software")], check=False)
     assert res.returncode != 0 and "libstandin_libdedal" in (res.stderr + res.stdout)
@@ -121,9 +122,15 @@ def test_each_attempt_has_its_record_and_status_shows_the_last_success(run_dedal
 def test_interrupted_build_leaves_no_partial_layer_and_resumes(isolated_env, tmp_path):
     tiny = make_env(tmp_path, sleep={"dedal-tool": 60})
     env = dict(isolated_env, **tiny.env)
-    proc = subprocess.Popen([dedal_exe(), "build", str(tiny.env_file), "-j", "2"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=interruptible)
+    proc = subprocess.Popen(
+        [dedal_exe(), "build", str(tiny.env_file), "-j", "2"],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=interruptible,
+    )
     store = LayerStore(tiny.store)
     deadline = time.monotonic() + 120
     # wait until dedal-tool is building: its dependencies are layers and a stage exists
@@ -146,17 +153,26 @@ def test_interrupted_build_leaves_no_partial_layer_and_resumes(isolated_env, tmp
     assert stage_leftovers(tiny.stage) == [], "the interrupted build removed its stage"
     # rerun: only what is missing is built
     tiny.reconfigure()
-    res = subprocess.run([dedal_exe(), "build", str(tiny.env_file), "--json"], env=env, text=True,
-                         capture_output=True, timeout=300)
+    res = subprocess.run(
+        [dedal_exe(), "build", str(tiny.env_file), "--json"], env=env, text=True, capture_output=True, timeout=300
+    )
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
-    assert sorted(b.split("@")[0] for b in summary["built"]) == sorted({"dedal-tool", "dedal-app"} | ({"libdedal"} - names))
+    assert sorted(b.split("@")[0] for b in summary["built"]) == sorted(
+        {"dedal-tool", "dedal-app"} | ({"libdedal"} - names)
+    )
     assert len(store.manifests()) == 5
 
 
 def start_slow_build(isolated_env, tiny):
-    proc = subprocess.Popen([dedal_exe(), "build", str(tiny.env_file)], env=dict(isolated_env, **tiny.env), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [dedal_exe(), "build", str(tiny.env_file)],
+        env=dict(isolated_env, **tiny.env),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (stage_leftovers(tiny.stage) and node_builds_of(tiny)):
         time.sleep(0.2)
@@ -195,13 +211,20 @@ def test_stage_of_a_killed_node_build_is_removed_by_the_next_build(isolated_env,
     left = stage_leftovers(tiny.stage)
     assert left, "the killed node build's stage is still there"
     tiny.reconfigure()
-    res = subprocess.run([dedal_exe(), "build", str(tiny.env_file), "--json"], env=dict(isolated_env, **tiny.env),
-                         text=True, capture_output=True, timeout=300)
+    res = subprocess.run(
+        [dedal_exe(), "build", str(tiny.env_file), "--json"],
+        env=dict(isolated_env, **tiny.env),
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert stage_leftovers(tiny.stage) == []
     said = "".join(p.read_text() for p in tiny.data.rglob("job-*.log"))
-    assert all(f"removed {tiny.stage / name}, the stage of a dedal process on this host that was killed" in said
-               for name in left), said[-2000:]
+    assert all(
+        f"removed {tiny.stage / name}, the stage of a dedal process on this host that was killed" in said
+        for name in left
+    ), said[-2000:]
 
 
 def test_sigterm_to_the_build_stops_children(isolated_env, tmp_path):

@@ -5,6 +5,7 @@ site (its ``#@ source:`` line names it); its name ends in the verdict a person r
 gives (GOOD, SUBOPTIMAL, BAD, FAILED). Each must get that verdict, with the finding that
 says why, quoting lines of the file.
 """
+
 from __future__ import annotations
 
 import re
@@ -92,8 +93,9 @@ def _wanted(rel: str) -> str:
 def test_every_real_example_has_an_expectation_and_a_source() -> None:
     # data/real/gpu/ holds recordings made for dedal on a real GPU, verbatim, their source in its
     # README.md: test_real_gpu.py
-    present = {p.relative_to(REAL).as_posix() for p in REAL.rglob("*") if p.is_file()
-               and p.relative_to(REAL).parts[0] != "gpu"}
+    present = {
+        p.relative_to(REAL).as_posix() for p in REAL.rglob("*") if p.is_file() and p.relative_to(REAL).parts[0] != "gpu"
+    }
     assert present == set(EXPECTED)
     for rel in present:
         head = (REAL / rel).read_text().splitlines()[0]
@@ -114,12 +116,17 @@ def test_real_example_is_judged_as_an_expert_would(rel: str) -> None:
     assert proof[0]["evidence"] and all(line.strip() in text for line in proof[0]["evidence"])
 
 
-@pytest.mark.parametrize("rel, plugins", [
-    ("srun_mpi_list/srun_mpi_list_slurm2.6_mpi_prefix_no_pmix_BAD.txt",
-     ["mvapich", "pmi2", "mpich1_shmem", "mpich1_p4", "none", "lam", "openmpi", "mpichmx", "mpichgm"]),
-    ("srun_mpi_list/srun_mpi_list_slurm19_pmix_v3_GOOD.txt", ["none", "openmpi", "pmi2", "pmix_v3", "pmix"]),
-    ("srun_mpi_list/srun_mpi_list_one_line_pmix_v2_GOOD.txt", ["openmpi", "none", "pmi2", "pmix_v2", "pmix"]),
-])
+@pytest.mark.parametrize(
+    "rel, plugins",
+    [
+        (
+            "srun_mpi_list/srun_mpi_list_slurm2.6_mpi_prefix_no_pmix_BAD.txt",
+            ["mvapich", "pmi2", "mpich1_shmem", "mpich1_p4", "none", "lam", "openmpi", "mpichmx", "mpichgm"],
+        ),
+        ("srun_mpi_list/srun_mpi_list_slurm19_pmix_v3_GOOD.txt", ["none", "openmpi", "pmi2", "pmix_v3", "pmix"]),
+        ("srun_mpi_list/srun_mpi_list_one_line_pmix_v2_GOOD.txt", ["openmpi", "none", "pmi2", "pmix_v2", "pmix"]),
+    ],
+)
 def test_old_srun_mpi_list_formats_give_the_plugins(rel: str, plugins) -> None:
     result = parse_file(REAL / rel)
     assert result["kind"] == "srun-mpi-list" and result["plugins"] == plugins
@@ -132,12 +139,15 @@ def test_a_broken_pmix_plugin_is_not_called_missing() -> None:
     assert result["has_pmix"] is True
 
 
-@pytest.mark.parametrize("rel, scope", [
-    ("ucx_proto_fast/ucx_proto_table_ep_cfg_rc_mlx5_GOOD.log", "inter-node"),
-    ("ucx_proto_fast/ucx_info_e_proto_table_rc_mlx5_GOOD.txt", "self"),
-    ("ucx_proto_fast/ucx_perftest_internode_two_rails_GOOD.log", "inter-node"),
-    ("ucx_proto_fast/ucx_proto_table_host_to_cuda_rc_mlx5_paths_GOOD.log", "intra-node"),
-])
+@pytest.mark.parametrize(
+    "rel, scope",
+    [
+        ("ucx_proto_fast/ucx_proto_table_ep_cfg_rc_mlx5_GOOD.log", "inter-node"),
+        ("ucx_proto_fast/ucx_info_e_proto_table_rc_mlx5_GOOD.txt", "self"),
+        ("ucx_proto_fast/ucx_perftest_internode_two_rails_GOOD.log", "inter-node"),
+        ("ucx_proto_fast/ucx_proto_table_host_to_cuda_rc_mlx5_paths_GOOD.log", "intra-node"),
+    ],
+)
 def test_protocol_tables_give_their_transports(rel: str, scope: str) -> None:
     result = parse_file(REAL / rel)
     assert result["kind"] == "ucx-log"

@@ -4,6 +4,7 @@ when). Each file gets the verdict a person reading it gives, with the finding th
 quoting lines of the file: not FAILED on PRRTE's help text or a table limited by ``-m`` (the two
 false alarms), and BAD for the ~150 us between GPU buffers that native vs container could not see.
 """
+
 from __future__ import annotations
 
 import re
@@ -75,10 +76,16 @@ def test_no_false_alarm_of_issue_36(name: str) -> None:
         assert cut == []
 
 
-@pytest.mark.parametrize("name, value", [
-    ("run2-B-lat-all.txt", 151.43), ("run2-B-lat-nomemtypecache.txt", 155.39), ("run2-C-osu-lat-DD.txt", 157.93),
-    ("run2-A-perf-debug.txt", 154.589), ("run2-C-perf-lat.txt", 155.15),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("run2-B-lat-all.txt", 151.43),
+        ("run2-B-lat-nomemtypecache.txt", 155.39),
+        ("run2-C-osu-lat-DD.txt", 157.93),
+        ("run2-A-perf-debug.txt", 154.589),
+        ("run2-C-perf-lat.txt", 155.15),
+    ],
+)
 def test_the_150_us_between_gpu_buffers_is_named(name: str, value: float) -> None:
     (slow,) = [f for f in parse_file(GPU / name)["findings"] if f["code"] == "device-latency-slow"]
     assert f"take {value:g} us" in slow["message"] and "GPU buffers" in slow["message"]
@@ -94,10 +101,17 @@ def test_ucx_perftest_reads_its_test_size_and_memory() -> None:
 def test_the_console_log_holds_every_run() -> None:
     r = parse_file(GPU / "run1-log")
     tables = [(t["benchmark"], t["device"], t["rows"][-1][0]) for t in r["tables"]]
-    assert tables == [("osu_latency", "cuda", 262144), ("osu_bw", "cuda", 32768), ("osu_latency", None, 2097152),
-                      ("osu_bw", None, 2097152), ("osu_allreduce", "cuda", 32768), ("dedal_latency", None, 65536),
-                      ("ucx_perftest_tag_lat", "cuda", 8), ("ucx_perftest_tag_bw", "cuda", 4194304),
-                      ("ucx_perftest_tag_lat", None, 8)]
+    assert tables == [
+        ("osu_latency", "cuda", 262144),
+        ("osu_bw", "cuda", 32768),
+        ("osu_latency", None, 2097152),
+        ("osu_bw", None, 2097152),
+        ("osu_allreduce", "cuda", 32768),
+        ("dedal_latency", None, 65536),
+        ("ucx_perftest_tag_lat", "cuda", 8),
+        ("ucx_perftest_tag_bw", "cuda", 4194304),
+        ("ucx_perftest_tag_lat", None, 8),
+    ]
     vs_host = [f for f in r["findings"] if f["code"] == "device-latency-vs-host"]
     assert vs_host and all(re.search(r"\d+x the 0.289 us between host buffers", f["message"]) for f in vs_host)
     assert any(f["code"] == "ucx-memory-hooks-off" for f in r["findings"])

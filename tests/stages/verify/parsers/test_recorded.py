@@ -3,6 +3,7 @@
 Expected values were read from the files by hand (table rows at given sizes, bus
 bandwidths, counts of `via` transports, plugin lists, PMIx versions, verdicts).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,10 @@ EXPECTED = {
     "apptainer/apptainer_oras_sif_media_types_and_gpu_warnings_from_source.txt": ("unknown", "unknown"),
     "apptainer/cuda_driver_insufficient_for_runtime_nccl_tests_and_containers.txt": ("failure", "failed"),
     "nccl_debug/nccl_2.21.5_info_k8s_2node_4rank_NET_Socket_and_SHM_BAD.log": ("nccl-debug", "bad"),
-    "nccl_debug/nccl_2.27.5_info_sglang_2node_16rank_roce_ofi_plugin_fallback_to_ib_gdrdma.log": ("nccl-debug", "suboptimal"),
+    "nccl_debug/nccl_2.27.5_info_sglang_2node_16rank_roce_ofi_plugin_fallback_to_ib_gdrdma.log": (
+        "nccl-debug",
+        "suboptimal",
+    ),
     "nccl_tests/all_reduce_perf_2.17.1_2nodes_8xGH200_NO_cxi_hook_bad.txt": ("nccl-tests", "bad"),
     "nccl_tests/all_reduce_perf_2.17.1_2nodes_8xGH200_good_aligned.txt": ("nccl-tests", "good"),
     "nccl_tests/all_reduce_perf_single_rank_1xV100_busbw_zero_degenerate.txt": ("nccl-tests", "degenerate"),
@@ -93,6 +97,7 @@ def test_local_recordings_all_listed(local_data: Path) -> None:
 
 
 # ---- OSU ---------------------------------------------------------------------------
+
 
 def test_osu_barrier_single_value_without_size(logs: Path) -> None:
     r = parse_file(logs / "osu/osu_barrier_v5.8_openmpi_ucx_192ranks_single_value.txt")
@@ -194,6 +199,7 @@ def test_osu_allreduce_with_ucx_warnings_is_bad(logs: Path) -> None:
 
 # ---- nccl-tests ------------------------------------------------------------------------
 
+
 def test_nccl_tests_good(logs: Path) -> None:
     r = parse_file(logs / "nccl_tests/all_reduce_perf_2.17.1_2nodes_8xGH200_good_aligned.txt")
     assert r["test"] == "all_reduce_perf"
@@ -233,6 +239,7 @@ def test_nccl_tests_single_rank_is_degenerate(logs: Path) -> None:
 
 # ---- NCCL_DEBUG=INFO -----------------------------------------------------------------
 
+
 def test_nccl_debug_socket_and_shm(logs: Path) -> None:
     r = parse_file(logs / "nccl_debug/nccl_2.21.5_info_k8s_2node_4rank_NET_Socket_and_SHM_BAD.log")
     assert r["nccl_version"] == "2.21.5+cuda12.4"
@@ -269,10 +276,12 @@ def test_nccl_debug_ofi_plugin_fallback_to_ib_gdrdma(logs: Path) -> None:
 
 # ---- UCX, Open MPI, Slurm ------------------------------------------------------------
 
+
 def test_ucx_info_azure(logs: Path) -> None:
     r = parse_file(logs / "ucx/ucx_info_-d_azure_hbv_connectx6_vf_ib_full.txt")
-    assert r["transport_names"] == sorted(["self", "tcp", "sysv", "posix", "dc_mlx5", "rc_verbs", "rc_mlx5",
-                                           "ud_verbs", "ud_mlx5", "cma", "knem"])
+    assert r["transport_names"] == sorted(
+        ["self", "tcp", "sysv", "posix", "dc_mlx5", "rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5", "cma", "knem"]
+    )
     assert len(r["transports"]) == 12
     assert set(r["devices"]) == {"memory", "eth0", "lo", "mlx5_0:1"}
     assert r["has_rdma"] and r["has_shm"] and not r["has_cuda"]
@@ -332,6 +341,7 @@ def test_reference_sheet_is_not_a_log(logs: Path) -> None:
 
 # ---- logs recorded here: Open MPI 5 / UCX 1.18 ---------------------------------------
 
+
 def test_local_ucx_default_selection(local_data: Path) -> None:
     r = parse_file(local_data / "ompi5_ucx_info_proto_intranode_sysv_cma_GOOD.log")
     assert r["ucx_version"] == "1.18.1"
@@ -341,7 +351,7 @@ def test_local_ucx_default_selection(local_data: Path) -> None:
     eager = next(p for p in r["protocols"] if p["scope"] == "intra-node" and p["range"] == "0..92")
     assert eager["protocol"] == "eager short" and eager["transports"] == ["sysv/memory"]
     (t,) = r["tables"]  # the OSU-style table survives the UCX protocol tables printed between its rows
-    assert [row[0] for row in t["rows"]] == [4 ** i for i in range(12)]
+    assert [row[0] for row in t["rows"]] == [4**i for i in range(12)]
     assert r["ucx_diag"] == 8
 
 
@@ -357,8 +367,11 @@ def test_local_ucx_forced_tcp_is_flagged_with_evidence(local_data: Path) -> None
 def test_local_ucx_tcp_split_over_two_devices(local_data: Path) -> None:
     r = parse_file(local_data / "ompi5_ucx_forced_tcp_lo_eth0_split_BAD.log")
     assert r["transports_by_scope"]["intra-node"] == ["tcp/eth0", "tcp/lo"]
-    rndv = [p for p in r["protocols"] if "52% on tcp/lo and 48% on tcp/eth0" in p.get("line", "") or
-            p["transports"] == ["tcp/lo", "tcp/eth0"]]
+    rndv = [
+        p
+        for p in r["protocols"]
+        if "52% on tcp/lo and 48% on tcp/eth0" in p.get("line", "") or p["transports"] == ["tcp/lo", "tcp/eth0"]
+    ]
     assert rndv
 
 
@@ -382,7 +395,9 @@ def test_interleaved_proto_tables_stay_with_their_process(local_data: Path) -> N
     """UCX pads the pid in its prefix (``[vm:860  :0]``); rows of one rank's table that
     arrive between another rank's header and rows belong to their own rank's table."""
     result = parse_file(local_data / "ompi5_ucx_proto_info_interleaved_ranks_GOOD.log", "ucx-log")
-    assert result["transports_by_scope"] == {"self": ["cma/memory", "self/memory"],
-                                             "intra-node": ["cma/memory", "sysv/memory"]}
+    assert result["transports_by_scope"] == {
+        "self": ["cma/memory", "self/memory"],
+        "intra-node": ["cma/memory", "sysv/memory"],
+    }
     intra = [p for p in result["protocols"] if p["scope"] == "intra-node"]
     assert intra and all("self/memory" not in p["transports"] for p in intra)

@@ -1,5 +1,6 @@
 """Open MPI's component help text read whole (issue 36): the component it names decides
 whether it is a failure or a note."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,14 +22,23 @@ Component: {component}
 --------------------------------------------------------------------------
 """
 TABLE = "# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n" + "".join(
-    f"{1 << i:<10}{0.4:>18.2f}\n" for i in range(23))
+    f"{1 << i:<10}{0.4:>18.2f}\n" for i in range(23)
+)
 
 
 def test_the_help_text_names_framework_and_component() -> None:
     lines = HELP.format(who="PMIx", framework="plm", component="isolated").splitlines()
-    assert signatures.missing_components(lines) == [("plm", "isolated", [
-        "A requested component was not found, or was unable to be opened.  This", "Framework: plm",
-        "Component: isolated"])]
+    assert signatures.missing_components(lines) == [
+        (
+            "plm",
+            "isolated",
+            [
+                "A requested component was not found, or was unable to be opened.  This",
+                "Framework: plm",
+                "Component: isolated",
+            ],
+        )
+    ]
 
 
 def test_prrte_asked_for_open_mpi_4s_isolated_launcher_is_a_note() -> None:
@@ -40,14 +50,18 @@ def test_prrte_asked_for_open_mpi_4s_isolated_launcher_is_a_note() -> None:
     (note,) = [f for f in r["findings"] if f["code"] == "ompi-component-optional"]
     assert note["severity"] == "info" and "isolated" in note["message"] and "plm" in note["message"]
     assert "2 help text(s)" in note["message"]
-    assert note["evidence"] == ["A requested component was not found, or was unable to be opened.  This",
-                                "Framework: plm", "Component: isolated"]
+    assert note["evidence"] == [
+        "A requested component was not found, or was unable to be opened.  This",
+        "Framework: plm",
+        "Component: isolated",
+    ]
     assert ("plm", "isolated") in signatures.OPTIONAL_COMPONENTS
 
 
 def test_a_missing_pml_stays_a_failure_and_is_named() -> None:
-    text = (HELP.format(who="Open MPI", framework="plm", component="isolated")
-            + HELP.format(who="Open MPI", framework="pml", component="ucx"))
+    text = HELP.format(who="Open MPI", framework="plm", component="isolated") + HELP.format(
+        who="Open MPI", framework="pml", component="ucx"
+    )
     found = {f.code: f for f in scan(text.splitlines())}
     missing = found["ompi-component-missing"]
     assert missing.implied_verdict == "failed" and missing.message.endswith(": pml ucx")

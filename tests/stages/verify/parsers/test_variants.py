@@ -1,5 +1,6 @@
 """Variants of real outputs the parsers must survive: truncation, CRLF, missing '#',
 noise lines, tabs, extra columns, several tables, one-line pastes."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,15 +65,17 @@ def test_truncated_mid_line(logs: Path) -> None:
 
 
 def test_explicit_message_range_is_not_truncation() -> None:
-    text = ("$ mpirun -n 2 osu_latency -m 1:8192\n# OSU MPI Latency Test v7.5\n# Size       Avg Latency(us)\n"
-            + "".join(f"{1 << i:<10}{1.0 + i / 10:>18.2f}\n" for i in range(14)))
+    text = "$ mpirun -n 2 osu_latency -m 1:8192\n# OSU MPI Latency Test v7.5\n# Size       Avg Latency(us)\n" + "".join(
+        f"{1 << i:<10}{1.0 + i / 10:>18.2f}\n" for i in range(14)
+    )
     r = parse_text(text)
     assert r["verdict"] == "good" and r["message_size_option"] == "1:8192"
 
 
 def _latency_table(top: int, title: str = "# OSU MPI-CUDA Latency Test v7.4") -> str:
-    return (f"{title}\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n"
-            + "".join(f"{1 << i:<10}{150.0 + i:>18.2f}\n" for i in range(top.bit_length())))
+    return f"{title}\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n" + "".join(
+        f"{1 << i:<10}{150.0 + i:>18.2f}\n" for i in range(top.bit_length())
+    )
 
 
 def test_a_table_limited_by_m_without_its_command_line_is_no_truncation() -> None:
@@ -84,13 +87,16 @@ def test_a_table_limited_by_m_without_its_command_line_is_no_truncation() -> Non
     assert note["severity"] == "info" and note["evidence"] == ["65536 166.0"]
 
 
-@pytest.mark.parametrize("command, top, cut", [
-    ("== prterun -np 2 osu_latency -d cuda -m 4194304 D D", 262144, True),   # asked for 4 MiB, stops at 256 KiB
-    ("== prterun -np 2 osu_latency -d cuda -m 65536 D D", 65536, False),     # asked for 64 KiB, has it
-    ("$ mpirun -np 2 ./pt2pt/osu_latency -d cuda D D", 65536, True),          # no -m: the default 4 MiB
-    ("$ mpirun -np 2 ./pt2pt/osu_latency -d cuda -m 1:100000 D D", 65536, False),  # no power of two above 64 KiB
-    ("$ mpirun -np 2 ./pt2pt/osu_latency -m 4M", 4194304, False),
-])
+@pytest.mark.parametrize(
+    "command, top, cut",
+    [
+        ("== prterun -np 2 osu_latency -d cuda -m 4194304 D D", 262144, True),  # asked for 4 MiB, stops at 256 KiB
+        ("== prterun -np 2 osu_latency -d cuda -m 65536 D D", 65536, False),  # asked for 64 KiB, has it
+        ("$ mpirun -np 2 ./pt2pt/osu_latency -d cuda D D", 65536, True),  # no -m: the default 4 MiB
+        ("$ mpirun -np 2 ./pt2pt/osu_latency -d cuda -m 1:100000 D D", 65536, False),  # no power of two above 64 KiB
+        ("$ mpirun -np 2 ./pt2pt/osu_latency -m 4M", 4194304, False),
+    ],
+)
 def test_a_table_is_held_to_its_own_command_line(command: str, top: int, cut: bool) -> None:
     r = parse_text(command + "\n" + _latency_table(top))
     assert ("truncated" in codes(r)) is cut and "table-range-unknown" not in codes(r)
@@ -102,9 +108,12 @@ def test_a_table_is_held_to_its_own_command_line(command: str, top: int, cut: bo
 def test_each_table_of_a_log_is_held_to_the_command_before_it() -> None:
     """The H200 probe's console log: each run's command, then its output cut at 60 lines by
     `head -60`; the last run (-m 65536) is whole."""
-    text = ("== prterun -np 2 osu_latency -d cuda -m 4194304 D D\n" + _latency_table(262144)
-            + "-- osu-lat-DD exit 0\n== prterun -np 2 dedal_latency -m 65536\n"
-            + _latency_table(65536, "# dedal-bench MPI Latency Test v1.1"))
+    text = (
+        "== prterun -np 2 osu_latency -d cuda -m 4194304 D D\n"
+        + _latency_table(262144)
+        + "-- osu-lat-DD exit 0\n== prterun -np 2 dedal_latency -m 65536\n"
+        + _latency_table(65536, "# dedal-bench MPI Latency Test v1.1")
+    )
     r = parse_text(text)
     cut = [f for f in r["findings"] if f["code"] == "truncated"]
     assert len(cut) == 1 and cut[0]["message"].startswith("osu_latency:") and "262144" in cut[0]["message"]
@@ -131,13 +140,21 @@ libibverbs: Warning: couldn't load driver 'libmlx4-rdmav34.so'
 
 def test_single_space_header_is_regrouped() -> None:
     assert split_columns("# Size Avg Latency(us) Min Latency(us) Max Latency(us) Iterations", width=5) == [
-        "Size", "Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Iterations"]
+        "Size",
+        "Avg Latency(us)",
+        "Min Latency(us)",
+        "Max Latency(us)",
+        "Iterations",
+    ]
 
 
 def test_several_tables_in_one_file() -> None:
     text = ""
-    for title, col, base in (("Latency", "Avg Latency(us)", 0.5), ("Bandwidth", "Bandwidth (MB/s)", 100.0),
-                             ("Bi-Directional Bandwidth", "Bandwidth (MB/s)", 200.0)):
+    for title, col, base in (
+        ("Latency", "Avg Latency(us)", 0.5),
+        ("Bandwidth", "Bandwidth (MB/s)", 100.0),
+        ("Bi-Directional Bandwidth", "Bandwidth (MB/s)", 200.0),
+    ):
         text += f"# OSU MPI {title} Test v7.4\n# Size      {col}\n"
         text += "".join(f"{1 << i:<10}{base * (i + 1):>18.2f}\n" for i in range(23))
         text += "\n"
@@ -156,21 +173,24 @@ def test_repeated_run_without_header_starts_new_table() -> None:
 
 def test_srun_label_prefix() -> None:
     text = "0: # OSU MPI Bandwidth Test v7.5\n0: # Size      Bandwidth (MB/s)\n" + "".join(
-        f"0: {1 << i:<10}{1000.0 * (i + 1):>18.2f}\n" for i in range(23))
+        f"0: {1 << i:<10}{1000.0 * (i + 1):>18.2f}\n" for i in range(23)
+    )
     r = parse_text(text)
     assert r["tables"][0]["rows"][-1] == [4194304, 23000.0]
 
 
 def test_validation_failure_is_bad() -> None:
     text = "# OSU MPI Latency Test v7.5\n# Size       Avg Latency(us)        Validation\n" + "".join(
-        f"{1 << i:<10}{1.5:>18.2f}{'Fail' if i == 5 else 'Pass':>18}\n" for i in range(23))
+        f"{1 << i:<10}{1.5:>18.2f}{'Fail' if i == 5 else 'Pass':>18}\n" for i in range(23)
+    )
     r = parse_text(text)
     assert r["verdict"] == "bad" and "validation-failed" in codes(r)
 
 
 def test_high_but_not_tcp_latency_is_suboptimal() -> None:
     text = "# OSU MPI Latency Test v7.5\n# Size       Avg Latency(us)\n" + "".join(
-        f"{1 << i:<10}{15.0 + i:>18.2f}\n" for i in range(23))
+        f"{1 << i:<10}{15.0 + i:>18.2f}\n" for i in range(23)
+    )
     assert parse_text(text)["verdict"] == "suboptimal"
 
 
@@ -181,27 +201,40 @@ def test_osu_init_truncated_and_old_format() -> None:
 
 
 def test_crash_after_complete_table(logs: Path) -> None:
-    text = (logs / OSU_LAT).read_text() + "[nid1:42] *** Process received signal ***\n" \
+    text = (
+        (logs / OSU_LAT).read_text() + "[nid1:42] *** Process received signal ***\n"
         "[nid1:42] Signal: Aborted (6)\nsrun: error: nid1: task 1: Aborted (core dumped)\n"
+    )
     r = parse_text(text)
     assert r["verdict"] == "failed" and "crash-signal" in codes(r)
     assert len(r["tables"][0]["rows"]) == 23
 
 
-@pytest.mark.parametrize("title, name", [
-    ("MPI Latency Test", "osu_latency"), ("MPI-CUDA Bandwidth Test", "osu_bw"),
-    ("MPI Bi-Directional Bandwidth Test", "osu_bibw"), ("MPI Multiple Bandwidth / Message Rate Test", "osu_mbw_mr"),
-    ("MPI Allreduce Latency Test", "osu_allreduce"), ("MPI Non-blocking Allreduce Latency Test", "osu_iallreduce"),
-    ("MPI All-to-All Personalized Exchange Latency Test", "osu_alltoall"), ("MPI Broadcast Latency Test", "osu_bcast"),
-    ("MPI Allgather Latency Test", "osu_allgather"), ("MPI Reduce_scatter Latency Test", "osu_reduce_scatter"),
-    ("MPI_Put Latency Test", "osu_put_latency"), ("MPI Init Test", "osu_init"),
-    ("MPI Multi-threaded Latency Test", "osu_latency_mt"), ("MPI Barrier Latency Test", "osu_barrier"),
-])
+@pytest.mark.parametrize(
+    "title, name",
+    [
+        ("MPI Latency Test", "osu_latency"),
+        ("MPI-CUDA Bandwidth Test", "osu_bw"),
+        ("MPI Bi-Directional Bandwidth Test", "osu_bibw"),
+        ("MPI Multiple Bandwidth / Message Rate Test", "osu_mbw_mr"),
+        ("MPI Allreduce Latency Test", "osu_allreduce"),
+        ("MPI Non-blocking Allreduce Latency Test", "osu_iallreduce"),
+        ("MPI All-to-All Personalized Exchange Latency Test", "osu_alltoall"),
+        ("MPI Broadcast Latency Test", "osu_bcast"),
+        ("MPI Allgather Latency Test", "osu_allgather"),
+        ("MPI Reduce_scatter Latency Test", "osu_reduce_scatter"),
+        ("MPI_Put Latency Test", "osu_put_latency"),
+        ("MPI Init Test", "osu_init"),
+        ("MPI Multi-threaded Latency Test", "osu_latency_mt"),
+        ("MPI Barrier Latency Test", "osu_barrier"),
+    ],
+)
 def test_benchmark_names(title: str, name: str) -> None:
     assert benchmark_name(title) == name
 
 
 # ---- nccl-tests ----------------------------------------------------------------------
+
 
 def test_nccl_tests_truncated_keeps_rows(logs: Path) -> None:
     lines = (logs / NCCL_GOOD).read_text().splitlines()
@@ -214,19 +247,23 @@ def test_nccl_tests_truncated_keeps_rows(logs: Path) -> None:
 
 
 def test_nccl_tests_header_only() -> None:
-    text = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20\n"
-            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-            "Test NCCL failure common.cu:1005 'unhandled system error'\n")
+    text = (
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "Test NCCL failure common.cu:1005 'unhandled system error'\n"
+    )
     r = parse_text(text)
     assert r["verdict"] == "failed" and {"truncated", "nccl-failure"} <= set(codes(r))
 
 
 def test_nccl_tests_with_nccl_info_interleaved(logs: Path) -> None:
     text = (logs / NCCL_GOOD).read_text()
-    info = ("nid1:1:1 [0] NCCL INFO NCCL version 2.19.3+cuda12.2\n"
-            "nid1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
-            "nid1:1:1 [0] NCCL INFO Channel 00/0 : 4[0] -> 0[0] [receive] via NET/AWS Libfabric/0/GDRDMA\n"
-            "nid1:1:1 [0] NCCL INFO Using network AWS Libfabric\n")
+    info = (
+        "nid1:1:1 [0] NCCL INFO NCCL version 2.19.3+cuda12.2\n"
+        "nid1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+        "nid1:1:1 [0] NCCL INFO Channel 00/0 : 4[0] -> 0[0] [receive] via NET/AWS Libfabric/0/GDRDMA\n"
+        "nid1:1:1 [0] NCCL INFO Using network AWS Libfabric\n"
+    )
     text = text.replace("#  Rank  0 ", info + "#  Rank  0 ", 1)
     r = parse_text(text)
     assert r["kind"] == "nccl-tests" and r["sections"] == ["nccl-tests", "nccl-debug"]
@@ -274,34 +311,47 @@ def test_nccl_tests_repeated_rank_zero_is_degenerate() -> None:
 
 # ---- NCCL debug, UCX, Slurm variants -------------------------------------------------
 
-@pytest.mark.parametrize("via, norm", [
-    ("NET/IB/3/GDRDMA", "NET/IB/GDRDMA"), ("NET/Socket/0", "NET/Socket"), ("P2P/IPC", "P2P/IPC"),
-    ("NET/IB/0(1)/GDRDMA", "NET/IB/GDRDMA"), ("SHM/direct/direct", "SHM/direct/direct"),
-    ("P2P/direct pointer/read", "P2P/direct pointer/read"),
-])
+
+@pytest.mark.parametrize(
+    "via, norm",
+    [
+        ("NET/IB/3/GDRDMA", "NET/IB/GDRDMA"),
+        ("NET/Socket/0", "NET/Socket"),
+        ("P2P/IPC", "P2P/IPC"),
+        ("NET/IB/0(1)/GDRDMA", "NET/IB/GDRDMA"),
+        ("SHM/direct/direct", "SHM/direct/direct"),
+        ("P2P/direct pointer/read", "P2P/direct pointer/read"),
+    ],
+)
 def test_nccl_transport_normalisation(via: str, norm: str) -> None:
     assert normalize_transport(via) == norm
 
 
 def test_nccl_ib_without_gdrdma_is_suboptimal() -> None:
-    text = ("h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n"
-            "h:1:1 [0] NCCL INFO Using network IB\n"
-            "h:1:1 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0\n"
-            "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n")
+    text = (
+        "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n"
+        "h:1:1 [0] NCCL INFO Using network IB\n"
+        "h:1:1 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0\n"
+        "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n"
+    )
     r = parse_text(text)
     assert r["gdrdma"] is False and r["transports"] == {"NET/IB": 2}
     assert r["verdict"] == "suboptimal" and "nccl-no-gdrdma" in codes(r)
 
 
 def test_old_ucx_ep_cfg_format() -> None:
-    text = ("[1586336889.485760] [gpu4:30970:0]     ucp_worker.c:1539 UCX  INFO  ep_cfg[1]: tag(posix/memory knem/memory); "
-            "stream(posix/memory);\n"
-            "[1586336889.485760] [gpu4:30970:0]     ucp_worker.c:1539 UCX  INFO  ep_cfg[2]: tag(rc_mlx5/mlx5_0:1 "
-            "ud_mlx5/mlx5_0:1); rma(rc_mlx5/mlx5_0:1);\n")
+    text = (
+        "[1586336889.485760] [gpu4:30970:0]     ucp_worker.c:1539 UCX  INFO  ep_cfg[1]: tag(posix/memory knem/memory); "
+        "stream(posix/memory);\n"
+        "[1586336889.485760] [gpu4:30970:0]     ucp_worker.c:1539 UCX  INFO  ep_cfg[2]: tag(rc_mlx5/mlx5_0:1 "
+        "ud_mlx5/mlx5_0:1); rma(rc_mlx5/mlx5_0:1);\n"
+    )
     r = parse_text(text)
     assert r["kind"] == "ucx-log" and r["verdict"] == "good"
-    assert r["transports_by_scope"] == {"intra-node": ["knem/memory", "posix/memory"],
-                                        "inter-node": ["rc_mlx5/mlx5_0:1", "ud_mlx5/mlx5_0:1"]}
+    assert r["transports_by_scope"] == {
+        "intra-node": ["knem/memory", "posix/memory"],
+        "inter-node": ["rc_mlx5/mlx5_0:1", "ud_mlx5/mlx5_0:1"],
+    }
 
 
 def test_ucx_inter_node_tcp_is_bad() -> None:
@@ -311,22 +361,28 @@ def test_ucx_inter_node_tcp_is_bad() -> None:
 
 
 def test_ucx_error_line_is_reported_not_fatal() -> None:
-    text = ("[1.0] [vm:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory cma/memory)\n"
-            "[1.0] [vm:7:0]     ib_iface.c:123  UCX  ERROR ibv_create_cq(cqe=4096) failed: Cannot allocate memory\n")
+    text = (
+        "[1.0] [vm:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory cma/memory)\n"
+        "[1.0] [vm:7:0]     ib_iface.c:123  UCX  ERROR ibv_create_cq(cqe=4096) failed: Cannot allocate memory\n"
+    )
     r = parse_text(text)
     assert r["verdict"] == "suboptimal" and codes(r) == ["ucx-error"]
 
 
 def test_failure_signature_inside_ucx_log() -> None:
-    text = ("[1.0] [vm:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory)\n"
-            "[vm:7] PMIX ERROR: UNREACHABLE in file server/pmix_server.c at line 2147\n")
+    text = (
+        "[1.0] [vm:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory)\n"
+        "[vm:7] PMIX ERROR: UNREACHABLE in file server/pmix_server.c at line 2147\n"
+    )
     r = parse_text(text)
     assert r["kind"] == "ucx-log" and r["verdict"] == "failed" and "pmix-error" in codes(r)
 
 
 def test_missing_nv_libraries_warning() -> None:
-    r = parse_text("WARNING: Could not find any nv libraries on this host!\n"
-                   "./all_reduce_perf: error while loading shared libraries: libcuda.so.1: cannot open shared object file\n")
+    r = parse_text(
+        "WARNING: Could not find any nv libraries on this host!\n"
+        "./all_reduce_perf: error while loading shared libraries: libcuda.so.1: cannot open shared object file\n"
+    )
     assert r["kind"] == "failure" and r["verdict"] == "failed" and codes(r) == ["nv-libraries-missing"]
 
 
@@ -361,26 +417,32 @@ def test_verdict_ordering() -> None:
 
 
 def test_ompi_mca_base_select_lines() -> None:
-    r = parse_text("[h:1] mca:base:select:(  pml) Querying component [ucx]\n"
-                   "[h:1] mca:base:select:(  pml) Selected component [ucx]\n"
-                   "[h:1] mca:base:select:(  mtl) Selected component [ofi]\n")
+    r = parse_text(
+        "[h:1] mca:base:select:(  pml) Querying component [ucx]\n"
+        "[h:1] mca:base:select:(  pml) Selected component [ucx]\n"
+        "[h:1] mca:base:select:(  mtl) Selected component [ofi]\n"
+    )
     assert r["kind"] == "ompi-verbose" and r["pml"] == "ucx" and r["selected"] == {"pml": "ucx", "mtl": "ofi"}
 
 
 def test_pmi2_singletons_are_a_failure() -> None:
-    r = parse_text("No PMIx server was reachable, but a PMI1/2 was detected.\n"
-                   "If srun is being used to launch application, 4 singletons will be started.\n"
-                   "Hello from proc 0 of 1\n")
+    r = parse_text(
+        "No PMIx server was reachable, but a PMI1/2 was detected.\n"
+        "If srun is being used to launch application, 4 singletons will be started.\n"
+        "Hello from proc 0 of 1\n"
+    )
     assert r["kind"] == "failure" and r["verdict"] == "failed" and r["failures"] == ["pmix-singletons"]
 
 
 def test_old_nccl_without_using_network_line() -> None:
-    text = ("master:1:2 [0] NCCL INFO NET/Socket : Using [0]ib0:192.168.11.1<0>\n"
-            "master:1:2 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).\n"
-            "master:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168.11.1<0>\n"
-            "NCCL version 2.4.7+cuda10.0\n"
-            "master:1:2 [0] NCCL INFO Ring 00 : 3 -> 0 [receive] via NET/IB/0\n"
-            "master:1:2 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 > 2)\n")
+    text = (
+        "master:1:2 [0] NCCL INFO NET/Socket : Using [0]ib0:192.168.11.1<0>\n"
+        "master:1:2 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).\n"
+        "master:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168.11.1<0>\n"
+        "NCCL version 2.4.7+cuda10.0\n"
+        "master:1:2 [0] NCCL INFO Ring 00 : 3 -> 0 [receive] via NET/IB/0\n"
+        "master:1:2 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 > 2)\n"
+    )
     r = parse_text(text)
     assert r["network"] == "IB" and r["nccl_version"] == "2.4.7+cuda10.0"
     assert r["transports"] == {"NET/IB": 1} and r["gdrdma"] is False
@@ -411,19 +473,19 @@ SIGNATURE_SAMPLES = {
     "cuda-failure": "Test CUDA failure common.cu:1045 'out of memory'",
     "loader-warning": "./osu_bw: /usr/lib/libnl-3.so.200: no version information available (required by /usr/lib64/libcxi.so.1)",
     "nccl-duplicate-gpu": "[2026-11-22 11:45:40] vm:539:539 [0] init.cc:808 NCCL WARN Duplicate GPU detected : rank 1 "
-                          "and rank 0 both on CUDA device 60",
+    "and rank 0 both on CUDA device 60",
     "nccl-failure": "h:1:1 [0] NCCL WARN Failed to initialize any NET plugin",
     # issue 23: real lines, their logs under tests/stages/verify/data/real/
     "srun-pmix-plugin-broken": "srun: error:  mpi/pmix_v5: init: (null) [0]: mpi_pmix.c:193: pmi/pmix: can not load "
-                               "PMIx library",
+    "PMIx library",
     "gpu-runtime-setup-failed": "nvidia-container-cli: initialization error: nvml error: driver not loaded",
     "container-start-failed": "FATAL:   container creation failed: mount /proc/self/fd/3->/var/lib/singularity/mnt/session/"
-                              "rootfs error: while mounting image /proc/self/fd/3: failed to find loop device: could not "
-                              "attach image file to loop device: no loop devices available",
+    "rootfs error: while mounting image /proc/self/fd/3: failed to find loop device: could not "
+    "attach image file to loop device: no loop devices available",
     "nvml-driver-mismatch": "Failed to initialize NVML: Driver/library version mismatch",
     "nv-tools-missing": "bash: nvidia-smi: command not found",
     "nccl-net-failure": "ip-1:72593:73427 [7] create_nccl_ofi_component:459 NCCL WARN NET/OFI Couldn't open AV. RC: -22, "
-                        "ERROR: Invalid argument",
+    "ERROR: Invalid argument",
     "ucx-worker-create-failed": "[ip-AC125814:62000] pml_ucx.c:291  Error: Failed to create UCP worker",
     "ucx-endpoint-failed": "[cn0244:260472] pml_ucx.c:421  Error: ucp_ep_create(proc=47) failed: Input/output error",
     "assertion-failed": "[x1004c6s4b1n0:114645:0:114645]  ucp_worker.c:783  Assertion `progress_count == 0' failed",
@@ -446,7 +508,9 @@ def test_every_signature_fires(code: str) -> None:
 
 
 def test_ucx_posix_proc_denied_under_user_namespaces_is_harmless() -> None:
-    text = ("[1.0] [vm:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory cma/memory)\n"
-            "[1.0] [vm:7:0]    mm_posix.c:238  UCX  ERROR open(/proc/8/fd/25) failed: Permission denied\n")
+    text = (
+        "[1.0] [vm:7:0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(sysv/memory cma/memory)\n"
+        "[1.0] [vm:7:0]    mm_posix.c:238  UCX  ERROR open(/proc/8/fd/25) failed: Permission denied\n"
+    )
     r = parse_text(text)
     assert r["verdict"] == "good" and codes(r) == ["ucx-posix-proc-denied"]

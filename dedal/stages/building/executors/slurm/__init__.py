@@ -22,11 +22,21 @@ One concern per module, each relying only on those before it:
 
 Callers import from here.
 """
+
 from __future__ import annotations
 
 from dedal.stages.building.executors.slurm.jobs import capacity, job_name, job_time_limit, live_hints
 from dedal.stages.building.executors.slurm.record import RECORD, Tracked, read_record, record_driver
 from dedal.stages.building.executors.slurm.run import build
 
-__all__ = ["RECORD", "Tracked", "build", "capacity", "job_name", "job_time_limit", "live_hints", "read_record",
-           "record_driver"]
+__all__ = [
+    "RECORD",
+    "Tracked",
+    "build",
+    "capacity",
+    "job_name",
+    "job_time_limit",
+    "live_hints",
+    "read_record",
+    "record_driver",
+]

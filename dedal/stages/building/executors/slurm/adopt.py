@@ -10,6 +10,7 @@ same host, and on another host by the record's age (rewritten at least every
 ``dedal build --detach``) leaves a record saying that no dedal follows the jobs, so the
 next build follows them at once. Jobs of a plan that is not this one are refused.
 """
+
 from __future__ import annotations
 
 import time
@@ -47,33 +48,49 @@ class Adopting(Following):
             return False
         if live:
             ids = ", ".join(sorted(live)[:10]) + (" ..." if len(live) > 10 else "")
-            refused = (f"{self.plan.env_name}: Slurm jobs of an earlier build are still queued or running ({ids}; "
-                       f"see `dedal status`)")
+            refused = (
+                f"{self.plan.env_name}: Slurm jobs of an earlier build are still queued or running ({ids}; "
+                f"see `dedal status`)"
+            )
         else:
             refused = f"{self.plan.env_name}: an earlier build is submitting its jobs"
         if state == ALIVE:
             assert driver is not None
-            raise UserError(f"{refused}, by dedal (pid {driver.pid}) on this host: wait for it, or stop it "
-                            f"(Ctrl-C cancels its jobs)")
+            raise UserError(
+                f"{refused}, by dedal (pid {driver.pid}) on this host: wait for it, or stop it "
+                f"(Ctrl-C cancels its jobs)"
+            )
         if state == UNKNOWN and age < GONE_AFTER_S:
             where = f" on {driver.host} (pid {driver.pid})" if driver else ""
-            raise UserError(f"{refused}; the dedal that follows them{where} updated their record {age:.0f} s ago: "
-                            f"wait for it, or scancel them; if that dedal is gone, this command follows them "
-                            f"once the record is {GONE_AFTER_S:.0f} s old")
+            raise UserError(
+                f"{refused}; the dedal that follows them{where} updated their record {age:.0f} s ago: "
+                f"wait for it, or scancel them; if that dedal is gone, this command follows them "
+                f"once the record is {GONE_AFTER_S:.0f} s old"
+            )
         if not live:
             return False
         missing = sorted({h for j in recorded for h in j.get("hashes", []) if h not in self.plan.nodes})
         if missing:
-            raise UserError(f"{refused}, for a plan that is not this one (packages {', '.join(m[:7] for m in missing[:5])} "
-                            f"are not in it): wait for them or scancel them, then build again")
+            raise UserError(
+                f"{refused}, for a plan that is not this one (packages {', '.join(m[:7] for m in missing[:5])} "
+                f"are not in it): wait for them or scancel them, then build again"
+            )
         for j in recorded:
             hashes = [str(h) for h in j.get("hashes", [])]
             job = Job.from_json({**j, "names": [self.plan.nodes[h].name for h in hashes]})
             t = self.prepare(job)
-            t.slurm_id, t.attempt, t.time = str(j.get("slurm_id") or ""), int(j.get("attempt") or 1), str(j.get("time") or "")
+            t.slurm_id, t.attempt, t.time = (
+                str(j.get("slurm_id") or ""),
+                int(j.get("attempt") or 1),
+                str(j.get("time") or ""),
+            )
             t.hints, t.history = [str(a) for a in j.get("hints") or []], list(j.get("history") or [])
             t.hints_dropped = [str(a) for a in j.get("hints_dropped") or []]
-            t.status, t.slurm_state, t.node = str(j.get("status") or ""), str(j.get("state") or ""), str(j.get("node") or "")
+            t.status, t.slurm_state, t.node = (
+                str(j.get("status") or ""),
+                str(j.get("state") or ""),
+                str(j.get("node") or ""),
+            )
             if t.slurm_id in live:
                 t.status = "queued"  # poll() says whether it runs
             elif t.status in ("queued", "running", "resubmitting"):
@@ -99,6 +116,8 @@ class Adopting(Following):
         if old.get("detached"):
             gone = "it was detached"
         doing = "leaving to themselves (detached)" if self.settings.get("slurm.detach") else "following"
-        self.progress.note(f"{doing} {len(live)} Slurm job(s) of an earlier build of this environment "
-                           f"({gone}); nothing is submitted twice")
+        self.progress.note(
+            f"{doing} {len(live)} Slurm job(s) of an earlier build of this environment "
+            f"({gone}); nothing is submitted twice"
+        )
         return True

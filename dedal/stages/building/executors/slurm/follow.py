@@ -23,6 +23,7 @@ neither squeue nor sacct knows for ``UNKNOWN_GRACE_S`` is lost (failed).
 
 The record is rewritten on each change, and at least every ``HEARTBEAT_S`` (:mod:`.record`).
 """
+
 from __future__ import annotations
 
 import time
@@ -225,16 +226,30 @@ class Following(Submitting):
             self.serial += 1
             hashes = self.run_order(hashes)
             own = set(hashes)
-            after = sorted({self.job_of[r] for h in hashes for r in self.plan.build_requirements.get(h, [])
-                            if r in self.job_of and r not in own and not self.has_layer(r)})
+            after = sorted(
+                {
+                    self.job_of[r]
+                    for h in hashes
+                    for r in self.plan.build_requirements.get(h, [])
+                    if r in self.job_of and r not in own and not self.has_layer(r)
+                }
+            )
             old = self.tracked[old_id].job
-            job = Job(id=f"{old_id}r{self.serial}", hashes=hashes, after=after, cores=old.cores,
-                      names=[self.plan.nodes[h].name for h in hashes], priority=old.priority,
-                      est_s=old.est_s)
+            job = Job(
+                id=f"{old_id}r{self.serial}",
+                hashes=hashes,
+                after=after,
+                cores=old.cores,
+                names=[self.plan.nodes[h].name for h in hashes],
+                priority=old.priority,
+                est_s=old.est_s,
+            )
             t = self.track(job)
             self.submit(t, text, source, nice=0)
-            self.progress.note(f"resubmitted {len(hashes)} package(s) of {old_id} that do not need the failure "
-                               f"as {job.id} (Slurm job {t.slurm_id})")
+            self.progress.note(
+                f"resubmitted {len(hashes)} package(s) of {old_id} that do not need the failure "
+                f"as {job.id} (Slurm job {t.slurm_id})"
+            )
 
     def node_failure(self, t: Tracked, st: JobState) -> None:
         """Resubmit a job lost to the machine, and every job waiting for it."""
@@ -242,13 +257,15 @@ class Following(Submitting):
         how = _describe(st)
         lost = t.attempt - int(t.extended)  # submissions that ended with the machine's failure
         if lost > retries:
-            self.progress.note(f"{t.job.id} ({t.name}) lost to {how} {lost} time(s); not retrying "
-                               f"(slurm.retries = {retries})")
+            self.progress.note(
+                f"{t.job.id} ({t.name}) lost to {how} {lost} time(s); not retrying (slurm.retries = {retries})"
+            )
             self.job_done(t, st)
             return
         node = st.node or t.node
-        self.resubmit(t, st, f"lost to {how}{' on ' + node if node else ''}: resubmitting "
-                             f"(attempt {lost + 1} of {retries + 1})")
+        self.resubmit(
+            t, st, f"lost to {how}{' on ' + node if node else ''}: resubmitting (attempt {lost + 1} of {retries + 1})"
+        )
 
     def past_limit(self, t: Tracked, st: JobState) -> None:
         """A job killed at the limit taken from its estimate has not failed its build:
@@ -256,8 +273,12 @@ class Following(Submitting):
         was = t.time
         t.time = self.settings.get("slurm.time") or ""
         t.extended = True
-        self.resubmit(t, st, f"ran past its time limit of {was} (estimate x slurm.time_factor): resubmitting "
-                             f"with slurm.time ({t.time or 'no limit'})")
+        self.resubmit(
+            t,
+            st,
+            f"ran past its time limit of {was} (estimate x slurm.time_factor): resubmitting "
+            f"with slurm.time ({t.time or 'no limit'})",
+        )
 
 
 def _describe(st: JobState) -> str:

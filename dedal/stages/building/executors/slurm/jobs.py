@@ -15,6 +15,7 @@
 Pure functions of settings and jobs (``capacity`` asks the client for the nodes); the
 schedule benchmark (benchmarks/schedule/cluster.py) uses them as the executor does.
 """
+
 from __future__ import annotations
 
 import re

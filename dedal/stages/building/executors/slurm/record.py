@@ -11,6 +11,7 @@ record ``GONE_AFTER_S`` old whose dedal ran elsewhere is taken as abandoned.
 :class:`Tracked` is one job as the executor follows it; :func:`job_entry` is how the
 record holds it. The record is replaced atomically, so a reader never sees half of it.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,8 @@ from dedal.schedule import Job
 
 RECORD = "slurm-jobs.json"
 RECORD_FORMAT = 1
-HEARTBEAT_S = 60.0      # the record is rewritten at least this often while dedal follows the jobs
-GONE_AFTER_S = 300.0    # a record this old whose dedal ran on another host: that dedal is gone
+HEARTBEAT_S = 60.0  # the record is rewritten at least this often while dedal follows the jobs
+GONE_AFTER_S = 300.0  # a record this old whose dedal ran on another host: that dedal is gone
 
 
 def now() -> str:
@@ -61,23 +62,23 @@ class Tracked:
     name: str
     script: Path
     result: Path
-    out_pattern: Path                 # --output, with %j
+    out_pattern: Path  # --output, with %j
     slurm_id: str = ""
     attempt: int = 1
-    status: str = "queued"           # queued | running | done | failed | blocked | cancelled
+    status: str = "queued"  # queued | running | done | failed | blocked | cancelled
     slurm_state: str = ""
     reason: str = ""
     node: str = ""
     error: str = ""
-    history: List[dict] = field(default_factory=list)   # earlier submissions
+    history: List[dict] = field(default_factory=list)  # earlier submissions
     unknown_since: float = 0.0
     cancel_requested: bool = False
-    current: int = 0                 # index of the package now building
+    current: int = 0  # index of the package now building
     pkg_started: float = 0.0
     hints: List[str] = field(default_factory=list)  # order hints (job ids) Slurm still holds it to
     hints_dropped: List[str] = field(default_factory=list)  # hints past their planned time, dropped
-    time: str = ""                   # --time it was submitted with
-    extended: bool = False           # resubmitted with slurm.time after running past its estimated limit
+    time: str = ""  # --time it was submitted with
+    extended: bool = False  # resubmitted with slurm.time after running past its estimated limit
 
     @property
     def log(self) -> str:
@@ -92,14 +93,28 @@ def job_entry(t: Tracked, label: Callable[[str], str], pkg_status: Mapping[str, 
     """One job as the record's ``jobs`` list holds it; ``label`` names a package by its
     hash, ``pkg_status`` says how far each package is."""
     return {
-        "id": t.job.id, "slurm_id": t.slurm_id, "name": t.name, "status": t.status,
-        "state": t.slurm_state, "reason": t.reason, "node": t.node, "attempt": t.attempt,
-        "packages": [label(h) for h in t.job.hashes], "hashes": list(t.job.hashes),
+        "id": t.job.id,
+        "slurm_id": t.slurm_id,
+        "name": t.name,
+        "status": t.status,
+        "state": t.slurm_state,
+        "reason": t.reason,
+        "node": t.node,
+        "attempt": t.attempt,
+        "packages": [label(h) for h in t.job.hashes],
+        "hashes": list(t.job.hashes),
         "package_status": {label(h): pkg_status.get(h, "queued") for h in t.job.hashes},
-        "after": list(t.job.after), "order": dict(t.job.order), "hints": list(t.hints),
+        "after": list(t.job.after),
+        "order": dict(t.job.order),
+        "hints": list(t.hints),
         "hints_dropped": list(t.hints_dropped),
-        "cores": t.job.cores, "est_s": round(t.job.est_s, 1), "time": t.time,
-        "log": t.log, "result": str(t.result), "script": str(t.script), "error": t.error,
+        "cores": t.job.cores,
+        "est_s": round(t.job.est_s, 1),
+        "time": t.time,
+        "log": t.log,
+        "result": str(t.result),
+        "script": str(t.script),
+        "error": t.error,
         "history": t.history,
     }
 

@@ -14,6 +14,7 @@ before is put back (a failed attempt never hides how the last one ended).
 Ctrl-C / SIGTERM (and SIGHUP): ``scancel`` of every job of this build (a running node
 build removes its stage on the signal), ``summary.interrupted``.
 """
+
 from __future__ import annotations
 
 import signal
@@ -93,8 +94,9 @@ class _Build(Adopting):
                         left.append(h)
                 todo = left
                 if todo and not self.stopped_after_failure:
-                    self.progress.note(f"the earlier build's jobs have ended; building the {len(todo)} package(s) "
-                                       f"it left")
+                    self.progress.note(
+                        f"the earlier build's jobs have ended; building the {len(todo)} package(s) it left"
+                    )
                     self.tracked, self.order, self.job_of = {}, [], {}
                     self.submitting = True
                     self.write_record()
@@ -138,9 +140,18 @@ class _Build(Adopting):
         return self.summary
 
 
-def build(plan: Plan, plan_path: Path, settings: Settings, *, keep_going: bool, progress: BuildProgress,
-          client: Optional[Slurm] = None) -> BuildSummary:
+def build(
+    plan: Plan,
+    plan_path: Path,
+    settings: Settings,
+    *,
+    keep_going: bool,
+    progress: BuildProgress,
+    client: Optional[Slurm] = None,
+) -> BuildSummary:
     """Build the plan's missing layers through Slurm jobs (see the module doc)."""
     if not plan.env_dir:
-        raise UserError(f"{plan_path}: the plan has no environment directory (env_dir); run `dedal build` on the environment")
+        raise UserError(
+            f"{plan_path}: the plan has no environment directory (env_dir); run `dedal build` on the environment"
+        )
     return _Build(plan, plan_path, settings, keep_going, progress, client or Slurm()).run()

@@ -22,6 +22,7 @@ Resubmission (of a job lost to the machine or killed at its estimated time limit
 it (which ``--kill-on-invalid-dep`` cancels, or would): they are cancelled and
 resubmitted against the new job id.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -53,8 +54,13 @@ class Submitting(Tracking):
     def prepare(self, job: Job) -> Tracked:
         name = job_name(self.plan.env_name, job)
         stem = f"{job.id}-{safe_name(job.label)}"
-        t = Tracked(job=job, name=name, script=self.job_dir / f"{stem}.sh", result=self.job_dir / f"{stem}.json",
-                    out_pattern=self.log_dir / f"slurm-%j-{name.replace(':', '_')}.out")
+        t = Tracked(
+            job=job,
+            name=name,
+            script=self.job_dir / f"{stem}.sh",
+            result=self.job_dir / f"{stem}.json",
+            out_pattern=self.log_dir / f"slurm-%j-{name.replace(':', '_')}.out",
+        )
         return t
 
     def track(self, job: Job) -> Tracked:
@@ -74,15 +80,20 @@ class Submitting(Tracking):
         if not values.get("build_jobs"):
             values["build_jobs"] = job.cores  # make -j the job's CPUs
         node_settings = Settings(values, dict(self.settings.sources))
-        cmd = node_build_command(node_settings, self.plan_path, t.name, self.run_order(job.hashes), t.result,
-                                 self.log_dir)
-        script = render_job_script(text, {
-            "job_name": t.name,
-            "packages": " ".join(safe_name(self.label(h)) for h in self.run_order(job.hashes)),
-            "command": shlex.join(cmd),
-            "log": _shell_path(t.out_pattern),
-            "stage_dir": shlex.quote(str(self.settings.stage_dir)),
-        }, source=str(source))
+        cmd = node_build_command(
+            node_settings, self.plan_path, t.name, self.run_order(job.hashes), t.result, self.log_dir
+        )
+        script = render_job_script(
+            text,
+            {
+                "job_name": t.name,
+                "packages": " ".join(safe_name(self.label(h)) for h in self.run_order(job.hashes)),
+                "command": shlex.join(cmd),
+                "log": _shell_path(t.out_pattern),
+                "stage_dir": shlex.quote(str(self.settings.stage_dir)),
+            },
+            source=str(source),
+        )
         t.script.write_text(script)
         t.result.unlink(missing_ok=True)
         deps = []
@@ -98,12 +109,22 @@ class Submitting(Tracking):
         if not t.time:
             t.time = job_time_limit(job.est_s, float(s.get("slurm.time_factor")), s.get("slurm.time") or "")
         t.slurm_id = self.client.submit(
-            script, name=t.name, dependencies=deps, kill_on_invalid_dep=True,
+            script,
+            name=t.name,
+            dependencies=deps,
+            kill_on_invalid_dep=True,
             after_any=[self.tracked[a].slurm_id for a in t.hints],
-            partition=s.get("slurm.partition"), account=s.get("slurm.account"), qos=s.get("slurm.qos"),
-            time=t.time, constraint=s.get("slurm.constraint"), nodes=1,
-            cpus=int(s.get("slurm.cpus_per_job") or job.cores), mem=s.get("slurm.mem"),
-            extra_args=list(s.get("slurm.extra_args") or []), output=t.out_pattern, nice=nice,
+            partition=s.get("slurm.partition"),
+            account=s.get("slurm.account"),
+            qos=s.get("slurm.qos"),
+            time=t.time,
+            constraint=s.get("slurm.constraint"),
+            nodes=1,
+            cpus=int(s.get("slurm.cpus_per_job") or job.cores),
+            mem=s.get("slurm.mem"),
+            extra_args=list(s.get("slurm.extra_args") or []),
+            output=t.out_pattern,
+            nice=nice,
             workdir=self.work,
         )
         t.status, t.slurm_state, t.reason, t.node, t.error = "queued", "PENDING", "", "", ""
@@ -112,8 +133,12 @@ class Submitting(Tracking):
         self.summary.jobs += 1
 
     def live_hints(self, job: Job, hints: Sequence[str]) -> List[str]:
-        return live_hints(job, hints, lambda a: a in self.tracked and self.tracked[a].active
-                          and bool(self.tracked[a].slurm_id), time.monotonic() - self.submitted)
+        return live_hints(
+            job,
+            hints,
+            lambda a: a in self.tracked and self.tracked[a].active and bool(self.tracked[a].slurm_id),
+            time.monotonic() - self.submitted,
+        )
 
     def expire_hints(self) -> bool:
         """A queued job stops waiting for an order hint once its planned time has passed:
@@ -128,8 +153,9 @@ class Submitting(Tracking):
             if live == t.hints:
                 continue
             if any(a not in live and self.tracked[a].active for a in t.hints):
-                deps = [self.tracked[a].slurm_id for a in t.job.after
-                        if self.tracked[a].active and self.tracked[a].slurm_id]
+                deps = [
+                    self.tracked[a].slurm_id for a in t.job.after if self.tracked[a].active and self.tracked[a].slurm_id
+                ]
                 if not self.client.set_dependencies(t.slurm_id, deps, [self.tracked[a].slurm_id for a in live]):
                     continue  # it started meanwhile
             t.hints_dropped += [a for a in t.hints if a not in live and self.tracked[a].active]
@@ -151,9 +177,15 @@ class Submitting(Tracking):
                 self.write_record()
         self.submitting = False
         self.write_record()
-        self.progress.note(f"submitted {len(jobs)} Slurm job(s) for {sum(len(j.hashes) for j in jobs)} package(s)"
-                           + (f"; simulated makespan {self.schedule.makespan_s:.0f} s on {self.schedule.nodes} "
-                              f"node(s) x {self.schedule.cores} cores" if self.schedule else ""))
+        self.progress.note(
+            f"submitted {len(jobs)} Slurm job(s) for {sum(len(j.hashes) for j in jobs)} package(s)"
+            + (
+                f"; simulated makespan {self.schedule.makespan_s:.0f} s on {self.schedule.nodes} "
+                f"node(s) x {self.schedule.cores} cores"
+                if self.schedule
+                else ""
+            )
+        )
 
     def resubmit(self, t: Tracked, st: JobState, what: str) -> None:
         """Submit ``t`` again, and every job waiting for it (cancelled first: Slurm would
@@ -175,9 +207,15 @@ class Submitting(Tracking):
         if closure:
             self.client.cancel([d.slurm_id for d in closure])
         for job_t in [t] + closure:
-            job_t.history.append({"slurm_id": job_t.slurm_id, "state": job_t.slurm_state if job_t is not t
-                                  else st.state.value, "node": job_t.node, "log": job_t.log,
-                                  "resubmitted_at": now()})
+            job_t.history.append(
+                {
+                    "slurm_id": job_t.slurm_id,
+                    "state": job_t.slurm_state if job_t is not t else st.state.value,
+                    "node": job_t.node,
+                    "log": job_t.log,
+                    "resubmitted_at": now(),
+                }
+            )
             for h in job_t.job.hashes:
                 if self.pkg_status.get(h) == "running":
                     if self.has_layer(h):
@@ -187,8 +225,10 @@ class Submitting(Tracking):
                         self.progress.running.pop(self.label(h), None)
             job_t.current = 0
         t.attempt += 1
-        self.progress.note(f"{t.job.id} ({t.name}, Slurm job {t.slurm_id}) {what}"
-                           + (f", with {len(closure)} job(s) waiting for it" if closure else ""))
+        self.progress.note(
+            f"{t.job.id} ({t.name}, Slurm job {t.slurm_id}) {what}"
+            + (f", with {len(closure)} job(s) waiting for it" if closure else "")
+        )
         text, source = self.template()
         t.status = "resubmitting"
         for d in closure:

@@ -12,6 +12,7 @@ The executor is this class and the layers built on it, each in its own module:
 submission (:mod:`.submit`), following the jobs (:mod:`.follow`), adoption of an
 earlier dedal's jobs (:mod:`.adopt`) and the run itself (:mod:`.run`).
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,9 @@ from dedal.ui.progress import BuildProgress
 class Tracking:
     """One build's jobs and packages, and the record of them."""
 
-    def __init__(self, plan: Plan, plan_path: Path, settings: Settings, keep_going: bool,
-                 progress: BuildProgress, client: Slurm) -> None:
+    def __init__(
+        self, plan: Plan, plan_path: Path, settings: Settings, keep_going: bool, progress: BuildProgress, client: Slurm
+    ) -> None:
         self.plan = plan
         self.plan_path = Path(plan_path)
         self.settings = settings
@@ -47,15 +49,15 @@ class Tracking:
         self.log_dir = self.work / "logs"
         self.job_dir = self.work / "slurm"
         self.tracked: Dict[str, Tracked] = {}
-        self.order: List[str] = []            # job ids in submission order
-        self.job_of: Dict[str, str] = {}      # package -> id of the job that builds it now
+        self.order: List[str] = []  # job ids in submission order
+        self.job_of: Dict[str, str] = {}  # package -> id of the job that builds it now
         self.pkg_status: Dict[str, str] = {}  # package -> queued | running | built | failed | blocked
         self.schedule: Optional[Schedule] = None
         self.started = time.monotonic()
-        self.submitted = self.started       # time 0 of the schedule (order hints count from it)
-        self.submitted_at = now()           # the same, as a date (the record's, for a dedal that adopts the jobs)
-        self.written = 0.0                  # when the record was last written (heartbeat)
-        self.submitting = False             # planning and submitting: the record claims the environment
+        self.submitted = self.started  # time 0 of the schedule (order hints count from it)
+        self.submitted_at = now()  # the same, as a date (the record's, for a dedal that adopts the jobs)
+        self.written = 0.0  # when the record was last written (heartbeat)
+        self.submitting = False  # planning and submitting: the record claims the environment
         self.driver = Owner.me()
         self.started_at = now()
         self.stopped_after_failure = False
@@ -82,11 +84,17 @@ class Tracking:
         jobs = [job_entry(self.tracked[jid], self.label, self.pkg_status) for jid in self.order]
         sched = self.schedule
         data = {
-            "format": RECORD_FORMAT, "executor": "slurm", "env": self.plan.env_name, "plan": str(self.plan_path),
-            "started_at": self.started_at, "submitted_at": self.submitted_at, "updated_at": now(),
+            "format": RECORD_FORMAT,
+            "executor": "slurm",
+            "env": self.plan.env_name,
+            "plan": str(self.plan_path),
+            "started_at": self.started_at,
+            "submitted_at": self.submitted_at,
+            "updated_at": now(),
             "driver": self.driver.to_json(),
             "finished": not self.submitting and not any(t.active for t in self.tracked.values()),
-            "submitting": self.submitting, "detached": self.summary.detached,
+            "submitting": self.submitting,
+            "detached": self.summary.detached,
             "interrupted": self.interrupted,
             "simulated": sched.to_json(with_jobs=False) if sched else None,
             "jobs": jobs,

@@ -3,6 +3,7 @@
 Every build goes through real ``sbatch`` jobs ordered by ``afterok``; the stand-in
 compiles real binaries into the layer store on this machine's (shared) filesystem.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,15 @@ from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("as_root")]
 
-MPI_CUDA_SPECS = ["openmpi@5 fabrics=ucx schedulers=slurm +cuda", "ucx +cuda", "pmix", "osu-micro-benchmarks +cuda",
-                  "nccl-tests", "hwloc +cuda", "cuda@12.2"]
-
+MPI_CUDA_SPECS = [
+    "openmpi@5 fabrics=ucx schedulers=slurm +cuda",
+    "ucx +cuda",
+    "pmix",
+    "osu-micro-benchmarks +cuda",
+    "nccl-tests",
+    "hwloc +cuda",
+    "cuda@12.2",
+]
 
 
 def build_env(env: TinyEnv, cluster: SlurmCluster, **extra: str) -> Dict[str, str]:
@@ -57,15 +64,22 @@ def names(labels: List[str]) -> List[str]:
     return sorted(x.split("@")[0] for x in labels)
 
 
-def start_build(isolated_env: Dict[str, str], env: TinyEnv, cluster: SlurmCluster, *args: str, as_json: bool = True,
-                **extra: str) -> subprocess.Popen:
+def start_build(
+    isolated_env: Dict[str, str], env: TinyEnv, cluster: SlurmCluster, *args: str, as_json: bool = True, **extra: str
+) -> subprocess.Popen:
     """``dedal build`` in the background; with ``as_json=False`` progress lines go to stderr."""
     full = dict(isolated_env)
     full.update(build_env(env, cluster, **extra))
     opts = ["--json"] if as_json else []
-    return subprocess.Popen([dedal_exe(), "build", str(env.env_file), *opts, *args], env=full, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=interruptible)
+    return subprocess.Popen(
+        [dedal_exe(), "build", str(env.env_file), *opts, *args],
+        env=full,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=interruptible,
+    )
 
 
 def wait_for(what: str, cond: Callable[[], object], timeout: float = 60, proc: Optional[subprocess.Popen] = None):
@@ -91,17 +105,20 @@ def running_job_of(env: TinyEnv, package: str, name: str = "tiny") -> Optional[d
 
 
 def test_builds_through_real_jobs_in_dependency_order_and_rerun_submits_nothing(
-        slurm_cluster: SlurmCluster, run_dedal, isolated_env, tmp_path: Path) -> None:
+    slurm_cluster: SlurmCluster, run_dedal, isolated_env, tmp_path: Path
+) -> None:
     tiny = make_env(tmp_path, sleep={"gcc-runtime": 3})
     proc = start_build(isolated_env, tiny, slurm_cluster, "--executor", "slurm", as_json=False)
     # while gcc-runtime builds, every other job waits in the queue for its dependencies
     job = wait_for("gcc-runtime running", lambda: running_job_of(tiny, "gcc-runtime"), proc=proc)
-    queue = subprocess.run(["squeue", "-h", "-o", "%i|%j|%T|%r|%E"], env=slurm_cluster.env, text=True,
-                           capture_output=True, check=True).stdout
+    queue = subprocess.run(
+        ["squeue", "-h", "-o", "%i|%j|%T|%r|%E"], env=slurm_cluster.env, text=True, capture_output=True, check=True
+    ).stdout
     ours = [line.split("|") for line in queue.splitlines() if "|dedal:tiny:" in line]
     waiting = [row for row in ours if row[0] != job["slurm_id"]]
-    assert waiting and all(row[2] == "PENDING" and row[3] == "Dependency" and "afterok:" in row[4]
-                           for row in waiting), queue
+    assert waiting and all(
+        row[2] == "PENDING" and row[3] == "Dependency" and "afterok:" in row[4] for row in waiting
+    ), queue
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     assert "tiny: 5 built, 0 reused, 0 failed" in out
@@ -177,8 +194,9 @@ def test_failing_package_stops_only_its_dependents(slurm_cluster: SlurmCluster, 
     assert names(json.loads(res.stdout)["built"]) == ["dedal-app", "libdedal"]
 
 
-def test_without_keep_going_unstarted_jobs_are_cancelled(slurm_cluster: SlurmCluster, run_dedal,
-                                                         tmp_path: Path) -> None:
+def test_without_keep_going_unstarted_jobs_are_cancelled(
+    slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path
+) -> None:
     tiny = make_env(tmp_path, fail=["gcc-runtime"])
     res = run_dedal("build", str(tiny.env_file), "--json", env=build_env(tiny, slurm_cluster))
     assert res.returncode == 1, res.stderr
@@ -202,18 +220,36 @@ def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, run_d
     template = tmp_path / "job.sh.in"
     default = (ROOT / "slurm" / "build-job.sh.in").read_text()
     # a site template (slurm.template) that records the batch script's PID
-    template.write_text(default.replace("set -euo pipefail\n",
-                                        'set -euo pipefail\necho $$ > "$DEDAL_TEST_PIDDIR/$SLURM_JOB_ID.pid"\n', 1))
-    proc = start_build(isolated_env, tiny, slurm_cluster, "--keep-going", DEDAL_SLURM_TEMPLATE=str(template),
-                       DEDAL_TEST_PIDDIR=str(piddir))
+    template.write_text(
+        default.replace(
+            "set -euo pipefail\n", 'set -euo pipefail\necho $$ > "$DEDAL_TEST_PIDDIR/$SLURM_JOB_ID.pid"\n', 1
+        )
+    )
+    proc = start_build(
+        isolated_env,
+        tiny,
+        slurm_cluster,
+        "--keep-going",
+        DEDAL_SLURM_TEMPLATE=str(template),
+        DEDAL_TEST_PIDDIR=str(piddir),
+    )
     job = wait_for("libdedal running", lambda: running_job_of(tiny, "libdedal"), proc=proc)
     pidfile = piddir / f"{job['slurm_id']}.pid"
     wait_for("the batch script's pid", pidfile.exists, proc=proc)
     builder = wait_for("libdedal's node build", lambda: node_builds_of(tiny, "libdedal"), proc=proc)[0]
-    stage = wait_for("its stage", lambda: next((tiny.stage / n for n in stage_leftovers(tiny.stage)
-                                                if (tiny.stage / n / STAGE_OWNER).is_file()
-                                                and json.loads((tiny.stage / n / STAGE_OWNER).read_text())["pid"]
-                                                == builder), None), proc=proc)
+    stage = wait_for(
+        "its stage",
+        lambda: next(
+            (
+                tiny.stage / n
+                for n in stage_leftovers(tiny.stage)
+                if (tiny.stage / n / STAGE_OWNER).is_file()
+                and json.loads((tiny.stage / n / STAGE_OWNER).read_text())["pid"] == builder
+            ),
+            None,
+        ),
+        proc=proc,
+    )
     # the whole job, as a cgroup is killed (the test cluster's proctrack/linuxproc would
     # let the node build outlive its batch script)
     os.kill(int(pidfile.read_text()), signal.SIGKILL)
@@ -240,8 +276,9 @@ def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, run_d
     assert f"removed {stage}, the stage of a dedal process on this host that was killed" in said, said[-2000:]
 
 
-def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmCluster, isolated_env,
-                                                       run_dedal, tmp_path: Path) -> None:
+def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(
+    slurm_cluster: SlurmCluster, isolated_env, run_dedal, tmp_path: Path
+) -> None:
     tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 60, "libdedal": 60})
     proc = start_build(isolated_env, tiny, slurm_cluster)
     job = wait_for("dedal-bootstrap running", lambda: running_job_of(tiny, "dedal-bootstrap"), proc=proc)
@@ -267,24 +304,32 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmClust
     assert rec["interrupted"]
     ids = [j["slurm_id"] for j in rec["jobs"]]
     client = Slurm(slurm_cluster.env)
-    states = wait_for("every job gone", lambda: (lambda s: s if all(x.state.is_finished for x in s.values())
-                                                 else None)(client.states(ids)), timeout=30)
-    assert not any(s.state is State.COMPLETED and j["status"] != "done"
-                   for j, s in zip(rec["jobs"], states.values()))
+    states = wait_for(
+        "every job gone",
+        lambda: (lambda s: s if all(x.state.is_finished for x in s.values()) else None)(client.states(ids)),
+        timeout=30,
+    )
+    assert not any(s.state is State.COMPLETED and j["status"] != "done" for j, s in zip(rec["jobs"], states.values()))
     assert any(s.state is State.CANCELLED for s in states.values())
     # the node builds removed their stages on scancel's SIGTERM
     try:
         wait_for("stages removed", lambda: stage_leftovers(tiny.stage) == [], timeout=30)
     except AssertionError:
-        logs = {Path(j["log"]).name: Path(j["log"]).read_text()[-1500:] for j in rec["jobs"] if Path(j["log"]).is_file()}
+        logs = {
+            Path(j["log"]).name: Path(j["log"]).read_text()[-1500:] for j in rec["jobs"] if Path(j["log"]).is_file()
+        }
         left = {d.name: sorted(str(f.relative_to(d)) for f in d.rglob("*"))[:20] for d in tiny.stage.iterdir()}
-        raise AssertionError(f"stages left 30 s after scancel: {left}; job states "
-                             f"{[(j['id'], s.state.value) for j, s in zip(rec['jobs'], states.values())]}; "
-                             f"job logs: {logs}") from None
+        raise AssertionError(
+            f"stages left 30 s after scancel: {left}; job states "
+            f"{[(j['id'], s.state.value) for j, s in zip(rec['jobs'], states.values())]}; "
+            f"job logs: {logs}"
+        ) from None
     # the batch script outlived its node build (else Slurm SIGKILLs the node build mid-clean-up)
-    started = [Path(j["log"]).read_text() for j, s in zip(rec["jobs"], states.values())
-               if s.state is State.CANCELLED and Path(j["log"]).is_file()
-               and "dedal: start" in Path(j["log"]).read_text()]
+    started = [
+        Path(j["log"]).read_text()
+        for j, s in zip(rec["jobs"], states.values())
+        if s.state is State.CANCELLED and Path(j["log"]).is_file() and "dedal: start" in Path(j["log"]).read_text()
+    ]
     assert started and all(re.search(r"dedal: end \S+ exit=143 ", text) for text in started), started
     built = names(summary["built"])
     assert "dedal-bootstrap" not in built and "dedal-app" not in built
@@ -297,8 +342,9 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(slurm_cluster: SlurmClust
     assert names(again["reused"]) == built
 
 
-def test_jobs_of_a_killed_dedal_are_followed_by_the_next_build(slurm_cluster: SlurmCluster, isolated_env,
-                                                                run_dedal, tmp_path: Path) -> None:
+def test_jobs_of_a_killed_dedal_are_followed_by_the_next_build(
+    slurm_cluster: SlurmCluster, isolated_env, run_dedal, tmp_path: Path
+) -> None:
     """A dedal killed outright (the OOM killer on a login node, a reboot) leaves its jobs
     queued and running: the next `dedal build` follows them to their end instead of
     refusing or submitting them again; while their dedal may still be alive on another
@@ -338,9 +384,9 @@ def test_jobs_of_a_killed_dedal_are_followed_by_the_next_build(slurm_cluster: Sl
     assert stage_leftovers(tiny.stage) == []
 
 
-def test_a_dedal_killed_while_submitting_leaves_the_rest_to_the_next_build(slurm_cluster: SlurmCluster,
-                                                                          isolated_env, run_dedal,
-                                                                          tmp_path: Path) -> None:
+def test_a_dedal_killed_while_submitting_leaves_the_rest_to_the_next_build(
+    slurm_cluster: SlurmCluster, isolated_env, run_dedal, tmp_path: Path
+) -> None:
     """Killed before it submitted its last job: the next build follows the jobs that were
     submitted, then submits what they left."""
     tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 12})
@@ -365,7 +411,8 @@ def test_a_dedal_killed_while_submitting_leaves_the_rest_to_the_next_build(slurm
 
 
 def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_them(
-        slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
+    slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path
+) -> None:
     tiny = make_env(tmp_path, sleep={"dedal-bootstrap": 12})
     env = build_env(tiny, slurm_cluster)
     res = run_dedal("build", str(tiny.env_file), "--detach", "--json", env=env)
@@ -378,8 +425,7 @@ def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_th
     assert "in progress" in text and "detached: no dedal follows these jobs" in text, text
     # detached on another login node a moment ago: no one to wait for
     path = workdir(tiny) / "slurm-jobs.json"
-    path.write_text(json.dumps(dict(rec, driver=dict(rec["driver"], host="login-elsewhere"),
-                                    updated_at=record_date())))
+    path.write_text(json.dumps(dict(rec, driver=dict(rec["driver"], host="login-elsewhere"), updated_at=record_date())))
     again = run_dedal("build", str(tiny.env_file), "--detach", "--json", env=env)
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)
@@ -396,9 +442,9 @@ def test_a_detached_build_leaves_its_jobs_to_slurm_and_the_next_build_follows_th
     assert local.returncode == 2 and "needs the Slurm executor" in local.stderr
 
 
-def test_a_layer_that_appears_while_the_next_build_starts_is_reported_built(slurm_cluster: SlurmCluster,
-                                                                           tmp_path: Path, monkeypatch,
-                                                                           capsys) -> None:
+def test_a_layer_that_appears_while_the_next_build_starts_is_reported_built(
+    slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch, capsys
+) -> None:
     """The race CI hit once: a detached job finished a layer after the next build saw it
     missing but before it adopted the jobs, and that package was then in neither ``built``
     nor ``reused``. Here the adoption waits for such a layer, every time."""
@@ -410,8 +456,13 @@ def test_a_layer_that_appears_while_the_next_build_starts_is_reported_built(slur
     appeared: List[str] = []
 
     def late(self, todo: List[str]) -> bool:
-        appeared.extend(wait_for("a layer built after this build looked",
-                                 lambda: [self.label(h) for h in todo if self.has_layer(h)], timeout=120))
+        appeared.extend(
+            wait_for(
+                "a layer built after this build looked",
+                lambda: [self.label(h) for h in todo if self.has_layer(h)],
+                timeout=120,
+            )
+        )
         return adopt(self, todo)
 
     monkeypatch.setattr(slurm_run._Build, "adopt", late)
@@ -423,23 +474,24 @@ def test_a_layer_that_appears_while_the_next_build_starts_is_reported_built(slur
     assert names(summary["built"] + summary["reused"]) == TINY_PACKAGES and not summary["failed"]
 
 
-def test_build_image_with_slurm_detach_stops_after_submitting(slurm_cluster: SlurmCluster, run_dedal,
-                                                             tmp_path: Path) -> None:
+def test_build_image_with_slurm_detach_stops_after_submitting(
+    slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path
+) -> None:
     """The image needs the layers: with ``slurm.detach`` set (say, site-wide) build-image
     ends after submitting, with one clear line, instead of assembling from nothing."""
     tiny = make_env(tmp_path)
     env = build_env(tiny, slurm_cluster)
     res = run_dedal("build-image", str(tiny.env_file), env=dict(env, DEDAL_SLURM_DETACH="true"), timeout=300)
-    assert res.returncode == 1 and re.search(r"slurm.detach: \d+ Slurm job\(s\) left to build the layers", res.stderr), \
-        res.stderr
+    assert res.returncode == 1 and re.search(
+        r"slurm.detach: \d+ Slurm job\(s\) left to build the layers", res.stderr
+    ), res.stderr
     assert "not run: build failed" in res.stdout and record(tiny)["detached"]
     done = run_dedal("build", str(tiny.env_file), env=env)  # follows them to their end
     assert done.returncode == 0, done.stderr
     assert record(tiny)["finished"]
 
 
-def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmCluster, run_dedal,
-                                                       tmp_path: Path) -> None:
+def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path) -> None:
     """From before it plans until its jobs are recorded, a build's record claims the
     environment: a second build refuses while the first dedal lives, and goes ahead once
     it is gone (killed while planning or submitting)."""
@@ -447,9 +499,16 @@ def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmClus
     env = build_env(tiny, slurm_cluster)
     path = workdir(tiny) / "slurm-jobs.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    claim = {"format": 1, "executor": "slurm", "env": "tiny", "finished": False, "submitting": True, "jobs": [],
-             "updated_at": record_date(),
-             "driver": Owner.me().to_json()}  # this test's process: alive
+    claim = {
+        "format": 1,
+        "executor": "slurm",
+        "env": "tiny",
+        "finished": False,
+        "submitting": True,
+        "jobs": [],
+        "updated_at": record_date(),
+        "driver": Owner.me().to_json(),
+    }  # this test's process: alive
     path.write_text(json.dumps(claim))
     refused = run_dedal("build", str(tiny.env_file), env=env)
     assert refused.returncode == 2 and "is submitting its jobs" in refused.stderr, refused.stderr
@@ -467,8 +526,9 @@ def test_a_build_being_submitted_claims_the_environment(slurm_cluster: SlurmClus
     assert after["finished"] and not after["submitting"] and after["driver"]["pid"] != dead["pid"]
 
 
-def test_the_record_is_rewritten_while_jobs_are_submitted(slurm_cluster: SlurmCluster, tmp_path: Path,
-                                                         monkeypatch) -> None:
+def test_the_record_is_rewritten_while_jobs_are_submitted(
+    slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch
+) -> None:
     """The heartbeat (here at every chance): a slow sbatch never lets the claim look
     abandoned, and each job submitted is on record with its Slurm id for a dedal that
     has to follow them."""
@@ -503,15 +563,19 @@ def test_a_build_that_cannot_plan_releases_its_claim(slurm_cluster: SlurmCluster
     assert ok.returncode == 0, ok.stderr
 
 
-def lose_node_until_resubmitted(cluster: SlurmCluster, tiny: TinyEnv, job: dict, node: str,
-                                proc: subprocess.Popen) -> tuple:
+def lose_node_until_resubmitted(
+    cluster: SlurmCluster, tiny: TinyEnv, job: dict, node: str, proc: subprocess.Popen
+) -> tuple:
     """Set ``node`` (running ``job``, slowed by the stand-in) DOWN until the build resubmits
     the job, then let the stand-in go quickly; the build's (stdout, stderr), after checking
     it succeeded with the job on its second attempt under a new Slurm id."""
     try:
         cluster.scontrol("update", f"nodename={node}", "state=down", "reason=dedal-executor-test")
-        wait_for("resubmission", lambda: any(j["history"] and j["history"][0]["state"] == "NODE_FAIL"
-                                             for j in record(tiny)["jobs"]), proc=proc)
+        wait_for(
+            "resubmission",
+            lambda: any(j["history"] and j["history"][0]["state"] == "NODE_FAIL" for j in record(tiny)["jobs"]),
+            proc=proc,
+        )
         tiny.reconfigure()
         out, err = proc.communicate(timeout=120)
     finally:
@@ -533,8 +597,9 @@ def test_node_failure_is_retried(slurm_cluster: SlurmCluster, isolated_env, tmp_
     assert "NODE_FAIL" in err and "resubmitting (attempt 2 of 3)" in err
 
 
-def test_a_followed_job_lost_to_its_node_is_resubmitted(slurm_cluster: SlurmCluster, isolated_env, run_dedal,
-                                                       tmp_path: Path) -> None:
+def test_a_followed_job_lost_to_its_node_is_resubmitted(
+    slurm_cluster: SlurmCluster, isolated_env, run_dedal, tmp_path: Path
+) -> None:
     """The dedal that follows a detached build's jobs retries a node failure like the one
     that submitted them: the job and those waiting for it, against the new job id."""
     tiny = make_env(tmp_path, sleep={"libdedal": 60})
@@ -542,8 +607,12 @@ def test_a_followed_job_lost_to_its_node_is_resubmitted(slurm_cluster: SlurmClus
     assert res.returncode == 0, res.stderr
     job = next(j for j in record(tiny)["jobs"] if any(p.startswith("libdedal@") for p in j["packages"]))
     client = Slurm(slurm_cluster.env)
-    node = wait_for("libdedal running", lambda: (lambda st: st.node if st.state is State.RUNNING else None)(
-        client.states([job["slurm_id"]])[job["slurm_id"]]))
+    node = wait_for(
+        "libdedal running",
+        lambda: (lambda st: st.node if st.state is State.RUNNING else None)(
+            client.states([job["slurm_id"]])[job["slurm_id"]]
+        ),
+    )
     proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_RETRIES="2")
     wait_for("the jobs followed", lambda: not record(tiny)["detached"], proc=proc)
     _, err = lose_node_until_resubmitted(slurm_cluster, tiny, job, node, proc)
@@ -551,18 +620,24 @@ def test_a_followed_job_lost_to_its_node_is_resubmitted(slurm_cluster: SlurmClus
     assert record(tiny)["finished"] and sorted(m.name for m in LayerStore(tiny.store).manifests()) == TINY_PACKAGES
 
 
-def test_job_past_its_estimated_limit_is_resubmitted_with_slurm_time(slurm_cluster: SlurmCluster, isolated_env,
-                                                                     tmp_path: Path) -> None:
+def test_job_past_its_estimated_limit_is_resubmitted_with_slurm_time(
+    slurm_cluster: SlurmCluster, isolated_env, tmp_path: Path
+) -> None:
     """Each job's --time comes from its estimate (here 1 minute); a build running longer is
     killed by Slurm (TIMEOUT), which is no build failure: the job goes again with slurm.time."""
     tiny = make_env(tmp_path, sleep={"libdedal": 600})
-    proc = start_build(isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_TIME_FACTOR="0.01",
-                       DEDAL_SLURM_TIME="0:30:00")
+    proc = start_build(
+        isolated_env, tiny, slurm_cluster, as_json=False, DEDAL_SLURM_TIME_FACTOR="0.01", DEDAL_SLURM_TIME="0:30:00"
+    )
     job = wait_for("libdedal running", lambda: running_job_of(tiny, "libdedal"), proc=proc)
     limits = {j["id"]: j["time"] for j in record(tiny)["jobs"]}
     assert set(limits.values()) == {"0:01:00"}, limits
-    wait_for("the resubmission after TIMEOUT", lambda: any(j["history"] and j["history"][0]["state"] == "TIMEOUT"
-                                                         for j in record(tiny)["jobs"]), timeout=150, proc=proc)
+    wait_for(
+        "the resubmission after TIMEOUT",
+        lambda: any(j["history"] and j["history"][0]["state"] == "TIMEOUT" for j in record(tiny)["jobs"]),
+        timeout=150,
+        proc=proc,
+    )
     tiny.reconfigure()  # libdedal builds quickly from now on
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -593,9 +668,13 @@ def test_order_hints_reach_slurm_as_afterany(slurm_cluster: SlurmCluster, run_de
     the job whose cores it takes over has ended (the stand-in builds far quicker than
     planned, so no hint expires), and the build completes."""
     env = make_env(tmp_path, lock="mpi-cuda", specs=MPI_CUDA_SPECS, name="mc1")
-    res = run_dedal("build", str(env.env_file), "--json", env=build_env(env, slurm_cluster, DEDAL_SLURM_NODES="1",
-                                                                   DEDAL_SLURM_ORDER_HINTS="true"),
-                    timeout=300)
+    res = run_dedal(
+        "build",
+        str(env.env_file),
+        "--json",
+        env=build_env(env, slurm_cluster, DEDAL_SLURM_NODES="1", DEDAL_SLURM_ORDER_HINTS="true"),
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert len(json.loads(res.stdout)["built"]) == 32
     rec = record(env, "mc1")
@@ -610,8 +689,9 @@ def test_order_hints_reach_slurm_as_afterany(slurm_cluster: SlurmCluster, run_de
             assert times[j["slurm_id"]][0] >= times[before][1], (j["id"], a, times[j["slurm_id"]], times[before])
 
 
-def test_a_build_that_follows_detached_jobs_drops_their_expired_order_hints(slurm_cluster: SlurmCluster, run_dedal,
-                                                                           tmp_path: Path) -> None:
+def test_a_build_that_follows_detached_jobs_drops_their_expired_order_hints(
+    slurm_cluster: SlurmCluster, run_dedal, tmp_path: Path
+) -> None:
     """Order hints count from the first submission, also for the dedal that follows the
     jobs later: submitted (as recorded) two hours ago, every hint is past its planned time,
     so the follower drops each one Slurm still holds a queued job to."""
@@ -642,7 +722,7 @@ def test_status_of_a_local_build(run_dedal, tmp_path: Path) -> None:
     assert st.returncode == 0, st.stderr
     data = json.loads(st.stdout)
     assert data["executor"] == "local" and data["counts"] == {"built": 3, "failed": 1}
-    (label, err), = data["errors"].items()
+    ((label, err),) = data["errors"].items()
     assert label.startswith("libdedal@") and Path(err["log"]).is_file()
     text = run_dedal("status", str(tiny.env_file), env=tiny.env).stdout
     assert "FAILED libdedal@" in text and "3 of 5" in text

@@ -6,6 +6,7 @@ cluster is needed. Every input that would vary is fixed: the settings (an empty 
 file, no environment variables, paths under /shared), the plan's directory and the
 Python interpreter the job runs. ``DEDAL_UPDATE_GOLDEN=1`` rewrites the golden file.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,15 +38,24 @@ class RecordingSlurm:
 
 
 def test_build_job_script_matches_the_golden_file(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(submit, "node_build_command",
-                        functools.partial(common.node_build_command, python="/usr/bin/python3"))
+    monkeypatch.setattr(
+        submit, "node_build_command", functools.partial(common.node_build_command, python="/usr/bin/python3")
+    )
     config = tmp_path / "config.yaml"
     config.write_text("")
-    settings = load_settings(config, {
-        "data_dir": str(SHARED / "data"), "cache_dir": str(SHARED / "cache"), "work_dir": str(SHARED / "work"),
-        "mirror": str(SHARED / "mirror"), "base_cache": str(SHARED / "base"), "stage_dir": "/dev/shm",
-        "spack_root": str(SHARED / "spack"),
-    }, environ={})
+    settings = load_settings(
+        config,
+        {
+            "data_dir": str(SHARED / "data"),
+            "cache_dir": str(SHARED / "cache"),
+            "work_dir": str(SHARED / "work"),
+            "mirror": str(SHARED / "mirror"),
+            "base_cache": str(SHARED / "base"),
+            "stage_dir": "/dev/shm",
+            "spack_root": str(SHARED / "spack"),
+        },
+        environ={},
+    )
     lock = load_lock(SPACK_DATA / "tiny-dedal.spack.lock")
     plan = make_plan(lock, env_name="tiny", install_root="/opt/t", base_image="host", base_id="host:test")
     plan = dataclasses.replace(plan, env_dir=str(SHARED / "work" / "tiny"))
