@@ -245,7 +245,7 @@ def test_esd_neuro_build_image_runs_arbor_and_neuron_over_mpi(
         {
             "app ringtest": "spk2.std equal to /opt/view/share/neuron-ringtest/reference_data/"
             "spk1.100ms.std.ref after sorting lines",
-            "app busyring": "spikes generated/ found, the same value",
+            "app busyring": "spikes generated/ found, expect's value 2 on both sides",
         },
     )
     ring = (Path(summary["report"]).parent / "raw" / "apps" / "arbor-ring.log").read_text()
