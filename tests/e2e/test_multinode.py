@@ -20,13 +20,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 import pytest
 
 from tests.fixtures.tiny import make_env
 from tests.conftest import dedal_exe, interruptible
-from tests.fixtures.slurm import SlurmCluster
+from tests.fixtures.slurm import SlurmCluster, allocation
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm]
 NODE_STAGE = "/dev/shm/dedal-multinode"  # on each node its own (private /dev/shm)
@@ -376,31 +376,6 @@ def _restart_node(cluster: SlurmCluster, node: str) -> None:
     cluster.wait_nodes_usable([node], timeout=90)
 
 
-def _allocation(cluster: SlurmCluster, native_cache: Path, *, nodes: int, tasks: int) -> Tuple[str, Dict[str, str]]:
-    """A job of ``nodes`` nodes and ``tasks`` tasks with no shell (``salloc --no-shell``), and the
-    environment dedal sees inside it (what salloc would export): the job id and that environment."""
-    got = subprocess.run(
-        ["salloc", "--no-shell", "-N", str(nodes), "-n", str(tasks)],
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
-    assert job, got.stderr
-    jid = job.group(1)
-    env = dict(
-        cluster.env,
-        DEDAL_CACHE_DIR=str(native_cache),
-        SLURM_JOB_ID=jid,
-        SLURM_JOBID=jid,
-        SLURM_NTASKS=str(tasks),
-        SLURM_JOB_NUM_NODES=str(nodes),
-        SLURM_NNODES=str(nodes),
-    )
-    return jid, env
-
-
 @pytest.mark.apptainer
 def test_verify_with_apptainer_in_an_allocation_one_instance_per_node(
     run_dedal, netns_cluster: SlurmCluster, bench_image, native_cache, apptainer, tmp_path: Path
@@ -408,7 +383,7 @@ def test_verify_with_apptainer_in_an_allocation_one_instance_per_node(
     """`dedal verify` inside an allocation of two nodes with Apptainer: every container run, on
     both nodes, joins the one instance of its node (its ranks in one mount namespace, the same
     in every run), and afterwards neither node has an instance, a step or a process of it left."""
-    jid, env = _allocation(netns_cluster, native_cache, nodes=2, tasks=4)
+    jid, env = allocation(netns_cluster, native_cache, nodes=2, tasks=4)
     out = tmp_path / "verify"
     try:
         p = run_dedal(
@@ -473,7 +448,7 @@ def test_verify_on_fewer_nodes_than_the_allocation_runs_where_the_instance_is(
     measures 1 node of a larger allocation): Slurm sends a step to the least busy node, which
     is not the one whose step keeps the Apptainer instance busy; every step, native and
     container, must run on the instance's node (it failed with "no instance found" before)."""
-    jid, env = _allocation(netns_cluster, native_cache, nodes=3, tasks=6)
+    jid, env = allocation(netns_cluster, native_cache, nodes=3, tasks=6)
     out = tmp_path / "verify"
     try:
         p = run_dedal(

@@ -290,11 +290,9 @@ def _rank_step(
     """The ``srun`` command line of a step of ``program`` in ``root``: each rank runs
     ``script`` (the rank script, as a file or inline) around the runtime's command, the
     host's ``/tmp`` bound (PMIx's rendezvous files); what ``prepared`` mounted stays mounted
-    while the block runs. A step that joins an instance runs on the instance's nodes."""
+    while the block runs; ``nodelist``: where the step runs (:func:`run_srun` gives an instance's nodes)."""
     all_binds = with_host_tmp(binds)
     joined = isinstance(root, runtime.Instance)  # its nodes have it: the step overlaps the step that keeps it
-    if joined and root.nodes:
-        nodelist = root.nodes
     shared = joined or (share and runtime.shares_per_node(runtime_name))
     with runtime.prepared(
         root,

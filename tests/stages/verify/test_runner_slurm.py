@@ -17,32 +17,13 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import Dict, Tuple
 
 import pytest
 
+from tests.fixtures.slurm import allocation
+
 pytestmark = pytest.mark.slurm
 WIDE = ["-t", "latency_overhead_us=1000000", "-t", "bandwidth_pct=100", "-t", "init_overhead_pct=1000000"]
-
-
-def _allocation(cluster, native_cache: Path) -> Tuple[str, Dict[str, str]]:
-    """A job of one node and 2 tasks with no shell (``salloc --no-shell``), and the environment
-    dedal sees inside it (what salloc would export): the job id and that environment."""
-    got = subprocess.run(
-        ["salloc", "--no-shell", "-N", "1", "-n", "2"], env=cluster.env, capture_output=True, text=True, timeout=120
-    )
-    job = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
-    assert job, got.stderr
-    env = dict(
-        cluster.env,
-        DEDAL_CACHE_DIR=str(native_cache),
-        SLURM_JOB_ID=job.group(1),
-        SLURM_JOBID=job.group(1),
-        SLURM_NTASKS="2",
-        SLURM_JOB_NUM_NODES="1",
-        SLURM_NNODES="1",
-    )
-    return job.group(1), env
 
 
 def test_srun_pmix_launch_of_the_images_open_mpi(
@@ -126,7 +107,7 @@ def test_in_an_allocation_apptainer_runs_join_one_instance_per_node(
     instance per node (the steady state, as bwrap's runs share dedal's one mount); afterwards no
     instance and no step of it is left."""
 
-    job, env = _allocation(slurm_cluster, native_cache)
+    job, env = allocation(slurm_cluster, native_cache)
     out = tmp_path / "inst"
     try:
         p = run_dedal(
@@ -205,7 +186,7 @@ def test_app_benchmark_in_an_allocation(
             }
         )
     )
-    job, env = _allocation(slurm_cluster, native_cache)
+    job, env = allocation(slurm_cluster, native_cache)
     out = tmp_path / "apps"
     try:
         p = run_dedal(
