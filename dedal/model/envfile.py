@@ -106,7 +106,9 @@ class AppCheck:
     With a ``metric`` it is an application benchmark: run natively and in the container,
     interleaved, and compared (:mod:`dedal.stages.verify.appbench`); then a group ``value`` in
     ``expect`` must capture the same text in every run of both sides (a spike count), and a
-    ``reference`` file is checked after every run."""
+    ``reference`` file is checked after every run. With ``gpu`` it needs a GPU per rank (a CUDA
+    build such as Arbor's finds its device at start-up and stops without one): where no GPU is
+    usable it is reported as a skipped GPU check, never run."""
 
     name: str
     command: List[str]  # a string in the file runs as ``/bin/sh -c STRING``
@@ -117,6 +119,7 @@ class AppCheck:
     env: Dict[str, str] = field(default_factory=dict)
     metric: Optional[AppMetric] = None
     reference: Optional[AppReference] = None
+    gpu: bool = env_defaults.APP["gpu"]  # skipped where no GPU is usable (a CUDA build that needs the driver)
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "AppCheck":
@@ -133,6 +136,7 @@ class AppCheck:
             env=dict(data["env"]),
             metric=AppMetric.from_json(data["metric"]) if data.get("metric") else None,
             reference=AppReference(ref["output"], ref["expected"]) if ref else None,
+            gpu=bool(data.get("gpu", env_defaults.APP["gpu"])),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -150,6 +154,8 @@ class AppCheck:
             out["metric"] = self.metric.to_json()
         if self.reference is not None:
             out["reference"] = self.reference.to_json()
+        if self.gpu:
+            out["gpu"] = True
         return out
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from dedal.errors import UserError
-from dedal.model.envfile import AppMetric, AppReference, load_env
+from dedal.model.envfile import AppCheck, AppMetric, AppReference, load_env
 from tests.conftest import ROOT
 
 
@@ -227,3 +227,29 @@ def test_bad_app_benchmark_cli_exit_2_one_line(run_dedal, tmp_path):
         f"dedal: error: {env_file}: dedal.verify.apps.0.metric.match: needs a group named value"
     ), res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_gpu_app_says_so_and_others_keep_their_form(tmp_path):
+    """dedal.verify.apps.N.gpu: an application that needs a GPU per rank. Only a GPU app's
+    form carries the key: every other app's form (and so the settings digest of the reports
+    written before the key existed) stays as it was."""
+    (tmp_path / "env.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "spack": {"specs": ["zlib"]},
+                "dedal": {
+                    "verify": {
+                        "apps": [
+                            {"name": "ring-gpu", "command": "busyring ring.json", "ranks": 1, "gpu": True},
+                            {"name": "ring", "command": "busyring ring.json", "gpu": False},
+                            {"name": "plain", "command": "true"},
+                        ]
+                    }
+                },
+            }
+        )
+    )
+    gpu, cpu, plain = load_env(tmp_path).verify.apps
+    assert (gpu.gpu, cpu.gpu, plain.gpu) == (True, False, False)
+    assert gpu.to_json()["gpu"] is True and "gpu" not in cpu.to_json() and "gpu" not in plain.to_json()
+    assert AppCheck.from_json(gpu.to_json()) == gpu

@@ -26,6 +26,7 @@ def test_defaults_are_filled_and_the_input_left_alone() -> None:
         "expect": "",
         "timeout": 600.0,
         "env": {},
+        "gpu": False,
     }
     assert Validator(ENV_SCHEMA).fill_and_check({"spack": {}})[0]["dedal"]["verify"]["enabled"] is True
 

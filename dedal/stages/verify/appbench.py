@@ -386,10 +386,15 @@ def run_benchmarks(
     references: Mapping[str, Optional[bytes]],
     noise_sigmas: float = 3.0,
     remeasure: bool = True,
+    no_gpu: str = "",
+    gpu_versions: str = "",
     progress: Progress = None,
 ) -> Tuple[List[CheckResult], Dict[str, Any], List[str]]:
     """Run and judge every application benchmark of ``apps`` (those with a metric): the checks,
-    their measurements (verify.json) and the names of those measured once more. ``sides``: how
+    their measurements (verify.json) and the names of those measured once more. ``no_gpu``: why
+    GPU applications cannot run here ("" when they can); ``gpu_versions``: the host driver's and
+    the image's CUDA versions, written next to a GPU application's ratio (a container/native gap
+    on the GPU is first a question of those two). ``sides``: how
     native and container run; ``references``: the image's reference files by path (None: the
     image lacks it: the check is bad without a run)."""
     checks: List[CheckResult] = []
@@ -399,9 +404,9 @@ def run_benchmarks(
         if app.metric is None:
             continue
         name, unit = check_name(app), app.metric.unit
-        reason = skip_reason(app, launcher, nodes)
+        reason = skip_reason(app, launcher, nodes, no_gpu)
         if reason:
-            checks.append(skipped_check(name, METRIC, unit, reason))
+            checks.append(skipped_check(name, METRIC, unit, reason, gpu=app.gpu))
             continue
         reference: Optional[str] = None
         if app.reference is not None:
@@ -480,6 +485,8 @@ def run_benchmarks(
                     left_out,
                 )
             )
+        if app.gpu and gpu_versions:
+            check.findings.append(F.info("app-gpu", f"{name}: on the GPU, {gpu_versions}"))
         checks.append(check)
         measurements[name] = measurement(app, runs)
         if progress:

@@ -26,8 +26,11 @@ def check_name(app: AppCheck) -> str:
     return f"app {app.name}"
 
 
-def skip_reason(app: AppCheck, launcher: str, nodes: int) -> str:
-    """Why ``app`` cannot run here ("" when it can): more nodes than the run has."""
+def skip_reason(app: AppCheck, launcher: str, nodes: int, no_gpu: str = "") -> str:
+    """Why ``app`` cannot run here ("" when it can): more nodes than the run has, or a GPU
+    application where no GPU is used (``no_gpu``: why not, "" when the run uses the GPU)."""
+    if app.gpu and no_gpu:
+        return no_gpu
     if app.nodes > 1 and launcher != "srun":
         return f"needs {app.nodes} nodes (srun inside a Slurm allocation)"
     if app.nodes > nodes:
@@ -105,19 +108,20 @@ def run_apps(
     env: Dict[str, str],
     binds: Sequence[runtime.Bind] = (),
     image_mount: Optional[Tuple[str, str, int]] = None,
+    no_gpu: str = "",
     progress: Any = None,
 ) -> List[CheckResult]:
     """Run every app check (those without a metric) in the container ``root``; one CheckResult
-    each (skipped where it cannot run here). ``env`` (the verification's variables) is given to
-    every rank, the app's own ``env`` over it."""
+    each (skipped where it cannot run here; ``no_gpu``: why GPU apps cannot, "" when they can).
+    ``env`` (the verification's variables) is given to every rank, the app's own ``env`` over it."""
     out: List[CheckResult] = []
     rawdir = outdir / "raw"
     for app in apps:
         if app.metric is not None:
             continue  # an application benchmark: native and container (dedal.stages.verify.appbench)
-        reason = skip_reason(app, launcher, nodes)
+        reason = skip_reason(app, launcher, nodes, no_gpu)
         if reason:
-            out.append(skipped_check(check_name(app), METRIC, UNIT, reason))
+            out.append(skipped_check(check_name(app), METRIC, UNIT, reason, gpu=app.gpu))
             continue
         rel = f"raw/apps/{app.name}.log"
         log = outdir / rel

@@ -275,6 +275,15 @@ def gpu_driver(
     return info
 
 
+def gpu_versions(facts: Dict[str, Any]) -> str:
+    """The versions a GPU result is read against, ``host NVIDIA driver 550.54.15, image CUDA
+    12.4.131`` ("" when the run uses no GPU): a gap between container and native on the GPU is
+    first a question of the driver the container binds and the CUDA the image brings."""
+    if not facts.get("gpu_benchmarks"):
+        return ""
+    return f"host NVIDIA driver {facts.get('nvidia_driver') or 'unknown'}, image CUDA {facts.get('image_cuda') or 'unknown'}"
+
+
 def check_gpu(
     cuda: Optional[str], driver: Optional[str], gpus: int, *, want_gpu: bool, driver_line: str = ""
 ) -> List[Finding]:

@@ -278,7 +278,8 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     scopes = [("intra-node", 1)] + ([("inter-node", 2)] if launcher == "srun" and nodes >= 2 else [])
     # the application benchmarks, and the nodes the runs span (an application may run on more than 2)
     app_benches = [a for a in opts.apps if a.metric is not None]
-    span = max([scopes[-1][1]] + [a.nodes for a in opts.apps if not app_skip_reason(a, launcher, nodes)])
+    no_gpu = "" if use_gpu else skip_reason
+    span = max([scopes[-1][1]] + [a.nodes for a in opts.apps if not app_skip_reason(a, launcher, nodes, no_gpu)])
     if launcher == "srun":
         _check_shared(outdir, [native.root, info.path], span)
     references: Dict[str, Optional[bytes]] = {}
@@ -452,6 +453,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             env={**MPI_ENV, **opts.env},
             binds=extra_binds,
             image_mount=image_mount,
+            no_gpu=no_gpu,
             progress=progress,
         )
         # native as the benchmarks' native side (the image's root unpacked, or the host's programs)
@@ -475,6 +477,8 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             references=references,
             noise_sigmas=thresholds.noise_sigmas,
             remeasure=opts.remeasure,
+            no_gpu=no_gpu,
+            gpu_versions=pre.gpu_versions(pf.facts),
             progress=progress,
         )
     finally:

@@ -256,3 +256,33 @@ def test_report_shows_the_ratio_and_every_run() -> None:
     assert "| native 1 | raw/apps/x/native-01.log | - | 1.0 | **no**: its output lacks /x/ |" in section
     assert "| container 3 | raw/apps/x/container-03.log | 7.01 | 1.0 | yes |" in section
     assert "- application benchmarks: container / native of the medians within each application's own" in md
+
+
+def test_a_gpu_benchmark_is_skipped_without_gpu_and_names_driver_and_cuda_with_one(monkeypatch, tmp_path) -> None:
+    """The paper's GPU case (Arbor's ring on the GPU): where the run uses no GPU the benchmark is
+    a skipped GPU check and nothing runs; where it does, the host driver's and the image's CUDA
+    versions stand next to its ratio (the paper's unexplained +12-19 % was never read against them)."""
+    from dedal.stages.verify import appbench
+
+    gpu_ring = AppCheck(
+        name="busyring-gpu", command=ARBOR.command, ranks=1, nodes=1, expect=ARBOR.expect, metric=ARBOR.metric, gpu=True
+    )
+    started: List[str] = []
+
+    def run_one(app: AppCheck, rep: int, side: str, *args: object, **kwargs: object) -> AppRun:
+        started.append(f"{side}-{rep}")
+        run = _run(side, rep)
+        run.value, run.expected = (1.0 if side == "native" else 1.02), "7"
+        return run
+
+    monkeypatch.setattr(appbench, "run_one", run_one)
+    SIDES = {"native": None, "container": None}  # how each side runs: unused by the stand-in
+    kwargs = dict(launcher="srun", nodes=1, outdir=tmp_path, env={}, repetitions=3, references={})
+    [skipped], measured, _ = appbench.run_benchmarks([gpu_ring], SIDES, no_gpu="no GPU", **kwargs)
+    assert skipped.skipped and skipped.gpu and skipped.skip_reason == "no GPU" and not started and not measured
+    versions = "host NVIDIA driver 570.124.06, image CUDA 12.4.131"
+    [check], measured, _ = appbench.run_benchmarks([gpu_ring], SIDES, gpu_versions=versions, **kwargs)
+    assert len(started) == 8 and check.verdict == "good" and "app busyring-gpu" in measured
+    assert f"app busyring-gpu: on the GPU, {versions}" in [f.message for f in check.findings]
+    [cpu_check], _, _ = appbench.run_benchmarks([ARBOR], SIDES, gpu_versions=versions, **kwargs)
+    assert not any(f.code == "app-gpu" for f in cpu_check.findings)  # a CPU application's result is not about CUDA

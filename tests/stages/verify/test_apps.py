@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dedal.model.envfile import AppCheck
-from dedal.stages.verify.apps import judge, skip_reason
+from dedal.model.verify_report import skipped_text
+from dedal.stages.verify.apps import judge, run_apps, skip_reason
 from dedal.stages.verify.checks import overall_verdict
 
 APP = AppCheck(name="ring", command=["python3", "ring.py"], ranks=2, nodes=2, expect=r"ranks=2 spiked=\d+", timeout=60)
@@ -75,3 +76,26 @@ def test_more_nodes_than_the_run_has_is_a_skip_not_a_pass() -> None:
     assert skip_reason(APP, "srun", 1) == "needs 2 nodes, the run has 1"
     assert skip_reason(APP, "mpirun", 1) == "needs 2 nodes (srun inside a Slurm allocation)"
     assert skip_reason(AppCheck(name="one", command=["true"]), "mpirun", 1) == ""
+
+
+def test_a_gpu_app_where_no_gpu_is_used_is_a_gpu_skip(tmp_path: Path) -> None:
+    """An app that needs a GPU (a CUDA build of Arbor stops at start-up without a device) on a
+    run that uses none: skipped with the run's reason, counted among the GPU checks, never run
+    (no root, no launcher: anything run would fail); with the GPU in use it is planned."""
+    gpu_app = AppCheck(name="ring-gpu", command=["busyring", "ring.json"], ranks=1, nodes=1, gpu=True)
+    assert skip_reason(gpu_app, "srun", 2, "no GPU") == "no GPU"
+    assert skip_reason(gpu_app, "srun", 2, "") == ""
+    assert skip_reason(APP, "srun", 2, "no GPU") == ""  # a CPU app runs whatever the GPU
+    [check] = run_apps(
+        [gpu_app],
+        root=None,
+        launcher="srun",
+        nodes=2,
+        outdir=tmp_path,
+        runtime_name="apptainer",
+        env={},
+        no_gpu="no GPU",
+    )
+    assert check.skipped and check.gpu and check.skip_reason == "no GPU"
+    assert skipped_text([check]) == "GPU checks skipped: no GPU"
+    assert not (tmp_path / "raw").exists()

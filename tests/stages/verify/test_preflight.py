@@ -267,3 +267,10 @@ def test_gpu_passthrough_of_the_runtime() -> None:
     (bad,) = pre.check_passthrough("charliecloud", ["libGL.so.1"], "no NVIDIA driver on this host", use_gpu=True)
     assert bad.severity == "error" and bad.code in pre.FATAL and "no NVIDIA driver on this host" in bad.message
     assert bad.evidence == ["driver libraries found: libGL.so.1"]
+
+
+def test_gpu_versions_only_for_a_run_on_the_gpu() -> None:
+    facts = {"gpu_benchmarks": True, "nvidia_driver": "570.124.06", "image_cuda": "12.4.131"}
+    assert pre.gpu_versions(facts) == "host NVIDIA driver 570.124.06, image CUDA 12.4.131"
+    assert pre.gpu_versions({**facts, "gpu_benchmarks": False}) == ""
+    assert pre.gpu_versions({"gpu_benchmarks": True}) == "host NVIDIA driver unknown, image CUDA unknown"
