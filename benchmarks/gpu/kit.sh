@@ -110,9 +110,18 @@ EOF
 grep "^## left out" "$OUT/host.txt" | sed 's/^## /== /'
 
 # ---- dedal verify, GPU checks included --------------------------------------------------------------
+# and the GPU application benchmark of esd-gpu's env file (busyring-gpu, the container paper's Arbor
+# ring on the GPU) where the image has busyring: one machine, so mpirun on 1 node over the env's srun
+benchmarks=init,latency,bw,allreduce,nccl,osu
+apps=()
+if [ -e "$W/image/opt/view/bin/busyring" ]; then
+  benchmarks=$benchmarks,apps
+  apps=(--env-file "$here/spack-envs/esd-gpu/env.yaml" --launcher mpirun --nodes 1)
+  say "apps: busyring-gpu of spack-envs/esd-gpu/env.yaml"
+fi
 box=$(( $(left) - 200 )); [ $box -gt 420 ] && box=420
 say "dedal verify (at most ${box}s)"
-timeout $box dedal verify "$W/image" -o "$W/report" -b init,latency,bw,allreduce,nccl,osu -r 2 \
+timeout $box dedal verify "$W/image" -o "$W/report" -b $benchmarks -r 2 ${apps[@]+"${apps[@]}"} \
   --max-size 4194304 --timeout 90 --runtime bwrap > "$W/verify.out" 2>&1
 rc=$?
 tail -40 "$W/verify.out"

@@ -65,6 +65,9 @@ from dedal.stages.verify.native import unpack_root  # noqa: E402
 KIT_BIN = "/opt/dedal-verify/kit/bin"
 #: programs of the image that verify, its launcher or kit.sh's optional steps run, besides img.PROGRAMS
 LAUNCHER = ("prterun", "prted", "prte", "pterm", "orted", "mpiexec", "ucx_perftest", "nvidia-smi")
+#: the GPU application benchmark of esd-gpu's environment file (busyring-gpu: the container paper's
+#: Arbor ring on the GPU), where the image has it: kit.sh runs it with the env file's apps
+APPS = ("busyring", "busyring-input")
 #: what the image's environment scripts, dedal's wrappers (/bin/sh -c ...) and kit.sh use
 SHELL_TOOLS = (
     "sh",
@@ -535,7 +538,7 @@ def make(args: argparse.Namespace) -> int:
     ignore_in_git(out)
     # what verify runs, the launcher and the tools of the shell
     starts = [slim.add(p) for n, p in info.programs.items()]
-    starts += find_programs(slim, info, LAUNCHER + SHELL_TOOLS)
+    starts += find_programs(slim, info, LAUNCHER + APPS + SHELL_TOOLS)
     if info.mpirun_stub:
         slim.add(info.mpirun_stub)
     base = info.install_root or "/opt/esd/software"

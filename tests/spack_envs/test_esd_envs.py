@@ -106,13 +106,17 @@ def check_mpi_stack(lock: SpackLock, os_id: str, internal_pmix: bool = True, osu
 
 
 def check_offline_sources(lock: SpackLock) -> None:
-    """Everything Spack builds has its source in Debian's archive (debsrc), in this
-    repository (dedal-benchmarks) or archived from a git repository (recipes/gitsrc: OSU,
-    nccl-tests): rdma-core is Debian's, an external."""
+    """Everything Spack builds has its source in Debian's archive (debsrc, and debsrc-tools for
+    the build tools a base lacks), in this repository (dedal-benchmarks) or archived from a
+    git repository (recipes/gitsrc: OSU, nccl-tests): rdma-core is Debian's, an external."""
     rdma = one(lock, "rdma-core")
     assert rdma.external and rdma.external_path == "/usr"
     built = {n.name: n.namespace for n in lock.nodes.values() if not n.external}
-    foreign = {name: ns for name, ns in built.items() if ns not in ("debsrc", "dedal") and name != "gcc-runtime"}
+    foreign = {
+        name: ns
+        for name, ns in built.items()
+        if ns not in ("debsrc", "debsrc_tools", "dedal") and name != "gcc-runtime"
+    }
     assert not foreign, f"built from upstream sources (unreachable here): {foreign}"
 
 
@@ -221,5 +225,15 @@ def test_esd_gpu_concretizes_on_trixie_cuda(concretize):
     assert tests.namespace == "dedal" and tests.version == "2.13.6" and params(tests)["mpi"] is True
     assert deps(lock, tests)["nccl"] is nccl and deps(lock, tests)["cuda"] is cuda
     assert deps(lock, tests)["openmpi"] is one(lock, "openmpi")  # all_reduce_perf over MPI ranks
+    # the paper's GPU case: Arbor's CUDA back end for the environment's cuda_arch, its ring against it
+    arbor = one(lock, "arbor")
+    assert arbor.namespace == "dedal" and arbor.version == "0.9.0" and params(arbor)["cuda"] is True
+    assert set(params(arbor)["cuda_arch"]) == {"70", "80", "90"} and deps(lock, arbor)["cuda"] is cuda
+    busyring = one(lock, "arbor-busyring")
+    assert busyring.namespace == "dedal" and deps(lock, busyring)["arbor"] is arbor
+    # this base has no cmake: built from Debian's source (recipes/debsrc-tools), with the curl it links
+    cmake, curl = one(lock, "cmake"), one(lock, "curl")
+    assert not cmake.external and (cmake.namespace, cmake.version) == ("debsrc_tools", "3.25.1")
+    assert curl.namespace == "debsrc_tools" and params(curl)["nghttp2"] is False
     # CUDA 12.4's nvcc takes GCC up to 13: every compiled node is gcc 13's
     assert compiler_majors(lock) == {"13"}
