@@ -30,4 +30,7 @@ class Arbor(BuiltinArbor):
 
     @when("+cuda")
     def cmake_args(self):
+        # imported here: an import at the top would change every Arbor's package hash
+        from spack.build_systems.cmake import CMakeBuilder
+
         return super().cmake_args() + [CMakeBuilder.define_cuda_architectures(self)]
