@@ -114,7 +114,9 @@ grep "^## left out" "$OUT/host.txt" | sed 's/^## /== /'
 # ring on the GPU) where the image has busyring: one machine, so mpirun on 1 node over the env's srun
 benchmarks=init,latency,bw,allreduce,nccl,osu
 apps=()
-if [ -e "$W/image/opt/view/bin/busyring" ]; then
+# (found below /opt: the image's /opt/view is an absolute link, which resolves only inside it); only
+# with a driver: the env file asks for the GPU, and verify refuses that on a machine without one
+if ldconfig -p | grep -q "libcuda.so.1 " && [ -n "$(find "$W/image/opt" -path '*/bin/busyring' -print -quit 2>/dev/null)" ]; then
   benchmarks=$benchmarks,apps
   apps=(--env-file "$here/spack-envs/esd-gpu/env.yaml" --launcher mpirun --nodes 1)
   say "apps: busyring-gpu of spack-envs/esd-gpu/env.yaml"
