@@ -14,6 +14,7 @@ from typing import Dict, Iterator
 import pytest
 
 from tests.conftest import dedal_exe
+from tests.fixtures.slurm import salloc_no_shell
 from tests.fixtures.terminal import CTRL_C, Terminal, in_terminal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer]
@@ -33,25 +34,17 @@ TOGETHER = (
 def allocation(slurm_cluster, isolated_env) -> Iterator[Dict[str, str]]:
     """An allocation of two tasks on one node (``salloc --no-shell``), as the environment of a
     command run inside it; cancelled afterwards."""
-    out = subprocess.run(
-        ["salloc", "--no-shell", "-N", "1", "-n", "2"],
-        env=slurm_cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    job = re.search(r"Granted job allocation (\d+)", out.stderr + out.stdout)
-    assert job, out.stderr
+    jid = salloc_no_shell(slurm_cluster, nodes=1, tasks=2)
     env = dict(
         isolated_env,
         SLURM_CONF=slurm_cluster.env["SLURM_CONF"],
-        SLURM_JOB_ID=job.group(1),
-        SLURM_JOBID=job.group(1),
+        SLURM_JOB_ID=jid,
+        SLURM_JOBID=jid,
         SLURM_NTASKS="2",
         SLURM_NNODES="1",
     )
     yield env
-    subprocess.run(["scancel", job.group(1)], env=slurm_cluster.env, timeout=60)
+    subprocess.run(["scancel", jid], env=slurm_cluster.env, timeout=60)
 
 
 def test_the_ranks_of_a_node_share_one_container(allocation, base_sif, tmp_path, apptainer):
