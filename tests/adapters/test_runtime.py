@@ -187,6 +187,37 @@ def test_bind_under_dev_shm_and_tmp(trixie_base, backend, tmp_path):
     assert not Path("/dev/shm/dedal-stage").exists()  # made in the sandbox's view, not on the host
 
 
+def test_no_device_node_reaches_the_host(trixie_base, backend, tmp_path):
+    """A device node made in the container (as NVIDIA's libcuda.so makes /dev/nvidiactl when
+    root loads it, in a build's CMake CUDA detection) never appears in the host's /dev: bwrap
+    has a /dev of its own, Apptainer shows the host's and its root runs drop CAP_MKNOD."""
+    node = Path(f"/dev/dedal-test-node-{os.getpid()}")
+    try:
+        runtime.run_in(trixie_base.rootfs_dir, ["sh", "-c", f"mknod {node} c 1 3 || true"], runtime=backend)
+        assert not node.exists()
+    finally:
+        if node.exists() or node.is_symlink():
+            node.unlink()
+
+
+def test_apptainer_drops_mknod_for_root_runs_but_not_gpu_runs(monkeypatch):
+    monkeypatch.setattr(runtime.apptainer, "lacks_capability", lambda bit: True)
+    monkeypatch.setattr(runtime.apptainer.os, "geteuid", lambda: 0)
+    caps = runtime.apptainer.dropped_caps
+    assert caps(False, {}) == ["CAP_SYS_RESOURCE", "CAP_MKNOD"]
+    assert caps(True, {}) == ["CAP_SYS_RESOURCE"]  # --nv: the driver may make /dev/nvidia-uvm
+    # the caller's APPTAINER_DROP_CAPS is named again (the flag replaces it), each cap once
+    assert caps(False, {"APPTAINER_DROP_CAPS": "sys_resource,CAP_NET_RAW"}) == [
+        "sys_resource",
+        "CAP_NET_RAW",
+        "CAP_MKNOD",
+    ]
+    monkeypatch.setattr(runtime.apptainer, "lacks_capability", lambda bit: False)
+    assert caps(True, {}) == []
+    monkeypatch.setattr(runtime.apptainer.os, "geteuid", lambda: 1000)
+    assert caps(False, {"APPTAINER_DROP_CAPS": "CAP_NET_RAW"}) == []  # a user holds none
+
+
 def test_host_tmp_and_shm_shared_when_bound(trixie_base, backend, tmp_path):
     """A caller's bind of /tmp (PMIx rendezvous of srun-launched ranks, native runs) replaces
     the private one."""

@@ -42,7 +42,15 @@ command sees the same sandbox with every backend:
 * as root without ``CAP_SYS_RESOURCE`` (containers, some CI runners) Apptainer refuses to
   start unless told to drop it: ``--drop-caps CAP_SYS_RESOURCE`` (and
   ``APPTAINER_DROP_CAPS`` for ``apptainer build``, :func:`process_env`); a non-root user who cannot open ``/dev/fuse`` gets ``--unsquash``
-  for a SIF or squashfs root.
+  for a SIF or squashfs root;
+* device nodes: as root Apptainer shows the host's ``/dev`` itself (bwrap makes a new one), so
+  a node made inside lands on the host. NVIDIA's ``libcuda.so`` makes ``/dev/nvidiactl`` when
+  loaded by root, and CMake's CUDA detection loads it while Arbor builds: the esd-gpu build
+  left that node on a host without NVIDIA driver, where it made GPU checks believe in one.
+  Root runs drop ``CAP_MKNOD`` (:func:`dropped_caps`), except ``--nv`` runs, where the
+  driver may still have to make ``/dev/nvidia-uvm`` as the host's ``nvidia-modprobe`` would.
+  (``--contain``'s minimal ``/dev`` would do it too, but then no bind can reach a stage under
+  the host's ``/dev/shm``: Apptainer makes no mount point there.)
 """
 
 from __future__ import annotations
@@ -114,6 +122,23 @@ def must_drop_sys_resource(environ: Optional[Mapping[str, str]] = None) -> bool:
     return os.geteuid() == 0 and "APPTAINER_DROP_CAPS" not in env and lacks_capability(CAP_SYS_RESOURCE)
 
 
+def dropped_caps(nv: bool, environ: Optional[Mapping[str, str]] = None) -> List[str]:
+    """The capabilities a root run's ``--drop-caps`` names (none for other users, who hold
+    none): those of ``APPTAINER_DROP_CAPS`` (the flag replaces the variable, so they are named
+    again), ``CAP_SYS_RESOURCE`` where this process lacks it (Apptainer refuses to start
+    otherwise), and ``CAP_MKNOD`` unless the run is for the GPU (see the module notes)."""
+    if os.geteuid() != 0:
+        return []
+    env = os.environ if environ is None else environ
+    caps = [c.strip() for c in env.get("APPTAINER_DROP_CAPS", "").split(",") if c.strip()]
+    named = {c.upper() if c.upper().startswith("CAP_") else "CAP_" + c.upper() for c in caps}
+    if lacks_capability(CAP_SYS_RESOURCE) and "CAP_SYS_RESOURCE" not in named:
+        caps.append("CAP_SYS_RESOURCE")
+    if not nv and "CAP_MKNOD" not in named:
+        caps.append("CAP_MKNOD")
+    return caps
+
+
 #: the first release with --sharens (APPTAINER_SHARENS)
 SHARENS_SINCE = (1, 3)
 
@@ -156,8 +181,9 @@ def command(
     args = [apptainer, "exec", "--cleanenv", "--no-home", "--no-mount", "tmp,cwd"]
     if sharens and has_sharens(apptainer):
         args.append("--sharens")
-    if must_drop_sys_resource():  # on the command line: it holds where srun starts it with another environment
-        args += ["--drop-caps", "CAP_SYS_RESOURCE"]
+    caps = dropped_caps(nv)
+    if caps:  # on the command line: it holds where srun starts it with another environment
+        args += ["--drop-caps", ",".join(caps)]
     if writable:
         args.append("--writable")
     if nv:
@@ -279,8 +305,9 @@ def instance_start_command(image: Path, name: str, *, binds: Sequence[Bind] = ()
     (``exec instance://NAME``) get their environment from :func:`command`'s wrapper."""
     apptainer = proc.which("apptainer", HINTS["apptainer"])
     args = [apptainer, "instance", "start", "--no-home", "--no-mount", "tmp,cwd"]
-    if must_drop_sys_resource():
-        args += ["--drop-caps", "CAP_SYS_RESOURCE"]
+    caps = dropped_caps(nv)
+    if caps:
+        args += ["--drop-caps", ",".join(caps)]
     if nv:
         args.append("--nv")
     for b in binds:
