@@ -109,7 +109,7 @@ class Given:
 
 
 def verify_options(
-    image: Path, output: Optional[Path], settings: Any, spec: Optional[VerifySpec], given: Given = Given()
+    image: Path, output: Optional[Path], settings: Settings, spec: Optional[VerifySpec], given: Given = Given()
 ) -> Options:
     """The one merge of a verification's options, for ``dedal verify`` and build-image alike:
     the defaults (the environment file schema's, then these), the environment file's
