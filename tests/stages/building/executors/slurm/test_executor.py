@@ -276,6 +276,24 @@ def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, run_d
     assert f"removed {stage}, the stage of a dedal process on this host that was killed" in said, said[-2000:]
 
 
+def _stage_makers(stage_dir: Path) -> Dict[str, str]:
+    """For a failure message: each stage's owner record, and whether its process still runs
+    (its command line), to tell a node build that skipped its clean-up from one still at it."""
+    makers = {}
+    for d in stage_dir.iterdir():
+        try:
+            owner = json.loads((d / ".dedal-owner").read_text())
+        except (OSError, ValueError):
+            makers[d.name] = "no owner record"
+            continue
+        try:
+            cmd = Path(f"/proc/{int(owner.get('pid', 0))}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+        except (OSError, ValueError):
+            cmd = "gone"
+        makers[d.name] = f"{owner} running: {cmd}"
+    return makers
+
+
 def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(
     slurm_cluster: SlurmCluster, isolated_env, run_dedal, tmp_path: Path
 ) -> None:
@@ -320,7 +338,7 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(
         }
         left = {d.name: sorted(str(f.relative_to(d)) for f in d.rglob("*"))[:20] for d in tiny.stage.iterdir()}
         raise AssertionError(
-            f"stages left 30 s after scancel: {left}; job states "
+            f"stages left 30 s after scancel: {left}; their makers: {_stage_makers(tiny.stage)}; job states "
             f"{[(j['id'], s.state.value) for j, s in zip(rec['jobs'], states.values())]}; "
             f"job logs: {logs}"
         ) from None
