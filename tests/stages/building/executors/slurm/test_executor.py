@@ -337,10 +337,16 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(
             Path(j["log"]).name: Path(j["log"]).read_text()[-1500:] for j in rec["jobs"] if Path(j["log"]).is_file()
         }
         left = {d.name: sorted(str(f.relative_to(d)) for f in d.rglob("*"))[:20] for d in tiny.stage.iterdir()}
+        node_logs = {
+            f.name: f.read_text()[-1500:]
+            for j in rec["jobs"]
+            if Path(j["log"]).is_file()
+            for f in Path(j["log"]).parent.glob("job-*.log")
+        }
         raise AssertionError(
             f"stages left 30 s after scancel: {left}; their makers: {_stage_makers(tiny.stage)}; job states "
             f"{[(j['id'], s.state.value) for j, s in zip(rec['jobs'], states.values())]}; "
-            f"job logs: {logs}"
+            f"job logs: {logs}; node build logs: {node_logs}"
         ) from None
     # the batch script outlived its node build (else Slurm SIGKILLs the node build mid-clean-up)
     started = [
