@@ -139,6 +139,13 @@ def dropped_caps(nv: bool, environ: Optional[Mapping[str, str]] = None) -> List[
     return caps
 
 
+def drop_caps_args(nv: bool) -> List[str]:
+    """``--drop-caps CAPS`` of :func:`dropped_caps`, or nothing: on the command line, so that it
+    holds where srun starts Apptainer with another environment."""
+    caps = dropped_caps(nv)
+    return ["--drop-caps", ",".join(caps)] if caps else []
+
+
 #: the first release with --sharens (APPTAINER_SHARENS)
 SHARENS_SINCE = (1, 3)
 
@@ -181,9 +188,7 @@ def command(
     args = [apptainer, "exec", "--cleanenv", "--no-home", "--no-mount", "tmp,cwd"]
     if sharens and has_sharens(apptainer):
         args.append("--sharens")
-    caps = dropped_caps(nv)
-    if caps:  # on the command line: it holds where srun starts it with another environment
-        args += ["--drop-caps", ",".join(caps)]
+    args += drop_caps_args(nv)
     if writable:
         args.append("--writable")
     if nv:
@@ -305,9 +310,7 @@ def instance_start_command(image: Path, name: str, *, binds: Sequence[Bind] = ()
     (``exec instance://NAME``) get their environment from :func:`command`'s wrapper."""
     apptainer = proc.which("apptainer", HINTS["apptainer"])
     args = [apptainer, "instance", "start", "--no-home", "--no-mount", "tmp,cwd"]
-    caps = dropped_caps(nv)
-    if caps:
-        args += ["--drop-caps", ",".join(caps)]
+    args += drop_caps_args(nv)
     if nv:
         args.append("--nv")
     for b in binds:
