@@ -176,10 +176,11 @@ def main() -> int:
             for rpn in ranks:
                 base = samples.get(f"{nodes}|{rpn}|native", [])
                 n_init, n_wall = med([s["init_ms"] for s in base]), med([s["wall_s"] for s in base])
+                n_fastest = med([s["init_min_ms"] for s in base])
                 for mode in MODES:
                     got = samples.get(f"{nodes}|{rpn}|{mode}", [])
                     init, wall = med([s["init_ms"] for s in got]), med([s["wall_s"] for s in got])
-                    fastest, n_fastest = med([s["init_min_ms"] for s in got]), med([s["init_min_ms"] for s in base])
+                    fastest = med([s["init_min_ms"] for s in got])
                     # the same round's native step ran just before: a ratio per round cancels the
                     # machine's drift between rounds, its spread is the noise of one comparison
                     native_of = {s["round"]: s["init_ms"] for s in base}
