@@ -6,6 +6,7 @@ compiles real binaries into the layer store on this machine's (shared) filesyste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from dedal.adapters.slurm import Slurm, State
 from dedal.stages.building.executors.slurm import record as slurm_record, run as slurm_run
 from dedal.model.layers import LayerStore
 from dedal.stages.stage_dir import STAGE_OWNER
-from dedal.model.owner import Owner
+from dedal.model.owner import ALIVE, Owner
 from tests.fixtures.tiny import TINY_PACKAGES, TinyEnv, make_env, node_builds_of, stage_leftovers
 from tests.conftest import ROOT, dedal_exe, interruptible
 from tests.fixtures.slurm import SlurmCluster
@@ -277,20 +278,21 @@ def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, run_d
 
 
 def _stage_makers(stage_dir: Path) -> Dict[str, str]:
-    """For a failure message: each stage's owner record, and whether its process still runs
-    (its command line), to tell a node build that skipped its clean-up from one still at it."""
+    """For a failure message: each stage's owner record, whether its process still runs (the
+    reaper's judgement, :meth:`Owner.state`) and, if so, its command line: tells a node build
+    that skipped its clean-up from one still at it."""
     makers = {}
     for d in stage_dir.iterdir():
         try:
-            owner = json.loads((d / ".dedal-owner").read_text())
-        except (OSError, ValueError):
+            owner = Owner.from_json(json.loads((d / STAGE_OWNER).read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
             makers[d.name] = "no owner record"
             continue
-        try:
-            cmd = Path(f"/proc/{int(owner.get('pid', 0))}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-        except (OSError, ValueError):
-            cmd = "gone"
-        makers[d.name] = f"{owner} running: {cmd}"
+        state = owner.state()
+        if state == ALIVE:
+            with contextlib.suppress(OSError):
+                state += ": " + Path(f"/proc/{owner.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+        makers[d.name] = f"{owner} {state}"
     return makers
 
 
@@ -337,12 +339,8 @@ def test_ctrl_c_cancels_the_jobs_and_the_build_resumes(
             Path(j["log"]).name: Path(j["log"]).read_text()[-1500:] for j in rec["jobs"] if Path(j["log"]).is_file()
         }
         left = {d.name: sorted(str(f.relative_to(d)) for f in d.rglob("*"))[:20] for d in tiny.stage.iterdir()}
-        node_logs = {
-            f.name: f.read_text()[-1500:]
-            for j in rec["jobs"]
-            if Path(j["log"]).is_file()
-            for f in Path(j["log"]).parent.glob("job-*.log")
-        }
+        log_dirs = {Path(j["log"]).parent for j in rec["jobs"]}  # one for all the jobs
+        node_logs = {f.name: f.read_text()[-1500:] for d in log_dirs for f in d.glob("job-*.log")}
         raise AssertionError(
             f"stages left 30 s after scancel: {left}; their makers: {_stage_makers(tiny.stage)}; job states "
             f"{[(j['id'], s.state.value) for j, s in zip(rec['jobs'], states.values())]}; "
