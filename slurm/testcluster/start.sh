@@ -53,6 +53,9 @@ case $STATE_DIR in *[[:space:]]*) die "STATE_DIR must not contain blanks: '$STAT
 # munged and slurmd put Unix sockets under STATE_DIR; such paths are limited to 107 bytes
 [ ${#STATE_DIR} -le 80 ] || die "STATE_DIR is too long for Unix socket paths (${#STATE_DIR} > 80 characters): $STATE_DIR"
 PIDS=$STATE_DIR/pids
+# netns mode: what every node shares with the host, as a parallel file system (cluster.env
+# records it, so that a node brought back later is given the same)
+SHARED="$STATE_DIR${DEDAL_TC_SHARED:+:$DEDAL_TC_SHARED}"
 
 # refuse to start twice in one directory; forget PIDs of daemons that are gone
 if [ -f "$PIDS" ]; then
@@ -237,7 +240,7 @@ wait_for 30 "slurmctld answering on port $PORT" scontrol ping
 
 for i in $(seq 1 "$NODES"); do
   if [ "$NETNS" = 1 ]; then
-    DEDAL_TC_SHARED="$STATE_DIR${DEDAL_TC_SHARED:+:$DEDAL_TC_SHARED}" DEDAL_TC_HOSTS=$HOSTS \
+    DEDAL_TC_SHARED=$SHARED DEDAL_TC_HOSTS=$HOSTS \
       launch slurmd "slurmd-node$i" nsenter --net="/run/netns/dtc$PORT-node$i" \
       unshare --mount --uts --propagation private -- "$HERE/node-ns.sh" "node$i" -- slurmd -D -N "node$i"
   else
@@ -274,6 +277,7 @@ DEDAL_TC_PORT=$PORT
 DEDAL_TC_PARTITION=debug
 DEDAL_TC_MUNGE_SOCKET=$SOCK
 DEDAL_TC_NETNS=$NETNS
+DEDAL_TC_SHARED=$SHARED
 DEDAL_TC_ADDRS=${NODE_ADDR[*]:-}
 EOF
 mv "$STATE_DIR/cluster.env.tmp" "$STATE_DIR/cluster.env"

@@ -342,7 +342,7 @@ def _restart_node(cluster: SlurmCluster, node: str) -> None:
     env = dict(
         os.environ,
         SLURM_CONF=cluster.env["SLURM_CONF"],
-        DEDAL_TC_SHARED=f"{state}:{Path(state).parent}",
+        DEDAL_TC_SHARED=cluster.facts["DEDAL_TC_SHARED"],
         DEDAL_TC_HOSTS=str(state / "hosts"),
     )
     log = open(state / "log" / f"slurmd-{node}.out", "ab")
