@@ -108,7 +108,11 @@ class Signals:
     """SIGTERM/SIGINT/SIGHUP become :class:`Interrupted` inside the ``with`` block, so that
     stages and temporary files are removed and children killed on the way out (Slurm's
     scancel sends SIGTERM). Only the first one: a second signal (a parent's death signal
-    after scancel's, a second Ctrl-C) would otherwise break off that clean-up halfway."""
+    after scancel's, a second Ctrl-C) would otherwise break off that clean-up halfway.
+    Inside :func:`signals_held` the first one waits for the held step's end."""
+
+    held = 0  # depth of signals_held() blocks in this process
+    deferred = ""  # the message of a stop signal that came inside one, raised at its end
 
     def __init__(self, what: str = "") -> None:
         self.what = what
@@ -127,7 +131,11 @@ class Signals:
         if self.received:
             return
         self.received = signal.Signals(signum).name
-        raise Interrupted(f"{self.what + ' ' if self.what else ''}interrupted by signal {signal.Signals(signum).name}")
+        message = f"{self.what + ' ' if self.what else ''}interrupted by signal {self.received}"
+        if Signals.held:  # delivered to another thread while the main thread held it
+            Signals.deferred = message
+            return
+        raise Interrupted(message)
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self.old.items():
@@ -138,12 +146,20 @@ class Signals:
 def signals_held() -> Iterator[None]:
     """SIGTERM/SIGINT/SIGHUP wait until the block is done, then act (inside a
     :class:`Signals` block: :class:`Interrupted` where the block ends). For steps that
-    must not stop halfway, such as making a directory and writing its owner record."""
+    must not stop halfway: making a directory and writing its owner record, removing a
+    stage. The signal mask holds them off the main thread; one that another thread takes
+    meanwhile reaches :class:`Signals` as Python's handlers do, in the main thread, which
+    keeps it for the block's end."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    Signals.held += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        Signals.held -= 1
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # one held by the mask is handled here
+        if not Signals.held and Signals.deferred:
+            message, Signals.deferred = Signals.deferred, ""
+            raise Interrupted(message)
 
 
 _KINDS = {

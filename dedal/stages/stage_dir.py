@@ -111,9 +111,13 @@ class Stage:
         return self.path
 
     def __exit__(self, *exc: object) -> None:
-        if self.path is not None:
-            remove_stage(self.path)
-            self.path = None
+        path, self.path = self.path, None
+        if path is not None:
+            # scancel signals every process of the job at once: the build tool may die of it
+            # first, its failure end the job's work normally, and dedal's own SIGTERM come
+            # only now; it waits for the removal (Interrupted after it), never breaks it off
+            with signals_held():
+                remove_stage(path)
 
 
 def remove_stage(stage: Path) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Tuple
@@ -17,7 +19,7 @@ from typing import Tuple
 import pytest
 
 from dedal.model import owner as owner_module
-from dedal.errors import Interrupted, Signals
+from dedal.errors import Interrupted, Signals, signals_held
 from dedal.stages.stage_dir import STAGE_OWNER, Stage, remove_stage, stale_stages
 from dedal.model.owner import boot_id as _boot_id, pid_namespace as _pid_namespace, process_start as _process_start
 from tests.conftest import ROOT
@@ -149,6 +151,53 @@ def test_a_signal_while_the_stage_is_made_leaves_no_stage(tmp_path: Path, monkey
         with Signals(), Stage(tmp_path, "build"):
             pytest.fail("the stage was entered despite the signal")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_while_the_stage_is_removed_waits_for_the_removal(tmp_path: Path, monkeypatch) -> None:
+    """scancel signals every process of a job at once: Spack can die of it first, the job's
+    work then ends normally with a failed package, and dedal's own SIGTERM arrives while
+    the stage is being removed (seen on the test cluster under load: the stage stayed whole,
+    owner record and all). The removal finishes; Interrupted comes after it."""
+    real = shutil.rmtree
+    signalled = []
+
+    def signalled_meanwhile(path, *args, **kwargs):
+        if not signalled:
+            signalled.append(path)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+        return real(path, *args, **kwargs)
+
+    with pytest.raises(Interrupted, match="interrupted by signal SIGTERM"):
+        with Signals(), Stage(tmp_path, "build") as stage:
+            for name in ("root/a", "env", "source-cache"):
+                (stage / name).mkdir(parents=True)
+            monkeypatch.setattr(shutil, "rmtree", signalled_meanwhile)
+    monkeypatch.undo()
+    assert signalled and list(tmp_path.iterdir()) == []
+
+
+def test_a_held_signal_that_another_thread_takes_waits_too(tmp_path: Path) -> None:
+    """The signal mask holds a stop signal off the main thread only; the kernel may give a
+    process's signal to any other thread, and Python then runs the handler in the main
+    thread all the same. That one waits for the held step's end too."""
+    done = []
+    go = threading.Event()
+
+    def take_it() -> None:  # started before the block: a thread started inside inherits the mask
+        go.wait(30)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    other = threading.Thread(target=take_it)
+    other.start()
+    with pytest.raises(Interrupted, match="interrupted by signal SIGTERM"):
+        with Signals():
+            with signals_held():
+                go.set()
+                other.join()
+                time.sleep(0.2)  # the handler has run in this thread by now
+                done.append(True)
+    assert done == [True] and Signals.held == 0 and not Signals.deferred
 
 
 def test_a_stage_loses_its_owner_record_last(tmp_path: Path, monkeypatch) -> None:
