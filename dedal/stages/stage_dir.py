@@ -71,13 +71,19 @@ def stale_stages(parent: Path) -> List[Path]:
     dedal's) is left alone."""
     stale: List[Path] = []
     for d in sorted(Path(parent).glob("dedal-*")):
-        try:
-            owner = Owner.from_json(json.loads((d / STAGE_OWNER).read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
-            continue
-        if owner.state() == GONE:
+        owner = stage_owner(d)
+        if owner is not None and owner.state() == GONE:
             stale.append(d)
     return stale
+
+
+def stage_owner(stage: Path) -> Optional[Owner]:
+    """The owner record of ``stage``; None where it has none that can be read (being
+    created, or not dedal's)."""
+    try:
+        return Owner.from_json(json.loads((stage / STAGE_OWNER).read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 class Stage:

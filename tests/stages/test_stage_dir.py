@@ -177,7 +177,7 @@ def test_a_signal_while_the_stage_is_removed_waits_for_the_removal(tmp_path: Pat
     assert signalled and list(tmp_path.iterdir()) == []
 
 
-def test_a_held_signal_that_another_thread_takes_waits_too(tmp_path: Path) -> None:
+def test_a_held_signal_that_another_thread_takes_waits_too() -> None:
     """The signal mask holds a stop signal off the main thread only; the kernel may give a
     process's signal to any other thread, and Python then runs the handler in the main
     thread all the same. That one waits for the held step's end too."""

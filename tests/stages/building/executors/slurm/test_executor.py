@@ -22,7 +22,7 @@ from dedal import cli
 from dedal.adapters.slurm import Slurm, State
 from dedal.stages.building.executors.slurm import record as slurm_record, run as slurm_run
 from dedal.model.layers import LayerStore
-from dedal.stages.stage_dir import STAGE_OWNER
+from dedal.stages.stage_dir import stage_owner
 from dedal.model.owner import ALIVE, Owner
 from tests.fixtures.tiny import TINY_PACKAGES, TinyEnv, make_env, node_builds_of, stage_leftovers
 from tests.conftest import ROOT, dedal_exe, interruptible
@@ -244,8 +244,7 @@ def test_killed_job_is_detected(slurm_cluster: SlurmCluster, isolated_env, run_d
             (
                 tiny.stage / n
                 for n in stage_leftovers(tiny.stage)
-                if (tiny.stage / n / STAGE_OWNER).is_file()
-                and json.loads((tiny.stage / n / STAGE_OWNER).read_text())["pid"] == builder
+                if getattr(stage_owner(tiny.stage / n), "pid", None) == builder
             ),
             None,
         ),
@@ -283,9 +282,8 @@ def _stage_makers(stage_dir: Path) -> Dict[str, str]:
     that skipped its clean-up from one still at it."""
     makers = {}
     for d in stage_dir.iterdir():
-        try:
-            owner = Owner.from_json(json.loads((d / STAGE_OWNER).read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
+        owner = stage_owner(d)
+        if owner is None:
             makers[d.name] = "no owner record"
             continue
         state = owner.state()
