@@ -150,13 +150,17 @@ def signals_held() -> Iterator[None]:
     stage. The signal mask holds them off the main thread; one that another thread takes
     meanwhile reaches :class:`Signals` as Python's handlers do, in the main thread, which
     keeps it for the block's end."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    # counted held before the mask: Python runs a handler between two bytecodes, so one that
+    # arrived just before the mask call runs right after it and must keep its signal too
     Signals.held += 1
     try:
-        yield
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)  # one held by the mask is handled from here
     finally:
         Signals.held -= 1
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # one held by the mask is handled here
         if not Signals.held and Signals.deferred:
             message, Signals.deferred = Signals.deferred, ""
             raise Interrupted(message)

@@ -118,12 +118,20 @@ class Stage:
 
     def __exit__(self, *exc: object) -> None:
         path, self.path = self.path, None
-        if path is not None:
-            # scancel signals every process of the job at once: the build tool may die of it
-            # first, its failure end the job's work normally, and dedal's own SIGTERM come
-            # only now; it waits for the removal (Interrupted after it), never breaks it off
+        if path is None:
+            return
+        # scancel signals every process of the job at once: the build tool may die of it
+        # first, its failure end the job's work normally, and dedal's own SIGTERM come only
+        # now; it waits for the removal (Interrupted after it), never breaks it off
+        try:
             with signals_held():
                 remove_stage(path)
+        except BaseException:
+            # Python runs a handler between two bytecodes: the first stop signal's Interrupted
+            # can come before the hold is in place, the removal not begun. Signals acts on the
+            # first signal only, so nothing breaks this one off (a removed stage: nothing to do)
+            remove_stage(path)
+            raise
 
 
 def remove_stage(stage: Path) -> None:

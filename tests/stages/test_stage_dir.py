@@ -20,6 +20,7 @@ import pytest
 
 from dedal.model import owner as owner_module
 from dedal.errors import Interrupted, Signals, signals_held
+from dedal.stages import stage_dir
 from dedal.stages.stage_dir import STAGE_OWNER, Stage, remove_stage, stale_stages
 from dedal.model.owner import boot_id as _boot_id, pid_namespace as _pid_namespace, process_start as _process_start
 from tests.conftest import ROOT
@@ -177,6 +178,24 @@ def test_a_signal_while_the_stage_is_removed_waits_for_the_removal(tmp_path: Pat
     assert signalled and list(tmp_path.iterdir()) == []
 
 
+def test_a_signal_just_before_the_removal_is_held_removes_the_stage_all_the_same(tmp_path: Path, monkeypatch) -> None:
+    """Python runs a signal's handler between two bytecodes of the main thread, so a SIGTERM
+    that arrives as the stage's removal begins can raise Interrupted before the hold is in
+    place (here: while the hold is being set up). The stage is removed all the same."""
+    real = stage_dir.signals_held
+
+    def signalled_first():
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode, before the mask
+        return real()
+
+    with pytest.raises(Interrupted, match="interrupted by signal SIGTERM"):
+        with Signals(), Stage(tmp_path, "build") as stage:
+            (stage / "root" / "a").mkdir(parents=True)
+            monkeypatch.setattr(stage_dir, "signals_held", signalled_first)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_held_signal_that_another_thread_takes_waits_too() -> None:
     """The signal mask holds a stop signal off the main thread only; the kernel may give a
     process's signal to any other thread, and Python then runs the handler in the main
@@ -198,6 +217,28 @@ def test_a_held_signal_that_another_thread_takes_waits_too() -> None:
                 time.sleep(0.2)  # the handler has run in this thread by now
                 done.append(True)
     assert done == [True] and Signals.held == 0 and not Signals.deferred
+
+
+def test_a_signal_as_the_hold_begins_waits_and_leaves_no_signal_blocked(monkeypatch) -> None:
+    """A stop signal that arrives as the hold is being put in place (its handler runs right
+    after the mask call) waits for the block's end like any other, and the mask is put back:
+    a stop signal blocked for good would make the process deaf to scancel and Ctrl-C."""
+    real = signal.pthread_sigmask
+    done = []
+
+    def signalled_first(how, mask):
+        if how == signal.SIG_BLOCK and not done:
+            os.kill(os.getpid(), signal.SIGTERM)  # not blocked yet: Python's handler runs after this call
+        return real(how, mask)
+
+    monkeypatch.setattr(signal, "pthread_sigmask", signalled_first)
+    with pytest.raises(Interrupted, match="interrupted by signal SIGTERM"):
+        with Signals():
+            with signals_held():
+                done.append(True)
+    monkeypatch.undo()
+    assert done == [True] and Signals.held == 0 and not Signals.deferred
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 def test_a_stage_loses_its_owner_record_last(tmp_path: Path, monkeypatch) -> None:
