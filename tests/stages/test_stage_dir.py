@@ -220,15 +220,15 @@ def test_a_held_signal_that_another_thread_takes_waits_too() -> None:
 
 
 def test_a_signal_as_the_hold_begins_waits_and_leaves_no_signal_blocked(monkeypatch) -> None:
-    """A stop signal that arrives as the hold is being put in place (its handler runs right
-    after the mask call) waits for the block's end like any other, and the mask is put back:
-    a stop signal blocked for good would make the process deaf to scancel and Ctrl-C."""
+    """A stop signal whose handler runs while the hold is being put in place (here: inside
+    the mask call, before the mask is set) waits for the block's end like any other, and no
+    stop signal stays blocked: that would make the process deaf to scancel and Ctrl-C."""
     real = signal.pthread_sigmask
     done = []
 
     def signalled_first(how, mask):
         if how == signal.SIG_BLOCK and not done:
-            os.kill(os.getpid(), signal.SIGTERM)  # not blocked yet: Python's handler runs after this call
+            os.kill(os.getpid(), signal.SIGTERM)  # not blocked yet: Python's handler runs as this returns
         return real(how, mask)
 
     monkeypatch.setattr(signal, "pthread_sigmask", signalled_first)
