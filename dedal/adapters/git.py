@@ -49,6 +49,19 @@ def commit_time(path: Path, commit: str) -> Optional[int]:
         return None
 
 
+def _commit_of(repo: git.Repo, ref: str, url: str) -> git.Commit:
+    """The commit ``ref`` names after a fetch from ``url``: the remote's branch of that name
+    first (a local branch of a clone is not moved by a fetch), else a tag or commit."""
+    try:
+        if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs]:
+            return repo.commit(f"origin/{ref}")
+        return repo.commit(ref)
+    except (git.BadName, ValueError):
+        raise ToolError(
+            f"checking out {ref}", ["git", "checkout", ref], 1, None, f"{ref!r} is not a commit, tag or branch of {url}"
+        ) from None
+
+
 def checkout(url: str, ref: str, dest: Path) -> str:
     """Make ``dest`` a checkout of ``url`` at ``ref`` (commit, tag or branch); return the
     commit. An existing checkout at that commit is left alone (no network needed); one at
@@ -65,42 +78,16 @@ def checkout(url: str, ref: str, dest: Path) -> str:
         try:
             repo.remotes.origin.set_url(url)
             repo.remotes.origin.fetch(tags=True)
-            target = (
-                repo.commit(f"origin/{ref}")
-                if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs]
-                else repo.commit(ref)
-            )
-            repo.git.checkout("--detach", target.hexsha)
+            repo.git.checkout("--detach", _commit_of(repo, ref, url).hexsha)
         except git.GitCommandError as exc:
             raise _error(f"updating {dest} from {url}", exc) from None
-        except (git.BadName, ValueError):
-            raise ToolError(
-                f"checking out {ref}",
-                ["git", "checkout", ref],
-                1,
-                None,
-                f"{ref!r} is not a commit, tag or branch of {url}",
-            ) from None
         return repo.head.commit.hexsha
     dest.parent.mkdir(parents=True, exist_ok=True)
     reap_temporaries(dest.parent, of=dest.name)  # half clones of killed runs
     with atomic_path(dest) as tmp:
         try:
             repo = git.Repo.clone_from(url, tmp, no_checkout=True)
-            try:
-                commit = (
-                    repo.commit(f"origin/{ref}")
-                    if f"origin/{ref}" in [r.name for r in repo.remotes.origin.refs]
-                    else repo.commit(ref)
-                )
-            except (git.BadName, ValueError):
-                raise ToolError(
-                    f"checking out {ref}",
-                    ["git", "checkout", ref],
-                    1,
-                    None,
-                    f"{ref!r} is not a commit, tag or branch of {url}",
-                ) from None
+            commit = _commit_of(repo, ref, url)
             repo.git.checkout("--detach", commit.hexsha)
         except git.GitCommandError as exc:
             raise _error(f"cloning {url}", exc) from None

@@ -79,6 +79,9 @@ def test_git_checkout_pins_updates_and_works_without_the_remote(tmp_path):
     with pytest.raises(ToolError, match="not a commit, tag or branch"):
         gitad.checkout(url, "no-such-ref", tmp_path / "c")
     assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c.tmp~*"))
+    with pytest.raises(ToolError, match="not a commit, tag or branch"):  # an existing checkout: fetched, then refused
+        gitad.checkout(url, "no-such-ref", dest)
+    assert gitad.head_commit(dest) == second  # left where it was
 
 
 def test_fetch_clones_spack_concretizes_fills_mirror_and_plans(run_dedal, tmp_path):
