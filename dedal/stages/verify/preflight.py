@@ -66,6 +66,11 @@ _ICELAKE = _V4 + (
     "sha_ni",
 )
 _ZEN = _V3 + ("adx", "rdseed", "clzero", "sha_ni", "clflushopt")
+_ZEN4 = (
+    _V4
+    + ("adx", "rdseed", "clzero", "sha_ni", "clwb", "vaes", "vpclmulqdq", "gfni")
+    + ("avx512_bf16", "avx512_vnni", "avx512vbmi", "avx512_vbmi2")
+)
 
 #: CPU flags (as /proc/cpuinfo names them) each Spack x86_64 target needs, after
 #: archspec's microarchitecture table (generic levels exactly; named CPUs by their
@@ -90,37 +95,8 @@ X86_TARGETS: Dict[str, Tuple[str, ...]] = {
     "zen": _ZEN,
     "zen2": _ZEN + ("clwb",),
     "zen3": _ZEN + ("clwb", "vaes", "vpclmulqdq"),
-    "zen4": _V4
-    + (
-        "adx",
-        "rdseed",
-        "clzero",
-        "sha_ni",
-        "clwb",
-        "vaes",
-        "vpclmulqdq",
-        "avx512_bf16",
-        "avx512_vnni",
-        "avx512vbmi",
-        "avx512_vbmi2",
-        "gfni",
-    ),
-    "zen5": _V4
-    + (
-        "adx",
-        "rdseed",
-        "clzero",
-        "sha_ni",
-        "clwb",
-        "vaes",
-        "vpclmulqdq",
-        "avx512_bf16",
-        "avx512_vnni",
-        "avx512vbmi",
-        "avx512_vbmi2",
-        "gfni",
-        "avx_vnni",
-    ),
+    "zen4": _ZEN4,
+    "zen5": _ZEN4 + ("avx_vnni",),
 }
 #: families of other targets: the target names (prefixes) and the machine names of hosts that run them
 FAMILIES: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
