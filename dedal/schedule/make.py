@@ -8,6 +8,7 @@ The one module that knows the whole pipeline, so none of the others needs to.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
@@ -65,86 +66,39 @@ def make_schedule(
     nodes, cores = max(1, int(nodes)), max(1, int(cores))
     lb, cp, consumed = lower_bound(wl, nodes, cores, overhead_s, model, cpus_per_job)
     large = len(wl.order) > LARGE_BUILD
+    # group() on this machine; the calls below say the merge mode and start rules
+    grouping = functools.partial(
+        group, wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model, cpus_per_job=cpus_per_job
+    )
     if strategy == "dedal" and large:
         # beyond LARGE_BUILD packages: the two groupings that win there (critical path with
         # and without merging), each search after a fixed amount of work. Where that work
         # affords improve() no more than two merges (IMPROVE_MIN_TRIES), one job per package
         # is simulated as listed in topological order, without the package-level run first:
         # that run costs as much as a simulation, a third of the schedule of 10,000 packages
-        candidates = [
-            group(
-                wl,
-                nodes=nodes,
-                cores=cores,
-                overhead_s=overhead_s,
-                model=model,
-                cpus_per_job=cpus_per_job,
-                merge="safe",
-            )
-        ]
+        candidates = [grouping(merge="safe")]
         if not improve_runs(len(wl.order)):
             candidates.append(
                 per_package(wl, cores=cores, overhead_s=overhead_s, model=model, cpus_per_job=cpus_per_job)
             )
         else:
-            candidates.append(
-                group(
-                    wl,
-                    nodes=nodes,
-                    cores=cores,
-                    overhead_s=overhead_s,
-                    model=model,
-                    cpus_per_job=cpus_per_job,
-                    merge="none",
-                )
-            )
+            candidates.append(grouping(merge="none"))
     elif strategy == "dedal":
-        candidates = [
-            group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model, cpus_per_job=cpus_per_job, merge=m)
-            for m in MERGE_MODES
-        ]
+        candidates = [grouping(merge=m) for m in MERGE_MODES]
         # list scheduling by critical path is a heuristic: where plain submission order
         # packs a core-bound build better, start from that
-        candidates.append(
-            group(
-                wl,
-                nodes=nodes,
-                cores=cores,
-                overhead_s=overhead_s,
-                model=model,
-                cpus_per_job=cpus_per_job,
-                merge="none",
-                fifo=True,
-            )
-        )
+        candidates.append(grouping(merge="none", fifo=True))
         # everything in one job: where the overhead dwarfs the builds (small or measured-fast ones)
         candidates.append(_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=True))
         if consumed / (nodes * cores) > cp / 2 and not cpus_per_job:
             # cores are scarce: also try starting packages on fewer cores than they could use
-            candidates += [
-                group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model, merge=m, fifo=f, mold=True)
-                for m, f in MOLD_VARIANTS
-            ]
+            candidates += [grouping(merge=m, fifo=f, mold=True) for m, f in MOLD_VARIANTS]
             # ... or on the fewest cores that keep the critical path short (CPA)
             for target, double in ALLOT_VARIANTS:
                 need = allot(wl, cores, nodes * cores, target, model, double)
-                candidates += [
-                    group(wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model, merge=m, need=need)
-                    for m in ("safe", "none")
-                ]
+                candidates += [grouping(merge=m, need=need) for m in ("safe", "none")]
     elif strategy == "per-package":
-        candidates = [
-            group(
-                wl,
-                nodes=nodes,
-                cores=cores,
-                overhead_s=overhead_s,
-                model=model,
-                cpus_per_job=cpus_per_job,
-                merge="none",
-                fifo=True,
-            )
-        ]
+        candidates = [grouping(merge="none", fifo=True)]
     elif strategy == "single-node":
         candidates = [_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=False)]
     else:
