@@ -190,22 +190,6 @@ def prepare(
                         "(or apptainer)"
                     )
                 binds = [*binds, *gpu_binds(driver, rootdir, binds)]
-    with _prepare(root, kind, cmd, binds=binds, env=env, cwd=cwd, writable=writable, nv=nv) as prep:
-        yield prep
-
-
-@contextlib.contextmanager
-def _prepare(
-    root: RootArg,
-    kind: str,
-    cmd: Sequence[str],
-    *,
-    binds: Sequence[Bind],
-    env: Optional[Mapping[str, str]],
-    cwd: Optional[str],
-    writable: bool,
-    nv: bool,
-) -> Iterator[Prepared]:
     with mounted(root) as rootdir:
         assert rootdir is not None
         missing = [b.target for b in binds if resolve_in_image(rootdir, b.target)[1]]
