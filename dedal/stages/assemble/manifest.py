@@ -87,7 +87,7 @@ def image_manifest(
     base: Optional[BaseImage],
     infos: Sequence[LayerInfo],
     hashes: Sequence[str],
-    runtime: Any = None,
+    runtime: Optional[BaseImage] = None,
 ) -> Dict[str, Any]:
     """The manifest: ``base`` is the build base (the layers' key), ``runtime`` the base the
     image was assembled on where it is another."""

@@ -18,7 +18,7 @@ from dedal.stages.layer_audit import LayerInfo
 
 if TYPE_CHECKING:
     from dedal.model.base import BaseImage
-    from dedal.model.plan import Plan
+    from dedal.model.plan import Plan, PlanNode
     from dedal.model.spack_lock import SpackLock
 
 
@@ -66,7 +66,7 @@ def pmix_version_of_header(text: str) -> Optional[str]:
     return f"{int(parts['MAJOR'])}.{int(parts['MINOR'])}.{int(parts['RELEASE'])}"
 
 
-def bundled_pmix_node(plan: Plan, hashes: Sequence[str], lock: SpackLock) -> Optional[Any]:
+def bundled_pmix_node(plan: Plan, hashes: Sequence[str], lock: SpackLock) -> Optional[PlanNode]:
     """The image's Spack-built Open MPI when it carries its own PMIx (``+internal-pmix``) and
     no PMIx package of the image stands beside it: then that bundled PMIx is the one its
     ranks talk to, not a PMIx the base has."""
@@ -140,7 +140,7 @@ def make_labels(
     return labels
 
 
-def runtime_base_labels(build: Any, runtime: Any, digest: str, shared: int) -> Dict[str, str]:
+def runtime_base_labels(build: BaseImage, runtime: BaseImage, digest: str, shared: int) -> Dict[str, str]:
     """Labels of the base an image is assembled on when it is not its build base: its name,
     id, content, OS and recorded versions, its inputs (:func:`input_labels`), and how many
     Debian packages it shares with the build base (all in the same version, checked). The
@@ -160,7 +160,12 @@ def runtime_base_labels(build: Any, runtime: Any, digest: str, shared: int) -> D
 
 
 def definition_text(
-    plan: Plan, base: Optional[BaseImage], labels: Mapping[str, str], env91: str, runscript: str, runtime: Any = None
+    plan: Plan,
+    base: Optional[BaseImage],
+    labels: Mapping[str, str],
+    env91: str,
+    runscript: str,
+    runtime: Optional[BaseImage] = None,
 ) -> str:
     """The definition object: not an Apptainer recipe (no `apptainer build` made this image),
     a readable record of what went in, in the definition file's syntax."""
@@ -199,7 +204,7 @@ def inspect_metadata(
     only_names: Sequence[str],
     keep_build_deps: bool,
     versions: Mapping[str, str],
-    runtime: Any = None,
+    runtime: Optional[BaseImage] = None,
 ) -> Dict[str, Any]:
     """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own section."""
     return {

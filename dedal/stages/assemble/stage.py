@@ -63,6 +63,7 @@ from dedal.adapters import squashfs
 from dedal.errors import Signals, UserError
 from dedal.model import git_sources, sbom as sbom_mod, sif as sif_mod
 from dedal.model.base import (
+    BaseImage,
     HOST_BASE,
     check_runtime_base,
     input_labels as base_input_labels,
@@ -113,7 +114,7 @@ def _say(progress: Progress, start: float) -> Callable[[str], None]:
     return say
 
 
-def _find_base(plan: Plan, settings: Settings, say: Callable[[str], None]) -> Any:
+def _find_base(plan: Plan, settings: Settings, say: Callable[[str], None]) -> Optional[BaseImage]:
     """The built base the plan's layers were made for (None for the host)."""
     if plan.base_image == HOST_BASE:
         return None
