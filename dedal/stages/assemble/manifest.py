@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 from dedal import __version__
 from dedal.errors import UserError
 from dedal.model.artifacts import sha256_file
-from dedal.stages.layer_audit import LayerInfo
-from dedal.stages.assemble.metadata import base_json, iso_date
+from dedal.stages.assemble.metadata import Contents, base_json, iso_date
 
 if TYPE_CHECKING:
-    from dedal.model.base import BaseImage
     from dedal.model.config import Settings
     from dedal.model.plan import Plan
 
@@ -80,20 +78,13 @@ def image_paths(
     return sif_path, sif_path.with_name(f"{stem}.image.json"), sif_path.with_name(f"{stem}.sbom.cdx.json")
 
 
-def image_manifest(
-    result: AssembleResult,
-    digest: str,
-    plan: Plan,
-    base: Optional[BaseImage],
-    infos: Sequence[LayerInfo],
-    hashes: Sequence[str],
-    runtime: Optional[BaseImage] = None,
-) -> Dict[str, Any]:
-    """The manifest: ``base`` is the build base (the layers' key), ``runtime`` the base the
-    image was assembled on where it is another."""
+def image_manifest(result: AssembleResult, digest: str, contents: Contents, hashes: Sequence[str]) -> Dict[str, Any]:
+    """The manifest: its ``base`` is the build base (the layers' key), ``runtime_base`` the
+    base the image was assembled on where it is another; ``hashes``: every package in it."""
+    plan = contents.plan
     extra: Dict[str, Any] = {"elf_closure": result.elf_closure} if result.elf_closure else {}
-    if runtime is not None:
-        extra["runtime_base"] = base_json(plan, runtime)
+    if contents.runtime_base is not None:
+        extra["runtime_base"] = base_json(plan, contents.runtime_base)
     return {
         **extra,
         "format": IMAGE_FORMAT,
@@ -105,7 +96,7 @@ def image_manifest(
         "tag": result.tag,
         "created": iso_date(result.created),
         "created_epoch": result.created,
-        "base": base_json(plan, base),
+        "base": base_json(plan, contents.build_base),
         "base_id": plan.base_id,
         "lock_sha256": plan.lock_sha256,
         "spack_commit": plan.spack_commit,
@@ -115,7 +106,7 @@ def image_manifest(
         "only": result.only,
         "keep_build_deps": result.keep_build_deps,
         "packages": [plan.nodes[h].label for h in hashes],
-        "layers": [{**i.label(), "prefix": i.prefix} for i in infos],
+        "layers": [{**i.label(), "prefix": i.prefix} for i in contents.infos],
         "labels": result.labels,
         "versions": result.versions,
         "sbom": result.sbom,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -24,6 +25,24 @@ if TYPE_CHECKING:
 
 VERSION_COMPONENTS = ("openmpi", "pmix", "ucx", "cuda", "nccl")
 _UPSTREAM = re.compile(r"\d+(?:\.\d+)+")
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What one image carries, as assembly chose it: the labels, the definition object,
+    inspect-metadata.json and the image manifest each say it in their own way, from this one
+    value. ``build_base``: what the layers were built on (None: the host); ``runtime_base``:
+    the base the image is made on where it is another (None: it is ``build_base``)."""
+
+    plan: Plan
+    infos: Sequence[LayerInfo]
+    roots: Sequence[str]
+    build_base: Optional[BaseImage] = None
+    runtime_base: Optional[BaseImage] = None
+    only_names: Sequence[str] = ()
+    keep_build_deps: bool = False
+    versions: Mapping[str, str] = field(default_factory=dict)
+    version_sources: Mapping[str, str] = field(default_factory=dict)
 
 
 def iso_date(epoch: int) -> str:
@@ -80,19 +99,15 @@ def bundled_pmix_node(plan: Plan, hashes: Sequence[str], lock: SpackLock) -> Opt
 
 
 def make_labels(
-    plan: Plan,
-    base: Optional[BaseImage],
-    infos: Sequence[LayerInfo],
-    roots: Sequence[str],
-    only_names: Sequence[str],
-    keep_build_deps: bool,
-    versions: Mapping[str, str],
-    sources: Mapping[str, str],
+    contents: Contents,
     created: int,
     description: str,
     user: Mapping[str, str],
     inherited: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, str]:
+    """The image's labels: dedal's provenance, then ``user``'s (which may not name one of
+    dedal's), then the base's ``inherited`` ones under both."""
+    plan, base, infos = contents.plan, contents.build_base, contents.infos
     date = iso_date(created)
     labels: Dict[str, str] = {
         "org.label-schema.schema-version": "1.0",
@@ -112,7 +127,7 @@ def make_labels(
         "dedal.base.id": plan.base_id,
         "dedal.install_root": plan.install_root,
         "dedal.view": plan.view,
-        "dedal.roots": " ".join(plan.nodes[h].label for h in roots),
+        "dedal.roots": " ".join(plan.nodes[h].label for h in contents.roots),
         "dedal.layers": json.dumps([i.label() for i in infos], sort_keys=True, separators=(",", ":")),
         "dedal.layers.count": str(len(infos)),
         "dedal.layers.digest": hashlib.sha256("".join(i.sha256 for i in infos).encode()).hexdigest(),
@@ -123,13 +138,13 @@ def make_labels(
     if description:
         labels["org.label-schema.description"] = description
         labels["org.opencontainers.image.description"] = description
-    if only_names:
-        labels["dedal.only"] = ",".join(only_names)
-    if keep_build_deps:
+    if contents.only_names:
+        labels["dedal.only"] = ",".join(contents.only_names)
+    if contents.keep_build_deps:
         labels["dedal.keep_build_deps"] = "true"
-    for comp, version in versions.items():
+    for comp, version in contents.versions.items():
         labels[f"dedal.version.{comp}"] = version
-        labels[f"dedal.version.{comp}.source"] = sources[comp]
+        labels[f"dedal.version.{comp}.source"] = contents.version_sources[comp]
     clash = sorted(k for k in user if k in labels or k.startswith("dedal."))
     if clash:
         raise UserError(f"dedal.labels: {clash[0]} is a provenance label dedal sets itself")
@@ -159,16 +174,10 @@ def runtime_base_labels(build: BaseImage, runtime: BaseImage, digest: str, share
     return labels
 
 
-def definition_text(
-    plan: Plan,
-    base: Optional[BaseImage],
-    labels: Mapping[str, str],
-    env91: str,
-    runscript: str,
-    runtime: Optional[BaseImage] = None,
-) -> str:
+def definition_text(contents: Contents, labels: Mapping[str, str], env91: str, runscript: str) -> str:
     """The definition object: not an Apptainer recipe (no `apptainer build` made this image),
     a readable record of what went in, in the definition file's syntax."""
+    plan, base, runtime = contents.plan, contents.build_base, contents.runtime_base
 
     def indent(text: str) -> str:
         return "".join(f"    {line}\n" for line in text.splitlines() if not line.startswith("#!"))
@@ -192,21 +201,10 @@ def definition_text(
 
 
 def inspect_metadata(
-    labels: Mapping[str, str],
-    definition: str,
-    runscript: str,
-    env90: str,
-    env91: str,
-    plan: Plan,
-    base: Optional[BaseImage],
-    infos: Sequence[LayerInfo],
-    roots: Sequence[str],
-    only_names: Sequence[str],
-    keep_build_deps: bool,
-    versions: Mapping[str, str],
-    runtime: Optional[BaseImage] = None,
+    contents: Contents, labels: Mapping[str, str], definition: str, runscript: str, env90: str, env91: str
 ) -> Dict[str, Any]:
     """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own section."""
+    plan, runtime = contents.plan, contents.runtime_base
     return {
         "data": {
             "attributes": {
@@ -222,12 +220,12 @@ def inspect_metadata(
             "tag": plan.tag,
             "lock_sha256": plan.lock_sha256,
             "spack_commit": plan.spack_commit,
-            "base": base_json(plan, base),
-            "roots": [plan.nodes[h].label for h in roots],
-            "only": list(only_names),
-            "keep_build_deps": keep_build_deps,
-            "versions": dict(versions),
-            "layers": [{**i.label(), "prefix": i.prefix, "files": i.files} for i in infos],
+            "base": base_json(plan, contents.build_base),
+            "roots": [plan.nodes[h].label for h in contents.roots],
+            "only": list(contents.only_names),
+            "keep_build_deps": contents.keep_build_deps,
+            "versions": dict(contents.versions),
+            "layers": [{**i.label(), "prefix": i.prefix, "files": i.files} for i in contents.infos],
             **({"runtime_base": base_json(plan, runtime)} if runtime is not None else {}),
         },
     }

@@ -87,6 +87,7 @@ from dedal.stages.assemble.envscript import base_environment_script
 from dedal.stages.assemble.manifest import IMAGE_FORMAT, AssembleResult, existing_image, image_manifest, image_paths
 from dedal.stages.assemble.metadata import (
     BUNDLED_PMIX_HEADER,
+    Contents,
     bundled_pmix_node,
     definition_text,
     image_versions,
@@ -257,20 +258,18 @@ def assemble(
             return kept
 
     inherited = base_singularity(base)  # an Apptainer-built base keeps its labels, environment, runscript
-    labels_out = make_labels(
+    contents = Contents(
         plan,
-        build_base,
         infos,
         roots,
-        only_names,
-        keep_build_deps,
-        versions,
-        version_sources,
-        created,
-        description,
-        user_labels,
-        inherited["labels"],
+        build_base=build_base,
+        runtime_base=base if base is not build_base else None,
+        only_names=only_names,
+        keep_build_deps=keep_build_deps,
+        versions=versions,
+        version_sources=version_sources,
     )
+    labels_out = make_labels(contents, created, description, user_labels, inherited["labels"])
     if build_digest:
         labels_out["dedal.base.sha256"] = build_digest
     labels_out[SDE_LABEL] = str(created)
@@ -413,29 +412,8 @@ def assemble(
                     write_file(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
                     timings["image_files"] = time.monotonic() - t0
 
-                    definition = definition_text(
-                        plan,
-                        build_base,
-                        labels_out,
-                        env91,
-                        runscript_sh,
-                        runtime=base if base is not build_base else None,
-                    )
-                    metadata = inspect_metadata(
-                        labels_out,
-                        definition,
-                        runscript_sh,
-                        env90,
-                        env91,
-                        plan,
-                        build_base,
-                        infos,
-                        roots,
-                        only_names,
-                        keep_build_deps,
-                        versions,
-                        runtime=base if base is not build_base else None,
-                    )
+                    definition = definition_text(contents, labels_out, env91, runscript_sh)
+                    metadata = inspect_metadata(contents, labels_out, definition, runscript_sh, env90, env91)
                     # mksquashfs writes the partition at its place in the SIF: no copy afterwards
                     offset = sif_mod.partition_offset(
                         definition=definition, labels=labels_out, metadata=metadata, sbom=sbom_bytes
@@ -513,9 +491,7 @@ def assemble(
                 runtime_base_id=base.id if base is not build_base else "",
                 elf_closure=closure,
             )
-            manifest_json = image_manifest(
-                result, digest, plan, build_base, infos, hashes, runtime=base if base is not build_base else None
-            )
+            manifest_json = image_manifest(result, digest, contents, hashes)
             write_file(tmp_json, json.dumps(manifest_json, indent=1, sort_keys=True) + "\n", 0o644)
             # the manifest last: an image exists when its manifest does
             os.replace(tmp_sbom, sbom_path)

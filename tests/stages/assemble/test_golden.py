@@ -80,19 +80,10 @@ def layer_infos(plan, hashes):
 def labels_of(plan):
     roots, hashes = asm.select_packages(plan)
     versions, sources = metadata.image_versions(plan, hashes, None)
-    return metadata.make_labels(
-        plan,
-        Base(),
-        layer_infos(plan, hashes),
-        roots,
-        [],
-        False,
-        versions,
-        sources,
-        CREATED,
-        "the tiny test environment",
-        {"site.team": "hpc"},
+    contents = metadata.Contents(
+        plan, layer_infos(plan, hashes), roots, build_base=Base(), versions=versions, version_sources=sources
     )
+    return metadata.make_labels(contents, CREATED, "the tiny test environment", {"site.team": "hpc"})
 
 
 def test_singularity_d_matches_the_golden_file(tmp_path: Path, plan) -> None:

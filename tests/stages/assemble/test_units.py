@@ -182,11 +182,10 @@ def test_versions_from_base_and_layers(tiny_plan, mpi_plan):
 
 
 def test_user_labels_cannot_override_provenance(tiny_plan):
+    contents = metadata.Contents(tiny_plan, [], tiny_plan.roots)
     with pytest.raises(UserError, match="provenance label"):
-        metadata.make_labels(tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {"dedal.env": "x"})
-    labels = metadata.make_labels(
-        tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 1700000000, "d", {"team": "x"}
-    )
+        metadata.make_labels(contents, 0, "", {"dedal.env": "x"})
+    labels = metadata.make_labels(contents, 1700000000, "d", {"team": "x"})
     assert labels["team"] == "x" and labels["org.label-schema.build-date"] == "2023-11-14T22:13:20Z"
     assert all(isinstance(v, str) for v in labels.values())  # Apptainer's labels are strings
 
@@ -281,9 +280,8 @@ def test_inherits_an_apptainer_built_base(tmp_path, tiny_plan):
     assert found["labels"]["site"] == "cscs"
     assert "export SITE=cscs" in found["90-environment.sh"]
     assert found["91-environment.sh"] == "" and found["runscript"] == ""  # Apptainer's empty placeholders
-    labels = metadata.make_labels(
-        tiny_plan, None, [], tiny_plan.roots, [], False, {}, {}, 0, "", {}, {"site": "cscs", "dedal.env": "spoofed"}
-    )
+    contents = metadata.Contents(tiny_plan, [], tiny_plan.roots)
+    labels = metadata.make_labels(contents, 0, "", {}, {"site": "cscs", "dedal.env": "spoofed"})
     assert labels["site"] == "cscs" and labels["dedal.env"] == "t"  # ours win over the base's
 
 
