@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dedal.adapters import runtime
-from dedal.adapters.runtime import Bind
+from dedal.adapters.runtime import Bind, Request
 from dedal.errors import ToolError, UserError
 from dedal.model.config import SETTINGS
 from tests.fixtures import base as helpers
@@ -400,11 +400,13 @@ def test_apptainer_command_line(monkeypatch, tmp_path):
     monkeypatch.setattr(runtime.apptainer.proc, "which", lambda tool, hint="": f"/usr/bin/{tool}")
     prep = runtime.apptainer_command(
         Path("/img/x.sif"),
-        ["mpirun", "-np", "2", "a.out"],
-        binds=[Bind(tmp_path, "/opt/esd/software"), Bind(tmp_path, "/data", True)],
-        env={"OMPI_MCA_pml": "ucx", "FOO": "a b $c"},
-        cwd="/work",
-        nv=True,
+        Request(
+            ["mpirun", "-np", "2", "a.out"],
+            [Bind(tmp_path, "/opt/esd/software"), Bind(tmp_path, "/data", True)],
+            {"OMPI_MCA_pml": "ucx", "FOO": "a b $c"},
+            "/work",
+            nv=True,
+        ),
         private={"/tmp": tmp_path / "t"},
     )
     argv = prep.argv

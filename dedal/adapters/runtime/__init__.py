@@ -23,11 +23,12 @@ sourced in order as Apptainer does, then the caller's ``env`` (last word), plus
 The modules, one concern each:
 
 * :mod:`.common`: ``Bind``, roots (``root_kind``, ``mounted``), the environment inside,
-  the path resolution in an image, ``Prepared`` and the ``Backend`` interface;
+  the path resolution in an image, ``Request`` (one command: cmd, binds, env, cwd,
+  writable, nv, per node), ``Prepared`` and the ``Backend`` interface;
 * :mod:`.bwrap`, :mod:`.charliecloud`, :mod:`.apptainer`: one backend each, every one
-  with ``TOOL``, ``command(root, cmd, *, binds, env, cwd, writable, nv, scripts)`` and
-  ``prepare(root, kind, cmd, ...)`` (how it gets at the root), plus that runtime's own
-  extras (the bwrap split view, Apptainer's sandbox builds);
+  with ``TOOL``, ``command(root, request, ...)`` and ``prepare(root, kind, request)``
+  (how it gets at the root), plus that runtime's own extras (the bwrap split view,
+  Apptainer's sandbox builds);
 * :mod:`.nvidia`: the host's NVIDIA driver (libraries, binaries, files, ``/dev/nvidia*``)
   found as Apptainer's ``--nv`` finds it (nvliblist.conf names, the ld cache), for the
   GPU passthrough (``nv``) of bwrap and Charliecloud; Apptainer does its own (``--nv``);
@@ -47,6 +48,7 @@ from dedal.adapters.runtime.common import (
     Bind,
     Instance,
     Prepared,
+    Request,
     RootArg,
     base_env,
     host_path,
@@ -78,6 +80,7 @@ __all__ = [
     "HostDriver",
     "Instance",
     "Prepared",
+    "Request",
     "RootArg",
     "Running",
     "apptainer_build_sandbox",

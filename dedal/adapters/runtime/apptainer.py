@@ -61,6 +61,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -71,6 +72,7 @@ from dedal.adapters.runtime.common import (
     Bind,
     Instance,
     Prepared,
+    Request,
     RootArg,
     base_env,
     make_mount_points,
@@ -167,44 +169,39 @@ def has_sharens(path: str) -> bool:
 
 def command(
     image: Union[Path, str],
-    cmd: Sequence[str],
+    request: Request,
     *,
-    binds: Sequence[Bind] = (),
-    env: Optional[Mapping[str, str]] = None,
-    cwd: Optional[str] = None,
-    writable: bool = False,
-    nv: bool = False,
-    scripts: Sequence[str] = (),
     private: Optional[Mapping[str, Path]] = None,
     unsquash: bool = False,
-    sharens: bool = False,
 ) -> Prepared:
     """The ``apptainer exec`` command line (see the module notes). ``private``: container
-    path -> host directory bound there first (the private ``/tmp``, maybe ``/dev/shm``);
-    ``scripts`` is not used: the wrapper sources every ``/.singularity.d/env/*.sh`` the
-    image has, as Apptainer does. ``sharens``: the processes with the same parent share one
-    container, where this Apptainer can (:func:`has_sharens`; else one container each)."""
+    path -> host directory bound there first (the private ``/tmp``, maybe ``/dev/shm``); no
+    image env scripts are given: the wrapper sources every ``/.singularity.d/env/*.sh`` the
+    image has, as Apptainer does. ``request.per_node`` (read-only roots): the processes with
+    the same parent share one container, where this Apptainer can (:func:`has_sharens`;
+    else one container each)."""
     apptainer = proc.which("apptainer", HINTS["apptainer"])
     args = [apptainer, "exec", "--cleanenv", "--no-home", "--no-mount", "tmp,cwd"]
-    if sharens and has_sharens(apptainer):
+    if request.per_node and not request.writable and has_sharens(apptainer):
         args.append("--sharens")
-    args += drop_caps_args(nv)
-    if writable:
+    args += drop_caps_args(request.nv)
+    if request.writable:
         args.append("--writable")
-    if nv:
+    if request.nv:
         args.append("--nv")
     if unsquash:
         args.append("--unsquash")
     for dst, src in (private or {}).items():
         args += ["--bind", f"{src}:{dst}"]
-    for b in binds:
+    for b in request.binds:
         src = os.fspath(Path(b.src).resolve())
         args += ["--bind", f"{src}:{b.target}" + (":ro" if b.readonly else "")]
-    args += ["--pwd", cwd or "/"]
-    inner = base_env(env)
+    args += ["--pwd", request.cwd or "/"]
+    env = request.env or {}
+    start = None if request.cwd else os.getcwd()
     args += [
         os.fspath(image),
-        *wrap_with_image_env(cmd, [ALL_IMAGE_SCRIPTS], env or {}, first=inner, start=None if cwd else os.getcwd()),
+        *wrap_with_image_env(request.cmd, [ALL_IMAGE_SCRIPTS], env, first=base_env(env), start=start),
     ]
     return Prepared(args, process_env())
 
@@ -257,26 +254,16 @@ def _needs_unsquash(kind: str) -> bool:
 
 
 @contextlib.contextmanager
-def prepare(
-    root: RootArg,
-    kind: str,
-    cmd: Sequence[str],
-    *,
-    binds: Sequence[Bind],
-    env: Optional[Mapping[str, str]],
-    cwd: Optional[str],
-    writable: bool,
-    nv: bool,
-    per_node: bool = False,
-) -> Iterator[Prepared]:
+def prepare(root: RootArg, kind: str, request: Request) -> Iterator[Prepared]:
     """Apptainer is given the root as it is, with the private directories it needs; in a
     writable directory root the missing mount points are made first (and removed
-    afterwards). ``per_node``: the ranks of an srun step share one container per node
-    (``--sharens``). An :class:`Instance` is joined (its binds are the instance's)."""
+    afterwards). ``request.per_node``: the ranks of an srun step share one container per
+    node (``--sharens``). An :class:`Instance` is joined (its binds are the instance's)."""
     if isinstance(root, Instance):
-        yield command(root.ref, cmd, env=env, cwd=cwd, nv=nv)
+        yield command(root.ref, replace(request, binds=(), writable=False, per_node=False))
         return
     image = Path(root)  # type: ignore[arg-type]
+    binds, writable = request.binds, request.writable
     _check_dev_binds(binds)
     with _private_dirs(_private_targets(binds, writable), binds) as private:
         below = tuple(p + "/" for p in private)
@@ -286,18 +273,7 @@ def prepare(
             wanted += [(f, True) for f in WRITABLE_FILES if os.path.exists(f)] + [(d, False) for d in WRITABLE_DIRS]
             created = make_mount_points(image, wanted)
         try:
-            prep = command(
-                image,
-                cmd,
-                binds=binds,
-                env=env,
-                cwd=cwd,
-                writable=writable,
-                nv=nv,
-                private=private,
-                unsquash=_needs_unsquash(kind),
-                sharens=per_node and not writable,
-            )
+            prep = command(image, request, private=private, unsquash=_needs_unsquash(kind))
             prep.created = created
             yield prep
         finally:

@@ -29,7 +29,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from dedal.adapters import proc
 from dedal.adapters.runtime import nvidia
@@ -38,6 +38,7 @@ from dedal.adapters.runtime.common import (
     HINTS,
     Bind,
     Prepared,
+    Request,
     RootArg,
     base_env,
     image_env_scripts,
@@ -142,13 +143,8 @@ def gpu_binds(
 
 def command(
     rootdir: Optional[Path],
-    cmd: Sequence[str],
+    request: Request,
     *,
-    binds: Sequence[Bind] = (),
-    env: Optional[Mapping[str, str]] = None,
-    cwd: Optional[str] = None,
-    writable: bool = False,
-    nv: bool = False,
     scripts: Sequence[str] = (),
     host_files: bool = True,
     devices: bool = True,
@@ -160,6 +156,7 @@ def command(
     found on this host unless given). In a writable root, missing mount points are created
     now (``created``: for the caller to remove afterwards)."""
     bwrap = proc.which("bwrap", HINTS["bwrap"])
+    binds, writable, nv = list(request.binds), request.writable, request.nv
     host = rootdir is None
     viewroot = Path("/") if host else rootdir
     assert viewroot is not None
@@ -168,7 +165,7 @@ def command(
         driver = driver or nvidia.host_driver()
         extra, gpu_env = gpu_binds(driver, binds, scripts)
         binds = [*binds, *extra]
-    inner_env = base_env({**gpu_env, **(env or {})})
+    inner_env = base_env({**gpu_env, **(request.env or {})})
     standard = ["/dev", "/proc", "/sys", "/tmp", "/run"]
     extra_files = [] if host or not host_files else [f for f in HOST_FILES if os.path.exists(f)]
     dev_src = _host_devices(driver if nv else None) if devices and not host else {}
@@ -215,41 +212,18 @@ def command(
     args += ["--clearenv"]
     for k, v in inner_env.items():
         args += ["--setenv", k, v]
-    if cwd:
-        args += ["--chdir", cwd]
-    args += ["--", *with_image_env(cmd, scripts, env)]
+    if request.cwd:
+        args += ["--chdir", request.cwd]
+    args += ["--", *with_image_env(request.cmd, scripts, request.env)]
     return Prepared(args, {"PATH": os.environ.get("PATH", STD_PATH)}, created)
 
 
 @contextlib.contextmanager
-def prepare(
-    root: RootArg,
-    kind: str,
-    cmd: Sequence[str],
-    *,
-    binds: Sequence[Bind],
-    env: Optional[Mapping[str, str]],
-    cwd: Optional[str],
-    writable: bool,
-    nv: bool,
-) -> Iterator[Prepared]:
+def prepare(root: RootArg, kind: str, request: Request) -> Iterator[Prepared]:
     """bwrap sees a directory: a squashfs/SIF stays mounted while the command runs; mount
     points made in a writable root are removed afterwards."""
     with mounted(root) as rootdir:
-        prep = note_mount(
-            command(
-                rootdir,
-                cmd,
-                binds=binds,
-                env=env,
-                cwd=cwd,
-                writable=writable,
-                nv=nv,
-                scripts=image_env_scripts(rootdir),
-            ),
-            root,
-            rootdir,
-        )
+        prep = note_mount(command(rootdir, request, scripts=image_env_scripts(rootdir)), root, rootdir)
         try:
             yield prep
         finally:

@@ -30,8 +30,9 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set
+from typing import Dict, Iterator, List, Sequence, Set
 
 from dedal.adapters import proc
 from dedal.adapters.runtime import nvidia
@@ -39,6 +40,7 @@ from dedal.adapters.runtime.common import (
     HINTS,
     Bind,
     Prepared,
+    Request,
     RootArg,
     base_env,
     image_env_scripts,
@@ -54,41 +56,31 @@ TOOL = "ch-run"
 log = logging.getLogger("dedal.runtime")
 
 
-def command(
-    image: Path,
-    cmd: Sequence[str],
-    *,
-    binds: Sequence[Bind] = (),
-    env: Optional[Mapping[str, str]] = None,
-    cwd: Optional[str] = None,
-    writable: bool = False,
-    nv: bool = False,
-    scripts: Sequence[str] = (),
-) -> Prepared:
+def command(image: Path, request: Request, *, scripts: Sequence[str] = ()) -> Prepared:
     """The ``ch-run`` command line; ``image`` is a directory or a squashfs file (not a SIF).
     ``nv`` changes nothing here: :func:`prepare` adds the driver's binds (:func:`gpu_binds`)."""
     chrun = proc.which("ch-run", HINTS["ch-run"])
     args = [chrun, "--unset-env=*", "--env-no-expand"]
-    if writable:
+    if request.writable:
         args.append("--write")
-    elif "/tmp" not in {b.target for b in binds}:
+    elif "/tmp" not in {b.target for b in request.binds}:
         args.append("--private-tmp")  # ch-run shares the host's /tmp unless told otherwise
-    for b in binds:
+    for b in request.binds:
         src = os.fspath(Path(b.src).resolve())
         args.append(f"--bind={src}:{b.target}")
-    inner_env = base_env(env)
+    inner_env = base_env(request.env)
     for k, v in inner_env.items():
         args.append(f"--set-env={k}={v}")
-    if cwd:
-        args.append(f"--cd={cwd}")
+    if request.cwd:
+        args.append(f"--cd={request.cwd}")
     # without cwd, bwrap's rule (the caller's directory where the image has it, else HOME): ch-run starts in /
     args += [
         os.fspath(image),
         "--",
         *(
-            with_image_env(cmd, scripts, env)
-            if cwd
-            else wrap_with_image_env(cmd, scripts, env or {}, start=os.getcwd())
+            with_image_env(request.cmd, scripts, request.env)
+            if request.cwd
+            else wrap_with_image_env(request.cmd, scripts, request.env or {}, start=os.getcwd())
         ),
     ]
     outer = dict(os.environ)
@@ -164,21 +156,11 @@ def gpu_binds(driver: nvidia.HostDriver, rootdir: Path, binds: Sequence[Bind]) -
 
 
 @contextlib.contextmanager
-def prepare(
-    root: RootArg,
-    kind: str,
-    cmd: Sequence[str],
-    *,
-    binds: Sequence[Bind],
-    env: Optional[Mapping[str, str]],
-    cwd: Optional[str],
-    writable: bool,
-    nv: bool,
-) -> Iterator[Prepared]:
+def prepare(root: RootArg, kind: str, request: Request) -> Iterator[Prepared]:
     """Refuse binds onto missing paths; then a directory or squashfs as it is (a squashfs
     mounted briefly to read its env scripts: ch-run mounts it again itself), a SIF mounted.
     ``nv``: the host driver's binds added (see the module notes)."""
-    if nv:
+    if request.nv:
         driver = nvidia.host_driver()
         if driver.found:
             with mounted(root) as rootdir:
@@ -189,10 +171,10 @@ def prepare(
                         f"{nvidia.LIBS_DIR} (images dedal assembles have it); use runtime bwrap "
                         "(or apptainer)"
                     )
-                binds = [*binds, *gpu_binds(driver, rootdir, binds)]
+                request = replace(request, binds=[*request.binds, *gpu_binds(driver, rootdir, request.binds)])
     with mounted(root) as rootdir:
         assert rootdir is not None
-        missing = [b.target for b in binds if resolve_in_image(rootdir, b.target)[1]]
+        missing = [b.target for b in request.binds if resolve_in_image(rootdir, b.target)[1]]
     if missing:
         raise UserError(
             f"ch-run cannot create bind mount points in a read-only image: "
@@ -201,20 +183,7 @@ def prepare(
     if kind == "sif":  # ch-run cannot open it: give it the mounted partition
         with mounted(root) as rootdir:
             assert rootdir is not None
-            yield note_mount(
-                command(
-                    rootdir,
-                    cmd,
-                    binds=binds,
-                    env=env,
-                    cwd=cwd,
-                    writable=writable,
-                    nv=nv,
-                    scripts=image_env_scripts(rootdir),
-                ),
-                root,
-                rootdir,
-            )
+            yield note_mount(command(rootdir, request, scripts=image_env_scripts(rootdir)), root, rootdir)
         return
     scripts: List[str]
     if kind == "dir":
@@ -222,13 +191,4 @@ def prepare(
     else:
         with mounted(root) as rootdir:  # to read the image's env scripts; ch-run mounts it again itself
             scripts = image_env_scripts(rootdir)
-    yield command(
-        Path(root),
-        cmd,
-        binds=binds,
-        env=env,
-        cwd=cwd,
-        writable=writable,
-        nv=nv,  # type: ignore[arg-type]
-        scripts=scripts,
-    )
+    yield command(Path(root), request, scripts=scripts)  # type: ignore[arg-type]

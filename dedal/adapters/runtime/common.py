@@ -17,6 +17,8 @@ command line from the same pieces, kept here so that the backends agree:
   running as root;
 * :class:`Prepared`, what a backend yields: the full command line, the environment of the
   runtime process itself, mount points it made in a writable root;
+* :class:`Request`, one command as every backend takes it (the command, binds, env, cwd,
+  writable, nv, per node);
 * :class:`Backend`, the one interface the backend modules provide.
 """
 
@@ -103,45 +105,36 @@ class Prepared:
     mount: Optional[Tuple[str, str, int]] = None
 
 
+@dataclass(frozen=True)
+class Request:
+    """One command to run in a root, as :func:`~.launch.prepared` hands it to a backend:
+    ``cmd`` with ``binds``, ``env`` (the caller's, over :func:`base_env`), ``cwd``,
+    ``writable`` (a directory root changed in place), ``nv`` (GPU passthrough) and
+    ``per_node`` (the ranks of an srun step on one node share one container, where the
+    runtime can). One value, so that the backends' ``prepare`` and ``command`` take the
+    same thing instead of the same seven arguments each."""
+
+    cmd: Sequence[str]
+    binds: Sequence[Bind] = ()
+    env: Optional[Mapping[str, str]] = None
+    cwd: Optional[str] = None
+    writable: bool = False
+    nv: bool = False
+    per_node: bool = False
+
+
 class Backend(Protocol):
     """What each backend module (bwrap, charliecloud, apptainer) provides, by the same names.
 
-    ``TOOL``: the program it runs (looked for on PATH by ``auto``);
-    ``command``: the command line for ``cmd`` in ``root`` (as that runtime takes the root)
-    with ``binds``, ``env`` (the caller's, over :func:`base_env`), ``cwd``, ``writable``,
-    ``nv`` (GPU passthrough) and ``scripts`` (image env scripts the command must source
-    itself; the Apptainer backend sources every ``/.singularity.d/env/*.sh`` inside);
-    ``prepare``: how that runtime gets at a root of ``kind`` (mounting a squashfs/SIF where
-    it cannot open it itself) around ``command``; what it mounted or created is undone
-    when the block ends."""
+    ``TOOL``: the program it runs (looked for on PATH by ``auto``); ``prepare``: how that
+    runtime gets at a root of ``kind`` (mounting a squashfs/SIF where it cannot open it
+    itself) around its ``command(root, request, ...)``, which builds the command line (the
+    image env scripts sourced first: every backend gives the same environment inside);
+    what it mounted or created is undone when the block ends."""
 
     TOOL: str
 
-    def command(
-        self,
-        root: Optional[Path],
-        cmd: Sequence[str],
-        *,
-        binds: Sequence[Bind] = (),
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
-        writable: bool = False,
-        nv: bool = False,
-        scripts: Sequence[str] = (),
-    ) -> Prepared: ...
-
-    def prepare(
-        self,
-        root: RootArg,
-        kind: str,
-        cmd: Sequence[str],
-        *,
-        binds: Sequence[Bind],
-        env: Optional[Mapping[str, str]],
-        cwd: Optional[str],
-        writable: bool,
-        nv: bool,
-    ) -> ContextManager[Prepared]: ...
+    def prepare(self, root: RootArg, kind: str, request: Request) -> ContextManager[Prepared]: ...
 
 
 # ---------------------------------------------------------------------------- roots

@@ -20,7 +20,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Uni
 
 from dedal.adapters import proc
 from dedal.adapters.runtime import apptainer, bwrap, charliecloud
-from dedal.adapters.runtime.common import Backend, Bind, Prepared, RootArg, check_bind_sources, root_kind
+from dedal.adapters.runtime.common import Backend, Bind, Prepared, Request, RootArg, check_bind_sources, root_kind
 from dedal.errors import ToolMissing, UserError
 from dedal.model.config import RUNTIMES
 
@@ -120,11 +120,16 @@ def prepared(
         raise UserError(f"{root}: an Apptainer instance runs with runtime apptainer, not {backend}")
     if writable and kind in ("squashfs", "sif"):
         raise UserError(f"{root}: a {kind} image is read-only; writable runs need a directory root")
-    cwd_s = os.fspath(cwd) if cwd is not None else None
-    shared = {"per_node": per_node} if backend == "apptainer" else {}
-    with BACKENDS[backend].prepare(
-        root, kind, cmd, binds=binds, env=env, cwd=cwd_s, writable=writable, nv=nv, **shared
-    ) as prep:
+    request = Request(
+        tuple(cmd),
+        tuple(binds),
+        env,
+        os.fspath(cwd) if cwd is not None else None,
+        writable=writable,
+        nv=nv,
+        per_node=per_node,
+    )
+    with BACKENDS[backend].prepare(root, kind, request) as prep:
         yield prep
 
 

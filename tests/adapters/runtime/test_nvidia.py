@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal.adapters.runtime import Bind, bwrap, charliecloud, nvidia, run_in
+from dedal.adapters.runtime import Bind, Request, bwrap, charliecloud, nvidia, run_in
 from dedal.errors import UserError
 from dedal.stages.assemble.apptainer_files import ENV_99_BASE
 from tests.fixtures import base as helpers
@@ -180,8 +180,11 @@ def test_no_driver_binds_nothing_with_one_note(tmp_path):
     # without a cache file to read, the note says so too
     assert "ld.so.cache does not exist" in nvidia.find_driver(str(tmp_path)).note
     # bwrap's command line gains nothing from it
-    plain = bwrap.command(tmp_path, ["true"], devices=False, host_files=False)
-    assert bwrap.command(tmp_path, ["true"], nv=True, driver=d, devices=False, host_files=False).argv == plain.argv
+    plain = bwrap.command(tmp_path, Request(["true"]), devices=False, host_files=False)
+    assert (
+        bwrap.command(tmp_path, Request(["true"], nv=True), driver=d, devices=False, host_files=False).argv
+        == plain.argv
+    )
 
 
 def test_vendor_neutral_libraries_alone_are_no_driver(driver_tree, tmp_path):
@@ -229,7 +232,7 @@ def test_host_driver_logs_its_note_once(monkeypatch, caplog, tmp_path):
 def test_bwrap_command_line(driver_tree, tiny_image, tmp_path):
     helpers.require_tools("bwrap")
     d = nvidia.find_driver(str(driver_tree), search_path="/usr/bin")
-    argv = bwrap.command(tiny_image, ["true"], nv=True, driver=d, scripts=[]).argv
+    argv = bwrap.command(tiny_image, Request(["true"], nv=True), driver=d, scripts=[]).argv
     pairs = list(zip(argv, argv[1:], argv[2:]))
     real_cuda = str((driver_tree / X64.lstrip("/") / f"libcuda.so.{DRIVER}"))
     assert ("--ro-bind", real_cuda, "/.singularity.d/libs/libcuda.so.1") in pairs
@@ -238,12 +241,14 @@ def test_bwrap_command_line(driver_tree, tiny_image, tmp_path):
     assert ("--dev-bind", str(driver_tree / "dev/nvidia-uvm-tools"), "/dev/nvidia-uvm-tools") in pairs
     # an image without 99-base.sh gets the libraries' directory on LD_LIBRARY_PATH from bwrap itself
     assert ("--setenv", "LD_LIBRARY_PATH", "/.singularity.d/libs") in pairs
-    with_base = bwrap.command(tiny_image, ["true"], nv=True, driver=d, scripts=["/.singularity.d/env/99-base.sh"]).argv
+    with_base = bwrap.command(
+        tiny_image, Request(["true"], nv=True), driver=d, scripts=["/.singularity.d/env/99-base.sh"]
+    ).argv
     assert "LD_LIBRARY_PATH" not in with_base
     # a caller's own bind of a driver path wins
     mine = tmp_path / "my-smi"
     mine.write_text("")
-    own = bwrap.command(tiny_image, ["true"], nv=True, driver=d, binds=[Bind(mine, "/usr/bin/nvidia-smi")]).argv
+    own = bwrap.command(tiny_image, Request(["true"], [Bind(mine, "/usr/bin/nvidia-smi")], nv=True), driver=d).argv
     assert [a for a in own if a == "/usr/bin/nvidia-smi"] == ["/usr/bin/nvidia-smi"]
 
 
