@@ -9,11 +9,14 @@ import argparse
 import logging
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from dedal.errors import UserError
-from dedal.model.config import from_args
+from dedal.model.config import Settings, from_args
 from dedal.ui.console import err
+
+if TYPE_CHECKING:
+    from dedal.adapters.registry import Access  # requests and oras-py: imported when used
 
 
 def add_insecure_option(p: argparse.ArgumentParser) -> None:
@@ -44,9 +47,9 @@ def insecure_override(args: argparse.Namespace) -> Optional[bool]:
     return True if getattr(args, "insecure", None) else None
 
 
-def registry_options(args: argparse.Namespace) -> Dict[str, Any]:
-    """Keyword arguments for dedal.stages.publish functions: insecure, username, password,
-    and the run's settings."""
+def registry_options(args: argparse.Namespace) -> Tuple[Settings, Access]:
+    """The run's settings, and how its registry operations reach the registry: --insecure
+    (over setting registry_insecure), --username, --password-stdin, the settings' bounds."""
     settings = from_args(args, registry_insecure=insecure_override(args))
     password: Optional[str] = None
     if getattr(args, "password_stdin", False):
@@ -55,15 +58,9 @@ def registry_options(args: argparse.Namespace) -> Dict[str, Any]:
         password = sys.stdin.read().rstrip("\r\n")
         if not password:
             raise UserError("--password-stdin: standard input was empty")
-    from dedal.adapters.registry import client_options  # requests and oras-py: only when used
+    from dedal.adapters.registry import registry_access  # requests and oras-py: only when used
 
-    return {
-        "insecure": bool(settings.registry_insecure),
-        "username": getattr(args, "username", None),
-        "password": password,
-        "settings": settings,
-        "client_options": client_options(settings),
-    }
+    return settings, registry_access(settings, username=getattr(args, "username", None), password=password)
 
 
 class _ToPrinter(logging.Handler):

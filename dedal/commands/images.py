@@ -29,8 +29,7 @@ def run(args: argparse.Namespace) -> int:
     # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start, --help included
     from dedal.stages import publish as pub
 
-    opts = registry_options(args)
-    settings = opts.pop("settings")
+    settings, access = registry_options(args)
     repo = args.repo or settings.registry
     if not repo:
         raise UserError("no repository given and setting `registry` is empty (dedal images oras://HOST/REPO)")
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if ref.digest:
         raise UserError(f"{repo}: expected a repository, not a digest")
     ref = pub.Reference(ref.host, ref.repository)  # a tag in the setting `registry` is ignored here
-    entries = pub.list_images(ref, **opts)
+    entries = pub.list_images(ref, access=access)
     if args.json:
         print_json([e.to_json() for e in entries])
         return 0

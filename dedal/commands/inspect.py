@@ -48,9 +48,8 @@ def _remote(args: Any) -> int:
     # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start, --help included
     from dedal.stages.publish import inspect_remote
 
-    opts = registry_options(args)
-    opts.pop("settings")
-    result = inspect_remote(args.image, **opts)
+    _, access = registry_options(args)
+    result = inspect_remote(args.image, access=access)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
         return 0

@@ -184,12 +184,11 @@ def run_push(args: argparse.Namespace) -> int:
     from dedal.stages.layer_audit import audit_stored
 
     store = _store(args)
-    opts = registry_options(args)
+    _, access = registry_options(args)
     # every check before the first request: the reference, the keys, the plans
     cache = LayerCache(
         args.ref,
-        insecure=opts["insecure"],
-        client_options=dict(opts["client_options"], username=opts["username"], password=opts["password"]),
+        access=access,
     )
     manifests = [store.manifest(k) for k in _to_push(args, store)]
     cache.say = progress_printer(quiet=args.json)

@@ -86,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
     # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start, --help included
     from dedal.stages import publish as pub
 
-    opts = registry_options(args)
-    settings = opts.pop("settings")
+    settings, access = registry_options(args)
     refs: List[str] = list(args.refs) + [f for group in args.attach for f in group if f.startswith("oras://")]
     if not refs:
         if not settings.registry:
@@ -125,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             sign_keyidx=int(settings.sign_keyidx),
             sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"),
             provenance=bool(args.provenance or settings.provenance),
-            **opts,
+            access=access,
         )
     if args.json:
         print_json(result.to_json())

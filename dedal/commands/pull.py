@@ -39,8 +39,7 @@ def run(args: argparse.Namespace) -> int:
     # imported here: the registry client (requests) would add ~0.25 s to every `dedal` start, --help included
     from dedal.stages import publish as pub
 
-    opts = registry_options(args)
-    settings = opts.pop("settings")
+    settings, access = registry_options(args)
     with Transfers(quiet=args.json):
         result = pub.pull(
             args.ref,
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             progress=progress_printer(),
             verify=bool(args.verify or settings.require_signature),
             signers=list(settings.signers or []),
-            **opts,
+            access=access,
         )
     if args.json:
         print_json(result.to_json())

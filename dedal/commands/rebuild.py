@@ -47,13 +47,12 @@ def run(args: argparse.Namespace) -> int:
     if args.image.startswith("oras://"):
         from dedal.stages import publish as pub
 
-        opts = registry_options(args)
-        opts.pop("settings")
+        _, access = registry_options(args)
         workdir = workdir or Path(tempfile.mkdtemp(prefix="dedal-rebuild-"))
         workdir.mkdir(parents=True, exist_ok=True)
         image = Path(
             pub.pull(
-                args.image, workdir / "original.sif", force=True, progress=progress_printer(args.json), **opts
+                args.image, workdir / "original.sif", force=True, progress=progress_printer(args.json), access=access
             ).path
         )
     say = progress_printer(args.json)

@@ -337,7 +337,7 @@ def run_pipeline(
             apply_gate()
         # imported here: the registry client (requests) and GitPython would add ~0.25 s to every `dedal` start, --help included
         from dedal.adapters import git
-        from dedal.adapters.registry import client_options
+        from dedal.adapters.registry import registry_access
         from dedal.stages.publish import publish as do_publish, source_url
 
         attachments = []
@@ -356,10 +356,9 @@ def run_pipeline(
             source=source_url(source, strict=False) if source else None,
             revision=revision,
             attachments=attachments,
-            insecure=settings.registry_insecure,
             progress=note,
             gate=settings.verify_gate,
-            client_options=client_options(settings),
+            access=registry_access(settings),
             sign=bool(settings.sign),
             sign_keyidx=int(settings.sign_keyidx),
             sign_passphrase=os.environ.get("DEDAL_SIGN_PASSPHRASE"),

@@ -33,11 +33,11 @@ from dedal.adapters.registry.auth import (
     resolve_credentials,
 )
 from dedal.adapters.registry.client import (
+    Access,
     Progress,
     RegistryClient,
     file_digest,
-    client_options,
-    make_client,
+    registry_access,
 )
 from dedal.adapters.registry.download import download_blob
 from dedal.adapters.registry.transport import CHUNK, RETRY_STATUS
@@ -79,8 +79,8 @@ __all__ = [
     "resolve_credentials",
     "parse_challenge",
     "RegistryClient",
-    "client_options",
-    "make_client",
+    "Access",
+    "registry_access",
     "Progress",
     "sha256_digest",
     "file_digest",

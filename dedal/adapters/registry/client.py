@@ -16,6 +16,8 @@ import hashlib
 import json
 import os
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -27,7 +29,7 @@ import requests.exceptions
 from dedal.adapters.registry.auth import Credentials, resolve_credentials
 from dedal.adapters.registry.errors import NotFound, RegistryAuthError, TooLarge
 from dedal.adapters.registry.stall import Counted
-from dedal.adapters.registry.transport import CHUNK, Transport
+from dedal.adapters.registry.transport import BACKOFF, CHUNK, DEADLINE, RETRIES, TIMEOUT, Transport
 from dedal.errors import too_large
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
 from dedal.ui.console import human_size
@@ -252,23 +254,55 @@ class RegistryClient(Transport):
         return data
 
 
-def client_options(settings: Settings) -> Dict[str, Any]:
-    """RegistryClient keyword arguments from dedal's settings (registry_deadline_s,
-    registry_timeout_s): the bounds of every registry operation."""
-    return {"deadline": float(settings.registry_deadline_s), "timeout": float(settings.registry_timeout_s)}
+@dataclass(frozen=True)
+class Access:
+    """How one command reaches its registries: plain HTTP or TLS (``insecure``), whose
+    credentials (``creds`` as given, else ``username``/``password``, else those found for
+    the host: $DEDAL_REGISTRY_USER, the auth files) and the bounds of every request
+    (``retries``, ``backoff``, ``timeout``, ``deadline``; ``sleep``: how a retry waits).
+    One value, so that publish, pull, list, inspect and the layer cache open their clients
+    the same way and take the same thing."""
+
+    insecure: bool = False
+    creds: Optional[Credentials] = None
+    username: Optional[str] = None
+    password: Optional[str] = field(default=None, repr=False)
+    retries: int = RETRIES
+    backoff: float = BACKOFF
+    timeout: float = TIMEOUT
+    deadline: float = DEADLINE
+    sleep: Callable[[float], None] = time.sleep
+
+    def client(self, host: str, repository: str = "") -> RegistryClient:
+        """A client of ``host`` with the credentials for ``repository`` resolved."""
+        creds = self.creds
+        if creds is None:
+            creds = resolve_credentials(host, repository, username=self.username, password=self.password)
+        return RegistryClient(
+            host,
+            creds=creds,
+            insecure=self.insecure,
+            retries=self.retries,
+            backoff=self.backoff,
+            timeout=self.timeout,
+            deadline=self.deadline,
+            sleep=self.sleep,
+        )
 
 
-def make_client(
-    host: str,
+def registry_access(
+    settings: Settings,
     *,
-    insecure: bool = False,
-    creds: Optional[Credentials] = None,
-    repository: str = "",
+    insecure: Optional[bool] = None,
     username: Optional[str] = None,
     password: Optional[str] = None,
-    **options: Any,
-) -> RegistryClient:
-    """A RegistryClient with credentials resolved (unless ``creds`` is given)."""
-    if creds is None:
-        creds = resolve_credentials(host, repository, username=username, password=password)
-    return RegistryClient(host, creds=creds, insecure=insecure, **options)
+) -> Access:
+    """The access dedal's settings give (registry_insecure unless ``insecure`` says,
+    registry_timeout_s, registry_deadline_s), with the user's credentials where given."""
+    return Access(
+        insecure=bool(settings.registry_insecure if insecure is None else insecure),
+        username=username,
+        password=password,
+        timeout=float(settings.registry_timeout_s),
+        deadline=float(settings.registry_deadline_s),
+    )

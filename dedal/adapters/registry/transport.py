@@ -71,6 +71,9 @@ CONNECT_TIMEOUT = 10.0  # seconds to connect: TCP and the TLS handshake (urllib3
 ANSWER_TIMEOUT = 10.0  # seconds the first contact (GET /v2/, per scheme) waits for an answer
 WAITING_SHOWN_AFTER = 5.0  # a request unanswered (an upload stalled) this long is shown: "waiting for HOST (12 s)"
 DEADLINE = 180.0  # seconds an operation may go without progress (setting registry_deadline_s)
+TIMEOUT = 60.0  # seconds one request may wait for an answer (setting registry_timeout_s)
+RETRIES = 4  # attempts after the first, for a transient failure
+BACKOFF = 0.5  # seconds before the first retry, doubled for each next
 CHUNK = 1 << 20
 
 
@@ -92,9 +95,9 @@ class Transport(oras.provider.Registry):
         *,
         creds: Optional[Credentials] = None,
         insecure: bool = False,
-        retries: int = 4,
-        backoff: float = 0.5,
-        timeout: float = 60.0,
+        retries: int = RETRIES,
+        backoff: float = BACKOFF,
+        timeout: float = TIMEOUT,
         deadline: float = DEADLINE,
         session: Optional[requests.Session] = None,
         sleep: Callable[[float], None] = time.sleep,

@@ -38,16 +38,12 @@ def check_build(plan: Plan, settings: Settings) -> Optional[LayerCache]:
     or every missing layer in the store or the cache, a writable store. The layer cache."""
     # the layer cache and its registry client (requests, oras-py) here, not at import: every
     # `dedal node-build` of a build job and `dedal status` import this package
-    from dedal.adapters.registry import client_options
+    from dedal.adapters.registry import registry_access
     from dedal.stages.building.cache import LayerCache
 
     store = LayerStore(Path(settings.layer_store))
     cache = (
-        LayerCache(
-            str(settings.get("layer_cache")),
-            insecure=bool(settings.registry_insecure),
-            client_options=client_options(settings),
-        )
+        LayerCache(str(settings.get("layer_cache")), access=registry_access(settings))
         if settings.get("layer_cache")
         else None
     )  # a bad reference is refused here

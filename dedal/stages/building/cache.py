@@ -29,10 +29,10 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from dedal.adapters import registry as reg
-from dedal.adapters.registry import IntegrityError, RegistryClient, download_blob, make_client
+from dedal.adapters.registry import Access, IntegrityError, RegistryClient, download_blob
 from dedal.errors import DedalError, UserError
 from dedal.model.layers import LayerManifest, LayerStore
 from dedal.model.oci import (
@@ -93,17 +93,14 @@ class LayerCache:
         self,
         ref: str,
         *,
-        insecure: bool = False,
+        access: Access = Access(),
         say: Callable[[str], None] = lambda line: None,
         client: Optional[RegistryClient] = None,
-        client_options: Optional[Dict[str, Any]] = None,
     ) -> None:
         r = parse_reference(ref, require_scheme=False, repository_only=True)
         self.ref = f"oras://{r.host}/{r.repository}"
         self.repository = r.repository
-        self.client = client or make_client(
-            r.host, insecure=insecure, repository=r.repository, **(client_options or {})
-        )
+        self.client = client or access.client(r.host, r.repository)
         self.say = say
 
     # -- lookup ------------------------------------------------------------------------

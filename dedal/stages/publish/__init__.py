@@ -23,7 +23,7 @@ and the fallback index) and ``remote`` (list and inspect).
 
 from __future__ import annotations
 
-from dedal.adapters.registry import RegistryError, make_client
+from dedal.adapters.registry import Access, RegistryError
 from dedal.model.oci import (
     EMPTY_JSON_DIGEST,
     SIF_CONFIG_MEDIA_TYPE,
@@ -61,5 +61,5 @@ __all__ = [
     "source_url",
     # re-exported from the registry adapter for callers that used them through this module
     "RegistryError",
-    "make_client",
+    "Access",
 ]

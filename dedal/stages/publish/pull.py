@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
 from dedal.adapters import signing
-from dedal.adapters.registry import Credentials, IntegrityError, Progress, RegistryClient, RegistryError, make_client
+from dedal.adapters.registry import IntegrityError, Progress, RegistryClient, RegistryError, Access
 from dedal.adapters.registry.download import download_blob
 from dedal.errors import UserError
 from dedal.model import sif as sifmod
@@ -80,14 +80,10 @@ def pull(
     ref: Union[str, Reference],
     out: Optional[Union[str, os.PathLike]] = None,
     *,
-    insecure: bool = False,
-    creds: Optional[Credentials] = None,
-    username: Optional[str] = None,
-    password: Optional[str] = None,
+    access: Access = Access(),
     arch: Optional[str] = None,
     force: bool = False,
     progress: Progress = None,
-    client_options: Optional[Dict[str, Any]] = None,
     verify: bool = False,
     signers: Sequence[str] = (),
 ) -> PullResult:
@@ -109,15 +105,7 @@ def pull(
     want_arch = arch or sifmod.host_arch()
     if verify:
         signing.check_tool()  # before anything is downloaded
-    client = make_client(
-        r.host,
-        insecure=insecure,
-        creds=creds,
-        repository=r.repository,
-        username=username,
-        password=password,
-        **(client_options or {}),
-    )
+    client = access.client(r.host, r.repository)
     manifest = _resolve_image(client, r, want_arch)
     data = manifest.json()
     layer = check_sif_manifest(data, str(r))

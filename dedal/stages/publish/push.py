@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal.adapters import registry as reg
 from dedal.adapters import signing
-from dedal.adapters.registry import Credentials, Progress, RegistryClient, make_client
+from dedal.adapters.registry import Progress, RegistryClient, Access
 from dedal.errors import UserError
 from dedal.model import provenance as prov_mod
 from dedal.model import sif as sifmod
@@ -160,12 +160,8 @@ def publish(
     created: Optional[float] = None,
     annotations: Optional[Dict[str, str]] = None,
     attachments: Sequence[Union[str, os.PathLike]] = (),
-    insecure: bool = False,
-    creds: Optional[Credentials] = None,
-    username: Optional[str] = None,
-    password: Optional[str] = None,
+    access: Access = Access(),
     progress: Progress = None,
-    client_options: Optional[Dict[str, Any]] = None,
     gate: str = "passed",
     sign: bool = False,
     sign_keyidx: int = 0,
@@ -303,15 +299,7 @@ def publish(
         for (host, repository), repo_refs in by_repo.items():
             client = clients.get(host)
             if client is None:
-                client = make_client(
-                    host,
-                    insecure=insecure,
-                    creds=creds,
-                    repository=repository,
-                    username=username,
-                    password=password,
-                    **(client_options or {}),
-                )
+                client = access.client(host, repository)
                 clients[host] = client
             _, _, sent = client.push_bytes(repository, EMPTY_JSON, None)
             (result.blobs_uploaded if sent else result.blobs_skipped).append(EMPTY_JSON_DIGEST)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from dedal.adapters import registry as reg
-from dedal.adapters.registry import Credentials, RegistryClient, RegistryError, make_client
+from dedal.adapters.registry import RegistryClient, RegistryError, Access
 from dedal.model import provenance as prov_mod
 from dedal.model.oci import (
     ANN_ARCH,
@@ -31,7 +31,7 @@ from dedal.model.oci import (
 from dedal.stages.publish.attachments import list_referrers, verdict_of
 
 if TYPE_CHECKING:
-    from dedal.model.config import Settings
+    pass
 
 
 def _verify_verdict(
@@ -97,11 +97,7 @@ class ImageEntry:
 def list_images(
     repo_ref: Union[str, Reference],
     *,
-    insecure: bool = False,
-    creds: Optional[Credentials] = None,
-    username: Optional[str] = None,
-    password: Optional[str] = None,
-    client_options: Optional[Dict[str, Any]] = None,
+    access: Access = Access(),
 ) -> List[ImageEntry]:
     """Every tag of a repository (referrers-schema tags left out) with the SIF size,
     the created annotation and the verdict of the newest verification attachment."""
@@ -110,15 +106,7 @@ def list_images(
         if isinstance(repo_ref, Reference)
         else parse_reference(repo_ref, require_scheme=False, repository_only=True)
     )
-    client = make_client(
-        r.host,
-        insecure=insecure,
-        creds=creds,
-        repository=r.repository,
-        username=username,
-        password=password,
-        **(client_options or {}),
-    )
+    client = access.client(r.host, r.repository)
     entries: List[ImageEntry] = []
     verdicts: Dict[str, Optional[Dict[str, Any]]] = {}
     for tag in sorted(client.tags(r.repository)):
@@ -153,35 +141,13 @@ def list_images(
     return entries
 
 
-def inspect_remote(
-    ref: Union[str, Reference],
-    settings: Optional[Settings] = None,
-    *,
-    insecure: Optional[bool] = None,
-    creds: Optional[Credentials] = None,
-    username: Optional[str] = None,
-    password: Optional[str] = None,
-    client_options: Optional[Dict[str, Any]] = None,
-) -> Dict[str, Any]:
+def inspect_remote(ref: Union[str, Reference], *, access: Access = Access()) -> Dict[str, Any]:
     """What the registry holds for ``ref``: the manifest (digest, media types, layers,
-    annotations), whether Apptainer would pull it as a SIF, and its attachments.
-
-    ``settings`` (a dedal.model.config.Settings) supplies ``registry_insecure`` when
-    ``insecure`` is not given."""
-    if insecure is None:
-        insecure = bool(getattr(settings, "registry_insecure", False)) if settings is not None else False
+    annotations), whether Apptainer would pull it as a SIF, and its attachments."""
     r = ref if isinstance(ref, Reference) else parse_reference(ref)
     if not r.tag and not r.digest:
         r = r.with_tag("latest")
-    client = make_client(
-        r.host,
-        insecure=insecure,
-        creds=creds,
-        repository=r.repository,
-        username=username,
-        password=password,
-        **(client_options or {}),
-    )
+    client = access.client(r.host, r.repository)
     m = client.get_manifest_raw(r.repository, r.ref)
     data = m.json()
     problems = sif_problems(data) if "layers" in data else ["an image index, not a SIF image manifest"]

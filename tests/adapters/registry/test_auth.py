@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dedal.stages import publish as pub
+from dedal.stages.publish import Access
 from dedal.adapters import registry as reg
 from dedal.errors import UserError
 from tests.fixtures.registry import PASSWORD, USER
@@ -20,7 +21,6 @@ from tests.fixtures.registry import PASSWORD, USER
 pytestmark = pytest.mark.registry
 
 B64 = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-FAST = {"backoff": 0.01}
 
 
 def _docker_config(path: Path, host: str, user: str = USER, password: str = PASSWORD, key_form: str = "{host}") -> Path:
@@ -192,15 +192,17 @@ def test_secrets_never_in_logs_errors_or_reprs(kind, auth_registry, token_regist
     bad = reg.Credentials(USER, PASSWORD + "-wrong", "test")
     ref = registry.ref("esd/tiny-mpi:v1")
 
-    res = pub.publish(sifs["good"], [ref], insecure=True, creds=good, attachments=[reports["dir"]], client_options=FAST)
-    pulled = pub.pull(ref, tmp_path / "x.sif", insecure=True, creds=good)
-    listing = pub.list_images(registry.ref("esd/tiny-mpi"), insecure=True, creds=good)
-    info = pub.inspect_remote(ref, insecure=True, creds=good)
-    client = pub.make_client(registry.host, insecure=True, creds=good)
+    res = pub.publish(
+        sifs["good"], [ref], attachments=[reports["dir"]], access=Access(insecure=True, creds=good, backoff=0.01)
+    )
+    pulled = pub.pull(ref, tmp_path / "x.sif", access=Access(insecure=True, creds=good))
+    listing = pub.list_images(registry.ref("esd/tiny-mpi"), access=Access(insecure=True, creds=good))
+    info = pub.inspect_remote(ref, access=Access(insecure=True, creds=good))
+    client = Access(insecure=True, creds=good).client(registry.host)
     client.ping()
     tokens = list(client._auth.tokens.values())
     with pytest.raises(reg.RegistryAuthError) as failed:
-        pub.pull(ref, tmp_path / "y.sif", insecure=True, creds=bad)
+        pub.pull(ref, tmp_path / "y.sif", access=Access(insecure=True, creds=bad))
 
     texts = [
         caplog.text,

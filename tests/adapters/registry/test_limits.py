@@ -16,7 +16,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from dedal.adapters.registry import ANSWER_LIMIT, TooLarge, make_client
+from dedal.adapters.registry import ANSWER_LIMIT, Access, TooLarge
 
 pytestmark = pytest.mark.reliability
 
@@ -142,7 +142,7 @@ def test_a_flooding_answer_is_refused_in_one_line(mode: str, expect: str, flood,
 def test_an_error_answer_is_read_for_its_codes_only_while_small(flood) -> None:
     """A 404 whose body floods is still the 404 (its error codes left out), read no further."""
     server = flood("error")
-    client = make_client(server.host, insecure=True)
+    client = Access(insecure=True).client(server.host)
     with pytest.raises(Exception) as caught:
         client.get_manifest_raw("esd/x", "v1")
     assert not isinstance(caught.value, TooLarge)  # the answer to the question is 'not found'
@@ -151,5 +151,5 @@ def test_an_error_answer_is_read_for_its_codes_only_while_small(flood) -> None:
 
 
 def test_a_head_is_no_body_whatever_its_content_length(flood) -> None:
-    client = make_client(flood("head").host, insecure=True)
+    client = Access(insecure=True).client(flood("head").host)
     assert client.head_manifest("esd/x", "v1") == "sha256:" + "0" * 64

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dedal.model.layers import LayerStore
+from dedal.adapters.registry import Access
 from dedal.stages.building.cache import cache_tag
 from tests.fixtures.tiny import TINY_PACKAGES, make_env
 
@@ -259,7 +260,7 @@ def test_a_hostile_cache_is_audited_before_anything_is_stored(run_dedal, registr
             _repack(poisoned, man, tmp_path, how)
     # what an attacker with write access to the cache pushes (with dedal's own push)
     report = CacheReport()
-    LayerCache(registry.ref("esd/layers"), insecure=True).push_layers(
+    LayerCache(registry.ref("esd/layers"), access=Access(insecure=True)).push_layers(
         [(m.name, m.key) for m in poisoned.manifests()], poisoned, report
     )
     assert sorted(report.pushed) == TINY_PACKAGES, report

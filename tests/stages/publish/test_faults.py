@@ -9,13 +9,13 @@ import json
 import pytest
 
 from dedal.stages import publish as pub
+from dedal.stages.publish import Access
 from dedal.model.sif import host_arch
 from tests.fixtures.registry import sha256_file
 
 pytestmark = pytest.mark.registry
 
 EMPTY = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
-FAST = {"backoff": 0.01}
 
 
 def _push_raw(registry, repo: str, tag: str, blob: bytes, layers: list) -> str:
@@ -90,7 +90,7 @@ def test_persistent_5xx_fails_clearly(registry, proxy_for, sifs):
     proxy.fault("PUT", "/manifests/", 503, times=100)
     with pytest.raises(pub.RegistryError, match=r"PUT http://127\.0\.0\.1:\d+/v2/esd/x/manifests/v1: HTTP 503"):
         pub.publish(
-            sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True, client_options={"retries": 2, **FAST}
+            sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], access=Access(insecure=True, retries=2, backoff=0.01)
         )
     assert proxy.count("PUT", "/manifests/v1") == 3  # one try and two retries
 
@@ -161,10 +161,10 @@ def test_wrong_architecture_is_refused_unless_asked(run_dedal, registry, sifs, t
 def test_legacy_layer_media_type_is_accepted(registry, sifs, tmp_path):
     sif = sifs["good"].read_bytes()
     _push_raw(registry, "esd/old", "v0", sif, [_layer(sif, "appliciation/vnd.sylabs.sif.layer.tar", "old.sif")])
-    res = pub.pull(registry.ref("esd/old:v0"), tmp_path / "old.sif", insecure=True)
+    res = pub.pull(registry.ref("esd/old:v0"), tmp_path / "old.sif", access=Access(insecure=True))
     assert res.layer_media_type == "appliciation/vnd.sylabs.sif.layer.tar"
     assert (tmp_path / "old.sif").read_bytes() == sif
-    info = pub.inspect_remote(registry.ref("esd/old:v0"), insecure=True)
+    info = pub.inspect_remote(registry.ref("esd/old:v0"), access=Access(insecure=True))
     assert info["apptainer_pullable"] is True
     assert any("legacy layer media type" in p for p in info["problems"])
 
@@ -192,10 +192,10 @@ def test_image_index_resolved_by_architecture(registry, sifs, tmp_path):
         headers={"Content-Type": "application/vnd.oci.image.index.v1+json"},
     )
     assert r.status_code == 201, r.text
-    res = pub.pull(registry.ref("esd/multi:multi"), tmp_path / "m.sif", insecure=True)
+    res = pub.pull(registry.ref("esd/multi:multi"), tmp_path / "m.sif", access=Access(insecure=True))
     assert res.digest == digest
     with pytest.raises(pub.RegistryError, match="no manifest for linux/riscv64"):
-        pub.pull(registry.ref("esd/multi:multi"), tmp_path / "n.sif", insecure=True, arch="riscv64")
+        pub.pull(registry.ref("esd/multi:multi"), tmp_path / "n.sif", access=Access(insecure=True), arch="riscv64")
     assert not (tmp_path / "n.sif").exists()
 
 
@@ -233,8 +233,7 @@ def test_a_registry_that_stops_answering_ends_at_the_deadline(registry, proxy_fo
         pub.publish(
             sifs["good"],
             [f"oras://{proxy.host}/esd/x:v1"],
-            insecure=True,
-            client_options={"timeout": 1, "deadline": 3, "backoff": 0.01},
+            access=Access(insecure=True, timeout=1, deadline=3, backoff=0.01),
         )
     stalled = proxy.count("HEAD", "/blobs/", status=0)
     assert 1 <= stalled <= 3, "each attempt waits at most the stall timeout, and none starts after the deadline"
@@ -252,8 +251,7 @@ def test_persistent_5xx_is_bounded_for_the_whole_operation(registry, proxy_for, 
         pub.publish(
             sifs["good"],
             [f"oras://{proxy.host}/esd/x:v1"],
-            insecure=True,
-            client_options={"retries": 4, "backoff": 0.5, "sleep": sleep},
+            access=Access(insecure=True, retries=4, backoff=0.5, sleep=sleep),
         )
     assert proxy.count("POST", "/blobs/uploads/") <= 9
     warnings = [r for r in caplog.records if r.name == "dedal.registry" and r.levelname == "WARNING"]
@@ -272,8 +270,7 @@ def test_a_long_retry_after_ends_the_operation_at_once(registry, proxy_for, sifs
         pub.publish(
             sifs["good"],
             [f"oras://{proxy.host}/esd/x:v1"],
-            insecure=True,
-            client_options={"backoff": 0.01, "sleep": sleep},
+            access=Access(insecure=True, backoff=0.01, sleep=sleep),
         )
     assert proxy.count("PUT", "/manifests/") == 1 and slept == []
 
@@ -284,7 +281,7 @@ def test_a_short_retry_after_is_honoured(registry, proxy_for, sifs):
     proxy.fault("PUT", "/manifests/v1", (503, {"Retry-After": "7"}))
     slept, sleep = _recorder()
     res = pub.publish(
-        sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], insecure=True, client_options={"backoff": 0.01, "sleep": sleep}
+        sifs["good"], [f"oras://{proxy.host}/esd/x:v1"], access=Access(insecure=True, backoff=0.01, sleep=sleep)
     )
     assert res.references and slept == [7.0]
     assert proxy.count("PUT", "/manifests/v1", status=201) == 1
@@ -296,11 +293,11 @@ def test_a_connection_reset_mid_blob_is_retried(registry, proxy_for, sifs, tmp_p
     sif_digest = sha256_file(sifs["good"])
     proxy.fault("PUT", f"digest={sif_digest}", "reset")
     ref = f"oras://{proxy.host}/esd/x:v1"
-    pub.publish(sifs["good"], [ref], insecure=True, client_options={"backoff": 0.01})
+    pub.publish(sifs["good"], [ref], access=Access(insecure=True, backoff=0.01))
     assert proxy.count("PUT", f"digest={sif_digest}", status=0) == 1
     assert registry.blob_file(sif_digest).read_bytes() == sifs["good"].read_bytes()
     proxy.fault("GET", f"/blobs/{sif_digest}", "reset")
-    pub.pull(ref, tmp_path / "x.sif", insecure=True, client_options={"backoff": 0.01})
+    pub.pull(ref, tmp_path / "x.sif", access=Access(insecure=True, backoff=0.01))
     assert proxy.count("GET", f"/blobs/{sif_digest}", status=0) == 1
     assert (tmp_path / "x.sif").read_bytes() == sifs["good"].read_bytes()
 
@@ -324,8 +321,7 @@ def test_a_stalled_upload_is_shown_while_it_waits_and_ends_at_the_deadline(regis
         pub.publish(
             sifs["good"],
             [f"oras://{proxy.host}/esd/x:v1"],
-            insecure=True,
-            client_options={"timeout": 6, "deadline": 9, "retries": 10, "backoff": 0.01},
+            access=Access(insecure=True, timeout=6, deadline=9, retries=10, backoff=0.01),
         )
     assert proxy.count("PUT", "/blobs/uploads/") == 2  # 6 s, then the 3 s left
     err = capsys.readouterr().err

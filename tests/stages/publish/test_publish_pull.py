@@ -15,6 +15,7 @@ import re
 import pytest
 
 from dedal.stages import publish as pub
+from dedal.stages.publish import Access
 from tests.fixtures.registry import LABELS, sha256_file
 
 pytestmark = pytest.mark.registry
@@ -200,7 +201,7 @@ def test_attachments_with_tag_schema_fallback(run_dedal, registry, sifs, reports
     # the image manifest itself is untouched: still exactly one SIF layer
     assert len(registry.manifest("esd/tiny-mpi", "v1").json()["layers"]) == 1
 
-    info = pub.inspect_remote(ref, insecure=True)
+    info = pub.inspect_remote(ref, access=Access(insecure=True))
     assert info["apptainer_pullable"] and info["problems"] == []
     assert info["referrers"] == "tag-schema"
     assert info["verdict"] == "good"
@@ -216,7 +217,7 @@ def test_attachments_through_the_referrers_api(run_dedal, registry, proxy_for, s
     res = _publish(run_dedal, sifs["good"], ref, extra=("--attach", str(reports["dir"]), str(reports["sbom"])))
     assert res["referrers"] == "api"
     assert registry.manifest("esd/tiny-mpi", res["digest"].replace(":", "-")).status_code == 404
-    info = pub.inspect_remote(ref, insecure=True)
+    info = pub.inspect_remote(ref, access=Access(insecure=True))
     assert info["referrers"] == "api"
     assert {a["artifactType"] for a in info["attachments"]} == {
         "application/vnd.dedal.verify.v1+json",
@@ -418,10 +419,10 @@ def test_uploads_and_downloads_count_their_bytes_on_a_live_display(registry, sif
     monkeypatch.setattr(pg.Meter, "update", lambda self, done: counts.__setitem__(id(self), done))
     size = sifs["good"].stat().st_size
     with pg.Transfers(live=True, console=Console(file=io.StringIO(), force_terminal=True)):
-        pub.publish(sifs["good"], [registry.ref("esd/meter:v1")], insecure=True)
+        pub.publish(sifs["good"], [registry.ref("esd/meter:v1")], access=Access(insecure=True))
         assert size in counts.values()
         counts.clear()
-        pulled = pub.pull(registry.ref("esd/meter:v1"), tmp_path / "x.sif", insecure=True)
+        pulled = pub.pull(registry.ref("esd/meter:v1"), tmp_path / "x.sif", access=Access(insecure=True))
     assert list(counts.values()) == [size] and sha256_file(tmp_path / "x.sif") == pulled.sif_digest
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from dedal.model import sif
 from dedal.stages import publish as pub
+from dedal.stages.publish import Access
 from dedal.stages.layer_audit import image_entry_problem
 
 IR = "/opt/esd/software"
@@ -197,7 +198,7 @@ def test_image_entry_rules(entry: dict, install_root: Optional[str], problem: Op
 def test_a_debian_like_root_is_pulled_and_its_entries_counted(run_dedal, registry, tmp_path):
     image = _image(tmp_path, "plain")
     ref = registry.ref("esd/audit:plain")
-    pub.publish(image, [ref], insecure=True)
+    pub.publish(image, [ref], access=Access(insecure=True))
     out = tmp_path / "pulled"
     out.mkdir()
     r = run_dedal("pull", ref, "-o", str(out / "plain.sif"))
@@ -211,7 +212,7 @@ def test_a_debian_like_root_is_pulled_and_its_entries_counted(run_dedal, registr
 def test_hostile_images_are_refused_and_nothing_is_left(run_dedal, registry, tmp_path):
     for name, how, expect in HOSTILE:
         ref = registry.ref(f"esd/audit:{name}")
-        pub.publish(_image(tmp_path, name, **how), [ref], insecure=True)
+        pub.publish(_image(tmp_path, name, **how), [ref], access=Access(insecure=True))
         out = tmp_path / f"out-{name}"
         out.mkdir()
         r = run_dedal("pull", ref, "-o", str(out / "image.sif"))
@@ -232,7 +233,7 @@ def test_a_corrupt_root_file_system_is_one_line(run_dedal, registry, tmp_path):
     data[part.offset + 96 : part.offset + part.size] = b"\xff" * (part.size - 96)  # all but the superblock
     image.write_bytes(bytes(data))
     ref = registry.ref("esd/audit:corrupt")
-    pub.publish(image, [ref], insecure=True)
+    pub.publish(image, [ref], access=Access(insecure=True))
     out = tmp_path / "out"
     out.mkdir()
     r = run_dedal("pull", ref, "-o", str(out / "image.sif"))
