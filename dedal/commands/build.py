@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dedal.commands._registry import add_insecure_option, insecure_override
-from dedal.model.config import from_args
+from dedal.commands._build import add_build_options, build_settings
 from dedal.ui.console import human_seconds, out, print_json
 from dedal.errors import UserError
 
@@ -19,11 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "what is missing.",
     )
     p.add_argument("target", metavar="PLAN_OR_ENV", help="env.yaml (or its directory), spack.lock or plan.json")
-    p.add_argument("--executor", choices=("local", "slurm"), help="where jobs run (default: setting `executor`)")
-    p.add_argument("-j", "--jobs", type=int, help="parallel builds of the local executor (default: CPU count)")
-    p.add_argument(
-        "--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure"
-    )
+    add_build_options(p)
     p.add_argument("--layers", metavar="DIR", help="layer store (default: setting `layer_store`)")
     p.add_argument("--stage-dir", metavar="DIR", help="node-local build directory (default: /dev/shm)")
     p.add_argument(
@@ -39,7 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a remote layer cache: pull the layers it has before building, push the ones built "
         "(setting `layer_cache`)",
     )
-    add_insecure_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
@@ -47,16 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dedal.model.target import resolve
 
-    settings = from_args(
-        args,
-        executor=args.executor,
-        jobs=args.jobs,
-        keep_going=args.keep_going,
-        layer_store=args.layers,
-        stage_dir=args.stage_dir,
-        layer_cache=args.cache,
-        registry_insecure=insecure_override(args),
-        **{"slurm.detach": args.detach},
+    settings = build_settings(
+        args, layer_store=args.layers, stage_dir=args.stage_dir, layer_cache=args.cache, **{"slurm.detach": args.detach}
     )
     if settings.get("slurm.detach") and settings.executor != "slurm":
         raise UserError("--detach (slurm.detach) needs the Slurm executor: local builds end with dedal")

@@ -6,9 +6,8 @@ import argparse
 
 from rich.table import Table
 
-from dedal.commands._registry import add_insecure_option, insecure_override
+from dedal.commands._build import add_build_options, build_settings
 from dedal.errors import UserError
-from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, human_size, out, print_json
 from dedal.ui.progress import Transfers
 from dedal.stages.pipeline import STAGES, PipelineSummary, StageFailed, run_pipeline, stage_range
@@ -28,11 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="ENV", help="env.yaml (or its directory)")
     p.add_argument("--from", dest="start", default="fetch", choices=STAGES, help="first stage to run")
     p.add_argument("--until", default="publish", choices=STAGES, help="last stage to run")
-    p.add_argument("--executor", choices=("local", "slurm"), help="where build jobs run (default: setting `executor`)")
-    p.add_argument("-j", "--jobs", type=int, help="parallel builds of the local executor")
-    p.add_argument(
-        "--keep-going", action="store_true", default=None, help="build every branch not blocked by a failure"
-    )
+    add_build_options(p)
     p.add_argument(
         "--verify-env",
         action="append",
@@ -42,20 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--reverify", action="store_true", help="verify again even if this image has a report")
     p.add_argument("--registry", metavar="oras://HOST/REPO", help="publish here (default: dedal.registry / setting)")
-    add_insecure_option(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = from_args(
-        args,
-        executor=args.executor,
-        jobs=args.jobs,
-        keep_going=args.keep_going,
-        registry=args.registry,
-        registry_insecure=insecure_override(args),
-    )
+    settings = build_settings(args, registry=args.registry)
     target = resolve(args.target, settings)
     if target.env is None:
         raise UserError(f"{args.target}: build-image takes an environment file (env.yaml)")
