@@ -63,7 +63,7 @@ sys.path.insert(0, str(HERE))
 from dedal.adapters.slurm import Slurm, State  # noqa: E402
 from dedal.model.config import BY_KEY  # noqa: E402
 from dedal.stages.building.executors.slurm import job_time_limit, live_hints  # noqa: E402
-from dedal.schedule import Job, TimeLimits, job_topo, make_schedule, simulate, simulate_backfill  # noqa: E402
+from dedal.schedule import Job, Machine, TimeLimits, job_topo, make_schedule, simulate, simulate_backfill  # noqa: E402
 from robustness import actual, noise_draws  # noqa: E402
 from run import LIMITS, workloads, write  # noqa: E402
 
@@ -113,7 +113,7 @@ def expire_hints(
 
 def replay(name: str, nodes: int, cores: int, mode: str, scale: float, wl, sigma: float = 0.0, seed: int = 1) -> dict:
     """One case on its own test cluster; always stops the cluster."""
-    sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=OVERHEAD, hints=mode == "hints")
+    sched = make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=OVERHEAD), hints=mode == "hints")
     planned = [replace(j, est_s=j.est_s * scale, order={a: t * scale for a, t in j.order.items()}) for j in sched.jobs]
     factor = next(noise_draws(wl, sigma, 1, seed))  # every factor 1 when sigma is 0
     real = actual(sched.jobs, wl, factor)  # the estimates when sigma is 0

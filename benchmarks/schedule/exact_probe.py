@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from dedal.schedule import DEFAULT_MODEL, Job, Workload, anneal, make_schedule, package_cores, simulate  # noqa: E402
+from dedal.schedule import DEFAULT_MODEL, Job, Machine, Workload, anneal, make_schedule, package_cores, simulate  # noqa: E402
 import run as benchmark  # noqa: E402
 from robustness import actual, noise_draws  # noqa: E402
 
@@ -154,7 +154,7 @@ def main() -> int:
             raise SystemExit(f"exact_probe: {case}: one node only")
         wl = loads[name]
         t0 = time.perf_counter()
-        ours = make_schedule(wl, nodes=1, cores=int(cores), overhead_s=args.overhead)
+        ours = make_schedule(wl, Machine(nodes=1, cores=int(cores), overhead_s=args.overhead))
         took = time.perf_counter() - t0
         t0 = time.perf_counter()
         found, _, status = solve(wl, int(cores), args.overhead, args.seconds)
@@ -170,9 +170,7 @@ def main() -> int:
                 anneal(
                     wl,
                     ours.jobs,
-                    nodes=1,
-                    cores=int(cores),
-                    overhead_s=args.overhead,
+                    Machine(nodes=1, cores=int(cores), overhead_s=args.overhead),
                     evaluations=evaluations,
                     seed=seed,
                 )

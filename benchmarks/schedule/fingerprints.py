@@ -43,7 +43,7 @@ def fingerprints(sizes: List[int], tmp: Path) -> Dict[str, str]:
     import run
     from dedal.model.plan import make_plan
     from dedal.model.spack_lock import load_lock
-    from dedal.schedule import Workload, make_schedule, validate
+    from dedal.schedule import Machine, Workload, make_schedule, validate
 
     out: Dict[str, str] = {}
     for cores in (64, 8):
@@ -54,7 +54,7 @@ def fingerprints(sizes: List[int], tmp: Path) -> Dict[str, str]:
                     ("hints", {"hints": True}),
                     ("per-package", {"strategy": "per-package"}),
                 ):
-                    s = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, **kw)
+                    s = make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0), **kw)
                     validate(wl, s)
                     out[f"{name} {nodes}x{cores} {what}"] = _sha(s.to_json())
     for size in sizes:
@@ -65,7 +65,7 @@ def fingerprints(sizes: List[int], tmp: Path) -> Dict[str, str]:
         out[f"grown-{size} plan"] = _sha(dict(plan.to_json(), lock_path=""))  # the path is a temporary one
         wl = Workload.from_plan(plan)
         for nodes in (1, 16, 64, 256):
-            s = make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0)
+            s = make_schedule(wl, Machine(nodes=nodes, cores=64, overhead_s=3.0))
             validate(wl, s)
             out[f"grown-{size} {nodes}x64 dedal"] = _sha(s.to_json())
     return out

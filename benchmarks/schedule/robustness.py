@@ -36,7 +36,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from dedal.schedule import DEFAULT_MODEL, Job, Workload, make_schedule, simulate  # noqa: E402
+from dedal.schedule import DEFAULT_MODEL, Job, Machine, Workload, make_schedule, simulate  # noqa: E402
 from run import workloads, write  # noqa: E402
 
 CASES = [("cscs-prgenv-gnu", 1, 8), ("jedi-ci", 1, 8), ("mpi-cuda-pure", 1, 8), ("synthetic-esd", 1, 64)]
@@ -69,8 +69,8 @@ def run(draws: int, sigmas: List[float], data: Path) -> dict:
     rows = []
     for name, nodes, cores in CASES:
         wl = wls[name]
-        hinted = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=OVERHEAD, hints=True)
-        listed = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=OVERHEAD)
+        hinted = make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=OVERHEAD), hints=True)
+        listed = make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=OVERHEAD))
         for sigma in sigmas:
             base: List[float] = []
             hint: List[float] = []

@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 from dedal.model.plan import make_plan  # noqa: E402
 from dedal.adapters.slurm import time_minutes  # noqa: E402
 from dedal.model.config import BY_KEY  # noqa: E402
-from dedal.schedule import DEFAULT_MODEL, Schedule, TimeLimits, Workload, make_schedule, simulate_backfill  # noqa: E402
+from dedal.schedule import DEFAULT_MODEL, Machine, Schedule, TimeLimits, Workload, make_schedule, simulate_backfill  # noqa: E402
 from dedal.model.spack_lock import load_lock  # noqa: E402
 import synthetic  # noqa: E402
 
@@ -79,11 +79,13 @@ def run(nodes_list: List[int], cores_list: List[int], overhead: float, data: Pat
         for name, wl in workloads(data).items():
             for nodes in nodes_list:
                 t0 = time.perf_counter()
-                ours = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead)
+                ours = make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=overhead))
                 took = time.perf_counter() - t0
-                hinted = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead, hints=True)
-                ci = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead, strategy="per-package")
-                single = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead, strategy="single-node")
+                hinted = make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=overhead), hints=True)
+                ci = make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=overhead), strategy="per-package")
+                single = make_schedule(
+                    wl, Machine(nodes=nodes, cores=cores, overhead_s=overhead), strategy="single-node"
+                )
                 slurm, ci_slurm = on_slurm(ours), on_slurm(ci)
                 row = {
                     "workload": name,

@@ -68,7 +68,7 @@ def one(lock: Path, nodes: int, cores: int, overhead: float) -> dict:
     """One case, in this process: the pipeline timed, then the baseline and the checks."""
     from dedal.model.plan import make_plan
     from dedal.model.spack_lock import load_lock
-    from dedal.schedule import Workload, group, make_schedule, simulate, validate, schedule_problems
+    from dedal.schedule import Machine, Workload, group, make_schedule, simulate, validate, schedule_problems
 
     before_mb = peak_mb()
     c0, w0 = time.process_time(), time.perf_counter()
@@ -84,12 +84,12 @@ def one(lock: Path, nodes: int, cores: int, overhead: float) -> dict:
     del spack_lock  # freed before scheduling, as when the lock was a temporary: the same peak memory
     wl = Workload.from_plan(plan)
     c1 = time.process_time()
-    sched = make_schedule(wl, nodes=nodes, cores=cores, overhead_s=overhead)
+    sched = make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=overhead))
     c2, w2 = time.process_time(), time.perf_counter()
     peak = peak_mb()
     validate(wl, sched)
     c3 = time.process_time()
-    cp_jobs = group(wl, nodes=nodes, cores=cores, overhead_s=overhead, merge="none")
+    cp_jobs = group(wl, Machine(nodes=nodes, cores=cores, overhead_s=overhead), merge="none")
     cp_sim = simulate(cp_jobs, nodes=nodes, cores=cores)
     c4 = time.process_time()
     problems = schedule_problems(wl, cp_jobs, cp_sim.starts, nodes=nodes, cores=cores)

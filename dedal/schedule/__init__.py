@@ -58,7 +58,7 @@ function, not the module).
 from __future__ import annotations
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Job, Schedule, TimeLimits, Workload, job_topo, package_cores
+from dedal.schedule.workload import Job, Machine, Schedule, TimeLimits, Workload, job_topo, package_cores
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import simulate, simulate_backfill
 from dedal.schedule.grouping import group
@@ -73,6 +73,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "InvalidSchedule",
     "Job",
+    "Machine",
     "Schedule",
     "TimeLimits",
     "Workload",

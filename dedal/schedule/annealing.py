@@ -11,8 +11,7 @@ import math
 import random
 from typing import Dict, List, Sequence, Tuple
 
-from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Job, Simulation, Workload, top_cores
+from dedal.schedule.workload import Job, Machine, Simulation, Workload, top_cores
 from dedal.schedule.simulation import afterok, simulate
 from dedal.schedule.search import build_jobs
 
@@ -20,11 +19,8 @@ from dedal.schedule.search import build_jobs
 def anneal(
     wl: Workload,
     jobs: Sequence[Job],
+    machine: Machine,
     *,
-    nodes: int,
-    cores: int,
-    overhead_s: float,
-    model: CoreModel = DEFAULT_MODEL,
     evaluations: int = 20000,
     seed: int = 1,
     temperature: float = 0.001,
@@ -41,6 +37,7 @@ def anneal(
     comes from timing that exact estimates make look safe: on cscs-prgenv-gnu 1 x 8 it
     reaches 1.052 of the lower bound where dedal's schedule is at 1.060, but with estimates
     off by 10 % the annealed schedule is 0.9 % longer on average (exact_probe.md)."""
+    nodes, cores, overhead_s, model = machine.nodes, machine.cores, machine.overhead_s, machine.model
     rng = random.Random(seed)
     pos = {h: i for i, h in enumerate(wl.topo())}
     _, _, dependents, _ = afterok(jobs, cores)

@@ -25,7 +25,7 @@ from operator import add, ge, truediv
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Workload, package_cores, package_seconds
+from dedal.schedule.workload import Machine, Workload, package_cores, package_seconds
 
 
 def _chains(
@@ -77,11 +77,10 @@ def allot(
         cores_of[best[1]] = step(cores_of[best[1]], top[best[1]])
 
 
-def lower_bound(
-    wl: Workload, nodes: int, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0
-) -> Tuple[float, float, float]:
-    """(lower bound, critical path, consumed core-seconds) of any schedule in the model."""
-    need, t = package_seconds(wl, cores, model, cpus_per_job)
+def lower_bound(wl: Workload, machine: Machine) -> Tuple[float, float, float]:
+    """(lower bound, critical path, consumed core-seconds) of any schedule on ``machine``."""
+    nodes, cores = machine.nodes, machine.cores
+    need, t = package_seconds(wl, cores, machine.model, machine.cpus_per_job)
     order = wl.topo()
     consumed = sum(t[h] * need[h] for h in order)
     finish: Dict[str, float] = {}
@@ -91,18 +90,10 @@ def lower_bound(
     cp = max(finish.values(), default=0.0)
     if not wl.order:
         return 0.0, 0.0, 0.0
-    return overhead_s + max(cp, consumed / (max(1, nodes) * max(1, cores))), cp, consumed
+    return machine.overhead_s + max(cp, consumed / (max(1, nodes) * max(1, cores))), cp, consumed
 
 
-def dag_bound(
-    wl: Workload,
-    nodes: int,
-    cores: int,
-    overhead_s: float,
-    model: CoreModel = DEFAULT_MODEL,
-    cpus_per_job: int = 0,
-    samples: int = 120,
-) -> float:
+def dag_bound(wl: Workload, machine: Machine, samples: int = 120) -> float:
     """A tighter lower bound in the same model, which also counts that a DAG cannot be
     wide at its start and end: for any set S of packages, no schedule ends before
     ``min head(S) + consumed(S) / (N*C) + min tail(S)``, where head(h) is the earliest
@@ -115,9 +106,10 @@ def dag_bound(
     more than ``B(y)`` (the same with tails) in its last ``y`` seconds, so wherever
     ``W > A(x) + B(y)`` the makespan is at least ``x + y + (W - A(x) - B(y)) / (N*C)``:
     this one also counts a start where too few packages are ready to fill a node."""
+    nodes, cores, overhead_s = machine.nodes, machine.cores, machine.overhead_s
     if not wl.order:
         return 0.0
-    need, t = package_seconds(wl, cores, model, cpus_per_job)
+    need, t = package_seconds(wl, cores, machine.model, machine.cpus_per_job)
     order = wl.topo()
     head: Dict[str, float] = {}
     reqs = wl.direct_requires()  # the same longest paths over fewer edges

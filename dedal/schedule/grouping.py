@@ -33,8 +33,8 @@ from itertools import compress, filterfalse, islice
 from operator import eq
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Job, Workload, job_seconds, package_seconds, seconds_memo
+from dedal.model.cores import CoreModel
+from dedal.schedule.workload import Job, Machine, Workload, job_seconds, package_seconds, seconds_memo
 from dedal.schedule.nodes import Nodes, Ready
 
 
@@ -66,12 +66,8 @@ class _Run:
 
 def group(
     wl: Workload,
+    machine: Machine,
     *,
-    nodes: int,
-    cores: int,
-    overhead_s: float,
-    model: CoreModel = DEFAULT_MODEL,
-    cpus_per_job: int = 0,
     merge: str = "safe",
     fifo: bool = False,
     mold: bool = False,
@@ -84,6 +80,8 @@ def group(
     ``fifo=True``: submission order instead of critical-path priorities (the
     baseline of one job per package as ``spack ci`` generates them); ``need``: cores
     per package (default: as many as each can use, :func:`package_cores`)."""
+    nodes, cores, overhead_s, model = machine.nodes, machine.cores, machine.overhead_s, machine.model
+    cpus_per_job = machine.cpus_per_job
     order = wl.topo()
     pos = {h: i for i, h in enumerate(order)}
     cores = max(1, cores)
@@ -321,13 +319,12 @@ def group(
     return _finish_jobs(wl, runs, model, o, fifo, levels=levels, reduced=single)
 
 
-def per_package(
-    wl: Workload, *, cores: int, overhead_s: float, model: CoreModel = DEFAULT_MODEL, cpus_per_job: int = 0
-) -> List[Job]:
+def per_package(wl: Workload, machine: Machine) -> List[Job]:
     """One job per package on the cores it can use, listed in topological order, each
     waiting for the jobs of its reduced requirements, bottom levels as priorities: what
     :func:`simulate` runs as the critical-path list schedule itself (its ties by that
     order), with no package-level run first (``group(merge="none")``)."""
+    cores, overhead_s, model, cpus_per_job = machine.cores, machine.overhead_s, machine.model, machine.cpus_per_job
     need, t = package_seconds(wl, cores, model, cpus_per_job)
     levels = wl._cached(("levels", cores, model, cpus_per_job, overhead_s), lambda: _bottom_levels(wl, t, overhead_s))
     runs = [_Run(i, 0, need[h], float(i), [h]) for i, h in enumerate(wl.topo())]  # listed as started in that order

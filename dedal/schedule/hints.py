@@ -32,8 +32,7 @@ import random
 from dataclasses import replace
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Job, Simulation, Workload, job_seconds, job_topo, keyed_topo, top_cores
+from dedal.schedule.workload import Job, Machine, Simulation, Workload, job_seconds, job_topo, keyed_topo, top_cores
 from dedal.schedule.nodes import Profile
 from dedal.schedule.simulation import simulate
 from dedal.schedule.search import merge_jobs
@@ -130,13 +129,9 @@ def tighten(
     wl: Workload,
     jobs: List[Job],
     sim: Simulation,
+    machine: Machine,
     *,
-    nodes: int,
-    cores: int,
-    overhead_s: float,
-    model: CoreModel = DEFAULT_MODEL,
     rounds: int = 1000,
-    cpus_per_job: int = 0,
     seed: int = 0,
 ) -> Tuple[List[Job], Simulation]:
     """Improve a schedule with its start times fixed rather than left to list scheduling,
@@ -147,6 +142,8 @@ def tighten(
     result when it is no longer. Jobs keep their nodes. Order hints
     (:func:`order_hints`) make the batch scheduler follow; the result is kept only if
     :func:`simulate` of the jobs with their hints beats ``sim``."""
+    nodes, cores, overhead_s, model = machine.nodes, machine.cores, machine.overhead_s, machine.model
+    cpus_per_job = machine.cpus_per_job
     if len(jobs) < 2:
         return jobs, sim
     rng = random.Random(seed)

@@ -9,11 +9,11 @@ The one module that knows the whole pipeline, so none of the others needs to.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from dedal.model.cores import DEFAULT_MODEL, CoreModel
 from dedal.model.gcpause import collector_paused
-from dedal.schedule.workload import Job, Schedule, Simulation, Workload, job_seconds, package_cores
+from dedal.schedule.workload import Job, Machine, Schedule, Simulation, Workload, job_seconds, package_cores
 from dedal.schedule.bounds import allot, dag_bound, lower_bound
 from dedal.schedule.simulation import simulate, simulate_unless
 from dedal.schedule.grouping import group, per_package
@@ -39,17 +39,7 @@ DEFAULT_CORES = 64  # cores of a build node when neither --cores nor slurm.cores
 
 
 @collector_paused()  # many small objects, no cycles (dedal.model.gcpause)
-def make_schedule(
-    wl: Workload,
-    *,
-    nodes: int,
-    cores: int,
-    overhead_s: float,
-    model: CoreModel = DEFAULT_MODEL,
-    cpus_per_job: int = 0,
-    strategy: str = "dedal",
-    hints: bool = False,
-) -> Schedule:
+def make_schedule(wl: Workload, machine: Machine, *, strategy: str = "dedal", hints: bool = False) -> Schedule:
     """Group and simulate. ``strategy``: ``dedal`` (the best by simulated makespan of:
     each merge mode with critical-path priorities, one job per package in submission
     order, everything in one job, and, where cores are scarce, moldable starts and
@@ -63,13 +53,12 @@ def make_schedule(
     searches from the one that simulates shorter, and its searches stop after fixed
     amounts of work (see :mod:`~dedal.schedule.search`), so that 10,000 packages take
     seconds, not hours."""
-    nodes, cores = max(1, int(nodes)), max(1, int(cores))
-    lb, cp, consumed = lower_bound(wl, nodes, cores, overhead_s, model, cpus_per_job)
+    machine = replace(machine, nodes=max(1, int(machine.nodes)), cores=max(1, int(machine.cores)))
+    nodes, cores, model = machine.nodes, machine.cores, machine.model
+    lb, cp, consumed = lower_bound(wl, machine)
     large = len(wl.order) > LARGE_BUILD
     # group() on this machine; the calls below say the merge mode and start rules
-    grouping = functools.partial(
-        group, wl, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model, cpus_per_job=cpus_per_job
-    )
+    grouping = functools.partial(group, wl, machine)
     if strategy == "dedal" and large:
         # beyond LARGE_BUILD packages: the two groupings that win there (critical path with
         # and without merging), each search after a fixed amount of work. Where that work
@@ -78,9 +67,7 @@ def make_schedule(
         # that run costs as much as a simulation, a third of the schedule of 10,000 packages
         candidates = [grouping(merge="safe")]
         if not improve_runs(len(wl.order)):
-            candidates.append(
-                per_package(wl, cores=cores, overhead_s=overhead_s, model=model, cpus_per_job=cpus_per_job)
-            )
+            candidates.append(per_package(wl, machine))
         else:
             candidates.append(grouping(merge="none"))
     elif strategy == "dedal":
@@ -89,8 +76,8 @@ def make_schedule(
         # packs a core-bound build better, start from that
         candidates.append(grouping(merge="none", fifo=True))
         # everything in one job: where the overhead dwarfs the builds (small or measured-fast ones)
-        candidates.append(_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=True))
-        if consumed / (nodes * cores) > cp / 2 and not cpus_per_job:
+        candidates.append(_one_job(wl, machine, max_cores=True))
+        if consumed / (nodes * cores) > cp / 2 and not machine.cpus_per_job:
             # cores are scarce: also try starting packages on fewer cores than they could use
             candidates += [grouping(merge=m, fifo=f, mold=True) for m, f in MOLD_VARIANTS]
             # ... or on the fewest cores that keep the critical path short (CPA)
@@ -100,7 +87,7 @@ def make_schedule(
     elif strategy == "per-package":
         candidates = [grouping(merge="none", fifo=True)]
     elif strategy == "single-node":
-        candidates = [_one_job(wl, cores, overhead_s, model, cpus_per_job, max_cores=False)]
+        candidates = [_one_job(wl, machine, max_cores=False)]
     else:
         raise ValueError(f"unknown strategy {strategy!r}")
     best: Optional[Tuple[List[Job], Simulation]] = None
@@ -114,22 +101,11 @@ def make_schedule(
             other = simulate_unless(candidates[i], nodes=nodes, cores=cores, at_least=first.makespan_s)
             if other is not None and other.makespan_s < first.makespan_s:
                 k, first = i, other
-        done.append(
-            improve(
-                wl,
-                candidates[k],
-                nodes=nodes,
-                cores=cores,
-                overhead_s=overhead_s,
-                model=model,
-                work=IMPROVE_WORK,
-                start=first,
-            )
-        )
+        done.append(improve(wl, candidates[k], machine, work=IMPROVE_WORK, start=first))
         candidates = []
     for jobs in candidates:
         if strategy == "dedal":
-            jobs, sim = improve(wl, jobs, nodes=nodes, cores=cores, overhead_s=overhead_s, model=model)
+            jobs, sim = improve(wl, jobs, machine)
         else:
             sim = simulate(jobs, nodes=nodes, cores=cores)
         done.append((jobs, sim))
@@ -144,18 +120,7 @@ def make_schedule(
             # large: the groupings are critical-path ones (bottom-level priorities) and
             # improve() simulated them as they are: refine() starts from that simulation
             done = [
-                refine(
-                    wl,
-                    jobs,
-                    nodes=nodes,
-                    cores=cores,
-                    overhead_s=overhead_s,
-                    model=model,
-                    evaluations=evaluations,
-                    cpus_per_job=cpus_per_job,
-                    start=sim if large else None,
-                )
-                for jobs, sim in starts
+                refine(wl, jobs, machine, evaluations=evaluations, start=sim if large else None) for jobs, sim in starts
             ]
     for jobs, sim in done:
         if best is None or sim.makespan_s < best[1].makespan_s - 1e-9:
@@ -168,17 +133,7 @@ def make_schedule(
         rounds = rounds if large else max(TIGHTEN_MIN, rounds)
         first = best
         for seed in range(TIGHTEN_CHAINS):
-            jobs, sim = tighten(
-                wl,
-                *first,
-                nodes=nodes,
-                cores=cores,
-                overhead_s=overhead_s,
-                model=model,
-                rounds=rounds,
-                cpus_per_job=cpus_per_job,
-                seed=seed,
-            )
+            jobs, sim = tighten(wl, *first, machine, rounds=rounds, seed=seed)
             if sim.makespan_s < best[1].makespan_s - 1e-9:
                 best = (jobs, sim)
     jobs, sim = _renumber(*best, nodes=nodes, cores=cores, again=not large)
@@ -187,7 +142,7 @@ def make_schedule(
         jobs=jobs,
         nodes=nodes,
         cores=cores,
-        overhead_s=overhead_s,
+        overhead_s=machine.overhead_s,
         makespan_s=sim.makespan_s,
         lower_bound_s=lb,
         critical_path_s=cp,
@@ -196,31 +151,29 @@ def make_schedule(
         strategy=strategy,
         model=model,
         starts=sim.starts,
-        dag_bound_s=dag_bound(wl, nodes, cores, overhead_s, model, cpus_per_job),
+        dag_bound_s=dag_bound(wl, machine),
     )
 
 
-def _one_job(
-    wl: Workload, cores: int, overhead_s: float, model: CoreModel, cpus_per_job: int, max_cores: bool
-) -> List[Job]:
+def _one_job(wl: Workload, machine: Machine, max_cores: bool) -> List[Job]:
     """Every package in one job, one after the other: on the whole node (``spack install
     -j C``), or with ``max_cores`` on the most cores any of the packages can use."""
     order = wl.topo()
     if not order:
         return []
-    if cpus_per_job:
-        c = max(1, min(cpus_per_job, cores))
+    if machine.cpus_per_job:
+        c = max(1, min(machine.cpus_per_job, machine.cores))
     elif max_cores:
-        c = max(package_cores(wl, cores, model).values())
+        c = max(package_cores(wl, machine.cores, machine.model).values())
     else:
-        c = cores
+        c = machine.cores
     return [
         Job(
             id="j001",
             hashes=order,
             cores=c,
             names=[wl.name(h) for h in order],
-            est_s=job_seconds(wl, order, c, model, overhead_s),
+            est_s=job_seconds(wl, order, c, machine.model, machine.overhead_s),
         )
     ]
 
@@ -280,12 +233,15 @@ def schedule_plan(
     wl = Workload.from_plan(plan, hashes)
     n = nodes if nodes else settings.get("slurm.nodes") or 1
     c = cores if cores else settings.get("slurm.cores_per_node") or DEFAULT_CORES
-    return make_schedule(
-        wl,
+    machine = Machine(
         nodes=n,
         cores=c,
         overhead_s=float(settings.get("job_overhead_s")),
         cpus_per_job=int(settings.get("slurm.cpus_per_job") or 0),
+    )
+    return make_schedule(
+        wl,
+        machine,
         strategy=strategy,
         hints=wants_order_hints(plan, settings.get("slurm.order_hints"), wl.order),
     )

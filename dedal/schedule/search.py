@@ -31,8 +31,8 @@ import bisect
 import math
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
-from dedal.model.cores import DEFAULT_MODEL, CoreModel
-from dedal.schedule.workload import Job, Simulation, Workload, job_seconds, top_cores
+from dedal.model.cores import CoreModel
+from dedal.schedule.workload import Job, Machine, Simulation, Workload, job_seconds, top_cores
 from dedal.schedule.simulation import critical_links, simulate, simulate_unless
 from dedal.schedule.grouping import set_priorities, settle
 
@@ -133,11 +133,8 @@ def merge_jobs(
 def improve(
     wl: Workload,
     jobs: List[Job],
+    machine: Machine,
     *,
-    nodes: int,
-    cores: int,
-    overhead_s: float,
-    model: CoreModel = DEFAULT_MODEL,
     rounds: int = 200,
     work: Optional[int] = None,
     start: Optional[Simulation] = None,
@@ -148,6 +145,7 @@ def improve(
     once that many jobs were simulated (None: no limit but ``rounds``), and start only if
     that affords ``IMPROVE_MIN_TRIES`` candidates; ``start``: the
     simulation of ``jobs`` as they are, where the caller has it."""
+    nodes, cores, overhead_s, model = machine.nodes, machine.cores, machine.overhead_s, machine.model
     sim = start if start is not None else simulate(jobs, nodes=nodes, cores=cores)
     if not improve_runs(len(jobs), work):
         return jobs, sim
@@ -280,13 +278,9 @@ def _chain(jobs: Sequence[Job], sim: Simulation) -> List[Tuple[str, float]]:
 def refine(
     wl: Workload,
     jobs: List[Job],
+    machine: Machine,
     *,
-    nodes: int,
-    cores: int,
-    overhead_s: float,
-    model: CoreModel = DEFAULT_MODEL,
     evaluations: int = 400,
-    cpus_per_job: int = 0,
     start: Optional[Simulation] = None,
 ) -> Tuple[List[Job], Simulation]:
     """Local search with :func:`simulate` as the judge, on the jobs of the chain that ends
@@ -296,6 +290,8 @@ def refine(
     ``evaluations`` simulations were spent. ``start``: the simulation of ``jobs`` as they
     are, where their priorities are their bottom levels already (as :func:`improve` leaves
     them), so that they need not be rebuilt and simulated again."""
+    nodes, cores, overhead_s, model = machine.nodes, machine.cores, machine.overhead_s, machine.model
+    cpus_per_job = machine.cpus_per_job
     pos = {h: i for i, h in enumerate(wl.topo())}
     parts: Dict[str, Tuple[List[str], int]] = {j.id: (list(j.hashes), j.cores) for j in jobs}
     bonus: Dict[str, float] = {}

@@ -206,6 +206,21 @@ class Simulation:
 
 
 @dataclass(frozen=True)
+class Machine:
+    """The machine a schedule is made for: ``nodes`` build nodes of ``cores`` cores, every
+    job paying ``overhead_s`` (setting ``job_overhead_s``), packages timed by ``model``;
+    ``cpus_per_job`` (setting ``slurm.cpus_per_job``) fixes the cores of every job (0: each
+    package gets as many as it can use). One value, so that every grouping, bound and
+    search of one schedule takes the same machine."""
+
+    nodes: int
+    cores: int
+    overhead_s: float
+    model: CoreModel = DEFAULT_MODEL
+    cpus_per_job: int = 0
+
+
+@dataclass(frozen=True)
 class TimeLimits:
     """The time limits the jobs are submitted with (``slurm.time_factor``,
     ``slurm.time``): a job's estimate times ``factor`` in whole minutes (rounded up), at

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dedal.model.plan import make_plan
 from dedal.model.spack_lock import load_lock
-from dedal.schedule import Workload, group, make_schedule, simulate, validate
+from dedal.schedule import Machine, Workload, group, make_schedule, simulate, validate
 from dedal.schedule.grouping import per_package
 from dedal.schedule.search import IMPROVE_MIN_TRIES, IMPROVE_WORK, LARGE_BUILD
 from tests.conftest import SPACK_DATA
@@ -33,10 +33,10 @@ def test_a_large_build_is_valid_deterministic_and_ahead_of_a_critical_path_list(
     wl = copies(Workload.from_plan(plan), 6)
     assert len(wl.order) > LARGE_BUILD
     for nodes in (1, 16):
-        sched = validate(wl, make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0))
-        again = make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0)
+        sched = validate(wl, make_schedule(wl, Machine(nodes=nodes, cores=64, overhead_s=3.0)))
+        again = make_schedule(wl, Machine(nodes=nodes, cores=64, overhead_s=3.0))
         assert again.to_json() == sched.to_json()
-        cp_list = group(wl, nodes=nodes, cores=64, overhead_s=3.0, merge="none")
+        cp_list = group(wl, Machine(nodes=nodes, cores=64, overhead_s=3.0), merge="none")
         assert sched.makespan_s <= simulate(cp_list, nodes=nodes, cores=64).makespan_s + 1e-6
         assert sched.makespan_s >= sched.dag_bound_s - 1e-6
 
@@ -55,8 +55,8 @@ def test_beyond_a_few_merges_one_job_per_package_is_simulated_as_listed() -> Non
     wl = copies(Workload.from_plan(plan), 19)
     assert len(wl.order) * IMPROVE_MIN_TRIES > IMPROVE_WORK
     for nodes in (1, 16):
-        sched = validate(wl, make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0))
-        assert make_schedule(wl, nodes=nodes, cores=64, overhead_s=3.0).to_json() == sched.to_json()
-        listed = simulate(per_package(wl, cores=64, overhead_s=3.0), nodes=nodes, cores=64)
+        sched = validate(wl, make_schedule(wl, Machine(nodes=nodes, cores=64, overhead_s=3.0)))
+        assert make_schedule(wl, Machine(nodes=nodes, cores=64, overhead_s=3.0)).to_json() == sched.to_json()
+        listed = simulate(per_package(wl, Machine(nodes=1, cores=64, overhead_s=3.0)), nodes=nodes, cores=64)
         assert sched.makespan_s <= listed.makespan_s + 1e-6
         assert sched.makespan_s >= sched.dag_bound_s - 1e-6

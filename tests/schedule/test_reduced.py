@@ -15,7 +15,7 @@ from typing import Dict, FrozenSet, List
 import pytest
 
 from dedal.model.cores import DEFAULT_MODEL
-from dedal.schedule import Job, Workload, group, schedule_problems, simulate
+from dedal.schedule import Job, Machine, Workload, group, schedule_problems, simulate
 from dedal.schedule.grouping import per_package, reduce_after, set_priorities, settle
 from dedal.schedule.search import _reprioritized, build_jobs, merge_jobs
 from dedal.schedule.simulation import simulate_unless
@@ -111,7 +111,7 @@ def test_group_jobs_wait_for_every_requirement(seed, overhead):
     every requirement of its packages, and the simulation respects it."""
     wl = random_workload(seed)
     for merge in ("safe", "none"):
-        jobs = group(wl, nodes=2, cores=16, overhead_s=overhead, merge=merge)
+        jobs = group(wl, Machine(nodes=2, cores=16, overhead_s=overhead), merge=merge)
         job_of = {h: j.id for j in jobs for h in j.hashes}
         by_id = {j.id: j for j in jobs}
         sim = simulate(jobs, nodes=2, cores=16)
@@ -146,7 +146,7 @@ def test_one_job_per_package_needs_no_settle(seed, kw):
     kw = dict(kw)
     if kw.pop("need_one", False):
         kw["need"] = dict.fromkeys(wl.order, 1)
-    jobs = group(wl, nodes=2, cores=16, overhead_s=3.0, merge="none", **kw)
+    jobs = group(wl, Machine(nodes=2, cores=16, overhead_s=3.0), merge="none", **kw)
     again = [Job(id=j.id, hashes=list(j.hashes), after=list(j.after), est_s=j.est_s, cores=j.cores) for j in jobs]
     settle(again)
     if kw.get("fifo"):
@@ -176,7 +176,7 @@ def test_a_bounded_simulation_gives_up_only_where_the_whole_one_reaches_the_boun
     they choose as if every candidate had been simulated to its end)."""
     wl = random_workload(seed)
     for mode in ("safe", "none"):
-        jobs = group(wl, nodes=nodes, cores=16, overhead_s=3.0, merge=mode)
+        jobs = group(wl, Machine(nodes=nodes, cores=16, overhead_s=3.0), merge=mode)
         whole = simulate(jobs, nodes=nodes, cores=16)
         above = simulate_unless(jobs, nodes=nodes, cores=16, at_least=whole.makespan_s * 1.001)
         assert above is not None
@@ -195,7 +195,7 @@ def test_a_new_bonus_alone_gives_what_build_jobs_gives(seed):
     """refine() answers a move that changes only priorities without rebuilding the job
     graph: the same jobs, after lists and priorities as build_jobs() makes of the parts."""
     wl = random_workload(seed)
-    jobs = group(wl, nodes=2, cores=16, overhead_s=3.0, merge="safe")
+    jobs = group(wl, Machine(nodes=2, cores=16, overhead_s=3.0), merge="safe")
     parts = [(j.id, list(j.hashes), j.cores) for j in jobs]
     rng = random.Random(seed)
     bonus = {j.id: rng.choice([-30.0, 0.0, 45.0, 600.0]) for j in jobs if rng.random() < 0.3}
@@ -213,7 +213,9 @@ def test_a_merge_of_built_jobs_gives_what_build_jobs_gives(seed):
     pos = {h: i for i, h in enumerate(wl.topo())}
     rng = random.Random(seed)
     for merge in ("safe", "none"):
-        parts = {j.id: (list(j.hashes), j.cores) for j in group(wl, nodes=2, cores=16, overhead_s=3.0, merge=merge)}
+        parts = {
+            j.id: (list(j.hashes), j.cores) for j in group(wl, Machine(nodes=2, cores=16, overhead_s=3.0), merge=merge)
+        }
         bonus = {k: rng.choice([-30.0, 45.0, 600.0]) for k in parts if rng.random() < 0.3}
         jobs = build_jobs(wl, [(k, hs, c) for k, (hs, c) in parts.items()], bonus, DEFAULT_MODEL, 3.0)
         tried = 0
@@ -241,7 +243,7 @@ def test_per_package_jobs_are_reduced_and_ranked_as_settle_would(seed):
     topological order, its after lists reduced and its priorities the bottom levels, to the
     bit, that settle() makes of them; simulated, a valid schedule."""
     wl = random_workload(seed)
-    jobs = per_package(wl, cores=16, overhead_s=3.0)
+    jobs = per_package(wl, Machine(nodes=1, cores=16, overhead_s=3.0))
     assert [j.hashes for j in jobs] == [[h] for h in wl.topo()]
     again = [Job(id=j.id, hashes=list(j.hashes), after=list(j.after), est_s=j.est_s, cores=j.cores) for j in jobs]
     settle(again)
@@ -295,7 +297,7 @@ def test_merging_counts_direct_requirements_only_and_groups_as_before(case):
     counted every requirement, with and without a job overhead."""
     seed, nodes, overhead, merge = case.split("/")
     wl = random_workload(int(seed), n=80)
-    jobs = group(wl, nodes=int(nodes), cores=16, overhead_s=float(overhead), merge=merge)
+    jobs = group(wl, Machine(nodes=int(nodes), cores=16, overhead_s=float(overhead)), merge=merge)
     assert len(jobs) < len(wl.order)  # some packages merged
     got = hashlib.sha256(json.dumps([j.to_json() for j in jobs], sort_keys=True).encode()).hexdigest()[:12]
     assert got == MERGED_C325BC3[case]

@@ -18,6 +18,7 @@ from dedal.model.plan import make_plan
 from dedal.schedule import (
     CoreModel,
     Job,
+    Machine,
     Workload,
     allot,
     anneal,
@@ -129,17 +130,17 @@ def check_schedule(wl: Workload, jobs: List[Job], nodes: int, cores: int) -> Non
 @pytest.mark.parametrize("nodes, cores", [(1, 8), (4, 64), (16, 2)])
 def test_schedule_properties_on_real_locks(lock_name: str, nodes: int, cores: int) -> None:
     wl = workload(lock_name)
-    sched = shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0)
+    sched = shared_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0))
     check_schedule(wl, sched.jobs, nodes, cores)
-    lb, cp, work = lower_bound(wl, nodes, cores, 3.0)
+    lb, cp, work = lower_bound(wl, Machine(nodes, cores, 3.0))
     assert sched.lower_bound_s == pytest.approx(lb)
     assert lb == pytest.approx(3.0 + max(cp, work / (nodes * cores)))
     assert sched.makespan_s >= lb - 1e-6
     assert sched.makespan_s >= sched.dag_bound_s - 1e-6 >= lb - 2e-6
     assert 0 < sched.utilization <= 1.0
     # never worse than the baselines in the same model
-    per_package = shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy="per-package")
-    single = shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy="single-node")
+    per_package = shared_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0), strategy="per-package")
+    single = shared_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0), strategy="single-node")
     check_schedule(wl, per_package.jobs, nodes, cores)
     assert len(per_package.jobs) == len(wl.order)
     assert sched.makespan_s <= per_package.makespan_s + 1e-6
@@ -151,9 +152,9 @@ def test_ratio_close_to_one_where_the_dag_allows(lock_name: str) -> None:
     """With nodes to spare the critical path decides: the schedule comes within 5 %,
     and grouping strictly beats one job per package."""
     wl = workload(lock_name)
-    sched = shared_schedule(wl, nodes=4, cores=64, overhead_s=3.0)
+    sched = shared_schedule(wl, Machine(nodes=4, cores=64, overhead_s=3.0))
     assert sched.ratio < 1.05, sched.to_json(with_jobs=False)
-    per_package = shared_schedule(wl, nodes=4, cores=64, overhead_s=3.0, strategy="per-package")
+    per_package = shared_schedule(wl, Machine(nodes=4, cores=64, overhead_s=3.0), strategy="per-package")
     assert sched.makespan_s < per_package.makespan_s
     assert len(sched.jobs) < len(wl.order)
 
@@ -165,11 +166,11 @@ def test_known_durations_from_manifests() -> None:
     wl = workload("tiny-dedal.spack.lock", measured)
     assert set(wl.duration.values()) == {10.0}
     # gcc-runtime -> dedal-bootstrap -> dedal-tool -> dedal-app: 4 packages of 10 s (1 core each)
-    lb, cp, work = lower_bound(wl, 1, 4, 2.0)
+    lb, cp, work = lower_bound(wl, Machine(1, 4, 2.0))
     assert cp == pytest.approx(40.0)
     assert work == pytest.approx(50.0)
     assert lb == pytest.approx(42.0)
-    sched = make_schedule(wl, nodes=1, cores=4, overhead_s=2.0)
+    sched = make_schedule(wl, Machine(nodes=1, cores=4, overhead_s=2.0))
     check_schedule(wl, sched.jobs, 1, 4)
     assert sched.makespan_s >= 42.0
 
@@ -186,12 +187,12 @@ def chain(n: int, seconds: float) -> Workload:
 
 def test_a_chain_of_small_packages_becomes_one_job() -> None:
     wl = chain(10, 5.0)
-    sched = make_schedule(wl, nodes=4, cores=8, overhead_s=3.0)
+    sched = make_schedule(wl, Machine(nodes=4, cores=8, overhead_s=3.0))
     check_schedule(wl, sched.jobs, 4, 8)
     assert len(sched.jobs) == 1
     assert sched.makespan_s == pytest.approx(3.0 + 50.0)
     assert sched.ratio == pytest.approx(1.0)
-    per_package = make_schedule(wl, nodes=4, cores=8, overhead_s=3.0, strategy="per-package")
+    per_package = make_schedule(wl, Machine(nodes=4, cores=8, overhead_s=3.0), strategy="per-package")
     assert len(per_package.jobs) == 10 and per_package.makespan_s == pytest.approx(80.0)
 
 
@@ -199,12 +200,12 @@ def test_independent_packages_run_side_by_side() -> None:
     """Wide and short: spreading out beats bundling when there are cores to spare."""
     hashes = [f"x{i}" for i in range(8)]
     wl = Workload(order=hashes, duration={h: 30.0 for h in hashes}, requires={h: frozenset() for h in hashes})
-    sched = make_schedule(wl, nodes=2, cores=4, overhead_s=3.0)
+    sched = make_schedule(wl, Machine(nodes=2, cores=4, overhead_s=3.0))
     check_schedule(wl, sched.jobs, 2, 4)
     assert len(sched.jobs) == 8
     assert sched.makespan_s == pytest.approx(33.0)
     # one node of one core: a single job saves the overheads
-    one = make_schedule(wl, nodes=1, cores=1, overhead_s=3.0)
+    one = make_schedule(wl, Machine(nodes=1, cores=1, overhead_s=3.0))
     check_schedule(wl, one.jobs, 1, 1)
     assert len(one.jobs) < 8
     assert one.makespan_s < 8 * 33.0
@@ -273,10 +274,10 @@ def test_measured_durations_are_converted_with_their_cores() -> None:
 def test_big_packages_get_cores_but_never_more_than_a_node() -> None:
     wl = workload("mpi-cuda.spack.lock")
     for cores in (1, 2, 8, 64):
-        sched = make_schedule(wl, nodes=2, cores=cores, overhead_s=3.0)
+        sched = make_schedule(wl, Machine(nodes=2, cores=cores, overhead_s=3.0))
         check_schedule(wl, sched.jobs, 2, cores)
         assert max(j.cores for j in sched.jobs) == min(cores, 16) or cores > 16
-    fixed = make_schedule(wl, nodes=2, cores=8, overhead_s=3.0, cpus_per_job=4)
+    fixed = make_schedule(wl, Machine(nodes=2, cores=8, overhead_s=3.0, cpus_per_job=4))
     assert {j.cores for j in fixed.jobs} == {4}
     check_schedule(wl, fixed.jobs, 2, 8)
 
@@ -290,10 +291,10 @@ def test_dag_bound_counts_a_narrow_start() -> None:
         requires={h: frozenset() if h == "root" else frozenset({"root"}) for h in hashes},
     )
     m = CoreModel(unit_s=1000.0)  # everything on one core
-    lb, cp, work = lower_bound(wl, 1, 2, 0.0, m)
+    lb, cp, work = lower_bound(wl, Machine(1, 2, 0.0, m))
     assert lb == pytest.approx(max(200.0, 1100.0 / 2))
-    assert dag_bound(wl, 1, 2, 0.0, m) == pytest.approx(100.0 + 1000.0 / 2)
-    sched = make_schedule(wl, nodes=1, cores=2, overhead_s=0.0, model=m)
+    assert dag_bound(wl, Machine(1, 2, 0.0, m)) == pytest.approx(100.0 + 1000.0 / 2)
+    sched = make_schedule(wl, Machine(nodes=1, cores=2, overhead_s=0.0, model=m))
     assert sched.makespan_s == pytest.approx(600.0)
 
 
@@ -313,10 +314,10 @@ def test_dag_bound_never_above_a_schedule() -> None:
     for _ in range(25):
         wl = random_workload(rng, rng.randint(3, 12))
         nodes, cores = rng.choice([(1, 2), (1, 4), (2, 4), (1, 16)])
-        bound = dag_bound(wl, nodes, cores, 3.0)
-        assert bound >= lower_bound(wl, nodes, cores, 3.0)[0] - 1e-6
-        assert make_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0).makespan_s >= bound - 1e-6
-        jobs = group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge="none")
+        bound = dag_bound(wl, Machine(nodes, cores, 3.0))
+        assert bound >= lower_bound(wl, Machine(nodes, cores, 3.0))[0] - 1e-6
+        assert make_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0)).makespan_s >= bound - 1e-6
+        jobs = group(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0), merge="none")
         for _ in range(20):
             for j in jobs:
                 j.priority = rng.random()
@@ -348,14 +349,14 @@ def test_allot_gives_cores_to_the_critical_path_only() -> None:
     work = sum(m.work(wl.duration[h]) for h in wl.order)
     assert max(finish.values()) <= 0.5 * work / 8 + 1e-6
     assert sum(need.values()) < sum(top.values())
-    jobs = group(wl, nodes=1, cores=8, overhead_s=3.0, merge="safe", need=need)
+    jobs = group(wl, Machine(nodes=1, cores=8, overhead_s=3.0), merge="safe", need=need)
     check_schedule(wl, jobs, 1, 8)
 
 
 def test_jobs_json_round_trip_and_determinism() -> None:
     wl = workload("mpi-cuda-pure.spack.lock")
-    a = make_schedule(wl, nodes=4, cores=16, overhead_s=3.0)
-    b = make_schedule(wl, nodes=4, cores=16, overhead_s=3.0)
+    a = make_schedule(wl, Machine(nodes=4, cores=16, overhead_s=3.0))
+    b = make_schedule(wl, Machine(nodes=4, cores=16, overhead_s=3.0))
     assert [j.to_json() for j in a.jobs] == [j.to_json() for j in b.jobs]
     back = [Job.from_json(json.loads(json.dumps(j.to_json()))) for j in a.jobs]
     assert [j.to_json() for j in back] == [j.to_json() for j in a.jobs]
@@ -366,14 +367,14 @@ def test_jobs_json_round_trip_and_determinism() -> None:
 
 def test_empty_workload() -> None:
     wl = Workload(order=[], duration={}, requires={})
-    sched = make_schedule(wl, nodes=4, cores=8, overhead_s=3.0)
+    sched = make_schedule(wl, Machine(nodes=4, cores=8, overhead_s=3.0))
     assert sched.jobs == [] and sched.makespan_s == 0.0 and sched.ratio == 1.0
 
 
 def test_group_modes_all_valid() -> None:
     wl = workload("jedi-ci.spack.lock")
     for mode in ("safe", "backlog", "none"):
-        jobs = group(wl, nodes=2, cores=16, overhead_s=3.0, merge=mode)
+        jobs = group(wl, Machine(nodes=2, cores=16, overhead_s=3.0), merge=mode)
         check_schedule(wl, jobs, 2, 16)
 
 
@@ -390,12 +391,10 @@ def test_refine_never_worse_and_valid() -> None:
         for mode in ("safe", "none"):
             jobs, sim = improve(
                 wl,
-                group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge=mode),
-                nodes=nodes,
-                cores=cores,
-                overhead_s=3.0,
+                group(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0), merge=mode),
+                Machine(nodes=nodes, cores=cores, overhead_s=3.0),
             )
-            better, bsim = refine(wl, jobs, nodes=nodes, cores=cores, overhead_s=3.0, evaluations=60)
+            better, bsim = refine(wl, jobs, Machine(nodes=nodes, cores=cores, overhead_s=3.0), evaluations=60)
             check_schedule(wl, better, nodes, cores)
             assert bsim.makespan_s <= sim.makespan_s + 1e-9
             assert bsim.makespan_s == pytest.approx(simulate(better, nodes=nodes, cores=cores).makespan_s)
@@ -429,7 +428,7 @@ def test_refine_shortens_a_job_chain_that_holds_back_others() -> None:
     wl, m, jobs = held_back()
     before = simulate(jobs, nodes=1, cores=2)
     assert before.makespan_s == pytest.approx(166.0)
-    after, sim = refine(wl, jobs, nodes=1, cores=2, overhead_s=3.0, model=m)
+    after, sim = refine(wl, jobs, Machine(nodes=1, cores=2, overhead_s=3.0, model=m))
     check_schedule(wl, after, 1, 2)
     # (a alone, then long beside b+c would take 116 s; the first change that helps wins)
     assert 116.0 - 1e-6 <= sim.makespan_s < before.makespan_s - 1.0
@@ -439,12 +438,12 @@ def test_anneal_never_worse_valid_and_deterministic() -> None:
     """The annealing probe returns valid jobs, never a longer schedule than it started from,
     and the same jobs for the same seed."""
     wl = workload("mpi-cuda-pure.spack.lock")
-    sched = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
-    first, sim = anneal(wl, sched.jobs, nodes=1, cores=8, overhead_s=3.0, evaluations=1500, seed=3)
+    sched = shared_schedule(wl, Machine(nodes=1, cores=8, overhead_s=3.0))
+    first, sim = anneal(wl, sched.jobs, Machine(nodes=1, cores=8, overhead_s=3.0), evaluations=1500, seed=3)
     check_schedule(wl, first, 1, 8)
     assert sim.makespan_s <= sched.makespan_s + 1e-9
     assert sim.makespan_s == pytest.approx(simulate(first, nodes=1, cores=8).makespan_s)
-    again, _ = anneal(wl, sched.jobs, nodes=1, cores=8, overhead_s=3.0, evaluations=1500, seed=3)
+    again, _ = anneal(wl, sched.jobs, Machine(nodes=1, cores=8, overhead_s=3.0), evaluations=1500, seed=3)
     assert [j.to_json() for j in again] == [j.to_json() for j in first]
 
 
@@ -452,7 +451,7 @@ def test_anneal_shortens_a_job_chain_that_holds_back_others() -> None:
     """The example refine solves (a small package, then a long one in the same job, which
     a second job waits for): annealing finds a shorter arrangement too."""
     wl, m, jobs = held_back()
-    after, sim = anneal(wl, jobs, nodes=1, cores=2, overhead_s=3.0, model=m, evaluations=300)
+    after, sim = anneal(wl, jobs, Machine(nodes=1, cores=2, overhead_s=3.0, model=m), evaluations=300)
     check_schedule(wl, after, 1, 2)
     assert 116.0 - 1e-6 <= sim.makespan_s < 166.0 - 1.0
 
@@ -519,12 +518,10 @@ def test_tighten_on_real_locks() -> None:
         wl = workload(lock_name)
         jobs, sim = improve(
             wl,
-            group(wl, nodes=nodes, cores=cores, overhead_s=3.0, merge="safe"),
-            nodes=nodes,
-            cores=cores,
-            overhead_s=3.0,
+            group(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0), merge="safe"),
+            Machine(nodes=nodes, cores=cores, overhead_s=3.0),
         )
-        better, bsim = tighten(wl, jobs, sim, nodes=nodes, cores=cores, overhead_s=3.0, rounds=200)
+        better, bsim = tighten(wl, jobs, sim, Machine(nodes=nodes, cores=cores, overhead_s=3.0), rounds=200)
         check_schedule(wl, better, nodes, cores)
         assert bsim.makespan_s <= sim.makespan_s + 1e-9
         assert bsim.makespan_s == pytest.approx(simulate(better, nodes=nodes, cores=cores).makespan_s)
@@ -540,9 +537,9 @@ def test_tighten_on_real_locks() -> None:
             assert [j.to_json() for j in back] == [j.to_json() for j in better]
     # through make_schedule: only when asked (slurm.order_hints), and then never longer
     wl = workload("cscs-prgenv-gnu.spack.lock")
-    plain = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
+    plain = shared_schedule(wl, Machine(nodes=1, cores=8, overhead_s=3.0))
     assert not any(j.order for j in plain.jobs)
-    hinted = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0, hints=True)
+    hinted = shared_schedule(wl, Machine(nodes=1, cores=8, overhead_s=3.0), hints=True)
     check_schedule(wl, hinted.jobs, 1, 8)
     assert any(j.order for j in hinted.jobs) and hinted.makespan_s < plain.makespan_s
 
@@ -580,9 +577,9 @@ def test_single_node_ahead_of_both_baselines() -> None:
     is strictly shorter than one job per package and than one package at a time."""
     for lock_name in ("mpi-cuda.spack.lock", "mpi-cuda-pure.spack.lock", "cscs-prgenv-gnu.spack.lock"):
         wl = workload(lock_name)
-        ours = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0)
+        ours = shared_schedule(wl, Machine(nodes=1, cores=8, overhead_s=3.0))
         for strategy in ("per-package", "single-node"):
-            base = shared_schedule(wl, nodes=1, cores=8, overhead_s=3.0, strategy=strategy)
+            base = shared_schedule(wl, Machine(nodes=1, cores=8, overhead_s=3.0), strategy=strategy)
             assert ours.makespan_s < base.makespan_s - 1e-6, (lock_name, strategy)
 
 
@@ -663,7 +660,7 @@ def test_backfill_model_on_real_locks() -> None:
     limits of the estimate x 2: benchmarks/schedule/cluster.md)."""
     wl = workload("cscs-prgenv-gnu.spack.lock")
     for nodes, cores in ((64, 8), (1, 8)):
-        sched = shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0)
+        sched = shared_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0))
         limits = {j.id: 2 * j.est_s for j in sched.jobs}
         model = simulate_backfill(sched.jobs, nodes=nodes, cores=cores, limits=limits)
         assert sorted(model.starts) == sorted(j.id for j in sched.jobs)

@@ -8,7 +8,7 @@ import pytest
 
 from dedal.model.plan import make_plan
 from dedal.model.spack_lock import load_lock
-from dedal.schedule import InvalidSchedule, Job, Schedule, Workload, schedule_problems, validate
+from dedal.schedule import InvalidSchedule, Job, Machine, Schedule, Workload, schedule_problems, validate
 from tests.conftest import SPACK_DATA
 from tests.fixtures.schedules import shared_schedule
 
@@ -63,7 +63,7 @@ def test_every_strategy_is_valid_on_real_locks(lock_name: str, nodes: int, cores
         load_lock(SPACK_DATA / lock_name), env_name="t", install_root="/opt/x", base_image="host", base_id="test"
     )
     wl = Workload.from_plan(plan)
-    validate(wl, shared_schedule(wl, nodes=nodes, cores=cores, overhead_s=3.0, strategy=strategy))
+    validate(wl, shared_schedule(wl, Machine(nodes=nodes, cores=cores, overhead_s=3.0), strategy=strategy))
 
 
 def test_a_dependent_that_starts_before_its_requirement_ends_fails() -> None:
