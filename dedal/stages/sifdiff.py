@@ -327,6 +327,11 @@ def _objects(info: sif_mod.SifInfo) -> Dict[str, sif_mod.Descriptor]:
     return found
 
 
+def _content_differs(key: str, size_a: int, size_b: int, note: str) -> Difference:
+    """An object whose bytes differ between the two images, with its sizes and how it was compared."""
+    return Difference("object", key, "content", f"{size_a} bytes", f"{size_b} bytes", [note])
+
+
 def diff_images(a: Path, b: Path, *, files: bool = True) -> DiffResult:
     """Compare two SIF files; ``files``: walk the root file systems when they differ."""
     infos = []
@@ -352,31 +357,15 @@ def diff_images(a: Path, b: Path, *, files: bool = True) -> DiffResult:
             result.differences.append(Difference("object", key, "time", str(da.created), str(db.created)))
         if da.datatype == sif_mod.DATA_PARTITION:
             if _sha256(a, da.offset, da.size) != _sha256(b, db.offset, db.size):
-                result.differences.append(
-                    Difference(
-                        "object",
-                        key,
-                        "content",
-                        f"{da.size} bytes",
-                        f"{db.size} bytes",
-                        ["the file differences follow" if files else "(files not compared)"],
-                    )
-                )
+                note = "the file differences follow" if files else "(files not compared)"
+                result.differences.append(_content_differs(key, da.size, db.size, note))
                 if files and da.is_primary_partition:
                     result.differences += list(_partition_diff(a, da, b, db))
             continue
         if max(da.size, db.size) > TEXT_LIMIT:  # hashed in chunks: memory stays bounded
             if da.size != db.size or _sha256(a, da.offset, da.size) != _sha256(b, db.offset, db.size):
-                result.differences.append(
-                    Difference(
-                        "object",
-                        key,
-                        "content",
-                        f"{da.size} bytes",
-                        f"{db.size} bytes",
-                        [f"(larger than {TEXT_LIMIT >> 20} MiB: compared by sha256)"],
-                    )
-                )
+                note = f"(larger than {TEXT_LIMIT >> 20} MiB: compared by sha256)"
+                result.differences.append(_content_differs(key, da.size, db.size, note))
             continue
         ra, rb = sif_mod.read_object(a, da), sif_mod.read_object(b, db)
         if ra == rb:
