@@ -117,63 +117,20 @@ def create(
     """Build a SIF with siftool alone, in the order ``apptainer build`` uses (not reproducible:
     siftool stamps the current time and a random ID). Written to a temporary name, then renamed."""
     with atomic_path(Path(out)) as tmp:
+
+        def add(path: Path, datatype: int, *options: str) -> None:
+            """``siftool add`` of one object of ``datatype`` to the new SIF, in the one object group."""
+            _run(
+                "add", os.fspath(tmp), os.fspath(path), "--datatype", str(datatype), "--groupid", "1", *options, log=log
+            )
+
         _run("new", os.fspath(tmp), log=log)
-        _run("add", os.fspath(tmp), os.fspath(definition), "--datatype", "1", "--groupid", "1", log=log)
-        _run(
-            "add",
-            os.fspath(tmp),
-            os.fspath(metadata),
-            "--datatype",
-            "6",
-            "--groupid",
-            "1",
-            "--filename",
-            "inspect-metadata.json",
-            log=log,
-        )
+        add(definition, 1)
+        add(metadata, 6, "--filename", "inspect-metadata.json")
         if labels is not None:
-            _run(
-                "add",
-                os.fspath(tmp),
-                os.fspath(labels),
-                "--datatype",
-                "3",
-                "--groupid",
-                "1",
-                "--filename",
-                "labels.json",
-                log=log,
-            )
+            add(labels, 3, "--filename", "labels.json")
         if sbom is not None:
-            _run(
-                "add",
-                os.fspath(tmp),
-                os.fspath(sbom),
-                "--datatype",
-                "9",
-                "--groupid",
-                "1",
-                "--sbomformat",
-                "cyclonedx-json",
-                "--filename",
-                "sbom.cdx.json",
-                log=log,
-            )
-        _run(
-            "add",
-            os.fspath(tmp),
-            os.fspath(squashfs),
-            "--datatype",
-            "4",
-            "--parttype",
-            "2",
-            "--partfs",
-            "1",
-            "--partarch",
-            str(_ARCH_NUM[arch]),
-            "--groupid",
-            "1",
-            log=log,
-        )
+            add(sbom, 9, "--sbomformat", "cyclonedx-json", "--filename", "sbom.cdx.json")
+        add(squashfs, 4, "--parttype", "2", "--partfs", "1", "--partarch", str(_ARCH_NUM[arch]))
         with open(tmp, "r+b") as fh:  # siftool has no option for the launch script
             fh.write(LAUNCH_SCRIPT)
