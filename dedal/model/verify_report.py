@@ -133,6 +133,12 @@ class VerifyRecord:
         """What was planned and not run (:func:`skipped_text`): "" when everything ran."""
         return skipped_text(self.checks)
 
+    @property
+    def measured_busy(self) -> bool:
+        """Whether the host was busy before the runs (preflight's finding ``host-busy``): the
+        timings, and a verdict below good, may be the host's noise rather than the image's."""
+        return any(f.code == "host-busy" for f in self.findings)
+
     def is_of(self, image_sha256: str, settings_sha256: str) -> bool:
         """Whether this is a finished verification of exactly this image with these settings
         (an older report without the settings' digest is not)."""

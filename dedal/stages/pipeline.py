@@ -31,6 +31,7 @@ from dedal.stages.verify import (
     Options,
     gate_allows,
     gate_refusal,
+    host_busy,
     skipped_text,
     verdict_with,
     verify as run_verify,
@@ -271,7 +272,12 @@ def run_pipeline(
         # on a quieter machine or a later day may measure within the thresholds, and a bad
         # report kept as current would refuse the image for good (--reverify was the only way
         # out). What only lacks checks that could not run here (no GPU) would lack them again.
-        again = current is not None and not gate_allows(current.verdict, settings.verify_gate)
+        # So is a report measured on a busy host, once this host is quiet: its host-busy
+        # finding alone makes it suboptimal, a verdict of the load that the gate would publish
+        # as the image's.
+        refused = current is not None and not gate_allows(current.verdict, settings.verify_gate)
+        busy = current is not None and not refused and current.measured_busy and not host_busy()
+        again = refused or busy
         if current is not None and not reverify and not again:
             take_report(current, outdir)
             record.status, record.detail = (
@@ -279,10 +285,15 @@ def run_pipeline(
                 (f"verdict {current.verdict_text or summary.verdict} (report of this image)"),
             )
         else:
-            if again and not reverify:
+            if refused and not reverify:
                 note(
                     f"the report of this image has verdict {current.verdict_text or current.verdict}, refused by "
                     f"verify_gate {settings.verify_gate}: verifying again"
+                )
+            elif busy and not reverify:
+                note(
+                    f"the report of this image (verdict {current.verdict}) was measured on a busy host "
+                    "(host-busy), and this host is quiet now: verifying again"
                 )
             outcome = run_verify(opts, progress=note)
             summary.verdict = outcome.report.overall
@@ -290,7 +301,8 @@ def run_pipeline(
             summary.report = str(outcome.paths.get("report.md", outdir / "report.md"))
             record.detail = f"verdict {outcome.report.verdict_text}; report {summary.report}"
             if again and not reverify:
-                record.detail += f" (measured again: the last report's verdict was {current.verdict})"
+                why = " on a busy host" if busy else ""
+                record.detail += f" (measured again: the last report's verdict was {current.verdict}{why})"
         apply_gate()
 
     def report_of_image() -> Tuple[Path, Options, Optional[VerifyRecord]]:

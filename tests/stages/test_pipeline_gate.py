@@ -15,6 +15,7 @@ from dedal.errors import DedalError
 from dedal.model.config import load_settings
 from dedal.model.artifacts import sha256_file
 from dedal.stages import pipeline
+from dedal.stages.verify import findings as F
 from dedal.stages.verify.checks import CheckResult, skipped_check
 from dedal.stages.verify.report import VerifyReport, write_report
 from dedal.model.image_options import ImageOptions
@@ -194,6 +195,37 @@ def test_a_report_the_gate_refuses_is_measured_again(tmp_path, monkeypatch, gate
         assert verify.status == "done" and f"measured again: the last report's verdict was {last}" in verify.detail
     else:
         assert not ran and verify.status == "current" and summary.verdict == last, verify.detail
+
+
+@pytest.mark.parametrize("busy_now, again", [(False, True), (True, False)], ids=["host-quiet-now", "host-still-busy"])
+def test_a_report_measured_on_a_busy_host_is_measured_again_once_the_host_is_quiet(
+    tmp_path, monkeypatch, busy_now, again
+):
+    """A report whose preflight found the host busy (host-busy: suboptimal however good the
+    checks) is measured again when this host is quiet now: that verdict is the load's, not the
+    image's, and the gate (passed) would publish it as the image's. While the host is still
+    busy the report is current (measuring again would say host-busy again)."""
+    target, image = _target(tmp_path, monkeypatch, "passed")
+    report = _verdict_report(image, target, "good")
+    report.findings = [F.warning("host-busy", "the host is busy before the runs start (load average 5.10 on 2 CPU(s))")]
+    write_report(report, _outdir(target, image))
+    monkeypatch.setattr(pipeline, "host_busy", lambda: busy_now)
+    ran = []
+    good = _verdict_report(image, target, "good")
+    monkeypatch.setattr(
+        pipeline,
+        "run_verify",
+        lambda opts, progress=None: (
+            ran.append(opts) or SimpleNamespace(report=good, paths=write_report(good, opts.output))
+        ),
+    )
+    summary = _run(target)
+    verify = {s.name: s for s in summary.stages}["verify"]
+    if again:
+        assert len(ran) == 1 and summary.verdict == "good", verify.detail
+        assert "measured again: the last report's verdict was suboptimal on a busy host" in verify.detail
+    else:
+        assert not ran and verify.status == "current" and summary.verdict == "suboptimal", verify.detail
 
 
 def _publish_only(tmp_path, monkeypatch, gate: str, report: bool):

@@ -476,6 +476,12 @@ def check_load(loadavg: Path = Path("/proc/loadavg"), cpus: Optional[int] = None
     return [F.info("host-load", f"load average {load1:.2f} on {cpus} CPU(s) before the runs")]
 
 
+def host_busy(loadavg: Path = Path("/proc/loadavg"), cpus: Optional[int] = None) -> bool:
+    """Whether this host is busy now, by :func:`check_load`'s rule (load average above half
+    its CPUs): a verification started now would say ``host-busy``."""
+    return any(f.code == "host-busy" for f in check_load(loadavg, cpus))
+
+
 def run_preflight(
     *,
     image_target: Optional[str],

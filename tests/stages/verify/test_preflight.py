@@ -196,6 +196,17 @@ def test_busy_host_is_reported_with_the_numbers(tmp_path):
     assert check_load(tmp_path / "missing", cpus=2) == []
 
 
+def test_host_busy_is_the_rule_of_the_host_busy_finding(tmp_path):
+    """build-image asks whether this host is busy now (to measure a busy host's report again)
+    by the rule the verification itself applies."""
+    from dedal.stages.verify.preflight import host_busy
+
+    load = tmp_path / "loadavg"
+    load.write_text("1.01 0.50 0.20 2/200 1234\n")
+    assert host_busy(load, cpus=2) and not host_busy(load, cpus=4)
+    assert not host_busy(tmp_path / "missing", cpus=2)  # unreadable: not known to be busy
+
+
 def test_cuda_12_4_image_against_the_host_driver(tmp_path: Path) -> None:
     """The image of issue 19 carries CUDA 12.4 (Debian trixie's toolkit 12.4.131), whose own driver is
     550.54.14: a newer driver passes, a 12.x driver below it runs through minor version compatibility
