@@ -290,17 +290,11 @@ class Access:
         )
 
 
-def registry_access(
-    settings: Settings,
-    *,
-    insecure: Optional[bool] = None,
-    username: Optional[str] = None,
-    password: Optional[str] = None,
-) -> Access:
-    """The access dedal's settings give (registry_insecure unless ``insecure`` says,
-    registry_timeout_s, registry_deadline_s), with the user's credentials where given."""
+def registry_access(settings: Settings, *, username: Optional[str] = None, password: Optional[str] = None) -> Access:
+    """The access dedal's settings give (registry_insecure, registry_timeout_s,
+    registry_deadline_s), with the user's credentials where given."""
     return Access(
-        insecure=bool(settings.registry_insecure if insecure is None else insecure),
+        insecure=bool(settings.registry_insecure),
         username=username,
         password=password,
         timeout=float(settings.registry_timeout_s),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
 from dedal.adapters import signing
-from dedal.adapters.registry import IntegrityError, Progress, RegistryClient, RegistryError, Access
+from dedal.adapters.registry import Access, IntegrityError, Progress, RegistryClient, RegistryError
 from dedal.adapters.registry.download import download_blob
 from dedal.errors import UserError
 from dedal.model import sif as sifmod

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dedal.adapters import registry as reg
 from dedal.adapters import signing
-from dedal.adapters.registry import Progress, RegistryClient, Access
+from dedal.adapters.registry import Access, Progress, RegistryClient
 from dedal.errors import UserError
 from dedal.model import provenance as prov_mod
 from dedal.model import sif as sifmod

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from dedal.adapters import registry as reg
-from dedal.adapters.registry import RegistryClient, RegistryError, Access
+from dedal.adapters.registry import Access, RegistryClient, RegistryError
 from dedal.model import provenance as prov_mod
 from dedal.model.oci import (
     ANN_ARCH,
@@ -29,9 +29,6 @@ from dedal.model.oci import (
     sif_problems,
 )
 from dedal.stages.publish.attachments import list_referrers, verdict_of
-
-if TYPE_CHECKING:
-    pass
 
 
 def _verify_verdict(
