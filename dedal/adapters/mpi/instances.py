@@ -23,6 +23,11 @@ from dedal.errors import ToolError
 
 #: the line INSTANCE_SCRIPT writes once the instance runs on a node
 _READY = re.compile(r"^#@ dedal-instance: ready on (\S+)$", re.M)
+#: how long the holder step of :func:`node_instances` may take to end on SIGTERM: its task on
+#: every node stops the instance first (``apptainer instance stop``), which on a loaded node
+#: took longer than proc's general 5 s; an srun SIGKILLed then leaves its step to Slurm's
+#: asynchronous cleanup, still listed after the verification returned
+HOLDER_STOP_GRACE_S = 30.0
 
 
 @contextlib.contextmanager
@@ -124,7 +129,7 @@ def node_instances(
         # nodes than the step, Slurm sends a step to the least busy nodes, those without one
         yield runtime.Instance(name, Path(image), tuple(sorted(ready)))
     finally:
-        proc.stop(holder, group=True)
+        proc.stop(holder, HOLDER_STOP_GRACE_S, group=True)
         where = ["-w", ",".join(sorted(ready))] if len(ready) >= nodes else []  # else wherever Slurm puts it
         res = proc.run(
             [*per_node, *where, "/bin/sh", "-c", f"{stop} >/dev/null 2>&1; exit 0"],
