@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -74,13 +74,7 @@ class AppMetric:
         )
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "match": self.match,
-            "unit": self.unit,
-            "better": self.better,
-            "overhead_pct": self.overhead_pct,
-            "repetitions": self.repetitions,
-        }
+        return asdict(self)
 
 
 @dataclass

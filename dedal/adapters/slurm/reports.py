@@ -10,7 +10,7 @@ reason". Pure data and parsing: nothing here runs a command.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -172,14 +172,7 @@ class Node:
         return base in ("idle", "mixed", "allocated", "completing", "planned", "reserved")
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "name": self.name,
-            "cpus": self.cpus,
-            "state": self.state,
-            "memory_mb": self.memory_mb,
-            "partitions": list(self.partitions),
-            "features": list(self.features),
-        }
+        return {**asdict(self), "partitions": list(self.partitions), "features": list(self.features)}
 
 
 def wait_status(value: Any) -> Tuple[Optional[int], Optional[int]]:

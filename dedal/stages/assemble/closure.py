@@ -28,7 +28,7 @@ import os
 import posixpath
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -71,14 +71,8 @@ class ClosureReport:
         return not self.missing
 
     def to_json(self) -> Dict[str, object]:
-        return {
-            "checked": self.checked,
-            "elf_files": self.elf_files,
-            "missing": self.missing,
-            "host_driver": self.host_driver,
-            "unreadable": self.unreadable,
-            "foreign": self.foreign,
-        }
+        """Its fields but ``opened``, the paths an ELF copy must keep: what the check found, not its working list."""
+        return {k: v for k, v in asdict(self).items() if k != "opened"}
 
     def problem(self, where: str, log: Optional[Path] = None) -> str:
         """One line: the files with missing libraries (the first few) and where the rest is."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from dedal.adapters import registry as reg
@@ -76,14 +76,7 @@ class CacheReport:
     bytes_pushed: int = 0
 
     def to_json(self) -> Dict[str, object]:
-        return {
-            "pulled": self.pulled,
-            "pushed": self.pushed,
-            "skipped": self.skipped,
-            "problems": self.problems,
-            "bytes_pulled": self.bytes_pulled,
-            "bytes_pushed": self.bytes_pushed,
-        }
+        return asdict(self)
 
 
 class LayerCache:
