@@ -23,9 +23,9 @@ Beside it, the same question within dedal's own model and Slurm's list schedulin
 duration its estimate times exp(N(0, 0.1)) (30 draws, ``robustness.actual``): whether what
 annealing gained with exact estimates survives estimates off by 10 %.
 
-Writes exact_probe.md next to this file: the solver's makespan / LB after the time
-limit (optimal or not) and the annealed schedule's beside dedal's, in the same model, for
-the same lower bound.
+Writes exact_probe.md in ``--out`` (default: next to this file, the recorded result): the
+solver's makespan / LB after the time limit (optimal or not) and the annealed schedule's
+beside dedal's, in the same model, for the same lower bound.
 """
 
 from __future__ import annotations
@@ -122,6 +122,9 @@ def main() -> int:
     ap.add_argument("--overhead", type=float, default=3.0)
     ap.add_argument("--seeds", type=int, default=3, help="annealing runs per case")
     ap.add_argument("--data", type=Path, default=HERE.parents[1].parent / "shared" / "data" / "spack")
+    ap.add_argument(
+        "--out", type=Path, default=HERE, help="folder for exact_probe.md (a trial run: not the recorded one)"
+    )
     args = ap.parse_args()
     if importlib.util.find_spec("ortools") is None:
         print("exact_probe: needs OR-tools (pip install ortools); dedal itself does not", file=sys.stderr)
@@ -194,8 +197,9 @@ def main() -> int:
             f"{relaxed_status} | {ours.makespan_s / allowed:.3f} | {annealed} | {annealing} | {noise_col} |"
         )
     lines.append("")
-    (HERE / "exact_probe.md").write_text("\n".join(lines))
-    print(f"wrote {HERE / 'exact_probe.md'}")
+    out = args.out / "exact_probe.md"
+    out.write_text("\n".join(lines))
+    print(f"wrote {out}")
     return 0
 
 
