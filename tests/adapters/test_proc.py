@@ -92,6 +92,33 @@ def test_timeout_still_kills_and_raises_124(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("watch", [None, lambda pid: None], ids=["plain", "watched"])
+def test_a_logged_run_with_a_timeout_is_woken_by_its_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watch: Optional[Callable[[int], None]]
+) -> None:
+    """How verification runs every benchmark (a log, a timeout): Popen's wait with a timeout
+    sleeps between polls, up to 50 ms, and the run's seconds came out rounded up to the next
+    poll (the job wall time of a 0.3 s init job in ~50 ms steps). Now no sleep while the child
+    runs: its exit wakes the wait."""
+    slept: list = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (slept.append(s), real_sleep(s))[1])
+    res = proc.run(["sleep", "0.3"], what="sleeper", log=tmp_path / "log", timeout=WAIT_S, watch=watch)
+    assert res.returncode == 0 and res.seconds >= 0.3
+    assert slept == []
+
+
+def test_a_logged_run_without_pidfd_still_waits_and_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pidfd(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    assert proc.run(["sh", "-c", "exit 0"], log=tmp_path / "log", timeout=WAIT_S).returncode == 0
+    with pytest.raises(ToolError) as info:
+        proc.run(["sleep", "30"], what="sleeper", timeout=0.5, log=tmp_path / "log")
+    assert info.value.returncode == 124
+
+
+@pytest.mark.parametrize("watch", [None, lambda pid: None], ids=["plain", "watched"])
 def test_run_output_and_input_unchanged(watch: Optional[Callable[[int], None]]) -> None:
     res = proc.run(["sh", "-c", "cat; echo err >&2; exit 3"], input="hello\n", check=False, watch=watch)
     assert (res.returncode, res.stdout, res.stderr) == (3, "hello\n", "err\n")
