@@ -84,6 +84,9 @@ def compare_runs(
                 if f.severity == "error":
                     f.severity, f.verdict = "warning", None
                     f.code = "startup-overhead"
+                    f.message += (
+                        f" (the whole job, its launcher and the container's start included; MPI_Init: {chk.name})"
+                    )
             job.verdict = verdict_of(job.findings, "good") if job.verdict in ("bad", "suboptimal") else job.verdict
             checks.append(job)
         for c in checks[-2:] if bench.key == "init" else checks[-1:]:

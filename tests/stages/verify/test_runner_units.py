@@ -417,6 +417,7 @@ def test_init_job_time_warns_but_never_fails(tmp_path: Path) -> None:
     assert names == ["dedal_init intra-node", "dedal_init intra-node job wall time"]
     job = checks[1]
     assert job.verdict == "suboptimal" and [f.code for f in job.findings] == ["startup-overhead"]
+    assert job.findings[0].message.endswith("container's start included; MPI_Init: dedal_init intra-node)")
     assert measurements["dedal_init intra-node job wall time"]["container"][0] == [3000.0] * 3
     assert measurements["dedal_init intra-node"]["native"][0] == [393.581] * 3
 
