@@ -115,17 +115,25 @@ def local_inputs(manifest: Mapping[str, Any]) -> List[Path]:
 
 
 def inputs_digest(manifest_file: Path, manifest: Mapping[str, Any]) -> str:
-    """sha256 over the manifest and every file of its local repositories and includes:
-    a changed recipe (a new patch, a version) asks for a new concretization."""
-    h = hashlib.sha256(Path(manifest_file).read_bytes())
-    for top in local_inputs(manifest):
+    """sha256 over the manifest and every file of its local repositories and includes: a
+    changed recipe (a new patch, a version) asks for a new concretization. Each input counts
+    by what it holds, not where it lies: its path in the manifest and its files' paths are
+    taken relative to it, so the same recipes in another checkout (a second clone, a CI
+    runner's build directory per concurrent job) reuse the lock, which names none of their paths."""
+    tops = local_inputs(manifest)
+    text = Path(manifest_file).read_text(encoding="utf-8", errors="surrogateescape")
+    for i, top in sorted(enumerate(tops), key=lambda it: -len(str(it[1]))):  # /a/repo2 before /a/repo
+        text = text.replace(str(top), f"<local input {i}>")
+    h = hashlib.sha256(text.encode("utf-8", "surrogateescape"))
+    for i, top in enumerate(tops):
         files = (
             [top]
             if top.is_file()
             else sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         )
         for f in files:
-            h.update(str(f).encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+            where = f"{i}:" + ("" if f == top else f.relative_to(top).as_posix())
+            h.update(where.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()
 
 

@@ -1,10 +1,15 @@
-"""The manifest a stage gives Spack (dedal.model.spack_env.stage_manifest)."""
+"""The manifest a stage gives Spack (dedal.model.spack_env.stage_manifest), and the digest of
+what a concretization is made from (inputs_digest)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Dict, Tuple
 
+import yaml
+
+from dedal.model import spack_env
 from dedal.model.spack_env import stage_manifest
 
 
@@ -28,3 +33,32 @@ def test_a_relative_mirror_is_made_absolute(tmp_path: Path, monkeypatch) -> None
         {"spack": {"specs": ["zlib"]}}, install_root="/opt/esd/software", stage=tmp_path / "stage", mirror=Path("m")
     )
     assert data["spack"]["mirrors:"] == {"dedal": f"file://localhost{os.path.join(str(tmp_path), 'm')}"}
+
+
+def _checkout(root: Path, recipe: str = "version('1.0')\n") -> Tuple[Path, Dict[str, Any]]:
+    """A checkout at ``root`` with a package repository, and the manifest naming it."""
+    pkg = root / "recipes" / "repo" / "packages" / "demo"
+    pkg.mkdir(parents=True)
+    (pkg / "package.py").write_text(recipe)
+    (root / "recipes" / "repo" / "repo.yaml").write_text("repo:\n  namespace: dedal\n")
+    manifest = {"spack": {"specs": ["demo"], "repos": [str(root / "recipes" / "repo")]}}
+    path = root / "spack.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return path, manifest
+
+
+def test_the_same_recipes_in_another_checkout_keep_the_digest(tmp_path: Path) -> None:
+    one, two = _checkout(tmp_path / "a"), _checkout(tmp_path / "clone-b")
+    assert spack_env.inputs_digest(*one) == spack_env.inputs_digest(*two)
+
+
+def test_a_changed_or_moved_recipe_changes_the_digest(tmp_path: Path) -> None:
+    base = spack_env.inputs_digest(*_checkout(tmp_path / "a"))
+    assert spack_env.inputs_digest(*_checkout(tmp_path / "b", "version('1.1')\n")) != base
+    moved = _checkout(tmp_path / "c")
+    pkg = tmp_path / "c" / "recipes" / "repo" / "packages"
+    (pkg / "demo").rename(pkg / "other")
+    assert spack_env.inputs_digest(*moved) != base
+    path, manifest = _checkout(tmp_path / "d")
+    path.write_text(path.read_text().replace("- demo", "- demo@1.0"))
+    assert spack_env.inputs_digest(path, manifest) != base
