@@ -28,14 +28,16 @@ LOG=$CACHE/setup.log
 : >"$LOG"
 
 # run a step with its output in the log; on failure, show the log's end and stop. On a terminal
-# a line shows the step's elapsed time and the log's latest line, so no step is silent for long.
+# a line shows the step's elapsed time and the log's latest line, so no step is silent for long:
+# its latest unindented line, as an indented one is a part (a warning's source line, a traceback's)
+# that reads as an error out of its context.
 quietly() {
   local rc=0 start=$SECONDS pid last
   if [ -t 1 ]; then
     "$@" >>"$LOG" 2>&1 </dev/null &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do
-      last=$(tail -n 1 "$LOG" 2>/dev/null | tr -d '\r\t' | cut -c1-70)
+      last=$( (grep -v '^[[:space:]]' "$LOG" || true) | tail -n 1 | tr -d '\r\t' | cut -c1-70)
       printf '\r\033[K  %3ds  %s' "$((SECONDS - start))" "$last"
       sleep 1
     done
