@@ -86,6 +86,8 @@ def show(summary: PipelineSummary) -> None:
     out.print(f"layers   {summary.layers_built} built, {summary.layers_reused} reused")
     if summary.verdict:
         out.print(f"verdict  {summary.verdict_text} ({summary.report})")
+        if summary.findings:
+            out.print(f"findings {summary.findings}")
     if summary.published:
         out.print(f"published {', '.join(summary.published)}")
     out.print(f"total    {human_seconds(summary.seconds)}")

@@ -32,6 +32,7 @@ __all__ = [
     "ReportMeta",
     "VerifyRecord",
     "exit_code",
+    "findings_in_brief",
     "from_json",
     "load",
     "skipped_text",
@@ -54,6 +55,7 @@ class CheckRecord:
     verdict: str
     skip_reason: str = ""
     gpu: bool = False
+    findings: Tuple[FindingRecord, ...] = ()  # the check's own: an exceeded threshold, a noisy size
 
     @property
     def skipped(self) -> bool:
@@ -72,6 +74,7 @@ class CheckRecord:
             str(data.get("verdict", "")),
             skip_reason=str(data.get("skip_reason") or ""),
             gpu=bool(data.get("gpu")),
+            findings=_findings(data.get("findings")),
         )
 
 
@@ -185,9 +188,7 @@ def from_json(data: Any) -> VerifyRecord:
         checks=tuple(CheckRecord.from_json(c) for c in checks if isinstance(c, Mapping))
         if isinstance(checks, list)
         else (),
-        findings=tuple(FindingRecord.from_json(f) for f in findings if isinstance(f, Mapping))
-        if isinstance(findings, list)
-        else (),
+        findings=_findings(findings),
         meta=ReportMeta.from_json(data.get("meta")),
         measurements=dict(measurements) if isinstance(measurements, Mapping) else {},
         schema=schema if isinstance(schema, int) else None,
@@ -199,6 +200,28 @@ def load(path: Union[str, Path], limit: int = REPORT_LIMIT, where: Optional[str]
     """Read ``path`` (a ``verify.json``); a UserError naming ``where`` (default: the path)
     when it cannot be read, is over ``limit`` bytes, or is not JSON."""
     return from_json(parse_json(read_input(Path(path), limit), where or str(path)))
+
+
+def _findings(data: Any) -> Tuple[FindingRecord, ...]:
+    """A ``findings`` list of verify.json read back (the report's or a check's)."""
+    if not isinstance(data, list):
+        return ()
+    return tuple(FindingRecord.from_json(f) for f in data if isinstance(f, Mapping))
+
+
+def findings_in_brief(report: Any) -> str:
+    """The errors and warnings of a report by their codes, for a line under its verdict:
+    ``1 error: ucx-tcp-fallback; 2 warnings: startup-overhead, latency-noisy`` ("" when it
+    has none), so that "suboptimal" or "bad" says why without the report open. ``report``: a
+    :class:`VerifyRecord` or the stage's report (its findings, and each check's)."""
+    every = list(report.findings) + [f for c in report.checks for f in c.findings]
+    parts = []
+    for severity in ("error", "warning"):
+        codes = [f.code for f in every if f.severity == severity]
+        if codes:
+            plural = "" if len(codes) == 1 else "s"
+            parts.append(f"{len(codes)} {severity}{plural}: {', '.join(dict.fromkeys(codes))}")
+    return "; ".join(parts)
 
 
 def skipped_text(checks: Iterable[Any]) -> str:

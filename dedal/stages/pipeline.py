@@ -70,6 +70,7 @@ class PipelineSummary:
     layers_reused: int = 0
     verdict: str = ""
     skipped: str = ""  # planned checks that did not run ("GPU checks skipped: no GPU")
+    findings: str = ""  # the report's errors and warnings by code ("2 warnings: startup-overhead, latency-noisy")
     report: str = ""
     published: List[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -298,6 +299,7 @@ def run_pipeline(
             outcome = run_verify(opts, progress=note)
             summary.verdict = outcome.report.overall
             summary.skipped = skipped_text(outcome.report.checks)
+            summary.findings = verify_report.findings_in_brief(outcome.report)
             summary.report = str(outcome.paths.get("report.md", outdir / "report.md"))
             record.detail = f"verdict {outcome.report.verdict_text}; report {summary.report}"
             if again and not reverify:
@@ -315,6 +317,7 @@ def run_pipeline(
     def take_report(report: VerifyRecord, outdir: Path) -> None:
         summary.verdict, summary.report = report.verdict, str(outdir / "report.md")
         summary.skipped = report.skipped
+        summary.findings = verify_report.findings_in_brief(report)
 
     def apply_gate() -> None:
         """``verify_gate`` on the verdict of this image; an image without one is ``unverified``."""

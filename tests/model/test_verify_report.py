@@ -76,3 +76,37 @@ def test_unreadable_reports_are_one_line(tmp_path: Path) -> None:
 def test_exit_codes_and_verdict_words() -> None:
     assert [vr.exit_code(v) for v in ("good", "suboptimal", "bad", "failed", "unknown")] == [0, 0, 1, 1, 1]
     assert vr.verdict_with("good", "") == "good" and vr.verdict_with("good", "x") == "good (x)"
+
+
+def test_the_errors_and_warnings_in_brief_name_the_report_s_and_each_check_s_codes() -> None:
+    data = dict(
+        REPORT,
+        verdict="bad",
+        checks=[
+            {
+                "name": "dedal_init intra-node job wall time",
+                "verdict": "good",
+                "findings": [{"severity": "warning", "code": "startup-overhead", "message": "m"}],
+            },
+            {
+                "name": "dedal_bw intra-node",
+                "verdict": "suboptimal",
+                "findings": [
+                    {"severity": "warning", "code": "bandwidth-noisy", "message": "65536 B"},
+                    {"severity": "warning", "code": "bandwidth-noisy", "message": "131072 B"},
+                    {"severity": "info", "code": "ucx-protocols", "message": "m"},
+                ],
+            },
+            {"name": "odd", "verdict": "good", "findings": "not a list"},
+        ],
+        findings=[
+            {"severity": "info", "code": "cpu-target", "message": "m"},
+            {"severity": "error", "code": "ucx-tcp-fallback", "message": "m"},
+        ],
+    )
+    rec = vr.from_json(data)
+    assert [f.code for f in rec.checks[1].findings] == ["bandwidth-noisy", "bandwidth-noisy", "ucx-protocols"]
+    assert rec.checks[2].findings == ()
+    # errors first; a code found twice is counted twice and named once; notes are left out
+    assert vr.findings_in_brief(rec) == "1 error: ucx-tcp-fallback; 3 warnings: startup-overhead, bandwidth-noisy"
+    assert vr.findings_in_brief(vr.from_json(REPORT)) == ""  # only a note: nothing to say under "good"

@@ -97,6 +97,34 @@ def test_the_default_gate_lets_skipped_gpu_checks_through(tmp_path, monkeypatch)
     assert stages["publish"].status == "skipped"  # no registry configured
 
 
+@pytest.mark.parametrize("fresh", [False, True], ids=["report-of-this-image", "verified-now"])
+def test_the_summary_names_the_warnings_behind_a_suboptimal_verdict(tmp_path, monkeypatch, fresh):
+    target, image = _target(tmp_path, monkeypatch, "passed")
+    digest = pipeline.verify_options(target, image, _outdir(target, image)).settings_digest()
+    checks = [
+        CheckResult("dedal_init intra-node job wall time", "init", "ms", "good", [F.warning("startup-overhead", "m")]),
+        CheckResult("dedal_latency intra-node", "latency", "us", "suboptimal", [F.warning("latency-noisy", "m")]),
+    ]
+    report = VerifyReport(
+        image=str(image),
+        checks=checks,
+        findings=[F.info("cpu-target", "m")],
+        meta={"image_sha256": sha256_file(image), "settings_sha256": digest},
+    )
+    if fresh:
+        monkeypatch.setattr(
+            pipeline,
+            "run_verify",
+            lambda opts, progress=None: SimpleNamespace(report=report, paths=write_report(report, opts.output)),
+        )
+    else:
+        write_report(report, _outdir(target, image))
+    summary = _run(target, reverify=fresh)
+    assert summary.ok and summary.verdict == "suboptimal", summary.error
+    assert summary.findings == "2 warnings: startup-overhead, latency-noisy"
+    assert summary.to_json()["findings"] == summary.findings
+
+
 def test_an_older_report_without_skipped_checks_passes_the_strict_gate(tmp_path, monkeypatch):
     target, image = _target(tmp_path, monkeypatch, "good")
     report = _gpu_report(image, sha256_file(image), target)
