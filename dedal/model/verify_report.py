@@ -211,7 +211,7 @@ def _findings(data: Any) -> Tuple[FindingRecord, ...]:
 
 def findings_in_brief(report: Any) -> str:
     """The errors and warnings of a report by their codes, for a line under its verdict:
-    ``1 error: ucx-tcp-fallback; 2 warnings: startup-overhead, latency-noisy`` ("" when it
+    ``1 error: ucx-tcp-inter-node; 2 warnings: startup-overhead, latency-noisy`` ("" when it
     has none), so that "suboptimal" or "bad" says why without the report open. ``report``: a
     :class:`VerifyRecord` or the stage's report (its findings, and each check's)."""
     every = list(report.findings) + [f for c in report.checks for f in c.findings]

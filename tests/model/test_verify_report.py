@@ -101,12 +101,12 @@ def test_the_errors_and_warnings_in_brief_name_the_report_s_and_each_check_s_cod
         ],
         findings=[
             {"severity": "info", "code": "cpu-target", "message": "m"},
-            {"severity": "error", "code": "ucx-tcp-fallback", "message": "m"},
+            {"severity": "error", "code": "ucx-tcp-inter-node", "message": "m"},
         ],
     )
     rec = vr.from_json(data)
     assert [f.code for f in rec.checks[1].findings] == ["bandwidth-noisy", "bandwidth-noisy", "ucx-protocols"]
     assert rec.checks[2].findings == ()
     # errors first; a code found twice is counted twice and named once; notes are left out
-    assert vr.findings_in_brief(rec) == "1 error: ucx-tcp-fallback; 3 warnings: startup-overhead, bandwidth-noisy"
+    assert vr.findings_in_brief(rec) == "1 error: ucx-tcp-inter-node; 3 warnings: startup-overhead, bandwidth-noisy"
     assert vr.findings_in_brief(vr.from_json(REPORT)) == ""  # only a note: nothing to say under "good"
