@@ -137,6 +137,15 @@ def inputs_digest(manifest_file: Path, manifest: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
+def stage_env_dir(work: Path, manifest: Dict[str, Any], lock: Optional[Path]) -> Dict[str, Any]:
+    """``manifest`` written into ``work`` as its spack.yaml, the files it includes carried
+    beside it (:func:`carry_includes`), ``lock`` (if any) copied as its spack.lock: an
+    environment's work directory as fetch and ``prepare`` write it. The manifest as written."""
+    carried = carry_includes(manifest, work)
+    write_env_dir(work, carried, lock)
+    return carried
+
+
 def write_env_dir(envdir: Path, manifest: Dict[str, Any], lock: Optional[Path]) -> Path:
     write_atomic(envdir / "spack.yaml", yaml.safe_dump(manifest, sort_keys=False))
     if lock is not None:

@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from dedal.errors import UserError
 from dedal.model import durations
@@ -27,6 +27,7 @@ from dedal.model.inputs import load_json
 from dedal.model.names import name_problem
 from dedal.model.layers import LayerStore
 from dedal.model.plan import Plan, make_plan
+from dedal.model.spack_env import minimal_manifest
 from dedal.model.spack_lock import SpackLock, load_lock
 
 
@@ -123,6 +124,15 @@ class Target:
             f"{self.name}: no spack.lock yet; run `dedal fetch {self.env.path if self.env else self.name}` "
             "(or put a spack.lock next to the environment file)"
         )
+
+    def manifest(self, lock: Optional[SpackLock]) -> Dict[str, Any]:
+        """The spack.yaml this target names: the environment file's, or for a bare lock one
+        of the lock's root specs (``lock``: the lock, read already)."""
+        if self.env is not None:
+            return self.env.spack_yaml()
+        if lock is None:
+            raise ValueError(f"{self.name}: the manifest of a bare lock is made of the lock")
+        return minimal_manifest(lock.root_specs)
 
     def read_lock(self) -> SpackLock:
         """The lock, parsed and checked against the environment file: once per command (the

@@ -26,9 +26,9 @@ from dedal.errors import DedalError, ToolError, UserError
 from dedal.model.base import base_identity, unknown_base
 from dedal.model.git_sources import GitSource, archived_by_sha256
 from dedal.stages.base import base_root, sandbox_runner
-from dedal.model.spack_env import inputs_digest, local_inputs, stage_manifest, write_env_dir
+from dedal.model.spack_env import inputs_digest, local_inputs, stage_env_dir, stage_manifest, write_env_dir
 from dedal.model.target import Target
-from dedal.stages.workspace import Prepared, prepare, write_manifest
+from dedal.stages.workspace import Prepared, prepare
 from dedal.ui.activity import activity
 
 
@@ -381,7 +381,7 @@ def run_fetch(
         near = target.env.directory / "spack.lock"
         given_lock = target.env.lock or (near if near.is_file() else None)
     bare_lock = None if target.env else target.read_lock()  # a bare lock: its roots make the manifest
-    manifest = write_manifest(target, work, given_lock, bare_lock)
+    manifest = stage_env_dir(work, target.manifest(bare_lock), given_lock)
     manifest_digest = inputs_digest(work / "spack.yaml", manifest)
     stamp = work / CONCRETIZED_STAMP
     stale = current(work, manifest_digest, given_lock)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from dedal.errors import UserError
 from dedal.model.plan import Plan
-from dedal.model.spack_env import carry_includes, minimal_manifest, write_env_dir
+from dedal.model.spack_env import stage_env_dir
 from dedal.model.spack_lock import SpackLock
 from dedal.model.target import Target
 
@@ -24,24 +24,6 @@ class Prepared(NamedTuple):
     plan: Plan
     path: Path
     lock: SpackLock
-
-
-def write_manifest(
-    target: Target, work: Path, lock_src: Optional[Path], bare_lock: Optional[SpackLock]
-) -> Dict[str, Any]:
-    """The environment's spack.yaml written into ``work``, its included files carried beside it,
-    and ``lock_src`` (if any) copied as its spack.lock; the manifest as written. An environment
-    file gives the manifest; a bare lock (``bare_lock``, read already) one of its root specs.
-    Fetch and :func:`prepare` stage the same manifest through this."""
-    if target.env is not None:
-        manifest = target.env.spack_yaml()
-    elif bare_lock is not None:
-        manifest = minimal_manifest(bare_lock.root_specs)
-    else:
-        raise ValueError(f"{target.name}: a bare lock's manifest needs the lock")
-    manifest = carry_includes(manifest, work)
-    write_env_dir(work, manifest, lock_src)
-    return manifest
 
 
 def prepare(target: Target, lock: Optional[SpackLock] = None, plan: Optional[Plan] = None) -> Prepared:
@@ -62,6 +44,6 @@ def prepare(target: Target, lock: Optional[SpackLock] = None, plan: Optional[Pla
     work.mkdir(parents=True, exist_ok=True)
     dest_lock = work / "spack.lock"
     same = dest_lock.exists() and os.path.samefile(lock_src, dest_lock)
-    write_manifest(target, work, None if same else lock_src, lock)
+    stage_env_dir(work, target.manifest(lock), None if same else lock_src)
     plan = plan if plan is not None else target.work_plan(lock)
     return Prepared(plan, plan.write(work / "plan.json"), lock)

@@ -62,3 +62,25 @@ def test_a_changed_or_moved_recipe_changes_the_digest(tmp_path: Path) -> None:
     path, manifest = _checkout(tmp_path / "d")
     path.write_text(path.read_text().replace("- demo", "- demo@1.0"))
     assert spack_env.inputs_digest(path, manifest) != base
+
+
+def test_a_staged_env_dir_carries_its_includes_and_its_lock(tmp_path: Path) -> None:
+    """What fetch and prepare write into a work directory: spack.yaml naming the carried
+    copies of its included files (build nodes see the work directory, not the machine the
+    environment file was written on), the lock beside it; the manifest returned as written."""
+    inc = tmp_path / "site" / "packages.yaml"
+    inc.parent.mkdir()
+    inc.write_text("packages: {}\n")
+    lock = tmp_path / "given.lock"
+    lock.write_text('{"roots": []}')
+    work = tmp_path / "work"
+    work.mkdir()
+    manifest = {"spack": {"specs": ["zlib"], "include": [str(inc), "relative.yaml"]}}
+    written = spack_env.stage_env_dir(work, manifest, lock)
+    carried = work / "includes" / "00-packages.yaml"
+    assert written["spack"]["include"] == [str(carried), "relative.yaml"] and carried.read_text() == inc.read_text()
+    assert yaml.safe_load((work / "spack.yaml").read_text()) == written
+    assert (work / "spack.lock").read_text() == lock.read_text()
+    assert manifest["spack"]["include"][0] == str(inc)  # the caller's manifest is left as it was
+    spack_env.stage_env_dir(work, {"spack": {"specs": ["zlib"]}}, None)  # no lock: the one there stays
+    assert (work / "spack.lock").read_text() == lock.read_text()
