@@ -57,7 +57,7 @@ _LAZY = {
     "VerifyReport": "report",
     "console_lines": "report",
     "CATALOGUE": "catalogue",
-    "host_busy": "preflight",
+    "host_busy": "load",
     "KEYS": "catalogue",
 }
 

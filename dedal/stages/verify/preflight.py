@@ -38,6 +38,7 @@ from dedal.model import sif
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import rules
 from dedal.stages.verify.judge import graded
+from dedal.stages.verify.load import check_load
 from dedal.stages.verify.facts import HostFacts
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.parsers import parse_text
@@ -455,33 +456,6 @@ FATAL = (
 )
 
 
-def check_load(loadavg: Path = Path("/proc/loadavg"), cpus: Optional[int] = None) -> List[Finding]:
-    """Other work on the node makes the timings of both sides noisy (ranks busy-poll for
-    messages): say so, with the numbers, so a failed timing check is read in that light."""
-    cpus = cpus or os.cpu_count() or 1
-    try:
-        load1 = float(loadavg.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return []
-    if load1 > 0.5 * cpus:
-        return [
-            F.warning(
-                "host-busy",
-                f"the host is busy before the runs start (load average {load1:.2f} on "
-                f"{cpus} CPU(s)): timing differences between native and container runs may be noise; "
-                "verify on an idle node (e.g. a Slurm allocation with --exclusive) for a firm verdict",
-                [f"/proc/loadavg: {loadavg.read_text().strip()}"],
-            )
-        ]
-    return [F.info("host-load", f"load average {load1:.2f} on {cpus} CPU(s) before the runs")]
-
-
-def host_busy(loadavg: Path = Path("/proc/loadavg"), cpus: Optional[int] = None) -> bool:
-    """Whether this host is busy now, by :func:`check_load`'s rule (load average above half
-    its CPUs): a verification started now would say ``host-busy``."""
-    return any(f.code == "host-busy" for f in check_load(loadavg, cpus))
-
-
 def run_preflight(
     *,
     image_target: Optional[str],
@@ -499,6 +473,7 @@ def run_preflight(
     cxi_dir: Path = Path("/dev"),
     loadavg: Path = Path("/proc/loadavg"),
     machine: Optional[str] = None,
+    stat: Path = Path("/proc/stat"),
 ) -> Preflight:
     """Every check; ``srun_mpi_list`` returns ``srun --mpi=list``'s output (called only
     under Slurm). ``want_gpu`` None means: GPU benchmarks if the host has GPUs."""
@@ -536,7 +511,7 @@ def run_preflight(
             )
     pf.add(check_cpu_target(image_target, cpu["flags"], machine), fatal_codes=FATAL)
     pf.add(check_infiniband(ib, multi_node=multi))
-    pf.add(check_load(loadavg))
+    pf.add(check_load(loadavg, stat=stat))
     pf.add(
         check_gpu(image_cuda, drv["driver"], drv["gpus"], want_gpu=use_gpu, driver_line=drv["line"]), fatal_codes=FATAL
     )

@@ -182,29 +182,78 @@ def test_run_preflight_fatal_and_facts(tmp_path: Path) -> None:
     assert not ok.fatal and ok.host.gpus == 0 and not ok.host.multi_node
 
 
+def _stat(tmp_path: Path, busy: int, idle: int, iowait: int = 0):
+    """A /proc/stat whose ticks move by ``busy`` working and ``idle`` + ``iowait`` idle ticks
+    while check_load waits (its ``sleep``), as a host's do."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1000 0 500 8000 100 0 0 0 0 0\ncpu0 500 0 250 4000 50 0 0 0 0 0\n")
+
+    def sleep(_seconds: float) -> None:
+        stat.write_text(f"cpu  {1000 + busy} 0 500 {8000 + idle} {100 + iowait} 0 0 0 0 0\n")
+
+    return stat, sleep
+
+
 def test_busy_host_is_reported_with_the_numbers(tmp_path):
-    from dedal.stages.verify.preflight import check_load
+    from dedal.stages.verify.load import check_load
+
+    load = tmp_path / "loadavg"
+    load.write_text("3.50 2.00 1.00 3/200 1234\n")
+    stat, sleep = _stat(tmp_path, busy=40, idle=10)
+    [f] = check_load(load, cpus=2, stat=stat, sleep=sleep)
+    assert f.severity == "warning" and f.code == "host-busy" and "noise" in f.message
+    assert "80% of 2 CPU(s) in use, load average 3.50" in f.message
+    stat, sleep = _stat(tmp_path, busy=5, idle=40, iowait=5)
+    [g] = check_load(load, cpus=2, stat=stat, sleep=sleep)
+    assert g.severity == "info" and g.code == "host-load" and "10% of 2 CPU(s) in use" in g.message
+
+
+def test_a_load_average_of_work_that_has_just_ended_is_not_a_busy_host(tmp_path):
+    """The first build-image measured here: the build and the assembly before the verification
+    left the 1-minute load average at 1.47 on 2 CPUs, with one process running (dedal's own):
+    the report said host-busy, and the next build-image verified again. What is in use now decides."""
+    from dedal.stages.verify.load import check_load
+
+    load = tmp_path / "loadavg"
+    load.write_text("1.47 0.90 1.18 1/84 31704\n")
+    stat, sleep = _stat(tmp_path, busy=1, idle=49)
+    [f] = check_load(load, cpus=2, stat=stat, sleep=sleep)
+    assert f.code == "host-load" and "2% of 2 CPU(s) in use, load average 1.47" in f.message
+
+
+def test_without_proc_stat_the_load_average_decides(tmp_path):
+    from dedal.stages.verify.load import check_load
 
     busy = tmp_path / "loadavg"
     busy.write_text("3.50 2.00 1.00 3/200 1234\n")
-    [f] = check_load(busy, cpus=2)
-    assert f.severity == "warning" and f.code == "host-busy" and "3.50" in f.message and "noise" in f.message
+    [f] = check_load(busy, cpus=2, stat=tmp_path / "no-stat")
+    assert f.code == "host-busy" and "load average 3.50 on 2 CPU(s)" in f.message
     idle = tmp_path / "idle"
     idle.write_text("0.10 0.20 0.30 1/200 1234\n")
-    [g] = check_load(idle, cpus=2)
+    [g] = check_load(idle, cpus=2, stat=tmp_path / "no-stat")
     assert g.severity == "info" and g.code == "host-load"
-    assert check_load(tmp_path / "missing", cpus=2) == []
+    assert check_load(tmp_path / "missing", cpus=2, stat=tmp_path / "no-stat") == []
+    (tmp_path / "bad-stat").write_text("intr 12 34\n")  # not the cpu line: unreadable as such
+    assert check_load(tmp_path / "missing", cpus=2, stat=tmp_path / "bad-stat") == []
 
 
 def test_host_busy_is_the_rule_of_the_host_busy_finding(tmp_path):
     """build-image asks whether this host is busy now (to measure a busy host's report again)
     by the rule the verification itself applies."""
-    from dedal.stages.verify.preflight import host_busy
+    from dedal.stages.verify.load import host_busy
 
     load = tmp_path / "loadavg"
     load.write_text("1.01 0.50 0.20 2/200 1234\n")
-    assert host_busy(load, cpus=2) and not host_busy(load, cpus=4)
-    assert not host_busy(tmp_path / "missing", cpus=2)  # unreadable: not known to be busy
+    no_stat = tmp_path / "no-stat"
+    assert host_busy(load, cpus=2, stat=no_stat) and not host_busy(load, cpus=4, stat=no_stat)
+    assert not host_busy(tmp_path / "missing", cpus=2, stat=no_stat)  # unreadable: not known to be busy
+
+
+def test_the_cpus_in_use_are_read_from_this_host():
+    from dedal.stages.verify.load import cpu_in_use
+
+    share = cpu_in_use(window=0.05)
+    assert share is not None and 0.0 <= share <= 1.0
 
 
 def test_cuda_12_4_image_against_the_host_driver(tmp_path: Path) -> None:
