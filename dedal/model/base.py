@@ -314,10 +314,13 @@ class BaseImage:
 
 def input_labels(base: BaseImage, prefix: str = "dedal.base") -> Dict[str, str]:
     """Image labels naming the base's inputs that its definition does not pin (a live
-    mirror): its packages and versions (one digest), the mirror, the apt Release files'
-    dates. A rebuild whose base differs tells from these whether its inputs moved on.
-    ``prefix``: ``dedal.runtime_base`` for the base an image is assembled on when it is
-    not its build base."""
+    mirror): its packages and versions (one digest), the mirror. A rebuild whose base differs
+    tells from these whether its inputs moved on. Not the dates of the apt Release files
+    (base.json keeps them): Debian signs trixie-security and trixie-updates again every day or
+    two, new packages or not, and a label of their dates made two builds of the same packages
+    on two days differ (measured: two bases built from the archive as signed on 27 and on 28 Nov,
+    the same 309 packages and the same root file system, gave two images). ``prefix``:
+    ``dedal.runtime_base`` for the base an image is assembled on when it is not its build base."""
     listing = "".join(f"{name}={version}\n" for name, version in sorted(base.packages.items()))
     labels = {
         f"{prefix}.packages.sha256": hashlib.sha256(listing.encode()).hexdigest(),
@@ -325,10 +328,6 @@ def input_labels(base: BaseImage, prefix: str = "dedal.base") -> Dict[str, str]:
     }
     if base.mirror:
         labels[f"{prefix}.mirror"] = base.mirror
-    if base.apt_releases:
-        labels[f"{prefix}.apt_releases"] = json.dumps(
-            {name: r.get("date", "") for name, r in sorted(base.apt_releases.items())}, separators=(",", ":")
-        )
     return labels
 
 
