@@ -13,7 +13,7 @@ import os
 import sys
 from typing import List, Optional
 
-from dedal.commands import build_parser
+from dedal.commands import build_parser, needs_action
 from dedal.errors import DedalError
 
 __all__ = ["build_parser", "main"]
@@ -24,8 +24,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        return needs_action(parser)(args)
     from dedal.ui.activity import set_quiet
 
     set_quiet(bool(getattr(args, "json", False)))  # --json: no step shown on stderr while it runs

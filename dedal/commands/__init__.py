@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
-from typing import List, Optional
+import sys
+from typing import Callable, List, Optional
 
 from dedal import __version__
 
-__all__ = ["build_parser"]
+__all__ = ["build_parser", "needs_action"]
 
 
 # commands whose module is not named after them (``-`` becomes ``_`` otherwise)
@@ -63,3 +64,16 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     for name in [wanted] if wanted in names else names:
         importlib.import_module(f"dedal.commands.{name}").register(sub)
     return parser
+
+
+def needs_action(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """What a command of actions does when given none (``dedal layers``, ``dedal`` alone):
+    its help, which lists the actions, on stderr, and exit 2. One way for every such
+    command: before, two answered with argparse's "arguments are required: ACTION", which
+    names none of them, and three printed the help on stdout."""
+
+    def func(args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+
+    return func

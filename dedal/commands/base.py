@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Any
 
+from dedal.commands import needs_action
 from dedal.model import base
 from dedal.model import config
 
@@ -31,7 +32,7 @@ def register(sub: Any) -> None:
     sh.add_argument("name")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=cmd_show)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    p.set_defaults(func=needs_action(p))
 
 
 def _mb(n: int) -> str:

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dedal.commands import needs_action
 from dedal.model.config import from_args
 from dedal.ui.console import err, out, print_json
 from dedal.errors import UserError
@@ -92,15 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true", help="print what was collected as JSON")
     c.set_defaults(func=run_collect)
 
-    p.set_defaults(func=_help(p))
-
-
-def _help(parser: argparse.ArgumentParser):
-    def func(args: argparse.Namespace) -> int:
-        parser.print_help()
-        return 2
-
-    return func
+    p.set_defaults(func=needs_action(p))
 
 
 def _root(args: argparse.Namespace) -> Path:

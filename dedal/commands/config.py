@@ -7,16 +7,18 @@ from typing import Optional, Tuple
 
 from rich.table import Table
 
+from dedal.commands import needs_action
 from dedal.model.config import BY_KEY, from_args
 from dedal.ui.console import out, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="show the effective configuration")
-    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION")
     show = csub.add_parser("show", help="print every setting, its value and its source")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(func=run_show)
+    p.set_defaults(func=needs_action(p))
 
 
 def _runtime_choice(setting: str) -> Tuple[Optional[str], str]:

@@ -9,6 +9,7 @@ from typing import List, Set
 
 from rich.table import Table
 
+from dedal.commands import needs_action
 from dedal.commands._registry import add_registry_options, progress_printer, registry_options
 from dedal.model.config import from_args
 from dedal.ui.console import human_seconds, human_size, out, print_json
@@ -20,7 +21,8 @@ from dedal.model.plan import Plan
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("layers", help="list, show, verify, garbage-collect the layer store or push it to a cache")
     p.add_argument("--layers", metavar="DIR", help="layer store (default: setting `layer_store`)")
-    lsub = p.add_subparsers(dest="layers_command", metavar="ACTION", required=True)
+    lsub = p.add_subparsers(dest="layers_command", metavar="ACTION")
+    p.set_defaults(func=needs_action(p))
     ls = lsub.add_parser("list", help="every layer with package, size and build time")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_list)

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from dedal.commands import needs_action
 from dedal.adapters.runtime import RUNTIMES
 from dedal.errors import UserError
 from dedal.model.env_defaults import DEFAULT_RANKS, DEFAULT_REPETITIONS
@@ -122,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("image", metavar="IMAGE", help="the image (SIF file, or an image name of this workspace)")
     add_run_arguments(run)
     run.set_defaults(func=run_verify)
-    p.set_defaults(func=_no_action(p))
+    p.set_defaults(func=needs_action(p))
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -292,14 +293,6 @@ def run_verify(args: argparse.Namespace) -> int:
         f"{sum(1 for k in outcome.paths if k.startswith('plot:'))} plot(s)); raw logs: {outcome.outdir / 'raw'}"
     )
     return rep.exit_code
-
-
-def _no_action(parser: argparse.ArgumentParser):
-    def func(args: argparse.Namespace) -> int:
-        parser.print_help()
-        return 2
-
-    return func
 
 
 def run_parse(args: argparse.Namespace) -> int:
