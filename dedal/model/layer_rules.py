@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 
 @dataclass
@@ -132,17 +132,28 @@ def root_problem(install_root: str) -> Optional[str]:
 def listing_problem(entries: Sequence[Mapping[str, str]], prefix: str, install_root: str) -> Optional[str]:
     """The first entry of a layer's listing that may not be unpacked, or a path listed twice
     (a symlink and a directory of one name: unsquashfs would write through the symlink)."""
+    return _first_problem(entries, "the squashfs holds nothing", lambda e: entry_problem(e, prefix, install_root))
+
+
+def _first_problem(
+    entries: Sequence[Mapping[str, str]],
+    empty: str,
+    problem_of: Callable[[Mapping[str, str]], Optional[str]],
+    lead: str = "",
+) -> Optional[str]:
+    """The walk a layer's and an image's listing share: nothing listed, a line that is no
+    entry, an entry's own problem, a path listed twice (``lead`` goes before a path shown)."""
     if not entries:
-        return "the squashfs holds nothing"
+        return empty
     seen = set()
     for e in entries:
         if e.get("unparsed"):
             return f"an entry's name holds a line break (listing line {e['unparsed'][:80]!r})"
-        problem = entry_problem(e, prefix, install_root)
+        problem = problem_of(e)
         if problem:
             return problem
         if e["path"] in seen:
-            return f"path {e['path']!r} is listed twice"
+            return f"path {lead + e['path']!r} is listed twice"
         seen.add(e["path"])
     return None
 
@@ -230,16 +241,6 @@ def image_listing_problem(entries: Sequence[Mapping[str, str]], install_root: Op
     :func:`image_entry_problem`), or a path listed twice."""
     if install_root is not None and (root_problem(install_root) or not install_root.strip("/")):
         return f"its labels name install root {install_root!r}, not an absolute directory"
-    if not entries:
-        return "its root file system holds nothing"
-    seen = set()
-    for e in entries:
-        if e.get("unparsed"):
-            return f"an entry's name holds a line break (listing line {e['unparsed'][:80]!r})"
-        problem = image_entry_problem(e, install_root)
-        if problem:
-            return problem
-        if e["path"] in seen:
-            return f"path {'/' + e['path']!r} is listed twice"
-        seen.add(e["path"])
-    return None
+    return _first_problem(
+        entries, "its root file system holds nothing", lambda e: image_entry_problem(e, install_root), lead="/"
+    )

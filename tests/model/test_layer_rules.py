@@ -24,3 +24,16 @@ def test_an_image_root_allows_the_base_systems_setuid_programs_and_harmless_devi
     assert R.image_entry_problem({"path": "dev/null", "mode": "crw-rw-rw-", "size": "1,3"}, "/opt/r") is None
     assert "device node" in R.image_entry_problem({"path": "dev/mem", "mode": "crw-r-----", "size": "1,1"}, "/opt/r")
     assert "climbs out" in R.image_entry_problem({"path": "a/l", "mode": "lrwxrwxrwx", "target": "../../x"}, None)
+
+
+def test_both_listings_refuse_nothing_a_line_that_is_no_entry_and_a_path_twice() -> None:
+    entry = {"path": "p", "mode": "drwxr-xr-x"}
+    layer = lambda entries: R.listing_problem(entries, "p", "/opt/r")  # noqa: E731
+    image = lambda entries: R.image_listing_problem(entries, "/opt/r")  # noqa: E731
+    assert layer([]) == "the squashfs holds nothing"
+    assert image([]) == "its root file system holds nothing"
+    for problem in (layer, image):
+        assert "line break" in problem([entry, {"unparsed": "p/a"}])
+    assert layer([entry, entry]) == "path 'p' is listed twice"
+    assert image([entry, entry]) == "path '/p' is listed twice"
+    assert layer([entry]) is None and image([entry]) is None
