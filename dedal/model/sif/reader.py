@@ -44,31 +44,25 @@ def read_sif(path: Union[str, os.PathLike]) -> SifInfo:
     or is truncated (a descriptor table or an object reaching past the end of the file).
     """
     p = Path(path)
-    try:
-        with open_regular(p) as fh:  # a FIFO, a device: refused at once, never waited on
-            size = os.fstat(fh.fileno()).st_size
-            head = fh.read(HEADER.size)
-            if len(head) < HEADER.size or head[32:42] != MAGIC:
-                raise UserError(f"{p}: not a SIF image (no SIF_MAGIC in the header)")
-            (launch, _magic, version, arch, ident, created, modified, dfree, dtotal, doff, dsize, dataoff, datasize) = (
-                HEADER.unpack(head)
+    # missing, a directory, no permission, a FIFO or a device (refused at once, never waited on): one line
+    with open_regular(p) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(HEADER.size)
+        if len(head) < HEADER.size or head[32:42] != MAGIC:
+            raise UserError(f"{p}: not a SIF image (no SIF_MAGIC in the header)")
+        (launch, _magic, version, arch, ident, created, modified, dfree, dtotal, doff, dsize, dataoff, datasize) = (
+            HEADER.unpack(head)
+        )
+        if version != VERSION:
+            raise UserError(f"{p}: unsupported SIF version {_cstr(version)!r} (dedal reads version 01)")
+        if dtotal < 0 or doff < HEADER.size or dsize != dtotal * DESCRIPTOR.size:
+            raise UserError(f"{p}: corrupt SIF header (descriptor table: {dtotal} at {doff}, {dsize} bytes)")
+        if doff + dsize > size:
+            raise UserError(
+                f"{p}: truncated SIF: the descriptor table ends at byte {doff + dsize}, the file has {size} bytes"
             )
-            if version != VERSION:
-                raise UserError(f"{p}: unsupported SIF version {_cstr(version)!r} (dedal reads version 01)")
-            if dtotal < 0 or doff < HEADER.size or dsize != dtotal * DESCRIPTOR.size:
-                raise UserError(f"{p}: corrupt SIF header (descriptor table: {dtotal} at {doff}, {dsize} bytes)")
-            if doff + dsize > size:
-                raise UserError(
-                    f"{p}: truncated SIF: the descriptor table ends at byte {doff + dsize}, the file has {size} bytes"
-                )
-            fh.seek(doff)
-            table = fh.read(dsize)
-    except IsADirectoryError:
-        raise UserError(f"{p}: is a directory, not a SIF image") from None
-    except FileNotFoundError:
-        raise UserError(f"{p}: no such file") from None
-    except PermissionError:
-        raise UserError(f"{p}: permission denied") from None
+        fh.seek(doff)
+        table = fh.read(dsize)
     descriptors: List[Descriptor] = []
     for i in range(dtotal):
         (dt, used, did, gid, lid, off, dsz, dpad, dcr, dmod, _uid, _gid, name, extra) = DESCRIPTOR.unpack_from(
