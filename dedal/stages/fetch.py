@@ -28,7 +28,7 @@ from dedal.model.git_sources import GitSource, archived_by_sha256
 from dedal.stages.base import base_root, sandbox_runner
 from dedal.model.spack_env import inputs_digest, local_inputs, stage_env_dir, stage_manifest, write_env_dir
 from dedal.model.target import Target
-from dedal.stages.workspace import Prepared, prepare
+from dedal.stages.workspace import Prepared, write_plan
 from dedal.ui.activity import activity
 
 
@@ -425,10 +425,10 @@ def run_fetch(
         total, before, missing, listed = _fill_mirror(
             spack, fenv, work, logs, mirror, note, settings.pypi_index, archived_by_sha256(local_inputs(manifest))
         )
-    prepared = prepare(
+    prepared = write_plan(
         replace(target, lock_path=work / "spack.lock", plan_path=None, given_plan=None),
         bare_lock if given_lock is not None else None,
-    )  # a given lock was copied as it is
+    )  # a given lock was copied as it is; one Spack wrote is read (and checked against the manifest)
     return FetchResult(
         env=target.name,
         spack_root=str(spack_root),

@@ -2,7 +2,8 @@
 
 :class:`~dedal.model.target.Target` says what a command's argument names (pure);
 :func:`prepare` writes spack.yaml, spack.lock and plan.json into its work directory, once
-per command: every later stage of that command takes the :class:`Prepared` value.
+per command (fetch writes the first two itself, then :func:`write_plan`): every later
+stage of that command takes the :class:`Prepared` value.
 """
 
 from __future__ import annotations
@@ -45,5 +46,13 @@ def prepare(target: Target, lock: Optional[SpackLock] = None, plan: Optional[Pla
     dest_lock = work / "spack.lock"
     same = dest_lock.exists() and os.path.samefile(lock_src, dest_lock)
     stage_env_dir(work, target.manifest(lock), None if same else lock_src)
+    return write_plan(target, lock, plan)
+
+
+def write_plan(target: Target, lock: Optional[SpackLock] = None, plan: Optional[Plan] = None) -> Prepared:
+    """plan.json of a work directory whose spack.yaml and spack.lock are written already:
+    :func:`prepare`'s last step, and all fetch needs after it staged the directory and
+    concretized (staging it again would copy the includes a second time)."""
+    lock = lock if lock is not None else target.read_lock()
     plan = plan if plan is not None else target.work_plan(lock)
-    return Prepared(plan, plan.write(work / "plan.json"), lock)
+    return Prepared(plan, plan.write(target.workdir / "plan.json"), lock)

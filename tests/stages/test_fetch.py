@@ -204,3 +204,42 @@ def test_current_says_why_fetch_concretizes_again(tmp_path):
     (tmp_path / CONCRETIZED_STAMP).write_text("d1")
     assert current(tmp_path, "d1") is None
     assert "is given" in current(tmp_path, "d1", given_lock=tmp_path / "other.lock")
+
+
+def test_fetch_stages_the_work_directory_once_and_parses_the_lock_once(tmp_path, monkeypatch):
+    """fetch writes spack.yaml and carries its includes, concretizes, then writes only the
+    plan: before, its last step staged the directory again (the includes copied twice)."""
+    from dedal.model import spack_env, spack_lock
+    from dedal.model.config import load_settings
+    from dedal.model.target import resolve
+    from dedal.stages.fetch import run_fetch
+
+    env_file = tiny_env_file(tmp_path / "env", with_lock=False)
+    packages = tmp_path / "env" / "packages.yaml"
+    packages.write_text("packages: {}\n")
+    data = yaml.safe_load(env_file.read_text())
+    data["spack"]["include"] = [str(packages)]
+    env_file.write_text(yaml.safe_dump(data))
+    settings = load_settings(
+        config_file=None,
+        environ={},
+        overrides={"data_dir": str(tmp_path / "data"), "spack_root": str(install_standin(tmp_path / "spack"))},
+    )
+    seen = {"carry_includes": 0, "parse_lock": 0}
+    carry, parse = spack_env.carry_includes, spack_lock.parse_lock
+
+    def counted(name, fn):  # noqa: ANN001, ANN202
+        def call(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            seen[name] += 1
+            return fn(*a, **k)
+
+        return call
+
+    monkeypatch.setattr(spack_env, "carry_includes", counted("carry_includes", carry))
+    monkeypatch.setattr(spack_lock, "parse_lock", counted("parse_lock", parse))
+    result, prepared = run_fetch(resolve(str(env_file), settings), sources_too=False)
+    assert result.concretized and seen == {"carry_includes": 1, "parse_lock": 1}
+    work = Path(result.lock).parent
+    staged = yaml.safe_load((work / "spack.yaml").read_text())["spack"]["include"]
+    assert staged == [str(work / "includes" / "00-packages.yaml")] and Path(staged[0]).is_file()
+    assert prepared.path == work / "plan.json" and prepared.path.is_file()
