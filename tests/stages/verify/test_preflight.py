@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -200,11 +201,11 @@ def test_busy_host_is_reported_with_the_numbers(tmp_path):
     load = tmp_path / "loadavg"
     load.write_text("3.50 2.00 1.00 3/200 1234\n")
     stat, sleep = _stat(tmp_path, busy=40, idle=10)
-    [f] = check_load(load, cpus=2, stat=stat, sleep=sleep)
+    [f] = check_load(load, cpus=2, stat=stat, sleep=sleep, allowed=())
     assert f.severity == "warning" and f.code == "host-busy" and "noise" in f.message
     assert "80% of 2 CPU(s) in use, load average 3.50" in f.message
     stat, sleep = _stat(tmp_path, busy=5, idle=40, iowait=5)
-    [g] = check_load(load, cpus=2, stat=stat, sleep=sleep)
+    [g] = check_load(load, cpus=2, stat=stat, sleep=sleep, allowed=())
     assert g.severity == "info" and g.code == "host-load" and "10% of 2 CPU(s) in use" in g.message
 
 
@@ -217,8 +218,33 @@ def test_a_load_average_of_work_that_has_just_ended_is_not_a_busy_host(tmp_path)
     load = tmp_path / "loadavg"
     load.write_text("1.47 0.90 1.18 1/84 31704\n")
     stat, sleep = _stat(tmp_path, busy=1, idle=49)
-    [f] = check_load(load, cpus=2, stat=stat, sleep=sleep)
+    [f] = check_load(load, cpus=2, stat=stat, sleep=sleep, allowed=())
     assert f.code == "host-load" and "2% of 2 CPU(s) in use, load average 1.47" in f.message
+
+
+def test_in_a_cpuset_only_its_cpus_count(tmp_path):
+    """A Slurm step on a node shared with other jobs: CPUs 2 and 3 are busy with theirs, the
+    step's 0 and 1 idle. The step's CPUs decide, not the node's (which would say host-busy)."""
+    from dedal.stages.verify.load import check_load
+
+    load = tmp_path / "loadavg"
+    load.write_text("2.00 2.00 2.00 3/200 1234\n")
+    stat = tmp_path / "stat"
+
+    def write(t: int) -> None:
+        busy, idle = f"{100 + 50 * t} 0 0 {100} 0 0 0 0", f"100 0 0 {100 + 50 * t} 0 0 0 0"
+        lines = [f"cpu  {200 + 100 * t} 0 0 {200 + 100 * t} 0 0 0 0", f"cpu0 {idle}", f"cpu1 {idle}"]
+        stat.write_text("\n".join(lines + [f"cpu2 {busy}", f"cpu3 {busy}", "intr 1 2"]) + "\n")
+
+    write(0)
+    [f] = check_load(load, cpus=4, stat=stat, sleep=lambda _s: write(1), allowed={0, 1})
+    assert f.code == "host-load" and "0% of the 2 CPU(s) this job may use of 4 in use" in f.message
+    write(0)
+    [g] = check_load(load, cpus=4, stat=stat, sleep=lambda _s: write(1), allowed={2, 3})
+    assert g.code == "host-busy" and "100% of the 2 CPU(s)" in g.message
+    write(0)
+    [h] = check_load(load, cpus=4, stat=stat, sleep=lambda _s: write(1), allowed=())  # the whole node: half busy
+    assert h.code == "host-load" and "50% of 4 CPU(s) in use" in h.message
 
 
 def test_without_proc_stat_the_load_average_decides(tmp_path):
@@ -254,6 +280,8 @@ def test_the_cpus_in_use_are_read_from_this_host():
 
     share = cpu_in_use(window=0.05)
     assert share is not None and 0.0 <= share <= 1.0
+    mine = cpu_in_use(window=0.05, allowed=os.sched_getaffinity(0))  # the per-CPU lines
+    assert mine is not None and 0.0 <= mine <= 1.0
 
 
 def test_cuda_12_4_image_against_the_host_driver(tmp_path: Path) -> None:
