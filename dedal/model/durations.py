@@ -77,6 +77,9 @@ MODEL_S: Dict[str, float] = {
     "bzip2": 5,
     "readline": 20,
     "sqlite": 60,
+    # dedal's own microbenchmarks (recipes/): 2.1 s measured on 2 cores; at DEFAULT_S a cold
+    # first `dedal build-image` of the demo said "about 1 min 5 s" for a build of 6 s
+    "dedal-benchmarks": 5,
 }
 
 
