@@ -23,7 +23,7 @@ from dedal.stages.verify.catalogue import METRICS, Bench
 from dedal.stages.verify.checks import (
     CheckResult,
     Thresholds,
-    compare_init,
+    compare_job_time,
     compare_nccl_runs,
     compare_osu_runs,
     series_from_nccl,
@@ -73,7 +73,7 @@ def compare_runs(
             chk = compare_osu_runs(nat, con, bench.table, thresholds, name=name)  # type: ignore[arg-type]
         checks.append(chk)
         if bench.key == "init":
-            job = compare_init(
+            job = compare_job_time(
                 [r.seconds * 1000 for r in sel if r.side == "native"],
                 [r.seconds * 1000 for r in sel if r.side == "container"],
                 thresholds,

@@ -325,7 +325,7 @@ def ratio_limit(s: SizeComparison, higher_is_better: bool) -> Optional[float]:
     """The container/native ratio of medians the threshold allows at a size (None: not checked)."""
     if not s.checked or s.limit is None or not s.native.median:
         return None
-    if s.limit_unit == "us":
+    if s.limit_unit != "%":  # absolute, in the benchmark's unit
         return (s.native.median + s.limit) / s.native.median
     return 1 - s.limit / 100 if higher_is_better else 1 + s.limit / 100
 
@@ -476,7 +476,8 @@ def render_markdown(report: VerifyReport, plots: Optional[Mapping[str, str]] = N
         f"- small-message latency overhead (up to {th.small_message_max} B): {th.latency_overhead_us:g} us",
         f"- bandwidth loss (from {th.bandwidth_min_size} B) and large-message latency growth: {th.bandwidth_pct:g} %",
         f"- NCCL bus bandwidth loss (from {th.busbw_min_size} B): {th.busbw_pct:g} %",
-        f"- MPI init overhead: {th.init_overhead_pct:g} %",
+        f"- MPI init overhead: {th.init_overhead_pct:g} %; a whole init job's extra wall time: "
+        f"{th.init_overhead_pct:g} % or {th.startup_overhead_ms:g} ms, whichever is more",
         *(
             [
                 "- application benchmarks: container / native of the medians within each application's own "
