@@ -69,3 +69,26 @@ def test_the_shipped_schemas() -> None:
     assert "env" in schema_names()
     assert load_schema("env") == ENV_SCHEMA and load_schema("env") is not ENV_SCHEMA
     assert (Path(__file__).resolve().parents[2] / "dedal" / "data" / "schema" / "env.schema.json").is_file()
+
+
+def test_the_env_file_keys_spack_envs_readme_lists_are_the_schemas() -> None:
+    """The README's list of `dedal:` keys and the schema name the same keys (a rule's own
+    fields aside: the README names `rules`): the documented thresholds.noise_sigmas was
+    refused as unknown, and dedal.rebuild was nowhere in the list."""
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "spack-envs" / "README.md").read_text()
+    listed = set(re.findall(r"`([a-z_]+)`", text[text.index("The `dedal:` keys:") : text.index("Unknown keys and")]))
+    definitions = ENV_SCHEMA["definitions"]
+    named, todo = set(), [ENV_SCHEMA["properties"]["dedal"]]
+    while todo:
+        node = todo.pop()
+        ref = node.get("$ref") or (node.get("items") or {}).get("$ref")
+        if ref and not ref.endswith("/rule"):
+            todo.append(definitions[ref.rsplit("/", 1)[1]])
+        for key, sub in (node.get("properties") or {}).items():
+            named.add(key)
+            todo.append(sub)
+    assert listed - {"dedal"} == named
