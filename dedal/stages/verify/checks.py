@@ -80,7 +80,12 @@ class Thresholds:
                 raise UserError(f"unknown verification threshold {key!r}; known: {', '.join(known)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise UserError(f"verification threshold {key}: expected a number >= 0, got {value!r}")
-            values[key] = int(value) if known[key].type in ("int", int) else float(value)
+            if known[key].type in ("int", int):
+                if value != int(value):  # a byte count: 1.5 was taken as 1
+                    raise UserError(f"verification threshold {key}: expected a whole number of bytes, got {value!r}")
+                values[key] = int(value)
+            else:
+                values[key] = float(value)
         return cls(**values)
 
     def to_json(self) -> Dict[str, Any]:

@@ -45,6 +45,9 @@ def test_thresholds_from_env_file_mapping() -> None:
         Thresholds.from_mapping({"latency": 1})
     with pytest.raises(UserError, match="expected a number"):
         Thresholds.from_mapping({"bandwidth_pct": "two"})
+    with pytest.raises(UserError, match="expected a whole number of bytes"):
+        Thresholds.from_mapping({"small_message_max": 1.5})
+    assert Thresholds.from_mapping({"small_message_max": 4096.0}).small_message_max == 4096
 
 
 def test_every_threshold_can_be_set_in_an_env_file() -> None:
