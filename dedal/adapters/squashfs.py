@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from dedal.adapters import proc
 from dedal.errors import ToolError
@@ -196,10 +196,12 @@ def extract(
     processors: Optional[int] = None,
     log: Optional[Path] = None,
     merge: bool = True,
+    exclude: Sequence[str] = (),
 ) -> None:
     """Extract ``image`` (or only ``paths`` of it) into ``dest``, merging with what is there
     (``-f``: note that unsquashfs then follows symlinks found there), or with ``merge=False``
-    into ``dest`` that must not exist yet (unsquashfs creates it and meets nothing else)."""
+    into ``dest`` that must not exist yet (unsquashfs creates it and meets nothing else);
+    ``exclude``: entries left out (unsquashfs' ``-ex LIST ;``, before the image)."""
     proc.which("unsquashfs", HINT)
     Path(dest).parent.mkdir(parents=True, exist_ok=True)  # unsquashfs creates dest, not its parents
     cmd = [
@@ -210,6 +212,7 @@ def extract(
         "-n",
         "-p",
         _threads(processors),
+        *(["-ex", *exclude, ";"] if exclude else []),
         "-d",
         os.fspath(dest),
         os.fspath(image),

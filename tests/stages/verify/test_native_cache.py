@@ -119,3 +119,21 @@ time.sleep(60)
     assert old.name not in _roots(cache) and len(_roots(cache)) == N.NATIVE_KEEP
     assert not [n for n in _roots(cache) if n.startswith(".")]  # no half-removed copy left behind
     _let_go()
+
+
+def test_the_unpacked_root_holds_no_device_node(tmp_path: Path) -> None:
+    """The chroot of the native runs mounts its own /dev; the image's device nodes are left
+    out, so a user who is not root can unpack it (unsquashfs: "could not create character
+    device ..., because you're not superuser!", exit 2, and dedal verify failed there)."""
+    if not shutil.which("mksquashfs"):
+        pytest.skip("needs squashfs-tools")
+    src = tmp_path / "src"
+    (src / "etc").mkdir(parents=True)
+    (src / "etc" / "hello").write_text("v\n")
+    sq = tmp_path / "dev.sqfs"
+    pseudo = ["-p", "dev d 755 0 0", "-p", "dev/null c 666 0 0 1 3", "-p", "dev/zero c 666 0 0 1 5"]
+    subprocess.run(["mksquashfs", str(src), str(sq), "-quiet", "-noappend", *pseudo], check=True, timeout=60)
+    root, _ = N.unpack_root(_info(sq, "dev", "one"), tmp_path / "verify-native")
+    _let_go()
+    assert (root / "etc" / "hello").read_text() == "v\n" and (root / "dev").is_dir()
+    assert not os.path.lexists(root / "dev" / "null") and not os.path.lexists(root / "dev" / "zero")
