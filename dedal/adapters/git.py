@@ -18,15 +18,27 @@ def _error(what: str, exc: git.GitCommandError, log: Path = None) -> ToolError:
     return ToolError(what, [str(c) for c in cmd], exc.status if isinstance(exc.status, int) else 1, log, detail)
 
 
+def _read(path: Path, search_parent_directories: bool = False) -> git.Repo:
+    """A repository dedal only reads (its commit, origin, changed paths), trusted although
+    another user owns it, as ``safe.directory`` would: a site's shared Spack checkout, the
+    clone a CI runner made as its own user. git refused those ("dubious ownership") and
+    dedal ended in an internal error. Reading them trusts them no further than running
+    that Spack's code, or that repository's environment files, already does."""
+    repo = git.Repo(path, search_parent_directories=search_parent_directories)
+    where = repo.working_tree_dir or repo.git_dir
+    repo.git.update_environment(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="safe.directory", GIT_CONFIG_VALUE_0=where)
+    return repo
+
+
 def head_commit(path: Path) -> str:
-    return git.Repo(path).head.commit.hexsha
+    return _read(path).head.commit.hexsha
 
 
 def origin(path: Path) -> Tuple[Optional[str], Optional[str]]:
     """(URL of the ``origin`` remote, HEAD commit) of the repository that holds ``path``;
     None for what is unknown (no repository, no origin, no commit yet)."""
     try:
-        repo = git.Repo(path, search_parent_directories=True)
+        repo = _read(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None, None
     try:
@@ -44,7 +56,7 @@ def commit_time(path: Path, commit: str) -> Optional[int]:
     """The committer time (seconds since 1970) of ``commit`` in the repository at ``path``;
     None where ``path`` is no git repository or lacks that commit."""
     try:
-        return int(git.Repo(path).commit(commit).committed_date)
+        return int(_read(path).commit(commit).committed_date)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.BadName, ValueError, git.GitCommandError):
         return None
 
@@ -97,7 +109,7 @@ def checkout(url: str, ref: str, dest: Path) -> str:
 def toplevel(path: Path) -> Path:
     """The root of the git working tree that holds ``path``; UserError outside one."""
     try:
-        repo = git.Repo(path, search_parent_directories=True)
+        repo = _read(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise UserError(f"{path}: not inside a git repository") from None
     if repo.working_tree_dir is None:
@@ -110,7 +122,7 @@ def changed_paths(path: Path, since: str, until: str = "HEAD") -> Optional[List[
     the commits ``since`` and ``until`` of the repository holding ``path``; a rename counts
     as its old and its new path. None when ``since`` is no commit of this clone: empty,
     all zeros (GitLab's CI_COMMIT_BEFORE_SHA of a new branch) or outside a shallow clone."""
-    repo = git.Repo(toplevel(path))
+    repo = _read(toplevel(path))
     if not since or set(since) == {"0"}:
         return None
     try:

@@ -53,6 +53,12 @@ class Spack:
             "SPACK_DISABLE_LOCAL_CONFIG": "1",  # no ~/.spack, no /etc/spack: only what dedal generates
             "SPACK_USER_CACHE_PATH": str(self.user_cache),
             "SPACK_ROOT": str(self.root),
+            # Spack reads its commit with git (into spack.lock, whose date is the image's): from a
+            # checkout another user owns (a site's shared Spack) git refused ("dubious ownership"),
+            # the lock named no commit, and the image was dated 1970
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "safe.directory",
+            "GIT_CONFIG_VALUE_0": str(self.root),
         }
 
     def _run(

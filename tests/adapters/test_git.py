@@ -111,3 +111,25 @@ def test_mirror_clone_clones_once_and_fetches_what_it_lacks(repo, tmp_path):
     with pytest.raises(ToolError, match="cloning file:///nowhere"):
         gitad.mirror_clone("file:///nowhere", tmp_path / "other.git", first)
     assert not list((tmp_path).glob("other.git*"))
+
+
+def test_a_repository_another_user_owns_is_read(repo, tmp_path) -> None:
+    """A site's shared Spack checkout, a CI runner's clone: git calls them of "dubious
+    ownership" and refuses to read them; dedal ended in an internal error (ValueError: SHA is
+    empty). Reading their commit, origin and changed paths works."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the repository to another user")
+    src = Path(repo.working_tree_dir)
+    head = repo.head.commit.hexsha
+    first = repo.commit("v1.0").hexsha
+    repo.close()
+    for d, _dirs, files in os.walk(src):
+        for name in [d, *(os.path.join(d, f) for f in files)]:
+            os.lchown(name, 65534, 65534)
+    with pytest.raises(ValueError, match="dubious ownership"):
+        git.Repo(src).head.commit  # noqa: B018 -- git itself refuses: what the test stands on
+    assert gitad.head_commit(src) == head
+    assert gitad.origin(src / "README")[1] == head and gitad.commit_time(src, first) is not None
+    assert gitad.toplevel(src) == src and gitad.changed_paths(src, first) == ["README"]

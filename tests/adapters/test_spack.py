@@ -192,3 +192,32 @@ def test_an_unknown_package_is_bad_input_in_spacks_words(tmp_path) -> None:
         Spack(other, tmp_path / "cache").concretize(tmp_path / "env", tmp_path / "concretize.log", force=True)
     assert "No valid version for 'zlib' compiler 'gcc'" in failed.value.one_line()
     assert "exited with code 1" in failed.value.one_line()
+
+
+def test_spack_reads_its_commit_from_a_checkout_another_user_owns(tmp_path) -> None:
+    """A site's shared Spack is owned by its admin: git, run by Spack for its own commit,
+    refused it ("dubious ownership"), spack.lock named no commit and the image was dated 1970.
+    Spack runs with git told to trust its root: the real git answers."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("git"):
+        pytest.skip("needs root (to give the checkout to another user) and git")
+    root = tmp_path / "spack"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "spack").write_text("#!/bin/sh\n")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", *ident, "-C", str(root), "add", "."], check=True)
+    subprocess.run(["git", *ident, "-C", str(root), "commit", "-qm", "spack"], check=True)
+    for d, _dirs, files in os.walk(root):
+        for name in [d, *(os.path.join(d, f) for f in files)]:
+            os.lchown(name, 65534, 65534)
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG")}
+    ask = ["git", "-C", str(root), "rev-parse", "HEAD"]
+    refused = subprocess.run(ask, env=plain, capture_output=True, text=True)
+    assert refused.returncode != 0 and "dubious ownership" in refused.stderr  # what the test stands on
+    env = {**plain, **Spack(root, tmp_path / "cache").env()}
+    answered = subprocess.run(ask, env=env, capture_output=True, text=True)
+    assert answered.returncode == 0 and len(answered.stdout.strip()) == 40

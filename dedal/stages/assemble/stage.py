@@ -158,6 +158,19 @@ def bundled_pmix(
     return (found, f"bundled with openmpi@{ompi.version}") if found else None
 
 
+def check_can_assemble(base: Optional[BaseImage], euid: Optional[int] = None) -> None:
+    """An image on a base is assembled as root: its tree is the base's root file system, whose
+    directories are root's. Said before the work, in one line: a user who is not root met an
+    internal error halfway (PermissionError creating /opt/dedal/env in the tree)."""
+    if base is not None and (os.geteuid() if euid is None else euid) != 0:
+        raise UserError(
+            f"assembling an image on base {base.name} needs root: its tree is the base's root file system, "
+            "whose directories are root's (a user who is not root can write neither /opt/dedal nor "
+            "/.singularity.d into it); run the assemble stage as root (e.g. a CI job), fetch, build and "
+            "verify run as any user"
+        )
+
+
 def assemble(
     plan: Plan,
     image: ImageOptions,
@@ -256,6 +269,7 @@ def assemble(
             kept.status = "present"
             kept.seconds = round(time.monotonic() - started, 3)
             return kept
+    check_can_assemble(base)
 
     inherited = base_singularity(base)  # an Apptainer-built base keeps its labels, environment, runscript
     contents = Contents(

@@ -362,3 +362,16 @@ def test_current_says_why_an_image_is_assembled_again(tmp_path: Path) -> None:
     assert current(sif, js, sbom_path, "d") is None
     sif.write_bytes(b"SIG")
     assert "differs from its manifest" in current(sif, js, sbom_path, "d")
+
+
+def test_assembling_on_a_base_as_a_user_who_is_not_root_is_refused_in_one_line(tmp_path) -> None:
+    """Measured as such a user: fetch, build and verify ran, assembly ended in an internal
+    error (PermissionError, /opt/dedal/env in the base's tree). It is now said first."""
+    from dedal.model.base import BaseImage
+    from dedal.stages.assemble.stage import check_can_assemble
+
+    base = BaseImage("debian-trixie", "debian-trixie-0", tmp_path, "debian", os_release={}, versions={}, packages={})
+    with pytest.raises(UserError, match="assembling an image on base debian-trixie needs root"):
+        check_can_assemble(base, euid=1000)
+    check_can_assemble(base, euid=0)
+    check_can_assemble(None, euid=1000)  # base host: the tree is the image's own, nothing of root's
