@@ -197,11 +197,13 @@ def extract(
     log: Optional[Path] = None,
     merge: bool = True,
     exclude: Sequence[str] = (),
+    offset: int = 0,
 ) -> None:
     """Extract ``image`` (or only ``paths`` of it) into ``dest``, merging with what is there
     (``-f``: note that unsquashfs then follows symlinks found there), or with ``merge=False``
     into ``dest`` that must not exist yet (unsquashfs creates it and meets nothing else);
-    ``exclude``: entries left out (unsquashfs' ``-ex LIST ;``, before the image)."""
+    ``exclude``: entries left out (unsquashfs' ``-ex LIST ;``, before the image); ``offset``:
+    where the squashfs starts in the file (a SIF's partition)."""
     proc.which("unsquashfs", HINT)
     Path(dest).parent.mkdir(parents=True, exist_ok=True)  # unsquashfs creates dest, not its parents
     cmd = [
@@ -212,6 +214,7 @@ def extract(
         "-n",
         "-p",
         _threads(processors),
+        *(["-o", str(int(offset))] if offset else []),
         *(["-ex", *exclude, ";"] if exclude else []),
         "-d",
         os.fspath(dest),

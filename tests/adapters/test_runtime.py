@@ -478,3 +478,18 @@ def test_apptainer_build_sandbox_command(monkeypatch, tmp_path):
             "base-images/rocky9-build.def",
         ]
     ]
+
+
+def test_where_nothing_can_be_mounted_the_image_is_unpacked_for_the_block(base_sif, monkeypatch):
+    """A user who is not root and may not open /dev/fuse (this machine's /dev/fuse is
+    root's alone): squashfuse failed and so did `dedal verify` ("looking for the benchmarks").
+    The image (here a SIF, its partition at an offset) is unpacked instead, as Apptainer's
+    --unsquash does, without device nodes, and removed after the block."""
+    from dedal.adapters.runtime import common
+
+    monkeypatch.setattr(common, "cannot_mount", lambda: True)
+    with runtime.mounted(base_sif) as root:
+        assert root is not None and (root / "etc" / "debian_version").read_text().startswith("13.")
+        assert (root / "dev").is_dir() and not os.path.lexists(root / "dev" / "null")
+        assert helpers.fuse_mounts() == []
+    assert not root.exists()

@@ -75,6 +75,7 @@ from dedal.adapters.runtime.common import (
     Request,
     RootArg,
     base_env,
+    cannot_mount,
     make_mount_points,
     norm,
     remove_mount_points,
@@ -250,7 +251,7 @@ def _check_dev_binds(binds: Sequence[Bind]) -> None:
 
 def _needs_unsquash(kind: str) -> bool:
     """A non-root user who cannot open /dev/fuse cannot have a SIF or squashfs mounted."""
-    return kind in ("sif", "squashfs") and os.geteuid() != 0 and not os.access("/dev/fuse", os.R_OK | os.W_OK)
+    return kind in ("sif", "squashfs") and cannot_mount()
 
 
 @contextlib.contextmanager

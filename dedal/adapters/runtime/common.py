@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -183,16 +184,33 @@ def note_mount(prep: Prepared, root: RootArg, rootdir: Optional[Path]) -> Prepar
     return prep
 
 
+def cannot_mount() -> bool:
+    """Whether this process can have no squashfs mounted: a user who is not root and may not
+    open /dev/fuse (no kernel mount, no squashfuse). Apptainer then unpacks (``--unsquash``),
+    and so does :func:`mounted`."""
+    return os.geteuid() != 0 and not os.access("/dev/fuse", os.R_OK | os.W_OK)
+
+
 @contextlib.contextmanager
 def mounted(root: RootArg) -> Iterator[Optional[Path]]:
     """The root as a directory for the duration of the block (squashfs/SIF mounted read-only
-    with squashfuse in a temporary directory, unmounted afterwards); ``None`` for the host."""
+    with squashfuse in a temporary directory, unmounted afterwards; where nothing can be
+    mounted, :func:`cannot_mount`, unpacked there without its device nodes and removed
+    afterwards); ``None`` for the host."""
     source = mount_source(root)
     if source is None:
         yield None if root is None else Path(root)
         return
     offset = source[1]
     mnt = Path(tempfile.mkdtemp(prefix="dedal-root-"))
+    if cannot_mount():
+        try:
+            devices = [e["path"] for e in squashfs.entries(source[0], offset=offset) if e["mode"][:1] in ("b", "c")]
+            squashfs.extract(source[0], mnt / "root", offset=offset, exclude=devices, merge=False)
+            yield mnt / "root"
+        finally:
+            shutil.rmtree(mnt, ignore_errors=True)
+        return
     try:
         method = squashfs.mount(Path(root), mnt, offset=offset)  # type: ignore[arg-type]
     except BaseException:
