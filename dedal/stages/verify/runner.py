@@ -178,6 +178,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
             ),
             fatal_codes=pre.FATAL,
         )
+    pf.add(pre.check_mount(backend, runtime.root_kind(opts.image), runtime.cannot_mount()))
     for f in pf.findings:
         _say(progress, f"preflight [{f.severity}] {f.code}: {f.message}")
     if pf.fatal:

@@ -362,3 +362,13 @@ def test_gpu_versions_only_for_a_run_on_the_gpu() -> None:
     assert pre.gpu_versions(facts) == "host NVIDIA driver 570.124.06, image CUDA 12.4.131"
     assert pre.gpu_versions({**facts, "gpu_benchmarks": False}) == ""
     assert pre.gpu_versions({"gpu_benchmarks": True}) == "host NVIDIA driver unknown, image CUDA unknown"
+
+
+def test_a_user_who_can_mount_nothing_is_told_before_the_runs():
+    """Measured as such a user: every container run of the demo took 18.8 s (Apptainer
+    unpacked the SIF each time), against 0.27 s natively; said first, with its cause."""
+    [f] = pre.check_mount("apptainer", "sif", cannot_mount=True)
+    assert f.severity == "warning" and f.code == "no-mount" and "/dev/fuse" in f.message
+    assert pre.check_mount("apptainer", "sif", cannot_mount=False) == []
+    assert pre.check_mount("bwrap", "sif", cannot_mount=True) == []  # not Apptainer's start
+    assert pre.check_mount("apptainer", "dir", cannot_mount=True) == []  # a directory is not unpacked
