@@ -417,11 +417,19 @@ def compare_busbw(
 
 
 def compare_init(
-    native: Sequence[float], container: Sequence[float], thresholds: Optional[Thresholds] = None, name: str = "osu_init"
+    native: Sequence[float],
+    container: Sequence[float],
+    thresholds: Optional[Thresholds] = None,
+    name: str = "osu_init",
+    *,
+    whole_job: bool = False,
 ) -> CheckResult:
     """MPI init time (ms, lower is better): the container may add at most ``init_overhead_pct`` %.
     Start-up has a heavy right tail (cold caches on the first run), hence the median of repetitions;
-    the runner should also run one unmeasured warm-up."""
+    the runner should also run one unmeasured warm-up. ``whole_job``: a whole job's wall time (the
+    launcher and the container's start included), which may add ``init_overhead_pct`` % or
+    ``startup_overhead_ms``, whichever is more: a relative limit alone judged a fixed start-up
+    cost by how short the job is."""
     th = thresholds or Thresholds()
     return _compare_one(
         name,
@@ -432,27 +440,15 @@ def compare_init(
         higher_is_better=False,
         limit_pct=th.init_overhead_pct,
         noise_sigmas=th.noise_sigmas,
+        absolute=th.startup_overhead_ms if whole_job else None,
     )
 
 
 def compare_job_time(
     native: Sequence[float], container: Sequence[float], thresholds: Optional[Thresholds] = None, name: str = "job"
 ) -> CheckResult:
-    """A whole job's wall time (ms, lower is better; the launcher and the container's start
-    included): the container may add ``init_overhead_pct`` % or ``startup_overhead_ms``,
-    whichever is more. A relative limit alone judged a fixed start-up cost by how short the job is."""
-    th = thresholds or Thresholds()
-    return _compare_one(
-        name,
-        "init",
-        "ms",
-        native,
-        container,
-        higher_is_better=False,
-        limit_pct=th.init_overhead_pct,
-        noise_sigmas=th.noise_sigmas,
-        absolute=th.startup_overhead_ms,
-    )
+    """:func:`compare_init` of a whole job's wall time."""
+    return compare_init(native, container, thresholds, name, whole_job=True)
 
 
 def compare_app(
