@@ -21,7 +21,7 @@ from dedal.model.envfile import AppCheck, VerifySpec, load_env, load_rules_file
 from dedal.stages.verify import image as img
 from dedal.stages.verify import rules
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS
-from dedal.stages.verify.checks import Thresholds
+from dedal.stages.verify.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from dedal.model.config import Settings

@@ -74,7 +74,7 @@ from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
 from dedal.stages.verify.apps import run_apps, skip_reason as app_skip_reason
 from dedal.stages.verify.catalogue import Bench, gpu_planned, needs_driver, select_benchmarks
-from dedal.stages.verify.checks import Thresholds
+from dedal.stages.verify.thresholds import Thresholds
 from dedal.ui.activity import activity
 from dedal.stages.verify.findings import Finding
 from dedal.stages.verify.meta import container_text, report_meta

@@ -13,7 +13,7 @@ from dedal.cli import build_parser
 from dedal.errors import UserError
 from dedal.stages.verify import runner as R
 from dedal.stages.verify.catalogue import CATALOGUE, KEYS, gpu_planned, select_benchmarks
-from dedal.stages.verify.checks import Thresholds
+from dedal.stages.verify.thresholds import Thresholds
 from dedal.stages.verify.transports import HostFacts
 from dedal.stages.verify.compare import (
     compare_runs,
