@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional
 
 from dedal.adapters import proc
 from dedal.errors import ToolError
@@ -196,15 +196,17 @@ def extract(
     processors: Optional[int] = None,
     log: Optional[Path] = None,
     merge: bool = True,
-    exclude: Sequence[str] = (),
+    devices: bool = True,
     offset: int = 0,
 ) -> None:
     """Extract ``image`` (or only ``paths`` of it) into ``dest``, merging with what is there
     (``-f``: note that unsquashfs then follows symlinks found there), or with ``merge=False``
     into ``dest`` that must not exist yet (unsquashfs creates it and meets nothing else);
-    ``exclude``: entries left out (unsquashfs' ``-ex LIST ;``, before the image); ``offset``:
-    where the squashfs starts in the file (a SIF's partition)."""
+    ``devices=False``: without the image's device nodes (unsquashfs' ``-ex LIST ;``), which a
+    user who is not root cannot create (unsquashfs exits 2) and a root run elsewhere mounts its
+    own ``/dev`` over; ``offset``: where the squashfs starts in the file (a SIF's partition)."""
     proc.which("unsquashfs", HINT)
+    left_out = [] if devices else [e["path"] for e in entries(image, offset=offset) if e["mode"][:1] in ("b", "c")]
     Path(dest).parent.mkdir(parents=True, exist_ok=True)  # unsquashfs creates dest, not its parents
     cmd = [
         "unsquashfs",
@@ -215,7 +217,7 @@ def extract(
         "-p",
         _threads(processors),
         *(["-o", str(int(offset))] if offset else []),
-        *(["-ex", *exclude, ";"] if exclude else []),
+        *(["-ex", *left_out, ";"] if left_out else []),
         "-d",
         os.fspath(dest),
         os.fspath(image),

@@ -205,8 +205,7 @@ def mounted(root: RootArg) -> Iterator[Optional[Path]]:
     mnt = Path(tempfile.mkdtemp(prefix="dedal-root-"))
     if cannot_mount():
         try:
-            devices = [e["path"] for e in squashfs.entries(source[0], offset=offset) if e["mode"][:1] in ("b", "c")]
-            squashfs.extract(source[0], mnt / "root", offset=offset, exclude=devices, merge=False)
+            squashfs.extract(source[0], mnt / "root", offset=offset, devices=False, merge=False)
             yield mnt / "root"
         finally:
             shutil.rmtree(mnt, ignore_errors=True)

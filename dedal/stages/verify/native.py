@@ -170,8 +170,7 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
                 source = info.path
             # without the image's device nodes: the chroot mounts its own /dev, and a user who is
             # not root cannot create them (unsquashfs failed there, and so did dedal verify)
-            devices = [e["path"] for e in squashfs.entries(source) if e.get("mode", "")[:1] in ("b", "c")]
-            squashfs.extract(source, tmp, exclude=devices)
+            squashfs.extract(source, tmp, devices=False)
         (tmp / ".dedal-unpacked").write_text(json.dumps({"image": str(info.path), "identity": info.identity}) + "\n")
         if final.exists():  # another verification unpacked it meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
