@@ -3,7 +3,8 @@
 Subcommands live in ``dedal/commands/<name>.py``; each module has ``register(sub)``
 that adds its parser and sets ``func(args) -> int`` (``dedal.commands.build_parser``
 assembles them). Every DedalError becomes one
-line on stderr and its exit code; argparse errors exit with 2.
+line on stderr and its exit code (a stop by a signal says "interrupted", not "error");
+argparse errors exit with 2.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from typing import List, Optional
 
 from dedal.commands import build_parser, needs_action
-from dedal.errors import DedalError
+from dedal.errors import DedalError, Interrupted
 
 __all__ = ["build_parser", "main"]
 
@@ -30,6 +31,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     set_quiet(bool(getattr(args, "json", False)))  # --json: no step shown on stderr while it runs
     try:
         return int(args.func(args) or 0)
+    except Interrupted as exc:  # Ctrl-C, scancel: a stop, not an error
+        print(f"dedal: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
     except DedalError as exc:
         print(f"dedal: error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code

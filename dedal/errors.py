@@ -96,9 +96,24 @@ class BuildError(DedalError):
 
 
 class Interrupted(DedalError):
-    """A stage stopped by SIGTERM/SIGINT/SIGHUP (scancel, Ctrl-C)."""
+    """A stage stopped by SIGTERM/SIGINT/SIGHUP (scancel, Ctrl-C, a closed terminal). Not a
+    failure of dedal's or of the input: the CLI says so without "error", and exits as a
+    shell reports a process that signal ended (128 + its number: 130 for Ctrl-C, 143 for
+    scancel), so that a script or CI job tells a stop from a failure."""
 
-    exit_code = 143
+    def __init__(self, message: str, signum: int = signal.SIGTERM) -> None:
+        super().__init__(message)
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @classmethod
+    def by(cls, signum: int, what: str = "") -> "Interrupted":
+        """The one wording of every stop: "verify interrupted by signal SIGINT"."""
+        return cls(f"{what + ' ' if what else ''}interrupted by signal {signal.Signals(signum).name}", signum)
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -109,10 +124,13 @@ class Signals:
     stages and temporary files are removed and children killed on the way out (Slurm's
     scancel sends SIGTERM). Only the first one: a second signal (a parent's death signal
     after scancel's, a second Ctrl-C) would otherwise break off that clean-up halfway.
-    Inside :func:`signals_held` the first one waits for the held step's end."""
+    Inside :func:`signals_held` the first one waits for the held step's end. A signal that
+    whoever started dedal set to be ignored stays ignored: ``nohup`` ignores SIGHUP so that
+    a build outlives the login session, a shell without job control ignores SIGINT in its
+    background jobs so that a Ctrl-C meant for the foreground does not reach them."""
 
     held = 0  # depth of signals_held() blocks in this process
-    deferred = ""  # the message of a stop signal that came inside one, raised at its end
+    deferred: Optional[Interrupted] = None  # a stop signal that came inside one, raised at its end
 
     def __init__(self, what: str = "") -> None:
         self.what = what
@@ -122,7 +140,8 @@ class Signals:
     def __enter__(self) -> "Signals":
         for sig in STOP_SIGNALS:
             try:
-                self.old[sig] = signal.signal(sig, self._raise)
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self.old[sig] = signal.signal(sig, self._raise)
             except ValueError:  # not the main thread
                 pass
         return self
@@ -131,11 +150,11 @@ class Signals:
         if self.received:
             return
         self.received = signal.Signals(signum).name
-        message = f"{self.what + ' ' if self.what else ''}interrupted by signal {self.received}"
+        stop = Interrupted.by(signum, self.what)
         if Signals.held:  # delivered to another thread while the main thread held it
-            Signals.deferred = message
+            Signals.deferred = stop
             return
-        raise Interrupted(message)
+        raise stop
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self.old.items():
@@ -161,9 +180,9 @@ def signals_held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)  # one held by the mask is handled from here
     finally:
         Signals.held -= 1
-        if not Signals.held and Signals.deferred:
-            message, Signals.deferred = Signals.deferred, ""
-            raise Interrupted(message)
+        if not Signals.held and Signals.deferred is not None:
+            stop, Signals.deferred = Signals.deferred, None
+            raise stop
 
 
 _KINDS = {

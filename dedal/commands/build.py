@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                 f"detached: {summary.jobs + summary.adopted} Slurm job(s) go on without dedal; `dedal status` "
                 f"shows them, `dedal build` follows them and builds what they leave"
             )
-    if summary.interrupted:
-        return 130
+    stop = summary.interruption()
+    if stop is not None:
+        raise stop
     return 0 if summary.ok else 1

@@ -7,7 +7,7 @@ import argparse
 from rich.table import Table
 
 from dedal.commands._build import add_build_options, build_settings
-from dedal.errors import UserError
+from dedal.errors import Interrupted, UserError
 from dedal.ui.console import human_seconds, human_size, out, print_json
 from dedal.ui.progress import Transfers
 from dedal.stages.pipeline import STAGES, PipelineSummary, StageFailed, run_pipeline, stage_range
@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary.to_json())
     else:
         show(summary)
+    if isinstance(summary.failure, Interrupted):  # "verify interrupted by signal SIGINT", exit 130
+        raise summary.failure
     if summary.failure is not None:  # one line naming the stage, with the stage's exit code
         raise StageFailed(summary.error, exit_code=summary.failure.exit_code)
     return 0

@@ -10,12 +10,13 @@ the registry are not sent), so a rerun after any failure resumes where it stoppe
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from dedal.errors import DedalError, UserError
+from dedal.errors import DedalError, Interrupted, UserError
 from dedal.model.config import Settings
 from dedal.model import verify_report
 from dedal.model.artifacts import sha256_file
@@ -54,7 +55,7 @@ class StageFailed(DedalError):
 @dataclass
 class StageRecord:
     name: str
-    status: str = "pending"  # done | current | skipped | failed | pending
+    status: str = "pending"  # done | current | skipped | failed | interrupted | pending
     seconds: float = 0.0
     detail: str = ""
 
@@ -197,6 +198,14 @@ def run_pipeline(
         t0 = time.monotonic()
         try:
             fn(record)
+        except (Interrupted, KeyboardInterrupt) as exc:  # KeyboardInterrupt: Ctrl-C where no stage holds signals
+            stop = Interrupted.by(getattr(exc, "signum", signal.SIGINT), name)  # one wording, whatever stopped
+            record.status = "interrupted"
+            record.detail = f"by signal {stop.signal_name}"
+            record.seconds = round(time.monotonic() - t0, 2)
+            summary.error = stop.one_line()
+            summary.failure = stop
+            raise stop from None
         except DedalError as exc:
             record.status = "failed"
             record.detail = exc.one_line()
@@ -232,8 +241,9 @@ def run_pipeline(
         record.detail = f"{len(result.built)} built, {len(result.reused)} reused"
         if not result.built and result.ok:
             record.status = "current"
-        if result.interrupted:
-            raise DedalError("interrupted")
+        stop = result.interruption()
+        if stop is not None:
+            raise stop
         if result.detached:
             raise StageFailed(
                 f"slurm.detach: {result.jobs + result.adopted} Slurm job(s) left to build the layers "
@@ -388,7 +398,7 @@ def run_pipeline(
             run(name, steps[name])
     except DedalError:
         for later in stages[stages.index(name) + 1 :]:
-            records[later].detail = f"not run: {name} failed"
+            records[later].detail = f"not run: {name} {records[name].status}"
     finally:
         summary.seconds = round(time.monotonic() - started, 2)
     return summary

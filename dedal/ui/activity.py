@@ -36,6 +36,7 @@ from rich.errors import LiveError
 from rich.live import Live
 from rich.text import Text
 
+from dedal.errors import Interrupted
 from dedal.ui.console import err, human_seconds
 from dedal.ui.progress import live_terminal
 
@@ -239,7 +240,7 @@ class Activity:
                     "done"
                     if exc_type is None
                     else "interrupted"
-                    if issubclass(exc_type, KeyboardInterrupt)
+                    if issubclass(exc_type, (KeyboardInterrupt, Interrupted))
                     else "failed"
                 )
                 self._say(f"{self.what}: {how} after {elapsed_text(self.elapsed)}")

@@ -61,3 +61,30 @@ def test_ctrl_c_in_a_terminal_stops_the_build_and_the_rerun_resumes(isolated_env
     assert built == sorted({"dedal-tool", "dedal-app"} | ({"libdedal"} - names))
     assert sorted(m.name for m in store.manifests()) == TINY_PACKAGES
     assert not re.search(r"Traceback|Inappropriate ioctl", term.text + again.text)
+
+
+def test_ctrl_c_in_build_image_says_where_it_stopped(isolated_env, tmp_path):
+    """Ctrl-C in build-image, whichever stage it falls in, is one stop: the table marks the
+    stage interrupted, one line names it without "error", the exit code is the shell's for
+    SIGINT (130). Before, the build stage said "dedal: error: build: interrupted" and exited 1,
+    verify and assemble exited 143 "dedal: error: verify: verify interrupted by signal
+    SIGINT", and fetch printed no table at all."""
+    tiny = make_env(tmp_path, sleep={"dedal-tool": 60})
+    env = dict(isolated_env, **tiny.env)
+    store = LayerStore(tiny.store)
+    term = Terminal([dedal_exe(), "build-image", str(tiny.env_file), "--until", "build"], env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and term.proc.poll() is None:  # until dedal-tool is building
+        names = {m.name for m in store.manifests()} if tiny.store.is_dir() else set()
+        if {"dedal-bootstrap", "gcc-runtime"} <= names and stage_leftovers(tiny.stage):
+            break
+        time.sleep(0.2)
+    assert term.proc.poll() is None, f"the build ended before dedal-tool was building:\n{term.text[-3000:]}"
+    time.sleep(1.0)
+    term.press(CTRL_C)
+    assert term.wait(90) == 130, term.text[-3000:]
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.text)  # the terminal's colours and cursor moves
+    assert re.search(r"build\s*│\s*interrupted\s*│.*│\s*by signal SIGINT", text), text[-3000:]
+    assert "dedal: build interrupted by signal SIGINT" in text.splitlines(), text[-3000:]
+    assert not re.search(r"dedal: error|Traceback", text), text[-3000:]
+    assert stage_leftovers(tiny.stage) == [], "the interrupted build removed its stage"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set
 
+from dedal.errors import Interrupted
 from dedal.model.config import Settings
 from dedal.model.plan import Plan
 
@@ -108,11 +110,19 @@ class BuildSummary:
     adopted: int = 0  # Slurm jobs of an earlier build whose dedal was gone, followed to their end
     detached: bool = False  # Slurm jobs left queued and running for a later dedal build to follow
     interrupted: bool = False
+    stop_signal: str = ""  # the signal that interrupted it: SIGINT (Ctrl-C), SIGTERM (scancel), SIGHUP
     cache: Dict[str, object] = field(default_factory=dict)  # the layer cache's report (pulled, pushed, problems)
 
     @property
     def ok(self) -> bool:
         return not self.failed and not self.blocked and not self.interrupted
+
+    def interruption(self) -> Optional[Interrupted]:
+        """What the command raises once the summary is shown, when a signal stopped the
+        build: its one line and the exit code of that signal (130 for Ctrl-C)."""
+        if not self.interrupted:
+            return None
+        return Interrupted.by(signal.Signals[self.stop_signal or "SIGTERM"], "build")
 
     def to_json(self) -> dict:
         data = asdict(self)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, Set, Tuple
 
 from dedal.adapters import proc
+from dedal.errors import Interrupted, Signals
 from dedal.model.config import Settings
 from dedal.stages.building.executors.common import (
     BuildSummary,
@@ -33,14 +34,6 @@ from dedal.ui.progress import BuildProgress
 
 POLL_S = 0.2
 STOP_GRACE_S = 30.0
-
-
-class _Stop(Exception):
-    pass
-
-
-def _raise_stop(signum, frame):  # noqa: ANN001
-    raise _Stop(signal.Signals(signum).name)
 
 
 def _terminate(children: Dict[str, Tuple[subprocess.Popen, float]]) -> None:
@@ -88,67 +81,66 @@ def build(
     progress.eta = lambda: remaining_s(
         plan, pending | set(running), {h: time.monotonic() - t0 for h, (_, t0) in running.items()}, jobs
     )
-    old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        while pending or running:
-            if not stop_new:
-                ready = [h for h in pending if all(r in done for r in plan.build_requirements.get(h, []))]
-                ready.sort(key=lambda h: (-priority.get(h, 0.0), plan.nodes[h].name))
-                for h in ready[: max(0, jobs - len(running))]:
+    with Signals("build"):  # SIGTERM/SIGINT/SIGHUP: Interrupted, the first one only
+        try:
+            while pending or running:
+                if not stop_new:
+                    ready = [h for h in pending if all(r in done for r in plan.build_requirements.get(h, []))]
+                    ready.sort(key=lambda h: (-priority.get(h, 0.0), plan.nodes[h].name))
+                    for h in ready[: max(0, jobs - len(running))]:
+                        node = plan.nodes[h]
+                        result_file = results_dir / f"{node.name}-{h[:7]}.json"
+                        result_file.unlink(missing_ok=True)
+                        cmd = node_build_command(settings, plan_path, node.label, [h], result_file, log_dir)
+                        running[h] = (
+                            proc.start(cmd, log=log_dir / f"job-{node.name}-{h[:7]}.out", die_with_parent=True),
+                            time.monotonic(),
+                        )
+                        summary.jobs += 1
+                        pending.discard(h)
+                        progress.started(node.label)
+                for h, (p, t0) in list(running.items()):
+                    rc = p.poll()
+                    if rc is None:
+                        continue
+                    del running[h]
                     node = plan.nodes[h]
-                    result_file = results_dir / f"{node.name}-{h[:7]}.json"
-                    result_file.unlink(missing_ok=True)
-                    cmd = node_build_command(settings, plan_path, node.label, [h], result_file, log_dir)
-                    running[h] = (
-                        proc.start(cmd, log=log_dir / f"job-{node.name}-{h[:7]}.out", die_with_parent=True),
-                        time.monotonic(),
-                    )
-                    summary.jobs += 1
-                    pending.discard(h)
-                    progress.started(node.label)
-            for h, (p, t0) in list(running.items()):
-                rc = p.poll()
-                if rc is None:
-                    continue
-                del running[h]
-                node = plan.nodes[h]
-                res = read_result(results_dir / f"{node.name}-{h[:7]}.json")
-                pkgs = {r["hash"]: r for r in res.get("packages", [])}
-                entry = pkgs.get(h, {})
-                log = entry.get("log") or str(log_dir / f"job-{node.name}-{h[:7]}.out")
-                summary.logs[node.label] = log
-                if rc == 0 and entry.get("status") in ("built", "present"):
-                    done.add(h)
-                    summary.built.append(node.label)
-                    progress.finished(node.label, "built", time.monotonic() - t0)
-                else:
-                    error = entry.get("error") or res.get("error") or f"node build exited with code {rc}; log: {log}"
-                    failed.add(h)
-                    summary.failed[node.label] = error
-                    progress.finished(node.label, "failed", time.monotonic() - t0, error)
-                    for b in blocked_by_failure(plan, {h}) & pending:
-                        pending.discard(b)
+                    res = read_result(results_dir / f"{node.name}-{h[:7]}.json")
+                    pkgs = {r["hash"]: r for r in res.get("packages", [])}
+                    entry = pkgs.get(h, {})
+                    log = entry.get("log") or str(log_dir / f"job-{node.name}-{h[:7]}.out")
+                    summary.logs[node.label] = log
+                    if rc == 0 and entry.get("status") in ("built", "present"):
+                        done.add(h)
+                        summary.built.append(node.label)
+                        progress.finished(node.label, "built", time.monotonic() - t0)
+                    else:
+                        error = (
+                            entry.get("error") or res.get("error") or f"node build exited with code {rc}; log: {log}"
+                        )
+                        failed.add(h)
+                        summary.failed[node.label] = error
+                        progress.finished(node.label, "failed", time.monotonic() - t0, error)
+                        for b in blocked_by_failure(plan, {h}) & pending:
+                            pending.discard(b)
+                            summary.blocked.append(plan.nodes[b].label)
+                            progress.finished(plan.nodes[b].label, "blocked", detail=f"needs {node.label}")
+                        if not keep_going:
+                            stop_new = True
+                if stop_new and not running:
+                    for b in sorted(pending):
                         summary.blocked.append(plan.nodes[b].label)
-                        progress.finished(plan.nodes[b].label, "blocked", detail=f"needs {node.label}")
-                    if not keep_going:
-                        stop_new = True
-            if stop_new and not running:
-                for b in sorted(pending):
-                    summary.blocked.append(plan.nodes[b].label)
-                    progress.finished(
-                        plan.nodes[b].label, "not started", detail="stopped after a failure (use --keep-going)"
-                    )
-                pending.clear()
-            if running:
-                time.sleep(POLL_S)
-                progress.refresh()
-    except (KeyboardInterrupt, _Stop):
-        summary.interrupted = True
-        progress.note(f"interrupted: stopping {len(running)} running build(s)")
-        _terminate(running)
-        running.clear()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+                        progress.finished(
+                            plan.nodes[b].label, "not started", detail="stopped after a failure (use --keep-going)"
+                        )
+                    pending.clear()
+                if running:
+                    time.sleep(POLL_S)
+                    progress.refresh()
+        except Interrupted as stop:
+            summary.interrupted, summary.stop_signal = True, stop.signal_name
+            progress.note(f"interrupted: stopping {len(running)} running build(s)")
+            _terminate(running)
+            running.clear()
     summary.seconds = time.monotonic() - started
     return summary

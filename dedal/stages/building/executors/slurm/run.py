@@ -17,13 +17,12 @@ build removes its stage on the signal), ``summary.interrupted``.
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from dedal.adapters.slurm import Slurm
-from dedal.errors import UserError
+from dedal.errors import Interrupted, Signals, UserError
 from dedal.model.config import Settings
 from dedal.model.plan import Plan
 from dedal.schedule import Schedule, schedule_plan
@@ -32,14 +31,6 @@ from dedal.stages.building.executors.slurm.adopt import Adopting
 from dedal.stages.building.executors.slurm.jobs import capacity
 from dedal.stages.building.executors.slurm.record import RECORD, read_record, save_record
 from dedal.ui.progress import BuildProgress
-
-
-class _Stop(Exception):
-    pass
-
-
-def _raise_stop(signum, frame):  # noqa: ANN001
-    raise _Stop(signal.Signals(signum).name)
 
 
 class _Build(Adopting):
@@ -79,62 +70,59 @@ class _Build(Adopting):
         if not adopted:
             self.submitting = True  # the environment claimed, with this dedal's name, before planning
             self.write_record()
-        old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
         poll_s = max(0.05, float(self.settings.get("slurm.poll_s")))
-        try:
-            if adopted and self.settings.get("slurm.detach"):
-                return self.detach()
-            if adopted:
-                self.follow(poll_s)
-                left = []
-                for h in todo:
-                    if self.has_layer(h):  # reported once (also one built by a job that had ended before adoption)
-                        self.finish_pkg(h, "built", log=self.pkg_log(h))
-                    elif self.pkg_status.get(h) not in ("failed", "blocked"):
-                        left.append(h)
-                todo = left
-                if todo and not self.stopped_after_failure:
-                    self.progress.note(
-                        f"the earlier build's jobs have ended; building the {len(todo)} package(s) it left"
-                    )
-                    self.tracked, self.order, self.job_of = {}, [], {}
-                    self.submitting = True
-                    self.write_record()
-                else:
-                    todo = []
-            if todo:
-                try:
-                    self.schedule = self.plan_jobs(todo)
-                    self.submit_all(self.schedule.jobs)
-                except BaseException:
-                    self.submitting = False
-                    submitted = [t for t in self.tracked.values() if t.slurm_id and t.active]
-                    if submitted:
-                        self.client.cancel([t.slurm_id for t in submitted])
-                        for t in submitted:
-                            t.status, t.slurm_state = "cancelled", "CANCELLED"
-                    if adopted or any(t.slurm_id for t in self.tracked.values()):
-                        self.write_record()
-                    elif previous is not None:
-                        save_record(self.work, previous)  # nothing submitted: the last build's record stays
-                    else:
-                        (self.work / RECORD).unlink(missing_ok=True)
-                    raise
-                if self.settings.get("slurm.detach"):
-                    return self.detach()
-                self.follow(poll_s)
-        except (KeyboardInterrupt, _Stop):
-            self.interrupted = True
-            self.summary.interrupted = True
-            active = [t for t in self.tracked.values() if t.active]
-            self.progress.note(f"interrupted: cancelling {len(active)} Slurm job(s) of this build")
+        with Signals("build"):  # SIGTERM/SIGINT/SIGHUP: Interrupted, the first one only
             try:
-                self.cancel(active, status="cancelled")
-            finally:
-                self.write_record()
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+                if adopted and self.settings.get("slurm.detach"):
+                    return self.detach()
+                if adopted:
+                    self.follow(poll_s)
+                    left = []
+                    for h in todo:
+                        if self.has_layer(h):  # reported once (also one built by a job that had ended before adoption)
+                            self.finish_pkg(h, "built", log=self.pkg_log(h))
+                        elif self.pkg_status.get(h) not in ("failed", "blocked"):
+                            left.append(h)
+                    todo = left
+                    if todo and not self.stopped_after_failure:
+                        self.progress.note(
+                            f"the earlier build's jobs have ended; building the {len(todo)} package(s) it left"
+                        )
+                        self.tracked, self.order, self.job_of = {}, [], {}
+                        self.submitting = True
+                        self.write_record()
+                    else:
+                        todo = []
+                if todo:
+                    try:
+                        self.schedule = self.plan_jobs(todo)
+                        self.submit_all(self.schedule.jobs)
+                    except BaseException:
+                        self.submitting = False
+                        submitted = [t for t in self.tracked.values() if t.slurm_id and t.active]
+                        if submitted:
+                            self.client.cancel([t.slurm_id for t in submitted])
+                            for t in submitted:
+                                t.status, t.slurm_state = "cancelled", "CANCELLED"
+                        if adopted or any(t.slurm_id for t in self.tracked.values()):
+                            self.write_record()
+                        elif previous is not None:
+                            save_record(self.work, previous)  # nothing submitted: the last build's record stays
+                        else:
+                            (self.work / RECORD).unlink(missing_ok=True)
+                        raise
+                    if self.settings.get("slurm.detach"):
+                        return self.detach()
+                    self.follow(poll_s)
+            except Interrupted as stop:
+                self.interrupted = True
+                self.summary.interrupted, self.summary.stop_signal = True, stop.signal_name
+                active = [t for t in self.tracked.values() if t.active]
+                self.progress.note(f"interrupted: cancelling {len(active)} Slurm job(s) of this build")
+                try:
+                    self.cancel(active, status="cancelled")
+                finally:
+                    self.write_record()
         self.summary.seconds = time.monotonic() - self.started
         self.write_record()
         return self.summary
