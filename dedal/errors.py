@@ -7,12 +7,10 @@ path, so that a user (or CI) can go straight to the evidence.
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 import shlex
 import signal
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 
 class DedalError(Exception):
@@ -183,75 +181,3 @@ def signals_held() -> Iterator[None]:
         if not Signals.held and Signals.deferred is not None:
             stop, Signals.deferred = Signals.deferred, None
             raise stop
-
-
-_KINDS = {
-    0o010000: "a FIFO",
-    0o020000: "a character device",
-    0o060000: "a block device",
-    0o140000: "a socket",
-    0o040000: "a directory",
-    0o120000: "a symlink",
-}
-
-
-def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
-    """``path`` opened for reading in binary, if it is a regular file: a FIFO is refused
-    at once (it is never waited on for a writer), so is a device, a socket, a directory,
-    and, with ``follow=False``, a symlink at its end. UserError, one line, otherwise."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a regular file") from None
-    except PermissionError:
-        raise UserError(f"{path}: permission denied") from None
-    except (OSError, ValueError) as exc:  # ELOOP: a symlink at the end (follow=False); ValueError: a NUL
-        if getattr(exc, "errno", None) == errno.ENAMETOOLONG:
-            raise  # the CLI's one line for a path too long, wherever it is met
-        try:
-            mode = os.lstat(path).st_mode
-        except (OSError, ValueError):
-            raise UserError(f"{path}: cannot be opened ({getattr(exc, 'strerror', None) or exc})") from None
-        raise UserError(f"{path}: is {_KINDS.get(mode & 0o170000, 'no regular file')}, not a regular file") from None
-    mode = os.fstat(fd).st_mode
-    if mode & 0o170000 != 0o100000:
-        os.close(fd)
-        raise UserError(f"{path}: is {_KINDS.get(mode & 0o170000, 'no regular file')}, not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
-
-
-INPUT_LIMIT = 8 << 20  # bytes of an input file read whole: env.yaml, settings, base definitions, manifests, plans
-
-
-def too_large(what: str, limit: int, size: Optional[int] = None) -> str:
-    """The one line for an input over the bytes dedal reads of its kind (``size``: where
-    known; a stream is cut off after ``limit``)."""
-    got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
-    limit_text = f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
-    return f"{what}: too large ({got}; dedal reads at most {limit_text} of it)"
-
-
-def read_input(path: Path, limit: int = INPUT_LIMIT) -> str:
-    """A user's input file as text, or one clear UserError line: a FIFO, a device refused
-    at once, a file over ``limit`` bytes (never read into memory whole)."""
-    try:
-        with open_regular(Path(path)) as fh:  # decoded as read_text() does (universal newlines)
-            size = os.fstat(fh.fileno()).st_size
-            if size > limit:
-                raise UserError(too_large(str(path), limit, size))
-            data = fh.read(limit + 1)  # a file that grows meanwhile is cut off here
-            if len(data) > limit:
-                raise UserError(too_large(str(path), limit))
-            return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a file") from None
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise UserError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None

@@ -39,10 +39,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import yaml
 
 from dedal.adapters import git as gitad
-from dedal.errors import UserError, read_input
+from dedal.errors import UserError
 from dedal.model import artifacts, verify_report
 from dedal.model.envfile import EnvFile, load_env
-from dedal.model.inputs import load_json
+from dedal.model.inputs import load_json, read_input
 from dedal.model.plan import Plan
 from dedal.model.target import Target
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 
 
 from dedal import CHECKOUT
-from dedal.errors import UserError, read_input
-from dedal.model.inputs import parse_yaml
+from dedal.errors import UserError
+from dedal.model.inputs import parse_yaml, read_input
 
 if TYPE_CHECKING:
     from dedal.model.config import Settings

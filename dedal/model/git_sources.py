@@ -20,9 +20,9 @@ from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from dedal.errors import UserError, read_input
+from dedal.errors import UserError
 from dedal.model.artifacts import write_atomic
-from dedal.model.inputs import parse_json
+from dedal.model.inputs import parse_json, read_input
 
 MANIFEST = "git-sources.json"
 FORMAT = 1

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
 
-from dedal.errors import UserError, read_input
+from dedal.errors import UserError
 from dedal.model.gcpause import collector_paused
-from dedal.model.inputs import parse_json
+from dedal.model.inputs import parse_json, read_input
 from dedal.model.names import safe_name
 
 SUPPORTED_LOCKFILE_VERSIONS = (4, 5, 6, 7)

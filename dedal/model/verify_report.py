@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Tuple, Union
 
-from dedal.errors import read_input
-from dedal.model.inputs import parse_json
+from dedal.model.inputs import parse_json, read_input
 
 __all__ = [
     "REPORT_LIMIT",

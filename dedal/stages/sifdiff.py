@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from dedal.adapters import squashfs
-from dedal.errors import DedalError, UserError, open_regular
+from dedal.errors import DedalError, UserError
+from dedal.model.inputs import open_regular
 from dedal.model import sif as sif_mod
 from dedal.model.artifacts import sha256_stream
 from dedal.stages.image_files import raw_names, shown

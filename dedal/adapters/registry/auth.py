@@ -34,7 +34,8 @@ from dedal.adapters.registry.errors import (
     redact_url,
     short_reason,
 )
-from dedal.errors import UserError, read_input
+from dedal.errors import UserError
+from dedal.model.inputs import read_input
 from dedal.model.oci import RegistryError
 
 log = logging.getLogger("dedal.registry")

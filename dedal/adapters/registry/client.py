@@ -30,7 +30,7 @@ from dedal.adapters.registry.auth import Credentials, resolve_credentials
 from dedal.adapters.registry.errors import NotFound, RegistryAuthError, TooLarge
 from dedal.adapters.registry.stall import Counted
 from dedal.adapters.registry.transport import BACKOFF, CHUNK, DEADLINE, RETRIES, TIMEOUT, Transport
-from dedal.errors import too_large
+from dedal.model.inputs import too_large
 from dedal.model.oci import MANIFEST_TYPES, OCI_INDEX, Manifest, RegistryError, sha256_digest
 from dedal.ui.console import human_size
 from dedal.ui.progress import meter

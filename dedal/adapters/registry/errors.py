@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 import requests.exceptions
 
-from dedal.errors import too_large
+from dedal.model.inputs import too_large
 from dedal.model.oci import RegistryError
 
 TRANSIENT_ERRORS = (

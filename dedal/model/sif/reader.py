@@ -11,7 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any, List, Optional, Union
 
-from dedal.errors import UserError, open_regular, too_large
+from dedal.errors import UserError
+from dedal.model.inputs import open_regular, too_large
 from dedal.model.sif.layout import (
     ARCHS,
     DATATYPE_NAMES,

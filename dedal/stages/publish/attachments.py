@@ -23,7 +23,8 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
 
 from dedal.adapters import registry as reg
 from dedal.adapters.registry import Progress, RegistryClient
-from dedal.errors import UserError, read_input
+from dedal.errors import UserError
+from dedal.model.inputs import read_input
 from dedal.model import verify_report
 from dedal.model.oci import (
     ANN_CREATED,
