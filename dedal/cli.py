@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 from typing import List, Optional
 
@@ -37,9 +38,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except DedalError as exc:
         print(f"dedal: error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("dedal: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # Ctrl-C where no Signals block holds it: the same line as inside one
+        stop = Interrupted.by(signal.SIGINT, getattr(args, "command", None) or "")
+        print(f"dedal: {stop.one_line()}", file=sys.stderr)
+        return stop.exit_code
     except BrokenPipeError:
         return 0
     except OSError as exc:

@@ -17,7 +17,7 @@ import pytest
 from dedal.model.layers import LayerStore
 from tests.conftest import dedal_exe
 from tests.fixtures.terminal import CTRL_C, Terminal, in_terminal
-from tests.fixtures.tiny import TINY_PACKAGES, make_env, stage_leftovers
+from tests.fixtures.tiny import TINY_PACKAGES, TinyEnv, make_env, stage_leftovers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("as_root")]
 
@@ -37,16 +37,7 @@ def test_ctrl_c_in_a_terminal_stops_the_build_and_the_rerun_resumes(isolated_env
     env = dict(isolated_env, **tiny.env)
     store = LayerStore(tiny.store)
     term = Terminal([dedal_exe(), "build", str(tiny.env_file), "-j", "2"], env=env, cwd=tmp_path)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and term.proc.poll() is None:  # until dedal-tool is building
-        names = {m.name for m in store.manifests()} if tiny.store.is_dir() else set()
-        if {"dedal-bootstrap", "gcc-runtime"} <= names and stage_leftovers(tiny.stage):
-            break
-        time.sleep(0.2)
-    assert term.proc.poll() is None, f"the build ended before dedal-tool was building:\n{term.text[-3000:]}"
-    time.sleep(1.0)
-    term.press(CTRL_C)
-    assert term.wait(90) == 130, term.text[-3000:]
+    _ctrl_c_while_dedal_tool_builds(term, tiny)
     names = {m.name for m in store.manifests()}
     assert "dedal-tool" not in names and "dedal-app" not in names
     assert store.verify().clean, store.verify().to_json()
@@ -71,10 +62,21 @@ def test_ctrl_c_in_build_image_says_where_it_stopped(isolated_env, tmp_path):
     SIGINT", and fetch printed no table at all."""
     tiny = make_env(tmp_path, sleep={"dedal-tool": 60})
     env = dict(isolated_env, **tiny.env)
-    store = LayerStore(tiny.store)
     term = Terminal([dedal_exe(), "build-image", str(tiny.env_file), "--until", "build"], env=env, cwd=tmp_path)
+    _ctrl_c_while_dedal_tool_builds(term, tiny)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.text)  # the terminal's colours and cursor moves
+    assert re.search(r"build\s*│\s*interrupted\s*│.*│\s*by signal SIGINT", text), text[-3000:]
+    assert "dedal: build interrupted by signal SIGINT" in text.splitlines(), text[-3000:]
+    assert not re.search(r"dedal: error|Traceback", text), text[-3000:]
+    assert stage_leftovers(tiny.stage) == [], "the interrupted build removed its stage"
+
+
+def _ctrl_c_while_dedal_tool_builds(term: Terminal, tiny: TinyEnv) -> None:
+    """Ctrl-C typed once dedal-tool is building (its dependencies are layers, its stage
+    exists); dedal must end with 130, the shell's code for SIGINT."""
+    store = LayerStore(tiny.store)
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and term.proc.poll() is None:  # until dedal-tool is building
+    while time.monotonic() < deadline and term.proc.poll() is None:
         names = {m.name for m in store.manifests()} if tiny.store.is_dir() else set()
         if {"dedal-bootstrap", "gcc-runtime"} <= names and stage_leftovers(tiny.stage):
             break
@@ -83,8 +85,3 @@ def test_ctrl_c_in_build_image_says_where_it_stopped(isolated_env, tmp_path):
     time.sleep(1.0)
     term.press(CTRL_C)
     assert term.wait(90) == 130, term.text[-3000:]
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.text)  # the terminal's colours and cursor moves
-    assert re.search(r"build\s*│\s*interrupted\s*│.*│\s*by signal SIGINT", text), text[-3000:]
-    assert "dedal: build interrupted by signal SIGINT" in text.splitlines(), text[-3000:]
-    assert not re.search(r"dedal: error|Traceback", text), text[-3000:]
-    assert stage_leftovers(tiny.stage) == [], "the interrupted build removed its stage"
