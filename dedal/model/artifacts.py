@@ -12,18 +12,24 @@ start time) says whose it is, so that :func:`reap_temporaries` removes what a ki
 writer (kill -9, a node lost) left and nothing of a writer that is alive, on another
 host, or that this host cannot judge. A SIGTERM'd or failing writer removes its own
 (:func:`write_atomic`, :func:`atomic_path`).
+
+Two dedal processes that would write the same artifacts (two build-image runs of one
+environment, a verification into the same report directory) take turns through
+:func:`exclusive`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import secrets
 import shutil
+import socket
 from pathlib import Path
-from typing import BinaryIO, Iterator, List, Optional, Union
+from typing import BinaryIO, Callable, Iterator, List, Optional, Union
 
 from dedal.model.owner import GONE, UNKNOWN, owner_tag, tag_state
 
@@ -162,3 +168,30 @@ def inputs_digest(inputs: object, length: Optional[int] = None) -> str:
     given. A stage whose recorded digest differs must run again."""
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     return digest[:length] if length else digest
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path, what: str, say: Callable[[str], None] = lambda _message: None) -> Iterator[None]:
+    """Held by one dedal process at a time: the one way two of them take turns at one thing
+    (``what``: an environment's work, a report directory, a base). An flock on ``lock``; a
+    second process waits, saying once for whom. The kernel drops the lock when its holder
+    ends, however it ends (kill -9 too), so none is ever left stale. Where the file system
+    has no flock (Lustre mounted noflock) nothing is held, as before there was a lock."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as fh:
+        held = True
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read(200).strip() or "another dedal"
+            say(f"waiting: {holder} is working on {what} (lock {lock})")
+            fcntl.flock(fh, fcntl.LOCK_EX)  # a signal interrupts the wait (Ctrl-C, scancel)
+        except OSError:
+            held = False
+        if held:  # who holds it, for the next one's message
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"dedal pid {os.getpid()} on {socket.gethostname()}\n")
+            fh.flush()
+        yield

@@ -8,7 +8,6 @@ reusing its compressed bulk (:func:`base_part`).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -31,7 +30,7 @@ from dedal.model.base import (
     read_base,
 )
 from dedal.model.image import STD_PATH, image_tops
-from dedal.model.artifacts import atomic_path, inputs_digest, sha256_file, write_atomic
+from dedal.model.artifacts import atomic_path, exclusive, inputs_digest, sha256_file, write_atomic
 from dedal.ui.activity import activity
 
 if TYPE_CHECKING:
@@ -61,21 +60,6 @@ def _dir_bytes(root: Path) -> int:
     return total
 
 
-class _Lock:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> "_Lock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fh = open(self.path, "a")
-        fcntl.flock(self.fh, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
-
-
 def ensure_base(name: str, settings: Settings, progress: Progress = None, *, rebuild: bool = False) -> BaseImage:
     """The built base ``name``, building it first if it is not in the cache."""
     defn = load_definition(name)
@@ -89,7 +73,7 @@ def ensure_base(name: str, settings: Settings, progress: Progress = None, *, reb
             return found
     # SIGTERM (scancel, a CI timeout) like Ctrl-C: debootstrap is killed and the half-made
     # root filesystem removed on the way out, not left running and lying in the cache
-    with Signals(f"base {name}"), _Lock(cache / f".{bid}.lock"):
+    with Signals(f"base {name}"), exclusive(cache / f".{bid}.lock", f"base {name}", say):
         if not rebuild:
             found = read_base(final)  # another process may have built it while we waited
             if found:

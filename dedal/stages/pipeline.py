@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from dedal.errors import DedalError, Interrupted, UserError
 from dedal.model.config import Settings
 from dedal.model import verify_report
-from dedal.model.artifacts import sha256_file
+from dedal.model.artifacts import exclusive, sha256_file
 from dedal.model.image_options import ImageOptions
 from dedal.model.plan import Plan
 from dedal.model.target import Target
@@ -393,9 +393,12 @@ def run_pipeline(
         record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"
 
     steps = {"fetch": fetch, "build": build, "assemble": assemble, "verify": verify, "publish": publish}
+    # one build-image of an environment at a time: a second one waits, then finds the stages current
+    lock = target.workdir.parent / f".{target.name}.lock"
     try:
-        for name in stages:
-            run(name, steps[name])
+        with exclusive(lock, f"environment {target.name}", note):
+            for name in stages:
+                run(name, steps[name])
     except DedalError:
         for later in stages[stages.index(name) + 1 :]:
             records[later].detail = f"not run: {name} {records[name].status}"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,41 @@ def test_sha256_file_matches_hashlib(tmp_path: Path, size: int) -> None:
 def test_inputs_digest_ignores_key_order() -> None:
     assert artifacts.inputs_digest({"a": 1, "b": [2]}) == artifacts.inputs_digest({"b": [2], "a": 1})
     assert artifacts.inputs_digest([1, "x"], length=12) == hashlib.sha256(b'[1, "x"]').hexdigest()[:12]
+
+
+HOLD_LOCK = (
+    "import sys, time; from pathlib import Path; from dedal.model.artifacts import exclusive\n"
+    "with exclusive(Path(sys.argv[1]), 'the thing'):\n"
+    "    print('held', flush=True); time.sleep(300)\n"
+)
+
+
+def test_exclusive_makes_a_second_process_wait_for_the_first_and_says_for_whom(tmp_path: Path) -> None:
+    """Two build-image runs of one environment, two verifications into one report directory:
+    the second waits for the first and says who it waits for; a holder killed outright (kill
+    -9) leaves no stale lock."""
+    lock = tmp_path / "work" / ".demo.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said: list = []
+        waited = threading.Event()
+
+        def second() -> None:
+            with artifacts.exclusive(lock, "environment demo", said.append):
+                waited.set()
+
+        t = threading.Thread(target=second, daemon=True)
+        t.start()
+        assert not waited.wait(1.0), "the second got the lock while the first held it"
+        assert said == [
+            f"waiting: dedal pid {holder.pid} on {socket.gethostname()} is working on environment demo (lock {lock})"
+        ]
+        holder.kill()  # SIGKILL: no clean-up runs; the kernel drops the lock
+        holder.wait()
+        assert waited.wait(10.0), "the lock of a killed holder was not released"
+        t.join(10)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock.read_text() == f"dedal pid {os.getpid()} on {socket.gethostname()}\n"  # the last holder's name

@@ -68,6 +68,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from dedal.adapters import mpi, runtime
 from dedal.adapters.slurm import Slurm
 from dedal.errors import Signals, ToolError, UserError
+from dedal.model.artifacts import exclusive
 from dedal.stages.verify import appbench, compare
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
@@ -112,8 +113,8 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     (exit 143) wherever the run is: the running step's launcher gets SIGTERM (``srun``
     then ends its job step, ``mpirun`` its ranks; :func:`dedal.adapters.proc.stop`) and
     the image is unmounted on the way out, so no rank, step or allocation outlives dedal."""
-    with Signals("verify"):
-        return _verify(opts, progress)
+    with Signals("verify"), contextlib.ExitStack() as held:
+        return _verify(opts, progress, held)
 
 
 def _check_shared(outdir: Path, paths: List[Optional[Path]], nodes: int) -> None:
@@ -135,7 +136,7 @@ def _check_shared(outdir: Path, paths: List[Optional[Path]], nodes: int) -> None
         )
 
 
-def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome:
+def _verify(opts: Options, progress: Optional[Callable[[str], None]], held: contextlib.ExitStack) -> Outcome:
     started = time.time()
     t0 = time.monotonic()
     backend, runtime_why = runtime.choose_runtime(opts.runtime)
@@ -258,6 +259,11 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]]) -> Outcome
     outdir = Path(opts.output) if opts.output else opts.reports_dir / slug(info.name)
     if outdir.exists() and not outdir.is_dir():
         raise UserError(f"{outdir}: exists and is not a directory")
+    # one verification at a time writes a report directory: two (build-image started twice) each
+    # overwrote the other's raw logs, and both reports said "failed: output truncated"
+    report_dir = outdir.resolve()
+    lock = report_dir.parent / f".{report_dir.name}.lock"
+    held.enter_context(exclusive(lock, f"the report {outdir}", lambda text: _say(progress, text)))
 
     # native
     wanted = list(dict.fromkeys(b.program for b in benches))

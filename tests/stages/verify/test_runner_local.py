@@ -14,6 +14,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -497,3 +499,28 @@ def test_app_benchmark_native_and_container(run_dedal, bench_image, native_cache
     row = next(line for line in p.stdout.splitlines() if line.startswith("app slower ")).split()
     assert float(row[-3]) > 1.1 and row[-2:] == ["fail", "bad"], row  # the ratio, the state, the verdict
     assert "check app wrong: bad" in p.stdout
+
+
+def test_two_verifications_into_one_report_take_turns(run_dedal, bench_image, native_cache, tmp_path: Path) -> None:
+    """build-image started twice (two terminals, two CI pipelines of one environment) ran
+    two verifications into one report directory at once: each overwrote the other's raw
+    logs and both reports said "failed: output truncated". The second now waits."""
+    out = tmp_path / "report"
+    results: dict = {}
+
+    def one(name: str) -> None:
+        results[name] = _verify(run_dedal, bench_image.sif, out, native_cache, "--ranks", "2", "-b", "latency")
+
+    first = threading.Thread(target=one, args=("first",))
+    first.start()
+    lock = tmp_path / ".report.lock"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (lock.is_file() and lock.read_text().strip()):
+        time.sleep(0.1)  # until the first holds the report directory
+    one("second")
+    first.join(400)
+    for name, p in results.items():
+        assert p.returncode == 0, f"{name}: {p.stdout}\n{p.stderr}"
+    assert re.search(r"waiting: dedal pid \d+ on \S+ is working on the report ", results["second"].stderr)
+    text = (out / "verify.json").read_text()
+    assert json.loads(text)["exit_code"] == 0 and not re.search(r'"code": "truncated"', text)
