@@ -171,12 +171,17 @@ def inputs_digest(inputs: object, length: Optional[int] = None) -> str:
 
 
 @contextlib.contextmanager
-def exclusive(lock: Path, what: str, say: Callable[[str], None] = lambda _message: None) -> Iterator[None]:
-    """Held by one dedal process at a time: the one way two of them take turns at one thing
-    (``what``: an environment's work, a report directory, a base). An flock on ``lock``; a
-    second process waits, saying once for whom. The kernel drops the lock when its holder
-    ends, however it ends (kill -9 too), so none is ever left stale. Where the file system
-    has no flock (Lustre mounted noflock) nothing is held, as before there was a lock."""
+def exclusive(
+    guarded: Union[str, os.PathLike], what: str, say: Callable[[str], None] = lambda _m: None
+) -> Iterator[None]:
+    """``guarded`` (an environment's work directory, a report directory, a base) held by one
+    dedal process at a time: the one way two of them take turns at one thing (``what``). An
+    flock on ``.<name>.lock`` beside it (beside, not inside: a report directory is replaced
+    whole); a second process waits, saying once for whom. The kernel drops the lock when its
+    holder ends, however it ends (kill -9 too), so none is ever left stale. Where the file
+    system has no flock (Lustre mounted noflock) nothing is held, as before there was a lock."""
+    path = Path(guarded).resolve()  # "." has a name too
+    lock = path.parent / f".{path.name}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a+") as fh:
         held = True

@@ -73,7 +73,7 @@ def ensure_base(name: str, settings: Settings, progress: Progress = None, *, reb
             return found
     # SIGTERM (scancel, a CI timeout) like Ctrl-C: debootstrap is killed and the half-made
     # root filesystem removed on the way out, not left running and lying in the cache
-    with Signals(f"base {name}"), exclusive(cache / f".{bid}.lock", f"base {name}", say):
+    with Signals(f"base {name}"), exclusive(final, f"base {name}", say):
         if not rebuild:
             found = read_base(final)  # another process may have built it while we waited
             if found:

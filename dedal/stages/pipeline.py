@@ -393,10 +393,8 @@ def run_pipeline(
         record.detail = f"{', '.join(result.references)} ({len(result.blobs_uploaded)} blob(s) uploaded)"
 
     steps = {"fetch": fetch, "build": build, "assemble": assemble, "verify": verify, "publish": publish}
-    # one build-image of an environment at a time: a second one waits, then finds the stages current
-    lock = target.workdir.parent / f".{target.name}.lock"
-    try:
-        with exclusive(lock, f"environment {target.name}", note):
+    try:  # one build-image of an environment at a time: a second one waits, then finds the stages current
+        with exclusive(target.workdir, f"environment {target.name}", note):
             for name in stages:
                 run(name, steps[name])
     except DedalError:

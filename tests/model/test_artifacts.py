@@ -125,15 +125,16 @@ def test_exclusive_makes_a_second_process_wait_for_the_first_and_says_for_whom(t
     """Two build-image runs of one environment, two verifications into one report directory:
     the second waits for the first and says who it waits for; a holder killed outright (kill
     -9) leaves no stale lock."""
-    lock = tmp_path / "work" / ".demo.lock"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
+    guarded = tmp_path / "work" / "demo"
+    lock = tmp_path / "work" / ".demo.lock"  # beside it: a report directory is replaced whole
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(guarded)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         said: list = []
         waited = threading.Event()
 
         def second() -> None:
-            with artifacts.exclusive(lock, "environment demo", said.append):
+            with artifacts.exclusive(guarded, "environment demo", said.append):
                 waited.set()
 
         t = threading.Thread(target=second, daemon=True)

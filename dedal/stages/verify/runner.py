@@ -110,7 +110,7 @@ def verify(opts: Options, progress: Optional[Callable[[str], None]] = None) -> O
     anything runs when the host cannot run the image meaningfully.
 
     SIGTERM, SIGINT and SIGHUP (scancel, a CI job's timeout, Ctrl-C) raise Interrupted
-    (exit 143) wherever the run is: the running step's launcher gets SIGTERM (``srun``
+    (exit 143, 130 for Ctrl-C) wherever the run is: the running step's launcher gets SIGTERM (``srun``
     then ends its job step, ``mpirun`` its ranks; :func:`dedal.adapters.proc.stop`) and
     the image is unmounted on the way out, so no rank, step or allocation outlives dedal."""
     with Signals("verify"), contextlib.ExitStack() as held:
@@ -261,9 +261,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]], held: cont
         raise UserError(f"{outdir}: exists and is not a directory")
     # one verification at a time writes a report directory: two (build-image started twice) each
     # overwrote the other's raw logs, and both reports said "failed: output truncated"
-    report_dir = outdir.resolve()
-    lock = report_dir.parent / f".{report_dir.name}.lock"
-    held.enter_context(exclusive(lock, f"the report {outdir}", lambda text: _say(progress, text)))
+    held.enter_context(exclusive(outdir, f"the report {outdir}", lambda text: _say(progress, text)))
 
     # native
     wanted = list(dict.fromkeys(b.program for b in benches))

@@ -109,9 +109,12 @@ class BuildSummary:
     jobs: int = 0
     adopted: int = 0  # Slurm jobs of an earlier build whose dedal was gone, followed to their end
     detached: bool = False  # Slurm jobs left queued and running for a later dedal build to follow
-    interrupted: bool = False
     stop_signal: str = ""  # the signal that interrupted it: SIGINT (Ctrl-C), SIGTERM (scancel), SIGHUP
     cache: Dict[str, object] = field(default_factory=dict)  # the layer cache's report (pulled, pushed, problems)
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.stop_signal)
 
     @property
     def ok(self) -> bool:
@@ -120,12 +123,11 @@ class BuildSummary:
     def interruption(self) -> Optional[Interrupted]:
         """What the command raises once the summary is shown, when a signal stopped the
         build: its one line and the exit code of that signal (130 for Ctrl-C)."""
-        if not self.interrupted:
-            return None
-        return Interrupted.by(signal.Signals[self.stop_signal or "SIGTERM"], "build")
+        return Interrupted.by(signal.Signals[self.stop_signal], "build") if self.stop_signal else None
 
     def to_json(self) -> dict:
         data = asdict(self)
+        data["interrupted"] = self.interrupted
         data["ok"] = self.ok
         return data
 

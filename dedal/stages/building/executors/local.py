@@ -138,7 +138,7 @@ def build(
                     time.sleep(POLL_S)
                     progress.refresh()
         except Interrupted as stop:
-            summary.interrupted, summary.stop_signal = True, stop.signal_name
+            summary.stop_signal = stop.signal_name
             progress.note(f"interrupted: stopping {len(running)} running build(s)")
             _terminate(running)
             running.clear()

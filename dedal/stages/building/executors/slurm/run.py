@@ -116,7 +116,7 @@ class _Build(Adopting):
                     self.follow(poll_s)
             except Interrupted as stop:
                 self.interrupted = True
-                self.summary.interrupted, self.summary.stop_signal = True, stop.signal_name
+                self.summary.stop_signal = stop.signal_name
                 active = [t for t in self.tracked.values() if t.active]
                 self.progress.note(f"interrupted: cancelling {len(active)} Slurm job(s) of this build")
                 try:
