@@ -189,6 +189,8 @@ class EnvFile:
     ]  # CI: rebuild the published image (dedal rebuild) and fail on a difference
     only: List[str] = field(default_factory=list)
     runscript: str = env_defaults.DEDAL["runscript"]
+    help: str = env_defaults.DEDAL["help"]  # apptainer run-help: printed before dedal's text
+    test: str = env_defaults.DEDAL["test"]  # apptainer test: run after dedal's checks
     labels: Dict[str, str] = field(default_factory=dict)
     verify: VerifySpec = field(default_factory=VerifySpec)
 
@@ -305,6 +307,8 @@ def parse_env(data: Any, path: Path) -> EnvFile:
         rebuild=ded["rebuild"],
         only=list(ded["only"]),
         runscript=ded["runscript"],
+        help=ded["help"],
+        test=ded["test"],
         labels=dict(ded["labels"]),
         verify=VerifySpec(**verify, apps=apps),
     )

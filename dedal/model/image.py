@@ -17,6 +17,9 @@ BASE_FILE = "base.yaml"
 RUNTIME_BASE_FILE = "runtime-base.yaml"
 SBOM_IN_IMAGE = "/opt/dedal/sbom.cdx.json"
 ENV_SCRIPT = "/.singularity.d/env/91-environment.sh"
+HELP_FILE = "/.singularity.d/runscript.help"  # `apptainer run-help IMAGE`
+TEST_FILE = "/.singularity.d/test"  # `apptainer test IMAGE`: dedal's checks, then ENV_TEST
+ENV_TEST = "/opt/dedal/env-test"  # the environment file's own test (dedal.test), when it has one
 SYMLINKS = {
     ".run": ".singularity.d/actions/run",
     ".exec": ".singularity.d/actions/exec",

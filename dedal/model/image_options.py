@@ -20,6 +20,8 @@ class ImageOptions:
     only: Optional[Tuple[str, ...]] = None  # a subset image: these packages and their link/run closure
     keep_build_deps: bool = False
     runscript: str = ""
+    help: str = ""  # printed by `apptainer run-help` before dedal's own text
+    test: str = ""  # run by `apptainer test` after dedal's own checks
     labels: Dict[str, str] = field(default_factory=dict)
     description: str = ""
     runtime_base: str = ""  # a base name; empty: the plan's (else its build base)
@@ -51,6 +53,8 @@ class ImageOptions:
                 keep_build_deps if keep_build_deps is not None else (env.keep_build_deps if env is not None else False)
             ),
             runscript=runscript if runscript is not None else (env.runscript if env is not None else ""),
+            help=env.help if env is not None else "",
+            test=env.test if env is not None else "",
             labels=user_labels,
             description=description if description is not None else (env.description if env is not None else ""),
             runtime_base=runtime_base or (env.runtime_base if env is not None else None) or "",

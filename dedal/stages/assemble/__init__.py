@@ -12,6 +12,8 @@ The modules, in the order the stage uses them (each imports only those above it)
 * :mod:`.closure`: every ELF file finds its libraries in the image (``check_closure``), and the
   files that a set of programs loads (``elf_closure``: what a slimmed copy of an image keeps);
 * :mod:`.metadata`: versions, labels, the definition and inspect metadata of the SIF;
+* :mod:`.usage`: what the image tells whoever runs it: the ``apptainer run-help`` text and the
+  ``apptainer test`` script (its packages, its libraries where it runs, Open MPI's start);
 * :mod:`.manifest`: file names, the result, the image manifest, the up-to-date check;
 * :mod:`.stage`: :func:`assemble`, the stage itself (its documentation tells the steps).
 

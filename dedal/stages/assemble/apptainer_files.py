@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from pathlib import Path
 from typing import Optional, TYPE_CHECKING, Any, Dict, Mapping
 
-from dedal.model.image import MOUNT_POINTS, SYMLINKS
+from dedal.model.image import ENV_TEST, HELP_FILE, MOUNT_POINTS, SYMLINKS, TEST_FILE
 from dedal.stages.assemble.tree import mkdirs, write_file
 
 if TYPE_CHECKING:
@@ -96,15 +97,30 @@ DEFAULT_RUNSCRIPT = (
 STARTSCRIPT = "#!/bin/sh\n"
 
 
+def script_text(script: str) -> str:
+    """A script of the environment file as a file: ``#!/bin/sh`` unless it names its own interpreter."""
+    if script.startswith("#!"):
+        return script if script.endswith("\n") else script + "\n"
+    return "#!/bin/sh\n" + script.rstrip("\n") + "\n"
+
+
 def runscript_text(runscript: str) -> str:
-    if not runscript.strip():
-        return DEFAULT_RUNSCRIPT
-    if runscript.startswith("#!"):
-        return runscript if runscript.endswith("\n") else runscript + "\n"
-    return "#!/bin/sh\n" + runscript.rstrip("\n") + "\n"
+    return script_text(runscript) if runscript.strip() else DEFAULT_RUNSCRIPT
 
 
-def write_apptainer_files(tree: Path, *, env90: str, env91: str, runscript: str, labels: Mapping[str, str]) -> None:
+def write_apptainer_files(
+    tree: Path,
+    *,
+    env90: str,
+    env91: str,
+    runscript: str,
+    labels: Mapping[str, str],
+    help: str = "",
+    test: str = "",
+    env_test: str = "",
+) -> None:
+    """Apptainer's files in ``tree``; ``help`` and ``test`` (:mod:`.usage`) when given, and
+    the environment file's own test (``env_test``, a script) that ``test`` runs last."""
     for rel, mode in MOUNT_POINTS.items():
         p = tree / rel
         if not p.exists() and not p.is_symlink():
@@ -123,6 +139,13 @@ def write_apptainer_files(tree: Path, *, env90: str, env91: str, runscript: str,
     write_file(env / "99-runtimevars.sh", ENV_99_RUNTIMEVARS, 0o755)
     write_file(tree / ".singularity.d/runscript", runscript, 0o755)
     write_file(tree / ".singularity.d/startscript", STARTSCRIPT, 0o755)
+    if help:
+        write_file(tree / HELP_FILE.lstrip("/"), help, 0o644)
+    if test:
+        write_file(tree / TEST_FILE.lstrip("/"), test, 0o755)
+    if env_test:
+        mkdirs(tree, posixpath.dirname(ENV_TEST))
+        write_file(tree / ENV_TEST.lstrip("/"), env_test, 0o755)
     write_file(tree / ".singularity.d/labels.json", json.dumps(dict(labels), indent=4, sort_keys=True) + "\n", 0o644)
     for name, target in SYMLINKS.items():
         p = tree / name

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from dedal.model.plan import Plan
 
 
-IMAGE_FORMAT = 1
+IMAGE_FORMAT = 2  # 2: the image carries runscript.help and test (apptainer run-help, apptainer test)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 from dedal import __version__
 from dedal.errors import UserError
 from dedal.model.base import input_labels
-from dedal.model.image import ENV_SCRIPT, SBOM_IN_IMAGE
+from dedal.model.image import ENV_SCRIPT, HELP_FILE, SBOM_IN_IMAGE
 from dedal.stages.layer_audit import LayerInfo
 
 if TYPE_CHECKING:
@@ -132,6 +132,9 @@ def make_labels(
         "dedal.layers.count": str(len(infos)),
         "dedal.layers.digest": hashlib.sha256("".join(i.sha256 for i in infos).encode()).hexdigest(),
         "dedal.sbom": SBOM_IN_IMAGE,
+        # as `apptainer build` labels an image with a %help section (run-help prints it)
+        "org.label-schema.usage": HELP_FILE,
+        "org.label-schema.usage.apptainer.runscript.help": HELP_FILE,
     }
     if base is not None:
         labels["dedal.base.os"] = base.os_release.get("PRETTY_NAME", base.os_id)
@@ -174,7 +177,9 @@ def runtime_base_labels(build: BaseImage, runtime: BaseImage, digest: str, share
     return labels
 
 
-def definition_text(contents: Contents, labels: Mapping[str, str], env91: str, runscript: str) -> str:
+def definition_text(
+    contents: Contents, labels: Mapping[str, str], env91: str, runscript: str, help: str = "", test: str = ""
+) -> str:
     """The definition object: not an Apptainer recipe (no `apptainer build` made this image),
     a readable record of what went in, in the definition file's syntax."""
     plan, base, runtime = contents.plan, contents.build_base, contents.runtime_base
@@ -197,23 +202,38 @@ def definition_text(contents: Contents, labels: Mapping[str, str], env91: str, r
     lines += ["", "%labels"]
     lines += [f"    {k} {v}" for k, v in sorted(labels.items()) if k != "dedal.layers"]
     text = "\n".join(lines) + "\n\n%environment\n" + indent(env91) + "\n%runscript\n" + indent(runscript)
+    if help:
+        text += "\n%help\n" + indent(help)
+    if test:
+        text += "\n%test\n" + indent(test)
     return text
 
 
 def inspect_metadata(
-    contents: Contents, labels: Mapping[str, str], definition: str, runscript: str, env90: str, env91: str
+    contents: Contents,
+    labels: Mapping[str, str],
+    definition: str,
+    runscript: str,
+    env90: str,
+    env91: str,
+    help: str = "",
+    test: str = "",
 ) -> Dict[str, Any]:
-    """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own section."""
+    """inspect-metadata.json as Apptainer writes it (data.attributes...), plus dedal's own
+    section. Apptainer reads ``helpfile`` from here for ``run-help`` (``inspect --helpfile``)."""
     plan, runtime = contents.plan, contents.runtime_base
+    attributes: Dict[str, Any] = {
+        "labels": dict(labels),
+        "deffile": definition,
+        "runscript": runscript,
+        "environment": {"/.singularity.d/env/90-environment.sh": env90, ENV_SCRIPT: env91},
+    }
+    if help:
+        attributes["helpfile"] = help
+    if test:
+        attributes["test"] = test
     return {
-        "data": {
-            "attributes": {
-                "labels": dict(labels),
-                "deffile": definition,
-                "runscript": runscript,
-                "environment": {"/.singularity.d/env/90-environment.sh": env90, ENV_SCRIPT: env91},
-            }
-        },
+        "data": {"attributes": attributes},
         "type": "container",
         "dedal": {
             "env": plan.env_name,

@@ -109,6 +109,8 @@ def dedal_section(
     labels: Mapping[str, str],
     description: str,
     runtime_base: str = "",
+    help: str = "",
+    test: str = "",
 ) -> Dict[str, Any]:
     """The ``dedal:`` section of ``env.yaml``: the environment file's own (verify and
     registry settings kept), with every value that decides the image made explicit."""
@@ -133,6 +135,8 @@ def dedal_section(
     for key, value in (
         ("description", description),
         ("runscript", runscript),
+        ("help", help),
+        ("test", test),
         ("labels", dict(labels)),
         ("only", list(only)),
         ("keep_build_deps", keep_build_deps),

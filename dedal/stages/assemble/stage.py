@@ -70,7 +70,7 @@ from dedal.model.base import (
     iter_cached,
     runtime_base_name,
 )
-from dedal.model.image import ENV_IN_IMAGE, SBOM_IN_IMAGE, image_tops
+from dedal.model.image import ENV_IN_IMAGE, ENV_TEST, SBOM_IN_IMAGE, image_tops
 from dedal.model import artifacts
 from dedal.model.artifacts import sha256_file
 from dedal.model.layers import LayerStore
@@ -80,7 +80,14 @@ from dedal.model.plan import Plan
 from dedal.model.spack_env import local_inputs, read_spack_yaml, stage_manifest, write_env_dir
 from dedal.model.spack_lock import SpackLock, load_lock
 from dedal.stages.assemble import provenance
-from dedal.stages.assemble.apptainer_files import base_singularity, runscript_text, write_apptainer_files
+from dedal.stages.assemble import usage
+from dedal.stages.assemble.apptainer_files import (
+    DEFAULT_RUNSCRIPT,
+    base_singularity,
+    runscript_text,
+    script_text,
+    write_apptainer_files,
+)
 from dedal.stages.layer_audit import LayerInfo, audit_layers, inside
 from dedal.stages.assemble.closure import library_path_of, require_closure
 from dedal.stages.assemble.envscript import base_environment_script
@@ -255,6 +262,8 @@ def assemble(
         "roots": roots,
         "keep_build_deps": keep_build_deps,
         "runscript": runscript,
+        "help": image.help,
+        "test": image.test,
         "labels": user_labels,
         "description": description,
         "source_date_epoch": created,
@@ -295,6 +304,10 @@ def assemble(
         runscript_text(runscript) if runscript.strip() or not inherited["runscript"] else inherited["runscript"]
     )
     env90 = base_environment_script(inherited["90-environment.sh"], base.env if base else {})
+    help_file = usage.help_text(
+        contents, labels_out, user_help=image.help, own_runscript=runscript_sh != DEFAULT_RUNSCRIPT
+    )
+    env_test = script_text(image.test) if image.test.strip() else ""
     layer_map = {i.hash: {"key": i.key, "sha256": i.sha256, "size": i.size} for i in infos}
 
     base_props = {"dedal:base_image": plan.base_image, "dedal:base_id": plan.base_id, "dedal:base_sha256": build_digest}
@@ -391,6 +404,8 @@ def assemble(
                             only=only_names,
                             keep_build_deps=keep_build_deps,
                             runscript=runscript,
+                            help=image.help,
+                            test=image.test,
                             labels=user_labels,
                             description=description,
                             runtime_base=runtime_name,
@@ -422,12 +437,29 @@ def assemble(
                     timings["closure"] = time.monotonic() - t0
 
                     t0 = time.monotonic()
-                    write_apptainer_files(root, env90=env90, env91=env91, runscript=runscript_sh, labels=labels_out)
+                    # the test knows the image's own LD_LIBRARY_PATH (91-environment.sh is Spack's, made above)
+                    test_file = usage.test_script(
+                        contents,
+                        image_library_path=library_path_of(env90 + env91),
+                        env_test=ENV_TEST if env_test else "",
+                    )
+                    write_apptainer_files(
+                        root,
+                        env90=env90,
+                        env91=env91,
+                        runscript=runscript_sh,
+                        labels=labels_out,
+                        help=help_file,
+                        test=test_file,
+                        env_test=env_test,
+                    )
                     write_file(root / SBOM_IN_IMAGE.lstrip("/"), sbom_bytes, 0o644)
                     timings["image_files"] = time.monotonic() - t0
 
-                    definition = definition_text(contents, labels_out, env91, runscript_sh)
-                    metadata = inspect_metadata(contents, labels_out, definition, runscript_sh, env90, env91)
+                    definition = definition_text(contents, labels_out, env91, runscript_sh, help_file, test_file)
+                    metadata = inspect_metadata(
+                        contents, labels_out, definition, runscript_sh, env90, env91, help_file, test_file
+                    )
                     # mksquashfs writes the partition at its place in the SIF: no copy afterwards
                     offset = sif_mod.partition_offset(
                         definition=definition, labels=labels_out, metadata=metadata, sbom=sbom_bytes

@@ -105,11 +105,19 @@ def test_image_tree(host_env, host_image):
         "env/99-runtimevars.sh",
         "runscript",
         "startscript",
+        "runscript.help",
+        "test",
     ):
         assert (tree / ".singularity.d" / f).is_file(), f
     env91 = (tree / ".singularity.d/env/91-environment.sh").read_text()
     assert 'export PATH=/opt/view/bin"${PATH:+:$PATH}"' in env91 and "SPACK_ENV" not in env91
     assert "exec dedal-app" in (tree / ".singularity.d/runscript").read_text()
+    # apptainer run-help: the environment file's text, then dedal's; apptainer test: dedal's checks, then its test
+    assert (
+        (tree / ".singularity.d/runscript.help").read_text().startswith("Runs dedal-app.\n\ntiny:latest: tiny stand-in")
+    )
+    assert (tree / "opt/dedal/env-test").read_text() == "#!/bin/sh\ndedal-app | grep -q ok\n"
+    assert 'if /opt/dedal/env-test "$@"; then' in (tree / ".singularity.d/test").read_text()
     # the view at its final path, pointing into the install root; build-only packages absent
     view = tree / "opt/view"
     assert view.is_symlink()
@@ -144,13 +152,16 @@ def test_image_tree(host_env, host_image):
     # what `dedal rebuild` builds from: the environment file, every value that decides the image explicit
     rebuild = yaml.safe_load((tree / "opt/dedal/env/env.yaml").read_text())
     assert rebuild["spack"]["specs"] == ["dedal-app"]
-    assert {k: rebuild["dedal"][k] for k in ("name", "tag", "base_image", "install_root", "view", "runscript")} == {
+    keys = ("name", "tag", "base_image", "install_root", "view", "runscript", "help", "test")
+    assert {k: rebuild["dedal"][k] for k in keys} == {
         "name": "tiny",
         "tag": "latest",
         "base_image": "host",
         "install_root": "/opt/esd/software",
         "view": "/opt/view",
         "runscript": 'exec dedal-app "$@"',
+        "help": "Runs dedal-app.",
+        "test": "dedal-app | grep -q ok",
     }
     assert rebuild["dedal"]["labels"] == {"maintainer": "dedal tests"}
     assert str(host_env.root) not in (tree / "opt/dedal/env/env.yaml").read_text()

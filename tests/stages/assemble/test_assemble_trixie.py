@@ -6,6 +6,7 @@ bubblewrap where Apptainer is absent)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -102,6 +103,23 @@ def test_mpirun_of_a_program_built_with_the_images_open_mpi(trixie_env, trixie_i
 def test_runscript_default(trixie_env, trixie_image):
     r = trixie_env.dedal("exec", trixie_image["image"], "--", "/.singularity.d/actions/run", "dedal-app")
     assert r.returncode == 0 and r.stdout.strip() == "dedal-app 1.0 ok 4", r.stderr
+
+
+def test_the_images_own_test_passes_where_it_runs(trixie_env, trixie_image):
+    """What `apptainer test` runs (/.singularity.d/actions/test, then the image's test), here
+    through `dedal exec` (bubblewrap where Apptainer is absent): the checks find the image whole."""
+    r = exec_in(trixie_env, trixie_image["image"], "/.singularity.d/actions/test")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "ok    the 1 top-level package(s) and the view /opt/view are there"
+    assert re.fullmatch(r"ok    the libraries of the [1-9]\d* programs and libraries of the view are found", lines[1])
+    version = trixie_image["labels"]["dedal.version.openmpi"]
+    assert lines[2:] == [
+        f"ok    Open MPI v{version} runs",
+        "ok    Open MPI has its UCX messaging layer (pml ucx)",
+        "skip  MPI start: no dedal_init in the view (package dedal-benchmarks)",
+        "tinympi:latest: all 4 checks passed",
+    ]
 
 
 def test_reproducible_on_the_real_base(trixie_env, trixie_image, tmp_path):
@@ -210,6 +228,23 @@ def test_apptainer_runs_inspects_signs_and_verifies_the_image(trixie_image, appt
         "",
         "--push=false",
     )
+    # run-help and test, as a scientist meets them
+    helptext = apptainer("run-help", str(image)).stdout
+    assert helptext.startswith("tinympi:latest") and "\n  dedal-app@1.0\n" in helptext
+    assert "srun --mpi=pmix apptainer exec IMAGE.sif PROGRAM" in helptext
+    r = apptainer("test", str(image))
+    assert r.stdout.splitlines()[-1] == "tinympi:latest: all 4 checks passed", r.stdout + r.stderr
+    # a library lost from the image (a sandbox of it, one of the layer's libraries removed): the test says which
+    sandbox = tmp_path / "sandbox"
+    part = sif.primary_partition(sif.read_sif(image))
+    squashfs.extract(image, sandbox, offset=part.offset, merge=False)
+    gone = sorted(sandbox.glob("opt/esd/software/libdedal-*/lib/libstandin_*.so*"))
+    assert gone, "the tiny environment's libraries"
+    gone[0].unlink()
+    r = apptainer("test", str(sandbox), check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAIL  libraries not found" in r.stdout and f"{gone[0].name} needed by /opt/view/bin/dedal-app" in r.stdout
+    assert r.stdout.splitlines()[-1] == "tinympi:latest: 1 of 4 checks failed"
     apptainer("sign", str(image))
     r = apptainer("verify", str(image))
     assert "Verified signature" in r.stdout + r.stderr

@@ -1,6 +1,6 @@
 """What the assembler bakes into an image, against golden files: the files of
-``/.singularity.d`` (environment scripts, runscript, actions, labels.json) and the SIF's
-labels object.
+``/.singularity.d`` (environment scripts, runscript, actions, labels.json, the run-help text
+and the self-test, with the environment file's own test) and the SIF's labels object.
 
 Made in-process from fixed inputs: the recorded ``spack env activate --sh`` output of the
 tiny environment, a stand-in base with a fixed environment and OS, layers with fixed
@@ -20,7 +20,8 @@ from dedal.model import sif
 from dedal.model.plan import make_plan
 from dedal.model.spack_lock import load_lock
 from dedal.stages import assemble as asm
-from dedal.stages.assemble import apptainer_files, metadata
+from dedal.model.image import ENV_TEST
+from dedal.stages.assemble import apptainer_files, metadata, usage
 from dedal.stages.assemble.envscript import activation_script, base_environment_script
 from dedal.stages.layer_audit import LayerInfo
 from tests.conftest import SPACK_DATA
@@ -77,13 +78,16 @@ def layer_infos(plan, hashes):
     ]
 
 
-def labels_of(plan):
+def contents_of(plan):
     roots, hashes = asm.select_packages(plan)
     versions, sources = metadata.image_versions(plan, hashes, None)
-    contents = metadata.Contents(
+    return metadata.Contents(
         plan, layer_infos(plan, hashes), roots, build_base=Base(), versions=versions, version_sources=sources
     )
-    return metadata.make_labels(contents, CREATED, "the tiny test environment", {"site.team": "hpc"})
+
+
+def labels_of(plan):
+    return metadata.make_labels(contents_of(plan), CREATED, "the tiny test environment", {"site.team": "hpc"})
 
 
 def test_singularity_d_matches_the_golden_file(tmp_path: Path, plan) -> None:
@@ -91,13 +95,21 @@ def test_singularity_d_matches_the_golden_file(tmp_path: Path, plan) -> None:
     env91 = activation_script(RECORDED_ACTIVATE, {"PATH": RECORDED_PATH})
     root = tmp_path / "root"
     root.mkdir()
+    labels = labels_of(plan)
     apptainer_files.write_apptainer_files(
-        root, env90=env90, env91=env91, runscript=asm.runscript_text(""), labels=labels_of(plan)
+        root,
+        env90=env90,
+        env91=env91,
+        runscript=asm.runscript_text(""),
+        labels=labels,
+        help=usage.help_text(contents_of(plan), labels, user_help="Say hello with dedal-app."),
+        test=usage.test_script(contents_of(plan), image_library_path=["/opt/view/lib"], env_test=ENV_TEST),
+        env_test=apptainer_files.script_text("dedal-app | grep -q ok"),
     )
     sd = root / ".singularity.d"
     parts = []
-    for p in sorted(sd.rglob("*")):
-        rel = p.relative_to(sd)
+    for p in sorted([*sd.rglob("*"), root / ENV_TEST.lstrip("/")]):
+        rel = p.relative_to(sd) if p.is_relative_to(sd) else Path("/") / p.relative_to(root)
         if p.is_symlink():
             parts.append(f"=== {rel} -> {os.readlink(p)}\n")
         elif p.is_file():
