@@ -106,6 +106,10 @@ def test_build_image_end_to_end_then_nothing_to_do(run_dedal, isolated_env, e2e_
     assert summary["verdict"] in ("good", "suboptimal")
     report = json.loads((Path(summary["report"]).parent / "verify.json").read_text())
     assert report["verdict"] == summary["verdict"] and report["checks"]
+    # the image's own `apptainer test` ran in the container and passed (its line in the log)
+    own = next(c for c in report["checks"] if c["name"] == "app apptainer-test")
+    assert own["verdict"] == "good", own
+    assert "tiny:e2e: all " in own["findings"][0]["message"]
     assert summary["published"] == [reg.ref("test/tiny:e2e")]
 
     # the registry holds exactly the SIF, as Apptainer expects, and pulls back byte for byte

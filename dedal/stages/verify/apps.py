@@ -16,10 +16,22 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.adapters import mpi, runtime
 from dedal.model.envfile import AppCheck
+from dedal.model.image import SYMLINKS
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.checks import CheckResult, skipped_check
 
 METRIC, UNIT = "app", "-"
+
+
+#: the image's own test, as `apptainer test IMAGE` runs it (dedal writes it: stages/assemble/usage)
+OWN_TEST = AppCheck(
+    name="apptainer-test",
+    command=["/" + SYMLINKS[".test"]],  # /.singularity.d/actions/test
+    ranks=1,
+    nodes=1,
+    expect=r": all \d+ checks passed$",
+    timeout=300,
+)
 
 
 def check_name(app: AppCheck) -> str:

@@ -26,6 +26,7 @@ from dedal.adapters import runtime
 from dedal.errors import UserError
 from dedal.model.artifacts import atomic_path, sha256_file
 from dedal.model.env_defaults import DEFAULT_TAG
+from dedal.model.image import TEST_FILE
 from dedal.model.names import name_problem
 from dedal.model import sif
 
@@ -83,6 +84,7 @@ class ImageInfo:
     identity: str = ""  # cache key of the native root
     mpirun_stub: str = ""  # the image's mpirun is a stub that only says to use srun (its path)
     dedal_cuda: Optional[bool] = None  # the image's dedal_latency knows -d cuda (None: no dedal_latency)
+    own_test: bool = False  # the image has a test (`apptainer test`): dedal's images since image format 2
 
     def to_json(self) -> Dict[str, Any]:
         keep = {
@@ -113,6 +115,7 @@ class ImageInfo:
             "cuda": self.cuda,
             "osu_cuda": self.osu_cuda,
             "dedal_cuda": self.dedal_cuda,
+            "own_test": self.own_test,
             "versions": self.versions,
             "programs": self.programs,
             "labels": keep,
@@ -259,6 +262,8 @@ def inspect_image(path: Path, *, runtime_name: str = "auto", progress: Progress 
             if info.cuda is None and facts.get("cuda"):
                 info.cuda = facts["cuda"]
         info.osu_cuda = _osu_cuda(root, info.install_root or "/opt/esd/software")
+        own_test = runtime.host_path(root, TEST_FILE)
+        info.own_test = own_test is not None and own_test.is_file()
         res = runtime.run_in(
             path,
             ["/bin/sh", "-c", _DISCOVER, "dedal-find", *PROGRAMS],
