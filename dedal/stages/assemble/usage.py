@@ -88,7 +88,10 @@ def help_text(
     ]
     if mpi:
         rows += [
-            ("srun --mpi=pmix apptainer exec IMAGE.sif PROGRAM", "MPI under Slurm: Slurm's PMIx starts the ranks"),
+            (
+                "srun --mpi=pmix apptainer exec IMAGE.sif PROGRAM",
+                "MPI under Slurm: srun starts the ranks, Slurm's PMIx connects them",
+            ),
             (
                 "srun --mpi=pmix apptainer exec --sharens IMAGE.sif setsid PROGRAM",
                 "the same, the ranks of a node in one container (Apptainer >= 1.3): a faster start",

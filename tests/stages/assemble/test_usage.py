@@ -64,7 +64,7 @@ def test_help_says_what_the_image_is_and_how_to_run_it():
     run = lines.index("Run it")
     assert lines[run + 5 : run + 9] == [
         "  srun --mpi=pmix apptainer exec IMAGE.sif PROGRAM",
-        "      MPI under Slurm: Slurm's PMIx starts the ranks",
+        "      MPI under Slurm: srun starts the ranks, Slurm's PMIx connects them",
         "  srun --mpi=pmix apptainer exec --sharens IMAGE.sif setsid PROGRAM",
         "      the same, the ranks of a node in one container (Apptainer >= 1.3): a faster start",
     ]
