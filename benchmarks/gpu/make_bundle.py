@@ -15,7 +15,8 @@ Writes into OUT (default ``.gpu-kit/`` of this checkout, which ``.git/info/exclu
   plugin directories of the MPI, PMIx, PRRTE, UCX, hwloc and libfabric libraries in that closure
   (their components are opened at run time, not linked) and, in turn, their closure; the help
   texts and configuration of those packages, ``/.singularity.d``, the Spack metadata dedal reads
-  (``.spack/spec.json``), a few files of ``/etc``, and every top-level directory, empty. A file
+  (``.spack/spec.json``), a few files of ``/etc``, and every top-level directory, empty (not the
+  image's own ``apptainer test``, which checks the whole image and would fail the slimmed one). A file
   larger than ``--keep-over-mib`` (NCCL: 241 MB for every GPU architecture) is left out and
   named in the manifest: ``kit.sh`` puts the host's library of that name in its place, and says so.
 - what the image lacks for the GPU checks, built here with the image's own ``mpicc`` (in the
@@ -57,6 +58,7 @@ from dedal.adapters import runtime  # noqa: E402
 from dedal.adapters.runtime.common import resolve_in_image  # noqa: E402
 from dedal.errors import DedalError, UserError  # noqa: E402
 from dedal.model.elf import read_elf  # noqa: E402
+from dedal.model.image import ENV_TEST, TEST_FILE  # noqa: E402
 from dedal.stages.assemble import elf_closure  # noqa: E402
 from dedal.stages.assemble.closure import library_path_of  # noqa: E402
 from dedal.stages.verify import image as img  # noqa: E402
@@ -222,6 +224,10 @@ class Slim:
             return None
         self.paths[cur] = None
         return cur
+
+    def drop(self, *cpaths: str) -> List[str]:
+        """Keep these paths out after all; returns those that were kept."""
+        return [p for p in cpaths if self.paths.pop(p, False) is None]
 
     def add_tree(self, cpath: str) -> List[str]:
         """Keep a directory with everything in it; returns its regular files (image paths)."""
@@ -548,6 +554,9 @@ def make(args: argparse.Namespace) -> int:
         slim.add("/" + str(spec.relative_to(root)))
     for p in (".singularity.d", *SYSTEM_DATA, *ETC_FILES, "/opt/dedal/sbom.cdx.json"):
         slim.add_tree(p if p.startswith("/") else "/" + p)
+    # the image's own test checks the whole image (every library of its view): the slimmed root is
+    # not that image, and dedal verify would run the test there and judge the image by it
+    own_test = slim.drop(TEST_FILE, ENV_TEST)
     # what the image lacks, built here; the launcher stub
     extra: Dict[str, Tuple[bytes, int]] = {}
     built_dir = out / ".build"
@@ -579,6 +588,7 @@ def make(args: argparse.Namespace) -> int:
         "built_note": built_note,
         "mpirun": f"{fix[0]} -> prterun --personality ompi (Spack's srun stub replaced)" if fix else "",
         "left_out": {p: s for p, s in sorted(slim.left_out.items())},
+        "own_test_left_out": own_test,
     }
     extra["/.dedal-kit.json"] = (json.dumps(changes, indent=1).encode() + b"\n", 0o644)
     say(

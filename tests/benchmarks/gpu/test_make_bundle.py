@@ -76,6 +76,18 @@ def test_a_kept_tree_leaves_out_build_files_and_other_vendors_components(mb, tmp
     assert sorted(files) == ["/usr/lib/openmpi/mca_accelerator_cuda.so", "/usr/lib/openmpi/mca_pml_ucx.so"]
 
 
+def test_the_images_own_test_stays_out_of_the_slimmed_root(mb, tmp_path: Path) -> None:
+    """`apptainer test` checks the whole image; dedal verify would run it on the slimmed root."""
+    root = tmp_path / "root"
+    (root / ".singularity.d/actions").mkdir(parents=True)
+    for name in ("test", "runscript", "actions/test"):
+        (root / ".singularity.d" / name).write_text("#!/bin/sh\n")
+    slim = mb.Slim(root, keep_over=1 << 20)
+    slim.add_tree("/.singularity.d")
+    assert slim.drop("/.singularity.d/test", "/opt/dedal/env-test") == ["/.singularity.d/test"]
+    assert "/.singularity.d/test" not in slim.paths and "/.singularity.d/actions/test" in slim.paths
+
+
 def test_spacks_srun_stub_gives_way_to_prterun(mb, tmp_path: Path) -> None:
     from dedal.errors import UserError
     from dedal.stages.verify.image import ImageInfo
