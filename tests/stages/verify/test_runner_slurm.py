@@ -218,3 +218,35 @@ def test_app_benchmark_in_an_allocation(
         assert all(r["correct"] for r in data["measurements"]["app lat"]["runs"])
     finally:
         subprocess.run(["scancel", job], env=slurm_cluster.env, timeout=60)
+
+
+def test_the_images_own_test_runs_under_srun(
+    run_dedal, slurm_cluster, trixie_image, native_cache, tmp_path: Path
+) -> None:
+    """An image assembled by dedal carries its own `apptainer test`; verification runs it in the
+    container as one rank of an `srun --mpi=pmix` step and judges the image by it."""
+    out = tmp_path / "own"
+    env = dict(slurm_cluster.env, DEDAL_CACHE_DIR=str(native_cache))
+    p = run_dedal(
+        "verify",
+        trixie_image["image"],
+        "--launcher",
+        "srun",
+        "-b",
+        "init",
+        "-r",
+        "1",
+        "--timeout",
+        "120",
+        "-o",
+        str(out),
+        *WIDE,
+        env=env,
+        timeout=600,
+    )
+    assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{slurm_cluster.log_tail()}"
+    data = json.loads((out / "verify.json").read_text())
+    [own] = [c for c in data["checks"] if c["name"] == "app apptainer-test"]
+    assert own["verdict"] == "good", own
+    log = (out / "raw/apps/apptainer-test.log").read_text()
+    assert "launcher srun" in log and "ok    Open MPI v" in log and "tinympi:latest: all 4 checks passed" in log
