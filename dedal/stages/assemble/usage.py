@@ -64,7 +64,11 @@ def help_text(
     commit = labels.get("dedal.spack.commit", "")
     if spack or commit:
         made += f" (Spack {spack or '?'}" + (f", commit {commit[:12]}" if commit else "") + ")"
-    on = plan.base_image + (f" ({labels['dedal.base.os']})" if labels.get("dedal.base.os") else "")
+    # the base the image is made on: its runtime twin where it has one (the layers were built on plan.base_image)
+    on_base, os_key = ("dedal.runtime_base.image", "dedal.runtime_base.os")
+    if not labels.get(on_base):
+        on_base, os_key = ("dedal.base.image", "dedal.base.os")
+    on = labels.get(on_base, plan.base_image) + (f" ({labels[os_key]})" if labels.get(os_key) else "")
     lines += [f"{made},", f"on {on}, dated {labels.get('org.label-schema.build-date', '?')}.", ""]
     tops = [plan.nodes[h] for h in contents.roots]
     lines.append(

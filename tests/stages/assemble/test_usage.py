@@ -80,6 +80,14 @@ def test_help_of_a_gpu_image_with_its_own_text_and_runscript():
     assert "the image's own runscript" in text
 
 
+def test_help_names_the_base_the_image_is_made_on():
+    contents = contents_of(**STACK)
+    labels = dict(labels_of(contents))
+    assert "on debian-trixie (Debian GNU/Linux 13 (trixie))," in usage.help_text(contents, labels)
+    labels.update({"dedal.runtime_base.image": "debian-trixie-cuda-runtime", "dedal.runtime_base.os": "Debian 13 CUDA"})
+    assert "on debian-trixie-cuda-runtime (Debian 13 CUDA)," in usage.help_text(contents, labels)
+
+
 def test_help_of_an_image_without_mpi_leaves_slurm_out():
     contents = contents_of()
     text = usage.help_text(contents, labels_of(contents))
