@@ -137,14 +137,16 @@ def test_the_self_test_names_each_library_not_found_and_leaves_the_driver_to_nv(
     gone = lib(stubs, "libgone.so.2", soname="libgone.so.2")
     cuda = lib(stubs, "libcuda.so.1", soname="libcuda.so.1")
     lib(tree / "view/lib", "libneeds.so", str(gone), soname="libneeds.so")
+    lib(tree / "view/lib/python3.11/site-packages/arbor", "_arbor.cpython-311-x86_64-linux-gnu.so", str(gone))
     lib(tree / "view/lib", "libgpu.so", str(cuda), soname="libgpu.so")
     shutil.rmtree(stubs)
     r = run_test(tree)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.splitlines() == [
         f"ok    the 1 top-level package(s) and the view {tree}/view are there",
-        "FAIL  libraries not found (1):",
+        "FAIL  libraries not found (2):",
         f"      libgone.so.2 needed by {tree}/view/lib/libneeds.so",
+        f"      libgone.so.2 needed by {tree}/view/lib/python3.11/site-packages/arbor/_arbor.cpython-311-x86_64-linux-gnu.so",
         "note  the host's NVIDIA driver is not bound (libcuda.so.1 ): on a GPU node, run with --nv",
         "tiny:v1: 1 of 2 checks failed",
     ]
