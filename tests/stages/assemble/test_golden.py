@@ -25,7 +25,7 @@ from dedal.stages.assemble import apptainer_files, metadata, usage
 from dedal.stages.assemble.envscript import activation_script, base_environment_script
 from dedal.stages.layer_audit import LayerInfo
 from tests.conftest import SPACK_DATA
-from tests.fixtures.golden import assert_golden
+from tests.fixtures.golden import GOLDEN_DIR, assert_golden, updating
 from tests.stages.assemble.test_units import RECORDED_ACTIVATE, RECORDED_PATH
 
 CREATED = 1700000000
@@ -132,3 +132,30 @@ def test_sif_labels_match_the_golden_file(tmp_path: Path, plan) -> None:
     found = out.by_type(sif.DATA_LABELS)
     assert len(found) == 1
     assert_golden("sif-labels.json", sif.read_object(tmp_path / "tiny.sif", found[0]).decode())
+
+
+#: the golden files of what goes into an image (its /.singularity.d, its labels, its SBOM)
+IMAGE_GOLDEN = ("singularity.d.txt", "sif-labels.json", "sbom.cdx.json")
+
+
+def test_what_goes_into_an_image_changes_with_its_format() -> None:
+    """An image is kept while its inputs are the same, IMAGE_FORMAT among them (dedal's version
+    moves only at releases): a change to the files assembly writes without a new format would
+    leave every image made before it in place, as current. ``image-format.txt`` records the
+    format beside the digest of those golden files; updating the golden files records a new
+    format only."""
+    from dedal.stages.assemble.manifest import IMAGE_FORMAT
+
+    digest = hashlib.sha256(b"".join((GOLDEN_DIR / n).read_bytes() for n in IMAGE_GOLDEN)).hexdigest()
+    record = GOLDEN_DIR / "image-format.txt"
+    fmt, recorded = record.read_text().split()[-2:] if record.is_file() else ("0", "")
+    if updating() and int(fmt) != IMAGE_FORMAT:
+        record.write_text(
+            f"# IMAGE_FORMAT, sha256 of the golden files {', '.join(IMAGE_GOLDEN)}\n{IMAGE_FORMAT} {digest}\n"
+        )
+        fmt, recorded = str(IMAGE_FORMAT), digest
+    assert recorded == digest or int(fmt) != IMAGE_FORMAT, (
+        f"the files an image is made of changed ({', '.join(IMAGE_GOLDEN)}) at IMAGE_FORMAT {IMAGE_FORMAT}: "
+        "raise it in dedal/stages/assemble/manifest.py, then DEDAL_UPDATE_GOLDEN=1"
+    )
+    assert int(fmt) == IMAGE_FORMAT, f"{record} records format {fmt}: DEDAL_UPDATE_GOLDEN=1 after raising IMAGE_FORMAT"
