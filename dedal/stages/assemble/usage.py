@@ -8,8 +8,10 @@ its bill of materials lies) and how it is run, under Slurm too. The test is a ch
 can run on their own machine in seconds, with no network and no Slurm: the top-level
 packages are there, every program and library of the view finds its libraries *there*
 (where the host's binds, ``--nv`` and ``LD_LIBRARY_PATH`` take part, which assembly's
-closure check cannot see), Open MPI runs and starts in one process, a GPU is seen. It
-prints one line per check and exits 1 when one fails. The environment file may add its
+closure check cannot see), Open MPI runs and starts in one process, a GPU is seen; notes
+name what comes from outside and may replace the image's own (an ``LD_LIBRARY_PATH`` set
+outside, the user's ``pip install --user`` packages). It prints one line per check and exits
+1 when one fails. The environment file may add its
 own help text (printed first) and its own test (run after dedal's checks, from
 :data:`~dedal.model.image.ENV_TEST`).
 
@@ -203,6 +205,17 @@ def test_script(contents: Contents, *, image_library_path: Sequence[str] = (), e
         "IFS=$IFS_was",
         'if [ -n "$extra" ]; then',
         '    say note "LD_LIBRARY_PATH set outside the image: libraries there may replace the image\'s:$extra"',
+        "fi",
+        "",
+        "# the user's own Python packages (pip install --user, in $HOME, which Apptainer binds) come",
+        "# before the interpreter's site-packages, the view's among them",
+        "if command -v python3 >/dev/null 2>&1; then",
+        "    user_site=$(python3 -c 'import os, site; p = site.getusersitepackages(); "
+        'print(p if site.ENABLE_USER_SITE and os.path.isdir(p) else "")\' 2>/dev/null)',
+        '    if [ -n "$user_site" ]; then',
+        '        say note "python3 imports from $user_site (pip install --user) before its own site-packages;'
+        ' PYTHONNOUSERSITE=1 leaves it out"',
+        "    fi",
         "fi",
     ]
     if contents.versions.get("openmpi"):

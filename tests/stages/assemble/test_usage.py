@@ -24,6 +24,7 @@ from tests.stages.assemble.test_closure import make_lib
 from tests.stages.assemble.test_golden import CREATED, Base, layer_infos
 
 STACK = {"openmpi": "5.0.7", "pmix": "5.0.7", "ucx": "1.18.1"}
+TEXT = {"capture_output": True, "text": True, "timeout": 60}
 
 
 def contents_of(install_root: str = "/opt/esd/software", view: str = "/opt/view", **versions: str) -> metadata.Contents:
@@ -114,7 +115,7 @@ def run_test(
     contents = contents_of(str(tmp_path / "sw"), str(tmp_path / "view"), **kwargs.pop("versions", {}))  # type: ignore[arg-type]
     script = tmp_path / "test.sh"
     script.write_text(usage.test_script(contents, env_test=env_test, **kwargs))  # type: ignore[arg-type]
-    base = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
+    base = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "HOME": str(tmp_path / "no-home")}
     return subprocess.run(
         ["/bin/sh", str(script)], env={**base, **(env or {})}, capture_output=True, text=True, timeout=60
     )
@@ -165,6 +166,25 @@ def test_the_self_test_finds_a_missing_package_and_a_foreign_library_path(tree):
         "note  LD_LIBRARY_PATH set outside the image: libraries there may replace the image's: /elsewhere/lib" in lines
     )
     assert lines[-1] == "tiny:v1: 1 of 2 checks failed"
+
+
+def test_the_self_test_notes_the_users_own_python_packages(tree):
+    """pip install --user in $HOME (which Apptainer binds) comes before the interpreter's own
+    site-packages: a note names it, and PYTHONNOUSERSITE=1 (which leaves it out) silences it."""
+    home = tree / "home"
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    found = subprocess.run(["python3", "-c", "import site; print(site.getusersitepackages())"], env=env, **TEXT)
+    user_site = found.stdout.strip()
+    assert user_site.startswith(str(home)), found
+    assert "python3 imports" not in run_test(tree, env={"HOME": str(home)}).stdout  # none there yet
+    Path(user_site).mkdir(parents=True)
+    r = run_test(tree, env={"HOME": str(home)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[2] == (
+        f"note  python3 imports from {user_site} (pip install --user) before its own site-packages; "
+        "PYTHONNOUSERSITE=1 leaves it out"
+    )
+    assert "python3 imports" not in run_test(tree, env={"HOME": str(home), "PYTHONNOUSERSITE": "1"}).stdout
 
 
 def fake_tool(bindir: Path, name: str, body: str) -> None:
