@@ -90,6 +90,10 @@ class AppReference:
         return {"output": self.output, "expected": self.expected}
 
 
+#: the check of the image's own `apptainer test`, which every verification runs (verify/apps.OWN_TEST)
+OWN_TEST_NAME = "apptainer-test"
+
+
 @dataclass
 class AppCheck:
     """An application run in the image on its ranks, as users will run it (``srun --mpi=pmix``
@@ -278,6 +282,10 @@ def parse_env(data: Any, path: Path) -> EnvFile:
     for i, app in enumerate(apps):
         if app.name in names[:i]:
             problems.append(f"dedal.verify.apps.{i}.name: {app.name!r} is used twice")
+        elif app.name == OWN_TEST_NAME:
+            problems.append(
+                f"dedal.verify.apps.{i}.name: {app.name!r} is the image's own test, which verification runs"
+            )
         problem = app_problem(app)
         if problem:
             problems.append(f"dedal.verify.apps.{i}.{problem}")

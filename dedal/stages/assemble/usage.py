@@ -52,8 +52,8 @@ def help_text(
     contents: Contents, labels: Mapping[str, str], *, user_help: str = "", own_runscript: bool = False
 ) -> str:
     """``/.singularity.d/runscript.help``: the environment file's ``help`` first, then the
-    image's facts and how to run it. ``own_runscript``: the environment file set the
-    runscript, so ``apptainer run`` does what that says."""
+    image's facts and how to run it. ``own_runscript``: the environment file (or a base built
+    by Apptainer) set the runscript, so ``apptainer run`` does what that says."""
     plan = contents.plan
     name = f"{plan.env_name}:{plan.tag}"
     description = labels.get("org.label-schema.description", "")

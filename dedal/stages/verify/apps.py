@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dedal.adapters import mpi, runtime
-from dedal.model.envfile import AppCheck
+from dedal.model.envfile import OWN_TEST_NAME, AppCheck
 from dedal.model.image import SYMLINKS
 from dedal.stages.verify import findings as F
 from dedal.stages.verify.checks import CheckResult, skipped_check
@@ -25,7 +25,7 @@ METRIC, UNIT = "app", "-"
 
 #: the image's own test, as `apptainer test IMAGE` runs it (dedal writes it: stages/assemble/usage)
 OWN_TEST = AppCheck(
-    name="apptainer-test",
+    name=OWN_TEST_NAME,
     command=["/" + SYMLINKS[".test"]],  # /.singularity.d/actions/test
     ranks=1,
     nodes=1,
