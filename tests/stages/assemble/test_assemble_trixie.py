@@ -118,7 +118,8 @@ def test_the_images_own_test_passes_where_it_runs(trixie_env, trixie_image):
         f"ok    Open MPI v{version} runs",
         "ok    Open MPI has its UCX messaging layer (pml ucx)",
         "skip  MPI start: no dedal_init in the view (package dedal-benchmarks)",
-        "tinympi:latest: all 4 checks passed",
+        "ok    the environment file's test passes",
+        "tinympi:latest: all 5 checks passed",
     ]
 
 
@@ -233,7 +234,7 @@ def test_apptainer_runs_inspects_signs_and_verifies_the_image(trixie_image, appt
     assert helptext.startswith("tinympi:latest") and "\n  dedal-app@1.0\n" in helptext
     assert "srun --mpi=pmix apptainer exec IMAGE.sif PROGRAM" in helptext
     r = apptainer("test", str(image))
-    assert r.stdout.splitlines()[-1] == "tinympi:latest: all 4 checks passed", r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "tinympi:latest: all 5 checks passed", r.stdout + r.stderr
     # a library lost from the image (a sandbox of it, one of the layer's libraries removed): the test says which
     sandbox = tmp_path / "sandbox"
     part = sif.primary_partition(sif.read_sif(image))
@@ -244,7 +245,11 @@ def test_apptainer_runs_inspects_signs_and_verifies_the_image(trixie_image, appt
     r = apptainer("test", str(sandbox), check=False)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL  libraries not found" in r.stdout and f"{gone[0].name} needed by /opt/view/bin/dedal-app" in r.stdout
-    assert r.stdout.splitlines()[-1] == "tinympi:latest: 1 of 4 checks failed"
+    # dedal-app cannot start either: the environment file's test fails too
+    assert r.stdout.splitlines()[-2:] == [
+        "FAIL  the environment file's test exits 1",
+        "tinympi:latest: 2 of 5 checks failed",
+    ]
     apptainer("sign", str(image))
     r = apptainer("verify", str(image))
     assert "Verified signature" in r.stdout + r.stderr

@@ -249,4 +249,4 @@ def test_the_images_own_test_runs_under_srun(
     [own] = [c for c in data["checks"] if c["name"] == "app apptainer-test"]
     assert own["verdict"] == "good", own
     log = (out / "raw/apps/apptainer-test.log").read_text()
-    assert "launcher srun" in log and "ok    Open MPI v" in log and "tinympi:latest: all 4 checks passed" in log
+    assert "launcher srun" in log and "ok    Open MPI v" in log and "tinympi:latest: all 5 checks passed" in log
