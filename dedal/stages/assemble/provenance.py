@@ -33,6 +33,7 @@ import yaml
 
 from dedal.errors import UserError
 from dedal.model.envfile import load_yaml
+from dedal.model.image_options import ImageOptions
 from dedal.model.image import BASE_FILE, ENV_FILE, ENV_IN_IMAGE, RUNTIME_BASE_FILE
 from dedal.model.plan import Plan
 
@@ -99,22 +100,12 @@ def copy_inputs(manifest: Mapping[str, Any], env_dir: Path) -> None:
         d.chmod(0o755)
 
 
-def dedal_section(
-    plan: Plan,
-    env_file: Optional[Path],
-    *,
-    only: List[str],
-    keep_build_deps: bool,
-    runscript: str,
-    labels: Mapping[str, str],
-    description: str,
-    runtime_base: str = "",
-    help: str = "",
-    test: str = "",
-) -> Dict[str, Any]:
+def dedal_section(plan: Plan, image: ImageOptions, *, only: List[str], runtime_base: str = "") -> Dict[str, Any]:
     """The ``dedal:`` section of ``env.yaml``: the environment file's own (verify and
-    registry settings kept), with every value that decides the image made explicit."""
+    registry settings kept), with every value that decides the image made explicit
+    (``image``'s, ``only``: the names of a subset image's packages, ``runtime_base``)."""
     raw: Dict[str, Any] = {}
+    env_file = image.env_file
     if env_file is not None:
         try:
             found = load_yaml(Path(env_file)).get("dedal") or {}
@@ -133,13 +124,13 @@ def dedal_section(
     )
     runtime_base = "" if runtime_base == plan.base_image else runtime_base
     for key, value in (
-        ("description", description),
-        ("runscript", runscript),
-        ("help", help),
-        ("test", test),
-        ("labels", dict(labels)),
+        ("description", image.description),
+        ("runscript", image.runscript),
+        ("help", image.help),
+        ("test", image.test),
+        ("labels", dict(image.labels)),
         ("only", list(only)),
-        ("keep_build_deps", keep_build_deps),
+        ("keep_build_deps", image.keep_build_deps),
         ("runtime_base", runtime_base),
     ):
         if value:

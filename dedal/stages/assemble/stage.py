@@ -398,18 +398,7 @@ def assemble(
                     provenance.write_rebuild_inputs(
                         env_dir_img,
                         manifest,
-                        provenance.dedal_section(
-                            plan,
-                            image.env_file,
-                            only=only_names,
-                            keep_build_deps=keep_build_deps,
-                            runscript=runscript,
-                            help=image.help,
-                            test=image.test,
-                            labels=user_labels,
-                            description=description,
-                            runtime_base=runtime_name,
-                        ),
+                        provenance.dedal_section(plan, image, only=only_names, runtime_base=runtime_name),
                         provenance.definition_of(build_base),
                         provenance.definition_of(base) if base is not build_base else None,
                     )

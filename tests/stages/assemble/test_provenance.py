@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import yaml
 
+from dedal.model.image_options import ImageOptions
 from dedal.stages.assemble import provenance
 
 
@@ -60,9 +61,7 @@ def test_relocated_and_the_same_from_any_checkout(tmp_path):
             }
         )
     )
-    section = provenance.dedal_section(
-        plan, env_file, only=[], keep_build_deps=False, runscript="", labels={"team": "x"}, description=""
-    )
+    section = provenance.dedal_section(plan, ImageOptions(labels={"team": "x"}, env_file=env_file), only=[])
     assert section == {
         "name": "app",
         "tag": "v1",
