@@ -73,7 +73,7 @@ from dedal.stages.verify import appbench, compare
 from dedal.stages.verify import findings as F
 from dedal.stages.verify import image as img
 from dedal.stages.verify import preflight as pre
-from dedal.stages.verify.apps import OWN_TEST, run_apps, skip_reason as app_skip_reason
+from dedal.stages.verify.apps import own_test, run_apps, skip_reason as app_skip_reason
 from dedal.stages.verify.catalogue import Bench, gpu_planned, needs_driver, select_benchmarks
 from dedal.stages.verify.thresholds import Thresholds
 from dedal.ui.activity import activity
@@ -450,7 +450,7 @@ def _verify(opts: Options, progress: Optional[Callable[[str], None]], held: cont
 
         app_checks = run_apps(
             # the image's own test first: what `apptainer test IMAGE` tells a site is verified here too
-            ([OWN_TEST] if info.own_test else []) + list(opts.apps),
+            ([own_test(info.labels)] if info.own_test else []) + list(opts.apps),
             root=container_root,
             launcher=launcher,
             nodes=nodes,

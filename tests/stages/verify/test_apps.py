@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dedal.model.envfile import AppCheck
 from dedal.model.verify_report import skipped_text
+from dedal.stages.verify import apps
 from dedal.stages.verify.apps import judge, run_apps, skip_reason
 from dedal.stages.verify.checks import overall_verdict
 
@@ -99,3 +100,18 @@ def test_a_gpu_app_where_no_gpu_is_used_is_a_gpu_skip(tmp_path: Path) -> None:
     assert check.skipped and check.gpu and check.skip_reason == "no GPU"
     assert skipped_text([check]) == "GPU checks skipped: no GPU"
     assert not (tmp_path / "raw").exists()
+
+
+def test_the_images_own_test_is_judged_by_its_last_line_where_dedal_wrote_it(tmp_path: Path) -> None:
+    ours = apps.own_test({"dedal.env": "demo"})
+    assert ours.name == "apptainer-test" and ours.command == ["/.singularity.d/actions/test"]
+    log = tmp_path / "own.log"
+    log.write_text("$ /.singularity.d/actions/test\nok    Open MPI v5.0.7 runs\ndemo:latest: all 5 checks passed\n")
+    assert apps.judge(ours, 0, False, 0.7, log, "raw/apps/apptainer-test.log").verdict == "good"
+    log.write_text("$ /.singularity.d/actions/test\nok    Open MPI v5.0.7 runs\n")  # stopped before its end
+    assert apps.judge(ours, 0, False, 0.7, log, "raw/apps/apptainer-test.log").verdict == "bad"
+    # another image's %test (apptainer build): its exit code alone
+    theirs = apps.own_test({"org.label-schema.usage": "/.singularity.d/runscript.help"})
+    assert theirs.expect == ""
+    assert apps.judge(theirs, 0, False, 0.1, log, "raw/apps/apptainer-test.log").verdict == "good"
+    assert apps.judge(theirs, 1, False, 0.1, log, "raw/apps/apptainer-test.log").verdict == "bad"
