@@ -115,7 +115,6 @@ class ImageInfo:
             "cuda": self.cuda,
             "osu_cuda": self.osu_cuda,
             "dedal_cuda": self.dedal_cuda,
-            "own_test": self.own_test,
             "versions": self.versions,
             "programs": self.programs,
             "labels": keep,
