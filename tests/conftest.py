@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -181,6 +182,45 @@ def apptainer(isolated_env: Dict[str, str], tmp_path: Path):
         return r
 
     return _run
+
+
+def _free_disk_places() -> Dict[str, Path]:
+    """Where a run writes: its temporary directories and dedal's cache (the nearest existing
+    directory of each)."""
+    places = {
+        "tmp": Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir()),
+        "cache": Path(os.environ.get("DEDAL_CACHE_DIR") or Path.home() / ".cache" / "dedal"),
+    }
+    for name, place in places.items():
+        while not place.exists() and place != place.parent:
+            place = place.parent
+        places[name] = place
+    if os.stat(places["cache"]).st_dev == os.stat(places["tmp"]).st_dev:
+        del places["cache"]  # one file system: one count
+    return places
+
+
+_LEAST_FREE: Dict[str, tuple] = {}  # place name -> (bytes free, the test just finished)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    """The least free space each place had after a test: a run needs a few GiB at once, and a
+    full disk shows up as some test's "No space left on device", which reads like that test's
+    fault (a CI run on a shared disk failed so)."""
+    for name, place in _free_disk_places().items():
+        free = shutil.disk_usage(place).free
+        if name not in _LEAST_FREE or free < _LEAST_FREE[name][0]:
+            _LEAST_FREE[name] = (free, nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: object, exitstatus: int, config: pytest.Config) -> None:
+    """One line, also under ``-q``: the least free disk seen during the run, and after which test."""
+    places = _free_disk_places()
+    seen = [
+        f"{name} {places[name]} {free / 2**30:.1f} GiB (after {nodeid})" for name, (free, nodeid) in _LEAST_FREE.items()
+    ]
+    if seen:
+        terminalreporter.write_line("least free disk during the run: " + "; ".join(seen))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
