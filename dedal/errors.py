@@ -30,6 +30,11 @@ class UserError(DedalError):
     exit_code = 2
 
 
+class NoSpace(DedalError):
+    """Too little free disk where dedal is about to write a large tree: said before the write
+    starts, not as a tool's "No space left on device" halfway through it."""
+
+
 class ToolMissing(DedalError):
     """An external program dedal needs is not installed."""
 

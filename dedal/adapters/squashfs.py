@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from dedal.adapters import proc
-from dedal.errors import ToolError
+from dedal.errors import NoSpace, ToolError
+from dedal.ui.console import human_size
 from dedal.ui.progress import Transfers, meter
 
 HINT = "install squashfs-tools (apt-get install squashfs-tools)"
@@ -206,8 +208,11 @@ def extract(
     user who is not root cannot create (unsquashfs exits 2) and a root run elsewhere mounts its
     own ``/dev`` over; ``offset``: where the squashfs starts in the file (a SIF's partition)."""
     proc.which("unsquashfs", HINT)
-    left_out = [] if devices else [e["path"] for e in entries(image, offset=offset) if e["mode"][:1] in ("b", "c")]
+    listing = entries(image, offset=offset)
+    left_out = [] if devices else [e["path"] for e in listing if e["mode"][:1] in ("b", "c")]
     Path(dest).parent.mkdir(parents=True, exist_ok=True)  # unsquashfs creates dest, not its parents
+    if not paths:
+        check_room(image, Path(dest), unpacked_bytes(listing))
     cmd = [
         "unsquashfs",
         *(["-f"] if merge else []),
@@ -224,6 +229,40 @@ def extract(
         *paths,
     ]
     proc.run(cmd, what="unsquashfs", log=log)
+
+
+BLOCK = 4096  # the block of the usual file systems (ext4, xfs, tmpfs): a file takes whole ones
+
+
+def unpacked_bytes(listing: Iterable[Dict[str, str]]) -> int:
+    """About what unpacking ``listing`` (:func:`entries`) takes on disk: each regular file's
+    size rounded up to whole blocks, a block for each directory; links and device nodes live
+    in their inodes. A hard-linked file counts at each of its names: more, never less."""
+    total = 0
+    for e in listing:
+        kind = e.get("mode", "")[:1]
+        if kind == "-":
+            total += -(-int(e["size"] or 0) // BLOCK) * BLOCK
+        elif kind == "d":
+            total += BLOCK
+    return total
+
+
+def check_room(image: Path, dest: Path, needed: int) -> None:
+    """Refuse to unpack ``image`` into ``dest`` where its file system has less free than
+    ``needed``: the unpack of a large image (the native runs' root, an assembly's tree) would
+    otherwise stop halfway with unsquashfs' "No space left on device", after minutes. Quotas
+    that the file system does not show in its free space (Lustre's, GPFS's) are not seen."""
+    place = Path(dest)
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    free = shutil.disk_usage(place).free
+    if needed > free:
+        raise NoSpace(
+            f"unpacking {image} needs about {human_size(needed)} in {place}, which has "
+            f"{human_size(free)} free: free some space there, or set DEDAL_CACHE_DIR, DEDAL_DATA_DIR "
+            "or TMPDIR (whichever holds it) to a larger file system"
+        )
 
 
 def read_text(image: Path, member: str) -> Optional[str]:

@@ -70,21 +70,6 @@ def native_binds() -> List[runtime.Bind]:
     return [runtime.Bind(p, p) for p in ("/tmp", "/dev/shm") if os.path.isdir(p)]
 
 
-def _copy_partition(sif_path: Path, out: Path) -> None:
-    """The SIF's squashfs partition as a file of its own (unsquashfs has no offset option
-    in dedal's squashfs adapter)."""
-    part = sif.primary_partition(sif.read_sif(sif_path))
-    with open(sif_path, "rb") as src, open(out, "wb") as dst:
-        src.seek(part.offset)
-        left = part.size
-        while left > 0:
-            chunk = src.read(min(left, 8 << 20))
-            if not chunk:
-                raise UserError(f"{sif_path}: truncated SIF (partition ends early)")
-            dst.write(chunk)
-            left -= len(chunk)
-
-
 #: unpacked roots kept per image name (the last used): each is a whole image's files
 #: (1.3-2 GB for the ESD images), and every rebuild of ``NAME:latest`` is a new identity
 NATIVE_KEEP = 2
@@ -158,19 +143,17 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
         return final, True
     cache.mkdir(parents=True, exist_ok=True)
     artifacts.reap_temporaries(cache, of=final.name)  # half-unpacked roots of killed verifications
-    tmp, sq = artifacts.temp_path(final), artifacts.temp_path(final, ".sqfs")
+    tmp = artifacts.temp_path(final)
     try:
         if progress:
             progress(f"unpacking the image's root filesystem for the native runs into {final}")
         with activity(f"unpacking {info.path.name} for the native runs", after=3, announce=False):
-            if info.kind == "sif":
-                _copy_partition(info.path, sq)
-                source = sq
-            else:
-                source = info.path
+            # read in place in the SIF, at its partition's offset: not copied out first (a
+            # whole image's bytes more on the disk that must hold the unpacked root)
+            offset = sif.primary_partition(sif.read_sif(info.path)).offset if info.kind == "sif" else 0
             # without the image's device nodes: the chroot mounts its own /dev, and a user who is
             # not root cannot create them (unsquashfs failed there, and so did dedal verify)
-            squashfs.extract(source, tmp, devices=False)
+            squashfs.extract(info.path, tmp, devices=False, offset=offset)
         (tmp / ".dedal-unpacked").write_text(json.dumps({"image": str(info.path), "identity": info.identity}) + "\n")
         if final.exists():  # another verification unpacked it meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
@@ -179,9 +162,6 @@ def unpack_root(info: ImageInfo, cache: Path, *, progress: Progress = None) -> t
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    finally:
-        if sq.exists():
-            sq.unlink()
     if not _hold(final):  # pruned by another verification in the moment between
         return unpack_root(info, cache, progress=progress)
     for old in _prune_native(cache, info.name):
