@@ -45,6 +45,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the machine's state, not a defect nor the input's
+            where = f" writing {exc.filename}" if exc.filename else ""
+            print(
+                f"dedal: error: {exc.strerror}{where}: free some space, or set DEDAL_CACHE_DIR or "
+                "DEDAL_DATA_DIR to a larger file system (`dedal config show` says where they are)",
+                file=sys.stderr,
+            )
+            return 1
         if exc.errno != errno.ENAMETOOLONG:
             return _internal(exc)
         # only a path from the input can be too long: a user's mistake, wherever it is noticed

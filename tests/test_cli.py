@@ -1,0 +1,53 @@
+"""dedal.cli: a full disk met while writing is one line and exit 1, not "internal error (a bug)".
+A real full file system (a small tmpfs), a real write."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dedal import cli
+
+
+@pytest.fixture
+def full_fs(tmp_path: Path):
+    """A 64 KiB tmpfs, filled up: the next write to it fails with ENOSPC."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root")
+    place = tmp_path / "full"
+    place.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(place)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        with open(place / "filler", "wb", buffering=0) as f:
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"\0" * 4096)
+        yield place
+    finally:
+        subprocess.run(["umount", str(place)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_exit_1(full_fs: Path, monkeypatch, capsys) -> None:
+    written = full_fs / "plan.json"
+
+    def write(_args: argparse.Namespace) -> int:
+        with open(written, "w") as f:
+            f.write("x" * 65536)
+        return 0
+
+    class Parser:
+        def parse_args(self, argv):
+            return argparse.Namespace(func=write, command="plan")
+
+    monkeypatch.setattr(cli, "build_parser", lambda argv: Parser())
+    assert cli.main(["plan"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dedal: error: No space left on device")
+    assert "internal error" not in err and "DEDAL_CACHE_DIR" in err
