@@ -36,6 +36,7 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
 pytest_plugins = [
     "tests.fixtures.base",  # the debian-trixie base, a SIF and an MPI program from it, as_root
     "tests.fixtures.bench",  # bench_image: the base with dedal's microbenchmarks, as a SIF
+    "tests.fixtures.disk",  # small_disk: a small real file system (tmpfs), to meet a full disk
     "tests.fixtures.gitsrc",  # git_sources_mirror: OSU/nccl-tests sources (recipes/gitsrc) into a test's mirror
     "tests.fixtures.images",  # host_env, trixie_env, trixie_image: environments built for assembly
     "tests.fixtures.pypi",  # pypi_index: a PyPI simple index on loopback (recorded page, real sdist)

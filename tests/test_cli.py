@@ -4,9 +4,6 @@ A real full file system (a small tmpfs), a real write."""
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,23 +12,14 @@ from dedal import cli
 
 
 @pytest.fixture
-def full_fs(tmp_path: Path):
+def full_fs(small_disk) -> Path:
     """A 64 KiB tmpfs, filled up: the next write to it fails with ENOSPC."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("mounting a small tmpfs needs root")
-    place = tmp_path / "full"
-    place.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(place)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        with open(place / "filler", "wb", buffering=0) as f:
-            with pytest.raises(OSError):
-                while True:
-                    f.write(b"\0" * 4096)
-        yield place
-    finally:
-        subprocess.run(["umount", str(place)], check=False)
+    place = small_disk("64k")
+    with open(place / "filler", "wb", buffering=0) as f:
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+    return place
 
 
 def test_a_full_disk_is_one_line_and_exit_1(full_fs: Path, monkeypatch, capsys) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -35,23 +33,8 @@ def test_what_an_unpack_takes_is_each_file_in_whole_blocks_and_a_block_a_directo
     assert (out / "sub" / "c").stat().st_size == 5000
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path):
-    """A real 1 MiB file system (tmpfs), mounted for the test and unmounted after it."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("mounting a small tmpfs needs root")
-    place = tmp_path / "small"
-    place.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(place)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield place
-    finally:
-        subprocess.run(["umount", str(place)], check=False)
-
-
-def test_an_unpack_larger_than_the_free_disk_is_refused_before_it_starts(tmp_path: Path, small_fs: Path) -> None:
+def test_an_unpack_larger_than_the_free_disk_is_refused_before_it_starts(tmp_path: Path, small_disk) -> None:
+    small_fs = small_disk("1m")
     image = _image(tmp_path, {"big": 3 * 1024 * 1024, "small": 10})
     dest = small_fs / "cache" / "root"
     with pytest.raises(NoSpace) as e:
