@@ -86,40 +86,6 @@ class ImageInfo:
     dedal_cuda: Optional[bool] = None  # the image's dedal_latency knows -d cuda (None: no dedal_latency)
     own_test: bool = False  # the image has a test (`apptainer test`): dedal's images since image format 2
 
-    def to_json(self) -> Dict[str, Any]:
-        keep = {
-            k: v
-            for k, v in self.labels.items()
-            if k.startswith(
-                (
-                    "dedal.version",
-                    "dedal.env",
-                    "dedal.tag",
-                    "dedal.base",
-                    "dedal.lock",
-                    "dedal.spack",
-                    "dedal.target",
-                    "org.opencontainers.image.created",
-                )
-            )
-        }
-        return {
-            "path": str(self.path),
-            "kind": self.kind,
-            "name": self.name,
-            "arch": self.arch,
-            "view": self.view,
-            "install_root": self.install_root,
-            "target": self.target,
-            "target_source": self.target_source,
-            "cuda": self.cuda,
-            "osu_cuda": self.osu_cuda,
-            "dedal_cuda": self.dedal_cuda,
-            "versions": self.versions,
-            "programs": self.programs,
-            "labels": keep,
-        }
-
 
 def resolve_image(image: str, settings: Settings) -> Path:
     """A path as given, or ``ENV[:TAG]`` of this workspace (``<images_dir>/ENV/TAG.sif``)."""
