@@ -137,3 +137,27 @@ def test_the_unpacked_root_holds_no_device_node(tmp_path: Path) -> None:
     _let_go()
     assert (root / "etc" / "hello").read_text() == "v\n" and (root / "dev").is_dir()
     assert not os.path.lexists(root / "dev" / "null") and not os.path.lexists(root / "dev" / "zero")
+
+
+def test_a_sifs_root_is_read_in_place_and_one_that_cannot_fit_is_refused(
+    tmp_path: Path, small_sqfs, small_disk
+) -> None:
+    """The root is unpacked from the SIF at its partition's offset (no copy of the partition
+    beside it); where the cache's file system cannot hold it, one line before anything is
+    written (before: ``internal error: OSError ENOSPC`` while copying the partition out)."""
+    from dedal.errors import NoSpace
+    from dedal.model import sif
+
+    image = tmp_path / "esd.sif"
+    sif.write_sif(image, small_sqfs, definition="bootstrap: scratch\n", labels={}, metadata={})
+    info = I.ImageInfo(path=image, kind="sif", name="esd", identity="one")
+    root, reused = N.unpack_root(info, tmp_path / "verify-native")
+    assert not reused and (root / "data" / "blob").read_bytes() == bytes(range(256)) * 300
+    assert (root / "etc" / "os-release").read_text().startswith("ID=dedaltest")
+    _let_go()
+
+    cache = small_disk("64k") / "verify-native"  # the blob alone is 75 KiB
+    with pytest.raises(NoSpace) as e:
+        N.unpack_root(I.ImageInfo(path=image, kind="sif", name="esd", identity="two"), cache)
+    assert f"unpacking {image} needs about" in e.value.one_line() and f"in {cache}, which has" in e.value.one_line()
+    assert _roots(cache) == []  # no half-unpacked root, no temporary
