@@ -201,7 +201,7 @@ def _free_disk_places() -> Dict[str, Path]:
     return places
 
 
-_LEAST_FREE: Dict[str, tuple] = {}  # place name -> (bytes free, the test just finished)
+_LEAST_FREE: Dict[str, tuple] = {}  # place name -> (bytes free, the place, the test just finished)
 
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
@@ -211,14 +211,13 @@ def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
     for name, place in _free_disk_places().items():
         free = shutil.disk_usage(place).free
         if name not in _LEAST_FREE or free < _LEAST_FREE[name][0]:
-            _LEAST_FREE[name] = (free, nodeid)
+            _LEAST_FREE[name] = (free, place, nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: object, exitstatus: int, config: pytest.Config) -> None:
     """One line, also under ``-q``: the least free disk seen during the run, and after which test."""
-    places = _free_disk_places()
     seen = [
-        f"{name} {places[name]} {free / 2**30:.1f} GiB (after {nodeid})" for name, (free, nodeid) in _LEAST_FREE.items()
+        f"{name} {place} {free / 2**30:.1f} GiB (after {nodeid})" for name, (free, place, nodeid) in _LEAST_FREE.items()
     ]
     if seen:
         terminalreporter.write_line("least free disk during the run: " + "; ".join(seen))

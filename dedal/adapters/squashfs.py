@@ -200,18 +200,23 @@ def extract(
     merge: bool = True,
     devices: bool = True,
     offset: int = 0,
+    room: bool = True,
 ) -> None:
     """Extract ``image`` (or only ``paths`` of it) into ``dest``, merging with what is there
     (``-f``: note that unsquashfs then follows symlinks found there), or with ``merge=False``
     into ``dest`` that must not exist yet (unsquashfs creates it and meets nothing else);
     ``devices=False``: without the image's device nodes (unsquashfs' ``-ex LIST ;``), which a
     user who is not root cannot create (unsquashfs exits 2) and a root run elsewhere mounts its
-    own ``/dev`` over; ``offset``: where the squashfs starts in the file (a SIF's partition)."""
+    own ``/dev`` over; ``offset``: where the squashfs starts in the file (a SIF's partition).
+    A whole image is first weighed against the free disk (:func:`check_room`); ``room=False``
+    leaves that out where a caller unpacks many small images at once (layers, each listed by
+    its audit already, whose sum is what would have to fit), as it costs a listing of each."""
     proc.which("unsquashfs", HINT)
-    listing = entries(image, offset=offset)
+    weigh = room and not paths
+    listing = entries(image, offset=offset) if weigh or not devices else []
     left_out = [] if devices else [e["path"] for e in listing if e["mode"][:1] in ("b", "c")]
     Path(dest).parent.mkdir(parents=True, exist_ok=True)  # unsquashfs creates dest, not its parents
-    if not paths:
+    if weigh:
         check_room(image, Path(dest), unpacked_bytes(listing))
     cmd = [
         "unsquashfs",

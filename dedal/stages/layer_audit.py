@@ -277,7 +277,8 @@ def unpack_layer(
     yet. No entry of an earlier layer can lie on a later layer's path."""
     fresh = Path(scratch) / f".unpack-{prefix}-{os.getpid()}-{threading.get_ident()}"
     try:
-        squashfs.extract(sqfs, fresh, merge=False, processors=processors, log=log)
+        # not weighed one by one against the free disk: a listing more per layer, hundreds per build job
+        squashfs.extract(sqfs, fresh, merge=False, processors=processors, log=log, room=False)
         problem = listing_problem(tree_entries(fresh), prefix, install_root)
         if problem:
             raise UserError(f"{where}: refused after unpacking: {problem}")

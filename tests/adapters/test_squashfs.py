@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dedal.adapters import squashfs
-from dedal.errors import NoSpace
+from dedal.errors import NoSpace, ToolError
 
 
 def _image(tmp_path: Path, sizes: dict) -> Path:
@@ -49,3 +49,6 @@ def test_an_unpack_larger_than_the_free_disk_is_refused_before_it_starts(tmp_pat
     fits = _image(tmp_path / "fits", {"small": 10})
     squashfs.extract(fits, small_fs / "fits", merge=False)
     assert (small_fs / "fits" / "small").stat().st_size == 10
+    # a caller that unpacks many small images (layers) leaves the weighing out: unsquashfs meets the full disk
+    with pytest.raises(ToolError, match="No space left on device"):
+        squashfs.extract(image, small_fs / "unweighed", merge=False, room=False)
