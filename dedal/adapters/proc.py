@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import math
 import os
 import select
@@ -26,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import IO, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from dedal.errors import ToolError, ToolMissing
 
@@ -177,6 +178,66 @@ def stop(p: subprocess.Popen, grace: Optional[float] = None, *, group: bool = Fa
                 kill(signal.SIGKILL)
             p.wait()
     return p.returncode
+
+
+def marked(name: str, value: str) -> List[int]:
+    """The pids of the processes started with ``name=value`` in their environment (as
+    /proc/PID/environ keeps it: what a process was started with), this one excepted; ones
+    this process may not read are not seen. For what a stopped launcher leaves behind: an
+    environment is inherited down a process tree, through a sandbox and past a daemon that
+    a killed parent orphaned, where parentage is lost."""
+    return [
+        int(e.name)
+        for e in os.scandir("/proc")
+        if e.name.isdigit() and int(e.name) != os.getpid() and _started_with(int(e.name), name, value)
+    ]
+
+
+def _started_with(pid: int, name: str, value: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return f"{name}={value}".encode() in fh.read().split(b"\0")
+    except OSError:  # gone meanwhile, or not ours to read
+        return False
+
+
+def kill_marked(name: str, value: str, wait: float = STOP_GRACE_S) -> List[int]:
+    """SIGKILL every process :func:`marked` finds, again until none is left (what they
+    start meanwhile too) or ``wait`` seconds have passed; the pids it killed. A process is
+    held by a pidfd (Linux 5.3) and checked again before the signal, so that a pid reused
+    between the look and the kill is not hit."""
+    killed: List[int] = []
+    deadline = time.monotonic() + wait
+    while True:
+        pids = marked(name, value)
+        if not pids or time.monotonic() >= deadline:
+            return killed
+        for pid in pids:
+            if _kill_if_marked(pid, name, value) and pid not in killed:
+                killed.append(pid)
+        time.sleep(0.02)
+
+
+def _kill_if_marked(pid: int, name: str, value: str) -> bool:
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno != errno.ENOSYS:  # gone already
+            return False
+        try:  # Python or kernel without pidfds: the plain kill
+            os.kill(pid, signal.SIGKILL)
+            return True
+        except ProcessLookupError:
+            return False
+    try:
+        if not _started_with(pid, name, value):  # the pid is another process's by now
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _wait_exact(p: subprocess.Popen, timeout: Optional[float]) -> int:

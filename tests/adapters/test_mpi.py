@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from dedal.adapters import mpi
+from dedal.model.owner import process_start
 
 
 def test_mpirun_command_forwards_the_run_environment() -> None:
@@ -130,3 +132,33 @@ def test_run_mpirun_gives_prrte_a_session_directory_of_its_own(tmp_path: Path) -
             assert "TMPDIR" not in res.command  # the run's own, not forwarded with -x
     finally:
         os.environ["PATH"] = old
+
+
+def test_a_killed_mpiruns_ranks_do_not_make_its_session_directory_again(tmp_path: Path) -> None:
+    """A rank that outlives a killed mpirun (an orphan, outside the sandbox's process tree)
+    and is still in MPI_Init makes the session directory again after its removal: one
+    ``dedal-prte.*/ompi.vm.0/jf.0/...`` stayed in /tmp per interrupted run (72 here in a day
+    of test runs). The stand-in rank waits for the removal, then makes the directory again;
+    the run's processes are killed by the session in their environment before the removal."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    seen, rank = tmp_path / "seen", tmp_path / "rank"
+    (fake / "mpirun").write_text(
+        f'#!/bin/sh\necho "$TMPDIR" > {seen}\n'
+        'setsid sh -c \'i=0; while [ -d "$TMPDIR" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; '
+        f'mkdir -p "$TMPDIR/ompi.vm.0/jf.0/1/0"\' &\necho $! > {rank}\nexec sleep 30\n'
+    )
+    (fake / "mpirun").chmod(0o755)
+    old = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake}:{old}"
+    try:
+        res = mpi.run_mpirun(None, ["true"], 2, env={}, log=tmp_path / "run.log", timeout=1.0)
+    finally:
+        os.environ["PATH"] = old
+    assert res.returncode == 124
+    session, pid = Path(seen.read_text().strip()), int(rank.read_text())
+    deadline = time.monotonic() + 60
+    while process_start(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process_start(pid) is None, "the stand-in rank still runs"
+    assert not session.exists(), sorted(str(p) for p in session.rglob("*"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -211,3 +212,46 @@ def test_spack_run_on_the_host_does_not_see_them(secrets_set: None, tmp_path: Pa
     out = Spack(root, tmp_path / "cache")._run(["--version"]).stdout
     assert "SPACK_DISABLE_LOCAL_CONFIG=1" in out and "DEDAL_NOT_SECRET_39=kept" in out
     assert SECRET not in out
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped by its parent, does not)."""
+    from dedal.model.owner import process_start
+
+    return process_start(pid) is not None
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no-pidfd"])
+def test_kill_marked_ends_an_orphaned_tree_by_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pidfd: bool
+) -> None:
+    """What mpirun killed in its sandbox leaves: a shell in a session of its own (no parent
+    of ours to kill it with) and what it started, all with the run's mark in their
+    environment. They are killed, and a process with another value of the mark is not."""
+    if not pidfd:
+        monkeypatch.setattr(os, "pidfd_open", lambda pid: (_ for _ in ()).throw(OSError(38, "not implemented")))
+    name, value = "DEDAL_TEST_MARK", str(tmp_path)
+    started = tmp_path / "pids"
+    tree = subprocess.Popen(
+        ["sh", "-c", f'sleep 300 & a=$!; sleep 300 & echo "$a $!" > {started}.part; mv {started}.part {started}; wait'],
+        env={**os.environ, name: value},
+        start_new_session=True,
+    )
+    other = subprocess.Popen(["sleep", "300"], env={**os.environ, name: value + "-another"})
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sleeps = [int(p) for p in started.read_text().split()]
+        assert sorted(proc.marked(name, value)) == sorted([tree.pid, *sleeps])
+
+        killed = proc.kill_marked(name, value)
+        tree.wait(WAIT_S)
+        assert sorted(killed) == sorted([tree.pid, *sleeps])
+        assert tree.returncode == -signal.SIGKILL
+        assert not any(_running(p) for p in sleeps) and proc.marked(name, value) == []
+        assert _running(other.pid)  # another run's mark is left alone
+    finally:
+        for p in (tree, other):
+            p.kill()
+            p.wait()

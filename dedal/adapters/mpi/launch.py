@@ -162,6 +162,7 @@ def run_mpirun(
     # prte_init ("prte_session_dir failed", PMIX_ERR_EXISTS); 28 had piled up here
     session = tempfile.mkdtemp(prefix="dedal-prte.", dir="/tmp")
     run_env = {**env, SESSION_VAR: session}
+    ended = False
     try:
         if root is None:
             proc.which("mpirun", MPIRUN_HINT)
@@ -182,11 +183,18 @@ def run_mpirun(
                 nv=nv,
                 cwd=cwd,
             )
+        ended = True
     except ToolError as exc:
         if not _timed_out(exc):
             raise
         return _killed(log, timeout, cmd, start)
     finally:
+        if not ended:
+            # mpirun was killed (a timeout, a stop signal): its ranks and daemons can outlive
+            # it for a moment, outside its sandbox's process tree, and a rank still in
+            # MPI_Init made the session directory again after its removal (one left in /tmp
+            # per interrupted run); they carry the session in their environment
+            proc.kill_marked(SESSION_VAR, session)
         shutil.rmtree(session, ignore_errors=True)
     return StepResult(res.returncode, res.seconds, cmd)
 
