@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 import time
+from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
@@ -45,6 +47,10 @@ def allocation(slurm_cluster, isolated_env) -> Iterator[Dict[str, str]]:
     )
     yield env
     subprocess.run(["scancel", jid], env=slurm_cluster.env, timeout=60)
+    # the ranks' meeting place (TOGETHER): the test cluster's job ids start again with each
+    # cluster, and one left from an earlier run would let the ranks start before each other
+    for met in Path("/tmp").glob(f"dedal-test-{jid}.*"):
+        shutil.rmtree(met, ignore_errors=True)
 
 
 def test_the_ranks_of_a_node_share_one_container(allocation, base_sif, tmp_path, apptainer):
