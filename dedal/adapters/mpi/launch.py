@@ -304,7 +304,7 @@ def _rank_step(
     shared = joined or (share and runtime.shares_per_node(runtime_name))
     with runtime.prepared(
         root,
-        rank_command(program, session=shared),
+        rank_command(program, session=shared, meet=shared and not joined),  # an instance outlives the step
         binds=all_binds,
         env=env,
         cwd=cwd,

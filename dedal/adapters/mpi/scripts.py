@@ -127,7 +127,31 @@ EOF
 _LOADER = (
     "set -a; . /proc/self/fd/0; set +a; read -r h < /proc/sys/kernel/hostname; "
     'echo "#@ dedal-container: host=$h mntns=$(readlink /proc/self/ns/mnt) '
-    'imagedev=$(stat -Lc %d /bin/sh 2>/dev/null)" >&2; @SESSION@exec "$@" </dev/null'
+    'imagedev=$(stat -Lc %d /bin/sh 2>/dev/null)" >&2; @MEET@@SESSION@exec "$@" </dev/null'
+)
+
+
+# Under Apptainer's --sharens the first rank of a node to start is the container: the others
+# join it through its process, and one that joins after it ended fails ("first process with
+# --sharens has already exited", or "Failed to restore current working directory: No such
+# process" when it ends during the join), or runs outside the image, in the namespaces of a
+# process that took the first one's PID. MPI ranks wait for each other in MPI_Init; any other
+# program (`dedal run IMAGE -- hostname`) did so 8 times in 60 runs of 2 ranks here. So the
+# ranks of a node meet first, in the host's /tmp (bound at /tmp), under a name of the step and
+# the node: each leaves a file, the first to count all of them (the step's tasks on this node,
+# from SLURM_STEP_TASKS_PER_NODE, "2(x3),1" and the like) leaves "go" for the rest, and each
+# removes its own; the last out removes the folder. At most 30 s, then each goes on regardless.
+_MEET = (
+    'n=1 k=0 o=$IFS; IFS=,; for g in ${SLURM_STEP_TASKS_PER_NODE:-1}; do c=${g%%"(x"*} r=1; '
+    'case $g in *"(x"*) r=${g#*"(x"} r=${r%")"} ;; esac; k=$((k + r)); '
+    'if [ "${SLURM_NODEID:-0}" -lt "$k" ]; then n=$c; break; fi; done; IFS=$o; '
+    "d=/tmp/dedal-meet.${SLURM_JOB_ID:-0}.${SLURM_STEP_ID:-0}.${SLURM_NODEID:-0} me=${SLURM_LOCALID:-$$} i=0; "
+    'if [ "$n" -gt 1 ] && mkdir -p "$d" && : > "$d/$me"; then '
+    'while [ ! -e "$d/go" ] && [ "$i" -lt 600 ]; do c=0; for f in "$d"/*; do c=$((c + 1)); done; '
+    '[ "$c" -ge "$n" ] && break; sleep 0.05; i=$((i + 1)); done; '
+    ': > "$d/go"; rm -f "$d/$me"; c=0; for f in "$d"/*; do c=$((c + 1)); done; '
+    'if [ "$c" -le 1 ]; then rm -f "$d/go"; rmdir "$d"; fi; '
+    "fi 2>/dev/null; "
 )
 
 
@@ -138,12 +162,14 @@ _LOADER = (
 _SESSION = 'if command -v setsid >/dev/null; then exec setsid "$@" </dev/null; fi; '
 
 
-def rank_command(program: Sequence[str], *, session: bool = False) -> List[str]:
+def rank_command(program: Sequence[str], *, session: bool = False, meet: bool = False) -> List[str]:
     """The program as it runs inside a rank's sandbox: load the rank's launcher variables
     from standard input first (:data:`RANK_SCRIPT` gives them there), then run with standard
     input closed off; ``session``: as the leader of a session of its own (in a container
-    that Apptainer's --sharens shares: see :data:`_SESSION`)."""
-    loader = _LOADER.replace("@SESSION@", _SESSION if session else "")
+    that Apptainer's --sharens shares: see :data:`_SESSION`); ``meet``: only once every rank
+    of the step on this node has started (the container --sharens makes of the first: see
+    :data:`_MEET`)."""
+    loader = _LOADER.replace("@SESSION@", _SESSION if session else "").replace("@MEET@", _MEET if meet else "")
     return ["/bin/sh", "-c", loader, "dedal-rank", *[os.fspath(p) for p in program]]
 
 
