@@ -134,8 +134,8 @@ _LOADER = (
 # Under Apptainer's --sharens the first rank of a node to start is the container: the others
 # join it through its process, and one that joins after it ended fails ("first process with
 # --sharens has already exited", or "Failed to restore current working directory: No such
-# process" when it ends during the join), or runs outside the image, in the namespaces of a
-# process that took the first one's PID. MPI ranks wait for each other in MPI_Init; any other
+# process" when it ends during the join), or even runs outside the image (seen once here: its
+# /bin/sh was the host's, in a mount namespace of neither). MPI ranks wait in MPI_Init; any other
 # program (`dedal run IMAGE -- hostname`) did so 8 times in 60 runs of 2 ranks here. So the
 # ranks of a node meet first, in the host's /tmp (bound at /tmp), under a name of the step and
 # the node: each leaves a file, the first to count all of them (the step's tasks on this node,
