@@ -442,6 +442,36 @@ def test_verify_with_apptainer_in_an_allocation_one_instance_per_node(
 
 
 @pytest.mark.apptainer
+def test_dedal_run_on_two_nodes_one_container_each(
+    run_dedal, netns_cluster: SlurmCluster, bench_image, native_cache, apptainer, tmp_path: Path
+) -> None:
+    """`dedal run IMAGE -- CMD` in an allocation of two nodes and four tasks, a program that is
+    no MPI program and ends at once: every run, all four ranks answer, the two of a node from one
+    container of the image (one mount namespace per node, the image's /bin/sh, not the host's),
+    the ranks of each node having met in that node's own /tmp before the program, which they
+    leave as they found it."""
+    jid, env = allocation(netns_cluster, native_cache, nodes=2, tasks=4)
+    show = 'echo "rank=$SLURM_PROCID node=$SLURM_NODEID ns=$(readlink /proc/self/ns/mnt) dev=$(stat -Lc %d /bin/sh)"'
+    try:
+        for _ in range(4):
+            p = run_dedal("run", str(bench_image.sif), "--", "/bin/sh", "-c", show, env=env, cwd=tmp_path, timeout=300)
+            assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{netns_cluster.log_tail()}"
+            ranks = re.findall(r"^rank=(\d) node=(\d) ns=(\S+) dev=(\d+)$", p.stdout, re.M)
+            assert sorted(r for r, *_ in ranks) == ["0", "1", "2", "3"], p.stdout + p.stderr
+            per_node: Dict[str, set] = {}
+            for _rank, node, ns, _dev in ranks:
+                per_node.setdefault(node, set()).add(ns)
+            assert sorted(per_node) == ["0", "1"] and all(len(v) == 1 for v in per_node.values()), per_node
+            assert str(os.stat("/bin/sh").st_dev) not in {dev for *_, dev in ranks}, ranks  # all in the image
+        left = srun(
+            netns_cluster, "--jobid", jid, "-N2", "-n2", "--overlap", "sh", "-c", "ls -d /tmp/dedal-meet.* | wc -l"
+        )
+        assert [line.strip() for line in left.stdout.splitlines()] == ["0", "0"], left.stdout + left.stderr
+    finally:
+        subprocess.run(["scancel", jid], env=netns_cluster.env, timeout=60)
+
+
+@pytest.mark.apptainer
 def test_verify_on_fewer_nodes_than_the_allocation_runs_where_the_instance_is(
     run_dedal, netns_cluster: SlurmCluster, bench_image, native_cache, apptainer, tmp_path: Path
 ) -> None:
