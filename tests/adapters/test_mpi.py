@@ -165,7 +165,7 @@ def test_a_killed_mpiruns_ranks_do_not_make_its_session_directory_again(tmp_path
     assert not session.exists(), sorted(str(p) for p in session.rglob("*"))
 
 
-def _rank_in_a_step(localid: int, nodeid: int, program: List[str]) -> subprocess.Popen:
+def _rank_in_a_step(localid: int, nodeid: int, program: List[str], tmp_path: Path) -> subprocess.Popen:
     """One rank's loader as srun's task runs it in the shared container (``meet``), with the
     step's Slurm variables on its standard input, as the rank script gives them."""
     given = {
@@ -175,33 +175,31 @@ def _rank_in_a_step(localid: int, nodeid: int, program: List[str]) -> subprocess
         "SLURM_LOCALID": str(localid),
         "SLURM_STEP_TASKS_PER_NODE": "1,3(x2)",  # node 0: 1 task, nodes 1 and 2: 3 each
     }
-    p = subprocess.Popen(
-        ["env", "-i", "PATH=/usr/bin:/bin", *mpi.rank_command(program, session=True, meet=True)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert p.stdin is not None
-    p.stdin.write("".join(f"export {k}='{v}'\n" for k, v in given.items()))
-    p.stdin.close()
-    p.stdin = None
-    return p
+    variables = tmp_path / f"rank-{nodeid}-{localid}.vars"
+    variables.write_text("".join(f"export {k}='{v}'\n" for k, v in given.items()))
+    with open(variables) as stdin:
+        return subprocess.Popen(
+            ["env", "-i", "PATH=/usr/bin:/bin", *mpi.rank_command(program, session=True, meet=True)],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
 
 
-def test_the_ranks_of_a_node_meet_before_the_program_starts() -> None:
+def test_the_ranks_of_a_node_meet_before_the_program_starts(tmp_path: Path) -> None:
     """Under --sharens the first rank of a node is the container the others join: it must not
     end before they have (a bare `hostname` did, and a later rank failed to join or ran
     outside the image). Its program starts only once the node's other ranks have started; a
     node with one task of the step does not wait; where they met is removed."""
     meet = Path(f"/tmp/dedal-meet.test{os.getpid()}.7.1")
-    first = _rank_in_a_step(0, 1, ["echo", "first"])
+    first = _rank_in_a_step(0, 1, ["echo", "first"], tmp_path)
     time.sleep(0.5)
     assert first.poll() is None and sorted(os.listdir(meet)) == ["0"]  # waits for ranks 1 and 2
-    others = [_rank_in_a_step(i, 1, ["echo", f"rank {i}"]) for i in (1, 2)]
+    others = [_rank_in_a_step(i, 1, ["echo", f"rank {i}"], tmp_path) for i in (1, 2)]
     assert [p.communicate(timeout=60)[0] for p in (first, *others)] == ["first\n", "rank 1\n", "rank 2\n"]
     assert [p.returncode for p in (first, *others)] == [0, 0, 0] and not meet.exists()
 
-    alone = _rank_in_a_step(0, 0, ["echo", "alone"])  # node 0 has no other rank of the step
+    alone = _rank_in_a_step(0, 0, ["echo", "alone"], tmp_path)  # node 0 has no other rank of the step
     assert alone.communicate(timeout=5)[0] == "alone\n" and alone.returncode == 0
     assert not Path(f"/tmp/dedal-meet.test{os.getpid()}.7.0").exists()

@@ -37,6 +37,11 @@ def _signal_when(ready: Path, sig: int = signal.SIGTERM) -> threading.Thread:
     return t
 
 
+def _no_pidfd(pid: int) -> int:
+    """``os.pidfd_open`` of a kernel older than 5.3."""
+    raise OSError(38, "Function not implemented")
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -109,10 +114,7 @@ def test_a_logged_run_with_a_timeout_is_woken_by_its_exit(
 
 
 def test_a_logged_run_without_pidfd_still_waits_and_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_pidfd(pid: int) -> int:
-        raise OSError(38, "Function not implemented")
-
-    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
     assert proc.run(["sh", "-c", "exit 0"], log=tmp_path / "log", timeout=WAIT_S).returncode == 0
     with pytest.raises(ToolError) as info:
         proc.run(["sleep", "30"], what="sleeper", timeout=0.5, log=tmp_path / "log")
@@ -229,7 +231,7 @@ def test_kill_marked_ends_an_orphaned_tree_by_its_environment(
     of ours to kill it with) and what it started, all with the run's mark in their
     environment. They are killed, and a process with another value of the mark is not."""
     if not pidfd:
-        monkeypatch.setattr(os, "pidfd_open", lambda pid: (_ for _ in ()).throw(OSError(38, "not implemented")))
+        monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
     name, value = "DEDAL_TEST_MARK", str(tmp_path)
     started = tmp_path / "pids"
     tree = subprocess.Popen(
