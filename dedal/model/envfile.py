@@ -213,12 +213,42 @@ class EnvFile:
         return {"spack": spack}
 
     def _absolute(self, entry: Any) -> Any:
-        if isinstance(entry, str) and entry and not entry.startswith(("/", "$", "~")) and "://" not in entry:
-            return str((self.directory / entry).resolve())
-        return entry
+        local = local_entry(entry, self.directory)
+        return str(local) if local is not None else entry
 
     def write_spack_yaml(self, directory: Path) -> Path:
         return write_atomic(directory / "spack.yaml", yaml.safe_dump(self.spack_yaml(), sort_keys=False))
+
+
+def local_entry(entry: Any, directory: Path) -> Optional[Path]:
+    """The path on this machine of a ``spack.include`` or ``spack.repos`` entry, a relative one
+    taken from ``directory`` (the environment file's folder, as Spack takes it); None for what
+    Spack resolves itself (``$spack/...``, ``~``, a URL) or what is not a path."""
+    if not isinstance(entry, str) or not entry or entry.startswith(("$", "~")) or "://" in entry:
+        return None
+    return Path(entry) if entry.startswith("/") else (directory / entry).resolve()
+
+
+def missing_local_inputs(spack: Dict[str, Any], directory: Path) -> List[str]:
+    """The package repositories and included files the manifest names on this machine that are
+    not there, a problem each. dedal binds them into the sandbox Spack runs in: one that is
+    missing (an environment copied out of its checkout, its ``../../recipes/repo`` gone) made
+    Spack concretize for half a minute and then say only that a package was not found."""
+    problems: List[str] = []
+    for key in ("repos", "include"):
+        entries = spack.get(key)
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            local = local_entry(entry, directory)
+            if local is None:
+                continue
+            where = (
+                "" if entry == str(local) else f" ({local}: a relative path starts at the environment file's folder)"
+            )
+            if not local.exists():
+                problems.append(f"spack.{key}.{i}: {entry} does not exist{where}")
+            elif key == "repos" and not (local / "repo.yaml").is_file():
+                problems.append(f"spack.{key}.{i}: {entry} is not a Spack package repository (no repo.yaml){where}")
+    return problems
 
 
 def app_problem(app: AppCheck) -> str:
@@ -298,6 +328,7 @@ def parse_env(data: Any, path: Path) -> EnvFile:
     lock = (path.parent / ded["lock"]).resolve() if ded.get("lock") else None
     if lock is not None and not lock.is_file():
         problems.append(f"dedal.lock: {lock} does not exist")
+    problems.extend(missing_local_inputs(data["spack"], path.parent))
     _refuse(path, problems)
     return EnvFile(
         path=path,

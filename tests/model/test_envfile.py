@@ -25,11 +25,15 @@ def test_project_environments_are_valid(path):
 
 
 def test_spack_section_is_passed_untouched_and_written(tmp_path):
+    elsewhere = tmp_path / "abs" / "x.yaml"
+    for f in (tmp_path / "externals.yaml", elsewhere, tmp_path / "repo" / "repo.yaml"):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("{}\n")
     spack = {
         "specs": ["zlib", "openmpi@5 +cuda"],
         "packages": {"all": {"require": "target=x86_64_v3"}},
         "config": {"build_jobs": 3},
-        "include": ["externals.yaml", "/abs/x.yaml"],
+        "include": ["externals.yaml", str(elsewhere), "$spack/etc/spack/x.yaml"],  # Spack's own: not looked at
         "repos": ["repo"],
     }
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"spack": spack}))
@@ -38,7 +42,7 @@ def test_spack_section_is_passed_untouched_and_written(tmp_path):
     out = env.write_spack_yaml(tmp_path / "work")
     written = yaml.safe_load(out.read_text())["spack"]
     assert written["specs"] == spack["specs"] and written["packages"] == spack["packages"]
-    assert written["include"] == [str(tmp_path / "externals.yaml"), "/abs/x.yaml"]
+    assert written["include"] == [str(tmp_path / "externals.yaml"), str(elsewhere), "$spack/etc/spack/x.yaml"]
     assert written["repos"] == [str(tmp_path / "repo")]
 
 
