@@ -71,6 +71,7 @@ def ensure_base(name: str, settings: Settings, progress: Progress = None, *, reb
         found = read_base(final)
         if found:
             return found
+    check_can_build(defn, cache, rebuild=rebuild)
     # SIGTERM (scancel, a CI timeout) like Ctrl-C: debootstrap is killed and the half-made
     # root filesystem removed on the way out, not left running and lying in the cache
     with Signals(f"base {name}"), exclusive(final, f"base {name}", say):
@@ -79,6 +80,21 @@ def ensure_base(name: str, settings: Settings, progress: Progress = None, *, reb
             if found:
                 return found
         return _build(defn, bid, settings, say)
+
+
+def check_can_build(defn: BaseDefinition, cache: Path, *, rebuild: bool = False, euid: Optional[int] = None) -> None:
+    """A Debian base is built as root (debootstrap makes device nodes and files owned by other
+    users). Said before the work, with the way out a user who is not root has: a base that
+    root built into a shared ``base_cache``. (It was said from inside debootstrap's step, after
+    a line naming a log that was never written, as "use a prebuilt base", which no setting is.)"""
+    if defn.kind != "debian" or (os.geteuid() if euid is None else euid) == 0:
+        return
+    why = "rebuilding it" if rebuild else f"it is not in base_cache {cache}, and building it"
+    raise UserError(
+        f"base {defn.name}: {why} needs root (debootstrap makes device nodes and files owned by other "
+        f"users); let root run `dedal base build {defn.name}` with base_cache on a folder users can read, "
+        "then set base_cache (or DEDAL_BASE_CACHE) to that folder"
+    )
 
 
 def _build(defn: BaseDefinition, bid: str, settings: Settings, say: Callable[[str], None]) -> BaseImage:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dedal.model import base
-from dedal.stages.base import ensure_base, resolve_mirror
+from dedal.stages.base import check_can_build, ensure_base, resolve_mirror
 from dedal.model import config
 from dedal.adapters import debootstrap
 from dedal.errors import UserError
@@ -495,3 +495,52 @@ def test_cuda_runtime_base_definition():
         assert p not in pkgs, p
     assert not rt.python_venv and "SPACK_PYTHON" not in rt.env  # no concretizing in an image
     assert rt.record_versions["cudart"] == build.record_versions["cudart"] == "libcudart12"
+
+
+def test_a_debian_base_is_built_as_root_and_a_user_is_told_the_way_out(tmp_path):
+    """Who is not root cannot debootstrap: said before anything is made, naming base_cache,
+    the setting that lets such a user take the base root built; not said for root, nor for
+    a base that Apptainer builds (fakeroot)."""
+    defn = base.load_definition("debian-trixie")
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError) as info:
+        check_can_build(defn, cache, euid=1000)
+    said = info.value.one_line()
+    assert f"base debian-trixie: it is not in base_cache {cache}, and building it needs root" in said
+    assert "dedal base build debian-trixie" in said and "DEDAL_BASE_CACHE" in said
+    with pytest.raises(UserError, match="base debian-trixie: rebuilding it needs root"):
+        check_can_build(defn, cache, rebuild=True, euid=1000)
+    check_can_build(defn, cache, euid=0)
+    check_can_build(base.load_definition("rocky9-cuda"), cache, euid=1000)
+    assert not cache.exists()
+
+
+def test_dedal_base_build_as_a_user_is_one_line_and_writes_nothing(isolated_env):
+    """Through the installed command as nobody: exit 2, the one line, the cache untouched (a
+    user's run left a lock file and a logs folder in it, after a line naming a log never written)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run the command as another user")
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="dedal-test-user-", dir="/tmp"))
+    try:
+        top.chmod(0o777)
+        env = dict(isolated_env, HOME=str(top), XDG_CONFIG_HOME=str(top), XDG_CACHE_HOME=str(top / "cache"))
+        env["XDG_DATA_HOME"] = str(top / "data")
+        env["DEDAL_BASE_CACHE"] = str(top / "bases")
+        r = subprocess.run(
+            [dedal_exe(), "base", "build", "debian-trixie"],
+            env=env,
+            cwd=top,
+            user=65534,
+            group=65534,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert f"base debian-trixie: it is not in base_cache {top / 'bases'}, and building it needs root" in r.stderr
+        assert sorted(p.name for p in top.iterdir()) == [], sorted(top.rglob("*"))
+    finally:
+        shutil.rmtree(top)
