@@ -210,8 +210,10 @@ def _findings(data: Any) -> Tuple[FindingRecord, ...]:
 
 def findings_in_brief(report: Any) -> str:
     """The errors and warnings of a report by their codes, for a line under its verdict:
-    ``1 error: ucx-tcp-inter-node; 2 warnings: startup-overhead, latency-noisy`` ("" when it
-    has none), so that "suboptimal" or "bad" says why without the report open. ``report``: a
+    ``1 error: ucx-tcp-inter-node; 3 warnings: startup-overhead, latency-noisy (2)`` ("" when it
+    has none; a code found more than once named once, with its count: "3 warnings:
+    latency-noisy, bandwidth-noisy" read as a count that did not add up), so that "suboptimal"
+    or "bad" says why without the report open. ``report``: a
     :class:`VerifyRecord` or the stage's report (its findings, and each check's)."""
     every = list(report.findings) + [f for c in report.checks for f in c.findings]
     parts = []
@@ -219,7 +221,8 @@ def findings_in_brief(report: Any) -> str:
         codes = [f.code for f in every if f.severity == severity]
         if codes:
             plural = "" if len(codes) == 1 else "s"
-            parts.append(f"{len(codes)} {severity}{plural}: {', '.join(dict.fromkeys(codes))}")
+            named = [c if codes.count(c) == 1 else f"{c} ({codes.count(c)})" for c in dict.fromkeys(codes)]
+            parts.append(f"{len(codes)} {severity}{plural}: {', '.join(named)}")
     return "; ".join(parts)
 
 

@@ -107,6 +107,6 @@ def test_the_errors_and_warnings_in_brief_name_the_report_s_and_each_check_s_cod
     rec = vr.from_json(data)
     assert [f.code for f in rec.checks[1].findings] == ["bandwidth-noisy", "bandwidth-noisy", "ucx-protocols"]
     assert rec.checks[2].findings == ()
-    # errors first; a code found twice is counted twice and named once; notes are left out
-    assert vr.findings_in_brief(rec) == "1 error: ucx-tcp-inter-node; 3 warnings: startup-overhead, bandwidth-noisy"
+    # errors first; a code found twice is counted twice and named once, with its count; notes are left out
+    assert vr.findings_in_brief(rec) == "1 error: ucx-tcp-inter-node; 3 warnings: startup-overhead, bandwidth-noisy (2)"
     assert vr.findings_in_brief(vr.from_json(REPORT)) == ""  # only a note: nothing to say under "good"
