@@ -4,12 +4,18 @@ PMIx/Slurm variables into a sandbox that starts from a clean environment."""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import List
 
+import pytest
+
 from dedal.adapters import mpi
+from dedal.errors import Interrupted, Signals
 from dedal.model.owner import process_start
 
 
@@ -163,6 +169,39 @@ def test_a_killed_mpiruns_ranks_do_not_make_its_session_directory_again(tmp_path
         time.sleep(0.05)
     assert process_start(pid) is None, "the stand-in rank still runs"
     assert not session.exists(), sorted(str(p) for p in session.rglob("*"))
+
+
+@pytest.mark.parametrize("step", ["mkdtemp", "rmtree"])
+def test_a_stop_signal_as_the_session_directory_is_made_or_removed_leaves_none(
+    step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM (scancel, a stopped test) right after the run's session directory is made,
+    before it has a name, or as its removal begins: the directory goes all the same, and the
+    stop comes after (an empty ``dedal-prte.*`` stayed in /tmp after a full test run, from
+    the test that stops a verification)."""
+    made: List[str] = []
+    real = getattr(tempfile if step == "mkdtemp" else shutil, step)
+
+    def with_a_signal(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if step == "rmtree":
+            made.append(str(args[0]))
+            os.kill(os.getpid(), signal.SIGTERM)
+        out = real(*args, **kwargs)
+        if step == "mkdtemp":
+            made.append(out)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mpirun").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "mpirun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setattr(tempfile if step == "mkdtemp" else shutil, step, with_a_signal)
+    with pytest.raises(Interrupted), Signals("test"):
+        mpi.run_mpirun(None, ["true"], 2, env={}, log=tmp_path / "run.log", timeout=30)
+    assert made and made[0].startswith("/tmp/dedal-prte.")
+    assert not Path(made[0]).exists()
 
 
 def _rank_in_a_step(localid: int, nodeid: int, program: List[str], tmp_path: Path) -> subprocess.Popen:

@@ -367,6 +367,30 @@ def test_start_in_runs_a_launcher_and_unmounts(base_sif, mpi_hello, backend, tmp
     assert helpers.fuse_mounts() == []
 
 
+def test_a_stop_signal_as_a_private_dir_is_made_leaves_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM right after Apptainer's private /tmp is made, before it is known to its
+    removal: it goes all the same (as mpirun's session directory, whose empty leftover a
+    full test run showed), and the stop comes after."""
+    import signal
+
+    from dedal.adapters.runtime import apptainer
+    from dedal.errors import Interrupted, Signals
+
+    made = []
+    real = tempfile.mkdtemp
+
+    def with_a_signal(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        made.append(real(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGTERM)
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", with_a_signal)
+    with pytest.raises(Interrupted), Signals("test"):
+        with apptainer._private_dirs(["/tmp"], []):
+            pass
+    assert made and "dedal-tmp-" in made[0] and not Path(made[0]).exists()
+
+
 @pytest.mark.apptainer
 def test_apptainer_private_dirs_removed(trixie_base, tmp_path):
     """The private /tmp (and /dev/shm, where a bind below it names a path the host lacks)

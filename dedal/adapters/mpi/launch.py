@@ -19,7 +19,7 @@ from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from dedal.adapters import proc, runtime, slurm
 from dedal.adapters.mpi.scripts import IMAGE_TOKEN, RANK_SCRIPT, REAP_SCRIPT, rank_command, write_rank_script
-from dedal.errors import ToolError
+from dedal.errors import ToolError, signals_held
 
 
 MPIRUN_HINT = "no mpirun on the host: install Open MPI, load its module, or verify with --native rootfs"
@@ -160,10 +160,15 @@ def run_mpirun(
     # own, removed afterwards: one that a killed mpirun (a timeout, a stopped test) left in
     # a /tmp shared with the host made a later mpirun that got the same PID fail in
     # prte_init ("prte_session_dir failed", PMIX_ERR_EXISTS); 28 had piled up here
-    session = tempfile.mkdtemp(prefix="dedal-prte.", dir="/tmp")
-    run_env = {**env, SESSION_VAR: session}
+    session = ""
     ended = False
     try:
+        # made and named in one step, removed in one step: a stop signal (scancel, a stopped
+        # test) between the mkdir and the name, or halfway through the removal, left an
+        # empty dedal-prte.* in /tmp (one in a full test run); it now waits for the step's end
+        with signals_held():
+            session = tempfile.mkdtemp(prefix="dedal-prte.", dir="/tmp")
+        run_env = {**env, SESSION_VAR: session}
         if root is None:
             proc.which("mpirun", MPIRUN_HINT)
             host_env = dict(os.environ)
@@ -189,13 +194,15 @@ def run_mpirun(
             raise
         return _killed(log, timeout, cmd, start)
     finally:
-        if not ended:
-            # mpirun was killed (a timeout, a stop signal): its ranks and daemons can outlive
-            # it for a moment, outside its sandbox's process tree, and a rank still in
-            # MPI_Init made the session directory again after its removal (one left in /tmp
-            # per interrupted run); they carry the session in their environment
-            proc.kill_marked(SESSION_VAR, session)
-        shutil.rmtree(session, ignore_errors=True)
+        with signals_held():
+            if session and not ended:
+                # mpirun was killed (a timeout, a stop signal): its ranks and daemons can outlive
+                # it for a moment, outside its sandbox's process tree, and a rank still in
+                # MPI_Init made the session directory again after its removal (one left in /tmp
+                # per interrupted run); they carry the session in their environment
+                proc.kill_marked(SESSION_VAR, session)
+            if session:
+                shutil.rmtree(session, ignore_errors=True)
     return StepResult(res.returncode, res.seconds, cmd)
 
 

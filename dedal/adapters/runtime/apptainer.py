@@ -81,7 +81,7 @@ from dedal.adapters.runtime.common import (
     remove_mount_points,
     wrap_with_image_env,
 )
-from dedal.errors import UserError
+from dedal.errors import UserError, signals_held
 
 TOOL = "apptainer"
 SHM = "/dev/shm"
@@ -225,8 +225,8 @@ def _private_dirs(targets: Sequence[str], binds: Sequence[Bind]) -> Iterator[Dic
     made: Dict[str, Path] = {}
     try:
         for dst in targets:
-            d = Path(tempfile.mkdtemp(prefix="dedal-" + dst.strip("/").replace("/", "-") + "-"))
-            made[dst] = d
+            with signals_held():  # made and known to the removal below in one step (as mpirun's session)
+                d = made[dst] = Path(tempfile.mkdtemp(prefix="dedal-" + dst.strip("/").replace("/", "-") + "-"))
             d.chmod(0o1777)
             make_mount_points(
                 d,
@@ -234,8 +234,9 @@ def _private_dirs(targets: Sequence[str], binds: Sequence[Bind]) -> Iterator[Dic
             )
         yield made
     finally:
-        for d in made.values():
-            shutil.rmtree(d, ignore_errors=True)
+        with signals_held():  # whole, not broken off by a stop signal halfway
+            for d in made.values():
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def _check_dev_binds(binds: Sequence[Bind]) -> None:
