@@ -41,7 +41,7 @@ import yaml
 from dedal.adapters import git as gitad
 from dedal.errors import UserError
 from dedal.model import artifacts, verify_report
-from dedal.model.envfile import EnvFile, load_env
+from dedal.model.envfile import EnvFile, load_env, local_entry
 from dedal.model.inputs import load_json, read_input
 from dedal.model.plan import Plan
 from dedal.model.target import Target
@@ -151,9 +151,9 @@ def watched_paths(root: Path, env_file: Path) -> List[str]:
     for entry in entries:
         if isinstance(entry, dict):  # include: [{path: ...}]
             entry = entry.get("path")
-        if not isinstance(entry, str) or not entry or entry.startswith(("$", "~")) or "://" in entry:
+        target = local_entry(entry, directory)
+        if target is None:  # Spack's own ($spack/...), ~, a URL
             continue
-        target = Path(entry) if entry.startswith("/") else directory / entry
         try:
             watched.add(target.resolve().relative_to(root.resolve()).as_posix())
         except ValueError:
