@@ -16,6 +16,7 @@ The checks' skipped text and the verdict rules are defined here once, for the wr
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Tuple, Union
@@ -218,11 +219,12 @@ def findings_in_brief(report: Any) -> str:
     every = list(report.findings) + [f for c in report.checks for f in c.findings]
     parts = []
     for severity in ("error", "warning"):
-        codes = [f.code for f in every if f.severity == severity]
-        if codes:
-            plural = "" if len(codes) == 1 else "s"
-            named = [c if codes.count(c) == 1 else f"{c} ({codes.count(c)})" for c in dict.fromkeys(codes)]
-            parts.append(f"{len(codes)} {severity}{plural}: {', '.join(named)}")
+        counts = Counter(f.code for f in every if f.severity == severity)  # in the order first found
+        total = sum(counts.values())
+        if total:
+            plural = "" if total == 1 else "s"
+            named = [code if n == 1 else f"{code} ({n})" for code, n in counts.items()]
+            parts.append(f"{total} {severity}{plural}: {', '.join(named)}")
     return "; ".join(parts)
 
 
