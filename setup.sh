@@ -53,6 +53,27 @@ quietly() {
     exit 1
   fi
 }
+# apt-get, waiting while another package manager holds apt's lock (unattended-upgrades starts on a
+# machine just booted, which is where the README's first command is typed): a try that the lock
+# stopped changed nothing, so it is tried again every APT_LOCK_POLL seconds, up to APT_LOCK_WAIT.
+# (`apt-get update` ignores DPkg::Lock::Timeout, so one loop serves update and install.)
+APT_LOCK_WAIT=${APT_LOCK_WAIT:-600}
+APT_LOCK_POLL=${APT_LOCK_POLL:-5}
+apt_get() {
+  local out rc waited=0
+  out=$(mktemp)
+  while :; do
+    rc=0
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get "$@" 2>&1 | tee "$out" || rc=$?
+    if [ "$rc" = 0 ] || ! grep -q "Could not get lock" "$out" || [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
+      rm -f "$out"
+      return "$rc"
+    fi
+    echo "Waiting for another package manager to release apt's lock (${waited}s of ${APT_LOCK_WAIT}s)"
+    sleep "$APT_LOCK_POLL"
+    waited=$((waited + APT_LOCK_POLL))
+  done
+}
 # sudo asks for a password here, in the foreground, not inside a step whose output is logged
 [ -z "$SUDO" ] || sudo -v
 
@@ -76,8 +97,8 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
-  quietly $SUDO apt-get update -q
-  quietly $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  quietly apt_get update -q
+  quietly apt_get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 # siftool (sylabs/sif: same SIF format and object layout that `apptainer build` writes)
@@ -102,7 +123,7 @@ if [ -n "${DEDAL_APPTAINER_SRC:-}" ]; then
     quietly $SUDO "$builder" "$src" "$prefix" "$ref"
   else
     echo "setup: building apptainer $ref from $src into $prefix (minutes; log: $LOG)"
-    quietly $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    quietly apt_get install -y -q --no-install-recommends \
       libseccomp-dev libtalloc-dev libattr1-dev libprotobuf-c-dev libsubid-dev uidmap fakeroot cryptsetup \
       libfuse3-dev fuse2fs pkg-config tzdata
     work=$CACHE/apptainer-build

@@ -2,7 +2,9 @@
 first command starts there). The function is taken out of setup.sh as it is and run under
 setup.sh's own ``set -euo pipefail`` in a pseudo-terminal, with a step that writes to the log
 as pip does: an indented warning block (setuptools' editable-install warning ends in a
-source line, which read as an error on the status line) and, later, a plain line."""
+source line, which read as an error on the status line) and, later, a plain line. And its
+``apt_get``, with a stand-in ``apt-get`` on PATH: on a machine just booted, unattended-upgrades
+holds apt's lock when the README's first command is typed."""
 
 from __future__ import annotations
 
@@ -16,12 +18,16 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 
-def _quietly() -> str:
-    """The text of setup.sh's ``quietly`` function, from its first line to its closing brace."""
+def _function(name: str) -> str:
+    """The text of one of setup.sh's functions, from its first line to its closing brace."""
     lines = (ROOT / "setup.sh").read_text().splitlines()
-    start = lines.index("quietly() {")
+    start = lines.index(f"{name}() {{")
     end = lines.index("}", start)
     return "\n".join(lines[start : end + 1])
+
+
+def _quietly() -> str:
+    return _function("quietly")
 
 
 def _in_a_terminal(script: str, timeout: float = 30.0) -> tuple[int, str]:
@@ -78,3 +84,50 @@ def test_a_failed_step_shows_the_end_of_its_log(tmp_path: Path) -> None:
     rc, seen = _run_step(tmp_path, "echo 'E: Unable to locate package nope'; exit 3")
     assert rc == 1 and "STEP-DONE" not in seen, seen
     assert "setup: failed (exit 3)" in seen and "Unable to locate package nope" in seen, seen
+
+
+def _fake_apt_get(tmp_path: Path, body: str) -> dict[str, str]:
+    """An environment whose ``apt-get`` is a script that counts its calls in ``calls``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "apt-get"
+    fake.write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/calls\nn=$(wc -l < {tmp_path}/calls)\n{body}\n')
+    fake.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def _apt_get(tmp_path: Path, env: dict[str, str], wait: int) -> subprocess.CompletedProcess[str]:
+    script = f'set -euo pipefail\nSUDO=""\nAPT_LOCK_WAIT={wait}\nAPT_LOCK_POLL=1\n{_function("apt_get")}\napt_get install -y sl\n'
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+
+
+LOCKED = (
+    'if [ "$n" -le 2 ]; then echo "E: Could not get lock /var/lib/dpkg/lock-frontend. '
+    'It is held by process 2348 (apt-get)"; exit 100; fi; echo "Setting up sl"'
+)
+
+
+def test_apt_get_waits_while_another_package_manager_holds_the_lock(tmp_path: Path) -> None:
+    # a machine just booted runs unattended-upgrades: the first command must wait, not fail
+    env = _fake_apt_get(tmp_path, LOCKED)
+    done = _apt_get(tmp_path, env, wait=10)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "calls").read_text().splitlines() == ["install -y sl"] * 3
+    assert done.stdout.count("Waiting for another package manager") == 2, done.stdout
+    assert "Setting up sl" in done.stdout
+
+
+def test_apt_get_gives_up_on_the_lock_after_its_wait(tmp_path: Path) -> None:
+    env = _fake_apt_get(tmp_path, LOCKED)
+    done = _apt_get(tmp_path, env, wait=0)
+    assert done.returncode == 100, done.stdout + done.stderr
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+    assert "Could not get lock" in done.stdout
+
+
+def test_apt_get_does_not_retry_a_failure_that_is_not_the_lock(tmp_path: Path) -> None:
+    env = _fake_apt_get(tmp_path, 'echo "E: Unable to locate package sl"; exit 100')
+    done = _apt_get(tmp_path, env, wait=10)
+    assert done.returncode == 100, done.stdout + done.stderr
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+    assert "Waiting" not in done.stdout
