@@ -10,37 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from dedal.adapters import overlay
 from dedal.errors import DedalError, UserError, signals_held
 from dedal.model.artifacts import write_atomic
+from dedal.model.mounts import mounted_under
 from dedal.model.owner import GONE, Owner
 
 STAGE_OWNER = ".dedal-owner"  # in each stage: which process made it (host, boot, PID namespace)
-
-
-def _mounted_under(path: Path) -> List[Tuple[str, str]]:
-    """(mount point, file system type) of the mounts at or below ``path``, deepest first
-    (/proc/self/mountinfo; octal escapes decoded)."""
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    top = os.path.realpath(path)
-    found = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 4 and " - " in line:
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-            fstype = line.split(" - ", 1)[1].split()[0]
-            if point == top or point.startswith(top + "/"):
-                found.append((point, fstype))
-    return sorted(found, key=lambda m: -len(m[0]))
 
 
 OVERLAY_TYPES = {"overlay": overlay.KERNEL, "fuse.fuse-overlayfs": overlay.FUSE}
@@ -50,7 +31,7 @@ def _unmount_overlays(stage: Path) -> bool:
     """Unmount the overlays an assembly killed outright left in its stage; True when
     nothing is mounted below ``stage`` any more. Any other mount stays (and so does the
     stage): removing files through it would reach outside the stage."""
-    mounts = _mounted_under(stage)
+    mounts = mounted_under(stage)
     if any(fstype not in OVERLAY_TYPES for _, fstype in mounts):
         return False
     for point, fstype in mounts:
@@ -58,7 +39,7 @@ def _unmount_overlays(stage: Path) -> bool:
             overlay.unmount(Path(point), OVERLAY_TYPES[fstype])
         except DedalError:
             return False
-    return not _mounted_under(stage)
+    return not mounted_under(stage)
 
 
 def stale_stages(parent: Path) -> List[Path]:

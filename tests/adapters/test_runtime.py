@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dedal.adapters import runtime
+from dedal.adapters import runtime, squashfs
 from dedal.adapters.runtime import Bind, Request
 from dedal.errors import ToolError, UserError
 from dedal.model.config import SETTINGS
@@ -517,3 +517,66 @@ def test_where_nothing_can_be_mounted_the_image_is_unpacked_for_the_block(base_s
         assert (root / "dev").is_dir() and not os.path.lexists(root / "dev" / "null")
         assert helpers.fuse_mounts() == []
     assert not root.exists()
+
+
+def _tiny_squashfs(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "os-release").write_text("ID=tiny\n")
+    image = tmp_path / "tiny.squashfs"
+    squashfs.pack([tree], image)
+    return image
+
+
+def test_a_stop_signal_as_the_image_mount_dir_is_made_leaves_none(tmp_path: Path, monkeypatch) -> None:
+    """SIGTERM right after `mounted`'s directory is made, before it is known to its removal
+    (as Apptainer's private dirs): it goes all the same, and the stop comes after."""
+    import signal
+
+    from dedal.errors import Interrupted, Signals
+
+    image = _tiny_squashfs(tmp_path)
+    made = []
+    real = tempfile.mkdtemp
+
+    def with_a_signal(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        made.append(real(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGTERM)
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", with_a_signal)
+    with pytest.raises(Interrupted), Signals("test"):
+        with runtime.mounted(image):
+            pass
+    assert made and "dedal-root-" in made[0] and not Path(made[0]).exists()
+
+
+@pytest.mark.parametrize("kernel", [False, True], ids=["squashfuse", "kernel"])
+def test_a_stop_signal_as_the_image_is_mounted_leaves_no_mount(tmp_path: Path, monkeypatch, kernel: bool) -> None:
+    """SIGTERM after squashfuse (or mount) made the mount, before its caller heard which
+    method: the mount was left, its directory could not be removed, and the error of that
+    removal hid the stop. The kernel's mount table tells what is mounted there."""
+    import signal
+
+    from dedal.adapters.runtime import common
+    from dedal.errors import Interrupted, Signals
+
+    if kernel and os.geteuid() != 0:
+        pytest.skip("a kernel squashfs mount needs root")
+    image = _tiny_squashfs(tmp_path)
+    points = []
+    real = squashfs.mount
+
+    def with_a_signal(image: Path, mountpoint: Path, **kwargs) -> str:  # noqa: ANN003
+        points.append(mountpoint)
+        real(image, mountpoint, kernel=kernel, **kwargs)
+        assert common.mounted_under(mountpoint)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return "never returned"
+
+    monkeypatch.setattr(squashfs, "mount", with_a_signal)
+    with pytest.raises(Interrupted), Signals("test"):
+        with runtime.mounted(image):
+            pass
+    assert points and not common.mounted_under(points[0]) and not points[0].exists()
+    assert helpers.fuse_mounts() == []

@@ -35,9 +35,10 @@ from pathlib import Path, PurePosixPath
 from typing import ContextManager, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 from dedal.adapters import squashfs
-from dedal.errors import UserError
+from dedal.errors import DedalError, UserError, signals_held
 from dedal.model import sif
 from dedal.model.image import STD_PATH
+from dedal.model.mounts import mounted_under
 
 ENV_DIR = "/.singularity.d/env"
 HINTS = {
@@ -202,23 +203,42 @@ def mounted(root: RootArg) -> Iterator[Optional[Path]]:
         yield None if root is None else Path(root)
         return
     offset = source[1]
-    mnt = Path(tempfile.mkdtemp(prefix="dedal-root-"))
-    if cannot_mount():
-        try:
+    made: List[Path] = []
+    try:
+        with signals_held():  # made and known to the removal below in one step (as apptainer's private dirs)
+            made.append(Path(tempfile.mkdtemp(prefix="dedal-root-")))
+        mnt = made[0]
+        if cannot_mount():
             squashfs.extract(source[0], mnt / "root", offset=offset, devices=False, merge=False)
             yield mnt / "root"
-        finally:
-            shutil.rmtree(mnt, ignore_errors=True)
-        return
-    try:
+            return
         method = squashfs.mount(Path(root), mnt, offset=offset)  # type: ignore[arg-type]
-    except BaseException:
-        mnt.rmdir()
-        raise
-    try:
-        yield mnt
+        try:
+            yield mnt
+        finally:
+            _unmount(mnt, method)
     finally:
-        _unmount(mnt, method)
+        with signals_held():  # whole, not broken off by a stop signal halfway
+            for mnt in made:
+                _remove_mount_dir(mnt)
+
+
+# the unmount method of each file system type that squashfs.mount makes
+_METHODS = {"squashfs": "kernel", "fuse.squashfuse": "fuse", "fuse": "fuse"}
+
+
+def _remove_mount_dir(mnt: Path) -> None:
+    """Remove :func:`mounted`'s directory. A stop signal that came while the mount was being
+    made (squashfuse or mount had made it, their caller had not yet heard) leaves it mounted
+    where nothing knows its method: /proc/self/mountinfo tells, and it is detached lazily. A
+    mount that stays (not one of ours) keeps its directory: nothing is removed through it."""
+    for point, fstype in mounted_under(mnt):
+        try:
+            squashfs.unmount(Path(point), _METHODS.get(fstype, "fuse"), lazy=True)
+        except DedalError:
+            pass
+    if not mounted_under(mnt):
+        shutil.rmtree(mnt, ignore_errors=True)
 
 
 def _unmount(mnt: Path, method: str = "fuse") -> None:
