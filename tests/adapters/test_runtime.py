@@ -367,16 +367,12 @@ def test_start_in_runs_a_launcher_and_unmounts(base_sif, mpi_hello, backend, tmp
     assert helpers.fuse_mounts() == []
 
 
-def test_a_stop_signal_as_a_private_dir_is_made_leaves_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGTERM right after Apptainer's private /tmp is made, before it is known to its
-    removal: it goes all the same (as mpirun's session directory, whose empty leftover a
-    full test run showed), and the stop comes after."""
+def _signal_after_mkdtemp(monkeypatch: pytest.MonkeyPatch) -> list:
+    """``tempfile.mkdtemp`` sends this process SIGTERM right after it made its directory;
+    the list it returns gets the directories made."""
     import signal
 
-    from dedal.adapters.runtime import apptainer
-    from dedal.errors import Interrupted, Signals
-
-    made = []
+    made: list = []
     real = tempfile.mkdtemp
 
     def with_a_signal(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -385,6 +381,17 @@ def test_a_stop_signal_as_a_private_dir_is_made_leaves_none(monkeypatch: pytest.
         return made[-1]
 
     monkeypatch.setattr(tempfile, "mkdtemp", with_a_signal)
+    return made
+
+
+def test_a_stop_signal_as_a_private_dir_is_made_leaves_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM right after Apptainer's private /tmp is made, before it is known to its
+    removal: it goes all the same (as mpirun's session directory, whose empty leftover a
+    full test run showed), and the stop comes after."""
+    from dedal.adapters.runtime import apptainer
+    from dedal.errors import Interrupted, Signals
+
+    made = _signal_after_mkdtemp(monkeypatch)
     with pytest.raises(Interrupted), Signals("test"):
         with apptainer._private_dirs(["/tmp"], []):
             pass
@@ -531,20 +538,10 @@ def _tiny_squashfs(tmp_path: Path) -> Path:
 def test_a_stop_signal_as_the_image_mount_dir_is_made_leaves_none(tmp_path: Path, monkeypatch) -> None:
     """SIGTERM right after `mounted`'s directory is made, before it is known to its removal
     (as Apptainer's private dirs): it goes all the same, and the stop comes after."""
-    import signal
-
     from dedal.errors import Interrupted, Signals
 
     image = _tiny_squashfs(tmp_path)
-    made = []
-    real = tempfile.mkdtemp
-
-    def with_a_signal(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        made.append(real(*args, **kwargs))
-        os.kill(os.getpid(), signal.SIGTERM)
-        return made[-1]
-
-    monkeypatch.setattr(tempfile, "mkdtemp", with_a_signal)
+    made = _signal_after_mkdtemp(monkeypatch)
     with pytest.raises(Interrupted), Signals("test"):
         with runtime.mounted(image):
             pass
