@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from dedal.commands import build_parser, needs_action
+from dedal.commands import build_parser, command_word, needs_action
 from dedal.errors import DedalError, Interrupted
 
 __all__ = ["build_parser", "main"]
@@ -23,8 +23,11 @@ __all__ = ["build_parser", "main"]
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    try:  # importing the command's stages takes up to half a second: a Ctrl-C typed meanwhile
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return _stopped_by_ctrl_c(command_word(argv) or "")
     if not getattr(args, "func", None):
         return needs_action(parser)(args)
     from dedal.ui.activity import set_quiet
@@ -38,10 +41,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except DedalError as exc:
         print(f"dedal: error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:  # Ctrl-C where no Signals block holds it: the same line as inside one
-        stop = Interrupted.by(signal.SIGINT, getattr(args, "command", None) or "")
-        print(f"dedal: {stop.one_line()}", file=sys.stderr)
-        return stop.exit_code
+    except KeyboardInterrupt:
+        return _stopped_by_ctrl_c(getattr(args, "command", None) or "")
     except BrokenPipeError:
         return 0
     except OSError as exc:
@@ -66,6 +67,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     except (RecursionError, UnicodeError, TypeError, KeyError) as exc:
         return _internal(exc)
+
+
+def _stopped_by_ctrl_c(command: str) -> int:
+    """Ctrl-C where no Signals block holds it: the same line and exit code as inside one."""
+    stop = Interrupted.by(signal.SIGINT, command)
+    print(f"dedal: {stop.one_line()}", file=sys.stderr)
+    return stop.exit_code
 
 
 def _internal(exc: BaseException) -> int:

@@ -39,3 +39,29 @@ def test_a_full_disk_is_one_line_and_exit_1(full_fs: Path, monkeypatch, capsys) 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("dedal: error: No space left on device")
     assert "internal error" not in err and "DEDAL_CACHE_DIR" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"), [(["verify", "x.sif"], "verify"), (["-s", "jobs=2", "build-image", "e.yaml"], "build-image")]
+)
+def test_ctrl_c_while_the_command_is_imported_is_one_line(argv, command, monkeypatch, capsys) -> None:
+    """Ctrl-C right after the command is typed, while its module and stages are imported (up
+    to half a second, before any Signals block): the one line and exit 130 of a stop, not a
+    traceback of importlib (seen in a terminal at 0.1-0.3 s)."""
+    import os
+    import signal
+
+    import dedal.commands
+
+    real = dedal.commands.importlib.import_module
+
+    def interrupted(name: str, *args):  # noqa: ANN002, ANN202
+        if name.startswith("dedal.commands."):
+            os.kill(os.getpid(), signal.SIGINT)  # Python's own handler: KeyboardInterrupt
+        return real(name, *args)
+
+    monkeypatch.setattr(dedal.commands.importlib, "import_module", interrupted)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err == f"dedal: {command} interrupted by signal SIGINT\n"

@@ -12,16 +12,16 @@ from typing import Callable, List, Optional
 
 from dedal import __version__
 
-__all__ = ["build_parser", "needs_action"]
+__all__ = ["build_parser", "command_word", "needs_action"]
 
 
 # commands whose module is not named after them (``-`` becomes ``_`` otherwise)
 _MODULE_OF = {"shell": "exec", "run": "exec"}
 
 
-def _command_module(argv: List[str]) -> Optional[str]:
-    """The module of the command ``argv`` names, if there is one: the first word that is
-    not a global option or its value."""
+def command_word(argv: List[str]) -> Optional[str]:
+    """The command ``argv`` names, as typed: the first word that is not a global option or
+    its value (None without one)."""
     takes_value = {"-c", "--config", "-s", "--set"}
     skip = False
     for word in argv:
@@ -30,11 +30,19 @@ def _command_module(argv: List[str]) -> Optional[str]:
         elif word in takes_value:
             skip = True
         elif not word.startswith("-"):
-            name = _MODULE_OF.get(word, word.replace("-", "_"))
-            if name.startswith("_") or not name.isidentifier():
-                return None
-            return name
+            return word
     return None
+
+
+def _command_module(argv: List[str]) -> Optional[str]:
+    """The module of the command ``argv`` names, if there is one."""
+    word = command_word(argv)
+    if word is None:
+        return None
+    name = _MODULE_OF.get(word, word.replace("-", "_"))
+    if name.startswith("_") or not name.isidentifier():
+        return None
+    return name
 
 
 def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
