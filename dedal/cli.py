@@ -26,13 +26,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:  # importing the command's stages takes up to half a second: a Ctrl-C typed meanwhile
         parser = build_parser(argv)
         args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            return needs_action(parser)(args)
+        from dedal.ui.activity import set_quiet
+
+        set_quiet(bool(getattr(args, "json", False)))  # --json: no step shown on stderr while it runs
     except KeyboardInterrupt:
         return _stopped_by_ctrl_c(command_word(argv) or "")
-    if not getattr(args, "func", None):
-        return needs_action(parser)(args)
-    from dedal.ui.activity import set_quiet
-
-    set_quiet(bool(getattr(args, "json", False)))  # --json: no step shown on stderr while it runs
     try:
         return int(args.func(args) or 0)
     except Interrupted as exc:  # Ctrl-C, scancel: a stop, not an error
