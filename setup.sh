@@ -30,21 +30,34 @@ LOG=$CACHE/setup.log
 # run a step with its output in the log; on failure, show the log's end and stop. On a terminal
 # a line shows the step's elapsed time and the log's latest line, so no step is silent for long:
 # its latest unindented line, as an indented one is a part (a warning's source line, a traceback's)
-# that reads as an error out of its context.
+# that reads as an error out of its context. There the step runs in a process group of its own
+# (set -m): bash without job control starts a background command with SIGINT ignored, so a
+# Ctrl-C ended setup and left apt-get or pip running behind the prompt. A stop is passed on to
+# the step's group instead, and setup ends when the step has.
 quietly() {
-  local rc=0 start=$SECONDS pid last
+  local rc=0 start=$SECONDS pid last stopped=""
   if [ -t 1 ]; then
+    set -m
     "$@" >>"$LOG" 2>&1 </dev/null &
     pid=$!
+    set +m
+    trap 'stopped=INT; kill -INT -- "-$pid" 2>/dev/null || true' INT
+    trap 'stopped=TERM; kill -TERM -- "-$pid" 2>/dev/null || true' TERM HUP
     while kill -0 "$pid" 2>/dev/null; do
       last=$( (grep -v '^[[:space:]]' "$LOG" || true) | tail -n 1 | tr -d '\r\t' | cut -c1-70)
       printf '\r\033[K  %3ds  %s' "$((SECONDS - start))" "$last"
-      sleep 1
+      sleep 1 || true # a Ctrl-C ends the sleep too
     done
     wait "$pid" || rc=$?
+    trap - INT TERM HUP
     printf '\r\033[K'
   else
     "$@" >>"$LOG" 2>&1 </dev/null || rc=$?
+  fi
+  if [ -n "$stopped" ]; then
+    echo "setup: interrupted by SIG$stopped during: $*; the log: $LOG" >&2
+    [ "$stopped" = INT ] && exit 130
+    exit 143
   fi
   if [ "$rc" != 0 ]; then
     echo "setup: failed (exit $rc): $*" >&2
@@ -53,6 +66,7 @@ quietly() {
     exit 1
   fi
 }
+
 # apt-get, waiting while another package manager holds apt's lock (unattended-upgrades starts on a
 # machine just booted, which is where the README's first command is typed): a try that the lock
 # stopped changed nothing, so it is tried again every APT_LOCK_POLL seconds, up to APT_LOCK_WAIT.

@@ -8,14 +8,16 @@ holds apt's lock when the README's first command is typed."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import select
 import subprocess
+import termios
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, interruptible
 
 
 def _function(name: str) -> str:
@@ -30,15 +32,28 @@ def _quietly() -> str:
     return _function("quietly")
 
 
-def _in_a_terminal(script: str, timeout: float = 30.0) -> tuple[int, str]:
-    """Run ``bash -c script`` with its stdout on a pty; (exit status, what the terminal got)."""
+def _in_a_terminal(script: str, timeout: float = 30.0, ctrl_c_after: float = 0.0) -> tuple[int, str]:
+    """Run ``bash -c script`` in a new session on a pty, its controlling terminal, as a
+    person's shell runs a command; with ``ctrl_c_after``, Ctrl-C is typed that many seconds
+    after the start (the terminal sends SIGINT to its foreground process group). (exit
+    status, what the terminal got)."""
     main, sub = pty.openpty()
-    proc = subprocess.Popen(["bash", "-c", script], stdin=subprocess.DEVNULL, stdout=sub, stderr=sub)
+
+    def foreground() -> None:  # the pty as controlling terminal, this process group in front
+        interruptible()
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(["bash", "-c", script], stdin=sub, stdout=sub, stderr=sub, preexec_fn=foreground)
     os.close(sub)
     chunks = []
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([main], [], [], 0.5)
+        if ctrl_c_after and time.monotonic() - started >= ctrl_c_after:
+            os.write(main, b"\x03")
+            ctrl_c_after = 0.0
+        ready, _, _ = select.select([main], [], [], 0.2)
         if ready:
             try:
                 data = os.read(main, 4096)
@@ -54,10 +69,10 @@ def _in_a_terminal(script: str, timeout: float = 30.0) -> tuple[int, str]:
     return rc, b"".join(chunks).decode(errors="replace")
 
 
-def _run_step(tmp_path: Path, step: str) -> tuple[int, str]:
+def _run_step(tmp_path: Path, step: str, ctrl_c_after: float = 0.0) -> tuple[int, str]:
     log = tmp_path / "setup.log"
     script = f'set -euo pipefail\nLOG={log}\n: >"$LOG"\n{_quietly()}\nquietly bash -c {step!r}\necho STEP-DONE\n'
-    return _in_a_terminal(script)
+    return _in_a_terminal(script, ctrl_c_after=ctrl_c_after)
 
 
 def test_the_status_line_shows_no_indented_part_of_a_warning(tmp_path: Path) -> None:
@@ -84,6 +99,21 @@ def test_a_failed_step_shows_the_end_of_its_log(tmp_path: Path) -> None:
     rc, seen = _run_step(tmp_path, "echo 'E: Unable to locate package nope'; exit 3")
     assert rc == 1 and "STEP-DONE" not in seen, seen
     assert "setup: failed (exit 3)" in seen and "Unable to locate package nope" in seen, seen
+
+
+def test_ctrl_c_stops_the_step_too(tmp_path: Path) -> None:
+    """Ctrl-C in the terminal while a step runs: the step gets it as it would in front (bash
+    without job control had started it with SIGINT ignored, and apt-get or pip went on
+    behind the prompt), setup says so in one line and ends with 130 once the step has."""
+    marker = f"{time.time_ns() % 10**6}.25"  # a sleep of its own, to look for afterwards
+    step = f"trap 'echo step-got-INT; exit 130' INT; echo started; sleep {marker}; echo not-reached"
+    rc, seen = _run_step(tmp_path, step, ctrl_c_after=2.0)
+    log = (tmp_path / "setup.log").read_text()
+    assert rc == 130 and "STEP-DONE" not in seen, seen
+    assert "setup: interrupted by SIGINT during: bash -c" in seen, seen
+    assert "step-got-INT" in log and "not-reached" not in log, log
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+    assert left.returncode == 1, f"the step's sleep outlived setup: {left.stdout}"
 
 
 def _fake_apt_get(tmp_path: Path, body: str) -> dict[str, str]:
