@@ -43,6 +43,7 @@ pytest_plugins = [
     "tests.fixtures.recorded",  # logs, local_data: recorded outputs for the parsers
     "tests.fixtures.registry",  # local docker-registry servers, a fault proxy, real SIF files
     "tests.fixtures.slurm",  # slurm_cluster: the local Slurm test cluster
+    "tests.fixtures.stop",  # SIGTERM ends the run as Ctrl-C does: fixtures torn down
     "tests.fixtures.tiny",  # tiny: the recorded tiny lock with the Spack stand-in
 ]
 
