@@ -44,9 +44,10 @@ quietly() {
     trap 'stopped=INT; kill -INT -- "-$pid" 2>/dev/null || true' INT
     trap 'stopped=TERM; kill -TERM -- "-$pid" 2>/dev/null || true' TERM HUP
     while kill -0 "$pid" 2>/dev/null; do
-      last=$( (grep -v '^[[:space:]]' "$LOG" || true) | tail -n 1 | tr -d '\r\t' | cut -c1-70)
+      # a Ctrl-C ends these too, with 130: under `set -e` that ended setup before the step
+      last=$( (grep -v '^[[:space:]]' "$LOG" || true) | tail -n 1 | tr -d '\r\t' | cut -c1-70) || last=""
       printf '\r\033[K  %3ds  %s' "$((SECONDS - start))" "$last"
-      sleep 1 || true # a Ctrl-C ends the sleep too
+      sleep 1 || true
     done
     wait "$pid" || rc=$?
     trap - INT TERM HUP

@@ -53,6 +53,7 @@ def _in_a_terminal(script: str, timeout: float = 30.0, ctrl_c_after: float = 0.0
         if ctrl_c_after and time.monotonic() - started >= ctrl_c_after:
             os.write(main, b"\x03")
             ctrl_c_after = 0.0
+        exited = proc.poll() is not None  # before the select: what it wrote before exiting is read
         ready, _, _ = select.select([main], [], [], 0.2)
         if ready:
             try:
@@ -62,7 +63,7 @@ def _in_a_terminal(script: str, timeout: float = 30.0, ctrl_c_after: float = 0.0
             if not data:
                 break
             chunks.append(data)
-        elif proc.poll() is not None:
+        elif exited:
             break
     os.close(main)
     rc = proc.wait(timeout=timeout)
