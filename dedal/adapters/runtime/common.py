@@ -223,10 +223,6 @@ def mounted(root: RootArg) -> Iterator[Optional[Path]]:
                 _remove_mount_dir(mnt)
 
 
-# the unmount method of each file system type that squashfs.mount makes
-_METHODS = {"squashfs": "kernel", "fuse.squashfuse": "fuse", "fuse": "fuse"}
-
-
 def _remove_mount_dir(mnt: Path) -> None:
     """Remove :func:`mounted`'s directory. A stop signal that came while the mount was being
     made (squashfuse or mount had made it, their caller had not yet heard) leaves it mounted
@@ -234,7 +230,7 @@ def _remove_mount_dir(mnt: Path) -> None:
     mount that stays (not one of ours) keeps its directory: nothing is removed through it."""
     for point, fstype in mounted_under(mnt):
         try:
-            squashfs.unmount(Path(point), _METHODS.get(fstype, "fuse"), lazy=True)
+            squashfs.unmount(Path(point), "kernel" if fstype == "squashfs" else "fuse", lazy=True)
         except DedalError:
             pass
     if not mounted_under(mnt):
@@ -242,6 +238,7 @@ def _remove_mount_dir(mnt: Path) -> None:
 
 
 def _unmount(mnt: Path, method: str = "fuse") -> None:
+    """Unmount :func:`mounted`'s image; its directory goes in :func:`_remove_mount_dir`."""
     for attempt in range(20):  # a process that just exited may keep the mount busy briefly
         try:
             squashfs.unmount(mnt, method)
@@ -251,10 +248,6 @@ def _unmount(mnt: Path, method: str = "fuse") -> None:
                 squashfs.unmount(mnt, method, lazy=True)
                 break
             time.sleep(0.1)
-    try:
-        mnt.rmdir()
-    except OSError:
-        pass
 
 
 def in_root(rootdir: Path, cpath: str) -> Path:
